@@ -1,0 +1,264 @@
+"""One lifecycle for every run: folder -> generator -> wait -> stop -> collect -> analyze.
+
+The run folder is created before any work starts and is never overwritten; the manifest is
+written at the start (status `running`) and rewritten at every step, so whatever happens the
+folder says how far the run got.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from generators import GeneratorError, get_generator
+from generators.base import Progress
+
+from .compile import expected
+from .proc import utc_now
+from .scenario import LoadedScenario
+
+# Exit statuses of `testbed run` (documented in README.md).
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_CHECKS_FAILED = 3
+EXIT_INTERRUPTED = 130
+
+
+class RunSetupError(Exception):
+    """The run cannot start (bad output directory, missing tool); nothing was sent."""
+
+
+def testbed_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ntg-testbed")
+    except Exception:  # not installed: running from a checkout
+        return "0.1.0+source"
+
+
+def _git_info() -> dict:
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        if rev.returncode != 0:
+            return {"revision": None, "dirty": None}
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5,
+        )  # fmt: skip
+        return {"revision": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"revision": None, "dirty": None}
+
+
+def _host_info() -> dict:
+    os_name = None
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return {
+        "hostname": platform.node(),
+        "os": os_name,
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def make_run_dir(root: Path, name: str) -> Path:
+    """A new folder `<UTC time>-<name>` under `root`; never an existing one."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunSetupError(f"cannot create the output directory {root}: {exc.strerror}") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise RunSetupError(f"the output directory {root} is not writable; choose another with --out")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for n in range(1, 1000):
+        candidate = root / (f"{stamp}-{name}" if n == 1 else f"{stamp}-{name}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise RunSetupError(f"cannot create {candidate}: {exc.strerror}") from None
+    raise RunSetupError(f"too many runs named {name} in {root} this second")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    status: str
+    exit_code: int
+    manifest: dict
+    metrics: dict | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+class _Interrupts:
+    """Turns SIGINT/SIGTERM into a flag the run loop acts on, so stopping is always orderly."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> "_Interrupts":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+class Run:
+    def __init__(self, loaded: LoadedScenario, out_root: Path, seed: int | None = None):
+        self.loaded = loaded
+        self.scenario = loaded.scenario
+        self.seed = self.scenario.seed if seed is None else seed
+        self.run_dir = make_run_dir(out_root, self.scenario.name)
+        self.manifest: dict = {
+            "manifest_version": 1,
+            "run_id": self.run_dir.name,
+            "status": "running",
+            "created_utc": utc_now(),
+            "finished_utc": None,
+            "scenario": {
+                "name": self.scenario.name,
+                "source": str(loaded.path.resolve()),
+                "sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
+            },
+            "seed": self.seed,
+            "host": _host_info(),
+            "git": _git_info(),
+            "tools": {"testbed": testbed_version(), "python": platform.python_version()},
+            "expected": expected(self.scenario).as_dict(),
+            "commands": [],
+            "generators": {},
+            "files": {},
+        }
+        (self.run_dir / "scenario.yaml").write_text(loaded.text)
+        self.write_manifest()
+
+    def write_manifest(self) -> None:
+        tmp = self.run_dir / ".manifest.json.tmp"
+        tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
+        os.replace(tmp, self.run_dir / "manifest.json")
+
+    def execute(self, show_progress: bool = True) -> str:
+        """Run the generator to the end (or until interrupted); returns the run status."""
+        gen = get_generator(self.scenario.generator)
+        bar = None
+        try:
+            gen.prepare(self.scenario, self.run_dir, self.seed)
+            self.manifest["tools"][gen.name] = gen.version()
+            if show_progress:
+                from tqdm import tqdm
+
+                total = max(1, self.manifest["expected"]["last_ns"] // 1_000_000_000 + 1)
+                bar = tqdm(total=total, unit="s", desc="virtual time", delay=2.0, leave=False,
+                           file=sys.stderr, dynamic_ncols=True)  # fmt: skip
+
+            def on_progress(p: Progress) -> None:
+                if bar is not None:
+                    bar.n = min(p.done, bar.total)
+                    bar.set_postfix_str(f"{p.packets:,} packets", refresh=False)
+                    bar.refresh()
+
+            with _Interrupts() as interrupts:
+                gen.start(on_progress)
+                self.manifest["commands"] = [c.as_dict() for c in gen.commands()]
+                self.write_manifest()
+                while not gen.wait(0.1):
+                    if interrupts.received is not None:
+                        gen.stop(interrupt=True)
+                status = gen.status()
+                if interrupts.received is not None:
+                    status = "interrupted"
+                    self.manifest["interrupted_by"] = signal.Signals(interrupts.received).name
+        except GeneratorError as exc:
+            self.manifest["error"] = str(exc)
+            status = "failed"
+        finally:
+            if bar is not None:
+                bar.close()
+            gen.stop() if gen.status() == "running" else None
+            self.manifest["commands"] = [c.as_dict() for c in gen.commands()]
+            self.manifest["generators"][gen.name] = gen.counters().as_dict() if gen.commands() else {}
+        failures = [c for c in self.manifest["commands"] if c.get("note")]
+        if status == "failed" and failures and "error" not in self.manifest:
+            self.manifest["error"] = f"{failures[0]['name']}: {failures[0]['note']}"
+        self.manifest["status"] = status
+        self.manifest["finished_utc"] = utc_now()
+        for name in sorted(os.listdir(self.run_dir)):
+            path = self.run_dir / name
+            if path.is_file() and not name.startswith(".") and name != "manifest.json":
+                self.manifest["files"][name] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        self.write_manifest()
+        return status
+
+
+def run_scenario(
+    loaded: LoadedScenario,
+    out_root: Path,
+    seed: int | None = None,
+    analyze: bool = True,
+    show_progress: bool = True,
+) -> RunResult:
+    run = Run(loaded, out_root, seed)
+    status = run.execute(show_progress)
+    result = RunResult(run.run_dir, status, EXIT_OK, run.manifest)
+    if status == "interrupted":
+        result.exit_code = EXIT_INTERRUPTED
+        result.messages.append(
+            f"interrupted: the capture holds what was generated until then; "
+            f"analyse it with `testbed analyze {run.run_dir}`"
+        )
+        return result
+    if status != "completed":
+        result.exit_code = EXIT_RUN_FAILED
+        result.messages.append(f"run failed: {run.manifest.get('error', 'see engine.log')}")
+        return result
+    if analyze:
+        from analysis import analyze as analyze_run
+
+        result.metrics = analyze_run(run.run_dir)
+        failed = [c for c in result.metrics.get("checks", []) if not c.get("ok")]
+        if result.metrics.get("capture_problem") or failed:
+            result.exit_code = EXIT_CHECKS_FAILED
+            for c in failed:
+                result.messages.append(
+                    f"check failed: {c['name']}: expected {c['expected']}, measured {c['measured']}"
+                )
+    return result

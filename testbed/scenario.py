@@ -1,0 +1,491 @@
+"""Scenario YAML v1: one typed model, and a loader whose errors name file, line and field.
+
+The words follow what users know from Open Traffic Generator, TRex and Ostinato: a flow has a
+`rate` (or `period`), a `packets` count (or `duration`), a payload `size`; a meta-flow is a flow
+with `repeat: {count, period}`. Reference: docs/scenario.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from .units import parse_duration_ns, parse_rate_pps, period_ns_from_rate
+
+SCENARIO_VERSION = 1
+MAX_FRAME = 65535  # the pcap snap length the engine writes
+EPHEMERAL_PORTS = (49152, 65535)
+_MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+
+Mode = Literal["random", "increment"]
+
+
+def _rate_value(v: Any) -> Decimal:
+    rate = parse_rate_pps(v)
+    if rate <= 0:
+        raise ValueError("must be > 0")
+    if rate > 1_000_000_000:
+        raise ValueError("at most 1e9 packets per second (a 1 ns period)")
+    return rate
+
+
+Duration = Annotated[
+    int,
+    BeforeValidator(parse_duration_ns),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*(ns|us|µs|ms|s|m|min|h)?\s*$"}],
+            "description": "A duration: 1.5s, 250ms, 10us, 5ns, 2m; a bare number is seconds.",
+        }
+    ),
+]
+Rate = Annotated[
+    Decimal,
+    BeforeValidator(_rate_value),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*([kKmM]?pps)?\s*$"}],
+            "description": "Packets per second: 1000, 2.5kpps, 1Mpps.",
+        }
+    ),
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Address(_Model):
+    """An address, or a CIDR block whose host part is drawn per flow instance."""
+
+    cidr: str = Field(description="Address (198.18.0.1) or block (198.18.0.0/16, 2001:db8::/48).")
+    mode: Mode = Field(
+        "random",
+        description="For a block: `random` draws the host part per flow instance; `increment` "
+        "adds the repetition number to the given address, wrapping inside the block.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"cidr": v} if isinstance(v, str) else v
+
+    @field_validator("cidr")
+    @classmethod
+    def _valid_cidr(cls, v: str) -> str:
+        try:
+            ipaddress.ip_interface(v.strip())
+        except ValueError:
+            raise ValueError("not an IPv4 or IPv6 address or CIDR block") from None
+        return v.strip()
+
+    @property
+    def interface(self) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+        return ipaddress.ip_interface(self.cidr)
+
+    @property
+    def version(self) -> int:
+        return self.interface.version
+
+    @property
+    def is_single(self) -> bool:
+        return self.interface.network.num_addresses == 1
+
+
+class Ports(_Model):
+    """A port, or a range `LO-HI` drawn per flow instance (`random`) or stepped (`increment`)."""
+
+    range: str = Field(description="`80`, `1024-2047`, or `random` (the ephemeral ports).")
+    mode: Mode = "random"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, (int, str)):
+            return {"range": str(v)}
+        return v
+
+    @field_validator("range")
+    @classmethod
+    def _valid_range(cls, v: str) -> str:
+        v = v.strip()
+        if v == "random":
+            return f"{EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}"
+        m = re.fullmatch(r"(\d+)\s*(?:-\s*(\d+))?", v)
+        if not m:
+            raise ValueError("expected a port (80), a range (1024-2047) or `random`")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi > 65535:
+            raise ValueError("ports go up to 65535")
+        if lo > hi:
+            raise ValueError("range must be LO-HI with LO <= HI")
+        return f"{lo}-{hi}"
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        lo, hi = self.range.split("-")
+        return int(lo), int(hi)
+
+
+class Size(_Model):
+    """Payload length in bytes, fixed or uniform per packet in [min, max]."""
+
+    min: int = Field(ge=0)
+    max: int = Field(ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, int):
+            return {"min": v, "max": v}
+        if isinstance(v, str):
+            m = re.fullmatch(r"\s*(\d+)\s*(?:(?:-|\.\.)\s*(\d+))?\s*", v)
+            if not m:
+                raise ValueError("expected a size in bytes (100), or a range (64-512)")
+            return {"min": int(m.group(1)), "max": int(m.group(2) or m.group(1))}
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Size":
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
+        return self
+
+
+class Payload(_Model):
+    size: Size | None = Field(None, description="L4 payload bytes: 100, `64-512` or {min, max}.")
+    text: str | None = Field(None, description="Text placed at the start of every payload (UTF-8).")
+    hex: str | None = Field(None, description="Bytes placed at the start of every payload, in hex.")
+
+    @field_validator("hex")
+    @classmethod
+    def _valid_hex(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        cleaned = re.sub(r"[\s:]", "", v)
+        if cleaned.lower().startswith("0x"):
+            cleaned = cleaned[2:]
+        try:
+            bytes.fromhex(cleaned)
+        except ValueError:
+            raise ValueError("not an even number of hex digits") from None
+        return cleaned.lower()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Payload":
+        if self.text is not None and self.hex is not None:
+            raise ValueError("give either text or hex, not both")
+        if self.size is not None and self.size.max < len(self.content):
+            raise ValueError(
+                f"size.max ({self.size.max}) is shorter than the custom payload "
+                f"({len(self.content)} bytes); raise size or shorten the payload"
+            )
+        return self
+
+    @property
+    def content(self) -> bytes:
+        if self.text is not None:
+            return self.text.encode()
+        if self.hex is not None:
+            return bytes.fromhex(self.hex)
+        return b""
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        if self.size is None:
+            n = len(self.content)
+            return n, n
+        return self.size.min, self.size.max
+
+
+class Repeat(_Model):
+    """Makes a flow a meta-flow: `count` instances, one every `period`."""
+
+    count: int = Field(ge=1, description="Number of flow instances.")
+    period: Duration = Field(description="Time between the starts of two instances (e.g. 10ms).")
+
+
+class Flow(_Model):
+    name: str | None = None
+    protocol: Literal["tcp", "udp", "icmp", "icmpv6"] = Field(
+        description="IP version comes from the addresses; icmp needs IPv4, icmpv6 IPv6."
+    )
+    src: Address
+    dst: Address
+    src_port: Ports | None = Field(None, description="TCP/UDP only; default `random` (49152-65535).")
+    dst_port: Ports | None = Field(None, description="TCP/UDP only; required for them.")
+    start: Duration = Field(0, description="Start of the first packet: 1.5s, 250ms, 10us, 5ns.")
+    rate: Rate | None = Field(None, description="Packets per second: 1000, 2.5kpps, 1Mpps.")
+    period: Duration | None = Field(None, description="Time between packets, instead of rate: 2s.")
+    packets: int | None = Field(None, ge=1, description="Packets per flow instance.")
+    duration: Duration | None = Field(None, description="Instead of packets: how long it lasts.")
+    payload: Payload = Payload()
+    repeat: Repeat | None = None
+
+    @field_validator("period", "duration")
+    @classmethod
+    def _positive(cls, v: int | None) -> int | None:
+        if v is not None and v <= 0:
+            raise ValueError("must be > 0")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Flow":
+        if (self.rate is None) == (self.period is None):
+            raise ValueError("give exactly one of rate (packets per second) or period")
+        if (self.packets is None) == (self.duration is None):
+            raise ValueError("give exactly one of packets or duration")
+        if self.src.version != self.dst.version:
+            raise ValueError(
+                f"src is IPv{self.src.version} but dst is IPv{self.dst.version}; use one family"
+            )
+        if self.protocol == "icmp" and self.ip_version != 4:
+            raise ValueError("icmp needs IPv4 addresses; use icmpv6 for IPv6")
+        if self.protocol == "icmpv6" and self.ip_version != 6:
+            raise ValueError("icmpv6 needs IPv6 addresses; use icmp for IPv4")
+        if self.protocol in ("icmp", "icmpv6"):
+            if self.src_port is not None or self.dst_port is not None:
+                raise ValueError(f"{self.protocol} has no ports; remove src_port and dst_port")
+        elif self.dst_port is None:
+            raise ValueError(f"{self.protocol} needs dst_port (a port, a range or `random`)")
+        limit = MAX_FRAME - self.header_bytes
+        if self.payload.sizes[1] > limit:
+            raise ValueError(
+                f"payload size {self.payload.sizes[1]} makes frames longer than {MAX_FRAME} "
+                f"bytes; at most {limit} for {self.protocol} over IPv{self.ip_version}"
+            )
+        return self
+
+    @property
+    def ip_version(self) -> int:
+        return self.src.version
+
+    @property
+    def header_bytes(self) -> int:
+        l3 = 20 if self.ip_version == 4 else 40
+        l4 = 20 if self.protocol == "tcp" else 8
+        return 14 + l3 + l4
+
+    @property
+    def period_ns(self) -> int:
+        if self.period is not None:
+            return self.period
+        assert self.rate is not None
+        return max(1, period_ns_from_rate(self.rate))
+
+    @property
+    def packet_count(self) -> int:
+        if self.packets is not None:
+            return self.packets
+        assert self.duration is not None
+        return -(-self.duration // self.period_ns)  # packets due inside [start, start+duration)
+
+    @property
+    def repetitions(self) -> int:
+        return self.repeat.count if self.repeat else 1
+
+    @property
+    def repeat_period_ns(self) -> int:
+        return self.repeat.period if self.repeat else 0
+
+
+class Ethernet(_Model):
+    src: str = Field("02:00:00:00:00:01", description="Source MAC of every frame.")
+    dst: str = Field("02:00:00:00:00:02", description="Destination MAC of every frame.")
+
+    @field_validator("src", "dst")
+    @classmethod
+    def _mac(cls, v: str) -> str:
+        if not _MAC.match(v):
+            raise ValueError("expected a MAC address like 02:00:00:00:00:01")
+        return v.lower()
+
+
+class Scenario(_Model):
+    version: Literal[1] = Field(description="Scenario format version; this is 1.")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    description: str = ""
+    seed: int = Field(1, ge=0, lt=2**64, description="Seed of every random choice in the run.")
+    generator: Literal["flowengine"] = Field(
+        "flowengine", description="Which generator produces the flows."
+    )
+    ethernet: Ethernet = Ethernet()
+    flows: list[Flow] = Field(min_length=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading with file:line error messages
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be used; `problems` holds one `FILE:LINE: field: message` each."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class LoadedScenario:
+    scenario: Scenario
+    path: Path
+    text: str
+
+
+class _LineLoader(yaml.SafeLoader):
+    """SafeLoader that also records the line of every mapping key and value by path."""
+
+
+def _node_lines(node: yaml.Node, path: tuple, out: dict[tuple, int]) -> None:
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            k = key.value
+            out[path + (k,)] = key.start_mark.line + 1
+            out[path + (k, "__value__")] = value.start_mark.line + 1
+            _node_lines(value, path + (k,), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[path + (i,)] = item.start_mark.line + 1
+            _node_lines(item, path + (i,), out)
+
+
+def _dotted(loc: tuple) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += ("." if text else "") + str(part)
+    return text or "(top level)"
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model class that holds the field at `loc` (for suggesting known keys)."""
+    model: Any = Scenario
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        model = _inner_model(field.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (list, Union) or str(get_origin(annotation)) == "types.UnionType":
+        for arg in get_args(annotation):
+            found = _inner_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _format_error(err: dict, file: str, lines: dict[tuple, int]) -> str:
+    loc = tuple(err["loc"])
+    message = err["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    if err["type"] == "extra_forbidden":
+        key = loc[-1]
+        parent = _model_at(loc[:-1])
+        known = list(parent.model_fields) if parent else []
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+        hint = f"; did you mean `{close[0]}`?" if close else ""
+        listing = f" (known keys: {', '.join(known)})" if known and not close else ""
+        message = f"unknown key `{key}`{hint}{listing}"
+        line = lines.get(loc) or lines.get(loc[:-1], 1)
+        return f"{file}:{line}: {_dotted(loc)}: {message}"
+    if err["type"] == "missing":
+        line = lines.get(loc[:-1], 1)
+        return f"{file}:{line}: {_dotted(loc)}: required field is missing"
+    probe = loc
+    while probe and probe not in lines:  # `dst_port: 99999` is reported at dst_port, not .range
+        probe = probe[:-1]
+    line = lines.get(probe + ("__value__",)) or lines.get(probe, 1)
+    got = f" (got {_short(err['input'])})" if "input" in err and not isinstance(err["input"], dict) else ""
+    return f"{file}:{line}: {_dotted(probe)}: {message}{got}"
+
+
+def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
+    try:
+        root = yaml.compose(text, Loader=_LineLoader)
+        data = yaml.load(text, Loader=_LineLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError([f"{file}:{line}: YAML syntax: {problem}"]) from None
+    if not isinstance(data, dict):
+        raise ScenarioError([f"{file}:1: (top level): expected a mapping with version, name and flows"])
+    lines: dict[tuple, int] = {}
+    if root is not None:
+        _node_lines(root, (), lines)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        problems = [_format_error(e, file, lines) for e in exc.errors(include_url=False)]
+        problems.sort(key=lambda p: int(p[len(file) + 1 :].split(":", 1)[0]))
+        raise ScenarioError(problems) from None
+
+
+def load_scenario(path: str | Path) -> LoadedScenario:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError([f"{path}: no such file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError([f"{path}: cannot read: {exc}"]) from None
+    return LoadedScenario(parse_scenario(text, str(path)), path, text)
+
+
+_SHORTHANDS = {
+    "Address": {"type": "string", "description": "198.18.0.1, or a block: 198.18.0.0/16"},
+    "Ports": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 65535},
+                        {"type": "string", "pattern": r"^(random|\d+(\s*-\s*\d+)?)$"}]},
+    "Size": {"anyOf": [{"type": "integer", "minimum": 0},
+                       {"type": "string", "pattern": r"^\s*\d+\s*((-|\.\.)\s*\d+)?\s*$"}]},
+}
+
+
+def json_schema() -> dict:
+    """JSON Schema for editors; the short forms (`src: 198.18.0.1`, `size: 64-512`) included."""
+    schema = Scenario.model_json_schema(mode="validation")
+    for name, short in _SHORTHANDS.items():
+        full = schema["$defs"][name]
+        schema["$defs"][name] = {"anyOf": [short, full], "description": full.get("description", "")}
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "ntg-testbed scenario v1"
+    return schema

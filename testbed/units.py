@@ -1,0 +1,96 @@
+"""Parsing of the quantities a scenario is written in: durations and packet rates.
+
+Durations are kept as integer nanoseconds, parsed with Decimal so that `1.1s` is exactly
+1_100_000_000 ns and not what a float would make of it.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation, ROUND_HALF_EVEN
+
+NS_PER_S = 1_000_000_000
+
+_DURATION_UNITS = {
+    "ns": Decimal(1),
+    "us": Decimal(1_000),
+    "µs": Decimal(1_000),
+    "ms": Decimal(1_000_000),
+    "s": Decimal(NS_PER_S),
+    "m": Decimal(60 * NS_PER_S),
+    "min": Decimal(60 * NS_PER_S),
+    "h": Decimal(3600 * NS_PER_S),
+}
+_RATE_UNITS = {"pps": Decimal(1), "kpps": Decimal(1_000), "mpps": Decimal(1_000_000)}
+_QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
+
+
+def _split(value: str) -> tuple[Decimal, str]:
+    m = _QUANTITY.match(value)
+    if not m:
+        raise ValueError("expected a number followed by a unit")
+    try:
+        return Decimal(m.group(1)), m.group(2)
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
+        raise ValueError("not a number") from exc
+
+
+def parse_duration_ns(value: object) -> int:
+    """`1.5s`, `250ms`, `10us`, `5ns`, `2m`, or a bare number of seconds -> integer ns."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 1.5s, 250ms, 10us or 5ns")
+    if isinstance(value, int):
+        amount, unit = Decimal(value), "s"
+    elif isinstance(value, float):
+        amount, unit = Decimal(repr(value)), "s"
+    elif isinstance(value, str):
+        try:
+            amount, unit = _split(value)
+        except ValueError:
+            raise ValueError("expected a duration such as 1.5s, 250ms, 10us or 5ns") from None
+        unit = unit or "s"
+    else:
+        raise ValueError("expected a duration such as 1.5s, 250ms, 10us or 5ns")
+    scale = _DURATION_UNITS.get(unit if unit in _DURATION_UNITS else unit.lower())
+    if scale is None:
+        raise ValueError(f"unknown time unit {unit!r}; use ns, us, ms, s, m or h")
+    ns = amount * scale
+    if ns != ns.to_integral_value():
+        raise ValueError("finer than one nanosecond")
+    return int(ns)
+
+
+def parse_rate_pps(value: object) -> Decimal:
+    """`1000`, `1000pps`, `2.5kpps`, `1Mpps` -> packets per second as a Decimal."""
+    if isinstance(value, bool):
+        raise ValueError("expected a packet rate such as 1000, 2.5kpps or 1Mpps")
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, str):
+        try:
+            amount, unit = _split(value)
+        except ValueError:
+            raise ValueError("expected a packet rate such as 1000, 2.5kpps or 1Mpps") from None
+        scale = _RATE_UNITS.get((unit or "pps").lower())
+        if scale is None:
+            raise ValueError(f"unknown rate unit {unit!r}; use pps, kpps or Mpps")
+        return amount * scale
+    raise ValueError("expected a packet rate such as 1000, 2.5kpps or 1Mpps")
+
+
+def period_ns_from_rate(rate_pps: Decimal) -> int:
+    """The engine schedules with an integer period; the rate is rounded to the nearest ns."""
+    return int((Decimal(NS_PER_S) / rate_pps).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def format_ns(ns: int) -> str:
+    """The shortest exact text for a duration, e.g. 1500000000 -> '1.5s'."""
+    for unit, scale in (("s", NS_PER_S), ("ms", 1_000_000), ("us", 1_000)):
+        if ns >= scale:
+            text = format(Decimal(ns) / Decimal(scale), "f")
+            if "." in text:
+                text = text.rstrip("0").rstrip(".")
+            return f"{text}{unit}"
+    return f"{ns}ns"
