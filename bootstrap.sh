@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The two set-up commands of ntg-testbed (run as root on Debian 12, or with the packages present):
+#   ./bootstrap.sh quickstart   install what is needed, build, and run scenarios/quickstart.yaml
+#   ./bootstrap.sh test         install what the tests need, build, and run the whole test suite
+# Extra arguments after `test` go to pytest, after `quickstart` to `testbed run`.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+mode=${1:-quickstart}
+[ $# -gt 0 ] && shift
+
+# Debian packages: to build and run, and (test) the real tools the tests check our output with.
+APT_RUN=(python3 python3-venv python3-dev build-essential cmake git)
+APT_TEST=(tshark tcpdump)
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+install_apt() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "bootstrap: these Debian packages are missing: ${missing[*]}" >&2
+    echo "bootstrap: run this script as root (or install them: apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  say "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+install_python() {
+  local target=.
+  [ -n "${1:-}" ] && target=".[$1]"
+  if [ ! -x .venv/bin/python ]; then
+    say "creating the virtual environment .venv"
+    python3 -m venv .venv
+  fi
+  say "building the native engine and installing the project ($target)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$target"
+}
+
+case "$mode" in
+  quickstart)
+    install_apt "${APT_RUN[@]}"
+    install_python
+    say "running scenarios/quickstart.yaml"
+    exec .venv/bin/testbed run scenarios/quickstart.yaml "$@"
+    ;;
+  test)
+    install_apt "${APT_RUN[@]}" "${APT_TEST[@]}"
+    install_python test
+    say "running the test suite"
+    set +e
+    .venv/bin/python -m pytest "$@"
+    status=$?
+    set -e
+    if [ $status -eq 5 ]; then
+      echo "bootstrap: pytest collected no tests; that is a failure here" >&2
+      exit 1
+    fi
+    exit $status
+    ;;
+  *)
+    echo "usage: ./bootstrap.sh quickstart|test [arguments]" >&2
+    exit 2
+    ;;
+esac
