@@ -1,0 +1,237 @@
+"""The quickstart from scenario to report, checked by real outside tools (tshark, Scapy)."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.compile import expected
+from testbed.runner import RunSetupError, make_run_dir
+from testbed.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+
+def run_testbed(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", *args],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=600, **kw,
+    )  # fmt: skip
+
+
+def only_run_dir(out: Path) -> Path:
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory, flowengine_bin) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    result = run_testbed("run", str(QUICKSTART), "--out", str(out), "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return only_run_dir(out)
+
+
+def test_run_folder_has_every_documented_file(quickstart):
+    for name in ["scenario.yaml", "session.ntg", "manifest.json", "capture.pcap", "engine-stats.csv",
+                 "engine-summary.json", "engine-flows.csv", "engine.log", "metrics.json", "flows.csv",
+                 "report.md", "report.html", "plots/rate.png", "plots/throughput.png",
+                 "plots/packet-sizes.png", "plots/flows-started.png"]:  # fmt: skip
+        assert (quickstart / name).is_file(), name
+    assert (quickstart / "scenario.yaml").read_bytes() == QUICKSTART.read_bytes()
+
+
+def test_manifest_records_versions_commands_and_status(quickstart):
+    m = json.loads((quickstart / "manifest.json").read_text())
+    assert m["status"] == "completed" and m["seed"] == 1
+    assert m["tools"]["flowengine"].startswith("flowengine ")
+    (cmd,) = m["commands"]
+    assert cmd["exit_code"] == 0 and cmd["argv"][1] == "gen" and cmd["ended_utc"]
+    assert m["host"]["cpus"] >= 1 and m["scenario"]["name"] == "quickstart"
+    sha = hashlib.sha256((quickstart / "capture.pcap").read_bytes()).hexdigest()
+    assert m["files"]["capture.pcap"]["sha256"] == sha
+    assert m["generators"]["flowengine"]["packets_sent"] == m["expected"]["packets"]
+
+
+def test_tshark_reads_every_packet_with_no_bad_checksum(quickstart):
+    tshark = shutil.which("tshark")
+    if not tshark:
+        pytest.skip("tshark is not installed (./bootstrap.sh test installs it)")
+    pcap = str(quickstart / "capture.pcap")
+    prefs = []
+    for proto in ("ip", "tcp", "udp"):
+        prefs += ["-o", f"{proto}.check_checksum:TRUE"]
+    count = subprocess.run([tshark, "-n", "-r", pcap, *prefs, "-T", "fields", "-e", "frame.number"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    want = expected(load_scenario(QUICKSTART).scenario).packets
+    assert len(count.stdout.split()) == want
+    bad_filter = " || ".join(
+        [f'{p}.checksum.status == "Bad"' for p in ("ip", "tcp", "udp", "icmp", "icmpv6")]
+        + ["_ws.malformed", "_ws.expert.severity == error"]
+    )
+    bad = subprocess.run([tshark, "-n", "-r", pcap, *prefs, "-Y", bad_filter],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert bad.stdout == "", bad.stdout[:2000]
+    # and it really checked: the checksum fields were verified as good
+    good = subprocess.run([tshark, "-n", "-r", pcap, *prefs, "-Y", 'udp.checksum.status == "Good"',
+                           "-T", "fields", "-e", "frame.number"], capture_output=True, text=True)  # fmt: skip
+    assert len(good.stdout.split()) > 0
+
+
+def test_scapy_recomputes_the_same_checksums(quickstart):
+    scapy_all = pytest.importorskip("scapy.all")
+    from scapy.layers.inet import ICMP, IP, TCP, UDP
+    from scapy.layers.inet6 import IPv6, ICMPv6EchoRequest
+
+    checked = collections.Counter()
+    with scapy_all.PcapReader(str(quickstart / "capture.pcap")) as reader:
+        for pkt in reader:
+            raw = bytes(pkt)
+            for layer in (IP, TCP, UDP, ICMP, ICMPv6EchoRequest):
+                if layer in pkt:
+                    field = "cksum" if layer is ICMPv6EchoRequest else "chksum"
+                    fresh = pkt.copy()
+                    delattr(fresh[layer], field)
+                    if IP in fresh:
+                        del fresh[IP].len
+                    if IPv6 in fresh:
+                        del fresh[IPv6].plen
+                    rebuilt = fresh.__class__(bytes(fresh))
+                    assert getattr(rebuilt[layer], field) == getattr(pkt[layer], field), pkt.summary()
+                    checked[layer.__name__] += 1
+            assert len(raw) == pkt.wirelen or pkt.wirelen is None
+    assert set(checked) == {"IP", "TCP", "UDP", "ICMP", "ICMPv6EchoRequest"}
+
+
+def test_analysis_counts_equal_the_scenario(quickstart):
+    scenario = load_scenario(QUICKSTART).scenario
+    want = expected(scenario)
+    metrics = json.loads((quickstart / "metrics.json").read_text())
+    assert metrics["packets"] == want.packets
+    assert metrics["first_ns"] == want.first_ns and metrics["last_ns"] == want.last_ns
+    assert metrics["flows"]["count"] == want.flows
+    assert all(c["ok"] for c in metrics["checks"]), metrics["checks"]
+    # packets per flow: as many flows of each length as the scenario defines
+    import pandas as pd
+
+    flows = pd.read_csv(quickstart / "flows.csv")
+    measured = collections.Counter(flows["packets"].tolist())
+    wanted = collections.Counter()
+    for f in scenario.flows:
+        wanted[f.packet_count] += f.repetitions
+    assert measured == wanted
+    # bytes of the fixed-size flows: header + payload, exactly
+    stream = flows[(flows["dport"] == 5004) & (flows["proto"] == 17)]
+    assert stream["bytes"].tolist() == [20_000 * (14 + 20 + 8 + 1200)]
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path, flowengine_bin):
+    digests = []
+    for i, seed in enumerate(["7", "7", "8"]):
+        out = tmp_path / str(i)
+        r = run_testbed("run", str(QUICKSTART), "--out", str(out), "--seed", seed, "--no-analyze", "-q")
+        assert r.returncode == 0, r.stderr
+        digests.append(hashlib.sha256((only_run_dir(out) / "capture.pcap").read_bytes()).digest())
+    assert digests[0] == digests[1]
+    assert digests[0] != digests[2]
+
+
+LONG = """\
+version: 1
+name: long
+flows:
+  - protocol: udp
+    src: 198.18.0.0/16
+    dst: 198.19.0.1
+    dst_port: 9
+    rate: 1Mpps
+    duration: 600s
+    payload: {size: 18}
+"""
+
+
+def test_sigint_leaves_a_valid_pcap_and_an_interrupted_manifest(tmp_path, flowengine_bin):
+    from analysis.capture import read_capture
+
+    scenario = tmp_path / "long.yaml"
+    scenario.write_text(LONG)
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed", "run", str(scenario), "--out", str(out), "-q"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    pcap = None
+    while time.monotonic() < deadline:
+        dirs = [p for p in out.glob("*") if p.is_dir()] if out.exists() else []
+        if dirs and (dirs[0] / "capture.pcap").exists() and (dirs[0] / "capture.pcap").stat().st_size > 1 << 20:
+            pcap = dirs[0] / "capture.pcap"
+            break
+        time.sleep(0.05)
+    assert pcap is not None, "the run did not start writing"
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stdout + stderr
+    run_dir = pcap.parent
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["interrupted_by"] == "SIGINT"
+    assert manifest["commands"][0]["exit_code"] == 130
+    summary = json.loads((run_dir / "engine-summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    cap = read_capture(pcap)
+    assert cap.problem is None
+    assert 0 < len(cap.ts_ns) == summary["packets"] < 600_000_000
+    assert manifest["generators"]["flowengine"]["packets_sent"] == summary["packets"]
+
+
+def test_unwritable_output_is_refused_before_any_work(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = run_testbed("run", str(QUICKSTART), "--out", str(blocker / "runs"))
+    assert r.returncode == 2
+    assert "cannot create the output directory" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_generator_that_fails_fails_the_run(tmp_path, flowengine_bin):
+    env = dict(os.environ, NTG_FLOWENGINE=shutil.which("false") or "/bin/false")
+    r = run_testbed("run", str(QUICKSTART), "--out", str(tmp_path), "-q", env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    manifest = json.loads((only_run_dir(tmp_path) / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["commands"][0]["exit_code"] == 1
+
+
+def test_run_folders_are_never_reused(tmp_path):
+    first = make_run_dir(tmp_path, "x")
+    second = make_run_dir(tmp_path, "x")
+    assert first != second and first.is_dir() and second.is_dir()
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(RunSetupError, match="cannot create the output directory"):
+        make_run_dir(tmp_path / "a-file" / "runs", "x")
+
+
+def test_analyze_reports_a_damaged_capture_without_traceback(quickstart, tmp_path):
+    damaged = tmp_path / "cut.pcap"
+    data = (quickstart / "capture.pcap").read_bytes()
+    damaged.write_bytes(data[: len(data) // 2 + 7])
+    r = run_testbed("analyze", str(damaged), "--out", str(tmp_path / "report"))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "damaged capture at byte offset" in r.stderr and "Traceback" not in r.stderr
+    metrics = json.loads((tmp_path / "report" / "metrics.json").read_text())
+    assert metrics["capture_problem"]["packets_read"] > 0
+
+
+def test_analyze_missing_file_is_bad_input(tmp_path):
+    r = run_testbed("analyze", str(tmp_path / "nope.pcap"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
