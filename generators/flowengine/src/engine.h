@@ -1,0 +1,25 @@
+/* engine.h - the generation loop: session in, packets, statistics and logs out. */
+#ifndef FE_ENGINE_H
+#define FE_ENGINE_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "session.h"
+
+struct engine_opts {
+    const char *pcap;       /* NULL with --null */
+    int has_seed;
+    uint64_t seed;
+    const char *summary, *flows, *stats;
+    uint64_t max_packets;   /* UINT64_MAX: no limit */
+};
+
+/* Set by the SIGINT/SIGTERM handler to the signal number; the loop checks it
+ * before every packet. */
+extern volatile sig_atomic_t engine_signal;
+
+/* Runs the session; returns the exit status (README, "Exit status"). */
+int engine_run(const struct fe_session *s, const struct engine_opts *o);
+
+#endif

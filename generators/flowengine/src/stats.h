@@ -1,0 +1,54 @@
+/* stats.h - per-second CSV, the flow log and the JSON summary. */
+#ifndef FE_STATS_H
+#define FE_STATS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "packet.h"
+#include "session.h"
+
+struct stats {
+    FILE *csv;
+    uint64_t sec, sec_end;   /* current virtual second and where it ends (ns) */
+    uint64_t packets, bytes, started, finished; /* in the current second */
+    uint64_t active;         /* started and not finished, up to now */
+    int open_row;            /* the current second has a row to write */
+    /* Totals of the seconds already written. */
+    uint64_t t_packets, t_bytes, t_started, t_finished;
+};
+
+int stats_init(struct stats *st, FILE *csv);
+/* Writes the rows of the seconds before the one of due_ns; 0 or -1 on I/O error. */
+int stats_advance(struct stats *st, uint64_t due_ns);
+/* Writes the row of the current second, if a packet was sent. */
+int stats_end(struct stats *st);
+
+static inline void stats_packet(struct stats *st, uint32_t len)
+{
+    st->packets++;
+    st->bytes += len;
+    st->open_row = 1;
+}
+
+/* One flow log row. */
+int flowlog_header(FILE *fp);
+int flowlog_row(FILE *fp, const struct fe_flow *f, const struct fe_inst *in);
+
+struct summary {
+    const char *status;
+    int exit_code;
+    const char *signal;      /* NULL: JSON null */
+    const char *sink;
+    uint64_t seed;
+    uint64_t packets, bytes, flows_started, flows_finished;
+    int has_packets;
+    uint64_t first_ns, last_ns;
+    double wall_seconds;
+    uint64_t errors;
+};
+
+/* The summary as one JSON line (with '\n'); returns its length. */
+size_t summary_json(const struct summary *s, char *buf, size_t size);
+
+#endif
