@@ -96,7 +96,7 @@ def expected(scenario: Scenario) -> Expected:
             total_bytes += n * reps * (f.header_bytes + lo)
         else:
             total_bytes = None
-        end = f.start + (reps - 1) * f.repeat_period_ns + (n - 1) * f.period_ns
+        end = f.last_due_ns
         first = f.start if first is None else min(first, f.start)
         last = end if last is None else max(last, end)
     return Expected(packets, flows, total_bytes, first or 0, last or 0)

@@ -31,6 +31,7 @@ from .units import parse_duration_ns, parse_rate_pps, period_ns_from_rate
 
 SCENARIO_VERSION = 1
 MAX_FRAME = 65535  # the pcap snap length the engine writes
+MAX_TIME_NS = 2**32 * 1_000_000_000  # pcap seconds are 32 bits
 EPHEMERAL_PORTS = (49152, 65535)
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
@@ -269,6 +270,11 @@ class Flow(_Model):
                 raise ValueError(f"{self.protocol} has no ports; remove src_port and dst_port")
         elif self.dst_port is None:
             raise ValueError(f"{self.protocol} needs dst_port (a port, a range or `random`)")
+        if self.last_due_ns >= MAX_TIME_NS:
+            raise ValueError(
+                f"the last packet would be due at {self.last_due_ns / 1e9:.6g} s; pcap time stamps "
+                f"end at 2^32 s (about 136 years): lower packets, repeat.count or a period"
+            )
         limit = MAX_FRAME - self.header_bytes
         if self.payload.sizes[1] > limit:
             raise ValueError(
@@ -300,6 +306,11 @@ class Flow(_Model):
             return self.packets
         assert self.duration is not None
         return -(-self.duration // self.period_ns)  # packets due inside [start, start+duration)
+
+    @property
+    def last_due_ns(self) -> int:
+        return (self.start + (self.repetitions - 1) * self.repeat_period_ns
+                + (self.packet_count - 1) * self.period_ns)  # fmt: skip
 
     @property
     def repetitions(self) -> int:

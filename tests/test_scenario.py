@@ -143,6 +143,8 @@ def test_all_problems_are_reported_in_line_order():
         (("packets: 5", "packets: 5\n  payload: {size: 2, text: hello}"), "shorter than the custom payload"),
         (("packets: 5", "packets: 5\n  payload: {size: 9-3}"), "min (9) is larger than max (3)"),
         (("packets: 5", "packets: 5\n  start: 1.5 parsecs"), "unknown time unit 'parsecs'"),
+        (("rate: 10", "period: 100y"), "unknown time unit 'y'"),
+        (("packets: 5", "packets: 5\n  repeat: {count: 5000000000, period: 1000s}"), "pcap time stamps end at 2^32 s"),
     ],
 )
 def test_semantic_errors_say_what_to_do(change, message):
