@@ -85,12 +85,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _print_metrics(m: dict) -> None:
-    t = m.get("traffic", m)
-    flows = m.get("flows", {})
+    flows = m.get("flows") or {}
+    mean, variance = m.get("mean_pps"), m.get("variance_pct")
+    rate = (
+        f"mean {mean:,.0f} pps (variance {variance:.2f}%)"
+        if mean is not None and variance is not None
+        else "no complete second for a rate"
+    )
     print(
-        f"capture: {t.get('packets', 0):,} packets, {t.get('bytes', 0):,} bytes, "
-        f"{flows.get('count', '?')} flows; mean {t.get('mean_pps', 0):,.0f} pps "
-        f"(variance {t.get('variance_pct', 0):.2f}%)"
+        f"capture: {m.get('packets', 0):,} packets, {m.get('bytes', 0):,} bytes, "
+        f"{flows.get('count', '?')} flows; {rate}"
     )
     checks = m.get("checks", [])
     if checks:

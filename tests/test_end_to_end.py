@@ -236,3 +236,14 @@ def test_analyze_reports_a_damaged_capture_without_traceback(quickstart, tmp_pat
 def test_analyze_missing_file_is_bad_input(tmp_path):
     r = run_testbed("analyze", str(tmp_path / "nope.pcap"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_a_run_shorter_than_a_second_reports_without_a_rate(tmp_path, flowengine_bin):
+    scenario = tmp_path / "short.yaml"
+    scenario.write_text(
+        "version: 1\nname: short\nflows:\n"
+        "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9, rate: 100, packets: 5}\n"
+    )
+    r = run_testbed("run", str(scenario), "--out", str(tmp_path / "runs"), "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "capture: 5 packets, 210 bytes, 1 flows; no complete second for a rate" in r.stdout

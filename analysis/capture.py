@@ -1,0 +1,227 @@
+"""Read a pcap or pcapng file into numpy columns with the native reader (libntgpcap via ctypes)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import socket
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+LIB_ENV = "NTG_PCAPLIB"
+LIB_NAME = "libntgpcap.so"
+
+# Column name -> dtype, in the order of struct pr_columns in native/pcapread.h.
+COLUMNS: dict[str, type] = {
+    "ts_ns": np.int64,
+    "wire_len": np.uint32,
+    "cap_len": np.uint32,
+    "link_types": np.uint16,
+    "ip_version": np.uint8,
+    "proto": np.uint8,
+    "src_hi": np.uint64,
+    "src_lo": np.uint64,
+    "dst_hi": np.uint64,
+    "dst_lo": np.uint64,
+    "sport": np.uint16,
+    "dport": np.uint16,
+    "tcp_flags": np.uint8,
+}
+
+_SAMPLE = 4096  # packets read before sizing the arrays for the whole file
+
+
+class CaptureError(Exception):
+    """A file that cannot be read as a capture at all (missing, unreadable, not pcap/pcapng)."""
+
+    def __init__(self, path: str | os.PathLike, reason: str,
+                 expected: str = "a pcap or pcapng capture file") -> None:
+        self.path = str(path)
+        self.reason = reason
+        self.expected = expected
+        super().__init__(f"{self.path}: {reason} (expected {expected})")
+
+
+class CaptureLibraryError(RuntimeError):
+    """The native reader library could not be found or loaded."""
+
+
+@dataclass(frozen=True)
+class CaptureProblem:
+    """Where a damaged capture stopped being readable; the packets before it were read."""
+
+    offset: int
+    message: str
+    packets_read: int
+
+
+class _Columns(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in COLUMNS]
+
+
+@dataclass
+class Capture:
+    """One capture as columns, one element per packet, in file order.
+
+    Addresses are big-endian numbers split in two uint64 (IPv6: bytes 0-7 in *_hi, 8-15 in
+    *_lo; IPv4: the address in *_lo, *_hi = 0). `link_type` is the link type of the file (pcapng:
+    its first interface) and `link_types` the one of each packet's interface. `ts_resolution` is
+    the number of timestamp units per second in the file (10**6 for microsecond pcap).
+    """
+
+    path: Path
+    format: str
+    link_type: int
+    ts_resolution: int
+    ts_ns: np.ndarray
+    wire_len: np.ndarray
+    cap_len: np.ndarray
+    link_types: np.ndarray
+    ip_version: np.ndarray
+    proto: np.ndarray
+    src_hi: np.ndarray
+    src_lo: np.ndarray
+    dst_hi: np.ndarray
+    dst_lo: np.ndarray
+    sport: np.ndarray
+    dport: np.ndarray
+    tcp_flags: np.ndarray
+    problem: CaptureProblem | None = None
+
+    def __len__(self) -> int:
+        return len(self.ts_ns)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The packet columns as a DataFrame (numeric; `link_types` becomes `link_type`)."""
+        cols = {name: getattr(self, name) for name in COLUMNS}
+        cols["link_type"] = cols.pop("link_types")
+        return pd.DataFrame(cols, copy=False)
+
+
+def library_paths() -> list[Path]:
+    """Where the native reader is looked for, in order."""
+    if os.environ.get(LIB_ENV):
+        return [Path(os.environ[LIB_ENV])]
+    return [Path(sysconfig.get_path("platlib")) / "ntg_native" / LIB_NAME]
+
+
+@functools.cache
+def _load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    p, sz, u64, i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int64
+    lib.pr_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, sz]
+    lib.pr_open.restype = p
+    lib.pr_close.argtypes = [p]
+    lib.pr_close.restype = None
+    lib.pr_format.argtypes = [p]
+    lib.pr_format.restype = ctypes.c_int
+    lib.pr_link_type.argtypes = [p]
+    lib.pr_link_type.restype = ctypes.c_uint32
+    lib.pr_ts_units.argtypes = [p]
+    lib.pr_ts_units.restype = u64
+    lib.pr_size.argtypes = [p]
+    lib.pr_size.restype = u64
+    lib.pr_offset.argtypes = [p]
+    lib.pr_offset.restype = u64
+    lib.pr_count.argtypes = [p]
+    lib.pr_count.restype = i64
+    lib.pr_read.argtypes = [p, ctypes.POINTER(_Columns), sz]
+    lib.pr_read.restype = sz
+    lib.pr_problem.argtypes = [p, ctypes.POINTER(u64)]
+    lib.pr_problem.restype = ctypes.c_char_p
+    return lib
+
+
+def library() -> ctypes.CDLL:
+    """The loaded native reader: $NTG_PCAPLIB if set, else the one installed with the package."""
+    tried = library_paths()
+    for path in tried:
+        if path.is_file():
+            try:
+                return _load(path.resolve())
+            except OSError as e:
+                raise CaptureLibraryError(f"{path}: cannot load the capture reader: {e}") from e
+    raise CaptureLibraryError(
+        f"capture reader {LIB_NAME} not found (looked at {', '.join(map(str, tried))}); "
+        f"install the project with `pip install .`, or build it with "
+        f"`cmake -S analysis/native -B build/native && cmake --build build/native` "
+        f"and set {LIB_ENV}=build/native/{LIB_NAME}")
+
+
+def read_capture(path: str | os.PathLike) -> Capture:
+    """Read every packet of a pcap/pcapng file; a damaged file gives what precedes the damage
+    and sets `problem`. Raises CaptureError when the file is missing or not a capture."""
+    path = Path(path)
+    lib = library()
+    err = ctypes.create_string_buffer(512)
+    handle = lib.pr_open(os.fsencode(path), err, len(err))
+    if not handle:
+        reason = err.value.decode(errors="replace").removeprefix(f"{path}: ")
+        raise CaptureError(path, reason)
+    try:
+        arrays, got = _read_all(lib, handle)
+        offset = ctypes.c_uint64()
+        why = lib.pr_problem(handle, ctypes.byref(offset))
+        problem = (CaptureProblem(offset.value, why.decode(errors="replace"), got)
+                   if why is not None else None)
+        fmt = "pcap" if lib.pr_format(handle) == 1 else "pcapng"
+        return Capture(path=path, format=fmt, link_type=lib.pr_link_type(handle),
+                       ts_resolution=lib.pr_ts_units(handle), problem=problem, **arrays)
+    finally:
+        lib.pr_close(handle)
+
+
+def _fill(lib: ctypes.CDLL, handle: int, arrays: dict[str, np.ndarray], start: int) -> int:
+    """Read packets into ARRAYS from index START to their end; returns the new end."""
+    cols = _Columns(**{name: a.ctypes.data + start * a.itemsize for name, a in arrays.items()})
+    room = len(arrays["ts_ns"]) - start
+    return start + lib.pr_read(handle, ctypes.byref(cols), room)
+
+
+def _read_all(lib: ctypes.CDLL, handle: int) -> tuple[dict[str, np.ndarray], int]:
+    """One pass over the file into arrays sized from the mean record size seen so far.
+
+    Counting first would read the whole file twice, which costs more than the occasional
+    regrowth when the first packets are not typical of the rest; the unused tail of the arrays
+    is never touched, so it takes address space but no memory."""
+    size = lib.pr_size(handle)
+    first = lib.pr_offset(handle)
+    arrays = {name: np.empty(_SAMPLE, dtype) for name, dtype in COLUMNS.items()}
+    n = _fill(lib, handle, arrays, 0)
+    while n == len(arrays["ts_ns"]):
+        pos = lib.pr_offset(handle)
+        if pos >= size:
+            break
+        mean = max((pos - first) / n, 16.0)
+        grown = {name: np.empty(n + int((size - pos) / mean * 1.1) + _SAMPLE, a.dtype)
+                 for name, a in arrays.items()}
+        for name, a in arrays.items():
+            grown[name][:n] = a
+        arrays = grown
+        n = _fill(lib, handle, arrays, n)
+    return {name: a[:n] for name, a in arrays.items()}, n
+
+
+def address_text(version: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> list[str]:
+    """Text form (inet_ntop, as tools print it) of addresses split as in Capture; '' where the
+    version is neither 4 nor 6."""
+    n = len(version)
+    out = [""] * n
+    v4 = np.flatnonzero(version == 4)
+    raw4 = lo[v4].astype(">u4").tobytes()
+    for j, i in enumerate(v4.tolist()):
+        out[i] = socket.inet_ntop(socket.AF_INET, raw4[4 * j:4 * j + 4])
+    v6 = np.flatnonzero(version == 6)
+    raw6 = np.stack([hi[v6], lo[v6]], axis=1).astype(">u8").tobytes()
+    for j, i in enumerate(v6.tolist()):
+        out[i] = socket.inet_ntop(socket.AF_INET6, raw6[16 * j:16 * j + 16])
+    return out
+
+
+__all__ = ["Capture", "CaptureError", "CaptureLibraryError", "CaptureProblem", "read_capture",
+           "address_text", "library", "library_paths"]
