@@ -14,12 +14,13 @@ from typing import Callable
 
 from ..base import Counters, Generator, GeneratorError, Progress
 
+ENGINE_ENV = "NTG_FLOWENGINE"
 EXIT_STATUS = {0: "completed", 1: "failed", 2: "failed", 130: "interrupted", 143: "interrupted"}
 
 
 def engine_path() -> Path:
     """The `flowengine` executable: $NTG_FLOWENGINE, else the one `pip install .` put on PATH."""
-    override = os.environ.get("NTG_FLOWENGINE")
+    override = os.environ.get(ENGINE_ENV)
     if override:
         path = Path(override)
         if not path.is_file():

@@ -24,23 +24,6 @@ static int usage(const char *msg, const char *arg)
     return 2;
 }
 
-static int parse_u64(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (!*s)
-        return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        unsigned d = (unsigned)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return 0;
-}
-
 static void on_signal(int sig)
 {
     if (!engine_signal)
@@ -82,12 +65,12 @@ static int cmd_gen(int argc, char **argv)
         else if (!strcmp(a, "--stats"))
             dst = &o.stats;
         else if (!strcmp(a, "--seed")) {
-            if (parse_u64(v, &o.seed))
+            if (session_parse_u64(v, &o.seed))
                 return usage("--seed: expected an integer 0..2^64-1", v);
             o.has_seed = 1;
             continue;
         } else if (!strcmp(a, "--max-packets")) {
-            if (parse_u64(v, &o.max_packets))
+            if (session_parse_u64(v, &o.max_packets))
                 return usage("--max-packets: expected a non-negative integer", v);
             continue;
         } else {

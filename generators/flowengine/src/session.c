@@ -53,7 +53,7 @@ static const char *shown(const char *v)
     return buf;
 }
 
-static int parse_u64(const char *s, uint64_t *out)
+int session_parse_u64(const char *s, uint64_t *out)
 {
     uint64_t v = 0;
     if (!*s)
@@ -79,7 +79,7 @@ static int parse_range(const char *s, uint64_t *lo, uint64_t *hi)
         return -1;
     memcpy(tmp, s, n);
     tmp[n] = 0;
-    return parse_u64(tmp, lo) || parse_u64(dash + 1, hi) ? -1 : 0;
+    return session_parse_u64(tmp, lo) || session_parse_u64(dash + 1, hi) ? -1 : 0;
 }
 
 static int hexval(int c)
@@ -135,7 +135,7 @@ static int check_addr(const struct parser *p, const char *key, const char *v, in
     if (inet_pton(af == 4 ? AF_INET : AF_INET6, tmp, addr) != 1)
         return fail(p, "%s: not an IPv%d address, as af=%d requires (got %s)", key, af, af,
                     shown(v));
-    if (parse_u64(slash + 1, &pl) || pl > maxp)
+    if (session_parse_u64(slash + 1, &pl) || pl > maxp)
         return fail(p, "%s: prefix must be 0..%u (got %s)", key, maxp, shown(v));
     *prefix = (uint8_t)pl;
     return 0;
@@ -168,7 +168,7 @@ static int check_mode(const struct parser *p, const char *key, const char *v, ui
 static int check_u64(const struct parser *p, const char *key, const char *v, uint64_t min,
                      uint64_t *out)
 {
-    if (parse_u64(v, out))
+    if (session_parse_u64(v, out))
         return fail(p, "%s: expected a non-negative integer (got %s)", key, shown(v));
     if (*out < min)
         return fail(p, "%s: must be >= %llu (got %s)", key, (unsigned long long)min, v);

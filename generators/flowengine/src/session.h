@@ -57,4 +57,7 @@ struct fe_session {
 int session_load(struct fe_session *s, const char *path);
 void session_free(struct fe_session *s);
 
+/* Decimal digits only, no sign, no overflow: 0 on success, -1 otherwise. */
+int session_parse_u64(const char *s, uint64_t *out);
+
 #endif
