@@ -14,7 +14,7 @@ import json
 import re
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -30,12 +30,15 @@ LINK_TYPES = {0: "BSD loopback", 1: "Ethernet", 101: "raw IP", 113: "Linux cooke
               228: "raw IPv4", 229: "raw IPv6", 276: "Linux cooked v2 (SLL2)"}
 
 
-def analyze(path: str | Path, out_dir: str | Path | None = None) -> dict[str, Any]:
+def analyze(path: str | Path, out_dir: str | Path | None = None,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Analyse a pcap/pcapng file or a run folder and write the report files.
 
     Output goes to OUT_DIR if given, else into the run folder, else next to the capture in
     `<stem>-analysis/`. Returns what metrics.json holds, plus `report_dir` and `files`.
+    `progress`, if given, is called with the name of each stage as it starts.
     Raises CaptureError when there is no readable capture."""
+    step = progress or (lambda stage: None)
     src = Path(path)
     side: dict[str, Any] = {}
     warnings: list[str] = []
@@ -49,8 +52,12 @@ def analyze(path: str | Path, out_dir: str | Path | None = None) -> dict[str, An
         pcap = src
         out = Path(out_dir) if out_dir else src.parent / f"{src.stem}-analysis"
 
+    size = pcap.stat().st_size if pcap.is_file() else 0
+    step(f"reading {pcap.name} ({size / 1e6:,.1f} MB)")
     cap = read_capture(pcap)
+    step(f"flow table of {len(cap.ts_ns):,} packets")
     flows = flow_table(cap)
+    step("rates and statistics")
     m = traffic_metrics(cap, flows)
     checks, mismatches = run_checks(m, flows, side)
     manifest = side.get("manifest") or {}
@@ -75,6 +82,7 @@ def analyze(path: str | Path, out_dir: str | Path | None = None) -> dict[str, An
 
     from .plots import write_plots  # matplotlib is slow to import: only when a report is written
 
+    step("plots and report")
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     flows.to_csv(out / "flows.csv", index=False)

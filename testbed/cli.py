@@ -13,6 +13,7 @@ from .runner import (
     EXIT_OK,
     RunSetupError,
     run_scenario,
+    stage_printer,
     testbed_version,
 )
 from .scenario import ScenarioError, json_schema, load_scenario
@@ -107,7 +108,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from analysis.capture import CaptureError
 
     try:
-        metrics = analyze(Path(args.path), Path(args.out) if args.out else None)
+        metrics = analyze(Path(args.path), Path(args.out) if args.out else None,
+                          progress=stage_printer(not args.quiet and sys.stderr.isatty()))
     except CaptureError as exc:
         _err(f"testbed analyze: {exc}")
         return EXIT_BAD_INPUT
@@ -165,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="turn a capture or a run folder into metrics and a report")
     a.add_argument("path", metavar="PCAP|RUN_DIR")
     a.add_argument("--out", metavar="DIR", help="report folder (default: the run folder)")
+    a.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a.set_defaults(func=cmd_analyze)
     return p
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -121,6 +122,17 @@ class RunResult:
     messages: list[str] = field(default_factory=list)
 
 
+def stage_printer(enabled: bool):
+    """A progress callback for long multi-stage work: one line per stage with the time so far."""
+    start = time.monotonic()
+
+    def show(stage: str) -> None:
+        if enabled:
+            print(f"  [{time.monotonic() - start:6.1f} s] {stage}", file=sys.stderr, flush=True)
+
+    return show
+
+
 class _Interrupts:
     """Turns SIGINT/SIGTERM into a flag the run loop acts on, so stopping is always orderly."""
 
@@ -187,14 +199,17 @@ class Run:
                 from tqdm import tqdm
 
                 total = max(1, self.manifest["expected"]["last_ns"] // 1_000_000_000 + 1)
-                bar = tqdm(total=total, unit="s", desc="virtual time", delay=2.0, leave=False,
-                           file=sys.stderr, dynamic_ncols=True)  # fmt: skip
+                bar = tqdm(total=total, desc="virtual time", delay=2.0, leave=False, file=sys.stderr,
+                           dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| "
+                           "{n}/{total} s [{elapsed}<{remaining}{postfix}]")  # fmt: skip
+            shown_after = time.monotonic() + 2.0  # short runs finish without a bar
 
             def on_progress(p: Progress) -> None:
                 if bar is not None:
                     bar.n = min(p.done, bar.total)
                     bar.set_postfix_str(f"{p.packets:,} packets", refresh=False)
-                    bar.refresh()
+                    if time.monotonic() >= shown_after:
+                        bar.refresh()
 
             with _Interrupts() as interrupts:
                 gen.start(on_progress)
@@ -253,7 +268,9 @@ def run_scenario(
     if analyze:
         from analysis import analyze as analyze_run
 
-        result.metrics = analyze_run(run.run_dir)
+        if show_progress:
+            print("analysing the run:", file=sys.stderr)
+        result.metrics = analyze_run(run.run_dir, progress=stage_printer(show_progress))
         failed = [c for c in result.metrics.get("checks", []) if not c.get("ok")]
         if result.metrics.get("capture_problem") or failed:
             result.exit_code = EXIT_CHECKS_FAILED
