@@ -83,6 +83,18 @@ def _host_info() -> dict:
     }
 
 
+def _tool_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    tools = {"testbed": testbed_version(), "python": platform.python_version()}
+    for lib in ("numpy", "pandas", "matplotlib", "pydantic", "PyYAML"):
+        try:
+            tools[lib] = version(lib)
+        except PackageNotFoundError:
+            tools[lib] = None
+    return tools
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -174,7 +186,7 @@ class Run:
             "seed": self.seed,
             "host": _host_info(),
             "git": _git_info(),
-            "tools": {"testbed": testbed_version(), "python": platform.python_version()},
+            "tools": _tool_versions(),
             "expected": expected(self.scenario).as_dict(),
             "commands": [],
             "generators": {},
