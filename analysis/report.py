@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .capture import CaptureError, read_capture
+from .timing import run_timing
 from .metrics import flow_table, traffic_metrics
 
 ANALYSIS_VERSION = 1
@@ -60,6 +61,7 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
     step("rates and statistics")
     m = traffic_metrics(cap, flows)
     checks, mismatches = run_checks(m, flows, side)
+    timing = run_timing(src, flows) if src.is_dir() else None
     manifest = side.get("manifest") or {}
     run_info = None
     if manifest:
@@ -78,6 +80,7 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
         "warnings": warnings,
         **m,
         "checks": checks,
+        "timing": timing[1] if timing else None,
     }
 
     from .plots import write_plots  # matplotlib is slow to import: only when a report is written
@@ -87,13 +90,19 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
     (out / "metrics.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     flows.to_csv(out / "flows.csv", index=False)
     plots = write_plots(cap, m, out / "plots")
+    if timing and len(timing[0]):
+        from .plots import PLOTS, plot_timing
+
+        timing[0].to_csv(out / "timing.csv", index=False)
+        plots["timing"] = plot_timing(timing[0], out / "plots" / PLOTS["timing"])
     md, page = render(doc, flows, mismatches, plots, out)
     (out / "report.md").write_text(md)
     (out / "report.html").write_text(page)
     doc["report_dir"] = str(out)
     doc["files"] = sorted(str(p.relative_to(out)) for p in
                           [out / "metrics.json", out / "flows.csv", out / "report.md",
-                           out / "report.html", *plots.values()])
+                           out / "report.html", *plots.values(),
+                           *([out / "timing.csv"] if (out / "timing.csv").exists() else [])])
     return doc
 
 
@@ -372,6 +381,25 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
                     f"{r.dst} :{r.dport}", _n(int(r.packets)), _n(int(r.bytes)),
                     f"{r.duration_ns / 1e9:,.3f}"] for r in top.itertuples(index=False)]))
 
+    t = doc.get("timing")
+    if t and t["instances"]:
+        b.append(("h2", "Timing accuracy"))
+        b.append(("p", f"For each of the {t['instances']:,} flow instances identified in the "
+                       f"capture: start error = first packet's time stamp − planned start, "
+                       f"duration error = (last − first) − planned duration (FLOR's timing "
+                       f"tests; timing.csv has every instance)."))
+        rows = []
+        for label, key in (("flow-start error", "start_error"),
+                           ("flow-duration error", "duration_error")):
+            e = t[key]
+            rows.append([label, f"{e['exact']:,} of {e['count']:,}", _ns(e["mean_ns"]),
+                         _ns(e["std_ns"]), _ns(e["median_ns"]), _ns(e["p99_ns"]),
+                         _ns(e["max_abs_ns"])])
+        b.append(("table", ["", "exact", "mean", "std", "median", "99th percentile",
+                            "largest |error|"], rows))
+        if "timing" in plots:
+            b.append(("img", "Timing errors", plots["timing"]))
+
     ps_ = m["per_second"]
     if 0 < len(ps_["second"]) <= PER_SECOND_ROWS_MAX:
         b.append(("h2", "Per second"))
@@ -383,6 +411,17 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
                    for i, (s, p, by, f) in enumerate(zip(ps_["second"], ps_["packets"],
                                                          ps_["bytes"], ps_["flows_started"]))]))
     return b
+
+
+def _ns(x: float) -> str:
+    """A time error in the unit that reads best."""
+    a = abs(x)
+    if a == 0:
+        return "0"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if a >= scale:
+            return f"{x / scale:,.3f} {unit}"
+    return f"{x:,.0f} ns"
 
 
 def _md_cell(x: Any) -> str:

@@ -1,0 +1,93 @@
+"""Timing accuracy of a generated capture (FLOR's tests of section 6.2).
+
+For every flow instance the session says when it should start (`start + rep × rep_period`) and how
+long it should last (`(packets − 1) × period`). The capture says when its first and last packets
+were really stamped. The differences are the flow-start error and the flow-duration error; an
+exact planner writing a pcap must make both zero.
+
+Instances are found in the capture by their 5-tuple, through the engine's flow log (which names
+the flow line and repetition of each 5-tuple); instances sharing a 5-tuple are left out, since a
+capture cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+KEY = ["ip_version", "proto", "src", "dst", "sport", "dport"]
+
+
+def session_flows(text: str) -> pd.DataFrame:
+    """The `flow` lines of a session file (generators/flowengine/README.md) as a table."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("flow "):
+            fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+            rows.append({k: int(fields[k]) for k in ("start", "period", "packets", "reps", "rep_period")})
+    table = pd.DataFrame(rows, columns=["start", "period", "packets", "reps", "rep_period"])
+    table.index.name = "flow"
+    return table
+
+
+def timing_errors(flows: pd.DataFrame, engine_log: pd.DataFrame, session_text: str) -> pd.DataFrame:
+    """One row per flow instance found in the capture: intended and measured start and duration.
+
+    `flows` is the capture's flow table (analysis.metrics.flow_table), `engine_log` the engine's
+    engine-flows.csv as read by pandas, `session_text` the run's session.ntg."""
+    from .report import _engine_key  # one normalisation of the engine log's addresses
+
+    plan = session_flows(session_text)
+    log = _engine_key(engine_log).assign(flow=engine_log["flow"].astype(int).to_numpy(),
+                                         rep=engine_log["rep"].astype(np.int64).to_numpy())
+    log = log[~log.duplicated(KEY, keep=False)]
+    both = log[KEY + ["flow", "rep"]].merge(flows[KEY + ["packets", "first_ns", "last_ns"]], on=KEY)
+    line = plan.loc[both["flow"].to_numpy()]
+    intended_start = line["start"].to_numpy() + both["rep"].to_numpy() * line["rep_period"].to_numpy()
+    intended_duration = (line["packets"].to_numpy() - 1) * line["period"].to_numpy()
+    first = both["first_ns"].to_numpy(np.int64)
+    duration = both["last_ns"].to_numpy(np.int64) - first
+    return pd.DataFrame({
+        "flow": both["flow"].to_numpy(), "rep": both["rep"].to_numpy(),
+        "packets": both["packets"].to_numpy(),
+        "intended_start_ns": intended_start, "start_ns": first,
+        "start_error_ns": first - intended_start,
+        "intended_duration_ns": intended_duration, "duration_ns": duration,
+        "duration_error_ns": duration - intended_duration,
+    }).sort_values(["flow", "rep"], ignore_index=True)
+
+
+def error_summary(values: np.ndarray) -> dict:
+    """Distribution of one error column, in nanoseconds."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return {"count": 0}
+    q = np.percentile(v, [1, 50, 99])
+    return {
+        "count": int(v.size), "exact": int(np.count_nonzero(v == 0)),
+        "mean_ns": float(v.mean()), "std_ns": float(v.std()),
+        "min_ns": float(v.min()), "p01_ns": float(q[0]), "median_ns": float(q[1]),
+        "p99_ns": float(q[2]), "max_ns": float(v.max()), "max_abs_ns": float(np.abs(v).max()),
+    }
+
+
+def timing_summary(errors: pd.DataFrame) -> dict:
+    return {
+        "instances": int(len(errors)),
+        "start_error": error_summary(errors["start_error_ns"].to_numpy()),
+        "duration_error": error_summary(errors["duration_error_ns"].to_numpy()),
+    }
+
+
+def run_timing(run_dir: Path, flows: pd.DataFrame) -> tuple[pd.DataFrame, dict] | None:
+    """Timing errors of a run folder, or None if it lacks session.ntg or engine-flows.csv."""
+    session, log = run_dir / "session.ntg", run_dir / "engine-flows.csv"
+    if not (session.is_file() and log.is_file()):
+        return None
+    engine_log = pd.read_csv(log)
+    if engine_log.empty:
+        return None
+    errors = timing_errors(flows, engine_log, session.read_text())
+    return errors, timing_summary(errors)
