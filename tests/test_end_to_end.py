@@ -247,3 +247,14 @@ def test_a_run_shorter_than_a_second_reports_without_a_rate(tmp_path, flowengine
     r = run_testbed("run", str(scenario), "--out", str(tmp_path / "runs"), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "capture: 5 packets, 210 bytes, 1 flows; no complete second for a rate" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "scenario", sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml") if p.name != "quickstart.yaml")
+)
+def test_every_example_scenario_runs_and_agrees_with_itself(scenario, tmp_path, flowengine_bin):
+    r = run_testbed("run", str(ROOT / "scenarios" / scenario), "--out", str(tmp_path), "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    metrics = json.loads((only_run_dir(tmp_path) / "metrics.json").read_text())
+    assert metrics["packets"] == expected(load_scenario(ROOT / "scenarios" / scenario).scenario).packets
+    assert metrics["timing"]["start_error"]["max_abs_ns"] == 0
