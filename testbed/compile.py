@@ -76,8 +76,8 @@ class Expected:
     packets: int
     flows: int
     bytes: int | None  # None when a payload size is random
-    first_ns: int
-    last_ns: int
+    first_ns: int | None  # None when the planner does not keep due times (stochastic)
+    last_ns: int | None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -99,4 +99,6 @@ def expected(scenario: Scenario) -> Expected:
         end = f.last_due_ns
         first = f.start if first is None else min(first, f.start)
         last = end if last is None else max(last, end)
+    if scenario.flowengine.planner != "exact":
+        return Expected(packets, flows, total_bytes, None, None)
     return Expected(packets, flows, total_bytes, first or 0, last or 0)

@@ -210,7 +210,8 @@ class Run:
             if show_progress:
                 from tqdm import tqdm
 
-                total = max(1, self.manifest["expected"]["last_ns"] // 1_000_000_000 + 1)
+                horizon = max(f.last_due_ns for f in self.scenario.flows)
+                total = max(1, horizon // 1_000_000_000 + 1)
                 bar = tqdm(total=total, desc="virtual time", delay=2.0, leave=False, file=sys.stderr,
                            dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| "
                            "{n}/{total} s [{elapsed}<{remaining}{postfix}]")  # fmt: skip

@@ -333,6 +333,21 @@ class Ethernet(_Model):
         return v.lower()
 
 
+class FlowEngineOptions(_Model):
+    """How the native engine plans and builds packets (generators/flowengine/README.md)."""
+
+    planner: Literal["exact", "stochastic"] = Field(
+        "exact",
+        description="`exact`: every packet at its due time; `stochastic`: FLOR's Distribution "
+        "Tree picks the next flow with probability proportional to its rate.",
+    )
+    checksum_offload: bool = Field(
+        False,
+        description="Write only the pseudo-header part of transport checksums and no IPv4 header "
+        "checksum, as for a NIC that completes them (FLOR 6.3.4).",
+    )
+
+
 class Scenario(_Model):
     version: Literal[1] = Field(description="Scenario format version; this is 1.")
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
@@ -342,6 +357,7 @@ class Scenario(_Model):
         "flowengine", description="Which generator produces the flows."
     )
     ethernet: Ethernet = Ethernet()
+    flowengine: FlowEngineOptions = FlowEngineOptions()
     flows: list[Flow] = Field(min_length=1)
 
 

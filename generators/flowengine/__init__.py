@@ -70,7 +70,9 @@ class FlowEngine(Generator):
         self._run_dir = run_dir
         session = run_dir / "session.ntg"
         session.write_text(compile_session(scenario, seed))
-        self._last_second = max(1, expected(scenario).last_ns // 1_000_000_000 + 1)
+        plan = expected(scenario)
+        horizon = plan.last_ns if plan.last_ns is not None else max(f.last_due_ns for f in scenario.flows)
+        self._last_second = max(1, horizon // 1_000_000_000 + 1)
         argv = [
             str(self._binary), "gen", str(session),
             "-o", str(run_dir / "capture.pcap"),
@@ -78,6 +80,11 @@ class FlowEngine(Generator):
             "--summary", str(run_dir / "engine-summary.json"),
             "--flows", str(run_dir / "engine-flows.csv"),
         ]  # fmt: skip
+        options = scenario.flowengine
+        if options.planner != "exact":
+            argv += ["--planner", options.planner]
+        if options.checksum_offload:
+            argv += ["--csum-offload"]
         self._log = open(run_dir / "engine.log", "wb")
         self._proc = Process("flowengine", argv, stdout=subprocess.PIPE, stderr=self._log)
 
