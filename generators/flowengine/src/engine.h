@@ -13,7 +13,12 @@ struct engine_opts {
     uint64_t seed;
     const char *summary, *flows, *stats;
     uint64_t max_packets;   /* UINT64_MAX: no limit */
+    struct txhook *hook;    /* --iface / --pace (afpacket.h), or NULL */
+    int csum_offload;       /* --csum-offload (offload.h) */
+    int planner;            /* ENGINE_PLANNER_EXACT or ENGINE_PLANNER_STOCHASTIC */
 };
+
+enum { ENGINE_PLANNER_EXACT, ENGINE_PLANNER_STOCHASTIC };
 
 /* Set by the SIGINT/SIGTERM handler to the signal number; the loop checks it
  * before every packet. */

@@ -6,14 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "afpacket.h"
 #include "engine.h"
 #include "session.h"
 
 #define FE_VERSION "0.1.0"
 
 static const char usage_text[] =
-    "usage: flowengine gen SESSION (-o PCAP | --null) [--seed N] [--summary FILE]\n"
-    "                      [--flows FILE] [--stats FILE] [--max-packets N]\n"
+    "usage: flowengine gen SESSION (-o PCAP | --null | --iface NAME) [--seed N]\n"
+    "                      [--summary FILE] [--flows FILE] [--stats FILE] [--max-packets N]\n"
+    "                      [--pace realtime|topspeed] [--late-ns N] [--csum-offload]\n"
+    "                      [--tx ring|sendmmsg] [--tx-batch N] [--ring-frames N]\n"
+    "                      [--no-qdisc-bypass]\n"
+    "                      [--planner exact|stochastic]\n"
     "       flowengine version\n";
 
 static int usage(const char *msg, const char *arg)
@@ -35,12 +40,21 @@ static int cmd_gen(int argc, char **argv)
     struct engine_opts o = { .max_packets = UINT64_MAX };
     const char *session = NULL;
     int null_sink = 0;
+    struct txhook_opts to = { .pace = -1, .late_ns = 100000, .mode = TX_RING, .qdisc_bypass = 1 };
 
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = NULL;
         if (!strcmp(a, "--null")) {
             null_sink = 1;
+            continue;
+        }
+        if (!strcmp(a, "--csum-offload")) {
+            o.csum_offload = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-qdisc-bypass")) {
+            to.qdisc_bypass = 0;
             continue;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -69,6 +83,45 @@ static int cmd_gen(int argc, char **argv)
                 return usage("--seed: expected an integer 0..2^64-1", v);
             o.has_seed = 1;
             continue;
+        } else if (!strcmp(a, "--iface")) {
+            dst = &to.iface;
+        } else if (!strcmp(a, "--pace")) {
+            if (!strcmp(v, "realtime"))
+                to.pace = PACE_REALTIME;
+            else if (!strcmp(v, "topspeed"))
+                to.pace = PACE_TOPSPEED;
+            else
+                return usage("--pace: expected realtime or topspeed", v);
+            continue;
+        } else if (!strcmp(a, "--tx")) {
+            if (!strcmp(v, "ring"))
+                to.mode = TX_RING;
+            else if (!strcmp(v, "sendmmsg"))
+                to.mode = TX_SENDMMSG;
+            else
+                return usage("--tx: expected ring or sendmmsg", v);
+            continue;
+        } else if (!strcmp(a, "--late-ns") || !strcmp(a, "--tx-batch") ||
+                   !strcmp(a, "--ring-frames")) {
+            uint64_t n;
+            if (session_parse_u64(v, &n) || (a[2] != 'l' && (n < 1 || n > 1000000)))
+                return usage(a[2] == 'l' ? "--late-ns: expected a non-negative integer"
+                                         : "expected an integer 1..1000000", v);
+            if (a[2] == 'l')
+                to.late_ns = n;
+            else if (a[5] == 'b')
+                to.batch = (unsigned)n;
+            else
+                to.ring_frames = (unsigned)n;
+            continue;
+        } else if (!strcmp(a, "--planner")) {
+            if (!strcmp(v, "exact"))
+                o.planner = ENGINE_PLANNER_EXACT;
+            else if (!strcmp(v, "stochastic"))
+                o.planner = ENGINE_PLANNER_STOCHASTIC;
+            else
+                return usage("--planner: expected exact or stochastic", v);
+            continue;
         } else if (!strcmp(a, "--max-packets")) {
             if (session_parse_u64(v, &o.max_packets))
                 return usage("--max-packets: expected a non-negative integer", v);
@@ -82,8 +135,12 @@ static int cmd_gen(int argc, char **argv)
     }
     if (!session)
         return usage("missing SESSION", NULL);
-    if (!o.pcap == !null_sink)
-        return usage("give exactly one of -o PCAP and --null", NULL);
+    if ((o.pcap != NULL) + null_sink + (to.iface != NULL) != 1)
+        return usage("give exactly one of -o PCAP, --null and --iface NAME", NULL);
+    if (to.pace < 0)
+        to.pace = to.iface ? PACE_REALTIME : PACE_NONE;
+    else if (!to.iface && to.pace == PACE_TOPSPEED)
+        to.pace = PACE_NONE; /* -o / --null are unpaced anyway */
 
     /* Installed before the session is read: a stop during a long load still
      * ends with valid (empty) outputs and the right status. */
@@ -103,7 +160,15 @@ static int cmd_gen(int argc, char **argv)
     if (session_load(&s, session))
         return 2;
 
+    if (to.iface || to.pace != PACE_NONE) {
+        if (txhook_open(&o.hook, &to, &s, strcmp(session, "-") ? session : "<stdin>")) {
+            session_free(&s);
+            return 2;
+        }
+    }
+
     int rc = engine_run(&s, &o);
+    txhook_free(o.hook);
     session_free(&s);
     return rc;
 }

@@ -7,40 +7,45 @@
 #include "rng.h"
 #include "session.h"
 
-#define FE_HDR_MAX 76 /* Ethernet + IPv6 + TCP = 74, rounded to keep 8-byte alignment */
+#define FE_HDR_MAX 76 /* Ethernet + IPv6 + TCP = 74, rounded (the size of fe_flow.tpl) */
 
-/* 128 bytes: two cache lines; at 10^6 concurrent flows that is 128 MB. */
+/* 48 bytes: only what changes per packet or is drawn per instance. The
+ * header is rebuilt per packet from the flow line's template (fe_flow.tpl)
+ * and these fields: addresses, ports and the TCP ACK are re-derived from the
+ * instance's stream start `rng` (draw j is rng_mix(rng + j * RNG_GOLDEN)). */
 struct fe_inst {
-    uint64_t rng;       /* SplitMix64 state */
+    uint64_t due;       /* exact planner: due time of the next packet;
+                         * stochastic planner (tree): due time of the last one sent */
+    uint64_t serial;
     uint64_t sent;      /* packets sent, i.e. index of the next packet */
     uint64_t bytes;     /* frame bytes sent */
-    uint64_t serial;
+    uint64_t rng;       /* SplitMix64 stream start rng_seed(seed, serial), constant */
     uint32_t flow;      /* index of the flow line; the free list's link when free */
     uint32_t seq;       /* TCP: sequence number of the next packet */
-    uint32_t ack;       /* TCP: acknowledgment number (not on the SYN) */
-    uint32_t sum_ip;    /* IPv4 header sum without total length and ID */
-    uint32_t sum_l4;    /* L4 sum without length, payload and per-packet fields */
-    uint8_t hdr[FE_HDR_MAX];
 };
-_Static_assert(sizeof(struct fe_inst) == 128, "fe_inst should stay two cache lines");
+_Static_assert(sizeof(struct fe_inst) == 48, "fe_inst should stay 48 bytes");
 
-/* Draws the instance's addresses, ports and TCP numbers and builds its template. */
+/* Builds the line's template and draw indices (once per flow line). */
+void packet_prepare(struct fe_flow *f);
+
+/* Starts an instance: stream, TCP ISN. */
 void packet_activate(struct fe_inst *in, const struct fe_flow *f, uint32_t flow_index,
                      uint64_t rep, uint64_t serial, uint64_t seed);
 
-/* Payload length of the next packet (draws from the instance's stream when random). */
-static inline uint32_t packet_payload_len(const struct fe_flow *f, struct fe_inst *in)
+/* Payload length of the next packet (draw ndraw + sent + 1 of the stream when random). */
+static inline uint32_t packet_payload_len(const struct fe_flow *f, const struct fe_inst *in)
 {
     if (f->size_lo == f->size_hi)
         return f->size_lo;
-    return (uint32_t)rng_range(&in->rng, f->size_lo, f->size_hi);
+    uint64_t r = rng_mix(in->rng + (f->ndraw + in->sent + 1) * RNG_GOLDEN);
+    return (uint32_t)(f->size_lo + r % ((uint64_t)f->size_hi - f->size_lo + 1));
 }
 
 /* Writes packet number in->sent (f->hdr_len + plen bytes) to frame and
  * advances the TCP sequence number; the caller advances in->sent. */
 void packet_write(const struct fe_flow *f, struct fe_inst *in, uint8_t *frame, uint32_t plen);
 
-/* The instance's addresses and ports as sent (from its template). */
+/* The instance's addresses and ports as sent. */
 void packet_endpoints(const struct fe_flow *f, const struct fe_inst *in, char *src, char *dst,
                       unsigned *sport, unsigned *dport);
 

@@ -71,8 +71,10 @@ int sink_flush(struct sink *s)
 int sink_close(struct sink *s)
 {
     int rc = 0;
+    if (s->hook)
+        rc = txhook_close(s); /* flushes the TX ring; the socket is the hook's */
     if (s->fd >= 0) {
-        rc = sink_flush(s);
+        rc = sink_flush(s) || rc ? -1 : 0;
         if (close(s->fd) && !s->error) {
             s->error = errno;
             rc = -1;

@@ -16,7 +16,12 @@ struct sink {
     uint8_t *buf;           /* pcap: records waiting for write(2); null: one frame */
     size_t used, cap;
     uint64_t file_bytes;    /* bytes handed to the kernel */
+    struct txhook *hook;    /* live sending / pacing (afpacket.h), or NULL */
 };
+
+struct txhook;
+uint8_t *txhook_frame(struct sink *s, uint64_t due_ns, uint32_t len);
+int txhook_close(struct sink *s);
 
 int sink_open_pcap(struct sink *s, const char *path);
 int sink_open_null(struct sink *s);
@@ -28,6 +33,8 @@ int sink_close(struct sink *s);
  * null sink hands out the same scratch frame every time. */
 static inline uint8_t *sink_frame(struct sink *s, uint64_t ts_ns, uint32_t len)
 {
+    if (s->hook)
+        return txhook_frame(s, ts_ns, len);
     if (s->fd < 0)
         return s->buf;
     if (s->cap - s->used < 16 + (size_t)len && sink_flush(s))

@@ -1,64 +1,44 @@
-/* sched.c - 4-ary min-heap over sorted FIFOs. */
+/* sched.c - hierarchical timing wheel over sorted FIFOs (sched.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "sched.h"
+
+#include "bigmem.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__)
-#define PREFETCH(p) __builtin_prefetch(p)
-#else
-#define PREFETCH(p) ((void)(p))
-#endif
-
-/* Children of i are 4i+1..4i+4, 96 bytes. With h[1] on a 64-byte boundary
- * every such group starts 32-byte aligned and so spans two cache lines, never
- * three: hence the shift of 64 - 24 bytes. */
-/* Below this many entries (96 KB) the heap stays in L2 and prefetching only
- * costs instructions. */
-#define PREFETCH_MIN 4096
-
-#define HEAP_SHIFT (64 - sizeof(struct sched_ent))
-
-static struct sched_ent *alloc_heap(size_t cap, void **mem)
-{
-    size_t bytes = (cap + 4) * sizeof(struct sched_ent) + HEAP_SHIFT;
-    bytes = (bytes + 63) & ~(size_t)63;
-    char *p = aligned_alloc(64, bytes);
-    *mem = p;
-    return p ? (struct sched_ent *)(p + HEAP_SHIFT) : NULL;
-}
-
-int sched_init(struct sched *s, uint32_t nclasses, const uint32_t *init_cap, size_t heap_cap)
+int sched_init(struct sched *s, uint32_t nclasses, const uint32_t *init_cap, uint32_t nlines)
 {
     memset(s, 0, sizeof *s);
-    if (heap_cap < 16)
-        heap_cap = 16;
-    s->h = alloc_heap(heap_cap, &s->mem);
+    s->nnodes = nclasses + nlines;
+    s->nclasses = nclasses;
+    s->node = calloc(s->nnodes ? s->nnodes : 1, sizeof *s->node);
     s->fifo = calloc(nclasses ? nclasses : 1, sizeof *s->fifo);
-    if (!s->h || !s->fifo) {
+    if (!s->node || !s->fifo) {
         sched_free(s);
         return -1;
     }
+    memset(s->head, 0xff, sizeof s->head);
+    memset(s->tail, 0xff, sizeof s->tail);
     for (uint32_t c = 0; c < nclasses; c++) {
         uint32_t cap = 4;
-        while (cap < init_cap[c] && cap < (1u << 20))
+        /* Untouched pages cost nothing: a generous first ring avoids the
+         * copy (and its doubled peak) of growing a large one. */
+        while (cap < init_cap[c] && cap < (1u << 25))
             cap *= 2;
         s->fifo[c].init_cap = cap;
-        s->fifo[c].mask = UINT32_MAX; /* no ring yet: the first append allocates */
-        s->fifo[c].len = 0;
+        s->fifo[c].mask = UINT32_MAX; /* no ring yet: the first push allocates */
     }
-    s->nfifo = nclasses;
-    s->cap = heap_cap;
     return 0;
 }
 
 void sched_free(struct sched *s)
 {
-    for (uint32_t c = 0; c < s->nfifo; c++)
-        free(s->fifo[c].q);
+    if (s->fifo)
+        for (uint32_t c = 0; c < s->nclasses; c++)
+            free(s->fifo[c].q);
     free(s->fifo);
-    free(s->mem);
+    free(s->node);
     memset(s, 0, sizeof *s);
 }
 
@@ -70,7 +50,7 @@ int sched_fifo_grow(struct sched_fifo *f)
     uint32_t ncap = cap ? cap * 2 : f->init_cap;
     if (cap > UINT32_MAX / 2)
         return -1;
-    struct sched_ent *q = malloc((size_t)ncap * sizeof *q);
+    uint32_t *q = big_alloc((size_t)ncap * sizeof *q);
     if (!q)
         return -1;
     for (uint32_t i = 0; i < f->len; i++)
@@ -82,65 +62,94 @@ int sched_fifo_grow(struct sched_fifo *f)
     return 0;
 }
 
-int sched_heap_push(struct sched *s, struct sched_ent e)
+static inline void link_node(struct sched *s, uint32_t src, int lvl, uint32_t slot)
 {
-    if (s->n == s->cap) {
-        void *mem;
-        struct sched_ent *h = alloc_heap(s->cap * 2, &mem);
-        if (!h)
-            return -1;
-        memcpy(h, s->h, s->n * sizeof *h);
-        free(s->mem);
-        s->mem = mem;
-        s->h = h;
-        s->cap *= 2;
+    struct sched_node *n = s->node;
+    uint32_t *hd = &s->head[lvl][slot], *tl = &s->tail[lvl][slot];
+    if (*hd == SCHED_NONE) {
+        n[src].next = SCHED_NONE;
+        *hd = *tl = src;
+        s->bits[lvl][slot >> 6] |= 1ull << (slot & 63);
+        return;
     }
-    size_t i = s->n++;
-    while (i) {
-        size_t parent = (i - 1) / 4;
-        if (!sched_less(&e, &s->h[parent]))
-            break;
-        s->h[i] = s->h[parent];
-        i = parent;
+    if (lvl > 0 || n[*tl].serial < n[src].serial) {
+        /* Higher levels are unordered; level 0 gets serials mostly in order. */
+        n[src].next = SCHED_NONE;
+        n[*tl].next = src;
+        *tl = src;
+        return;
     }
-    s->h[i] = e;
-    return 0;
+    /* Level 0, one due time: sorted by serial. */
+    uint32_t prev = SCHED_NONE, c = *hd;
+    while (c != SCHED_NONE && n[c].serial < n[src].serial) {
+        prev = c;
+        c = n[c].next;
+    }
+    n[src].next = c;
+    if (prev == SCHED_NONE)
+        *hd = src;
+    else
+        n[prev].next = src;
 }
 
-void sched_sift_down(struct sched *s, size_t i, struct sched_ent e)
+static inline void place(struct sched *s, uint32_t src)
 {
-    struct sched_ent *h = s->h;
-    size_t n = s->n;
+    uint64_t due = s->node[src].due, x = due ^ s->cur;
+    int lvl = x ? (63 - __builtin_clzll(x)) >> 3 : 0;
+    link_node(s, src, lvl, (uint32_t)(due >> (8 * lvl)) & 255);
+}
 
-    for (;;) {
-        size_t c = 4 * i + 1;
-        if (c >= n)
-            break;
-        /* The grandchildren of i are the 16 entries from 4c+1, 384 bytes:
-         * fetching them now overlaps the next level's miss with this level's
-         * compares, which matters once the heap outgrows the cache. */
-        size_t g = 4 * c + 1;
-        if (n > PREFETCH_MIN && g + 16 <= n) {
-            const char *p = (const char *)&h[g];
-            for (int k = 0; k <= 384; k += 64)
-                PREFETCH(p + k);
-        }
-        size_t m;
-        if (c + 4 <= n) {
-            /* Tournament of four, selections as conditional moves. */
-            size_t a = c + (size_t)sched_less(&h[c + 1], &h[c]);
-            size_t b = c + 2 + (size_t)sched_less(&h[c + 3], &h[c + 2]);
-            m = sched_less(&h[b], &h[a]) ? b : a;
-        } else {
-            m = c;
-            for (size_t j = c + 1; j < n; j++)
-                if (sched_less(&h[j], &h[m]))
-                    m = j;
-        }
-        if (!sched_less(&h[m], &e))
-            break;
-        h[i] = h[m];
-        i = m;
+void sched_insert(struct sched *s, uint32_t src, uint64_t due, uint64_t serial)
+{
+    s->node[src].due = due;
+    s->node[src].serial = serial;
+    s->nodes_in++;
+    place(s, src);
+}
+
+/* First set bit at or after slot `from` of level lvl, or -1. */
+static inline int first_slot(const struct sched *s, int lvl, uint32_t from)
+{
+    for (uint32_t w = from >> 6; w < 4; w++) {
+        uint64_t b = s->bits[lvl][w];
+        if (w == from >> 6)
+            b &= ~0ull << (from & 63);
+        if (b)
+            return (int)(w * 64 + (uint32_t)__builtin_ctzll(b));
     }
-    h[i] = e;
+    return -1;
+}
+
+uint32_t sched_min_slow(struct sched *s)
+{
+    if (!s->nodes_in)
+        return SCHED_NONE;
+    for (;;) {
+        int slot = first_slot(s, 0, (uint32_t)(s->cur & 255));
+        if (slot >= 0) {
+            s->cur = (s->cur & ~(uint64_t)255) | (uint64_t)slot;
+            return s->head[0][slot];
+        }
+        /* Level 0 is empty: move the first slot of the lowest non-empty
+         * level down, with the cursor at its start. */
+        int lvl = 1;
+        for (; lvl < SCHED_LEVELS; lvl++) {
+            slot = first_slot(s, lvl, 0);
+            if (slot >= 0)
+                break;
+        }
+        if (lvl == SCHED_LEVELS)
+            return SCHED_NONE; /* not reached: nodes_in > 0 */
+        int sh = 8 * lvl;
+        uint64_t low = sh + 8 >= 64 ? ~0ull : (1ull << (sh + 8)) - 1;
+        s->cur = (s->cur & ~low) | ((uint64_t)slot << sh);
+        uint32_t c = s->head[lvl][slot];
+        s->head[lvl][slot] = s->tail[lvl][slot] = SCHED_NONE;
+        s->bits[lvl][slot >> 6] &= ~(1ull << (slot & 63));
+        while (c != SCHED_NONE) {
+            uint32_t nx = s->node[c].next;
+            place(s, c);
+            c = nx;
+        }
+    }
 }

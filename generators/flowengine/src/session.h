@@ -37,6 +37,14 @@ struct fe_flow {
 
     uint64_t max_live;      /* upper bound on its instances alive at once */
 
+    /* Emit-time header template (packet_prepare): the line's constant bytes
+     * and sums; the per-instance fields are rebuilt per packet (packet.c). */
+    uint8_t tpl[76];
+    uint32_t tpl_sum_ip;    /* IPv4 header constants, folded */
+    uint32_t tpl_sum_l4;    /* L4 constants (TCP offset/window, ICMP type), folded */
+    uint8_t d_src, d_dst, d_sport, d_dport, d_isn, d_ack; /* 1-based draw index, 0: none */
+    uint8_t ndraw;          /* draws made at activation */
+
     /* Scheduler. */
     uint64_t next_rep;      /* the next repetition to spawn */
     uint32_t klass;         /* index of the flow's period among the distinct ones */

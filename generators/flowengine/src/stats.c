@@ -7,20 +7,26 @@
 
 #define NS_PER_SEC 1000000000ull
 
-int stats_init(struct stats *st, FILE *csv)
+int stats_init(struct stats *st, FILE *csv, int late_col)
 {
     memset(st, 0, sizeof *st);
     st->csv = csv;
     st->sec_end = NS_PER_SEC;
-    fputs("second,packets,bytes,flows_started,flows_finished,active_flows\n", csv);
+    st->late_col = late_col;
+    fputs(late_col ? "second,packets,bytes,flows_started,flows_finished,active_flows,late\n"
+                   : "second,packets,bytes,flows_started,flows_finished,active_flows\n", csv);
     return fflush(csv) ? -1 : 0;
 }
 
 static void write_row(struct stats *st)
 {
     st->active += st->started - st->finished;
-    fprintf(st->csv, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 "\n",
+    fprintf(st->csv, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64,
             st->sec, st->packets, st->bytes, st->started, st->finished, st->active);
+    if (st->late_col)
+        fprintf(st->csv, ",%" PRIu64, st->late);
+    fputc('\n', st->csv);
+    st->late = 0;
     st->t_packets += st->packets;
     st->t_bytes += st->bytes;
     st->t_started += st->started;
@@ -31,6 +37,8 @@ static void write_row(struct stats *st)
 int stats_advance(struct stats *st, uint64_t due_ns)
 {
     uint64_t target = due_ns / NS_PER_SEC;
+    if (st->before_row)
+        st->before_row(st->before_row_ctx);
     /* A second is over only once a later packet is due: the rows of idle
      * seconds are written then, so none is written past the last packet. */
     while (st->sec < target) {
@@ -44,6 +52,8 @@ int stats_advance(struct stats *st, uint64_t due_ns)
 
 int stats_end(struct stats *st)
 {
+    if (st->before_row)
+        st->before_row(st->before_row_ctx);
     if (st->open_row || st->started || st->finished)
         write_row(st);
     st->open_row = 0;
@@ -79,11 +89,17 @@ int flowlog_header(FILE *fp)
 
 int flowlog_row(FILE *fp, const struct fe_flow *f, const struct fe_inst *in)
 {
+    uint64_t first = f->start + (in->serial - f->offset) * f->rep_period;
+    return flowlog_row_at(fp, f, in, first,
+                          first + (in->sent ? in->sent - 1 : 0) * f->period);
+}
+
+int flowlog_row_at(FILE *fp, const struct fe_flow *f, const struct fe_inst *in, uint64_t first,
+                   uint64_t last)
+{
     char row[256], src[48], dst[48], *p = row;
     unsigned sport, dport;
     uint64_t rep = in->serial - f->offset;
-    uint64_t first = f->start + rep * f->rep_period;
-    uint64_t last = first + (in->sent ? in->sent - 1 : 0) * f->period;
 
     packet_endpoints(f, in, src, dst, &sport, &dport);
     p = put_u64(p, in->serial);
@@ -131,9 +147,14 @@ size_t summary_json(const struct summary *s, char *buf, size_t size)
                      "\"seed\": %" PRIu64 ", \"packets\": %" PRIu64 ", \"bytes\": %" PRIu64 ", "
                      "\"flows_started\": %" PRIu64 ", \"flows_finished\": %" PRIu64 ", "
                      "\"first_ns\": %s, \"last_ns\": %s, \"wall_seconds\": %.6f, "
-                     "\"mpps\": %.3f, \"errors\": %" PRIu64 "}\n",
+                     "\"mpps\": %.3f, \"errors\": %" PRIu64 ", \"sent\": %" PRIu64 ", "
+                     "\"sent_bytes\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"pace\": \"%s\", "
+                     "\"late\": %" PRIu64 ", \"max_late_ns\": %" PRIu64 ", "
+                     "\"planner\": \"%s\", \"peak_rss_bytes\": %" PRIu64 "}\n",
                      s->status, s->exit_code, sig, s->sink, s->seed, s->packets, s->bytes,
                      s->flows_started, s->flows_finished, first, last, s->wall_seconds, mpps,
-                     s->errors);
+                     s->errors, s->sent, s->sent_bytes, s->failed,
+                     s->paced == 1 ? "realtime" : s->paced == 2 ? "topspeed" : "none", s->late,
+                     s->max_late_ns, s->planner ? s->planner : "exact", s->peak_rss);
     return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }

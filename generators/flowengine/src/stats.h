@@ -16,9 +16,14 @@ struct stats {
     int open_row;            /* the current second has a row to write */
     /* Totals of the seconds already written. */
     uint64_t t_packets, t_bytes, t_started, t_finished;
+    int late_col;            /* pacing on: the CSV has a `late` column */
+    uint64_t late;           /* late packets found in the current second (afpacket.c) */
+    void (*before_row)(void *ctx); /* called before rows are written (releases due frames) */
+    void *before_row_ctx;
 };
 
-int stats_init(struct stats *st, FILE *csv);
+/* late_col: add the `late` column (pacing on). */
+int stats_init(struct stats *st, FILE *csv, int late_col);
 /* Writes the rows of the seconds before the one of due_ns; 0 or -1 on I/O error. */
 int stats_advance(struct stats *st, uint64_t due_ns);
 /* Writes the row of the current second, if a packet was sent. */
@@ -34,6 +39,9 @@ static inline void stats_packet(struct stats *st, uint32_t len)
 /* One flow log row. */
 int flowlog_header(FILE *fp);
 int flowlog_row(FILE *fp, const struct fe_flow *f, const struct fe_inst *in);
+/* The same with explicit first and last due times (the stochastic planner's). */
+int flowlog_row_at(FILE *fp, const struct fe_flow *f, const struct fe_inst *in, uint64_t first,
+                   uint64_t last);
 
 struct summary {
     const char *status;
@@ -46,6 +54,11 @@ struct summary {
     uint64_t first_ns, last_ns;
     double wall_seconds;
     uint64_t errors;
+    const char *planner;     /* "exact" or "stochastic" */
+    uint64_t peak_rss;       /* VmHWM of the process, bytes (0: unknown) */
+    uint64_t sent, sent_bytes, failed; /* what the sink took (pcap/null: everything) */
+    uint64_t late, max_late_ns;        /* pacing: packets sent > --late-ns after due */
+    int paced;
 };
 
 /* The summary as one JSON line (with '\n'); returns its length. */

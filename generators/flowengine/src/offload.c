@@ -1,0 +1,36 @@
+/* offload.c - pseudo-header-only checksums for --csum-offload. */
+#include "offload.h"
+
+#include "checksum.h"
+
+static inline void put16(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+void offload_fix(const struct fe_flow *f, uint8_t *frame, uint32_t flen)
+{
+    uint32_t l4len = flen - f->l4_off;
+    uint8_t *l4 = frame + f->l4_off;
+    uint64_t s;
+
+    switch (f->kind) {
+    case FE_K4_UDP:
+    case FE_K4_TCP:
+        put16(frame + 24, 0); /* IPv4 header checksum left to the NIC */
+        s = csum_pseudo4(frame + 26, frame + 30, f->proto) + l4len;
+        put16(l4 + (f->kind == FE_K4_UDP ? 6 : 16), csum_fold(s));
+        break;
+    case FE_K4_ICMP:
+        put16(frame + 24, 0);
+        put16(l4 + 2, 0); /* ICMPv4 has no pseudo-header: all of it is the NIC's */
+        break;
+    case FE_K6_UDP:
+    case FE_K6_TCP:
+    case FE_K6_ICMP:
+        s = csum_pseudo6(frame + 22, frame + 38, f->proto) + l4len;
+        put16(l4 + (f->kind == FE_K6_UDP ? 6 : f->kind == FE_K6_TCP ? 16 : 2), csum_fold(s));
+        break;
+    }
+}

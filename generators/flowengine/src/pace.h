@@ -1,0 +1,25 @@
+/* pace.h - the run clock of paced sending: CLOCK_MONOTONIC in nanoseconds and
+ * a sleep/spin wait until a packet's due time. */
+#ifndef FE_PACE_H
+#define FE_PACE_H
+
+#include <stdint.h>
+#include <time.h>
+
+enum fe_pace { PACE_NONE, PACE_REALTIME, PACE_TOPSPEED };
+
+/* clock_nanosleep until this much before the deadline, then spin. */
+#define PACE_SPIN_NS 50000u
+
+static inline uint64_t pace_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Waits until CLOCK_MONOTONIC reaches abs_ns. Returns 0, or -1 as soon as
+ * engine_signal is set (a stop cuts the wait short). */
+int pace_wait_until(uint64_t abs_ns);
+
+#endif
