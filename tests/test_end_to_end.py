@@ -258,3 +258,40 @@ def test_every_example_scenario_runs_and_agrees_with_itself(scenario, tmp_path, 
     metrics = json.loads((only_run_dir(tmp_path) / "metrics.json").read_text())
     assert metrics["packets"] == expected(load_scenario(ROOT / "scenarios" / scenario).scenario).packets
     assert metrics["timing"]["start_error"]["max_abs_ns"] == 0
+
+
+def test_stochastic_planner_keeps_counts_and_shows_timing_errors(tmp_path, flowengine_bin):
+    text = (ROOT / "scenarios" / "flor-interference.yaml").read_text()
+    text = text.replace("seed: 1\n", "seed: 1\nflowengine: {planner: stochastic}\n")
+    scenario = tmp_path / "stochastic.yaml"
+    scenario.write_text(text)
+    r = run_testbed("run", str(scenario), "--out", str(tmp_path / "runs"), "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    assert "--planner stochastic" in " ".join(json.loads((run_dir / "manifest.json").read_text())["commands"][0]["argv"])
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["packets"] == 10_000 and metrics["flows"]["count"] == 100
+    assert all(c["ok"] for c in metrics["checks"])
+    assert not any(c["name"].startswith("duration") for c in metrics["checks"])
+    assert metrics["timing"]["start_error"]["exact"] < 100  # drawn at random, not at their due times
+
+
+def test_checksum_offload_writes_pseudo_header_sums(tmp_path, flowengine_bin):
+    import struct
+
+    text = (ROOT / "scenarios" / "flor-interference.yaml").read_text()
+    text = text.replace("seed: 1\n", "seed: 1\nflowengine: {checksum_offload: true}\n")
+    scenario = tmp_path / "offload.yaml"
+    scenario.write_text(text)
+    r = run_testbed("run", str(scenario), "--out", str(tmp_path / "runs"), "--no-analyze", "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = (only_run_dir(tmp_path / "runs") / "capture.pcap").read_bytes()
+    frame = data[24 + 16 :]
+    ip = frame[14:34]
+    assert ip[10:12] == b"\x00\x00"  # no IPv4 header checksum
+    udp_len = struct.unpack("!H", frame[38:40])[0]
+    pseudo = ip[12:20] + struct.pack("!BBH", 0, 17, udp_len)
+    total = sum(struct.unpack(f"!{len(pseudo) // 2}H", pseudo))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    assert struct.unpack("!H", frame[40:42])[0] == total  # folded, not complemented
