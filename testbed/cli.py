@@ -33,16 +33,29 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 _err(problem)
             status = EXIT_BAD_INPUT
             continue
-        from .compile import expected
+        from .compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
 
         e = expected(loaded.scenario)
+        peak = peak_concurrent_flows(loaded.scenario)
         size = f"{e.bytes:,} bytes" if e.bytes is not None else "random sizes"
         span = max(f.last_due_ns for f in loaded.scenario.flows) - min(f.start for f in loaded.scenario.flows)
         print(
             f"{file}: ok: {len(loaded.scenario.flows)} flow definitions, {e.flows:,} flows, "
-            f"{e.packets:,} packets, {size}, {span / 1e9:g} s"
+            f"{e.packets:,} packets, {size}, {span / 1e9:g} s; at most {peak:,} flows at once "
+            f"(about {_size(peak * ENGINE_BYTES_PER_FLOW)} of engine state)"
         )
+        too_big = check_memory(loaded.scenario)
+        if too_big:
+            _err(f"{file}: warning: {too_big}")
     return status
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} GiB"  # pragma: no cover - the loop returns
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

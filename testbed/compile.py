@@ -69,6 +69,52 @@ def compile_session(scenario: Scenario, seed: int | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Engine state per live flow instance (generators/flowengine/README.md: 48-byte instance plus a
+# 4-byte FIFO slot, plus 16 bytes of tree with the stochastic planner), rounded up for headroom.
+ENGINE_BYTES_PER_FLOW = 64
+
+
+def peak_concurrent_flows(scenario: Scenario) -> int:
+    """An upper bound of the flow instances alive at once (each line's own peak, summed)."""
+    total = 0
+    for f in scenario.flows:
+        reps = f.repetitions
+        life = (f.packet_count - 1) * f.period_ns  # first to last packet of one instance
+        if reps == 1:
+            peak = 1
+        elif f.repeat_period_ns == 0:
+            peak = reps
+        else:
+            peak = min(reps, life // f.repeat_period_ns + 1)
+        total += peak
+    return total
+
+
+def available_memory() -> int | None:
+    """MemAvailable of this machine in bytes, or None where /proc/meminfo does not say."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(scenario: Scenario) -> str | None:
+    """Why the engine could not hold the scenario's flows in memory, or None if it can."""
+    peak = peak_concurrent_flows(scenario)
+    need = peak * ENGINE_BYTES_PER_FLOW
+    have = available_memory()
+    if have is not None and need > have:
+        return (f"up to {peak:,} flows are alive at once, which needs about {need / 2**30:,.1f} GiB "
+                f"of engine memory; this machine has {have / 2**30:,.1f} GiB available. Lower "
+                f"repeat.count, shorten the flows (packets, period) or space the repetitions "
+                f"(repeat.period)")
+    return None
+
+
 @dataclass(frozen=True)
 class Expected:
     """What a complete run of the scenario must contain, computed from the scenario alone."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from generators import GeneratorError, get_generator
 from generators.base import Progress
 
-from .compile import expected
+from .compile import check_memory, expected
 from .proc import utc_now
 from .scenario import LoadedScenario
 
@@ -264,6 +264,9 @@ def run_scenario(
     analyze: bool = True,
     show_progress: bool = True,
 ) -> RunResult:
+    too_big = check_memory(loaded.scenario)
+    if too_big:
+        raise RunSetupError(f"{loaded.path}: {too_big}")
     run = Run(loaded, out_root, seed)
     status = run.execute(show_progress)
     result = RunResult(run.run_dir, status, EXIT_OK, run.manifest)

@@ -295,3 +295,24 @@ def test_checksum_offload_writes_pseudo_header_sums(tmp_path, flowengine_bin):
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     assert struct.unpack("!H", frame[40:42])[0] == total  # folded, not complemented
+
+
+def test_more_flows_than_memory_allows_is_refused_before_any_work(tmp_path):
+    scenario = tmp_path / "huge.yaml"
+    scenario.write_text(
+        "version: 1\nname: huge\nflows:\n"
+        "  - {protocol: udp, src: 198.18.0.0/15, dst: 198.19.0.1, dst_port: 9, rate: 1, packets: 10,\n"
+        "     repeat: {count: 100000000000, period: 0s}}\n"
+    )
+    out = tmp_path / "runs"
+    r = run_testbed("run", str(scenario), "--out", str(out))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "100,000,000,000 flows are alive at once" in r.stderr and "Lower repeat.count" in r.stderr
+    assert not out.exists()
+    v = run_testbed("validate", str(scenario))
+    assert v.returncode == 0 and "warning: up to 100,000,000,000 flows" in v.stderr
+
+
+def test_validate_reports_the_peak_of_concurrent_flows():
+    r = run_testbed("validate", str(QUICKSTART))
+    assert "at most 36 flows at once (about 2.2 KiB of engine state)" in r.stdout
