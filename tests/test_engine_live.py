@@ -194,7 +194,9 @@ def test_realtime_pacing(flowengine_bin, pair, tmp_path):
     assert abs(mean_gap - 500_000) < 25_000, mean_gap
     span = (ts[-1] - ts[0]) / NS
     assert 0.9 <= span <= 1.1
-    assert s["late"] <= s["sent"] // 10 and s["max_late_ns"] >= 0
+    # How many packets miss the 100 us default depends on the machine's load; that they are
+    # counted consistently does not (the threshold itself is tested below).
+    assert 0 <= s["late"] <= s["sent"] and s["max_late_ns"] >= 0
     rows = (tmp_path / "stats.csv").read_text().splitlines()
     assert rows[0] == "second,packets,bytes,flows_started,flows_finished,active_flows,late"
     assert sum(int(r.split(",")[-1]) for r in rows[1:]) == s["late"]
@@ -205,6 +207,17 @@ def test_realtime_pacing(flowengine_bin, pair, tmp_path):
                     "topspeed")
     assert p2.returncode == 0 and s2["sent"] == 2_000
     assert s2["wall_seconds"] < 0.2, s2
+
+
+def test_late_threshold_decides_what_counts_as_late(flowengine_bin, pair, tmp_path):
+    text = session_text({"packets": 500, "period": 1_000_000})
+    _, strict, _ = run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--late-ns", "1")
+    _, lenient, _ = run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0",
+                        "--late-ns", "1000000000")
+    assert strict["sent"] == lenient["sent"] == 500
+    # nothing leaves within a nanosecond of its due time; nothing is a whole second late
+    assert strict["late"] >= 450 and strict["max_late_ns"] > 0
+    assert lenient["late"] == 0
 
 
 def _fold(s):

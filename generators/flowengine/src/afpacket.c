@@ -1,5 +1,7 @@
 /* afpacket.c - AF_PACKET TX ring / sendmmsg back end and paced sinks. */
 #define _GNU_SOURCE /* sendmmsg */
+#include <stdatomic.h>
+
 #include "afpacket.h"
 
 #include <arpa/inet.h>
@@ -560,7 +562,7 @@ uint8_t *txhook_frame(struct sink *s, uint64_t due_ns, uint32_t len)
             account_late(h, pace_now(), due);
         }
         s->hook = NULL;
-        uint8_t *p = sink_frame(s, due_ns, len);
+        uint8_t *p = s->mq ? sink_frame_k(s, due_ns, s->key, len) : sink_frame(s, due_ns, len);
         s->hook = h;
         return p;
     }
@@ -644,6 +646,32 @@ int txhook_close(struct sink *s)
     if (rc)
         s->error = EIO;
     return rc;
+}
+
+void txhook_start(struct txhook *h, uint64_t t0)
+{
+    h->started = 1;
+    h->t0 = t0;
+}
+
+void txhook_summary_add(const struct txhook *h, struct summary *sum)
+{
+    if (!h)
+        return;
+    if (h->live) {
+        sum->sent += h->sent;
+        sum->sent_bytes += h->sent_bytes;
+        sum->failed += h->failed;
+    }
+    sum->late += h->late;
+    if (h->max_late > sum->max_late_ns)
+        sum->max_late_ns = h->max_late;
+    sum->paced = h->pace;
+}
+
+int txhook_live(const struct txhook *h)
+{
+    return h && h->live;
 }
 
 void txhook_summary(const struct txhook *h, struct summary *sum)

@@ -44,6 +44,12 @@ void txhook_attach(struct txhook *h, struct sink *sink, struct stats *st);
 /* sent, failed, late, max_late_ns (and sent_bytes) into the summary. */
 void txhook_summary(const struct txhook *h, struct summary *sum);
 void txhook_free(struct txhook *h);
+/* --threads: one hook per worker, all paced from the same run start t0
+ * (CLOCK_MONOTONIC ns) instead of each hook's first frame. */
+void txhook_start(struct txhook *h, uint64_t t0);
+/* Adds sent, sent_bytes, failed (live only) and late to the summary, max_late_ns as a maximum. */
+void txhook_summary_add(const struct txhook *h, struct summary *sum);
+int txhook_live(const struct txhook *h);
 
 /* Called by sink_frame / sink_close (pcapout.h) when a hook is attached. */
 uint8_t *txhook_frame(struct sink *s, uint64_t due_ns, uint32_t len);

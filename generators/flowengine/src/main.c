@@ -1,6 +1,8 @@
 /* main.c - flowengine: subcommand dispatch and the command line of `gen`. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@ static const char usage_text[] =
     "                      [--pace realtime|topspeed] [--late-ns N] [--csum-offload]\n"
     "                      [--tx ring|sendmmsg] [--tx-batch N] [--ring-frames N]\n"
     "                      [--no-qdisc-bypass]\n"
-    "                      [--planner exact|stochastic]\n"
+    "                      [--planner exact|stochastic] [--threads N]\n"
     "       flowengine version\n";
 
 static int usage(const char *msg, const char *arg)
@@ -31,13 +33,14 @@ static int usage(const char *msg, const char *arg)
 
 static void on_signal(int sig)
 {
-    if (!engine_signal)
-        engine_signal = sig;
+    int zero = 0, saved = errno;
+    atomic_compare_exchange_strong(&engine_signal, &zero, sig); /* the first signal counts */
+    errno = saved;
 }
 
 static int cmd_gen(int argc, char **argv)
 {
-    struct engine_opts o = { .max_packets = UINT64_MAX };
+    struct engine_opts o = { .max_packets = UINT64_MAX, .threads = 1 };
     const char *session = NULL;
     int null_sink = 0;
     /* sendmmsg batches measured faster than the TX ring on veth here (benchmarks/bench_live.py). */
@@ -123,6 +126,12 @@ static int cmd_gen(int argc, char **argv)
             else
                 return usage("--planner: expected exact or stochastic", v);
             continue;
+        } else if (!strcmp(a, "--threads")) {
+            uint64_t n;
+            if (session_parse_u64(v, &n) || n < 1 || n > ENGINE_MAX_THREADS)
+                return usage("--threads: expected an integer 1..256", v);
+            o.threads = (unsigned)n;
+            continue;
         } else if (!strcmp(a, "--max-packets")) {
             if (session_parse_u64(v, &o.max_packets))
                 return usage("--max-packets: expected a non-negative integer", v);
@@ -161,15 +170,23 @@ static int cmd_gen(int argc, char **argv)
     if (session_load(&s, session))
         return 2;
 
+    struct txhook *hooks[ENGINE_MAX_THREADS] = { NULL };
     if (to.iface || to.pace != PACE_NONE) {
-        if (txhook_open(&o.hook, &to, &s, strcmp(session, "-") ? session : "<stdin>")) {
-            session_free(&s);
-            return 2;
-        }
+        /* One hook (socket, TX ring or batch buffers) per worker. */
+        for (unsigned i = 0; i < o.threads; i++)
+            if (txhook_open(&hooks[i], &to, &s, strcmp(session, "-") ? session : "<stdin>")) {
+                for (unsigned j = 0; j < i; j++)
+                    txhook_free(hooks[j]);
+                session_free(&s);
+                return 2;
+            }
+        o.hook = hooks[0];
+        o.hooks = hooks;
     }
 
     int rc = engine_run(&s, &o);
-    txhook_free(o.hook);
+    for (unsigned i = 0; i < o.threads; i++)
+        txhook_free(hooks[i]);
     session_free(&s);
     return rc;
 }

@@ -1,5 +1,7 @@
 /* pace.c - hybrid wait: sleep through most of the gap, spin the rest. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdatomic.h>
+
 #include "pace.h"
 
 #include "engine.h"

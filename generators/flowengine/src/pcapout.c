@@ -3,6 +3,9 @@
 #include "pcapout.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,9 +51,70 @@ int sink_open_pcap(struct sink *s, const char *path)
     return 0;
 }
 
+int mq_init(struct mqueue *q, _Atomic int *stop)
+{
+    memset(q, 0, sizeof *q);
+    q->stop = stop;
+    for (unsigned i = 0; i < MQ_NBLK; i++)
+        if (!(q->blk[i] = malloc(MQ_BLK))) {
+            mq_free(q);
+            return -1;
+        }
+    return 0;
+}
+
+void mq_free(struct mqueue *q)
+{
+    for (unsigned i = 0; i < MQ_NBLK; i++)
+        free(q->blk[i]);
+    memset(q->blk, 0, sizeof q->blk);
+}
+
+void sink_open_mq(struct sink *s, struct mqueue *q)
+{
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->mq = q;
+    s->buf = q->blk[0];
+    s->cap = MQ_BLK;
+}
+
+/* Publishes the current block and takes the next free one (waiting for the
+ * main thread when all are queued). */
+static int mq_flush(struct sink *s)
+{
+    struct mqueue *q = s->mq;
+    if (s->error)
+        return -1;
+    if (!s->used)
+        return 0;
+    uint64_t p = atomic_load_explicit(&q->prod, memory_order_relaxed);
+    q->len[p % MQ_NBLK] = s->used;
+    atomic_store_explicit(&q->prod, ++p, memory_order_release);
+    s->file_bytes += s->used;
+    s->used = 0;
+    for (unsigned spin = 0; p - atomic_load_explicit(&q->cons, memory_order_acquire) >= MQ_NBLK;
+         spin++) {
+        if (atomic_load_explicit(q->stop, memory_order_relaxed)) {
+            s->error = ECANCELED;
+            return -1;
+        }
+        if (spin < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = { 0, 20000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+    s->buf = q->blk[p % MQ_NBLK];
+    return 0;
+}
+
 int sink_flush(struct sink *s)
 {
     size_t off = 0;
+    if (s->mq)
+        return mq_flush(s);
     if (s->error)
         return -1;
     while (off < s->used) {
@@ -73,6 +137,14 @@ int sink_close(struct sink *s)
     int rc = 0;
     if (s->hook)
         rc = txhook_close(s); /* flushes the TX ring; the socket is the hook's */
+    if (s->mq) {
+        if (mq_flush(s))
+            rc = -1;
+        atomic_store_explicit(&s->mq->done, 1, memory_order_release);
+        s->mq = NULL;
+        s->buf = NULL; /* the queue's */
+        return rc;
+    }
     if (s->fd >= 0) {
         rc = sink_flush(s) || rc ? -1 : 0;
         if (close(s->fd) && !s->error) {

@@ -12,12 +12,19 @@ int sched_init(struct sched *s, uint32_t nclasses, const uint32_t *init_cap, uin
     memset(s, 0, sizeof *s);
     s->nnodes = nclasses + nlines;
     s->nclasses = nclasses;
-    s->node = calloc(s->nnodes ? s->nnodes : 1, sizeof *s->node);
-    s->fifo = calloc(nclasses ? nclasses : 1, sizeof *s->fifo);
+    /* Cache-line aligned and padded (big_alloc): with --threads, the small
+     * arrays of two workers' schedulers, written for every packet, must not
+     * share a line. */
+    size_t nb = (s->nnodes ? s->nnodes : 1) * sizeof *s->node;
+    size_t fb = (nclasses ? nclasses : 1) * sizeof *s->fifo;
+    s->node = big_alloc(nb);
+    s->fifo = big_alloc(fb);
     if (!s->node || !s->fifo) {
         sched_free(s);
         return -1;
     }
+    memset(s->node, 0, nb);
+    memset(s->fifo, 0, fb);
     memset(s->head, 0xff, sizeof s->head);
     memset(s->tail, 0xff, sizeof s->tail);
     for (uint32_t c = 0; c < nclasses; c++) {

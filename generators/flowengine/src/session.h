@@ -47,6 +47,8 @@ struct fe_flow {
 
     /* Scheduler. */
     uint64_t next_rep;      /* the next repetition to spawn */
+    uint64_t rep_step;      /* repetitions this engine spawns: next_rep, + rep_step, ...
+                             * (1; N with --threads N: a worker's share) */
     uint32_t klass;         /* index of the flow's period among the distinct ones */
     unsigned lineno;
 };

@@ -3,9 +3,17 @@
 #include "stats.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NS_PER_SEC 1000000000ull
+
+void stats_header(FILE *csv, int late_col)
+{
+    fputs(late_col ? "second,packets,bytes,flows_started,flows_finished,active_flows,late\n"
+                   : "second,packets,bytes,flows_started,flows_finished,active_flows\n", csv);
+}
 
 int stats_init(struct stats *st, FILE *csv, int late_col)
 {
@@ -13,19 +21,93 @@ int stats_init(struct stats *st, FILE *csv, int late_col)
     st->csv = csv;
     st->sec_end = NS_PER_SEC;
     st->late_col = late_col;
-    fputs(late_col ? "second,packets,bytes,flows_started,flows_finished,active_flows,late\n"
-                   : "second,packets,bytes,flows_started,flows_finished,active_flows\n", csv);
+    stats_header(csv, late_col);
     return fflush(csv) ? -1 : 0;
+}
+
+void stats_init_feed(struct stats *st, struct stats_feed *feed, int late_col)
+{
+    memset(st, 0, sizeof *st);
+    st->feed = feed;
+    st->sec_end = NS_PER_SEC;
+    st->late_col = late_col;
+}
+
+int feed_init(struct stats_feed *f)
+{
+    memset(f, 0, sizeof *f);
+    f->tail = f->rd = calloc(1, sizeof *f->tail);
+    return f->tail ? 0 : -1;
+}
+
+void feed_free(struct stats_feed *f)
+{
+    struct feed_chunk *c = f->rd;
+    while (c) {
+        struct feed_chunk *n = atomic_load(&c->next);
+        free(c);
+        c = n;
+    }
+    f->rd = f->tail = NULL;
+}
+
+const struct stats_row *feed_peek(struct stats_feed *f)
+{
+    struct feed_chunk *c = f->rd;
+    if (!c)
+        return NULL;
+    if (f->rd_i == FEED_CHUNK) {
+        struct feed_chunk *n = atomic_load_explicit(&c->next, memory_order_acquire);
+        if (!n)
+            return NULL;
+        free(c);
+        f->rd = c = n;
+        f->rd_i = 0;
+    }
+    return f->rd_i < atomic_load_explicit(&c->n, memory_order_acquire) ? &c->row[f->rd_i] : NULL;
+}
+
+void feed_next(struct stats_feed *f)
+{
+    f->rd_i++;
+}
+
+/* -1: out of memory. */
+static int feed_push(struct stats_feed *f, const struct stats_row *r)
+{
+    struct feed_chunk *c = f->tail;
+    uint32_t n = atomic_load_explicit(&c->n, memory_order_relaxed);
+    if (n == FEED_CHUNK) {
+        struct feed_chunk *nc = calloc(1, sizeof *nc);
+        if (!nc)
+            return -1;
+        atomic_store_explicit(&c->next, nc, memory_order_release);
+        f->tail = c = nc;
+        n = 0;
+    }
+    c->row[n] = *r;
+    atomic_store_explicit(&c->n, n + 1, memory_order_release);
+    return 0;
 }
 
 static void write_row(struct stats *st)
 {
+    if (st->feed) {
+        if (st->packets || st->started || st->finished || st->late) {
+            struct stats_row r = { st->sec, st->packets, st->bytes, st->started, st->finished,
+                                   st->late };
+            if (feed_push(st->feed, &r))
+                st->feed_error = 1;
+        }
+        goto totals;
+    }
     st->active += st->started - st->finished;
     fprintf(st->csv, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64,
             st->sec, st->packets, st->bytes, st->started, st->finished, st->active);
     if (st->late_col)
         fprintf(st->csv, ",%" PRIu64, st->late);
     fputc('\n', st->csv);
+totals:
     st->late = 0;
     st->t_packets += st->packets;
     st->t_bytes += st->bytes;
@@ -47,6 +129,10 @@ int stats_advance(struct stats *st, uint64_t due_ns)
     }
     st->sec_end = (target + 1) * NS_PER_SEC;
     st->open_row = 0;
+    if (st->feed) {
+        atomic_store_explicit(&st->feed->passed, target, memory_order_release);
+        return st->feed_error ? -1 : 0;
+    }
     return fflush(st->csv) || ferror(st->csv) ? -1 : 0;
 }
 
@@ -57,6 +143,10 @@ int stats_end(struct stats *st)
     if (st->open_row || st->started || st->finished)
         write_row(st);
     st->open_row = 0;
+    if (st->feed) {
+        atomic_store_explicit(&st->feed->passed, UINT64_MAX, memory_order_release);
+        return st->feed_error ? -1 : 0;
+    }
     return fflush(st->csv) || ferror(st->csv) ? -1 : 0;
 }
 
@@ -150,11 +240,12 @@ size_t summary_json(const struct summary *s, char *buf, size_t size)
                      "\"mpps\": %.3f, \"errors\": %" PRIu64 ", \"sent\": %" PRIu64 ", "
                      "\"sent_bytes\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"pace\": \"%s\", "
                      "\"late\": %" PRIu64 ", \"max_late_ns\": %" PRIu64 ", "
-                     "\"planner\": \"%s\", \"peak_rss_bytes\": %" PRIu64 "}\n",
+                     "\"planner\": \"%s\", \"peak_rss_bytes\": %" PRIu64 ", \"threads\": %u}\n",
                      s->status, s->exit_code, sig, s->sink, s->seed, s->packets, s->bytes,
                      s->flows_started, s->flows_finished, first, last, s->wall_seconds, mpps,
                      s->errors, s->sent, s->sent_bytes, s->failed,
                      s->paced == 1 ? "realtime" : s->paced == 2 ? "topspeed" : "none", s->late,
-                     s->max_late_ns, s->planner ? s->planner : "exact", s->peak_rss);
+                     s->max_late_ns, s->planner ? s->planner : "exact", s->peak_rss,
+                     s->threads ? s->threads : 1);
     return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
