@@ -682,3 +682,20 @@ def test_unwritable_output_is_runtime_error(flowengine_bin, tmp_path):
     r = run(flowengine_bin, "gen", s, "-o", tmp_path / "no" / "such" / "dir.pcap", check=False)
     assert r.returncode == 1
     assert json.loads(r.stderr.strip().splitlines()[-1])["status"] == "error"
+
+
+@pytest.mark.parametrize("planner", ["exact", "stochastic"])
+def test_more_live_flows_than_memory_is_refused_before_sending(flowengine_bin, tmp_path, planner):
+    # 2^40 instances alive at once: no machine of ours holds 2^40 x 52 bytes
+    s = write_session(tmp_path, [flow(reps=2**40, rep_period=0, packets=10, period=1000)])
+    pcap = tmp_path / "never.pcap"
+    r = run(flowengine_bin, "gen", s, "-o", pcap, "--planner", planner, check=False)
+    assert r.returncode == 2
+    assert "up to 1099511627776 flow instances are alive at once" in r.stderr
+    assert "lower reps or packets" in r.stderr
+    assert not pcap.exists()
+    # the same number of instances one after another is fine: one is alive at a time
+    s2 = write_session(tmp_path, [flow(reps=2**40, rep_period=10_000, packets=10, period=1000)],
+                       name="seq.ntg")
+    ok = run(flowengine_bin, "gen", s2, "--null", "--max-packets", "1000", "--planner", planner)
+    assert ok.returncode == 0

@@ -10,6 +10,7 @@
 
 #include "afpacket.h"
 #include "engine.h"
+#include "packet.h"
 #include "session.h"
 
 #define FE_VERSION "0.1.0"
@@ -22,6 +23,37 @@ static const char usage_text[] =
     "                      [--no-qdisc-bypass]\n"
     "                      [--planner exact|stochastic] [--threads N]\n"
     "       flowengine version\n";
+
+/* MemAvailable from /proc/meminfo in bytes, 0 when it cannot be read (then no check is made). */
+static uint64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kib = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
+/* Refuse, before anything is sent, a session whose live instances cannot fit in memory: the
+ * pool would otherwise grow until malloc fails in the middle of the run. */
+static int check_memory(const struct fe_session *s, const char *name, int planner)
+{
+    double per = (double)sizeof(struct fe_inst) + 4 + (planner == ENGINE_PLANNER_STOCHASTIC ? 16 : 0);
+    double need = (double)s->max_concurrent * per, have = (double)mem_available();
+    if (have <= 0 || need <= have)
+        return 0;
+    fprintf(stderr,
+            "flowengine: %s: up to %llu flow instances are alive at once, which needs about "
+            "%.1f GiB; only %.1f GiB of memory is available: lower reps or packets, shorten the "
+            "period, or space the repetitions (rep_period)\n",
+            name, (unsigned long long)s->max_concurrent, need / (1u << 30), have / (1u << 30));
+    return -1;
+}
 
 static int usage(const char *msg, const char *arg)
 {
@@ -169,6 +201,10 @@ static int cmd_gen(int argc, char **argv)
     struct fe_session s;
     if (session_load(&s, session))
         return 2;
+    if (check_memory(&s, strcmp(session, "-") ? session : "<stdin>", o.planner)) {
+        session_free(&s);
+        return 2;
+    }
 
     struct txhook *hooks[ENGINE_MAX_THREADS] = { NULL };
     if (to.iface || to.pace != PACE_NONE) {
