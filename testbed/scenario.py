@@ -341,6 +341,10 @@ class FlowEngineOptions(_Model):
         description="`exact`: every packet at its due time; `stochastic`: FLOR's Distribution "
         "Tree picks the next flow with probability proportional to its rate.",
     )
+    threads: int = Field(
+        1, ge=1, le=256,
+        description="Worker threads; with the exact planner the output is the same for any count.",
+    )
     checksum_offload: bool = Field(
         False,
         description="Write only the pseudo-header part of transport checksums and no IPv4 header "

@@ -316,3 +316,17 @@ def test_more_flows_than_memory_allows_is_refused_before_any_work(tmp_path):
 def test_validate_reports_the_peak_of_concurrent_flows():
     r = run_testbed("validate", str(QUICKSTART))
     assert "at most 36 flows at once (about 2.2 KiB of engine state)" in r.stdout
+
+
+def test_two_engine_threads_give_the_same_capture(tmp_path, flowengine_bin):
+    text = QUICKSTART.read_text().replace("seed: 1\n", "seed: 1\nflowengine: {threads: 2}\n")
+    threaded = tmp_path / "threads.yaml"
+    threaded.write_text(text)
+    digests = []
+    for i, path in enumerate([QUICKSTART, threaded]):
+        r = run_testbed("run", str(path), "--out", str(tmp_path / str(i)), "--no-analyze", "-q")
+        assert r.returncode == 0, r.stdout + r.stderr
+        run_dir = only_run_dir(tmp_path / str(i))
+        digests.append(hashlib.sha256((run_dir / "capture.pcap").read_bytes()).digest())
+    assert "--threads" in json.loads((run_dir / "manifest.json").read_text())["commands"][0]["argv"]
+    assert digests[0] == digests[1]

@@ -85,6 +85,8 @@ class FlowEngine(Generator):
             argv += ["--planner", options.planner]
         if options.checksum_offload:
             argv += ["--csum-offload"]
+        if options.threads > 1:
+            argv += ["--threads", str(options.threads)]
         self._log = open(run_dir / "engine.log", "wb")
         self._proc = Process("flowengine", argv, stdout=subprocess.PIPE, stderr=self._log)
 
