@@ -556,6 +556,21 @@ static void engine_free(struct engine *e)
 }
 
 /* Prints the summary and writes --summary; may turn exit code 0 into 1. */
+/* The final status of a run that got past its start: error, interrupted, or as it is. */
+static void settle_status(struct summary *sum, const char *err, int err_no)
+{
+    if (err) {
+        fprintf(stderr, "flowengine: %s%s%s\n", err, err_no ? ": " : "",
+                err_no ? strerror(err_no) : "");
+        sum->status = "error";
+        sum->exit_code = 1;
+        sum->errors = 1;
+    } else if (!strcmp(sum->status, "interrupted")) {
+        sum->signal = engine_signal == SIGTERM ? "SIGTERM" : "SIGINT";
+        sum->exit_code = engine_signal == SIGTERM ? 143 : 130;
+    }
+}
+
 static void report(struct summary *sum, const struct engine_opts *o)
 {
     char line[1024];
@@ -673,16 +688,7 @@ int engine_run(const struct fe_session *s, const struct engine_opts *o)
     sum.sent = sum.packets;
     sum.sent_bytes = sum.bytes;
     txhook_summary(o->hook, &sum);
-    if (err) {
-        fprintf(stderr, "flowengine: %s%s%s\n", err, err_no ? ": " : "",
-                err_no ? strerror(err_no) : "");
-        sum.status = "error";
-        sum.exit_code = 1;
-        sum.errors = 1;
-    } else if (!strcmp(sum.status, "interrupted")) {
-        sum.signal = engine_signal == SIGTERM ? "SIGTERM" : "SIGINT";
-        sum.exit_code = engine_signal == SIGTERM ? 143 : 130;
-    }
+    settle_status(&sum, err, err_no);
     goto report;
 
 fail_early:
@@ -1191,16 +1197,7 @@ static int engine_run_threads(const struct fe_session *s, const struct engine_op
     if (o->hooks)
         for (unsigned i = 0; i < n; i++)
             txhook_summary_add(o->hooks[i], &sum);
-    if (err) {
-        fprintf(stderr, "flowengine: %s%s%s\n", err, err_no ? ": " : "",
-                err_no ? strerror(err_no) : "");
-        sum.status = "error";
-        sum.exit_code = 1;
-        sum.errors = 1;
-    } else if (!strcmp(sum.status, "interrupted")) {
-        sum.signal = engine_signal == SIGTERM ? "SIGTERM" : "SIGINT";
-        sum.exit_code = engine_signal == SIGTERM ? 143 : 130;
-    }
+    settle_status(&sum, err, err_no);
     goto done;
 
 fail_early:
