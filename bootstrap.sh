@@ -2,6 +2,7 @@
 # The two set-up commands of ntg-testbed (run as root on Debian 12, or with the packages present):
 #   ./bootstrap.sh quickstart   install what is needed, build, and run scenarios/quickstart.yaml
 #   ./bootstrap.sh test         install what the tests need, build, and run the whole test suite
+#   ./bootstrap.sh bench [NAME] install the benchmarks' peers and run benchmarks/NAME.py (default: all)
 # Extra arguments after `test` go to pytest, after `quickstart` to `testbed run`.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -11,7 +12,8 @@ mode=${1:-quickstart}
 
 # Debian packages: to build and run, and (test) the real tools the tests check our output with.
 APT_RUN=(python3 python3-venv python3-dev build-essential cmake git)
-APT_TEST=(tshark tcpdump)
+APT_TEST=(tshark tcpdump iproute2)
+APT_BENCH=(netsniff-ng tcpreplay)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -63,8 +65,18 @@ case "$mode" in
     fi
     exit $status
     ;;
+  bench)
+    install_apt "${APT_RUN[@]}" "${APT_TEST[@]}" "${APT_BENCH[@]}"
+    install_python bench
+    names=("$@")
+    [ ${#names[@]} -eq 0 ] && names=(bench_engine bench_engine_scale bench_threads bench_live bench_flor_perf flor_timing bench_ingest)
+    for name in "${names[@]}"; do
+      say "benchmarks/$name.py"
+      .venv/bin/python "benchmarks/$name.py"
+    done
+    ;;
   *)
-    echo "usage: ./bootstrap.sh quickstart|test [arguments]" >&2
+    echo "usage: ./bootstrap.sh quickstart|test|bench [arguments]" >&2
     exit 2
     ;;
 esac
