@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import re
-import secrets
 import shutil
 import statistics
 import subprocess
@@ -38,6 +37,9 @@ from bench_engine import find_binary  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from testbed.topology import VethPair  # noqa: E402
+
 FLOW = ("flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
         "src=198.18.0.1/32 src_mode=fixed dst=198.19.0.1/32 dst_mode=fixed "
         "sport=1024-65535 sport_mode=random dport=9-9 dport_mode=fixed "
@@ -48,31 +50,15 @@ def sh(*args, timeout=30, check=True):
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=check)
 
 
-class Namespace:
+class Namespace(VethPair):
+    """Both veth ends in one namespace, as the measured rates in ../shared were taken."""
+
     def __init__(self):
-        self.name = f"ntgbench-{secrets.token_hex(4)}"
+        super().__init__(prefix="ntgbench", split=False)
 
-    def __enter__(self):
-        sh("ip", "netns", "add", self.name)
-        try:
-            for key in ("all", "default"):
-                self.exec("sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1")
-            sh("ip", "-n", self.name, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
-            sh("ip", "-n", self.name, "link", "set", "veth0", "up")
-            sh("ip", "-n", self.name, "link", "set", "veth1", "up")
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+    def exec(self, *args, timeout=120, check=True):  # noqa: D102 - commands run in our namespace
+        return self.run_in(self.gen, *args, timeout=timeout, check=check)
 
-    def __exit__(self, *exc):
-        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
-
-    def exec(self, *args, timeout=120, check=True):
-        return sh("ip", "netns", "exec", self.name, *args, timeout=timeout, check=check)
-
-    def rx(self):
-        return int(self.exec("cat", "/sys/class/net/veth1/statistics/rx_packets").stdout)
 
 
 def timed(ns, argv, timeout=300):

@@ -10,7 +10,6 @@ the summary are compared with the peer veth's rx counter and with what tcpdump c
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import struct
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from testbed.topology import VethPair
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
@@ -51,42 +52,12 @@ def sh(*args, timeout=10, check=True):
     return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=check)
 
 
-class Pair:
-    """veth0 in namespace `gen`, veth1 in namespace `peer`; both up, no addresses, no routes."""
-
-    def __init__(self):
-        tag = secrets.token_hex(4)
-        self.gen, self.peer = f"ntgtest-{tag}-gen", f"ntgtest-{tag}-peer"
-        self.made = []
-
-    def setup(self):
-        for ns in (self.gen, self.peer):
-            sh("ip", "netns", "add", ns)
-            self.made.append(ns)
-            # No IPv6 autoconfiguration traffic (router solicitations, MLD) in the counters.
-            for key in ("all", "default"):
-                sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1")
-        sh("ip", "-n", self.gen, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1",
-           "netns", self.peer)
-        sh("ip", "-n", self.gen, "link", "set", "veth0", "up")
-        sh("ip", "-n", self.peer, "link", "set", "veth1", "up")
-        return self
-
-    def teardown(self):
-        for ns in self.made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
-
-    def rx(self):
-        return int(sh("ip", "netns", "exec", self.peer, "cat",
-                      "/sys/class/net/veth1/statistics/rx_packets").stdout)
-
-
 @pytest.fixture
 def pair():
     probe = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
     if probe.returncode != 0:
         pytest.skip("`ip netns` is not usable here")
-    p = Pair()
+    p = VethPair(prefix="ntgtest")
     try:
         yield p.setup()
     finally:

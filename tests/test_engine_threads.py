@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.topology import VethPair
+
 from test_engine_cli import ICMP4, ICMP6, read_csv, read_pcap, run, walk_pcap, write_session
 
 THREADS = [2, 3]
@@ -210,7 +212,7 @@ def test_live_two_threads_sent_equals_peer_rx(flowengine_bin, tmp_path, tx):
     probe = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
     if probe.returncode != 0:
         pytest.skip("`ip netns` is not usable here")
-    pair = live.Pair()
+    pair = VethPair(prefix="ntgtest")
     try:
         pair.setup()
         text = live.session_text({"packets": 5_000, "period": 1000, "reps": 4,
@@ -239,7 +241,7 @@ def test_live_two_threads_realtime_common_start(flowengine_bin, tmp_path):
         pytest.skip("iproute2 (`ip netns`) is not installed")
     import test_engine_live as live
 
-    pair = live.Pair()
+    pair = VethPair(prefix="ntgtest")
     try:
         pair.setup()
         text = live.session_text({"packets": 500, "period": 1_000_000, "reps": 2,
