@@ -210,15 +210,14 @@ class Run:
             if show_progress:
                 from tqdm import tqdm
 
-                horizon = max(f.last_due_ns for f in self.scenario.flows)
-                total = max(1, horizon // 1_000_000_000 + 1)
-                bar = tqdm(total=total, desc="virtual time", delay=2.0, leave=False, file=sys.stderr,
+                bar = tqdm(total=1, desc="virtual time", delay=2.0, leave=False, file=sys.stderr,
                            dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| "
                            "{n}/{total} s [{elapsed}<{remaining}{postfix}]")  # fmt: skip
             shown_after = time.monotonic() + 2.0  # short runs finish without a bar
 
             def on_progress(p: Progress) -> None:
                 if bar is not None:
+                    bar.total = p.total  # the generator knows its own horizon
                     bar.n = min(p.done, bar.total)
                     bar.set_postfix_str(f"{p.packets:,} packets", refresh=False)
                     if time.monotonic() >= shown_after:

@@ -63,15 +63,14 @@ class FlowEngine(Generator):
         return engine_version(self._binary)
 
     def prepare(self, scenario, run_dir: Path, seed: int) -> None:
-        from testbed.compile import compile_session, expected
+        from testbed.compile import compile_session
         from testbed.proc import Process
 
         self._binary = engine_path()
         self._run_dir = run_dir
         session = run_dir / "session.ntg"
         session.write_text(compile_session(scenario, seed))
-        plan = expected(scenario)
-        horizon = plan.last_ns if plan.last_ns is not None else max(f.last_due_ns for f in scenario.flows)
+        horizon = max(f.last_due_ns for f in scenario.flows)
         self._last_second = max(1, horizon // 1_000_000_000 + 1)
         argv = [
             str(self._binary), "gen", str(session),

@@ -557,14 +557,24 @@ static void engine_free(struct engine *e)
 
 /* Prints the summary and writes --summary; may turn exit code 0 into 1. */
 /* The final status of a run that got past its start: error, interrupted, or as it is. */
+static void print_error(const char *err, int err_no)
+{
+    fprintf(stderr, "flowengine: %s%s%s\n", err, err_no ? ": " : "",
+            err_no ? strerror(err_no) : "");
+}
+
+static void mark_failed(struct summary *sum)
+{
+    sum->status = "error";
+    sum->exit_code = 1;
+    sum->errors = 1;
+}
+
 static void settle_status(struct summary *sum, const char *err, int err_no)
 {
     if (err) {
-        fprintf(stderr, "flowengine: %s%s%s\n", err, err_no ? ": " : "",
-                err_no ? strerror(err_no) : "");
-        sum->status = "error";
-        sum->exit_code = 1;
-        sum->errors = 1;
+        print_error(err, err_no);
+        mark_failed(sum);
     } else if (!strcmp(sum->status, "interrupted")) {
         sum->signal = engine_signal == SIGTERM ? "SIGTERM" : "SIGINT";
         sum->exit_code = engine_signal == SIGTERM ? 143 : 130;
@@ -692,12 +702,9 @@ int engine_run(const struct fe_session *s, const struct engine_opts *o)
     goto report;
 
 fail_early:
-    fprintf(stderr, "flowengine: %s%s%s\n", err, err_no ? ": " : "",
-            err_no ? strerror(err_no) : "");
+    print_error(err, err_no);
 fail_early_quiet:
-    sum.status = "error";
-    sum.exit_code = 1;
-    sum.errors = 1;
+    mark_failed(&sum);
     sink_close(&e.sink);
     if (e.flog)
         fclose(e.flog);
@@ -1201,12 +1208,9 @@ static int engine_run_threads(const struct fe_session *s, const struct engine_op
     goto done;
 
 fail_early:
-    fprintf(stderr, "flowengine: %s%s%s\n", err, err_no ? ": " : "",
-            err_no ? strerror(err_no) : "");
+    print_error(err, err_no);
 fail_early_quiet:
-    sum.status = "error";
-    sum.exit_code = 1;
-    sum.errors = 1;
+    mark_failed(&sum);
     sink_close(&out);
     if (flog)
         fclose(flog);
