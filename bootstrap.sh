@@ -12,8 +12,10 @@ mode=${1:-quickstart}
 
 # Debian packages: to build and run, and (test) the real tools the tests check our output with.
 APT_RUN=(python3 python3-venv python3-dev build-essential cmake git)
-APT_TEST=(tshark tcpdump iproute2)
+APT_TEST=(tshark tcpdump iproute2 ethtool tcpreplay ostinato)
 APT_BENCH=(netsniff-ng tcpreplay)
+# Suricata 7 comes from bookworm-backports of the Debian archive this machine already uses.
+APT_BACKPORTS=(suricata)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -31,6 +33,40 @@ install_apt() {
   say "installing Debian packages: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+debian_uri() {
+  # The URI of the machine's own Debian entry (deb822 or one-line format), never a fixed host.
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk '/^URIs:/ {u=$2} /^Suites:/ && / bookworm( |$)/ {print u; exit}' "$f"
+  done | head -n1 | grep . && return 0
+  awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null | grep .
+}
+
+install_backports() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "bootstrap: missing ${missing[*]} (from bookworm-backports); run this script as root" >&2
+    exit 1
+  fi
+  local list=/etc/apt/sources.list.d/ntg-bookworm-backports.sources
+  if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    local uri
+    uri=$(debian_uri) || { echo "bootstrap: no Debian bookworm entry in the apt sources to reuse" >&2; exit 1; }
+    say "adding bookworm-backports from $uri"
+    printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      "$uri" >"$list"
+  fi
+  say "installing from bookworm-backports: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    -t bookworm-backports "${missing[@]}" >/dev/null
 }
 
 install_python() {
@@ -53,6 +89,7 @@ case "$mode" in
     ;;
   test)
     install_apt "${APT_RUN[@]}" "${APT_TEST[@]}"
+    install_backports "${APT_BACKPORTS[@]}"
     install_python test
     say "running the test suite"
     set +e

@@ -1,7 +1,7 @@
 """The one small interface every generator adapter implements.
 
-A run calls, in order: `prepare(scenario, run_dir, seed)` (write configuration, check that the
-tool exists: fail here, before anything is sent), `start()`, then `wait(timeout)` until it returns
+A run calls, in order: `prepare(scenario, run_dir, seed, endpoint)` (write configuration, check
+that the tool exists: fail here, before anything is sent), `start()`, then `wait(timeout)` until it returns
 True or the run decides to `stop()`. `counters()` may be called at any time and after the end;
 loss is always computed from these counters the same way: sent by the generator vs seen on the
 wire vs seen by the device under test.
@@ -17,6 +17,24 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     from testbed.proc import CommandRecord
     from testbed.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a live generator sends: interface `iface` inside network namespace `netns`.
+
+    `endpoint=None` in `prepare` means offline (the generator writes capture.pcap itself, when it
+    can). `pace` is `realtime` (the scenario's timestamps) or `topspeed` (as fast as possible,
+    seed 001's "packets/sec 0"); `duration_s` bounds a topspeed run."""
+
+    netns: str
+    iface: str
+    pace: str = "realtime"
+    duration_s: float | None = None
+
+    def argv(self, *command: str) -> list[str]:
+        """`command` run inside the namespace (argument list, never a shell string)."""
+        return ["ip", "netns", "exec", self.netns, *command]
 
 
 class GeneratorError(Exception):
@@ -49,7 +67,9 @@ class Generator(abc.ABC):
     name: str = "generator"
 
     @abc.abstractmethod
-    def prepare(self, scenario: "Scenario", run_dir: Path, seed: int) -> None: ...
+    def prepare(
+        self, scenario: "Scenario", run_dir: Path, seed: int, endpoint: Endpoint | None = None
+    ) -> None: ...
 
     @abc.abstractmethod
     def start(self, on_progress: Callable[[Progress], None] | None = None) -> None: ...

@@ -40,9 +40,10 @@ class CommandRecord:
     exit_code: int | None = None
     status: str = "not started"
     note: str = ""
+    pid: int | None = None
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if v != "" or k == "status"}
+        return {k: v for k, v in self.__dict__.items() if (v != "" and v is not None) or k == "status"}
 
 
 @dataclass
@@ -76,6 +77,7 @@ class Process:
             self.record.note = str(exc)
             raise
         self.record.status = "running"
+        self.record.pid = self.popen.pid
         return self
 
     @property

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from ..base import Counters, Generator, GeneratorError, Progress
+from ..base import Counters, Endpoint, Generator, GeneratorError, Progress
 
 ENGINE_ENV = "NTG_FLOWENGINE"
 EXIT_STATUS = {0: "completed", 1: "failed", 2: "failed", 130: "interrupted", 143: "interrupted"}
@@ -62,7 +62,7 @@ class FlowEngine(Generator):
     def version(self) -> str:
         return engine_version(self._binary)
 
-    def prepare(self, scenario, run_dir: Path, seed: int) -> None:
+    def prepare(self, scenario, run_dir: Path, seed: int, endpoint: Endpoint | None = None) -> None:
         from testbed.compile import compile_session
         from testbed.proc import Process
 
@@ -72,9 +72,11 @@ class FlowEngine(Generator):
         session.write_text(compile_session(scenario, seed))
         horizon = max(f.last_due_ns for f in scenario.flows)
         self._last_second = max(1, horizon // 1_000_000_000 + 1)
+        sink = ["-o", str(run_dir / "capture.pcap")]
+        if endpoint is not None:  # live: the capture comes from the testbed's tcpdump
+            sink = ["--iface", endpoint.iface, "--pace", endpoint.pace]
         argv = [
-            str(self._binary), "gen", str(session),
-            "-o", str(run_dir / "capture.pcap"),
+            str(self._binary), "gen", str(session), *sink,
             "--seed", str(seed),
             "--summary", str(run_dir / "engine-summary.json"),
             "--flows", str(run_dir / "engine-flows.csv"),
@@ -86,6 +88,8 @@ class FlowEngine(Generator):
             argv += ["--csum-offload"]
         if options.threads > 1:
             argv += ["--threads", str(options.threads)]
+        if endpoint is not None:
+            argv = endpoint.argv(*argv)
         self._log = open(run_dir / "engine.log", "wb")
         self._proc = Process("flowengine", argv, stdout=subprocess.PIPE, stderr=self._log)
 
@@ -139,8 +143,9 @@ class FlowEngine(Generator):
 
     def counters(self) -> Counters:
         s = self.summary()
-        packets, nbytes, errors = s.get("packets", 0), s.get("bytes", 0), s.get("errors", 0)
-        return Counters(packets + errors, packets, errors, nbytes, nbytes, 0)
+        packets, nbytes = s.get("packets", 0), s.get("bytes", 0)
+        sent, sent_bytes = s.get("sent", packets), s.get("sent_bytes", nbytes)
+        return Counters(packets, sent, s.get("failed", 0), nbytes, sent_bytes, nbytes - sent_bytes)
 
     def status(self) -> str:
         if self._proc is None or self._proc.record.exit_code is None:
