@@ -97,9 +97,17 @@ class Generator(abc.ABC):
         return "unknown"
 
 
-def get_generator(name: str) -> Generator:
-    if name == "flowengine":
-        from .flowengine import FlowEngine
+# name -> "module:Class" of every adapter; imported only when used.
+ADAPTERS = {
+    "flowengine": "generators.flowengine:FlowEngine",
+}
 
-        return FlowEngine()
-    raise GeneratorError(f"unknown generator {name!r}; available: flowengine")
+
+def get_generator(name: str, spec: object = None) -> Generator:
+    """The adapter `name`; `spec` is its `GeneratorSpec` from the scenario's `testbed:` section."""
+    import importlib
+
+    if name not in ADAPTERS:
+        raise GeneratorError(f"unknown generator {name!r}; available: {', '.join(sorted(ADAPTERS))}")
+    module, cls = ADAPTERS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(spec)

@@ -352,17 +352,180 @@ class FlowEngineOptions(_Model):
     )
 
 
+# --------------------------------------------------------------------------------------------
+# Live runs: the `testbed:` section
+
+GeneratorName = Literal["flowengine", "tcpreplay", "scapy", "ostinato"]
+_PLACE = re.compile(r"^[a-z0-9]{1,12}:[A-Za-z0-9_.-]{1,15}$")
+
+
+def _place(v: str) -> str:
+    if not isinstance(v, str) or not _PLACE.match(v):
+        raise ValueError("expected NAMESPACE-ROLE:INTERFACE of the topology, like gen:gen0")
+    return v
+
+
+Place = Annotated[str, BeforeValidator(_place)]
+
+
+class GeneratorSpec(_Model):
+    """One generator of a live run, placed on an interface of the topology."""
+
+    name: GeneratorName = Field(description="flowengine, tcpreplay, scapy or ostinato.")
+    label: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=32,
+        description="Name in reports and folder names (default: the generator's name).",
+    )
+    at: Place = Field("gen:gen0", description="Where it sends: `ROLE:IFACE` of the topology.")
+    pace: Literal["realtime", "topspeed"] = Field(
+        "realtime",
+        description="`realtime`: the scenario's timestamps; `topspeed`: as fast as it can "
+        "(seed 001), for `testbed.duration`.",
+    )
+    pcap: str | None = Field(None, description="tcpreplay: the capture to replay (default: the "
+                             "scenario's flows, generated first by the native engine).")
+    loop: int | None = Field(None, ge=1, description="tcpreplay: play the capture this many times.")
+    preload: bool = Field(False, description="tcpreplay: load the capture into memory first.")
+
+    @property
+    def role(self) -> str:
+        return self.at.split(":", 1)[0]
+
+    @property
+    def iface(self) -> str:
+        return self.at.split(":", 1)[1]
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
+
+    @model_validator(mode="after")
+    def _only_for_tcpreplay(self) -> "GeneratorSpec":
+        if self.name != "tcpreplay":
+            for key in ("pcap", "loop"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"`{key}` is an option of tcpreplay, not of {self.name}")
+        return self
+
+
+class CaptureSpec(_Model):
+    """tcpdump on one interface: what was seen on the wire."""
+
+    at: Place = Field("tap:tap0", description="Interface to capture on (`ROLE:IFACE`).")
+    snaplen: int = Field(128, ge=64, le=65535, description="Bytes kept of every frame.")
+    buffer_kib: int = Field(65536, ge=1, le=4_194_304, description="Kernel buffer, tcpdump -B (KiB).")
+
+
+class DutSpec(_Model):
+    """The device under test, listening on one interface."""
+
+    kind: Literal["none", "tcpdump", "suricata"] = Field("none", description="none, tcpdump or suricata.")
+    at: Place = Field("dut:dut0", description="Interface it reads (`ROLE:IFACE`).")
+    buffer_kib: int = Field(2048, ge=1, le=4_194_304, description="tcpdump: kernel buffer (-B, KiB).")
+    snaplen: int = Field(256, ge=64, le=65535, description="tcpdump: snap length.")
+    write: bool = Field(False, description="tcpdump: keep what it received as dut.pcap.")
+    rules: list[str] = Field([], description="suricata: rule files (relative to the scenario).")
+
+
+class MonitorSpec(_Model):
+    hz: float = Field(1.0, gt=0, le=10, description="Samples per second (1 to 10).")
+
+
+class SweepSpec(_Model):
+    """Seed 002's loss method: a packet-rate sweep and a flow-rate (hosts) sweep."""
+
+    packet_rates: list[Rate] = Field(
+        [], description="Packet rates of the rate sweep, one UDP flow each: [1000, 5000, 10000]."
+    )
+    hosts: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        [], description="Host counts of the flow-rate sweep: [1, 10, 25, 50]."
+    )
+    sessions_per_host: int = Field(50, ge=1, le=100_000, description="UDP sessions per host, one after another.")
+    host_rate: Rate = Field(Decimal(2000), description="Packets per second of one host (seed 002: 0.5 ms IAT).")
+    frame_size: int = Field(60, ge=60, le=9000, description="Frame bytes without the FCS (60 = 64 on the wire).")
+    step: Duration = Field(2_000_000_000, description="How long every step sends.")
+
+    @model_validator(mode="after")
+    def _something(self) -> "SweepSpec":
+        if not self.packet_rates and not self.hosts:
+            raise ValueError("give `packet_rates`, `hosts` or both")
+        return self
+
+
+class LoadStepsSpec(_Model):
+    """Seed 001's figures 2-7: each generator at fixed offered loads, CPU and RAM measured."""
+
+    step_kbps: int = Field(500, ge=1, description="Load step in KB/s (seed 001: 500).")
+    count: int = Field(3, ge=1, le=100, description="Number of steps: step, 2*step, ...")
+    duration: Duration = Field(2_000_000_000, description="How long each load step lasts.")
+
+
+class TestbedSpec(_Model):
+    """Live run: topology, generators, capture point, device under test, monitor, method."""
+
+    topology: str | dict = Field(
+        "default", description="A packaged topology name, a YAML file (relative to the scenario) "
+        "or the topology itself as a mapping."
+    )
+    method: Literal["run", "comparison", "loss-sweep"] = Field(
+        "run", description="`run`: the generators send the scenario together; `comparison`: "
+        "seed 001, each generator in turn; `loss-sweep`: seed 002 against the DUT."
+    )
+    duration: Duration | None = Field(None, description="How long topspeed generators send.")
+    generators: list[GeneratorSpec] = Field([], description="Default: the scenario's `generator`.")
+    capture: CaptureSpec | None = Field(CaptureSpec(), description="`null` turns the capture off.")
+    dut: DutSpec = DutSpec()
+    monitor: MonitorSpec = MonitorSpec()
+    sweep: SweepSpec | None = None
+    load_steps: LoadStepsSpec | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TestbedSpec":
+        if self.method == "loss-sweep":
+            if self.sweep is None:
+                raise ValueError("method `loss-sweep` needs a `sweep` section")
+            if self.dut.kind == "none":
+                raise ValueError("method `loss-sweep` needs a device under test (`dut.kind`)")
+        elif self.sweep is not None:
+            raise ValueError("`sweep` belongs to method `loss-sweep`")
+        if self.load_steps is not None and self.method != "comparison":
+            raise ValueError("`load_steps` belongs to method `comparison`")
+        if self.method == "comparison" and self.duration is None:
+            raise ValueError("method `comparison` needs `duration` (seed 001: 60s)")
+        if any(g.pace == "topspeed" for g in self.generators) and self.duration is None:
+            raise ValueError("a `topspeed` generator needs `duration`")
+        titles = [g.title for g in self.generators]
+        dup = sorted({t for t in titles if titles.count(t) > 1})
+        if dup:
+            raise ValueError(f"two generators named {dup[0]}: give them different `label`s")
+        return self
+
+
 class Scenario(_Model):
     version: Literal[1] = Field(description="Scenario format version; this is 1.")
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
     description: str = ""
     seed: int = Field(1, ge=0, lt=2**64, description="Seed of every random choice in the run.")
-    generator: Literal["flowengine"] = Field(
-        "flowengine", description="Which generator produces the flows."
+    generator: GeneratorName = Field(
+        "flowengine", description="Which generator produces the flows (offline: only flowengine)."
     )
     ethernet: Ethernet = Ethernet()
     flowengine: FlowEngineOptions = FlowEngineOptions()
     flows: list[Flow] = Field(min_length=1)
+    testbed: TestbedSpec | None = Field(
+        None, description="Live run on network namespaces (docs/live.md); absent: offline."
+    )
+
+    @model_validator(mode="after")
+    def _offline_generator(self) -> "Scenario":
+        if self.testbed is None and self.generator != "flowengine":
+            raise ValueError(f"generator `{self.generator}` sends live: add a `testbed:` section")
+        return self
+
+    def live_generators(self) -> list[GeneratorSpec]:
+        if self.testbed is None:
+            return []
+        return list(self.testbed.generators) or [GeneratorSpec(name=self.generator)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -51,7 +51,8 @@ def engine_version(path: Path | None = None) -> str:
 class FlowEngine(Generator):
     name = "flowengine"
 
-    def __init__(self) -> None:
+    def __init__(self, spec=None) -> None:
+        self.spec = spec
         self._proc = None
         self._reader: threading.Thread | None = None
         self._run_dir: Path | None = None
