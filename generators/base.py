@@ -100,6 +100,9 @@ class Generator(abc.ABC):
 # name -> "module:Class" of every adapter; imported only when used.
 ADAPTERS = {
     "flowengine": "generators.flowengine:FlowEngine",
+    "tcpreplay": "generators.replay:Replay",
+    "scapy": "generators.scapysend:ScapySend",
+    "ostinato": "generators.ostinato:Ostinato",
 }
 
 

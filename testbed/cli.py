@@ -81,6 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             seed=args.seed,
             analyze=not args.no_analyze,
             show_progress=not args.quiet and sys.stderr.isatty(),
+            duration_ns=args.duration,
         )
     except RunSetupError as exc:
         _err(f"testbed run: {exc}")
@@ -88,6 +89,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     counters = result.manifest.get("generators", {})
     print(f"run folder: {result.run_dir}")
     print(f"status: {result.status}")
+    if result.manifest.get("mode") == "live":
+        _print_live(result)
+        for message in result.messages:
+            _err(message)
+        return result.exit_code
     for name, c in counters.items():
         if c:
             print(f"{name}: {c['packets_sent']:,} packets, {c['bytes_sent']:,} bytes sent")
@@ -97,6 +103,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     for message in result.messages:
         _err(message)
     return result.exit_code
+
+
+def _print_live(result) -> None:
+    for step in result.manifest.get("steps", []):
+        loss = step.get("loss", {})
+        rate = loss.get("loss_rate")
+        parts = [f"sent {loss.get('sent', 0):,}"]
+        if loss.get("wire") is not None:
+            parts.append(f"wire {loss['wire']:,}")
+        if loss.get("dut") is not None:
+            parts.append(f"DUT {loss['dut']:,}")
+        if rate is not None:
+            parts.append(f"loss {rate:.2%}")
+        print(f"  {step['name']}: {step['status']}; " + ", ".join(parts))
+    if result.metrics and result.metrics.get("report"):
+        print(f"report: {result.metrics['report']}")
 
 
 def _print_metrics(m: dict) -> None:
@@ -121,6 +143,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from analysis import analyze
     from analysis.capture import CaptureError
 
+    run_dir = Path(args.path)
+    if (run_dir / "manifest.json").is_file() and '"mode": "live"' in (run_dir / "manifest.json").read_text():
+        from analysis.live import analyze_live
+
+        metrics = analyze_live(run_dir, progress=stage_printer(not args.quiet and sys.stderr.isatty()))
+        print(f"report: {metrics['report']}")
+        return EXIT_CHECKS_FAILED if any(not c.get("ok") for c in metrics.get("checks", [])) else EXIT_OK
     try:
         metrics = analyze(Path(args.path), Path(args.out) if args.out else None,
                           progress=stage_printer(not args.quiet and sys.stderr.isatty()))
@@ -141,6 +170,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if any(not c.get("ok") for c in metrics.get("checks", [])):
         return EXIT_CHECKS_FAILED
     return EXIT_OK
+
+
+def _duration(text: str) -> int:
+    from .units import parse_duration_ns
+
+    try:
+        value = parse_duration_ns(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
 
 
 def _seed(text: str) -> int:
@@ -175,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the run folder is created (default: ./results)")  # fmt: skip
     r.add_argument("--seed", type=_seed, help="override the scenario's seed (0 .. 2^64-1)")
     r.add_argument("--no-analyze", action="store_true", help="stop after generating")
+    r.add_argument("--duration", type=_duration, metavar="TIME",
+                   help="live runs: override testbed.duration (e.g. 3s for a short CI run)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_run)
 

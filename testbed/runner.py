@@ -262,10 +262,13 @@ def run_scenario(
     seed: int | None = None,
     analyze: bool = True,
     show_progress: bool = True,
+    duration_ns: int | None = None,
 ) -> RunResult:
     too_big = check_memory(loaded.scenario)
     if too_big:
         raise RunSetupError(f"{loaded.path}: {too_big}")
+    if loaded.scenario.testbed is not None:
+        return _run_live(loaded, out_root, seed, analyze, show_progress, duration_ns)
     run = Run(loaded, out_root, seed)
     status = run.execute(show_progress)
     result = RunResult(run.run_dir, status, EXIT_OK, run.manifest)
@@ -293,4 +296,37 @@ def run_scenario(
                 result.messages.append(
                     f"check failed: {c['name']}: expected {c['expected']}, measured {c['measured']}"
                 )
+    return result
+
+
+def _run_live(loaded: LoadedScenario, out_root: Path, seed: int | None, analyze: bool,
+              show_progress: bool, duration_ns: int | None) -> RunResult:  # fmt: skip
+    from .live import LiveError, LiveRun, check_live_prerequisites
+
+    try:
+        check_live_prerequisites(loaded.scenario)
+    except LiveError as exc:
+        raise RunSetupError(str(exc)) from None
+    run = LiveRun(loaded, out_root, seed, duration_ns)
+    status = run.execute(show_progress)
+    result = RunResult(run.run_dir, status, EXIT_OK, run.manifest)
+    if status == "interrupted":
+        result.exit_code = EXIT_INTERRUPTED
+        result.messages.append(f"interrupted: the steps so far are kept in {run.run_dir}")
+    elif status != "completed":
+        result.exit_code = EXIT_RUN_FAILED
+        result.messages.append(f"run failed: {run.manifest.get('error', 'see manifest.json')}")
+    if analyze and run.manifest.get("steps"):
+        from analysis.live import analyze_live
+
+        if show_progress:
+            print("analysing the run:", file=sys.stderr)
+        result.metrics = analyze_live(run.run_dir, progress=stage_printer(show_progress))
+        if result.exit_code == EXIT_OK:
+            failed = [c for c in result.metrics.get("checks", []) if not c.get("ok")]
+            for c in failed:
+                result.messages.append(
+                    f"check failed: {c['name']}: expected {c['expected']}, measured {c['measured']}")
+            if failed:
+                result.exit_code = EXIT_CHECKS_FAILED
     return result

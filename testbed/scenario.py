@@ -575,9 +575,9 @@ def _dotted(loc: tuple) -> str:
     return text or "(top level)"
 
 
-def _model_at(loc: tuple) -> type[BaseModel] | None:
+def _model_at(loc: tuple, root: type[BaseModel] | None = None) -> type[BaseModel] | None:
     """The model class that holds the field at `loc` (for suggesting known keys)."""
-    model: Any = Scenario
+    model: Any = root or Scenario
     for part in loc:
         if isinstance(part, int):
             continue
@@ -606,14 +606,15 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _format_error(err: dict, file: str, lines: dict[tuple, int]) -> str:
+def _format_error(err: dict, file: str, lines: dict[tuple, int],
+                  root: type[BaseModel] | None = None) -> str:
     loc = tuple(err["loc"])
     message = err["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
     if err["type"] == "extra_forbidden":
         key = loc[-1]
-        parent = _model_at(loc[:-1])
+        parent = _model_at(loc[:-1], root)
         known = list(parent.model_fields) if parent else []
         close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
         hint = f"; did you mean `{close[0]}`?" if close else ""

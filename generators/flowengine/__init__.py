@@ -51,8 +51,9 @@ def engine_version(path: Path | None = None) -> str:
 class FlowEngine(Generator):
     name = "flowengine"
 
-    def __init__(self, spec=None) -> None:
+    def __init__(self, spec=None, max_packets: int | None = None) -> None:
         self.spec = spec
+        self.max_packets = max_packets  # stop after this many packets (engine status `limited`)
         self._proc = None
         self._reader: threading.Thread | None = None
         self._run_dir: Path | None = None
@@ -87,6 +88,8 @@ class FlowEngine(Generator):
             argv += ["--planner", options.planner]
         if options.checksum_offload:
             argv += ["--csum-offload"]
+        if self.max_packets is not None:
+            argv += ["--max-packets", str(self.max_packets)]
         if options.threads > 1:
             argv += ["--threads", str(options.threads)]
         if endpoint is not None:
