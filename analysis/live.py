@@ -119,6 +119,10 @@ def checks(step: dict[str, Any]) -> list[dict[str, Any]]:
     if dut is not None and wire is not None:
         out.append({"name": f"{name}: DUT received ≤ wire", "expected": f"≤ {wire}",
                     "measured": dut, "ok": dut <= wire})
+    seen = (step.get("dut") or {}).get("received_by_filter")
+    if seen is not None and wire is not None:  # tcpdump's kernel count = received + dropped
+        out.append({"name": f"{name}: the DUT's kernel saw every frame on the wire",
+                    "expected": wire, "measured": seen, "ok": seen == wire})
     cap = step.get("capture") or {}
     if cap and cap.get("dropped_by_kernel") == 0 and step.get("traffic") is not None:
         n = step["traffic"]["packets"]
@@ -138,6 +142,7 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
     doc: dict[str, Any] = {"run_id": manifest.get("run_id"), "method": manifest.get("method"),
                            "status": manifest.get("status"), "steps": steps}
     doc["checks"] = [c for s in steps for c in checks(s)]
+    doc.update(summary(steps))
     if doc["method"] == "comparison":
         doc["comparison"] = comparison_table(steps)
     if doc["method"] == "loss-sweep":
@@ -151,6 +156,23 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
     (run / "metrics.json").write_text(json.dumps(doc, indent=1) + "\n")
     doc["report"] = str(run / "report.html")
     return doc
+
+
+def summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run-level numbers: totals over the steps and the worst step's loss rate."""
+    losses = [s["loss"] for s in steps if s.get("loss")]
+    rates = [x["loss_rate"] for x in losses if x.get("loss_rate") is not None]
+
+    def total(key: str) -> int | None:
+        vals = [x.get(key) for x in losses]
+        return sum(vals) if vals and all(v is not None for v in vals) else None
+
+    out = {"sent": total("sent"), "wire": total("wire"), "dut": total("dut"),
+           "loss_rate": max(rates) if rates else None}
+    if len(steps) == 1 and steps[0].get("traffic"):
+        t = steps[0]["traffic"]
+        out.update(packets=t["packets"], mean_pps=t["mean_pps"], variance_pct=t["variance_pct"])
+    return out
 
 
 def comparison_table(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -228,7 +250,9 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
             title = s["params"]["generator"]
             if s.get("traffic"):
                 ps = s["traffic"]["per_second"]
-                ax.plot(ps["second"], ps["packets"], marker="o", ms=3, color=colour, label=title)
+                full = len(ps["second"]) - (1 if ps["last_partial"] else 0)  # a partial second
+                ax.plot(ps["second"][:full], ps["packets"][:full], marker="o", ms=3, color=colour,
+                        label=title)
             entry = by_name.get(s["name"], {})
             series = _processes(read_samples(run / entry.get("dir", ".")), f"gen:{title}:")
             if not series.empty:
@@ -282,14 +306,14 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
         if any(len(c) for c in cpu):
             fig, ax = _figure("CPU of the DUT's threads per step (seed 002, figures 9-10, 16-17)",
                               "", "CPU % per thread (like top -H)")
-            ax.boxplot([c if len(c) else [np.nan] for c in cpu], labels=labels)
-            ax.tick_params(axis="x", labelrotation=45)
+            ax.boxplot([c if len(c) else [np.nan] for c in cpu])
+            ax.set_xticks(range(1, len(labels) + 1), labels, rotation=45, ha="right")
             plots["dut_cpu"] = _save(fig, run / "dut-cpu-box.png")
         if any(len(m) for m in mem):
             fig, ax = _figure("Memory of the DUT per step (seed 002, figures 7-8, 14-15)", "",
                               "RSS (MB)")
-            ax.boxplot([m if len(m) else [np.nan] for m in mem], labels=labels)
-            ax.tick_params(axis="x", labelrotation=45)
+            ax.boxplot([m if len(m) else [np.nan] for m in mem])
+            ax.set_xticks(range(1, len(labels) + 1), labels, rotation=45, ha="right")
             plots["dut_mem"] = _save(fig, run / "dut-mem-box.png")
     return plots
 

@@ -1,4 +1,4 @@
-"""The `testbed` command line: validate, schema, run, analyze."""
+"""The `testbed` command line: validate, schema, run, analyze, ids-coverage."""
 
 from __future__ import annotations
 
@@ -194,6 +194,54 @@ def _seed(text: str) -> int:
     return value
 
 
+def cmd_translate_rules(args: argparse.Namespace) -> int:
+    from generators.rules.translate import report_json, translate_file
+    from testbed.dut.suricata import SuricataMissing
+
+    src, out = Path(args.input), Path(args.output)
+    if not src.is_file():
+        _err(f"testbed translate-rules: {src}: no such rule file; give the path of a Snort 3 .rules file")
+        return EXIT_BAD_INPUT
+    if out.resolve() == src.resolve():
+        _err(f"testbed translate-rules: {out}: the output would overwrite the input; choose another -o")
+        return EXIT_BAD_INPUT
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        rep = translate_file(src, out, check=False)
+    except OSError as exc:
+        _err(f"testbed translate-rules: cannot write {out}: {exc.strerror or exc}")
+        return EXIT_BAD_INPUT
+    if not args.no_check:
+        from generators.rules.translate import check_load
+
+        try:
+            rep.load = check_load(out, out.with_name(out.name + ".suricata-check"))
+        except SuricataMissing as exc:
+            _err(f"testbed translate-rules: not checked: {exc}")
+    for p in rep.problems:
+        _err(f"{p} (skipped)")
+    for tr in rep.untranslatable:
+        _err(f"{tr.rule.where}: sid {tr.sid}: untranslatable: {tr.reason}" + (f" ({tr.detail})" if tr.detail else ""))
+    print(f"{src}: {rep.total:,} rules; {len(rep.translated):,} translated, "
+          f"{len(rep.untranslatable):,} untranslatable, {len(rep.problems):,} malformed")
+    for reason, n in rep.reasons().most_common():
+        print(f"  untranslatable: {n:,} x {reason}")
+    if rep.load is not None:
+        print(f"suricata -T: {rep.load.rules_loaded if rep.load.rules_loaded is not None else '?'} rules loaded, "
+              f"{len(rep.load.failures)} translated rules refused (exit status {rep.load.exit_code})")
+        for sid, lines in sorted(rep.load.failures.items()):
+            _err(f"suricata refused sid {sid}: {' | '.join(lines)}")
+    print(f"written: {out}")
+    if args.report:
+        try:
+            Path(args.report).write_text(report_json(rep))
+        except OSError as exc:
+            _err(f"testbed translate-rules: cannot write {args.report}: {exc.strerror or exc}")
+            return EXIT_BAD_INPUT
+        print(f"report: {args.report}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="testbed",
@@ -226,7 +274,84 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", metavar="DIR", help="report folder (default: the run folder)")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a.set_defaults(func=cmd_analyze)
+
+    t = sub.add_parser("translate-rules", help="rewrite Snort 3 rules in Suricata 7 syntax and check that Suricata loads them")
+    t.add_argument("input", metavar="IN.rules", help="Snort 3 rule file")
+    t.add_argument("-o", "--output", required=True, metavar="OUT.rules", help="the Suricata rule file to write")
+    t.add_argument("--report", metavar="FILE", help="also write the counts and every untranslatable rule as JSON")
+    t.add_argument("--no-check", action="store_true", help="do not run `suricata -T` on the output")
+    t.set_defaults(func=cmd_translate_rules)
+
+    c = sub.add_parser("ids-coverage", help="attack traffic from IDS rules and the IDS's detection coverage")
+    c.add_argument("rules", nargs="+", metavar="RULES", help="rule files (Suricata, Snort 2.9 or Snort 3 syntax)")
+    c.add_argument("--ids", default="suricata", choices=["suricata"], help="the IDS to measure (default: suricata)")
+    c.add_argument("--min", type=_fraction, metavar="FRACTION",
+                   help="exit 3 when the coverage is below FRACTION (0..1): the CI gate")
+    c.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-ids-coverage)")
+    c.add_argument("--mix", type=_fractions, default=(), metavar="F1,F2",
+                   help="also measure with the attacks mixed into benign load at these packet fractions, e.g. 0.01,0.1")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    c.set_defaults(func=cmd_ids_coverage)
     return p
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (got {value})")
+    return value
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+    values = tuple(_fraction(t) for t in text.split(",") if t.strip())
+    if any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError("mix fractions must be > 0")
+    return values
+
+
+def cmd_ids_coverage(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from generators.rules.coverage import run_coverage, summary_lines
+    from testbed.dut.suricata import SuricataError, SuricataMissing
+
+    for f in args.rules:
+        if not Path(f).is_file():
+            _err(f"testbed ids-coverage: {f}: no such rule file; give paths of .rules files")
+            return EXIT_BAD_INPUT
+    out = Path(args.out) if args.out else Path("results") / (
+        datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-ids-coverage")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _err(f"testbed ids-coverage: cannot create {out}: {exc.strerror}")
+        return EXIT_BAD_INPUT
+    show = not args.quiet
+    try:
+        doc = run_coverage(args.rules, out, ids=args.ids, mixes=args.mix,
+                           progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
+    except SuricataMissing as exc:
+        _err(f"testbed ids-coverage: {exc}")
+        return EXIT_BAD_INPUT
+    except SuricataError as exc:
+        _err(f"testbed ids-coverage: {exc}")
+        return 1
+    for problem in doc["problems"][:50]:
+        _err(problem)
+    if len(doc["problems"]) > 50:
+        _err(f"... and {len(doc['problems']) - 50} more malformed rules (coverage.md lists them)")
+    for line in doc["suricata_errors"][:20]:
+        _err(f"suricata: {line}")
+    for line in summary_lines(doc):
+        print(line)
+    print(f"report: {out / 'coverage.html'} (also coverage.md, coverage.json)")
+    if args.min is not None and doc["coverage"] < args.min:
+        _err(f"testbed ids-coverage: coverage {doc['coverage']:.3f} is below --min {args.min:g}")
+        return EXIT_CHECKS_FAILED
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -387,6 +387,9 @@ class LiveRun(Run):
             bar = _StepBar(show_progress, step.deadline_s(), step.name)
             for spec, gen in gens:
                 gen.start()
+            live = records + [r for _, g in gens for r in g.commands()]
+            self.manifest["commands"] = [r.as_dict() for r in self._records + live]
+            self.write_manifest()  # what runs now, with pids, for whoever watches the run
             while True:
                 running = [(s, g) for s, g in gens if not g.wait(0.05)]
                 bar.update(time.monotonic() - (deadline - step.deadline_s()))

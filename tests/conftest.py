@@ -9,6 +9,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Our pytest plugin comes through its entry point once the project is installed; from a bare
+# checkout it is loaded here instead.
+from importlib.metadata import entry_points  # noqa: E402
+
+if not any(ep.name == "ntg_testbed" for ep in entry_points(group="pytest11")):
+    pytest_plugins = ["testbed.pytest_plugin"]
+
 
 def _cmake_build(tmp_path_factory, source: str, what: str) -> Path:
     """Build one native part from its own CMakeLists, once per test session."""

@@ -1,0 +1,226 @@
+"""Live runs on real network namespaces: the lifecycle, loss accounting, the two seed methods,
+and every way a run can end badly (all need root; skipped without it)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.ntg_live,
+    pytest.mark.skipif(os.geteuid() != 0, reason="live runs create network namespaces: need root"),
+]
+
+UDP = ("{protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 9, "
+       "rate: %s, packets: %d, payload: {size: 18}}")
+
+
+def scenario(tmp_path: Path, name: str, flow: str, testbed: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"version: 1\nname: {name}\nflows:\n  - {flow}\ntestbed:\n"
+                    + textwrap.indent(textwrap.dedent(testbed).strip(), "  ") + "\n")
+    return path
+
+
+def namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purposes
+        return f.read().split(") ", 1)[1][0] != "Z"
+
+
+def assert_nothing_left(manifest: dict, before: set[str]) -> None:
+    ns = manifest["testbed"]["namespaces"] or []
+    assert not set(ns) & namespaces(), f"namespaces left behind: {set(ns) & namespaces()}"
+    assert namespaces() <= before | {n for n in namespaces() if not n.startswith(manifest["testbed"]["topology"])}
+    for c in manifest["commands"]:
+        if c.get("pid"):
+            assert not alive(c["pid"]), f"{c['name']} (pid {c['pid']}) still running"
+
+
+def test_loss_accounting_is_exact_when_nothing_is_lost(tmp_path, run_scenario, flowengine_bin):
+    before = namespaces()
+    path = scenario(tmp_path, "exact", UDP % (2000, 3000), """
+        dut: {kind: tcpdump, write: true}
+        capture: {at: "tap:tap0"}
+        monitor: {hz: 2}
+    """)
+    run = run_scenario(path)
+    assert run.ok, run.messages
+    loss = run.manifest["steps"][0]["loss"]
+    assert (loss["sent"], loss["wire"], loss["dut"], loss["captured"]) == (3000, 3000, 3000, 3000)
+    assert loss["dut_dropped"] == 0 and run.metrics.loss_rate == 0
+    assert run.metrics.packets == 3000  # the tap's capture file, read back
+    assert all(c["ok"] for c in run.metrics.checks)
+    assert (run.run_dir / "report.html").is_file() and (run.run_dir / "samples.csv").is_file()
+    assert_nothing_left(run.manifest, before)
+
+
+def test_forced_dut_overload_shows_loss_consistent_across_the_counters(tmp_path, run_scenario,
+                                                                        flowengine_bin):
+    # a 1 KiB kernel buffer and full frames written to disk: tcpdump cannot keep up at 500 kpps
+    path = scenario(tmp_path, "overload", UDP % (1000, 1), """
+        method: loss-sweep
+        dut: {kind: tcpdump, buffer_kib: 1, write: true, snaplen: 65535}
+        capture: null
+        sweep: {packet_rates: [500000], step: 2s}
+    """)
+    run = run_scenario(path)
+    assert run.ok, run.messages
+    loss = run.manifest["steps"][0]["loss"]
+    assert loss["sent"] == loss["wire"] == 1_000_000
+    assert loss["dut_dropped"] > 0 and loss["loss_rate"] > 0
+    assert loss["dut"] + loss["dut_dropped"] == loss["wire"]
+    assert loss["loss_rate"] == pytest.approx(loss["dut_dropped"] / loss["sent"])
+    assert (run.run_dir / "loss-vs-rate.png").is_file()
+
+
+def test_comparison_of_two_generators_produces_the_report(tmp_path, run_scenario, flowengine_bin):
+    flow = ("{protocol: tcp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 80, "
+            "rate: 10Mpps, duration: 1000s, payload: {size: 6}}")
+    path = scenario(tmp_path, "compare", flow, """
+        method: comparison
+        duration: 2s
+        generators: [{name: flowengine, label: native}, {name: tcpreplay}]
+        load_steps: {step_kbps: 500, count: 1, duration: 1s}
+    """)
+    run = run_scenario(path)
+    assert run.ok, run.messages
+    rows = {r["generator"]: r for r in run.metrics["comparison"]}
+    assert set(rows) == {"native", "tcpreplay"}
+    for r in rows.values():
+        assert r["packets"] > 1000 and r["average_packet_size"] == 60
+        assert r["throughput_Bps"] == pytest.approx(60 * r["mean_pps"])
+    assert max(r["rate_ratio_to_best"] for r in rows.values()) == 1
+    for png in ("compare-rates.png", "compare-throughput.png", "compare-rate-series.png",
+                "compare-cpu.png", "compare-ram.png", "compare-cpu-vs-load.png"):
+        assert (run.run_dir / png).is_file(), png
+    assert "Generator comparison" in (run.run_dir / "report.md").read_text()
+
+
+def _start_cli(path: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--out", str(out),
+                             "--no-analyze", "-q"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _wait_for(out: Path, name: str, timeout: float = 20) -> dict:
+    """The manifest once the process NAME has started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for m in out.glob("*/manifest.json"):
+            try:
+                manifest = json.loads(m.read_text())
+            except ValueError:
+                continue
+            for c in manifest.get("commands", []):
+                if c["name"] == name and c.get("pid"):
+                    return manifest
+        time.sleep(0.1)
+    raise AssertionError(f"{name} did not start")
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads(next(out.glob("*/manifest.json")).read_text())
+
+
+def _long_run(tmp_path: Path, dut: str = "none") -> Path:
+    return scenario(tmp_path, "long", UDP % (1000, 60000), f"dut: {{kind: {dut}}}")
+
+
+def test_a_generator_killed_mid_run_fails_the_run_and_tears_everything_down(tmp_path, flowengine_bin):
+    before = namespaces()
+    out = tmp_path / "results"
+    cli = _start_cli(_long_run(tmp_path, "tcpdump"), out)
+    live = _wait_for(out, "flowengine")
+    time.sleep(1)
+    pid = next(c["pid"] for c in live["commands"] if c["name"] == "flowengine")
+    os.kill(pid, signal.SIGKILL)
+    stdout, stderr = cli.communicate(timeout=60)
+    assert cli.returncode == 1, stderr
+    m = _manifest(out)
+    assert m["status"] == "failed"
+    assert "flowengine" in m["error"] and "SIGKILL" in m["error"]
+    assert m["steps"][0]["loss"]["sent"] is not None  # what was sent so far is kept
+    assert (out / m["run_id"] / "capture.pcap").stat().st_size > 24
+    assert_nothing_left(m, before)
+
+
+def test_a_dut_that_dies_mid_run_is_recorded_and_the_data_kept(tmp_path, flowengine_bin):
+    before = namespaces()
+    out = tmp_path / "results"
+    cli = _start_cli(_long_run(tmp_path, "tcpdump"), out)
+    live = _wait_for(out, "flowengine")
+    time.sleep(1)
+    pid = next(c["pid"] for c in live["commands"] if c["name"] == "dut-tcpdump")
+    os.kill(pid, signal.SIGKILL)
+    _, stderr = cli.communicate(timeout=60)
+    assert cli.returncode == 1, stderr
+    m = _manifest(out)
+    step = m["steps"][0]
+    assert m["status"] == "failed" and "device under test" in step["error"]
+    assert step["dut"]["died"] and step["loss"]["sent"] > 0
+    assert_nothing_left(m, before)
+
+
+def test_ctrl_c_stops_in_order_and_keeps_the_partial_run(tmp_path, flowengine_bin):
+    before = namespaces()
+    out = tmp_path / "results"
+    cli = _start_cli(_long_run(tmp_path), out)
+    _wait_for(out, "flowengine")
+    time.sleep(1.5)
+    cli.send_signal(signal.SIGINT)
+    _, stderr = cli.communicate(timeout=60)
+    assert cli.returncode == 130, stderr
+    m = _manifest(out)
+    assert m["status"] == "interrupted" and m["interrupted_by"] == "SIGINT"
+    loss = m["steps"][0]["loss"]
+    assert 0 < loss["sent"] < 60000 and loss["sent"] == loss["wire"]
+    assert_nothing_left(m, before)
+
+
+def test_missing_tools_name_the_command_that_installs_them(tmp_path):
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    path = scenario(tmp_path, "tools", UDP % (1000, 10), "dut: {kind: tcpdump}")
+    res = subprocess.run([str(bare / "python"), "-m", "testbed", "run", str(path), "--out",
+                          str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PATH": str(bare)})  # fmt: skip
+    assert res.returncode == 2
+    assert "apt-get install iproute2 tcpdump" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_the_plugin_runs_a_benchmark_written_as_a_test(tmp_path, flowengine_bin):
+    path = scenario(tmp_path, "plugin", UDP % (1000, 500), "dut: {kind: tcpdump}")
+    test = tmp_path / "test_user_bench.py"
+    test.write_text(textwrap.dedent(f"""
+        def test_dut_loses_nothing(run_scenario):
+            run = run_scenario({str(path)!r})
+            assert run.ok, run.messages
+            assert run.metrics.loss_rate < 0.01
+            assert run.metrics.dut == 500
+    """))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q",
+                          str(test), "--ntg-results", str(tmp_path / "r"), "-c", "/dev/null"],
+                         cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "1 passed" in res.stdout
+    assert len(list((tmp_path / "r").glob("*-plugin/manifest.json"))) == 1
