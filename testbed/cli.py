@@ -265,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_seed, help="override the scenario's seed (0 .. 2^64-1)")
     r.add_argument("--no-analyze", action="store_true", help="stop after generating")
     r.add_argument("--duration", type=_duration, metavar="TIME",
-                   help="live runs: override testbed.duration (e.g. 3s for a short CI run)")
+                   help="live runs: how long every step sends (testbed.duration, sweep.step, "
+                   "load_steps.duration), e.g. 2s for a short CI run")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_run)
 

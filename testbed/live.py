@@ -255,8 +255,14 @@ class LiveRun(Run):
     def __init__(self, loaded: LoadedScenario, out_root: Path, seed: int | None = None,
                  duration_ns: int | None = None):  # fmt: skip
         scenario = loaded.scenario
-        if duration_ns is not None:
-            scenario = _with(scenario, duration=duration_ns)
+        if duration_ns is not None:  # how long every step sends, for short runs (CI)
+            tb = scenario.testbed
+            changes: dict[str, Any] = {"duration": duration_ns}
+            if tb.sweep is not None:
+                changes["sweep"] = tb.sweep.model_copy(update={"step": duration_ns})
+            if tb.load_steps is not None:
+                changes["load_steps"] = tb.load_steps.model_copy(update={"duration": duration_ns})
+            scenario = _with(scenario, **changes)
             loaded = LoadedScenario(scenario, loaded.path, loaded.text)
         super().__init__(loaded, out_root, seed)
         self.steps = plan_steps(scenario)

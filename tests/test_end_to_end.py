@@ -249,9 +249,12 @@ def test_a_run_shorter_than_a_second_reports_without_a_rate(tmp_path, flowengine
     assert "capture: 5 packets, 210 bytes, 1 flows; no complete second for a rate" in r.stdout
 
 
-@pytest.mark.parametrize(
-    "scenario", sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml") if p.name != "quickstart.yaml")
-)
+def _examples(live: bool) -> list[str]:
+    return sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml")
+                  if p.name != "quickstart.yaml" and ("\ntestbed:" in p.read_text()) == live)
+
+
+@pytest.mark.parametrize("scenario", _examples(live=False))
 def test_every_example_scenario_runs_and_agrees_with_itself(scenario, tmp_path, flowengine_bin):
     r = run_testbed("run", str(ROOT / "scenarios" / scenario), "--out", str(tmp_path), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -330,3 +333,16 @@ def test_two_engine_threads_give_the_same_capture(tmp_path, flowengine_bin):
         digests.append(hashlib.sha256((run_dir / "capture.pcap").read_bytes()).digest())
     assert "--threads" in json.loads((run_dir / "manifest.json").read_text())["commands"][0]["argv"]
     assert digests[0] == digests[1]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="live examples create network namespaces: need root")
+@pytest.mark.parametrize("scenario", _examples(live=True))
+def test_every_live_example_runs_with_short_steps(scenario, tmp_path, flowengine_bin):
+    r = run_testbed("run", str(ROOT / "scenarios" / scenario), "--out", str(tmp_path), "-q",
+                    "--duration", "1s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = only_run_dir(tmp_path)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["steps"] and all(s["status"] == "completed" for s in metrics["steps"])
+    assert all(c["ok"] for c in metrics["checks"]), [c for c in metrics["checks"] if not c["ok"]]
+    assert (run / "report.html").is_file()

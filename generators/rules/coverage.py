@@ -1,0 +1,329 @@
+"""IDS detection coverage of rule files: synthesize one session per rule, run the IDS, count.
+
+`run_coverage(rule_files, out_dir, *, ids="suricata", mixes=(), progress=None) -> dict` writes
+``attacks.pcap``, ``attacks.json`` (the synthesis manifest), ``coverage.json``, ``coverage.md`` and
+``coverage.html`` into `out_dir`, and returns the JSON document.
+
+Counting (per rule): *parsed* (the splitter accepted it), *synthesizable* (semantics supported and
+a session was written), *loaded* (Suricata did not reject it), *alerted* (an alert with the rule's
+own sid on the rule's session, matched by the session's address pair, which is unique per rule),
+*missed* (loaded, but no own alert; with the likely reason), and *extra* (sessions on which other
+sids fired, except the flowbits setters written into the same session). Coverage is
+alerted / (loaded rules that can alert, i.e. without ``noalert``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from .semantics import RuleModel, analyze
+from .synth import SESSION_GAP_NS, T0_NS, synthesize
+from .syntax import Problem, read_rules
+
+BENIGN_NET = ("198.18.240.0/24", "198.19.240.0/24")
+
+
+def _load(rule_files: list[str | Path]) -> tuple[list[RuleModel], list[Problem]]:
+    models: list[RuleModel] = []
+    problems: list[Problem] = []
+    seen: set[int] = set()
+    for f in rule_files:
+        rules, probs = read_rules(f)
+        problems += probs
+        for r in rules:
+            if r.sid in seen:
+                problems.append(Problem(r.file, r.line, "duplicate sid; the later rule is skipped", r.sid))
+                continue
+            seen.add(r.sid)
+            models.append(analyze(r))
+    return models, problems
+
+
+def _score(models: list[RuleModel], synth, suri) -> dict:
+    by_pair: dict[frozenset, set[int]] = defaultdict(set)
+    for a in suri.alerts:
+        by_pair[frozenset((a.src, a.dst))].add(a.sid)
+    sessions_of: dict[int, list] = defaultdict(list)
+    for s in synth.sessions:
+        sessions_of[s.sid].append(s)
+    failed_load = suri.failed_sids
+    alerted_any = {a.sid for a in suri.alerts}
+    generic = {m.sid for m in models if not any(m.buffers.values())}
+    rows = []
+    extra_sessions = 0
+    extra_specific = 0
+    extra_sids: Counter = Counter()
+    for m in models:
+        row = {"sid": m.sid, "where": m.raw.where, "msg": m.raw.msg,
+               "classtype": m.raw.first("classtype") or "-", "keywords": m.keywords}
+        sess = sessions_of.get(m.sid, [])
+        row["loaded"] = m.sid not in failed_load
+        row["synthesized"] = bool(sess)
+        got: set[int] = set()
+        for s in sess:
+            got |= by_pair.get(frozenset((s.client, s.server)), set())
+        row["alerted"] = m.sid in got
+        extra = got - {m.sid} - set(sess[0].related if sess else [])
+        if extra:
+            extra_sessions += 1
+            extra_sids.update(extra)
+            row["extra_sids"] = sorted(extra)
+            if extra - generic:
+                extra_specific += 1
+        if not row["loaded"]:
+            row["state"], row["reason"] = "not loaded", "Suricata rejected the rule"
+        elif m.noalert:
+            row["state"], row["reason"] = "silent", "noalert (sets flowbits only)"
+        elif row["alerted"]:
+            row["state"] = "alerted"
+        elif not m.supported:
+            row["state"], row["reason"] = "missed", "unsupported: " + "; ".join(m.reasons)
+        elif m.sid in synth.failed:
+            row["state"], row["reason"] = "missed", "not synthesized: " + synth.failed[m.sid]
+        else:
+            row["state"] = "missed"
+            row["reason"] = ("alerted on another session" if m.sid in alerted_any else
+                             "no alert: session written, the IDS did not match "
+                             f"(buffers {', '.join(sorted(m.buffers)) or 'none'})")
+        rows.append(row)
+    loaded = [r for r in rows if r["loaded"]]
+    can_alert = [r for r in loaded if r["state"] != "silent"]
+    alerted = [r for r in can_alert if r["alerted"]]
+    sessions = len({frozenset((s.client, s.server)) for s in synth.sessions})
+    per_kw: dict[str, Counter] = defaultdict(Counter)
+    per_ct: dict[str, Counter] = defaultdict(Counter)
+    for r in can_alert:
+        for k in r["keywords"]:
+            per_kw[k]["rules"] += 1
+            per_kw[k]["alerted"] += r["alerted"]
+        per_ct[r["classtype"]]["rules"] += 1
+        per_ct[r["classtype"]]["alerted"] += r["alerted"]
+    reasons = Counter(_reason_class(r.get("reason", "")) for r in can_alert if not r["alerted"])
+    return {
+        "rules": len(models),
+        "parsed": len(models),
+        "synthesizable": sum(1 for m in models if m.supported and m.sid in synth.synthesized),
+        "loaded": len(loaded),
+        "silent": len(loaded) - len(can_alert),
+        "alerted": len(alerted),
+        "missed": len(can_alert) - len(alerted),
+        "coverage": len(alerted) / len(can_alert) if can_alert else 0.0,
+        "sessions": sessions,
+        "extra_alert_sessions": extra_sessions,
+        "extra_fraction": extra_sessions / sessions if sessions else 0.0,
+        "extra_specific_sessions": extra_specific,
+        "extra_specific_fraction": extra_specific / sessions if sessions else 0.0,
+        "extra_sids": dict(extra_sids.most_common(20)),
+        "missed_reasons": dict(reasons.most_common()),
+        "per_keyword": {k: dict(v) for k, v in sorted(per_kw.items())},
+        "per_classtype": {k: dict(v) for k, v in sorted(per_ct.items())},
+        "rows": rows,
+    }
+
+
+def _reason_class(reason: str) -> str:
+    r = reason.split(" (")[0]
+    for prefix in ("unsupported: needs specific addresses",):
+        if r.startswith(prefix):
+            return prefix
+    return r[:90]
+
+
+def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str = "suricata",
+                 mixes: tuple[float, ...] = (), progress=None) -> dict:
+    if ids != "suricata":
+        raise ValueError(f"IDS {ids!r} is not supported; use --ids suricata")
+    from testbed.dut.suricata import run_offline, suricata_version
+
+    say = progress or (lambda msg: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.monotonic()
+    models, problems = _load(rule_files)
+    unknown = Counter(k for m in models for k in m.unknown)
+    say(f"parsed {len(models):,} rules ({len(problems)} problems)")
+    t1 = time.monotonic()
+    synth = synthesize(models, out / "attacks.pcap", out / "attacks.json",
+                       progress=lambda i, n: say(f"synthesizing {i:,}/{n:,}"))
+    t2 = time.monotonic()
+    say(f"wrote {len(synth.sessions):,} sessions, {synth.packets:,} packets; running suricata")
+    suri = run_offline(out / "attacks.pcap", list(rule_files), out / "suricata")
+    t3 = time.monotonic()
+    doc = {
+        "ids": ids, "ids_version": suricata_version(), "rule_files": [str(f) for f in rule_files],
+        "problems": [str(p) for p in problems], "unknown_keywords": dict(unknown.most_common()),
+        "suricata_errors": suri.errors[:200], "suricata_rules_loaded": suri.rules_loaded,
+        "suricata_rules_failed": suri.rules_failed,
+        "packets": synth.packets,
+        "timing_s": {"parse_and_synthesize": round(t2 - t_start, 3), "synthesize": round(t2 - t1, 3),
+                     "suricata": round(t3 - t2, 3)},
+        **_score(models, synth, suri),
+        "mixes": {},
+    }
+    for frac in mixes:
+        say(f"mixing with benign load: attacks {frac:.0%} of packets")
+        doc["mixes"][f"{frac:g}"] = _mixed(models, out, frac, synth.packets, list(rule_files), run_offline)
+    doc["timing_s"]["total"] = round(time.monotonic() - t_start, 3)
+    write_reports(doc, out)
+    return doc
+
+
+def _benign_pcap(out: Path, packets: int, duration_s: float) -> Path:
+    """Benign load from the native engine: UDP and TCP flows among BENIGN_NET addresses."""
+    from generators.flowengine import engine_path
+    from testbed.compile import compile_session
+    from testbed.proc import Process
+    from testbed.scenario import parse_scenario
+
+    flows = 50
+    rate = max(1, int(packets / duration_s / flows))
+    text = f"""version: 1
+name: benign-mix
+seed: 7
+flows:
+  - protocol: udp
+    src: {{cidr: {BENIGN_NET[0]}, mode: increment}}
+    dst: {BENIGN_NET[1]}
+    dst_port: 5004
+    rate: {rate}
+    duration: {duration_s:.3f}s
+    payload: {{size: 100-1200}}
+    repeat: {{count: {flows // 2}, period: 1ms}}
+  - protocol: tcp
+    src: {{cidr: {BENIGN_NET[0]}, mode: increment}}
+    dst: {BENIGN_NET[1]}
+    dst_port: 9000
+    rate: {rate}
+    duration: {duration_s:.3f}s
+    payload: {{size: 100-1400}}
+    repeat: {{count: {flows - flows // 2}, period: 1ms}}
+"""
+    scen = parse_scenario(text, "<benign-mix>")
+    session = out / "benign.ntg"
+    session.write_text(compile_session(scen))
+    pcap = out / "benign.pcap"
+    proc = Process("flowengine", [str(engine_path()), "gen", str(session), "-o", str(pcap)],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
+    if proc.wait(600) != 0:
+        err = proc.popen.stderr.read().decode(errors="replace") if proc.popen and proc.popen.stderr else ""
+        raise RuntimeError(f"flowengine failed: {err.strip()}")
+    return pcap
+
+
+def _mixed(models, out: Path, frac: float, attack_packets: int, rule_files, run_offline) -> dict:
+    from analysis.capture import read_capture
+    from testbed.proc import Process
+
+    mdir = out / f"mix-{frac:g}"
+    mdir.mkdir(exist_ok=True)
+    benign_packets = int(attack_packets * (1 - frac) / frac)
+    n_sessions = sum(1 for m in models if m.supported) or 1
+    duration_s = max(1.0, n_sessions * SESSION_GAP_NS / 1e9)
+    benign = _benign_pcap(mdir, benign_packets, duration_s)
+    cap = read_capture(benign)
+    t0 = int(cap.ts_ns[0]) if len(cap.ts_ns) else T0_NS
+    synth = synthesize(models, mdir / "attacks.pcap", mdir / "attacks.json", t0_ns=t0)
+    merged = mdir / "mixed.pcap"
+    proc = Process("mergecap", ["mergecap", "-F", "pcap", "-w", str(merged), str(benign), str(mdir / "attacks.pcap")],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
+    if proc.wait(600) != 0:
+        raise RuntimeError("mergecap failed")
+    suri = run_offline(merged, rule_files, mdir / "suricata")
+    score = _score(models, synth, suri)
+    total = len(cap.ts_ns) + synth.packets
+    keep = ("loaded", "silent", "alerted", "missed", "coverage", "sessions", "extra_alert_sessions", "extra_fraction",
+            "extra_specific_sessions", "extra_specific_fraction")
+    res = {k: score[k] for k in keep}
+    res.update(benign_packets=len(cap.ts_ns), attack_packets=synth.packets,
+               attack_fraction=synth.packets / total if total else 0.0)
+    (benign).unlink(missing_ok=True)
+    return res
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def summary_lines(doc: dict) -> list[str]:
+    lines = [
+        f"rules: {doc['rules']:,} parsed ({len(doc['problems'])} malformed, skipped), "
+        f"{doc['synthesizable']:,} synthesizable, {doc['loaded']:,} loaded by {doc['ids']} {doc['ids_version']}",
+        f"coverage: {doc['alerted']:,} of {doc['loaded'] - doc['silent']:,} alerted for their own sid "
+        f"({_pct(doc['coverage'])}); {doc['missed']:,} missed; {doc['silent']} noalert rules not counted",
+        f"extra alerts: {doc['extra_alert_sessions']:,} of {doc['sessions']:,} sessions ({_pct(doc['extra_fraction'])}); "
+        f"by rules with contents: {doc['extra_specific_sessions']:,} ({_pct(doc['extra_specific_fraction'])}), "
+        "the rest are content-less rules (port, flag or threshold rules) that match any such connection",
+    ]
+    for k, mx in doc.get("mixes", {}).items():
+        lines.append(f"mixed at {_pct(mx['attack_fraction'])} attack packets ({mx['benign_packets']:,} benign): "
+                     f"coverage {_pct(mx['coverage'])}, extra {_pct(mx['extra_fraction'])}")
+    t = doc["timing_s"]
+    lines.append(f"time: parse+synthesize {t['parse_and_synthesize']:.2f} s, suricata {t['suricata']:.2f} s, "
+                 f"total {t.get('total', 0):.2f} s")
+    return lines
+
+
+def markdown(doc: dict) -> str:
+    out = ["# IDS detection coverage", "", *[f"- {x}" for x in summary_lines(doc)], ""]
+    out += ["## Why rules were missed", "", "| reason | rules |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in doc["missed_reasons"].items()]
+    out += ["", "## Per keyword", "", "| keyword | rules | alerted | coverage |", "|---|---|---|---|"]
+    for k, v in sorted(doc["per_keyword"].items(), key=lambda kv: -kv[1]["rules"]):
+        out.append(f"| {k} | {v['rules']} | {v.get('alerted', 0)} | {_pct(v.get('alerted', 0) / v['rules'])} |")
+    out += ["", "## Per classtype", "", "| classtype | rules | alerted | coverage |", "|---|---|---|---|"]
+    for k, v in sorted(doc["per_classtype"].items(), key=lambda kv: -kv[1]["rules"]):
+        out.append(f"| {k} | {v['rules']} | {v.get('alerted', 0)} | {_pct(v.get('alerted', 0) / v['rules'])} |")
+    if doc["extra_sids"]:
+        out += ["", "## Sids firing on other rules' sessions", "", "| sid | sessions |", "|---|---|"]
+        out += [f"| {k} | {v} |" for k, v in doc["extra_sids"].items()]
+    if doc["unknown_keywords"]:
+        out += ["", "## Unknown keywords", "", "| keyword | rules |", "|---|---|"]
+        out += [f"| {k} | {v} |" for k, v in doc["unknown_keywords"].items()]
+    if doc["problems"]:
+        out += ["", "## Malformed rules (skipped)", ""] + [f"- `{p}`" for p in doc["problems"][:200]]
+    if doc["suricata_errors"]:
+        out += ["", "## Suricata errors", "", "```"] + doc["suricata_errors"][:50] + ["```"]
+    missed = [r for r in doc["rows"] if r["state"] == "missed"]
+    out += ["", f"## Missed rules ({len(missed)})", "", "| sid | where | reason |", "|---|---|---|"]
+    out += [f"| {r['sid']} | {r['where']} | {r.get('reason', '')} |" for r in missed[:2000]]
+    return "\n".join(out) + "\n"
+
+
+def write_reports(doc: dict, out: Path) -> None:
+    (out / "coverage.json").write_text(json.dumps(doc, indent=1) + "\n")
+    md = markdown(doc)
+    (out / "coverage.md").write_text(md)
+    body = []
+    in_table = False
+    for line in md.splitlines():
+        if line.startswith("|"):
+            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+            if set("".join(cells)) <= set("-"):
+                continue
+            if not in_table:
+                body.append("<table>")
+                in_table = True
+            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+            continue
+        if in_table:
+            body.append("</table>")
+            in_table = False
+        if line.startswith("## "):
+            body.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("# "):
+            body.append(f"<h1>{html.escape(line[2:])}</h1>")
+        elif line.startswith("- "):
+            body.append(f"<p>{html.escape(line[2:])}</p>")
+        elif line and line != "```":
+            body.append(f"<pre>{html.escape(line)}</pre>")
+    if in_table:
+        body.append("</table>")
+    style = "body{font-family:sans-serif;max-width:70em;margin:auto}td{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}"
+    (out / "coverage.html").write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>IDS coverage</title><style>{style}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n")

@@ -1,0 +1,617 @@
+"""Rule options -> a rule model the synthesizer can turn into traffic.
+
+`analyze(raw) -> RuleModel`. A model says which protocol and application, which side is the
+client, the ports, and per inspection buffer (Suricata 7 names: ``pkt`` for the raw payload,
+``http.uri``, ``http.header``, ``file.data``, ``dns.query``, ``tls.sni`` ...) the ordered list of
+content and pcre matches with their positional modifiers. Buffers are understood in the three
+syntaxes: Suricata sticky (``http.uri; content:...``), Snort 3 sticky (``http_uri; content:...``,
+``content:"x",depth 4``) and legacy modifiers after the content (``content:"x"; http_uri;``).
+
+Every model has `status` "supported" or "unsupported" and `reasons`; keywords we do not know are
+listed in `unknown`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .regex_example import RegexUnsupported, split_pcre
+from .syntax import RawRule, unquote
+
+# --- address and port variables ---------------------------------------------------------------
+HOME_NET4 = "198.18.0.0/16"
+EXTERNAL_NET4 = "198.19.0.0/16"
+HOME_NET6 = "2001:db8::/48"
+EXTERNAL_NET6 = "2001:db8:1::/48"
+ADDRESS_VARS = {
+    "HOME_NET": f"[{HOME_NET4},{HOME_NET6}]",
+    "EXTERNAL_NET": "!$HOME_NET",
+    **{v: "$HOME_NET" for v in (
+        "HTTP_SERVERS", "SMTP_SERVERS", "SQL_SERVERS", "DNS_SERVERS", "TELNET_SERVERS",
+        "AIM_SERVERS", "DC_SERVERS", "DNP3_SERVER", "DNP3_CLIENT", "MODBUS_CLIENT",
+        "MODBUS_SERVER", "ENIP_CLIENT", "ENIP_SERVER", "SIP_SERVERS", "FTP_SERVERS",
+        "SSH_SERVERS", "SNMP_SERVERS", "SIP_SERVERS")},
+}
+PORT_VARS = {
+    "HTTP_PORTS": "80", "SHELLCODE_PORTS": "!80", "ORACLE_PORTS": "1521", "SSH_PORTS": "22",
+    "DNP3_PORTS": "20000", "MODBUS_PORTS": "502", "FILE_DATA_PORTS": "[$HTTP_PORTS,110,143]",
+    "FTP_PORTS": "21", "GENEVE_PORTS": "6081", "VXLAN_PORTS": "4789", "TEREDO_PORTS": "3544",
+    "SIP_PORTS": "[5060,5061,5600]",
+}
+APP_PORTS = {"http": 80, "tls": 443, "ssl": 443, "dns": 53, "smtp": 25, "ftp": 21, "ssh": 22,
+             "smb": 445, "pop3": 110, "imap": 143, "sip": 5060, "telnet": 23}
+TRANSPORTS = {"tcp", "udp", "icmp", "ip", "tcp-pkt", "tcp-stream", "udp-pkt", "icmpv6", "ipv6"}
+SYNTH_APPS = {"http", "tls", "dns", "smtp", "ftp", "ssh", "ssl", "pop3", "imap", "telnet"}
+
+# --- buffers -----------------------------------------------------------------------------------
+# legacy / Snort names -> Suricata 7 names
+BUFFER_ALIASES = {
+    "http_uri": "http.uri", "http_raw_uri": "http.uri.raw", "http_header": "http.header",
+    "http_raw_header": "http.header.raw", "http_cookie": "http.cookie", "http_raw_cookie": "http.cookie",
+    "http_method": "http.method", "http_client_body": "http.request_body",
+    "http_stat_code": "http.stat_code", "http_stat_msg": "http.stat_msg",
+    "http_user_agent": "http.user_agent", "http_host": "http.host", "http_raw_host": "http.host.raw",
+    "http_server_body": "http.response_body", "file_data": "file.data", "pkt_data": "pkt",
+    "raw_data": "pkt", "dns_query": "dns.query", "tls_sni": "tls.sni",
+    "tls_cert_subject": "tls.cert_subject", "tls_cert_issuer": "tls.cert_issuer",
+    "http_header_names": "http.header_names", "http_request_line": "http.request_line",
+    "http_response_line": "http.response_line", "http_content_type": "http.content_type",
+    "http_referer": "http.referer", "http_accept": "http.accept", "http_protocol": "http.protocol",
+    "http_start": "http.start", "http_content_len": "http.content_len", "http_server": "http.server",
+    "http_location": "http.location", "http_connection": "http.connection",
+    "http_accept_enc": "http.accept_enc", "http_accept_lang": "http.accept_lang",
+    "http.request_body": "http.request_body", "http_version": "http.protocol",
+    "http_param": "http.uri", "js_data": "file.data", "file.data": "file.data",
+}
+HTTP_HEADER_VALUE_BUFFERS = {
+    "http.user_agent": "User-Agent", "http.host": "Host", "http.host.raw": "Host",
+    "http.cookie": "Cookie", "http.referer": "Referer", "http.content_type": "Content-Type",
+    "http.accept": "Accept", "http.accept_enc": "Accept-Encoding", "http.accept_lang": "Accept-Language",
+    "http.connection": "Connection", "http.content_len": "Content-Length", "http.server": "Server",
+    "http.location": "Location",
+}
+HTTP_BUFFERS = {
+    "http.method", "http.uri", "http.uri.raw", "http.header", "http.header.raw", "http.cookie",
+    "http.user_agent", "http.host", "http.host.raw", "http.request_body", "http.stat_code",
+    "http.stat_msg", "http.response_body", "http.header_names", "http.request_line",
+    "http.response_line", "http.referer", "http.content_type", "http.accept", "http.accept_enc",
+    "http.accept_lang", "http.connection", "http.protocol", "http.start", "http.content_len",
+    "http.server", "http.location",
+}
+RESPONSE_BUFFERS = {"http.stat_code", "http.stat_msg", "http.response_body", "http.server",
+                    "http.location", "http.response_line"}
+SUPPORTED_BUFFERS = HTTP_BUFFERS | {"pkt", "file.data", "dns.query", "tls.sni", "tls.certs",
+                                     "tls.cert_subject", "tls.cert_issuer"}
+KNOWN_UNSYNTH_BUFFERS = {
+    "tls.cert_serial", "tls.cert_fingerprint",
+    "ja3.hash", "ja3.string", "ja3s.hash", "tls.version", "ssh.proto", "ssh.software", "smb.named_pipe",
+    "smb.share", "base64_data", "http2.header", "krb5.cname", "sip.method", "sip.uri", "dcerpc",
+}
+PCRE_BUFFER_FLAGS = {"U": "http.uri", "I": "http.uri.raw", "P": "http.request_body", "Q": "file.data",
+                     "H": "http.header", "D": "http.header.raw", "M": "http.method", "C": "http.cookie",
+                     "K": "http.cookie", "S": "http.stat_code", "Y": "http.stat_msg",
+                     "V": "http.user_agent", "W": "http.host", "Z": "http.host.raw"}
+
+# keywords that carry no detection condition for us (informational, or accepted as is)
+IGNORED = {
+    "msg", "sid", "rev", "gid", "classtype", "reference", "metadata", "priority", "target",
+    "fast_pattern", "rawbytes", "tag", "noalert", "service", "app-layer-protocol", "prefilter",
+    "nocase", "depth", "offset", "distance", "within", "startswith", "endswith", "dotprefix",
+    "content", "pcre", "uricontent", "flow", "flowbits", "threshold", "detection_filter", "dsize",
+    "flags", "itype", "icode", "isdataat", "urilen", "bsize", "bufferlen", "xbits", "sticky_buffer",
+    "byte_test", "byte_jump", "byte_extract", "http_encode", "ip_proto", "ttl", "id", "ack", "seq",
+    "window", "fragbits", "stream_size", "icmp_id", "icmp_seq", "app-layer-event", "ssh_proto",
+    "ssh.proto", "nocase", "raw", "classification", "flowint", "pkt_data",
+}
+# keywords we accept but cannot synthesize: rule unsupported with the keyword as reason
+UNSYNTH = {
+    "base64_decode", "base64_data", "byte_extract", "stream_size", "app-layer-event", "xbits",
+    "flowint", "ssh_proto", "ssh.proto", "ja3.hash", "ja3_hash", "ja3.string", "tls.cert_serial",
+    "fragbits", "ip_proto", "ttl", "id", "ack", "seq", "window", "asn1", "ssl_state", "ssl_version",
+    "tls.version", "smb.named_pipe", "smb.share", "dcerpc", "dce_iface", "dce_opnum", "dce_stub_data",
+    "sip.method", "krb5.cname", "ftpbounce", "http2.header", "sameip", "ipopts", "stream_reassemble",
+    "tls.fingerprint", "tls.store", "filestore", "filemagic", "fileext", "filename", "file.name",
+    "filemd5", "lua", "luajit", "entropy", "tls.cert_fingerprint", "icmp_id", "icmp_seq",
+}
+
+
+@dataclass
+class Match:
+    kind: str                      # "content" or "pcre" or "byte_test" / "byte_jump" / "isdataat"
+    data: bytes = b""              # content bytes
+    pattern: str = ""              # pcre pattern
+    flags: str = ""                # pcre flags (without buffer letters)
+    negated: bool = False
+    nocase: bool = False
+    offset: int | None = None
+    depth: int | None = None
+    distance: int | None = None
+    within: int | None = None
+    startswith: bool = False
+    endswith: bool = False
+    relative: bool = False         # pcre R / byte_* relative
+    args: tuple = ()
+
+    @property
+    def is_relative(self) -> bool:
+        return self.distance is not None or self.within is not None or self.relative
+
+
+@dataclass
+class RuleModel:
+    raw: RawRule
+    proto: str = "tcp"             # transport: tcp, udp, icmp
+    app: str | None = None         # http, tls, dns, smtp, ftp, ssh or None
+    to_server: bool = True         # the matching data goes client -> server
+    src_is_client: bool = True     # the header's source is the client
+    ipv6: bool = False
+    src_ports: str = "any"
+    dst_ports: str = "any"
+    src_addr: str = "any"
+    dst_addr: str = "any"
+    established: bool = True       # needs a handshake (flow:established or app-layer)
+    stateless: bool = False
+    buffers: dict[str, list[Match]] = field(default_factory=dict)
+    buffer_opts: dict[str, dict] = field(default_factory=dict)
+    dsize: tuple[int, int] | None = None
+    tcp_flags: str | None = None
+    itype: int | None = None
+    icode: int | None = None
+    flowbits_set: list[str] = field(default_factory=list)
+    flowbits_isset: list[str] = field(default_factory=list)
+    noalert: bool = False
+    events: int = 1                # sessions needed (threshold / detection_filter)
+    track: str = "by_src"
+    status: str = "supported"
+    reasons: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    keywords: list[str] = field(default_factory=list)
+
+    @property
+    def sid(self) -> int:
+        return self.raw.sid or 0
+
+    @property
+    def supported(self) -> bool:
+        return self.status == "supported"
+
+    def unsupported(self, reason: str) -> None:
+        self.status = "unsupported"
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+
+# --- content decoding ----------------------------------------------------------------------------
+_HEX_RE = re.compile(r"\|([^|]*)\|")
+
+
+def decode_content(text: str) -> bytes:
+    """Content text (without the quotes) -> bytes: |hex| blocks and \\ escapes."""
+    out = bytearray()
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "|":
+            end = text.find("|", i + 1)
+            if end < 0:
+                raise ValueError("unclosed |hex| block")
+            hexs = text[i + 1:end].replace(" ", "").replace("\t", "")
+            if len(hexs) % 2:
+                raise ValueError(f"odd number of hex digits in |{text[i + 1:end]}|")
+            out += bytes.fromhex(hexs)
+            i = end + 1
+        elif ch == "\\" and i + 1 < n:
+            out += text[i + 1].encode("latin-1", "replace")
+            i += 2
+        else:
+            out += ch.encode("utf-8")
+            i += 1
+    return bytes(out)
+
+
+def _int(v: str | None, what: str) -> int:
+    if v is None:
+        raise ValueError(f"{what} needs a value")
+    v = v.strip()
+    try:
+        return int(v, 0)
+    except ValueError:
+        raise ValueError(f"{what}:{v} is not a number (variables from byte_extract are not supported)") from None
+
+
+def _split_snort3_content(value: str) -> tuple[str, list[str]]:
+    """`"abc",depth 4,nocase` -> ('"abc"', ['depth 4', 'nocase'])."""
+    v = value.strip()
+    neg = ""
+    if v.startswith("!"):
+        neg, v = "!", v[1:].strip()
+    if v.startswith('"'):
+        i = 1
+        while i < len(v):
+            if v[i] == "\\":
+                i += 2
+                continue
+            if v[i] == '"':
+                break
+            i += 1
+        quoted, rest = v[: i + 1], v[i + 1:]
+    else:
+        quoted, _, rest = v.partition(",")
+        rest = "," + rest if rest else ""
+    mods = [m.strip() for m in rest.split(",") if m.strip()]
+    return neg + quoted, mods
+
+
+def is_snort3(raw: RawRule) -> bool:
+    if raw.is_service_rule or raw.has("service"):
+        return True
+    for v in raw.values("content"):
+        if v and not v.rstrip().endswith('"'):
+            return True
+    return False
+
+
+# --- ports and addresses ---------------------------------------------------------------------------
+def expand_var(spec: str, table: dict[str, str], depth: int = 0) -> str:
+    if depth > 8:
+        return spec
+    def sub(m: re.Match) -> str:
+        name = m.group(1)
+        return expand_var(table[name], table, depth + 1) if name in table else m.group(0)
+    return re.sub(r"\$([A-Za-z_0-9]+)", sub, spec)
+
+
+def _parse_port_spec(spec: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(included ranges, excluded ranges); `any` is 0..65535."""
+    spec = spec.strip()
+    inc: list[tuple[int, int]] = []
+    exc: list[tuple[int, int]] = []
+
+    def walk(s: str, neg: bool) -> None:
+        s = s.strip()
+        if s.startswith("!"):
+            walk(s[1:], not neg)
+            return
+        if s.startswith("[") and s.endswith("]"):
+            depth = 0
+            cur = ""
+            for ch in s[1:-1]:
+                if ch == "[":
+                    depth += 1
+                elif ch == "]":
+                    depth -= 1
+                if ch == "," and depth == 0:
+                    walk(cur, neg)
+                    cur = ""
+                else:
+                    cur += ch
+            if cur.strip():
+                walk(cur, neg)
+            return
+        if s == "any":
+            rng = (0, 65535)
+        elif ":" in s:
+            lo, _, hi = s.partition(":")
+            rng = (int(lo) if lo.strip() else 0, int(hi) if hi.strip() else 65535)
+        else:
+            p = int(s)
+            rng = (p, p)
+        (exc if neg else inc).append(rng)
+
+    walk(spec, False)
+    if not inc:
+        inc = [(0, 65535)]
+    return inc, exc
+
+
+def choose_port(spec: str, preferred: list[int]) -> int:
+    """A port that `spec` (variables expanded) allows, preferring `preferred`."""
+    inc, exc = _parse_port_spec(expand_var(spec, PORT_VARS))
+
+    def ok(p: int) -> bool:
+        return any(lo <= p <= hi for lo, hi in inc) and not any(lo <= p <= hi for lo, hi in exc)
+    for p in preferred:
+        if ok(p):
+            return p
+    for lo, hi in inc:
+        for p in range(max(lo, 1), min(hi, 65535) + 1):
+            if ok(p):
+                return p
+            if p - lo > 70000:
+                break
+    raise ValueError(f"no port satisfies {spec!r}")
+
+
+def address_side(spec: str) -> str:
+    """'home', 'external' or 'any' for an address spec, or raise when it needs fixed addresses."""
+    e = spec.replace(" ", "")
+    if e == "any":
+        return "any"
+    if e.startswith("[") and e.endswith("]"):
+        e = e[1:-1]
+    parts = [p for p in e.split(",") if p]
+    sides = set()
+    for p in parts:
+        if p in ("$EXTERNAL_NET", "!$HOME_NET"):
+            sides.add("external")
+        elif p.startswith("$") and p[1:] in ADDRESS_VARS:
+            sides.add("home")
+        elif p.startswith("!"):
+            continue  # "not these fixed addresses": our test addresses qualify
+        elif p == "any":
+            sides.add("any")
+        else:
+            raise ValueError(f"needs specific addresses {spec!r} outside the test ranges")
+    if not sides:
+        return "any"
+    if len(sides) > 1:
+        return "any" if "any" in sides else sorted(sides)[0]
+    return sides.pop()
+
+
+# --- the analysis --------------------------------------------------------------------------------
+_FLAG_LETTERS = set("FSRPAUCE0")
+
+
+def analyze(raw: RawRule) -> RuleModel:
+    m = RuleModel(raw)
+    m.keywords = sorted({o.keyword for o in raw.options} - {"msg", "sid", "rev", "classtype", "metadata", "reference"})
+    try:
+        _analyze(raw, m)
+    except (ValueError, RegexUnsupported) as exc:
+        m.unsupported(str(exc))
+    return m
+
+
+def _analyze(raw: RawRule, m: RuleModel) -> None:
+    proto = raw.proto
+    snort3 = is_snort3(raw)
+    service = (raw.first("service") or "").split(",")[0].strip() if raw.has("service") else ""
+    if proto in TRANSPORTS:
+        m.proto = {"tcp-pkt": "tcp", "tcp-stream": "tcp", "udp-pkt": "udp", "icmpv6": "icmp", "ipv6": "ip"}.get(proto, proto)
+        if service in SYNTH_APPS:
+            m.app = service
+    else:
+        m.app = proto
+        m.proto = "udp" if proto == "dns" else "tcp"
+        if proto not in SYNTH_APPS:
+            m.unsupported(f"application protocol {proto!r} is not synthesized")
+    if m.app == "ssl":
+        m.app = "tls"
+    if m.proto == "ip":
+        m.proto = "tcp"  # an ip rule sees any transport; TCP carries the payload best
+
+    # header
+    if raw.is_service_rule:
+        m.src_addr, m.dst_addr, m.src_ports, m.dst_ports = "$EXTERNAL_NET", "$HOME_NET", "any", "any"
+    else:
+        m.src_addr, m.dst_addr = raw.src or "any", raw.dst or "any"
+        m.src_ports, m.dst_ports = raw.sport or "any", raw.dport or "any"
+        if raw.direction == "<-":
+            m.src_addr, m.dst_addr = m.dst_addr, m.src_addr
+            m.src_ports, m.dst_ports = m.dst_ports, m.src_ports
+    address_side(m.src_addr)
+    address_side(m.dst_addr)
+
+    # flow
+    flow = (raw.first("flow") or "").replace(" ", "").lower().split(",")
+    flow_set = set(f for f in flow if f)
+    if "to_client" in flow_set or "from_server" in flow_set:
+        m.to_server = False
+    if "stateless" in flow_set:
+        m.stateless = True
+    m.src_is_client = m.to_server
+    if m.proto != "tcp" or (m.stateless and raw.has("flags")):
+        m.established = m.proto == "tcp" and not raw.has("flags")
+
+    sticky: str | None = None   # current buffer for Snort 3 / Suricata sticky keywords
+    last: Match | None = None
+    last_buffer = "pkt"
+    buffers = m.buffers
+
+    def add(buf: str, match: Match) -> None:
+        buffers.setdefault(buf, []).append(match)
+
+    for opt in raw.options:
+        kw, val = opt.keyword, opt.value
+        if kw in ("content", "uricontent"):
+            text, mods = _split_snort3_content(val or "") if snort3 else (val or "", [])
+            neg = text.strip().startswith("!")
+            data = decode_content(unquote(text.strip().lstrip("!").strip()))
+            last = Match("content", data=data, negated=neg)
+            last_buffer = "http.uri" if kw == "uricontent" else (sticky or "pkt")
+            add(last_buffer, last)
+            for mod in mods:
+                name, _, arg = mod.partition(" ")
+                _modifier(last, name.strip(), arg.strip() or None)
+            continue
+        if kw == "pcre":
+            try:
+                pat, flags, neg = split_pcre(val or "")
+            except RegexUnsupported as exc:
+                raise ValueError(str(exc)) from None
+            buf = sticky or "pkt"
+            plain = ""
+            for f in flags:
+                if f in PCRE_BUFFER_FLAGS:
+                    buf = PCRE_BUFFER_FLAGS[f]
+                elif f in "ismxR":
+                    plain += f
+                elif f in "BOGAEx":
+                    pass
+                else:
+                    plain += ""
+            last = Match("pcre", pattern=pat, flags=plain.replace("R", ""), negated=neg, relative="R" in flags)
+            last_buffer = buf
+            add(buf, last)
+            continue
+        if kw in ("nocase", "offset", "depth", "distance", "within", "startswith", "endswith"):
+            if last is None or last.kind != "content":
+                raise ValueError(f"{kw} without a content before it")
+            _modifier(last, kw, val)
+            continue
+        # buffers: Suricata dotted sticky names
+        if kw in SUPPORTED_BUFFERS or kw in KNOWN_UNSYNTH_BUFFERS or kw == "http.uri.raw":
+            if kw in KNOWN_UNSYNTH_BUFFERS:
+                m.unsupported(f"buffer {kw} is not synthesized")
+            sticky = kw
+            continue
+        if kw == "http_header" and val and snort3:
+            field_name = val.replace("field", "").strip().lower()
+            sticky = {"user-agent": "http.user_agent", "host": "http.host", "cookie": "http.cookie",
+                      "referer": "http.referer", "content-type": "http.content_type"}.get(field_name, "http.header")
+            continue
+        if kw in BUFFER_ALIASES:
+            canon = BUFFER_ALIASES[kw]
+            sticky_kw = kw in ("file_data", "pkt_data", "raw_data", "dns_query", "tls_sni", "js_data",
+                               "tls_cert_subject", "tls_cert_issuer") or snort3 or "." in kw
+            if sticky_kw:
+                sticky = None if canon == "pkt" else canon
+            else:
+                # legacy modifier: moves the previous content into this buffer
+                if last is None:
+                    raise ValueError(f"{kw} without a content before it")
+                lst = buffers.get(last_buffer, [])
+                if last in lst:
+                    lst.remove(last)
+                    if not lst:
+                        del buffers[last_buffer]
+                last_buffer = canon
+                add(canon, last)
+            continue
+        if kw in ("http.header_names",):
+            sticky = kw
+            continue
+        if kw == "dsize":
+            m.dsize = _range(val or "", "dsize")
+            continue
+        if kw == "urilen":
+            lo, hi = _range((val or "").split(",")[0], "urilen")
+            m.buffer_opts.setdefault("http.uri", {})["len"] = (lo, hi)
+            continue
+        if kw in ("bsize", "bufferlen"):
+            lo, hi = _range((val or "").replace("=", ""), kw)
+            m.buffer_opts.setdefault(sticky or "pkt", {})["len"] = (lo, hi)
+            continue
+        if kw == "dotprefix":
+            m.buffer_opts.setdefault(sticky or "pkt", {})["dotprefix"] = True
+            continue
+        if kw == "isdataat":
+            v = (val or "").replace(" ", "")
+            neg = v.startswith("!")
+            parts = v.lstrip("!").split(",")
+            n = _int(parts[0], "isdataat")
+            rel = "relative" in parts[1:]
+            add(sticky or last_buffer if rel else (sticky or "pkt"), Match("isdataat", negated=neg, relative=rel, args=(n,)))
+            continue
+        if kw in ("byte_test", "byte_jump"):
+            parts = [p.strip() for p in (val or "").split(",")]
+            rel = "relative" in parts
+            add(sticky or (last_buffer if rel else "pkt"), Match(kw, relative=rel, args=tuple(parts)))
+            continue
+        if kw == "flags":
+            m.tcp_flags = (val or "").split(",")[0].strip()
+            if not set(m.tcp_flags.strip("!+*")) <= _FLAG_LETTERS | {"1", "2"}:
+                raise ValueError(f"flags:{val} not understood")
+            continue
+        if kw == "itype":
+            m.itype = _range(val or "", "itype")[0]
+            continue
+        if kw == "icode":
+            m.icode = _range(val or "", "icode")[0]
+            continue
+        if kw == "flowbits":
+            parts = [p.strip() for p in (val or "").split(",")]
+            cmd = parts[0].lower()
+            names = re.split(r"[|&]", parts[1]) if len(parts) > 1 else []
+            if cmd == "set":
+                m.flowbits_set.extend(names)
+            elif cmd == "isset":
+                if "|" in parts[1]:
+                    names = names[:1]
+                m.flowbits_isset.extend(names)
+            elif cmd == "noalert":
+                m.noalert = True
+            continue
+        if kw == "noalert":
+            m.noalert = True
+            continue
+        if kw in ("threshold", "detection_filter"):
+            args = dict(re.findall(r"(\w+)\s+([\w.]+)", val or ""))
+            count = int(args.get("count", "1"))
+            kind = args.get("type", "detection_filter" if kw == "detection_filter" else "limit")
+            need = count + 1 if kind == "detection_filter" else (1 if kind == "limit" else count)
+            m.events = max(m.events, need)
+            m.track = args.get("track", "by_src")
+            continue
+        if kw in UNSYNTH:
+            m.unsupported(f"keyword {kw} is not synthesized")
+            continue
+        if kw in IGNORED:
+            continue
+        m.unknown.append(kw)
+        m.unsupported(f"unknown keyword {kw}")
+
+    if m.noalert and m.status == "supported":
+        m.unsupported("noalert: the rule only sets flowbits")
+    if m.app is None:
+        # infer the application from the buffers used
+        if any(b in HTTP_BUFFERS or b == "file.data" for b in buffers):
+            m.app = "http"
+        elif "dns.query" in buffers:
+            m.app, m.proto = "dns", "udp"
+        elif any(b.startswith("tls.") for b in buffers):
+            m.app = "tls"
+    if m.app == "http" and "file.data" in buffers:
+        buffers[("http.response_body" if not m.to_server else "http.request_body")] = buffers.pop("file.data") + buffers.get("http.response_body" if not m.to_server else "http.request_body", [])
+    if m.app == "http":
+        if any(b in RESPONSE_BUFFERS for b in buffers) and m.to_server and raw.first("flow") is None:
+            m.to_server = False
+            m.src_is_client = False
+    if m.app is None and any(b != "pkt" for b in buffers):
+        m.unsupported(f"buffers {sorted(b for b in buffers if b != 'pkt')} without their application")
+    if m.tcp_flags and m.proto != "tcp":
+        m.unsupported("flags on a non-TCP rule")
+
+
+def _modifier(match: Match, name: str, arg: str | None) -> None:
+    if name == "nocase":
+        match.nocase = True
+    elif name in ("offset", "depth", "distance", "within"):
+        setattr(match, name, _int(arg, name))
+    elif name == "startswith":
+        match.startswith = True
+    elif name == "endswith":
+        match.endswith = True
+    elif name in ("fast_pattern", "rawbytes", "fast_pattern:only"):
+        pass
+    else:
+        raise ValueError(f"content modifier {name} not understood")
+
+
+def _range(v: str, what: str) -> tuple[int, int]:
+    v = v.strip().replace(" ", "")
+    try:
+        if "<>" in v:
+            lo, hi = v.split("<>")
+            return int(lo) + 1, int(hi) - 1
+        if v.startswith(">="):
+            return int(v[2:]), 1 << 30
+        if v.startswith("<="):
+            return 0, int(v[2:])
+        if v.startswith(">"):
+            return int(v[1:]) + 1, 1 << 30
+        if v.startswith("<"):
+            return 0, int(v[1:]) - 1
+        if v.startswith("!"):
+            n = int(v[1:])
+            return (n + 1, 1 << 30)
+        if "-" in v:
+            lo, hi = v.split("-")
+            return int(lo), int(hi)
+        n = int(v)
+        return n, n
+    except ValueError:
+        raise ValueError(f"{what}:{v} not understood") from None

@@ -1,0 +1,594 @@
+"""Rule models -> pseudo-stateful sessions in a pcap, one session (own 5-tuple) per rule.
+
+`synthesize(models, pcap_path, manifest_path=None) -> SynthResult`. Each supported rule becomes a
+session between its own client and server address (HOME_NET in 198.18.0.0/16, EXTERNAL_NET in
+198.19.0.0/16): a TCP three-way handshake with correct sequence and acknowledgement numbers, the
+data in the rule's direction (segmented, every segment ACKed), an orderly FIN close; or UDP
+datagrams; or ICMP. HTTP rules get a request and a response with each content in its buffer and
+Content-Length framing, DNS rules a query and a response, TLS rules a ClientHello with the SNI.
+Flowbits checks get the packets of a rule that sets the bit first, in the same session; threshold
+and detection_filter rules get as many sessions as the count needs, from one client.
+
+The manifest (JSON) maps each rule to its session(s): sid, related sids, protocol, client and
+server address and port, first and last packet time (ns), and per rule the status and reasons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import struct
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import packets as P
+from .layout import LayoutError, build_buffer
+from .regex_example import RegexUnsupported
+from .semantics import (
+    APP_PORTS, HTTP_HEADER_VALUE_BUFFERS, RESPONSE_BUFFERS, RuleModel, address_side, choose_port,
+)
+
+MSS = 1400
+T0_NS = 1_700_000_000_000_000_000
+SESSION_GAP_NS = 1_000_000        # 1 ms between session starts
+PKT_GAP_NS = 20_000               # 20 µs between the packets of a session
+REQUEST_ONLY = {"http.user_agent", "http.host", "http.host.raw", "http.cookie", "http.referer",
+                "http.accept", "http.accept_enc", "http.accept_lang"}
+RESPONSE_ONLY = {"http.server", "http.location"}
+URI_SAFE = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~/?=&;:@!$'()*+,[]")
+
+
+RULE_TIME_LIMIT_S = 1.0           # per rule: a pcre with catastrophic backtracking is given up
+
+
+_HTTP_METHOD = re.compile(rb"^(GET|POST|PUT|HEAD|DELETE|OPTIONS|PATCH|TRACE|CONNECT|PROPFIND|[A-Z]{3,10}) \S", re.I)
+
+
+class SynthError(ValueError):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise SynthError when the block runs longer than `seconds` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(_sig, _frame):
+        raise SynthError(f"synthesis took longer than {seconds:g} s (pcre backtracking)")
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@dataclass
+class Session:
+    sid: int
+    related: list[int]
+    proto: str
+    client: str
+    cport: int
+    server: str
+    sport: int
+    start_ns: int = 0
+    end_ns: int = 0
+    packets: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SynthResult:
+    pcap: Path
+    sessions: list[Session] = field(default_factory=list)
+    synthesized: dict[int, str] = field(default_factory=dict)   # sid -> "ok"
+    failed: dict[int, str] = field(default_factory=dict)        # sid -> reason
+    packets: int = 0
+    bytes: int = 0
+
+
+class _Addr:
+    def __init__(self) -> None:
+        self.home = 0
+        self.ext = 0
+
+    def take(self, side: str) -> str:
+        if side == "home":
+            self.home += 1
+            n = self.home
+            return f"198.18.{(n >> 8) & 255}.{n & 255}"
+        self.ext += 1
+        n = self.ext
+        return f"198.19.{(n >> 8) & 255}.{n & 255}"
+
+
+# --- application messages ------------------------------------------------------------------------
+def _buf(model: RuleModel, name: str, **kw) -> bytes | None:
+    matches = model.buffers.get(name)
+    opts = model.buffer_opts.get(name)
+    if not matches and not opts:
+        return None
+    return build_buffer(matches or [], opts, **kw)
+
+
+def _uri_encode(uri: bytes) -> bytes:
+    path, q, query = uri.partition(b"?")
+    out = bytearray()
+    for b in path:
+        if b in URI_SAFE and b != ord("%"):
+            out.append(b)
+        else:
+            out += b"%%%02X" % b
+    if q:
+        out += b"?"
+        for b in query:
+            out += bytes([b]) if b > 0x20 and b < 0x7F else b"%%%02X" % b
+    return bytes(out)
+
+
+def _header_lines(text: bytes) -> list[bytes]:
+    lines = []
+    for line in text.replace(b"\r\n", b"\n").split(b"\n"):
+        if not line.strip():
+            continue
+        if b":" not in line:
+            line = line + b": 1" if b" " not in line.strip() else b"X-Data: " + line
+        lines.append(line)
+    return lines
+
+
+def http_request(model: RuleModel | None) -> bytes:
+    b = (lambda n, **kw: _buf(model, n, **kw)) if model else (lambda n, **kw: None)
+    rl = b("http.request_line")
+    method = b("http.method")
+    body = b("http.request_body")
+    uri = b("http.uri", prefix=b"/")
+    raw_uri = b("http.uri.raw", prefix=b"/")
+    proto = b("http.protocol") or b"HTTP/1.1"
+    if rl:
+        parts = rl.split(b" ")
+        if len(parts) >= 3:
+            method, raw_uri, proto = parts[0], b" ".join(parts[1:-1]), parts[-1]
+    if method is None:
+        method = b"POST" if body is not None else b"GET"
+    if uri is not None and raw_uri is None:
+        if not uri.startswith(b"/"):
+            uri = b"/" + uri
+        raw_uri = _uri_encode(uri)
+    if raw_uri is None:
+        raw_uri = b"/index.html"
+    elif not raw_uri.startswith(b"/") and not raw_uri.lower().startswith(b"http"):
+        raw_uri = b"/" + raw_uri
+    headers: list[bytes] = []
+    names_buf = b("http.header_names")
+    host = b("http.host", prefix=b"www") or b("http.host.raw", prefix=b"www")
+    values = {}
+    for name, hname in HTTP_HEADER_VALUE_BUFFERS.items():
+        if name in RESPONSE_ONLY or (model and not model.to_server and name not in REQUEST_ONLY):
+            continue
+        if name in ("http.host", "http.host.raw"):
+            continue
+        v = b(name, prefix=b"a")
+        if v is not None:
+            values[hname.encode()] = v
+    hdr_text = b("http.header") if (model is None or model.to_server) else None
+    hdr_raw = b("http.header.raw") if (model is None or model.to_server) else None
+    if names_buf is not None:
+        names = [n for n in names_buf.split(b"\r\n") if n.strip()]
+        for n in names:
+            key = n.strip()
+            val = values.pop(key, None)
+            if key.lower() == b"host":
+                val = host or b"www.example.com"
+                host = None
+            elif key.lower() == b"content-length":
+                val = b"%d" % len(body or b"")
+                body = body or b""
+            headers.append(key + b": " + (val if val is not None else b"1"))
+        host_line = None
+    else:
+        host_line = b"Host: " + (host if host is not None else b"www.example.com")
+        headers.append(host_line)
+        if b"User-Agent" not in values:
+            values[b"User-Agent"] = b"Mozilla/5.0"
+    for k, v in values.items():
+        headers.append(k + b": " + v)
+    for text in (hdr_text, hdr_raw):
+        if text:
+            if text.startswith(b"\r\n") and headers:
+                pass
+            headers.extend(_header_lines(text))
+    if body is not None and names_buf is None:
+        if not any(h.lower().startswith(b"content-type:") for h in headers):
+            headers.append(b"Content-Type: application/x-www-form-urlencoded")
+        headers.append(b"Content-Length: %d" % len(body))
+    head = method + b" " + raw_uri + b" " + proto + b"\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+    return head + (body or b"")
+
+
+def http_response(model: RuleModel | None) -> bytes:
+    b = (lambda n, **kw: _buf(model, n, **kw)) if model else (lambda n, **kw: None)
+    code = b("http.stat_code") or b"200"
+    msg = b("http.stat_msg") or b"OK"
+    rline = b("http.response_line")
+    body = b("http.response_body")
+    if body is None:
+        body = b"<html><body>ok</body></html>"
+    status = rline if rline else b"HTTP/1.1 " + code + b" " + msg
+    if not status.startswith(b"HTTP/"):
+        status = b"HTTP/1.1 " + status
+    headers = []
+    for name, hname in HTTP_HEADER_VALUE_BUFFERS.items():
+        if name in REQUEST_ONLY or (model and model.to_server and name not in RESPONSE_ONLY):
+            continue
+        v = b(name)
+        if v is not None:
+            headers.append(hname.encode() + b": " + v)
+    if not any(h.lower().startswith(b"content-type:") for h in headers):
+        headers.append(b"Content-Type: text/html")
+    if model is not None and not model.to_server:
+        for n in ("http.header", "http.header.raw"):
+            text = b(n)
+            if text:
+                headers.extend(_header_lines(text))
+    chunked = any(b"chunked" in h.lower() for h in headers)
+    if chunked:
+        body = b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n" if body else b"0\r\n\r\n"
+    elif not any(h.lower().startswith(b"content-length:") for h in headers):
+        headers.append(b"Content-Length: %d" % len(body))
+    return status + b"\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n" + body
+
+
+def dns_query(name: bytes, ident: int) -> bytes:
+    return struct.pack("!HHHHHH", ident, 0x0100, 1, 0, 0, 0) + _qname(name) + struct.pack("!HH", 1, 1)
+
+
+def _qname(name: bytes) -> bytes:
+    labels = [lab for lab in name.split(b".") if lab] or [b"example"]
+    out = bytearray()
+    for lab in labels:
+        while len(lab) > 63:
+            out += bytes([63]) + lab[:63]
+            lab = lab[63:]
+        out += bytes([len(lab)]) + lab
+    return bytes(out) + b"\0"
+
+
+def dns_response(name: bytes, ident: int) -> bytes:
+    q = _qname(name)
+    return (struct.pack("!HHHHHH", ident, 0x8180, 1, 1, 0, 0) + q + struct.pack("!HH", 1, 1)
+            + b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + bytes([198, 18, 255, 1]))
+
+
+def tls_client_hello(sni: bytes | None) -> bytes:
+    ext = b""
+    if sni is not None:
+        entry = b"\0" + struct.pack("!H", len(sni)) + sni
+        lst = struct.pack("!H", len(entry)) + entry
+        ext += struct.pack("!HH", 0, len(lst)) + lst
+    ext += struct.pack("!HH", 10, 4) + struct.pack("!HH", 2, 23)          # supported groups
+    ext += struct.pack("!HH", 13, 4) + struct.pack("!HH", 2, 0x0403)      # signature algorithms
+    body = (b"\x03\x03" + bytes(range(32)) + b"\0" + struct.pack("!H", 4) + b"\x13\x01\xc0\x2f"
+            + b"\x01\x00" + struct.pack("!H", len(ext)) + ext)
+    hs = b"\x01" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x01" + struct.pack("!H", len(hs)) + hs
+
+
+def _der(tag: int, content: bytes) -> bytes:
+    n = len(content)
+    if n < 128:
+        ln = bytes([n])
+    else:
+        b = n.to_bytes((n.bit_length() + 7) // 8, "big")
+        ln = bytes([0x80 | len(b)]) + b
+    return bytes([tag]) + ln + content
+
+
+def _name(cn: bytes) -> bytes:
+    return _der(0x30, _der(0x31, _der(0x30, _der(0x06, b"\x55\x04\x03") + _der(0x0C, cn))))
+
+
+def x509_certificate(extra: bytes = b"", subject_cn: bytes = b"www.example.com",
+                     issuer_cn: bytes = b"Example CA") -> bytes:
+    """A structurally valid DER certificate (not signed by anyone) carrying `extra` bytes in a
+    private extension, so that contents on the raw certificate buffer are present."""
+    algo = _der(0x30, _der(0x06, bytes.fromhex("2a864886f70d01010b")) + b"\x05\x00")
+    modulus = b"\x00\xc1" + bytes(range(1, 64))
+    spki = _der(0x30, _der(0x30, _der(0x06, bytes.fromhex("2a864886f70d010101")) + b"\x05\x00")
+                + _der(0x03, b"\x00" + _der(0x30, _der(0x02, modulus) + _der(0x02, b"\x01\x00\x01"))))
+    validity = _der(0x30, _der(0x17, b"240101000000Z") + _der(0x17, b"340101000000Z"))
+    ext = _der(0x30, _der(0x06, bytes.fromhex("2b0601040182b75c01")) + _der(0x04, extra or b"x"))
+    tbs = _der(0x30, _der(0xA0, _der(0x02, b"\x02")) + _der(0x02, b"\x01\x23") + algo + _name(issuer_cn)
+               + validity + _name(subject_cn) + spki + _der(0xA3, _der(0x30, ext)))
+    return _der(0x30, tbs + algo + _der(0x03, b"\x00" + bytes(64)))
+
+
+def tls_server_flight(cert: bytes) -> bytes:
+    sh_body = b"\x03\x03" + bytes(range(32, 64)) + b"\x00" + b"\xc0\x2f" + b"\x00"
+    sh = b"\x02" + len(sh_body).to_bytes(3, "big") + sh_body
+    certs = len(cert).to_bytes(3, "big") + cert
+    cm = b"\x0b" + (len(certs) + 3).to_bytes(3, "big") + len(certs).to_bytes(3, "big") + certs
+    done = b"\x0e\x00\x00\x00"
+    hs = sh + cm + done
+    return b"\x16\x03\x03" + struct.pack("!H", len(hs)) + hs
+
+
+# --- sessions ------------------------------------------------------------------------------------
+class _Emitter:
+    def __init__(self, writer: P.PcapWriter, t_ns: int) -> None:
+        self.w = writer
+        self.t = t_ns
+        self.count = 0
+
+    def emit(self, frame: bytes) -> None:
+        self.w.write(self.t, frame)
+        self.t += PKT_GAP_NS
+        self.count += 1
+
+
+def _tcp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]], *,
+                 handshake: bool = True, flags: int | None = None, seed: int = 0) -> None:
+    c, sv = P.addr(s.client), P.addr(s.server)
+    cseq = (seed * 2654435761) & 0xFFFFFFFF
+    sseq = (cseq ^ 0x5A5A5A5A) & 0xFFFFFFFF
+    ident = [seed & 0xFFFF]
+
+    def send(from_client: bool, fl: int, data: bytes = b"") -> None:
+        nonlocal cseq, sseq
+        ident[0] += 1
+        if from_client:
+            seg = P.tcp(c, sv, s.cport, s.sport, cseq, sseq if fl & P.ACK else 0, fl, data)
+            em.emit(P.ether(P.ipv4(c, sv, 6, seg, ident[0]), True))
+            cseq += len(data) + (1 if fl & (P.SYN | P.FIN) else 0)
+        else:
+            seg = P.tcp(sv, c, s.sport, s.cport, sseq, cseq if fl & P.ACK else 0, fl, data)
+            em.emit(P.ether(P.ipv4(sv, c, 6, seg, ident[0]), False))
+            sseq += len(data) + (1 if fl & (P.SYN | P.FIN) else 0)
+
+    if not handshake:
+        for from_client, data in messages:
+            send(from_client, flags if flags is not None else P.ACK | P.PSH, data)
+        return
+    send(True, P.SYN)
+    send(False, P.SYN | P.ACK)
+    send(True, P.ACK)
+    for from_client, data in messages:
+        for i in range(0, max(len(data), 1), MSS):
+            send(from_client, P.ACK | P.PSH, data[i:i + MSS])
+            send(not from_client, P.ACK)
+    send(True, P.FIN | P.ACK)
+    send(False, P.FIN | P.ACK)
+    send(True, P.ACK)
+
+
+def _udp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]]) -> None:
+    c, sv = P.addr(s.client), P.addr(s.server)
+    for n, (from_client, data) in enumerate(messages):
+        if from_client:
+            em.emit(P.ether(P.ipv4(c, sv, 17, P.udp(c, sv, s.cport, s.sport, data), n + 1), True))
+        else:
+            em.emit(P.ether(P.ipv4(sv, c, 17, P.udp(sv, c, s.sport, s.cport, data), n + 1), False))
+
+
+def _icmp_session(em: _Emitter, s: Session, model: RuleModel, payload: bytes) -> None:
+    c, sv = P.addr(s.client), P.addr(s.server)
+    itype = model.itype if model.itype is not None else 8
+    code = model.icode if model.icode is not None else 0
+    src, dst = (c, sv) if model.src_is_client else (sv, c)
+    em.emit(P.ether(P.ipv4(src, dst, 1, P.icmp(itype, code, 0x1234, 1, payload), 1), model.src_is_client))
+
+
+def _pkt_payload(model: RuleModel) -> bytes:
+    data = _buf(model, "pkt", fill=b"\0")
+    if data is None:
+        data = b""
+    if model.dsize:
+        lo, hi = model.dsize
+        if len(data) < lo:
+            data = data + b"a" * (lo - len(data))
+        if len(data) > hi:
+            raise SynthError(f"payload of {len(data)} bytes is longer than dsize allows ({hi})")
+    return data
+
+
+def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
+    """(from_client, bytes) of one rule's part of a session."""
+    app = model.app
+    fc = model.to_server
+    if app == "http":
+        has_req = any(n not in RESPONSE_BUFFERS and not (not model.to_server and n in ("http.header", "http.header.raw", "http.content_type", "http.content_len"))
+                      for n in model.buffers if n != "pkt")
+        req = http_request(model if (model.to_server or has_req) else None)
+        pkt = model.buffers.get("pkt")
+        if pkt and model.to_server and not has_req:
+            raw = _pkt_payload(model)
+            if _HTTP_METHOD.match(raw):
+                # the raw content is a request line: send it as the request itself
+                if b"\r\n\r\n" not in raw:
+                    raw += (b"" if raw.endswith(b"\r\n") else b"\r\n") + b"Host: www.example.com\r\n\r\n"
+                return [(True, raw), (False, http_response(None))]
+        if pkt and model.to_server:
+            # raw stream content on an HTTP rule: carried in a request body
+            body = _pkt_payload(model)
+            req = req.replace(b"\r\n\r\n", b"\r\nContent-Length: %d\r\n\r\n" % len(body), 1) + body if b"Content-Length" not in req else req + body
+        resp = http_response(model if not model.to_server else None)
+        if pkt and not model.to_server:
+            resp = resp + _pkt_payload(model)
+        return [(True, req), (False, resp)]
+    if app == "dns":
+        name = _buf(model, "dns.query", prefix=b"www")
+        if name is None:
+            if model.buffers.get("pkt"):
+                # raw DNS bytes: a real query first (so the flow is DNS), then a message that
+                # starts with a DNS header and question and goes on with the rule's bytes
+                hdr = struct.pack("!HHHHHH", ident, 0x8180 if not fc else 0x0100, 1, 1 if not fc else 0, 0, 0)
+                raw = _buf(model, "pkt", prefix=hdr + b"\x03www\x07example\x03com", fill=b"\0")
+                return [(True, dns_query(b"www.example.com", ident)), (fc, raw)]
+            name = b"www.example.com"
+        return [(True, dns_query(name, ident)), (False, dns_response(name, ident))]
+    if app == "tls":
+        sni = _buf(model, "tls.sni", prefix=b"www")
+        msgs = [(True, tls_client_hello(sni if sni is not None else b"www.example.com"))]
+        certs = _buf(model, "tls.certs")
+        subj = _buf(model, "tls.cert_subject")
+        issuer = _buf(model, "tls.cert_issuer")
+        if certs is not None or subj is not None or issuer is not None:
+            def cn(v, default):
+                if v is None:
+                    return default
+                return v[3:] if v.startswith(b"CN=") else v
+            msgs.append((False, tls_server_flight(x509_certificate(
+                certs or b"", cn(subj, b"www.example.com"), cn(issuer, b"Example CA")))))
+        raw = _pkt_payload(model) if model.buffers.get("pkt") else b""
+        if raw:
+            msgs.append((fc, raw))
+        return msgs
+    payload = _pkt_payload(model)
+    if app in ("smtp", "pop3", "imap", "ftp", "telnet"):
+        banner = {"smtp": b"220 mail.example.com ESMTP ready\r\n", "ftp": b"220 FTP server ready\r\n",
+                  "pop3": b"+OK POP3 ready\r\n", "imap": b"* OK IMAP4rev1 ready\r\n", "telnet": b"\xff\xfd\x18"}[app]
+        msgs = [(False, banner)]
+        if app == "smtp" and fc and not payload.upper().startswith((b"EHLO", b"HELO")):
+            msgs += [(True, b"EHLO client.example.com\r\n"), (False, b"250 mail.example.com\r\n")]
+        msgs.append((fc, payload))
+        return msgs
+    if app == "ssh":
+        return [(False, b"SSH-2.0-OpenSSH_9.2\r\n"), (True, b"SSH-2.0-OpenSSH_9.2\r\n"), (fc, payload)]
+    return [(fc, payload)] if payload or model.proto != "tcp" else [(fc, b"")]
+
+
+@dataclass
+class _Plan:
+    model: RuleModel
+    messages: list[tuple[bool, bytes]]
+    related: list[int]
+
+
+def _setter_for(name: str, setters: dict[str, list[RuleModel]], exclude: int) -> RuleModel | None:
+    for m in setters.get(name, ()):
+        if m.sid != exclude and not m.flowbits_isset:
+            return m
+    for m in setters.get(name, ()):
+        if m.sid != exclude:
+            return m
+    return None
+
+
+def plan(model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, depth: int = 0) -> _Plan:
+    pre: list[tuple[bool, bytes]] = []
+    related: list[int] = []
+    for name in model.flowbits_isset:
+        setter = _setter_for(name, setters, model.sid)
+        if setter is None:
+            raise SynthError(f"flowbit {name!r} is set by no rule given")
+        if depth > 3:
+            raise SynthError("flowbits chain too deep")
+        sp = plan(setter, setters, ident, depth + 1)
+        pre += sp.messages
+        related += [setter.sid] + sp.related
+    own = _messages(model, ident)
+    if pre and model.app == "http":
+        # one transaction when the setter sent the request and this rule checks the response
+        if not model.to_server and pre[-1][0] is False and len(pre) >= 2:
+            pre = pre[:-1]
+            own = [m for m in own if m[0] is False]
+    return _Plan(model, pre + own, related)
+
+
+def _ports(model: RuleModel, index: int) -> tuple[int, int]:
+    server_spec = model.dst_ports if model.src_is_client else model.src_ports
+    client_spec = model.src_ports if model.src_is_client else model.dst_ports
+    pref = [APP_PORTS[model.app]] if model.app in APP_PORTS else []
+    pref += [5555, 8080, 80]
+    sport = choose_port(server_spec, pref)
+    cport = choose_port(client_spec, [49152 + index % 16000, 1024 + index % 60000])
+    if cport == sport:
+        cport = choose_port(client_spec, [cport + 1, 40000])
+    return cport, sport
+
+
+def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: str | Path | None = None,
+               *, all_models: list[RuleModel] | None = None, progress=None,
+               t0_ns: int = T0_NS) -> SynthResult:
+    """Write one session per supported model into `pcap_path`."""
+    setters: dict[str, list[RuleModel]] = {}
+    for m in all_models if all_models is not None else models:
+        if m.status == "supported" or (m.noalert and len(m.reasons) == 1):
+            for name in m.flowbits_set:
+                setters.setdefault(name, []).append(m)
+    res = SynthResult(Path(pcap_path))
+    addrs = _Addr()
+    t = t0_ns
+    with open(pcap_path, "wb") as f:
+        w = P.PcapWriter(f)
+        for i, model in enumerate(models):
+            if progress and i % 500 == 0:
+                progress(i, len(models))
+            if not model.supported:
+                continue
+            try:
+                with _time_limit(RULE_TIME_LIMIT_S):
+                    pl = plan(model, setters, i + 1)
+                cport, sport = _ports(model, i)
+                cside = address_side(model.src_addr if model.src_is_client else model.dst_addr)
+                sside = address_side(model.dst_addr if model.src_is_client else model.src_addr)
+            except (SynthError, LayoutError, RegexUnsupported, ValueError) as exc:
+                res.failed[model.sid] = str(exc)
+                continue
+            if cside == "any":
+                cside = "external" if sside != "external" else "home"
+            if sside == "any":
+                sside = "home" if cside != "home" else "external"
+            client, server = addrs.take(cside), addrs.take(sside)
+            for k in range(model.events):
+                s = Session(model.sid, pl.related, model.proto, client, cport + k if model.events > 1 else cport, server, sport)
+                em = _Emitter(w, t)
+                s.start_ns = t
+                if model.proto == "udp":
+                    _udp_session(em, s, pl.messages)
+                elif model.proto == "icmp":
+                    payload = b"".join(d for _fc, d in pl.messages)
+                    _icmp_session(em, s, model, payload)
+                elif model.tcp_flags is not None and not model.established:
+                    fl = 0
+                    for ch in model.tcp_flags.strip("!+*"):
+                        fl |= P.FLAG_BITS.get(ch, 0)
+                    if model.tcp_flags.startswith("!"):
+                        fl = P.ACK
+                    data = b"".join(d for _fc, d in pl.messages)
+                    _tcp_session(em, s, [(model.src_is_client, data)], handshake=False, flags=fl, seed=i + 1)
+                else:
+                    _tcp_session(em, s, pl.messages, seed=i + 1)
+                s.end_ns = em.t - PKT_GAP_NS
+                s.packets = em.count
+                res.sessions.append(s)
+                t = em.t + SESSION_GAP_NS
+            res.synthesized[model.sid] = "ok"
+        res.packets, res.bytes = w.packets, w.bytes
+    if manifest_path is not None:
+        write_manifest(res, models, manifest_path)
+    return res
+
+
+def write_manifest(res: SynthResult, models: list[RuleModel], path: str | Path) -> None:
+    rules = []
+    for m in models:
+        entry = {"sid": m.sid, "file": m.raw.file, "line": m.raw.line, "status": m.status}
+        if m.reasons:
+            entry["reasons"] = m.reasons
+        if m.sid in res.failed:
+            entry["status"] = "unsynthesizable"
+            entry["reasons"] = [res.failed[m.sid]]
+        rules.append(entry)
+    doc = {"pcap": str(res.pcap), "packets": res.packets, "bytes": res.bytes,
+           "sessions": [s.as_dict() for s in res.sessions], "rules": rules}
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n")

@@ -1,0 +1,1 @@
+"""Devices under test: IDSs driven by the testbed (Suricata)."""

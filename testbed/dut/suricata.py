@@ -1,0 +1,317 @@
+"""Suricata as the device under test: our own configuration, offline runs, alerts from eve.json.
+
+- `write_config(out_dir, *, rule_files, home_net=..., external_net=..., live_iface=None, ...) -> Path`
+  writes ``suricata.yaml`` (address and port variables matching the generated addresses,
+  checksum validation on, EVE JSON alerts, the application-layer parsers on, our own
+  classification.config unless the rules folder has one). With ``live_iface`` it adds an
+  ``af-packet`` section for that interface (the live mode runs the same config through
+  ``ip netns exec NS``).
+- `suricata_argv(config, out_dir, *, pcap=None, live_iface=None, netns=None) -> list[str]`.
+- `run_offline(pcap, rule_files, out_dir) -> SuricataResult`: ``suricata -r``; the result has the
+  alerts, the rule-load errors (Suricata's own lines, with the sid and file:line they name), and
+  the number of rules loaded and failed.
+- `parse_eve(path) -> list[Alert]`.
+
+Suricata missing raises `SuricataMissing` whose message is the command that installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.proc import Process
+
+INSTALL_HINT = ("Suricata is not installed: run `./bootstrap.sh test` (installs suricata from "
+                "bookworm-backports), or `apt-get install -t bookworm-backports suricata`")
+HOME_NET = "[198.18.0.0/16,2001:db8::/48]"
+EXTERNAL_NET = "!$HOME_NET"
+SERVER_VARS = ("HTTP_SERVERS", "SMTP_SERVERS", "SQL_SERVERS", "DNS_SERVERS", "TELNET_SERVERS",
+               "AIM_SERVERS", "DC_SERVERS", "DNP3_SERVER", "DNP3_CLIENT", "MODBUS_CLIENT",
+               "MODBUS_SERVER", "ENIP_CLIENT", "ENIP_SERVER")
+PORT_GROUPS = {
+    "HTTP_PORTS": "80", "SHELLCODE_PORTS": "!80", "ORACLE_PORTS": "1521", "SSH_PORTS": "22",
+    "DNP3_PORTS": "20000", "MODBUS_PORTS": "502", "FILE_DATA_PORTS": "[$HTTP_PORTS,110,143]",
+    "FTP_PORTS": "21", "GENEVE_PORTS": "6081", "VXLAN_PORTS": "4789", "TEREDO_PORTS": "3544",
+}
+# A small classification table of our own, used when the rules folder has none.
+CLASSTYPES = [
+    ("not-suspicious", "Not Suspicious Traffic", 3), ("unknown", "Unknown Traffic", 3),
+    ("bad-unknown", "Potentially Bad Traffic", 2), ("attempted-recon", "Attempted Information Leak", 2),
+    ("successful-recon-limited", "Information Leak", 2), ("successful-recon-largescale", "Large Scale Information Leak", 2),
+    ("attempted-dos", "Attempted Denial of Service", 2), ("successful-dos", "Denial of Service", 2),
+    ("attempted-user", "Attempted User Privilege Gain", 1), ("unsuccessful-user", "Unsuccessful User Privilege Gain", 1),
+    ("successful-user", "Successful User Privilege Gain", 1), ("attempted-admin", "Attempted Administrator Privilege Gain", 1),
+    ("successful-admin", "Successful Administrator Privilege Gain", 1), ("rpc-portmap-decode", "Decode of an RPC Query", 2),
+    ("shellcode-detect", "Executable code was detected", 1), ("string-detect", "A suspicious string was detected", 3),
+    ("suspicious-filename-detect", "A suspicious filename was detected", 2), ("suspicious-login", "An attempted login using a suspicious username was detected", 2),
+    ("system-call-detect", "A system call was detected", 2), ("tcp-connection", "A TCP connection was detected", 4),
+    ("trojan-activity", "A Network Trojan was detected", 1), ("unusual-client-port-connection", "A client was using an unusual port", 2),
+    ("network-scan", "Detection of a Network Scan", 3), ("denial-of-service", "Detection of a Denial of Service Attack", 2),
+    ("non-standard-protocol", "Detection of a non-standard protocol or event", 2), ("protocol-command-decode", "Generic Protocol Command Decode", 3),
+    ("web-application-activity", "access to a potentially vulnerable web application", 2), ("web-application-attack", "Web Application Attack", 1),
+    ("misc-activity", "Misc activity", 3), ("misc-attack", "Misc Attack", 2), ("icmp-event", "Generic ICMP event", 3),
+    ("inappropriate-content", "Inappropriate Content was Detected", 1), ("policy-violation", "Potential Corporate Privacy Violation", 1),
+    ("default-login-attempt", "Attempt to login by a default username and password", 2),
+    ("targeted-activity", "Targeted Malicious Activity was Detected", 1), ("exploit-kit", "Exploit Kit Activity Detected", 1),
+    ("external-ip-check", "Device Retrieving External IP Address Detected", 2), ("domain-c2", "Domain Observed Used for C2 Detected", 1),
+    ("pup-activity", "Possibly Unwanted Program Detected", 2), ("credential-theft", "Successful Credential Theft Detected", 1),
+    ("social-engineering", "Possible Social Engineering Attempted", 2), ("coin-mining", "Crypto Currency Mining Activity Detected", 2),
+    ("command-and-control", "Malware Command and Control Activity Detected", 1), ("sdf", "Sensitive Data", 2),
+    ("file-format", "Known malicious file or file based exploit", 1), ("malware-cnc", "Known malware command and control traffic", 1),
+    ("client-side-exploit", "Known client side exploit attempt", 1), ("successful-recon", "Information Leak", 2),
+]
+
+
+class SuricataMissing(RuntimeError):
+    def __init__(self) -> None:
+        super().__init__(INSTALL_HINT)
+
+
+class SuricataError(RuntimeError):
+    """Suricata could not run (bad configuration, no usable rules); `lines` are its own errors."""
+
+    def __init__(self, message: str, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__(message + ("\n" + "\n".join(lines) if lines else ""))
+
+
+@dataclass(frozen=True)
+class Alert:
+    sid: int
+    gid: int
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    proto: str
+    timestamp: str
+    msg: str = ""
+
+
+@dataclass(frozen=True)
+class RuleLoadError:
+    line_text: str            # Suricata's own error line
+    sid: int | None = None
+    file: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return self.line_text
+
+
+@dataclass
+class SuricataResult:
+    out_dir: Path
+    exit_code: int | None
+    alerts: list[Alert] = field(default_factory=list)
+    load_errors: list[RuleLoadError] = field(default_factory=list)
+    rules_loaded: int | None = None
+    rules_failed: int | None = None
+    errors: list[str] = field(default_factory=list)       # all E: lines
+    version: str = ""
+    command: list[str] = field(default_factory=list)
+    record: dict = field(default_factory=dict)
+
+    @property
+    def failed_sids(self) -> set[int]:
+        return {e.sid for e in self.load_errors if e.sid is not None}
+
+
+def suricata_binary() -> str:
+    exe = shutil.which("suricata")
+    if not exe:
+        raise SuricataMissing()
+    return exe
+
+
+def suricata_version() -> str:
+    out = subprocess.run([suricata_binary(), "-V"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"version\s+(\S+)", out.stdout + out.stderr)
+    return m.group(1) if m else "unknown"
+
+
+def _classification_file(rule_files: list[Path], out_dir: Path) -> Path:
+    for rf in rule_files:
+        cand = Path(rf).parent / "classification.config"
+        if cand.is_file():
+            return cand.resolve()
+    own = out_dir / "classification.config"
+    own.write_text("".join(f"config classification: {n},{d},{p}\n" for n, d, p in CLASSTYPES))
+    return own
+
+
+def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net: str = HOME_NET,
+                 external_net: str = EXTERNAL_NET, port_groups: dict[str, str] | None = None,
+                 live_iface: str | None = None, checksum_validation: bool = True,
+                 eve_types: tuple[str, ...] = ("alert",)) -> Path:
+    """Write suricata.yaml into `out_dir` and return its path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rules = [str(Path(r).resolve()) for r in rule_files]
+    addr = {"HOME_NET": home_net, "EXTERNAL_NET": external_net, **{v: "$HOME_NET" for v in SERVER_VARS}}
+    ports = dict(PORT_GROUPS, **(port_groups or {}))
+    q = json.dumps  # YAML accepts JSON strings
+    lines = ["%YAML 1.1", "---", "# written by testbed.dut.suricata", "vars:", "  address-groups:"]
+    lines += [f"    {k}: {q(v)}" for k, v in addr.items()]
+    lines += ["  port-groups:"] + [f"    {k}: {q(v)}" for k, v in ports.items()]
+    lines += [
+        f"default-log-dir: {q(str(out.resolve()))}",
+        f"default-rule-path: {q(str(Path(rules[0]).parent) if rules else str(out))}",
+        "rule-files:", *[f"  - {q(r)}" for r in rules],
+        f"classification-file: {q(str(_classification_file([Path(r) for r in rules], out)))}",
+        "outputs:",
+        "  - eve-log:",
+        "      enabled: yes",
+        "      filetype: regular",
+        "      filename: eve.json",
+        "      types:", *[f"        - {t}" for t in eve_types],
+        "logging:",
+        "  default-log-level: notice",
+        "  outputs:",
+        "    - console:",
+        "        enabled: yes",
+        "    - file:",
+        "        enabled: yes",
+        "        level: info",
+        "        filename: suricata.log",
+        "pcap-file:",
+        f"  checksum-checks: {'yes' if checksum_validation else 'no'}",
+        "stream:",
+        "  memcap: 256mb",
+        f"  checksum-validation: {'yes' if checksum_validation else 'no'}",
+        "  reassembly:",
+        "    memcap: 512mb",
+        "    depth: 1mb",
+        "app-layer:",
+        "  protocols:",
+    ]
+    for proto in ("tls", "ssh", "smtp", "ftp", "imap", "pop3", "smb", "dcerpc", "nfs", "tftp",
+                  "krb5", "snmp", "sip", "rdp", "dhcp", "ntp", "modbus", "dnp3", "enip", "ike",
+                  "http2", "mqtt", "rfb", "telnet", "pgsql", "quic", "bittorrent-dht"):
+        lines += [f"    {proto}:", "      enabled: yes"]
+        if proto == "tls":
+            lines += ["      detection-ports:", "        dp: 443"]
+        if proto in ("modbus", "dnp3", "enip"):
+            lines[-1] = "      enabled: detection-only"
+    lines += [
+        "    dns:", "      tcp:", "        enabled: yes", "        detection-ports:", "          dp: 53",
+        "      udp:", "        enabled: yes", "        detection-ports:", "          dp: 53",
+        "    http:", "      enabled: yes", "      libhtp:", "        default-config:",
+        "          personality: IDS", "          request-body-limit: 1mb", "          response-body-limit: 1mb",
+        "          double-decode-path: no", "          double-decode-query: no",
+        "detect:", "  profile: medium", "  sgh-mpm-context: auto",
+        "host-mode: auto",
+        "threading:", "  set-cpu-affinity: no",
+        "unix-command:", "  enabled: no",
+    ]
+    if live_iface is not None:
+        lines += ["af-packet:", f"  - interface: {q(live_iface)}", "    cluster-id: 99",
+                  "    cluster-type: cluster_flow", "    defrag: yes", "    checksum-checks: yes"]
+    path = out / "suricata.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def suricata_argv(config: str | Path, out_dir: str | Path, *, pcap: str | Path | None = None,
+                  live_iface: str | None = None, netns: str | None = None,
+                  runmode: str | None = None) -> list[str]:
+    """The command line: offline (`pcap`) or live on `live_iface` (inside `netns` via ip netns exec)."""
+    argv = [suricata_binary(), "-c", str(config), "-l", str(out_dir)]
+    if pcap is not None:
+        argv += ["-r", str(pcap)]
+    elif live_iface is not None:
+        argv += [f"--af-packet={live_iface}"]
+    else:
+        raise ValueError("suricata_argv needs a pcap or a live interface")
+    if runmode:
+        argv += ["--runmode", runmode]
+    argv += ["-k", "all"]
+    if netns:
+        argv = ["ip", "netns", "exec", netns] + argv
+    return argv
+
+
+_LOAD_ERR = re.compile(r'error parsing signature "(?P<rule>.*)" from file (?P<file>\S+) at line (?P<line>\d+)')
+_SID = re.compile(r"\bsid\s*:\s*(\d+)")
+_COUNTS = re.compile(r"(\d+) rules successfully loaded, (\d+) rules failed")
+
+
+def parse_log(text: str) -> tuple[list[str], list[RuleLoadError], int | None, int | None]:
+    errors: list[str] = []
+    load: list[RuleLoadError] = []
+    loaded = failed = None
+    for line in text.splitlines():
+        m = _COUNTS.search(line)
+        if m:
+            loaded, failed = int(m.group(1)), int(m.group(2))
+        if " E: " in line or line.startswith("E: ") or "<Error>" in line:
+            errors.append(line.strip())
+            m = _LOAD_ERR.search(line)
+            if m:
+                sid = _SID.search(m.group("rule"))
+                load.append(RuleLoadError(line.strip(), int(sid.group(1)) if sid else None,
+                                          m.group("file"), int(m.group("line"))))
+    return errors, load, loaded, failed
+
+
+def parse_eve(path: str | Path) -> list[Alert]:
+    alerts: list[Alert] = []
+    p = Path(path)
+    if not p.exists():
+        return alerts
+    with p.open() as f:
+        for line in f:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if ev.get("event_type") != "alert":
+                continue
+            a = ev.get("alert", {})
+            alerts.append(Alert(int(a.get("signature_id", 0)), int(a.get("gid", 1)), ev.get("src_ip", ""),
+                                int(ev.get("src_port", 0) or 0), ev.get("dest_ip", ""),
+                                int(ev.get("dest_port", 0) or 0), ev.get("proto", ""),
+                                ev.get("timestamp", ""), a.get("signature", "")))
+    return alerts
+
+
+def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | Path, *,
+                timeout: float = 600.0, runmode: str | None = None) -> SuricataResult:
+    """Run `suricata -r pcap` with our configuration; alerts and rule-load errors in the result."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in ("eve.json", "suricata.log"):
+        (out / old).unlink(missing_ok=True)
+    config = write_config(out, rule_files=rule_files)
+    argv = suricata_argv(config, out, pcap=pcap, runmode=runmode)
+    with open(out / "suricata.stdout", "w") as so:
+        proc = Process("suricata", argv, stdout=so, stderr=subprocess.STDOUT)
+        proc.start()
+        code = proc.wait(timeout)
+        if code is None:
+            code = proc.stop()
+            proc.record.note = f"stopped after {timeout:g} s"
+    text = (out / "suricata.stdout").read_text(errors="replace")
+    log = out / "suricata.log"
+    if log.exists():
+        text += "\n" + log.read_text(errors="replace")
+    errors, load, loaded, failed = parse_log(text)
+    # the same error appears in the console and in the log file
+    errors = list(dict.fromkeys(errors))
+    seen = set()
+    uniq = []
+    for e in load:
+        key = (e.sid, e.file, e.line)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(e)
+    res = SuricataResult(out, code, parse_eve(out / "eve.json"), uniq, loaded, failed, errors,
+                         command=argv, record=proc.record.as_dict())
+    if code != 0:
+        raise SuricataError(f"suricata failed ({proc.record.status}); its errors:", errors or text.splitlines()[-20:])
+    return res
