@@ -294,20 +294,33 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
             ax.plot([r[xkey] for r in rows], [100 * (r["loss_rate"] or 0) for r in rows],
                     marker="o", color=ORANGE)
             plots[f"loss_{kind}"] = _save(fig, run / fname)
-        cpu, mem, labels = [], [], []
+        threads, mem, labels = [], [], []
         for s in steps:
             entry = by_name.get(s["name"], {})
             samples = read_samples(run / entry.get("dir", "."))
-            th = dut_threads(samples)
+            threads.append(dut_threads(samples))
             proc = _processes(samples, "dut")
             labels.append(s["name"])
-            cpu.append(th["cpu_percent"].to_numpy() if not th.empty else np.zeros(0))
             mem.append(proc["rss_bytes"].to_numpy() / 1e6 if not proc.empty else np.zeros(0))
-        if any(len(c) for c in cpu):
-            fig, ax = _figure("CPU of the DUT's threads per step (seed 002, figures 9-10, 16-17)",
-                              "", "CPU % per thread (like top -H)")
-            ax.boxplot([c if len(c) else [np.nan] for c in cpu])
+        pooled = pd.concat(threads) if threads else pd.DataFrame()
+        if not pooled.empty:
+            # the busiest threads (a capture and a processing thread in seed 002), one box each
+            top = (pooled.groupby("name")["cpu_percent"].mean().sort_values(ascending=False)
+                   .index[:3].tolist())
+            fig, ax = _figure("CPU of the DUT's busiest threads per step (seed 002, figures 9-10, "
+                              "16-17)", "", "CPU % per thread (like top -H)")
+            width = 0.8 / len(top)
+            for j, name in enumerate(top):
+                data = [t.loc[t["name"] == name, "cpu_percent"].dropna().to_numpy() for t in threads]
+                pos = [i + 1 + (j - (len(top) - 1) / 2) * width for i in range(len(threads))]
+                box = ax.boxplot([d if len(d) else [np.nan] for d in data], positions=pos,
+                                 widths=width * 0.9, patch_artist=True, manage_ticks=False)
+                for patch in box["boxes"]:
+                    patch.set_facecolor(PALETTE[j % len(PALETTE)])
+                    patch.set_alpha(0.6)
+                ax.plot([], [], color=PALETTE[j % len(PALETTE)], lw=8, alpha=0.6, label=str(name))
             ax.set_xticks(range(1, len(labels) + 1), labels, rotation=45, ha="right")
+            _legend(ax)
             plots["dut_cpu"] = _save(fig, run / "dut-cpu-box.png")
         if any(len(m) for m in mem):
             fig, ax = _figure("Memory of the DUT per step (seed 002, figures 7-8, 14-15)", "",

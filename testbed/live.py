@@ -369,7 +369,8 @@ class LiveRun(Run):
                 records += dut.records()
 
             def pids() -> dict[str, int]:
-                out = {r.name: r.pid for r in records if r.pid and r.exit_code is None}
+                out = {(f"dut:{r.name}" if dut is not None and r in dut.records() else r.name): r.pid
+                       for r in records if r.pid and r.exit_code is None}  # fmt: skip
                 for spec, g in gens:
                     for r in g.commands():
                         if r.pid and r.exit_code is None:

@@ -224,3 +224,25 @@ def test_the_plugin_runs_a_benchmark_written_as_a_test(tmp_path, flowengine_bin)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "1 passed" in res.stdout
     assert len(list((tmp_path / "r").glob("*-plugin/manifest.json"))) == 1
+
+
+def test_suricata_live_on_af_packet_as_the_dut(tmp_path, run_scenario, flowengine_bin):
+    import shutil
+
+    if not shutil.which("suricata"):
+        pytest.skip("suricata is not installed (./bootstrap.sh test installs it from bookworm-backports)")
+    (tmp_path / "probe.rules").write_text(
+        'alert udp any any -> any 9 (msg:"ntg probe"; content:"NTGPROBE"; sid:9000001; rev:1;)\n')
+    flow = ("{protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 9, "
+            "rate: 1000, packets: 1500, payload: {size: 18, text: NTGPROBE}}")
+    path = scenario(tmp_path, "suricata", flow, """
+        dut: {kind: suricata, rules: [probe.rules]}
+        capture: null
+        monitor: {hz: 2}
+    """)
+    run = run_scenario(path)
+    assert run.ok, run.messages
+    step = run.manifest["steps"][0]
+    assert step["dut"]["received"] == step["loss"]["wire"] == 1500 and step["dut"]["dropped"] == 0
+    assert step["dut"]["alerts"] == 1500  # every packet carries the content; no threshold
+    assert any(name.startswith("W#") for name in run.metrics.steps[0].dut_threads)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,7 +150,7 @@ def _classification_file(rule_files: list[Path], out_dir: Path) -> Path:
 def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net: str = HOME_NET,
                  external_net: str = EXTERNAL_NET, port_groups: dict[str, str] | None = None,
                  live_iface: str | None = None, checksum_validation: bool = True,
-                 eve_types: tuple[str, ...] = ("alert",)) -> Path:
+                 eve_types: tuple[str, ...] = ("alert",), stats_interval: int | None = None) -> Path:
     """Write suricata.yaml into `out_dir` and return its path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -209,6 +211,8 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
         "threading:", "  set-cpu-affinity: no",
         "unix-command:", "  enabled: no",
     ]
+    if stats_interval is not None:  # counters (capture.kernel_packets, kernel_drops) in eve.json
+        lines += ["stats:", "  enabled: yes", f"  interval: {stats_interval}"]
     if live_iface is not None:
         lines += ["af-packet:", f"  - interface: {q(live_iface)}", "    cluster-id: 99",
                   "    cluster-type: cluster_flow", "    defrag: yes", "    checksum-checks: yes"]
@@ -315,3 +319,98 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
     if code != 0:
         raise SuricataError(f"suricata failed ({proc.record.status}); its errors:", errors or text.splitlines()[-20:])
     return res
+
+
+class LiveSuricata:
+    """Suricata reading a veth with af-packet, inside a namespace: a live run's device under test.
+
+    `argv_prefix` runs it in the namespace (`ip netns exec NS`); `start()` returns once its capture
+    threads run; `stop()` ends it with SIGTERM, after which `stats()` holds the last counters
+    it wrote: `kernel_packets` (what its socket saw), `dropped` (kernel drops), `received`
+    (kernel_packets - dropped), `decoded` and `alerts`."""
+
+    def __init__(self, argv_prefix: list[str], iface: str, rule_files: list[str | Path],
+                 out_dir: str | Path, ready_timeout: float = 90.0) -> None:
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        rules = [Path(r) for r in rule_files]
+        for r in rules:
+            if not r.is_file():
+                raise SuricataError(f"rule file {r} does not exist", [])
+        if not rules:
+            empty = self.out / "no-rules.rules"
+            empty.write_text("")
+            rules = [empty]
+        config = write_config(self.out, rule_files=rules, live_iface=iface,
+                              eve_types=("alert", "stats"), stats_interval=1)
+        argv = [*argv_prefix, *suricata_argv(config, self.out, live_iface=iface)]
+        self._stdout = open(self.out / "suricata.stdout", "w")
+        self.proc = Process("suricata", argv, stdout=self._stdout, stderr=subprocess.STDOUT)
+        self.ready_timeout = ready_timeout
+        self._stats: dict = {}
+
+    @property
+    def record(self):
+        return self.proc.record
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
+    def _log(self) -> str:
+        text = ""
+        for name in ("suricata.stdout", "suricata.log"):
+            p = self.out / name
+            if p.exists():
+                text += p.read_text(errors="replace")
+        return text
+
+    def start(self) -> "LiveSuricata":
+        suricata_binary()  # SuricataMissing with the install command
+        self.proc.start()
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                errors, _, _, _ = parse_log(self._log())
+                raise SuricataError(f"suricata ended while starting ({self.proc.record.status}); "
+                                    "its errors:", errors or self._log().splitlines()[-15:])
+            if "threads are running" in self._log() or "Engine started" in self._log():
+                return self
+            time.sleep(0.1)
+        self.proc.stop()
+        raise SuricataError(f"suricata did not start within {self.ready_timeout:g} s; its log:",
+                            self._log().splitlines()[-15:])
+
+    def running(self) -> bool:
+        return self.proc.popen is not None and self.proc.poll() is None
+
+    def stop(self) -> dict:
+        if self.proc.popen is not None and self.proc.record.exit_code is None:
+            self.proc.stop(signal.SIGTERM, grace=30)
+        self._stdout.close()
+        self._stats = self._read_stats()
+        return self.stats()
+
+    def _read_stats(self) -> dict:
+        last = None
+        eve = self.out / "eve.json"
+        alerts = 0
+        if eve.exists():
+            with eve.open() as f:
+                for line in f:
+                    if '"event_type":"stats"' in line:
+                        last = line
+                    elif '"event_type":"alert"' in line:
+                        alerts += 1
+        out: dict = {"alerts": alerts}
+        if last:
+            stats = json.loads(last).get("stats", {})
+            cap = stats.get("capture", {})
+            kp, kd = cap.get("kernel_packets"), cap.get("kernel_drops")
+            out.update(kernel_packets=kp, dropped=kd, decoded=stats.get("decoder", {}).get("pkts"))
+            if kp is not None and kd is not None:
+                out["received"] = kp - kd
+        return out
+
+    def stats(self) -> dict:
+        return dict(self._stats)
