@@ -47,7 +47,37 @@ def cmd_validate(args: argparse.Namespace) -> int:
         too_big = check_memory(loaded.scenario)
         if too_big:
             _err(f"{file}: warning: {too_big}")
+        if loaded.scenario.testbed is not None:
+            status = max(status, _validate_live(loaded))
     return status
+
+
+def _validate_live(loaded) -> int:
+    """What a live scenario will do: the topology (checked) and the steps."""
+    from .live import plan_steps
+    from .topology import TopologyError, load_topology
+
+    tb = loaded.scenario.testbed
+    try:
+        topo = load_topology(tb.topology, base_dir=loaded.path.parent, source=str(loaded.path))
+    except TopologyError as exc:
+        for problem in exc.problems:
+            _err(problem)
+        return EXIT_BAD_INPUT
+    places = [g.at for g in loaded.scenario.live_generators()] + [tb.dut.at] * (tb.dut.kind != "none")
+    places += [tb.capture.at] if tb.capture else []
+    for place in places:
+        role, iface = place.split(":", 1)
+        if role not in topo.namespaces or iface not in topo.iface(role):
+            _err(f"{loaded.path}: testbed: `{place}` is not an interface of topology {topo.name} "
+                 f"(it has: {', '.join(f'{r}:{i}' for r in topo.namespaces for i in topo.iface(r))})")
+            return EXIT_BAD_INPUT
+    steps = plan_steps(loaded.scenario)
+    total = sum(s.deadline_s() for s in steps)
+    names = ", ".join(s.name for s in steps[:6]) + (", ..." if len(steps) > 6 else "")
+    print(f"  live: method {tb.method}, topology {topo.name}, {len(steps)} step(s) ({names}); "
+          f"at most {total:,.0f} s of sending")
+    return EXIT_OK
 
 
 def _size(n: float) -> str:
@@ -207,7 +237,7 @@ def cmd_translate_rules(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        rep = translate_file(src, out, check=False)
+        rep = translate_file(src, out, check=False, app_header=args.app_header)
     except OSError as exc:
         _err(f"testbed translate-rules: cannot write {out}: {exc.strerror or exc}")
         return EXIT_BAD_INPUT
@@ -281,6 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("-o", "--output", required=True, metavar="OUT.rules", help="the Suricata rule file to write")
     t.add_argument("--report", metavar="FILE", help="also write the counts and every untranslatable rule as JSON")
     t.add_argument("--no-check", action="store_true", help="do not run `suricata -T` on the output")
+    t.add_argument("--app-header", action="store_true",
+                   help="a rule with one service Suricata parses gets it as header protocol (alert smtp ...)")
     t.set_defaults(func=cmd_translate_rules)
 
     c = sub.add_parser("ids-coverage", help="attack traffic from IDS rules and the IDS's detection coverage")
