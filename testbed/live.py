@@ -460,6 +460,10 @@ class LiveRun(Run):
         entry["generators"] = {s.title: {"name": s.name, "at": s.at, "pace": s.pace,
                                          "status": g.status(), **g.counters().as_dict()}
                                for s, g in gens}  # fmt: skip
+        for s, g in gens:  # the generator's own view of its ports (Ostinato's getStats)
+            stats = _quietly(g.port_stats) if hasattr(g, "port_stats") else None
+            if stats:
+                entry["generators"][s.title]["port_stats"] = stats
         entry["loss"] = loss_accounting(entry, tb)
         entry["status"] = status
         if error:
