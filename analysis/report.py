@@ -60,7 +60,11 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
     flows = flow_table(cap)
     step("rates and statistics")
     m = traffic_metrics(cap, flows)
-    checks, mismatches = run_checks(m, flows, side)
+    attacks = (side.get("manifest") or {}).get("attacks") if src.is_dir() else None
+    if attacks and (src / str(attacks.get("benign_pcap"))).is_file():
+        checks, mismatches = _checks_with_attacks(m, src, attacks, side, warnings)
+    else:
+        checks, mismatches = run_checks(m, flows, side)
     timing = run_timing(src, flows) if src.is_dir() else None
     manifest = side.get("manifest") or {}
     run_info = None
@@ -127,6 +131,28 @@ def _read_run_files(run: Path, warnings: list[str]) -> dict[str, Any]:
                 warnings.append(f"{p}: not a readable CSV ({e}); the checks that need it are "
                                 "skipped")
     return side
+
+
+def _checks_with_attacks(m: dict[str, Any], run: Path, attacks: dict[str, Any], side: dict[str, Any],
+                         warnings: list[str]) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+    """A run with a scenario `attacks:` section: the scenario/engine checks compare the benign part
+    (benign.pcap, the engine's own capture), and the capture must be benign + attack packets."""
+    bcap = read_capture(run / attacks["benign_pcap"])
+    bflows = flow_table(bcap)
+    bm = traffic_metrics(bcap, bflows)
+    checks, mismatches = run_checks(bm, bflows, side)
+    for c in checks:
+        c["name"] = f"benign part: {c['name']}"
+    for name, key in (("packets", "packets"), ("bytes", "bytes")):
+        c = _check(f"capture {name} = benign + attack {name}", m[key], bm[key] + int(attacks[key]),
+                   note=f"{attacks['benign_pcap']} + {attacks.get('manifest', 'attacks.json')}")
+        if c is not None:
+            checks.append(c)
+    warnings.append(f"attack sessions were mixed in: {attacks.get('sessions', 0):,} sessions, "
+                    f"{attacks['packets']:,} packets from IDS rules ({attacks.get('manifest', 'attacks.json')}); "
+                    f"the rates and tables describe the whole capture, the checks against the "
+                    f"scenario and the engine describe its benign part ({attacks['benign_pcap']})")
+    return checks, mismatches
 
 
 def _generator_total(manifest: dict[str, Any], field: str) -> int | None:

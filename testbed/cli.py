@@ -49,7 +49,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
             _err(f"{file}: warning: {too_big}")
         if loaded.scenario.testbed is not None:
             status = max(status, _validate_live(loaded))
+        if loaded.scenario.attacks is not None:
+            _validate_attacks(file, loaded)
     return status
+
+
+def _validate_attacks(file: str, loaded) -> None:
+    """How many rules `attacks:` selects (parsing rule files is cheap: thousands per second)."""
+    from generators.rules.attacks import load_selection
+
+    from .scenario import attack_rule_paths
+
+    spec = loaded.scenario.attacks
+    selected, models, problems = load_selection(attack_rule_paths(spec, loaded.path), spec.select)
+    print(f"{file}: attacks: {len(selected):,} of {len(models):,} rules selected "
+          f"({len(problems)} malformed, skipped); {spec.count:,} attack sessions at {float(spec.rate):g}/s"
+          + ("" if selected else " -- the selection is empty: widen attacks.select"))
 
 
 def _validate_live(loaded) -> int:

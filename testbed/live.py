@@ -61,6 +61,7 @@ class Step:
         if any(g.pace == "topspeed" for g in self.generators):
             return (tb.duration or 0) / NS
         horizon = max(f.last_due_ns for f in self.scenario.flows) / NS
+        horizon = max(horizon, self.params.get("attacks_last_s", 0.0))  # the attack replay, if any
         return horizon + REALTIME_GRACE_S
 
 
@@ -174,6 +175,8 @@ def check_live_prerequisites(scenario: Scenario) -> None:
         needed["tcpdump"] = "tcpdump"
     if tb.dut.kind == "suricata":
         needed["suricata"] = "suricata (from bookworm-backports; ./bootstrap.sh test installs it)"
+    if scenario.attacks is not None:
+        needed["tcpreplay"] = "tcpreplay"     # replays the attack sessions
     for g in scenario.live_generators():
         if g.name == "tcpreplay":
             needed["tcpreplay"] = "tcpreplay"
@@ -266,11 +269,39 @@ class LiveRun(Run):
             loaded = LoadedScenario(scenario, loaded.path, loaded.text)
         super().__init__(loaded, out_root, seed)
         self.steps = plan_steps(scenario)
+        if scenario.attacks is not None:
+            self._add_attacks(scenario)
         self.manifest["mode"] = "live"
         self.manifest["method"] = scenario.testbed.method
         self.manifest["steps"] = []
         self.manifest["testbed"] = {}
         self._records: list = []
+
+    def _add_attacks(self, scenario: Scenario) -> None:
+        """`attacks:` live: the attack sessions are synthesized into attacks/attacks.pcap and
+        replayed (realtime) by an extra tcpreplay generator on the first generator's interface,
+        alongside the benign generators, in every step that runs the scenario's flows."""
+        from generators.rules.attacks import AttackError, write_attacks
+
+        from .scenario import attack_rule_paths
+
+        rules = attack_rule_paths(scenario.attacks, self.loaded.path)
+        try:
+            attacks = write_attacks(scenario.attacks, rules, self.run_dir / "attacks")
+        except AttackError as exc:
+            raise RunSetupError(str(exc)) from None
+        info = attacks.summary()
+        info["pcap"] = "attacks/attacks.pcap"
+        info["manifest"] = "attacks/attacks.json"
+        self.manifest["attacks"] = info
+        first = scenario.live_generators()[0]
+        replay = GeneratorSpec(name="tcpreplay", label="attacks", at=first.at, pace="realtime",
+                               pcap=str(attacks.pcap.resolve()))
+        span_s = ((info["last_ns"] or 0) - (info["first_ns"] or 0)) / NS
+        for step in self.steps:
+            if step.kind == "run":
+                step.generators = [*step.generators, replay]
+                step.params["attacks_last_s"] = span_s
 
     # every process the run has started, for the sampler and the manifest
     def _all_records(self, current: list) -> list:

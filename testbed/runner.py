@@ -279,6 +279,8 @@ def run_scenario(
             f"analyse it with `testbed analyze {run.run_dir}`"
         )
         return result
+    if status == "completed" and loaded.scenario.attacks is not None:
+        status = _mix_attacks(run, loaded, result, show_progress)
     if status != "completed":
         result.exit_code = EXIT_RUN_FAILED
         result.messages.append(f"run failed: {run.manifest.get('error', 'see engine.log')}")
@@ -297,6 +299,47 @@ def run_scenario(
                     f"check failed: {c['name']}: expected {c['expected']}, measured {c['measured']}"
                 )
     return result
+
+
+def _mix_attacks(run: Run, loaded: LoadedScenario, result: RunResult, show_progress: bool) -> str:
+    """Offline `attacks:`: the engine's capture becomes benign.pcap, the attack sessions
+    attacks.pcap (+ attacks.json), both merged by time into capture.pcap; with `ids: suricata`,
+    Suricata reads the mixed capture and coverage.json/md/html score the attack sessions."""
+    from generators.rules.attacks import AttackError, attack_coverage, merge_pcaps, write_attacks
+
+    from .dut.suricata import SuricataError, SuricataMissing
+    from .scenario import attack_rule_paths
+
+    spec = loaded.scenario.attacks
+    say = stage_printer(show_progress)
+    rules = attack_rule_paths(spec, loaded.path)
+    capture, benign = run.run_dir / "capture.pcap", run.run_dir / "benign.pcap"
+    try:
+        say("synthesizing the attack sessions")
+        attacks = write_attacks(spec, rules, run.run_dir)
+        os.replace(capture, benign)
+        say("merging benign and attack packets by time")
+        merge_pcaps([benign, attacks.pcap], capture)
+        info = {**attacks.summary(), "benign_pcap": benign.name, "capture": capture.name}
+        if spec.ids == "suricata":
+            say("suricata on the mixed capture")
+            doc = attack_coverage(capture, attacks, rules, run.run_dir)
+            info["coverage"] = {k: doc[k] for k in ("loaded", "alerted", "missed", "coverage",
+                                                    "extra_alert_sessions", "extra_unrelated_sessions")}
+            info["alerted_sids"] = sorted(r["sid"] for r in doc["rows"] if r["alerted"])
+            result.messages += [f"attacks: {line}" for line in doc["summary"][:3]]
+        run.manifest["attacks"] = info
+        status = "completed"
+    except (AttackError, OSError, SuricataMissing, SuricataError) as exc:  # the run failed: say why
+        run.manifest["error"] = f"attacks: {exc}"
+        status = "failed"
+    run.manifest["status"] = status
+    for name in sorted(os.listdir(run.run_dir)):
+        path = run.run_dir / name
+        if path.is_file() and not name.startswith(".") and name != "manifest.json":
+            run.manifest["files"][name] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    run.write_manifest()
+    return status
 
 
 def _run_live(loaded: LoadedScenario, out_root: Path, seed: int | None, analyze: bool,

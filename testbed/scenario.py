@@ -501,6 +501,49 @@ class TestbedSpec(_Model):
         return self
 
 
+class AttackSelect(_Model):
+    """Which rules of the `attacks.rules` files become attack sessions; the given keys are ANDed."""
+
+    sids: list[Annotated[int, Field(ge=1)]] | None = Field(None, description="Only these sids.")
+    classtypes: list[str] | None = Field(None, description="Only rules with one of these classtypes.")
+    msg: str | None = Field(None, description="Only rules whose msg matches this regular expression.")
+    keywords: list[str] | None = Field(
+        None, description="Only rules that use every one of these keywords (content, pcre, http.uri, ...).")
+
+    @field_validator("msg")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return v
+
+
+class AttacksSpec(_Model):
+    """Attack sessions synthesized from IDS rules and mixed into the run (docs/ids-coverage.md)."""
+
+    rules: list[str] = Field(min_length=1, description="Rule files, relative to the scenario; "
+                             "$VARIABLES of the environment are expanded ($NTG_SHARED_DATA).")
+    select: AttackSelect = AttackSelect()
+    count: int = Field(10, ge=1, le=1_000_000, description="Attack sessions: the selected rules in "
+                       "file order, cycled when there are fewer rules.")
+    rate: Decimal = Field(Decimal(10), gt=0, le=1_000_000, description="Attack sessions per second.")
+    start: Duration = Field(0, description="When the first attack session starts (offline runs).")
+    ids: Literal["none", "suricata"] = Field(
+        "none", description="`suricata`: after an offline run, Suricata reads the mixed capture "
+        "and the coverage of the attack sessions is written into the run folder.")
+
+    @field_validator("rules")
+    @classmethod
+    def _files(cls, v: list[str]) -> list[str]:
+        for f in v:
+            if not isinstance(f, str) or not f.strip():
+                raise ValueError("rule files are paths (strings)")
+        return v
+
+
 class Scenario(_Model):
     version: Literal[1] = Field(description="Scenario format version; this is 1.")
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
@@ -514,6 +557,9 @@ class Scenario(_Model):
     flows: list[Flow] = Field(min_length=1)
     testbed: TestbedSpec | None = Field(
         None, description="Live run on network namespaces (docs/live.md); absent: offline."
+    )
+    attacks: AttacksSpec | None = Field(
+        None, description="Attack sessions from IDS rules mixed with the flows (docs/ids-coverage.md)."
     )
 
     @model_validator(mode="after")
@@ -663,7 +709,34 @@ def load_scenario(path: str | Path) -> LoadedScenario:
         raise ScenarioError([f"{path}: no such file"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError([f"{path}: cannot read: {exc}"]) from None
-    return LoadedScenario(parse_scenario(text, str(path)), path, text)
+    scenario = parse_scenario(text, str(path))
+    if scenario.attacks is not None:
+        _check_attack_files(scenario.attacks, path, text)
+    return LoadedScenario(scenario, path, text)
+
+
+def attack_rule_paths(attacks: AttacksSpec, scenario_path: Path) -> list[Path]:
+    """The rule files of `attacks:`, environment variables expanded, relative to the scenario."""
+    import os
+
+    return [scenario_path.parent / os.path.expandvars(f) for f in attacks.rules]
+
+
+def _check_attack_files(attacks: AttacksSpec, path: Path, text: str) -> None:
+    root = yaml.compose(text, Loader=_LineLoader)
+    lines: dict[tuple, int] = {}
+    _node_lines(root, (), lines)
+    problems = []
+    for i, (given, resolved) in enumerate(zip(attacks.rules, attack_rule_paths(attacks, path))):
+        line = lines.get(("attacks", "rules", i), lines.get(("attacks",), 1))
+        if "$" in str(resolved):
+            problems.append(f"{path}:{line}: attacks.rules[{i}]: {given!r} names an environment variable "
+                            "that is not set; set it (e.g. NTG_SHARED_DATA=/work/shared/data) or give a path")
+        elif not resolved.is_file():
+            problems.append(f"{path}:{line}: attacks.rules[{i}]: no such rule file {resolved} "
+                            "(paths are relative to the scenario)")
+    if problems:
+        raise ScenarioError(problems)
 
 
 _SHORTHANDS = {

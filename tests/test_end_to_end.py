@@ -259,7 +259,16 @@ def test_every_example_scenario_runs_and_agrees_with_itself(scenario, tmp_path, 
     r = run_testbed("run", str(ROOT / "scenarios" / scenario), "--out", str(tmp_path), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     metrics = json.loads((only_run_dir(tmp_path) / "metrics.json").read_text())
-    assert metrics["packets"] == expected(load_scenario(ROOT / "scenarios" / scenario).scenario).packets
+    loaded = load_scenario(ROOT / "scenarios" / scenario)
+    want = expected(loaded.scenario).packets
+    if loaded.scenario.attacks is not None:  # plus the attack sessions, synthesized here on their own
+        from generators.rules.attacks import write_attacks
+        from testbed.scenario import attack_rule_paths
+
+        rules = attack_rule_paths(loaded.scenario.attacks, loaded.path)
+        want += write_attacks(loaded.scenario.attacks, rules, tmp_path / "expected-attacks").synth.packets
+        assert all(c["ok"] for c in metrics["checks"])
+    assert metrics["packets"] == want
     assert metrics["timing"]["start_error"]["max_abs_ns"] == 0
 
 

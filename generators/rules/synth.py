@@ -518,8 +518,12 @@ def _ports(model: RuleModel, index: int) -> tuple[int, int]:
 
 def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: str | Path | None = None,
                *, all_models: list[RuleModel] | None = None, progress=None,
-               t0_ns: int = T0_NS) -> SynthResult:
-    """Write one session per supported model into `pcap_path`."""
+               t0_ns: int = T0_NS, starts_ns: list[int] | None = None) -> SynthResult:
+    """Write one session per supported model into `pcap_path`.
+
+    `starts_ns[i]`, if given, is when the session(s) of models[i] are due; a session starts then,
+    or right after the one before it when that one is still running (the pcap stays in time order).
+    Without it the sessions follow each other SESSION_GAP_NS apart from `t0_ns`."""
     setters: dict[str, list[RuleModel]] = {}
     for m in all_models if all_models is not None else models:
         if m.status == "supported" or (m.noalert and len(m.reasons) == 1):
@@ -549,6 +553,8 @@ def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: st
             if sside == "any":
                 sside = "home" if cside != "home" else "external"
             client, server = addrs.take(cside), addrs.take(sside)
+            if starts_ns is not None:
+                t = max(t if res.sessions else 0, starts_ns[i])
             for k in range(model.events):
                 s = Session(model.sid, pl.related, model.proto, client, cport + k if model.events > 1 else cport, server, sport)
                 em = _Emitter(w, t)
@@ -581,7 +587,11 @@ def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: st
 
 def write_manifest(res: SynthResult, models: list[RuleModel], path: str | Path) -> None:
     rules = []
+    listed: set[int] = set()
     for m in models:
+        if m.sid in listed:          # a rule scheduled more than once (scenario attacks) is listed once
+            continue
+        listed.add(m.sid)
         entry = {"sid": m.sid, "file": m.raw.file, "line": m.raw.line, "status": m.status}
         if m.reasons:
             entry["reasons"] = m.reasons

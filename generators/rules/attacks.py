@@ -1,0 +1,162 @@
+"""The scenario's `attacks:` section: rule selection, attack sessions on a schedule, the one pcap merge.
+
+`select_rules(models, select)` keeps the rules a scenario's `attacks.select` asks for;
+`schedule(models, count)` cycles them into `count` attack instances in file order;
+`write_attacks(spec, rule_paths, out_dir, ...)` writes ``attacks.pcap`` and ``attacks.json`` with
+session *k* due at ``start + k / rate`` (later only when the session before it is still running);
+`merge_pcaps(inputs, out)` merges captures by time (mergecap, nanosecond pcap) and is the one merge
+used by runs and by `testbed ids-coverage --mix`; `attack_coverage(...)` runs Suricata on a capture
+and scores the attack sessions in it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .semantics import RuleModel
+from .synth import SynthResult, synthesize
+
+NS = 1_000_000_000
+
+
+class AttackError(RuntimeError):
+    """The attack sessions could not be made (a tool failed); the message says what to do."""
+
+
+def select_rules(models: list[RuleModel], select) -> list[RuleModel]:
+    """The models that can alert and match every given selector of `select` (an AttackSelect or None)."""
+    sids = set(select.sids) if select is not None and select.sids else None
+    classtypes = set(select.classtypes) if select is not None and select.classtypes else None
+    msg = re.compile(select.msg) if select is not None and select.msg else None
+    keywords = set(select.keywords) if select is not None and select.keywords else None
+    out = []
+    for m in models:
+        if not m.supported or m.noalert:
+            continue
+        if sids is not None and m.sid not in sids:
+            continue
+        if classtypes is not None and (m.raw.first("classtype") or "") not in classtypes:
+            continue
+        if msg is not None and not msg.search(m.raw.msg or ""):
+            continue
+        if keywords is not None and not keywords <= set(m.keywords):
+            continue
+        out.append(m)
+    return out
+
+
+def load_selection(rule_paths: list[Path], select) -> tuple[list[RuleModel], list[RuleModel], list[str]]:
+    """(selected models, every model of the files, problems as `FILE:LINE: what`)."""
+    from .coverage import _load
+
+    models, problems = _load(rule_paths)
+    return select_rules(models, select), models, [str(p) for p in problems]
+
+
+def schedule(selected: list[RuleModel], count: int) -> list[RuleModel]:
+    """`count` attack instances: the selected rules in file order, cycled."""
+    if not selected:
+        return []
+    return [selected[k % len(selected)] for k in range(count)]
+
+
+@dataclass
+class Attacks:
+    pcap: Path
+    manifest: Path
+    synth: SynthResult
+    selected: list[RuleModel]
+    problems: list[str]
+    scheduled: list[RuleModel]
+
+    def summary(self) -> dict:
+        s = self.synth
+        pairs = {(x.proto, x.client, x.cport, x.server, x.sport) for x in s.sessions}
+        return {
+            "pcap": self.pcap.name, "manifest": self.manifest.name,
+            "rules_selected": len(self.selected), "instances": len(self.scheduled),
+            "sessions": len(s.sessions), "flows": len(pairs), "packets": s.packets, "bytes": s.bytes,
+            "sids": sorted({x.sid for x in s.sessions}),
+            "first_ns": min((x.start_ns for x in s.sessions), default=None),
+            "last_ns": max((x.end_ns for x in s.sessions), default=None),
+            "unsynthesized": {str(k): v for k, v in s.failed.items()}, "problems": self.problems[:50],
+        }
+
+
+def write_attacks(spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0,
+                  start_ns: int | None = None) -> Attacks:
+    """Synthesize the attack sessions of an `attacks:` section into out_dir/attacks.pcap + .json.
+
+    Session k starts at t0 + start + k/rate, or right after session k-1 when that is still running.
+    The manifest's `sessions` list every attack session (sid, 5-tuple, first and last packet)."""
+    selected, models, problems = load_selection(rule_paths, spec.select)
+    if not selected:
+        raise AttackError("attacks: the selection picks no rule that can be synthesized; widen "
+                          "attacks.select or check the rule files (`testbed validate` counts them)")
+    import os
+
+    trial = synthesize(selected, os.devnull, all_models=models)   # which rules can be written at all
+    unsynthesizable = dict(trial.failed)
+    selected = [m for m in selected if m.sid not in unsynthesizable]
+    if not selected:
+        raise AttackError("attacks: no selected rule can be synthesized: "
+                          + "; ".join(f"sid {k}: {v}" for k, v in list(unsynthesizable.items())[:5]))
+    plan = schedule(selected, spec.count)
+    first = t0_ns + (spec.start if start_ns is None else start_ns)
+    period = NS / float(spec.rate)
+    starts = [first + round(k * period) for k in range(len(plan))]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pcap, manifest = out_dir / "attacks.pcap", out_dir / "attacks.json"
+    synth = synthesize(plan, pcap, manifest, all_models=models, starts_ns=starts)
+    doc = json.loads(manifest.read_text())
+    doc["attacks"] = {"rule_files": [str(p) for p in rule_paths], "count": spec.count,
+                      "rate": float(spec.rate), "start_ns": first, "selected_sids": [m.sid for m in selected],
+                      "unsynthesizable": {str(k): v for k, v in unsynthesizable.items()}}
+    manifest.write_text(json.dumps(doc, indent=1) + "\n")
+    synth.failed.update(unsynthesizable)
+    return Attacks(pcap, manifest, synth, selected, problems, plan)
+
+
+def merge_pcaps(inputs: list[Path], out: Path) -> None:
+    """Merge captures by time stamp into one nanosecond pcap (mergecap -F nsecpcap)."""
+    import shutil
+
+    from testbed.proc import Process
+
+    if not shutil.which("mergecap"):
+        raise AttackError("mergecap is missing: install it with `apt-get install wireshark-common` "
+                          "(./bootstrap.sh test installs it)")
+    argv = ["mergecap", "-F", "nsecpcap", "-w", str(out), *[str(p) for p in inputs]]
+    proc = Process("mergecap", argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
+    if proc.wait(600) != 0:
+        err = proc.popen.stderr.read().decode(errors="replace") if proc.popen and proc.popen.stderr else ""
+        raise AttackError(f"mergecap failed: {err.strip() or 'no message'}")
+
+
+def attack_coverage(pcap: Path, attacks: Attacks, rule_paths: list[Path], out_dir: Path) -> dict:
+    """Suricata offline on `pcap` (which holds the attack sessions); coverage of the selected rules
+    written as coverage.json/md/html into out_dir. Returns the coverage document."""
+    from testbed.dut.suricata import run_offline, suricata_version
+
+    from .coverage import _score, summary_lines, write_reports
+
+    t = time.monotonic()
+    suri = run_offline(pcap, [str(p) for p in rule_paths], out_dir / "suricata")
+    doc = {
+        "ids": "suricata", "ids_version": suricata_version(), "rule_files": [str(p) for p in rule_paths],
+        "problems": attacks.problems, "unknown_keywords": {}, "suricata_errors": suri.errors[:200],
+        "suricata_rules_loaded": suri.rules_loaded, "suricata_rules_failed": suri.rules_failed,
+        "packets": attacks.synth.packets, "capture": pcap.name,
+        **_score(list({m.sid: m for m in attacks.scheduled}.values()), attacks.synth, suri),
+        "mixes": {},
+    }
+    doc["timing_s"] = {"parse_and_synthesize": 0.0, "suricata": round(time.monotonic() - t, 3),
+                       "total": round(time.monotonic() - t, 3)}
+    write_reports(doc, out_dir)
+    doc["summary"] = summary_lines(doc)
+    return doc
