@@ -386,6 +386,14 @@ class GeneratorSpec(_Model):
                              "scenario's flows, generated first by the native engine).")
     loop: int | None = Field(None, ge=1, description="tcpreplay: play the capture this many times.")
     preload: bool = Field(False, description="tcpreplay: load the capture into memory first.")
+    capture_port: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]{1,15}$",
+        description="ostinato: also capture with drone on this interface of its namespace "
+        "(startCapture/getCaptureBuffer), saved as drone-capture.pcap.",
+    )
+    rate_accuracy: Literal["High", "Low"] | None = Field(
+        None, description="ostinato: drone's RateAccuracy setting (default High)."
+    )
 
     @property
     def role(self) -> str:
@@ -401,10 +409,11 @@ class GeneratorSpec(_Model):
 
     @model_validator(mode="after")
     def _only_for_tcpreplay(self) -> "GeneratorSpec":
-        if self.name != "tcpreplay":
-            for key in ("pcap", "loop"):
-                if getattr(self, key) is not None:
-                    raise ValueError(f"`{key}` is an option of tcpreplay, not of {self.name}")
+        owners = {"pcap": "tcpreplay", "loop": "tcpreplay", "capture_port": "ostinato",
+                  "rate_accuracy": "ostinato"}
+        for key, owner in owners.items():
+            if self.name != owner and getattr(self, key) is not None:
+                raise ValueError(f"`{key}` is an option of {owner}, not of {self.name}")
         return self
 
 

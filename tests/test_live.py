@@ -246,3 +246,24 @@ def test_suricata_live_on_af_packet_as_the_dut(tmp_path, run_scenario, flowengin
     assert step["dut"]["received"] == step["loss"]["wire"] == 1500 and step["dut"]["dropped"] == 0
     assert step["dut"]["alerts"] == 1500  # every packet carries the content; no threshold
     assert any(name.startswith("W#") for name in run.metrics.steps[0].dut_threads)
+
+
+def test_ostinato_in_a_live_run_counts_with_drone_and_captures_with_drone(tmp_path, run_scenario):
+    import shutil
+
+    if not shutil.which("drone"):
+        pytest.skip("drone is not installed (apt-get install ostinato, or ./bootstrap.sh test)")
+    path = scenario(tmp_path, "ostinato", UDP % (2000, 2000), """
+        generators: [{name: ostinato, capture_port: gen0, rate_accuracy: High}]
+        dut: {kind: tcpdump}
+    """)
+    run = run_scenario(path)
+    assert run.ok, run.messages
+    step = run.manifest["steps"][0]
+    gen = step["generators"]["ostinato"]
+    assert gen["packets_sent"] == 2000 and gen["port_stats"]["gen0"]["tx_pkts"] == 2000
+    assert step["loss"]["wire"] == step["loss"]["dut"] == 2000
+    from analysis.capture import read_capture
+
+    drone_pcap = run.run_dir / "gen-ostinato" / "drone-capture.pcap"
+    assert len(read_capture(drone_pcap).ts_ns) == 2000  # drone's own capture, instead of tcpdump

@@ -29,9 +29,8 @@ MAX_OVERRUN_S = 30.0  # a run ends at most this long after its expected end (the
 def _option(spec, name: str, default):
     if spec is None:
         return default
-    if isinstance(spec, dict):
-        return spec.get(name, default)
-    return getattr(spec, name, default)
+    value = spec.get(name) if isinstance(spec, dict) else getattr(spec, name, None)
+    return default if value is None else value
 
 
 class Ostinato(Generator):
