@@ -205,7 +205,10 @@ def sweep_table(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for s in steps:
         loss = s.get("loss") or {}
         res = s["resources"].get("dut", {})
-        rows.append({"step": s["name"], "kind": s["kind"], **(s.get("params") or {}),
+        params = dict(s.get("params") or {})
+        if params.get("max") and loss.get("sent") and params.get("step_s"):
+            params["packet_rate"] = loss["sent"] / params["step_s"]  # what top speed reached
+        rows.append({"step": s["name"], "kind": s["kind"], **params,
                      "sent": loss.get("sent"), "wire": loss.get("wire"), "dut": loss.get("dut"),
                      "dut_dropped": loss.get("dut_dropped"), "loss_rate": loss.get("loss_rate"),
                      "dut_cpu_mean": res.get("cpu_mean"), "dut_rss_max": res.get("rss_max")})
@@ -291,6 +294,8 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
                 continue
             fig, ax = _figure(f"Packet loss at the DUT (seed 002, figure {fig_no})", xlabel,
                               "packet loss rate (%)")
+            rows = [r for r in rows if r.get(xkey) is not None]
+            rows.sort(key=lambda r: r[xkey])
             ax.plot([r[xkey] for r in rows], [100 * (r["loss_rate"] or 0) for r in rows],
                     marker="o", color=ORANGE)
             plots[f"loss_{kind}"] = _save(fig, run / fname)

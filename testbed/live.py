@@ -146,9 +146,15 @@ def plan_steps(scenario: Scenario) -> list[Step]:
     template = _template(scenario)
     steps = []
     for rate in sw.packet_rates:
+        if rate == "max":  # as fast as the generators go, for one step
+            flow = _rate_step_flow(template, Decimal(100_000_000), sw.frame_size, sw.step)
+            fast = [g.model_copy(update={"pace": "topspeed"}) for g in gens]
+            steps.append(Step("rate-max", _with(scenario, [flow], duration=sw.step), fast, "rate",
+                              {"packet_rate": None, "max": True, "step_s": sw.step / NS}))  # fmt: skip
+            continue
         flow = _rate_step_flow(template, rate, sw.frame_size, sw.step)
         steps.append(Step(f"rate-{rate.normalize():f}pps", _with(scenario, [flow]), gens, "rate",
-                          {"packet_rate": float(rate)}))  # fmt: skip
+                          {"packet_rate": float(rate), "step_s": sw.step / NS}))  # fmt: skip
     for hosts in sw.hosts:
         flows = _host_step_flows(template, hosts, sw.sessions_per_host, sw.host_rate,
                                  sw.frame_size, sw.step)  # fmt: skip
@@ -451,8 +457,7 @@ class LiveRun(Run):
             bar.close()
             for spec, gen in gens:
                 gs = gen.status()
-                if spec.title in stopped_at_deadline and step.kind != "run" or (
-                        spec.title in stopped_at_deadline and spec.pace == "topspeed"):
+                if spec.title in stopped_at_deadline and (step.kind != "run" or spec.pace == "topspeed"):
                     gs = "completed"  # stopped by the run's duration, as planned
                 elif spec.title in stopped_at_deadline:
                     gs = "failed"

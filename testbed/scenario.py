@@ -443,8 +443,9 @@ class MonitorSpec(_Model):
 class SweepSpec(_Model):
     """Seed 002's loss method: a packet-rate sweep and a flow-rate (hosts) sweep."""
 
-    packet_rates: list[Rate] = Field(
-        [], description="Packet rates of the rate sweep, one UDP flow each: [1000, 5000, 10000]."
+    packet_rates: list[Union[Literal["max"], Rate]] = Field(
+        [], description="Packet rates of the rate sweep, one UDP flow each: [1000, 5000, max]; "
+        "`max`: the generators at top speed."
     )
     hosts: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
         [], description="Host counts of the flow-rate sweep: [1, 10, 25, 50]."
