@@ -56,3 +56,16 @@ def pcaplib(tmp_path_factory):
     lib = _cmake_build(tmp_path_factory, "analysis/native", "ntgpcap") / LIB_NAME
     os.environ[LIB_ENV] = str(lib)
     return lib
+
+
+@pytest.fixture
+def pair():
+    """A veth pair in two namespaces made for the test (testbed.topology.VethPair: veth0 in
+    `pair.gen`, veth1 in `pair.peer`), always torn down."""
+    from testbed.topology import VethPair
+
+    p = VethPair(prefix="ntgtest")
+    try:
+        yield p.setup()
+    finally:
+        p.teardown()

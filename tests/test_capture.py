@@ -12,7 +12,6 @@ import subprocess
 import pytest
 
 from testbed.capture import CaptureError, Tcpdump, parse_stats
-from testbed.topology import VethPair
 
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
@@ -30,15 +29,6 @@ SESSION = ("ntg-session 1\nseed 1\nflow af=4 proto=17 smac=02:00:00:00:00:01 "
            "dmac=02:00:00:00:00:02 src=198.18.0.1/32 src_mode=fixed dst=198.19.0.1/32 "
            "dst_mode=fixed sport=40000-40100 sport_mode=random dport=9-9 dport_mode=fixed "
            "start=0 period=1000 packets={n} size=22-22 payload=- reps=1 rep_period=0\n")
-
-
-@pytest.fixture
-def pair():
-    p = VethPair(prefix="ntgtest")
-    try:
-        yield p.setup()
-    finally:
-        p.teardown()
 
 
 def send(engine, pair, tmp_path, n):

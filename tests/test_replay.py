@@ -13,7 +13,6 @@ import pytest
 from generators import Endpoint, GeneratorError, get_generator
 from generators.replay import parse_stats
 from testbed.scenario import GeneratorSpec, parse_scenario
-from testbed.topology import VethPair
 
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
@@ -48,15 +47,6 @@ flows:
     rate: 1000
     packets: 20
 """)
-
-
-@pytest.fixture
-def pair():
-    p = VethPair(prefix="ntgtest")
-    try:
-        yield p.setup()
-    finally:
-        p.teardown()
 
 
 def run(gen, pair, timeout=30):

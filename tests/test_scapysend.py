@@ -16,7 +16,6 @@ import pytest
 from generators import Endpoint, GeneratorError, get_generator
 from testbed.capture import Tcpdump
 from testbed.scenario import parse_scenario
-from testbed.topology import VethPair
 
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
@@ -57,15 +56,6 @@ flows:
     rate: {rate}
     packets: {packets}
 """)
-
-
-@pytest.fixture
-def pair():
-    p = VethPair(prefix="ntgtest")
-    try:
-        yield p.setup()
-    finally:
-        p.teardown()
 
 
 @live
