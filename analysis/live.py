@@ -325,7 +325,7 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
                     patch.set_alpha(0.6)
                 ax.plot([], [], color=PALETTE[j % len(PALETTE)], lw=8, alpha=0.6, label=str(name))
             ax.set_xticks(range(1, len(labels) + 1), labels, rotation=45, ha="right")
-            _legend(ax)
+            ax.legend(loc="upper left", fontsize=8, frameon=False)  # rotated labels fill the bottom
             plots["dut_cpu"] = _save(fig, run / "dut-cpu-box.png")
         if any(len(m) for m in mem):
             fig, ax = _figure("Memory of the DUT per step (seed 002, figures 7-8, 14-15)", "",
