@@ -40,9 +40,9 @@ PORT_VARS = {
     "SIP_PORTS": "[5060,5061,5600]",
 }
 APP_PORTS = {"http": 80, "tls": 443, "ssl": 443, "dns": 53, "smtp": 25, "ftp": 21, "ssh": 22,
-             "smb": 445, "pop3": 110, "imap": 143, "sip": 5060, "telnet": 23}
+             "smb": 445, "pop3": 110, "imap": 143, "sip": 5060, "telnet": 23, "dcerpc": 135}
 TRANSPORTS = {"tcp", "udp", "icmp", "ip", "tcp-pkt", "tcp-stream", "udp-pkt", "icmpv6", "ipv6"}
-SYNTH_APPS = {"http", "tls", "dns", "smtp", "ftp", "ssh", "ssl", "pop3", "imap", "telnet"}
+SYNTH_APPS = {"http", "tls", "dns", "smtp", "ftp", "ssh", "ssl", "pop3", "imap", "telnet", "dcerpc"}
 
 # --- buffers -----------------------------------------------------------------------------------
 # legacy / Snort names -> Suricata 7 names
@@ -82,7 +82,7 @@ HTTP_BUFFERS = {
 RESPONSE_BUFFERS = {"http.stat_code", "http.stat_msg", "http.response_body", "http.server",
                     "http.location", "http.response_line"}
 SUPPORTED_BUFFERS = HTTP_BUFFERS | {"pkt", "file.data", "dns.query", "tls.sni", "tls.certs",
-                                     "tls.cert_subject", "tls.cert_issuer"}
+                                     "tls.cert_subject", "tls.cert_issuer", "dcerpc.stub_data"}
 KNOWN_UNSYNTH_BUFFERS = {
     "tls.cert_serial", "tls.cert_fingerprint",
     "ja3.hash", "ja3.string", "ja3s.hash", "tls.version", "ssh.proto", "ssh.software", "smb.named_pipe",
@@ -368,7 +368,13 @@ def analyze(raw: RawRule) -> RuleModel:
 def _analyze(raw: RawRule, m: RuleModel) -> None:
     proto = raw.proto
     snort3 = is_snort3(raw)
-    service = (raw.first("service") or "").split(",")[0].strip() if raw.has("service") else ""
+    service = _service(raw)
+    # a service kept in metadata (the Snort 3 -> Suricata translation puts it there) only chooses
+    # the application for rules with application buffers: a raw-payload rule stays raw, as
+    # Suricata's header tcp/udp rule inspects the stream whatever the service
+    meta_service = service if not raw.has("service") else ""
+    if meta_service:
+        service = ""
     if proto in TRANSPORTS:
         m.proto = {"tcp-pkt": "tcp", "tcp-stream": "tcp", "udp-pkt": "udp", "icmpv6": "icmp", "ipv6": "ip"}.get(proto, proto)
         if service in SYNTH_APPS:
@@ -484,6 +490,9 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         if kw in ("http.header_names",):
             sticky = kw
             continue
+        if kw in ("dcerpc.iface", "dcerpc.opnum"):
+            _dcerpc_option(m, kw, val or "")
+            continue
         if kw == "dsize":
             m.dsize = _range(val or "", "dsize")
             continue
@@ -556,6 +565,14 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
 
     if m.noalert and m.status == "supported":
         m.unsupported("noalert: the rule only sets flowbits")
+    if m.app is None and meta_service in SYNTH_APPS and any(b != "pkt" for b in buffers):
+        m.app = "tls" if meta_service == "ssl" else meta_service
+    if m.app == "dcerpc" and m.proto == "udp" and {"iface", "opnum"} & set(m.buffer_opts.get("dcerpc", {})):
+        # measured with Suricata 7.0.10: a connectionless (UDP) request with the right interface
+        # and operation fires neither keyword (its stub data does); only TCP binds are tracked
+        m.unsupported("dcerpc.iface/dcerpc.opnum over UDP: Suricata 7 matches them only after a TCP bind")
+    if m.app in ("pop3", "imap", "ftp", "telnet", "ssh") and "file.data" in buffers:
+        m.app = None   # Suricata 7 has file.data on HTTP and SMTP only: the HTTP body carries it
     if m.app is None:
         # infer the application from the buffers used
         if any(b in HTTP_BUFFERS or b == "file.data" for b in buffers):
@@ -574,6 +591,60 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         m.unsupported(f"buffers {sorted(b for b in buffers if b != 'pkt')} without their application")
     if m.tcp_flags and m.proto != "tcp":
         m.unsupported("flags on a non-TCP rule")
+
+
+_UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+def _dcerpc_option(m: RuleModel, kw: str, val: str) -> None:
+    """`dcerpc.iface:UUID[,<N|>N|=N|!N][,any_frag]` and `dcerpc.opnum:N|A-B|A,B,...`: a DCE/RPC
+    bind to that interface and a request with that operation (in buffer_opts["dcerpc"])."""
+    opts = m.buffer_opts.setdefault("dcerpc", {})
+    m.app = "dcerpc"
+    parts = [p.strip() for p in val.split(",") if p.strip()]
+    if kw == "dcerpc.iface":
+        if not parts or not _UUID_RE.match(parts[0]):
+            raise ValueError(f"dcerpc.iface:{val} needs an interface UUID")
+        opts["iface"] = parts[0].lower()
+        version = 1
+        for p in parts[1:]:
+            op, num = p[:1], p[1:]
+            if op in "<>=!" and num.isdigit():
+                n = int(num)
+                version = {"<": max(n - 1, 0), ">": n + 1, "=": n, "!": n + 1}[op]
+        opts["version"] = version
+    else:
+        first = parts[0] if parts else ""
+        try:
+            opts["opnum"] = int(first.split("-")[0])
+        except ValueError:
+            raise ValueError(f"dcerpc.opnum:{val} not understood") from None
+
+
+def services_of(raw: RawRule) -> list[str]:
+    """The rule's services: Snort 3 `service:a,b`, or `metadata: ..., service a, service b` (where
+    the Snort 3 -> Suricata translation keeps them)."""
+    if raw.has("service"):
+        return [x.strip().lower() for x in (raw.first("service") or "").split(",") if x.strip()]
+    out = []
+    for meta in raw.values("metadata"):
+        for item in (meta or "").split(","):
+            key, _, val = item.strip().partition(" ")
+            if key.lower() == "service" and val.strip():
+                out.append(val.strip().lower())
+    return out
+
+
+def _service(raw: RawRule) -> str:
+    """The one service the synthesis follows: http when the rule lists it (its buffers are HTTP
+    ones), else the first one we synthesize, else the first listed."""
+    services = services_of(raw)
+    if "http" in services:
+        return "http"
+    for sv in services:
+        if sv in SYNTH_APPS:
+            return sv
+    return services[0] if services else ""
 
 
 def _modifier(match: Match, name: str, arg: str | None) -> None:

@@ -21,11 +21,12 @@ import re
 import signal
 import struct
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import packets as P
-from .layout import LayoutError, build_buffer
+from .layout import LayoutError, build_buffer, verify
 from .regex_example import RegexUnsupported
 from .semantics import (
     APP_PORTS, HTTP_HEADER_VALUE_BUFFERS, RESPONSE_BUFFERS, RuleModel, address_side, choose_port,
@@ -141,9 +142,102 @@ def _header_lines(text: bytes) -> list[bytes]:
         if not line.strip():
             continue
         if b":" not in line:
-            line = line + b": 1" if b" " not in line.strip() else b"X-Data: " + line
+            # a bare token becomes a header name (trailing blanks would put a space before the
+            # colon); a phrase becomes a value, of User-Agent when it reads like one
+            if b" " not in line.strip() and line == line.rstrip():
+                line = line + b": 1"
+            else:
+                line = (b"User-Agent: " if _UA_LIKE.search(line) else b"X-Data: ") + line
+        if line[-1:] in (b" ", b"\t"):
+            # libhtp trims blanks at the end of a value: keep the rule's blank inside the value
+            line += b"1"
         lines.append(line)
+    seen_ua = False
+    for k, line in enumerate(lines):           # one User-Agent: later guesses become X-Data
+        if line.lower().startswith(b"user-agent:"):
+            if seen_ua and line.startswith(b"User-Agent: ") and line not in text:
+                lines[k] = b"X-Data: " + line[len(b"User-Agent: "):]
+            seen_ua = True
     return lines
+
+
+_UA_LIKE = re.compile(rb"MSIE|Mozilla|compatible;|Windows NT|Gecko|Opera", re.I)
+
+
+def _uri_is_normal(uri: bytes) -> bool:
+    """True when libhtp's normalization leaves `uri` as it is (so raw and normalized URI agree)."""
+    path = uri.split(b"?", 1)[0]
+    return (uri == _uri_encode(uri) and b"%" not in uri and b"\\" not in uri and b"//" not in path
+            and b"/./" not in path + b"/" and b"/../" not in path + b"/")
+
+
+_DOT_SEGMENT = re.compile(rb"\.\./|/\./|\\")
+
+
+def _query_for_dot_segments(uri: bytes, matches, opts) -> bytes:
+    """libhtp removes `../` and `./` segments (and turns `\\` into `/`) in the path of the
+    normalized URI but keeps the query as sent: when the rule's URI contents need such a sequence,
+    start the query just before it, if the matches still hold."""
+    path = uri.split(b"?", 1)[0]
+    hit = _DOT_SEGMENT.search(path)
+    if hit is None:
+        return uri
+    cand = uri[:hit.start()] + b"?" + uri[hit.start():]
+    return cand if verify(cand, matches, opts) else uri
+
+
+def _uris(model: RuleModel) -> tuple[bytes | None, bytes | None]:
+    """(normalized URI, raw URI) for a request; when a rule has matches or a length on both the
+    raw and the normalized URI, one URI that satisfies both (libhtp leaves a plain URI as is)."""
+    uri_m, uri_o = model.buffers.get("http.uri"), model.buffer_opts.get("http.uri")
+    raw_m, raw_o = model.buffers.get("http.uri.raw"), model.buffer_opts.get("http.uri.raw")
+    if not (raw_m or raw_o):
+        if not (uri_m or uri_o):
+            return None, None
+        uri = None
+        try:
+            uri = _buf(model, "http.uri")
+            if not uri.startswith(b"/"):   # the rule's own leading slash gets no second one
+                uri = None
+        except LayoutError:
+            pass
+        if uri is None:
+            uri = _buf(model, "http.uri", prefix=b"/")
+        return _query_for_dot_segments(uri, uri_m or [], uri_o), None
+    if not (uri_m or uri_o):
+        return None, _buf(model, "http.uri.raw", prefix=b"/")
+    lens = [o["len"] for o in (uri_o, raw_o) if o and o.get("len")]
+    opts = dict(uri_o or {})
+    if lens:
+        opts["len"] = (max(lo for lo, _ in lens), min(hi for _, hi in lens))
+    tries = [uri_m or []] + ([(uri_m or []) + raw_m, raw_m + (uri_m or [])] if raw_m else [])
+    for matches in tries:
+        for prefix in (b"", b"/"):
+            try:
+                cand = build_buffer(matches, opts, prefix=prefix)
+            except LayoutError:
+                continue
+            if (cand.startswith(b"/") and _uri_is_normal(cand) and verify(cand, uri_m or [], uri_o)
+                    and verify(cand, raw_m or [], raw_o)):
+                return None, cand
+    return _buf(model, "http.uri", prefix=b"/"), _buf(model, "http.uri.raw", prefix=b"/")
+
+
+def _pinned_to_start(matches) -> bool:
+    """True when a match must sit at the start of its buffer (offset/depth, or a ^ pcre without m)."""
+    for m in matches:
+        if m.negated or m.is_relative:
+            continue
+        if m.kind == "content" and (m.offset is not None or m.depth is not None or m.startswith):
+            return True
+        if m.kind == "pcre" and m.pattern.startswith("^") and "m" not in m.flags:
+            return True
+    return False
+
+
+def _header_names(lines: list[bytes]) -> set[bytes]:
+    """Lower-case names of `name: value` lines (the rule's own headers)."""
+    return {ln.split(b":", 1)[0].strip().lower() for ln in lines if b":" in ln}
 
 
 def http_request(model: RuleModel | None) -> bytes:
@@ -151,8 +245,7 @@ def http_request(model: RuleModel | None) -> bytes:
     rl = b("http.request_line")
     method = b("http.method")
     body = b("http.request_body")
-    uri = b("http.uri", prefix=b"/")
-    raw_uri = b("http.uri.raw", prefix=b"/")
+    uri, raw_uri = _uris(model) if model else (None, None)
     proto = b("http.protocol") or b"HTTP/1.1"
     if rl:
         parts = rl.split(b" ")
@@ -200,13 +293,22 @@ def http_request(model: RuleModel | None) -> bytes:
         headers.append(host_line)
         if b"User-Agent" not in values:
             values[b"User-Agent"] = b"Mozilla/5.0"
+    own_lines = [ln for text in (hdr_text, hdr_raw) if text for ln in _header_lines(text)]
+    own_names = _header_names(own_lines)
+    if own_names:
+        # a header the rule writes itself replaces our default one: libhtp would merge the two
+        # values (`User-Agent: Mozilla/5.0, rule's value`) and the rule's content would not match
+        if b"user-agent" in own_names and values.get(b"User-Agent") == b"Mozilla/5.0":
+            del values[b"User-Agent"]
+        if b"host" in own_names and host_line is not None and host is None:
+            headers.remove(host_line)
     for k, v in values.items():
         headers.append(k + b": " + v)
-    for text in (hdr_text, hdr_raw):
-        if text:
-            if text.startswith(b"\r\n") and headers:
-                pass
-            headers.extend(_header_lines(text))
+    if own_lines and model is not None and _pinned_to_start(model.buffers.get("http.header", [])) \
+            and not (hdr_text or b"").startswith((b"\r\n", b"\n")):
+        headers[:0] = own_lines        # `depth`/`^` on the header buffer: the rule's lines first
+    else:
+        headers.extend(own_lines)
     if body is not None and names_buf is None:
         if not any(h.lower().startswith(b"content-type:") for h in headers):
             headers.append(b"Content-Type: application/x-www-form-urlencoded")
@@ -246,6 +348,58 @@ def http_response(model: RuleModel | None) -> bytes:
     elif not any(h.lower().startswith(b"content-length:") for h in headers):
         headers.append(b"Content-Length: %d" % len(body))
     return status + b"\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n" + body
+
+
+_NDR = uuid.UUID("8a885d04-1ceb-11c9-9fe8-08002b104860").bytes_le + struct.pack("<I", 2)
+
+
+def _dce_pdu(ptype: int, call_id: int, body: bytes) -> bytes:
+    """A connection-oriented DCE/RPC PDU (little endian data representation, one fragment)."""
+    return struct.pack("<BBBB4sHHI", 5, 0, ptype, 0x03, b"\x10\0\0\0", 16 + len(body), 0, call_id) + body
+
+
+def dcerpc_tcp(iface: str, version: int, opnum: int, stub: bytes) -> list[tuple[bool, bytes]]:
+    """DCE/RPC over TCP (ncacn_ip_tcp): bind to `iface`, the server's acceptance, one request."""
+    syntax = uuid.UUID(iface).bytes_le + struct.pack("<HH", version & 0xFFFF, 0)
+    bind = _dce_pdu(11, 1, struct.pack("<HHI", 4280, 4280, 0) + struct.pack("<BBH", 1, 0, 0)
+                    + struct.pack("<HBB", 0, 1, 0) + syntax + _NDR)
+    sec = b"135\0"
+    ack_body = struct.pack("<HHIH", 4280, 4280, 0x1234, len(sec)) + sec
+    ack_body += b"\0" * (-(16 + len(ack_body)) % 4)
+    ack_body += struct.pack("<BBH", 1, 0, 0) + struct.pack("<HH", 0, 0) + _NDR
+    request = _dce_pdu(0, 2, struct.pack("<IHH", len(stub), 0, opnum) + stub)
+    response = _dce_pdu(2, 2, struct.pack("<IHBB", 4, 0, 0, 0) + b"\0" * 4)
+    return [(True, bind), (False, _dce_pdu(12, 1, ack_body)), (True, request), (False, response)]
+
+
+def dcerpc_udp_request(iface: str, version: int, opnum: int, stub: bytes) -> bytes:
+    """A connectionless DCE/RPC request (ncadg_ip_udp): the interface is in the 80-byte header."""
+    return (struct.pack("<BBBB3sB", 4, 0, 0x22, 0, b"\x10\0\0", 0) + b"\0" * 16
+            + uuid.UUID(iface).bytes_le + uuid.UUID(int=0x4E5447).bytes_le
+            + struct.pack("<IIIHHHHHBB", 0, version, 1, opnum, 0xFFFF, 0xFFFF, len(stub), 0, 0, 0) + stub)
+
+
+def smtp_mail(attachment: bytes, extra: bytes = b"") -> list[tuple[bool, bytes]]:
+    """An SMTP session that mails `attachment` as a base64 MIME part (Suricata's `file.data` on
+    SMTP is the decoded attachment); `extra` raw bytes go after the message (stream contents)."""
+    import base64
+    b64 = base64.encodebytes(attachment).replace(b"\n", b"\r\n")
+    message = (b"From: <alice@example.com>\r\nTo: <bob@example.com>\r\nSubject: report\r\n"
+               b"MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"NTGBOUNDARY\"\r\n\r\n"
+               b"--NTGBOUNDARY\r\nContent-Type: text/plain\r\n\r\nsee attachment\r\n"
+               b"--NTGBOUNDARY\r\nContent-Type: application/octet-stream\r\n"
+               b"Content-Transfer-Encoding: base64\r\n"
+               b"Content-Disposition: attachment; filename=\"report.bin\"\r\n\r\n"
+               + b64 + b"--NTGBOUNDARY--\r\n.\r\n")
+    msgs = [(False, b"220 mail.example.com ESMTP ready\r\n"),
+            (True, b"EHLO client.example.com\r\n"), (False, b"250 mail.example.com\r\n"),
+            (True, b"MAIL FROM:<alice@example.com>\r\n"), (False, b"250 OK\r\n"),
+            (True, b"RCPT TO:<bob@example.com>\r\n"), (False, b"250 OK\r\n"),
+            (True, b"DATA\r\n"), (False, b"354 go ahead\r\n"),
+            (True, message), (False, b"250 OK queued\r\n")]
+    if extra:
+        msgs.append((True, extra))
+    return msgs + [(True, b"QUIT\r\n"), (False, b"221 bye\r\n")]
 
 
 def dns_query(name: bytes, ident: int) -> bytes:
@@ -372,6 +526,10 @@ def _tcp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]], *
 
 def _udp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]]) -> None:
     c, sv = P.addr(s.client), P.addr(s.server)
+    if messages and not messages[0][0]:
+        # a flow starts with its first datagram: a server datagram first would make the server
+        # the flow's client and a `flow:to_client` rule would not see it; the client asks first
+        messages = [(True, dns_query(b"www.example.com", 1) if s.sport == 53 else b"\x00\x00\x00\x01")] + messages
     for n, (from_client, data) in enumerate(messages):
         if from_client:
             em.emit(P.ether(P.ipv4(c, sv, 17, P.udp(c, sv, s.cport, s.sport, data), n + 1), True))
@@ -452,6 +610,15 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
         if raw:
             msgs.append((fc, raw))
         return msgs
+    if app == "dcerpc":
+        stub = _buf(model, "dcerpc.stub_data", fill=b"\0") or b""
+        opts = model.buffer_opts.get("dcerpc", {})
+        iface = opts.get("iface", "4b324fc8-1670-01d3-1278-5a47bf6ee188")
+        if model.proto == "udp":
+            return [(True, dcerpc_udp_request(iface, opts.get("version", 1), opts.get("opnum", 0), stub))]
+        return dcerpc_tcp(iface, opts.get("version", 1), opts.get("opnum", 0), stub)
+    if app == "smtp" and "file.data" in model.buffers:
+        return smtp_mail(_buf(model, "file.data", fill=b"\0"), _pkt_payload(model) if model.buffers.get("pkt") else b"")
     payload = _pkt_payload(model)
     if app in ("smtp", "pop3", "imap", "ftp", "telnet"):
         banner = {"smtp": b"220 mail.example.com ESMTP ready\r\n", "ftp": b"220 FTP server ready\r\n",
@@ -473,7 +640,13 @@ class _Plan:
     related: list[int]
 
 
-def _setter_for(name: str, setters: dict[str, list[RuleModel]], exclude: int) -> RuleModel | None:
+def _setter_for(name: str, setters: dict[str, list[RuleModel]], exclude: int,
+                app: str | None = None) -> RuleModel | None:
+    if app == "smtp":
+        # an SMTP rule needs a setter that speaks SMTP too (one conversation)
+        for m in setters.get(name, ()):
+            if m.sid != exclude and not m.flowbits_isset and m.app == app:
+                return m
     for m in setters.get(name, ()):
         if m.sid != exclude and not m.flowbits_isset:
             return m
@@ -487,7 +660,7 @@ def plan(model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, dept
     pre: list[tuple[bool, bytes]] = []
     related: list[int] = []
     for name in model.flowbits_isset:
-        setter = _setter_for(name, setters, model.sid)
+        setter = _setter_for(name, setters, model.sid, model.app)
         if setter is None:
             raise SynthError(f"flowbit {name!r} is set by no rule given")
         if depth > 3:
@@ -501,6 +674,12 @@ def plan(model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, dept
         if not model.to_server and pre[-1][0] is False and len(pre) >= 2:
             pre = pre[:-1]
             own = [m for m in own if m[0] is False]
+    if pre and model.app == "smtp" and own[:1] == [(False, b"220 mail.example.com ESMTP ready\r\n")]:
+        # one SMTP conversation: no second greeting, the setter's mail is not followed by QUIT
+        if pre[-2:] == [(True, b"QUIT\r\n"), (False, b"221 bye\r\n")]:
+            pre = pre[:-2]
+        if any(d.startswith(b"EHLO") for _fc, d in pre):
+            own = own[3:] if own[1][1].startswith(b"EHLO") else own[1:]
     return _Plan(model, pre + own, related)
 
 
