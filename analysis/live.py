@@ -82,6 +82,11 @@ def step_metrics(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {k: entry.get(k) for k in ("name", "kind", "params", "status", "error",
                                                       "loss", "capture", "dut", "monitor")}
     pcap = step_dir / "capture.pcap"
+    if not pcap.is_file():  # no tcpdump: a generator's own capture (Ostinato's drone) stands in
+        own = sorted(step_dir.glob("gen-*/drone-capture.pcap"))
+        if own:
+            pcap = own[0]
+            out["capture_source"] = str(pcap.relative_to(step_dir))
     out["traffic"] = None
     if pcap.is_file():
         try:
@@ -369,6 +374,12 @@ def report_blocks(doc: dict[str, Any], manifest: dict[str, Any], plots: dict[str
                      _num((s.get("capture") or {}).get("dropped_by_kernel"))])
     b.append(("table", ["step", "status", "sent", "wire", "DUT", "loss", "captured",
                         "capture drops"], rows))
+    overheads = [(s["monitor"] or {}).get("overhead_percent") for s in doc["steps"] if s.get("monitor")]
+    overheads = [o for o in overheads if o is not None]
+    if overheads:
+        hz = (doc["steps"][0].get("monitor") or {}).get("hz")
+        b.append(("p", f"The resource sampler ({hz:g} Hz) cost {max(overheads):.2f} % of one core "
+                       f"at most (its own CPU time over wall time, per step)."))
     if doc.get("comparison"):
         b.append(("h2", "Generator comparison (seed 001's method)"))
         b.append(("p", "Per-second rates from the capture. Warm-up is found automatically (the "

@@ -35,6 +35,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         from .compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
 
+        live_line = None
+        if loaded.scenario.testbed is not None:  # checked first: no "ok" for a run that cannot start
+            code, live_line = _validate_live(loaded)
+            if code != EXIT_OK:
+                status = code
+                continue
         e = expected(loaded.scenario)
         peak = peak_concurrent_flows(loaded.scenario)
         size = f"{e.bytes:,} bytes" if e.bytes is not None else "random sizes"
@@ -47,8 +53,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         too_big = check_memory(loaded.scenario)
         if too_big:
             _err(f"{file}: warning: {too_big}")
-        if loaded.scenario.testbed is not None:
-            status = max(status, _validate_live(loaded))
+        if live_line:
+            print(live_line)
         if loaded.scenario.attacks is not None:
             _validate_attacks(file, loaded)
     return status
@@ -67,9 +73,9 @@ def _validate_attacks(file: str, loaded) -> None:
           + ("" if selected else " -- the selection is empty: widen attacks.select"))
 
 
-def _validate_live(loaded) -> int:
+def _validate_live(loaded) -> tuple[int, str | None]:
     """What a live scenario will do: the topology (checked) and the steps."""
-    from .live import plan_steps
+    from .live import check_places, plan_steps
     from .topology import TopologyError, load_topology
 
     tb = loaded.scenario.testbed
@@ -78,21 +84,16 @@ def _validate_live(loaded) -> int:
     except TopologyError as exc:
         for problem in exc.problems:
             _err(problem)
-        return EXIT_BAD_INPUT
-    places = [g.at for g in loaded.scenario.live_generators()] + [tb.dut.at] * (tb.dut.kind != "none")
-    places += [tb.capture.at] if tb.capture else []
-    for place in places:
-        role, iface = place.split(":", 1)
-        if role not in topo.namespaces or iface not in topo.iface(role):
-            _err(f"{loaded.path}: testbed: `{place}` is not an interface of topology {topo.name} "
-                 f"(it has: {', '.join(f'{r}:{i}' for r in topo.namespaces for i in topo.iface(r))})")
-            return EXIT_BAD_INPUT
+        return EXIT_BAD_INPUT, None
+    problem = check_places(loaded.scenario, topo)
+    if problem:
+        _err(f"{loaded.path}: {problem}")
+        return EXIT_BAD_INPUT, None
     steps = plan_steps(loaded.scenario)
     total = sum(s.deadline_s() for s in steps)
     names = ", ".join(s.name for s in steps[:6]) + (", ..." if len(steps) > 6 else "")
-    print(f"  live: method {tb.method}, topology {topo.name}, {len(steps)} step(s) ({names}); "
-          f"at most {total:,.0f} s of sending")
-    return EXIT_OK
+    return EXIT_OK, (f"  live: method {tb.method}, topology {topo.name}, {len(steps)} step(s) "
+                     f"({names}); at most {total:,.0f} s of sending")
 
 
 def _size(n: float) -> str:

@@ -89,7 +89,13 @@ def _sized(template: Flow, frame_size: int) -> dict:
 
 
 def _rate_step_flow(template: Flow, rate: Decimal, frame_size: int, step_ns: int) -> Flow:
-    return _flow(template, start=0, rate=rate, duration=step_ns, payload=_sized(template, frame_size))
+    udp = _flow(template, protocol="udp", dst_port=_port(template), rate=1, packets=1)  # as UDP
+    return _flow(template, protocol="udp", dst_port=_port(template), start=0, rate=rate,
+                 duration=step_ns, payload=_sized(udp, frame_size))
+
+
+def _port(template: Flow):
+    return template.dst_port.model_dump() if template.dst_port else 9
 
 
 def _host_step_flows(template: Flow, hosts: int, sessions: int, host_rate: Decimal,
@@ -103,7 +109,7 @@ def _host_step_flows(template: Flow, hosts: int, sessions: int, host_rate: Decim
         flows.append(_flow(
             template, name=f"host{h + 1}", protocol="udp", src=src,
             src_port={"range": "10000-60000", "mode": "increment"},
-            dst_port=template.dst_port.model_dump() if template.dst_port else 9,
+            dst_port=_port(template),
             start=0, rate=host_rate, duration=session_ns,
             payload=_sized(template, frame_size), repeat={"count": sessions, "period": session_ns},
         ))  # fmt: skip
@@ -168,6 +174,20 @@ def plan_steps(scenario: Scenario) -> list[Step]:
 # Preconditions: say what fixes them
 
 
+def check_places(scenario: Scenario, topo) -> str | None:
+    """Why a place (`ROLE:IFACE`) of the scenario is not an interface of the topology, or None."""
+    tb = scenario.testbed
+    places = [("generators", g.at) for g in scenario.live_generators()]
+    places += [("dut.at", tb.dut.at)] if tb.dut.kind != "none" else []
+    places += [("capture.at", tb.capture.at)] if tb.capture else []
+    have = [f"{r}:{i}" for r in topo.namespaces for i in topo.iface(r)]
+    for field_name, place in places:
+        if place not in have:
+            return (f"testbed.{field_name}: `{place}` is not an interface of topology {topo.name} "
+                    f"(it has: {', '.join(have)})")
+    return None
+
+
 def check_live_prerequisites(scenario: Scenario) -> None:
     import os
 
@@ -176,11 +196,11 @@ def check_live_prerequisites(scenario: Scenario) -> None:
     if os.geteuid() != 0:
         raise LiveError("a live run creates network namespaces and needs root: run it with sudo "
                         "(or as root)")  # fmt: skip
-    needed = {"ip": "iproute2"}
+    needed = {"ip": "iproute2", "ethtool": "ethtool", "tc": "iproute2"}
     if tb.capture is not None or tb.dut.kind == "tcpdump":
         needed["tcpdump"] = "tcpdump"
     if tb.dut.kind == "suricata":
-        needed["suricata"] = "suricata (from bookworm-backports; ./bootstrap.sh test installs it)"
+        needed["suricata"] = "suricata"
     if scenario.attacks is not None:
         needed["tcpreplay"] = "tcpreplay"     # replays the attack sessions
     for g in scenario.live_generators():
@@ -191,9 +211,13 @@ def check_live_prerequisites(scenario: Scenario) -> None:
     missing = [(cmd, pkg) for cmd, pkg in needed.items() if not shutil.which(cmd)]
     if missing:
         cmds = ", ".join(c for c, _ in missing)
-        pkgs = " ".join(p.split(" ")[0] for _, p in missing)
-        raise LiveError(f"missing {cmds}: install with `apt-get install {pkgs}` "
-                        f"(or run ./bootstrap.sh test, which installs every tool the testbed uses)")
+        pkgs = [p for p in dict.fromkeys(p for _, p in missing) if p != "suricata"]
+        how = [f"`apt-get install {' '.join(pkgs)}`"] if pkgs else []
+        if any(p == "suricata" for _, p in missing):  # Suricata 7 is in bookworm-backports only
+            how.append("`apt-get install -t bookworm-backports suricata` (with bookworm-backports "
+                       "in the apt sources)")
+        raise LiveError(f"missing {cmds}: install with {' and '.join(how)}, or run "
+                        f"./bootstrap.sh test, which installs every tool the testbed uses")
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,6 +319,8 @@ class LiveRun(Run):
         try:
             attacks = write_attacks(scenario.attacks, rules, self.run_dir / "attacks")
         except AttackError as exc:
+            self.manifest["error"] = str(exc)
+            self._finish("failed")
             raise RunSetupError(str(exc)) from None
         info = attacks.summary()
         info["pcap"] = "attacks/attacks.pcap"
@@ -320,14 +346,20 @@ class LiveRun(Run):
         assert tb is not None
         status = "completed"
         try:
-            topo = load_topology(tb.topology, base_dir=self.loaded.path.parent)
+            topo = load_topology(tb.topology, base_dir=self.loaded.path.parent,
+                                 source=str(self.loaded.path))
+            problem = check_places(self.scenario, topo)
             topo = topo.renamed(f"ntg{secrets.token_hex(3)}")
         except Exception as exc:  # a topology that does not load is bad input
-            raise RunSetupError(f"testbed.topology: {exc}") from None
+            problem = f"testbed.topology: {exc}"
+        if problem:
+            self.manifest["error"] = problem
+            self._finish("failed")
+            raise RunSetupError(f"{self.loaded.path}: {problem}")
         self.manifest["testbed"] = {"topology": topo.name, "namespaces": None, "applied": [],
                                     "removed": None}  # fmt: skip
         self.write_manifest()
-        with ExitStack() as stack, _Interrupts() as interrupts:
+        with _Interrupts() as interrupts, ExitStack() as stack:  # teardown runs with signals held
             try:
                 stack.callback(self._teardown, topo)
                 self.manifest["testbed"]["applied"] = topo.apply()
@@ -398,12 +430,14 @@ class LiveRun(Run):
                 capture = Tcpdump(topo.exec_argv(role), iface, step_dir / "capture.pcap",
                                   snaplen=tb.capture.snaplen, buffer_kib=tb.capture.buffer_kib,
                                   name="capture")  # fmt: skip
+                records.append(capture.record)  # listed even if it fails to start
                 capture.start()
-                records.append(capture.record)
             if tb.dut.kind != "none":
                 dut = _Dut(tb.dut.kind, tb.dut, topo, step_dir, self.loaded.path.parent)
-                dut.start()
-                records += dut.records()
+                try:
+                    dut.start()
+                finally:
+                    records += dut.records()
 
             def pids() -> dict[str, int]:
                 out = {(f"dut:{r.name}" if dut is not None and r in dut.records() else r.name): r.pid
@@ -446,6 +480,17 @@ class LiveRun(Run):
                     break
                 if dut is not None and not dut.alive():
                     status, error = "failed", dut.died
+                    for _, g in running:
+                        g.stop()
+                    break
+                if capture is not None and not capture.running():
+                    status = "failed"
+                    error = f"the capture ended during the step: {capture.record.status}"
+                    for _, g in running:
+                        g.stop()
+                    break
+                crashed = [s_ for s_, g in gens if (s_, g) not in running and g.status() == "failed"]
+                if crashed:  # one generator failed: the step is lost, stop the others now
                     for _, g in running:
                         g.stop()
                     break

@@ -130,5 +130,11 @@ def topology():
         return topo
 
     yield up
-    for topo in reversed(made):
-        topo.remove()
+    failures = []
+    for topo in reversed(made):  # every one is removed, even if one removal fails
+        try:
+            topo.remove()
+        except Exception as exc:
+            failures.append(f"{topo.name}: {exc}")
+    if failures:
+        pytest.fail("topology teardown failed: " + "; ".join(failures), pytrace=False)

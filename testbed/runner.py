@@ -146,7 +146,8 @@ def stage_printer(enabled: bool):
 
 
 class _Interrupts:
-    """Turns SIGINT/SIGTERM into a flag the run loop acts on, so stopping is always orderly."""
+    """Turns SIGINT/SIGTERM/SIGHUP into a flag the run loop acts on, so stopping is always orderly
+    (our children run in their own sessions: without this, a closed terminal would orphan them)."""
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -154,7 +155,7 @@ class _Interrupts:
 
     def __enter__(self) -> "_Interrupts":
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # HUP: the terminal closed
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -33,6 +33,9 @@ SCENARIO_VERSION = 1
 MAX_FRAME = 65535  # the pcap snap length the engine writes
 MAX_TIME_NS = 2**32 * 1_000_000_000  # pcap seconds are 32 bits
 EPHEMERAL_PORTS = (49152, 65535)
+# The only addresses a live run may send from and to (network safety): RFC 2544's benchmarking
+# range and the IPv6 documentation range.
+BENCHMARK_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:db8::/32"))
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 Mode = Literal["random", "increment"]
@@ -356,7 +359,7 @@ class FlowEngineOptions(_Model):
 # Live runs: the `testbed:` section
 
 GeneratorName = Literal["flowengine", "tcpreplay", "scapy", "ostinato"]
-_PLACE = re.compile(r"^[a-z0-9]{1,12}:[A-Za-z0-9_.-]{1,15}$")
+_PLACE = re.compile(r"^[a-z0-9][a-z0-9-]{0,15}:[A-Za-z0-9_.-]{1,15}$")  # topology role : iface
 
 
 def _place(v: str) -> str:
@@ -459,6 +462,11 @@ class SweepSpec(_Model):
     def _something(self) -> "SweepSpec":
         if not self.packet_rates and not self.hosts:
             raise ValueError("give `packet_rates`, `hosts` or both")
+        for name in ("packet_rates", "hosts"):
+            values = [str(v) for v in getattr(self, name)]
+            dup = sorted({v for v in values if values.count(v) > 1})
+            if dup:  # two steps would share one folder
+                raise ValueError(f"`{name}` lists {dup[0]} twice; every step needs its own value")
         return self
 
 
@@ -502,6 +510,9 @@ class TestbedSpec(_Model):
             raise ValueError("`load_steps` belongs to method `comparison`")
         if self.method == "comparison" and self.duration is None:
             raise ValueError("method `comparison` needs `duration` (seed 001: 60s)")
+        if self.method == "comparison" and self.capture is None:
+            raise ValueError("method `comparison` measures the rates in the capture: do not set "
+                             "`capture: null`")
         if any(g.pace == "topspeed" for g in self.generators) and self.duration is None:
             raise ValueError("a `topspeed` generator needs `duration`")
         titles = [g.title for g in self.generators]
@@ -704,11 +715,42 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
     if root is not None:
         _node_lines(root, (), lines)
     try:
-        return Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         problems = [_format_error(e, file, lines) for e in exc.errors(include_url=False)]
         problems.sort(key=lambda p: int(p[len(file) + 1 :].split(":", 1)[0]))
         raise ScenarioError(problems) from None
+    problems = _live_address_problems(scenario, file, lines)
+    if problems:
+        raise ScenarioError(problems)
+    return scenario
+
+
+def _outside(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    return not any(network.subnet_of(n) for n in BENCHMARK_NETWORKS if n.version == network.version)
+
+
+def _live_address_problems(scenario: Scenario, file: str, lines: dict[tuple, int]) -> list[str]:
+    """A live run sends what the flows say: every address must lie in the benchmark ranges."""
+    if scenario.testbed is None:
+        return []
+    out = []
+    for i, flow in enumerate(scenario.flows):
+        for key in ("src", "dst"):
+            net = getattr(flow, key).interface.network
+            if _outside(net):
+                line = lines.get(("flows", i, key, "__value__")) or lines.get(("flows", i), 1)
+                out.append(f"{file}:{line}: flows[{i}].{key}: a live run sends only inside "
+                           f"198.18.0.0/15 and 2001:db8::/32 (got {getattr(flow, key).cidr})")
+    sweep = scenario.testbed.sweep
+    if sweep is not None and sweep.hosts:
+        first = scenario.flows[0].src.interface.ip
+        last = int(first) + max(sweep.hosts) - 1  # the host sweep counts source addresses up
+        if last >= 2**first.max_prefixlen or _outside(ipaddress.ip_network(type(first)(last))):
+            line = lines.get(("testbed", "sweep", "hosts"), 1)
+            out.append(f"{file}:{line}: testbed.sweep.hosts: {max(sweep.hosts)} hosts counting up "
+                       f"from {first} leave 198.18.0.0/15 / 2001:db8::/32; start lower")
+    return out
 
 
 def load_scenario(path: str | Path) -> LoadedScenario:

@@ -31,10 +31,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .proc import CommandRecord, Process
-from .scenario import ScenarioError, _format_error, _LineLoader, _node_lines
+from .scenario import BENCHMARK_NETWORKS, ScenarioError, _format_error, _LineLoader, _node_lines
 
 PACKAGED = Path(__file__).resolve().parent / "topologies"
-ALLOWED_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:db8::/32"))
+ALLOWED_NETWORKS = BENCHMARK_NETWORKS
 COUNTERS = ("rx_packets", "rx_bytes", "rx_dropped", "tx_packets", "tx_bytes", "tx_dropped")
 # ethtool -K short names and the lines `ethtool -k` prints for them
 OFFLOADS = {

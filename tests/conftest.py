@@ -69,3 +69,11 @@ def pair():
         yield p.setup()
     finally:
         p.teardown()
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip a test whose data or tool is missing; in CI (NTG_CI=1, set by .ci/run) fail instead,
+    so that a gate such as a coverage floor can never pass by not running."""
+    if os.environ.get("NTG_CI"):
+        pytest.fail(f"{reason}; in CI this test must run", pytrace=False)
+    pytest.skip(reason)

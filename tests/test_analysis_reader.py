@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import skip_or_fail
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_Router_Alert
 from scapy.layers.inet6 import (ICMPv6DestUnreach, ICMPv6EchoReply, ICMPv6EchoRequest, IPv6,
                                 IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop,
@@ -428,7 +429,7 @@ def shared_pcaps() -> list[Path]:
 @pytest.fixture
 def shared_data():
     if not os.environ.get("NTG_SHARED_DATA"):
-        pytest.skip(SHARED_SKIP)
+        skip_or_fail(SHARED_SKIP)
     if not shutil.which("tshark"):
         pytest.skip("tshark is not installed")
     files = shared_pcaps()

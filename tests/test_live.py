@@ -203,8 +203,18 @@ def test_missing_tools_name_the_command_that_installs_them(tmp_path):
                           str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PATH": str(bare)})  # fmt: skip
     assert res.returncode == 2
-    assert "apt-get install iproute2 tcpdump" in res.stderr
+    assert "apt-get install iproute2 ethtool tcpdump" in res.stderr
     assert "Traceback" not in res.stderr
+    path = scenario(tmp_path, "suri", UDP % (1000, 10), "dut: {kind: suricata}")
+    import shutil
+
+    for tool in ("ip", "ethtool", "tc", "tcpdump"):  # everything but suricata
+        (bare / tool).symlink_to(shutil.which(tool))
+    res = subprocess.run([str(bare / "python"), "-m", "testbed", "run", str(path), "--out",
+                          str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PATH": str(bare)})  # fmt: skip
+    assert res.returncode == 2  # Suricata 7 is only in bookworm-backports: say so
+    assert "apt-get install -t bookworm-backports suricata" in res.stderr, res.stderr
 
 
 def test_the_plugin_runs_a_benchmark_written_as_a_test(tmp_path, flowengine_bin):
@@ -267,3 +277,15 @@ def test_ostinato_in_a_live_run_counts_with_drone_and_captures_with_drone(tmp_pa
 
     drone_pcap = run.run_dir / "gen-ostinato" / "drone-capture.pcap"
     assert len(read_capture(drone_pcap).ts_ns) == 2000  # drone's own capture, instead of tcpdump
+
+
+def test_a_place_that_is_not_in_the_topology_is_refused_before_anything_starts(tmp_path):
+    before = namespaces()
+    path = scenario(tmp_path, "badplace", UDP % (1000, 10), "topology: pair\ndut: {kind: tcpdump}")
+    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(path), "--out",
+                          str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert "`gen:gen0` is not an interface of topology ntg-pair" in res.stderr
+    assert "gen:veth0, peer:veth1" in res.stderr and "Traceback" not in res.stderr
+    m = _manifest(tmp_path / "r")
+    assert m["status"] == "failed" and namespaces() == before

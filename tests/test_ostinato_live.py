@@ -19,7 +19,7 @@ import pytest
 
 from generators.base import Endpoint, GeneratorError
 from generators.ostinato import Ostinato
-from generators.ostinato.drone import Drone
+from generators.ostinato.drone import Drone, drone_version
 from generators.ostinato.rpc import DroneError, msg
 from testbed.proc import Process
 from testbed.scenario import parse_scenario
@@ -106,6 +106,7 @@ def test_version_accepted_and_refused(pair, tmp_path):
         text = str(err.value)
         assert "Drone needs controller version 1.2.x" in text  # drone's own words
         assert "9.9.0" in text and "1.2.0" in text
+        assert f"the drone here is version {drone_version()}" in text  # both sides named
     assert drone.proc.record.exit_code is not None
 
 

@@ -10,16 +10,20 @@ from pathlib import Path
 
 import pytest
 
+from conftest import skip_or_fail
 from testbed.cli import main
 
-pytestmark = pytest.mark.skipif(shutil.which("suricata") is None, reason="suricata not installed (./bootstrap.sh test)")
+@pytest.fixture(autouse=True)
+def _suricata_present() -> None:
+    if shutil.which("suricata") is None:
+        skip_or_fail("suricata not installed (./bootstrap.sh test)")
 WEB_SERVER_FLOOR = 0.90
 
 
 def _shared() -> Path:
     root = os.environ.get("NTG_SHARED_DATA")
     if not root:
-        pytest.skip("NTG_SHARED_DATA is not set (.ci/run sets it to /work/shared/data)")
+        skip_or_fail("NTG_SHARED_DATA is not set (.ci/run sets it to /work/shared/data)")
     return Path(root)
 
 

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
 from generators.rules.syntax import parse_rule_text
 from generators.rules.translate import (
@@ -295,7 +296,7 @@ def test_community_rules_translate_and_load(tmp_path):
     """Every rule we call translatable in the Snort 3 community set loads in Suricata 7."""
     data = os.environ.get("NTG_SHARED_DATA")
     if not data:
-        pytest.skip("NTG_SHARED_DATA is not set (CI sets it to the shared data folder)")
+        skip_or_fail("NTG_SHARED_DATA is not set (CI sets it to the shared data folder)")
     src = Path(data) / "rules" / "snort3-community.rules"
     if not src.is_file():
         pytest.skip(f"{src} is missing")

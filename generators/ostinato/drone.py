@@ -167,7 +167,12 @@ class Drone:
     def client(self, version: str | None = None) -> DroneClient:
         sock = connect_in_netns(self.netns, "127.0.0.1", self.port, self.rpc_timeout)
         kwargs = {"version": version} if version else {}
-        return DroneClient(sock=sock, timeout=self.rpc_timeout, **kwargs)
+        try:
+            return DroneClient(sock=sock, timeout=self.rpc_timeout, **kwargs)
+        except DroneError as exc:
+            if "refused client version" not in str(exc):
+                raise
+            raise DroneError(f"{exc} (the drone here is version {drone_version()})") from None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
