@@ -117,3 +117,29 @@ def test_nic_tuning_module_sets_offloads_once_and_names_what_it_cannot_do():
         assert "localhost | SUCCESS" in nic(offloads={"gso": False, "tso": "no"}).stdout
         ring = nic(rx_ring=256)  # veths have no rings: the failure says which command and why
         assert ring.returncode != 0 and "ethtool -g veth0` failed" in ring.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the whole playbook installs packages and makes namespaces: needs root")
+def test_the_whole_local_playbook_is_idempotent(tmp_path):
+    """Packages, the project (into a scratch virtual environment) and a topology: the second run
+    of the whole play reports no change."""
+    name = f"ntgpw-{secrets.token_hex(3)}"
+    spaces = {f"{name}-{r}" for r in ("gen", "dut", "tap")}
+    venv = tmp_path / "venv"
+
+    def play(*extra: str) -> dict[str, int]:
+        p = ansible(tool("ansible-playbook"), "playbooks/local.yml", "-e", PYTHON_VAR,
+                    "-e", f"topology_name={name}", "-e", f"project_venv={venv}", *extra,
+                    timeout=900)  # fmt: skip
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        return recap(p.stdout)
+
+    try:
+        first = play()
+        assert first["changed"] >= 2  # the project installed, the topology made
+        assert (venv / "bin" / "flowengine").is_file() and spaces <= netns_list()
+        assert play()["changed"] == 0
+        assert play("--tags", "topology", "-e", "topology_state=absent")["changed"] == 1
+        assert not spaces & netns_list()
+    finally:
+        load_topology("default").renamed(name).remove()
