@@ -19,11 +19,16 @@ APT_BACKPORTS=(suricata)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-install_apt() {
-  local missing=()
+missing_packages() {  # the packages among "$@" that are not installed, one a line
+  local p
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
   done
+}
+
+install_apt() {
+  local missing
+  mapfile -t missing < <(missing_packages "$@")
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "bootstrap: these Debian packages are missing: ${missing[*]}" >&2
@@ -46,10 +51,8 @@ debian_uri() {
 }
 
 install_backports() {
-  local missing=()
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
+  local missing
+  mapfile -t missing < <(missing_packages "$@")
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     echo "bootstrap: missing ${missing[*]} (from bookworm-backports); run this script as root" >&2
