@@ -236,7 +236,7 @@ class _Dut:
         self.impl: Any = None
         self.died: str | None = None
 
-    def start(self) -> None:
+    def start(self, abort=None) -> None:
         role, iface = self.spec.at.split(":", 1)
         if self.kind == "tcpdump":
             from .capture import Tcpdump
@@ -250,7 +250,7 @@ class _Dut:
 
             rules = [self.scenario_dir / r for r in self.spec.rules]
             self.impl = LiveSuricata(self.topo.exec_argv(role), iface, rules, self.dir / "dut")
-            self.impl.start()
+            self.impl.start(abort)
 
     def alive(self) -> bool:
         if self.impl is None:
@@ -435,7 +435,7 @@ class LiveRun(Run):
             if tb.dut.kind != "none":
                 dut = _Dut(tb.dut.kind, tb.dut, topo, step_dir, self.loaded.path.parent)
                 try:
-                    dut.start()
+                    dut.start(abort=lambda: interrupts.received is not None)
                 finally:
                     records += dut.records()
 
@@ -546,6 +546,8 @@ class LiveRun(Run):
             if stats:
                 entry["generators"][s.title]["port_stats"] = stats
         entry["loss"] = loss_accounting(entry, tb)
+        if status == "failed" and interrupts.received is not None:
+            status = "interrupted"  # the failure came from stopping on the user's request
         entry["status"] = status
         if error:
             entry["error"] = error

@@ -289,3 +289,34 @@ def test_a_place_that_is_not_in_the_topology_is_refused_before_anything_starts(t
     assert "gen:veth0, peer:veth1" in res.stderr and "Traceback" not in res.stderr
     m = _manifest(tmp_path / "r")
     assert m["status"] == "failed" and namespaces() == before
+
+
+def test_ctrl_c_while_suricata_starts_ends_the_run_at_once(tmp_path, flowengine_bin):
+    import shutil
+
+    if not shutil.which("suricata"):
+        pytest.skip("suricata is not installed (./bootstrap.sh test installs it from bookworm-backports)")
+    before = namespaces()
+    out = tmp_path / "results"
+    # many rules, so that Suricata is still loading when Ctrl-C comes
+    (tmp_path / "many.rules").write_text("".join(
+        f'alert udp any any -> any {1000 + i % 60000} (msg:"load {i}"; content:"ntg{i:06d}"; '
+        f"sid:{8000000 + i}; rev:1;)\n" for i in range(20000)))
+    path = scenario(tmp_path, "suri-int", UDP % (1000, 60000),
+                    "dut: {kind: suricata, rules: [many.rules]}")
+    cli = _start_cli(path, out)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # suricata's process exists, still loading
+        found = subprocess.run(["pgrep", "-f", f"suricata -c {out}"], capture_output=True)
+        if found.returncode == 0:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("suricata did not start")
+    cli.send_signal(signal.SIGINT)
+    _, stderr = cli.communicate(timeout=60)
+    assert cli.returncode == 130, stderr
+    m = _manifest(out)
+    assert m["status"] == "interrupted" and m["steps"][0]["status"] == "interrupted"
+    assert all(c["name"] != "flowengine" for c in m["commands"])  # nothing was sent
+    assert_nothing_left(m, before)

@@ -365,11 +365,16 @@ class LiveSuricata:
                 text += p.read_text(errors="replace")
         return text
 
-    def start(self) -> "LiveSuricata":
+    def start(self, abort=None) -> "LiveSuricata":
+        """Start and wait until the capture threads run; `abort()` returning True (Ctrl-C)
+        stops the wait and Suricata."""
         suricata_binary()  # SuricataMissing with the install command
         self.proc.start()
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
+            if abort is not None and abort():
+                self.proc.stop()
+                raise SuricataError("interrupted while Suricata was starting", [])
             if self.proc.poll() is not None:
                 errors, _, _, _ = parse_log(self._log())
                 raise SuricataError(f"suricata ended while starting ({self.proc.record.status}); "
