@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import ipaddress
 import json
+import os
 import re
 import secrets
 import subprocess
@@ -35,6 +36,10 @@ from .scenario import BENCHMARK_NETWORKS, ScenarioError, _format_error, _LineLoa
 
 PACKAGED = Path(__file__).resolve().parent / "topologies"
 ALLOWED_NETWORKS = BENCHMARK_NETWORKS
+# Namespaces made here get a mark (a file named after them) so that a topology never adopts or
+# deletes a namespace someone else made under the same name; /run is emptied at boot, as
+# network namespaces are.
+MARKS = Path(os.environ.get("NTG_NETNS_MARKS", "/run/ntg-testbed/netns"))
 COUNTERS = ("rx_packets", "rx_bytes", "rx_dropped", "tx_packets", "tx_bytes", "tx_dropped")
 # ethtool -K short names and the lines `ethtool -k` prints for them
 OFFLOADS = {
@@ -226,10 +231,15 @@ class Topology(_Model):
         for role in self.namespaces:
             ns = self.netns(role)
             if ns in present:
+                if not (MARKS / ns).exists():
+                    failed.append(f"namespace {ns} was not made by ntg-testbed (no mark in {MARKS}): "
+                                  "left alone")
+                    continue
                 steps.append(f"delete namespace {ns}")
                 if not dry_run:
                     try:  # try every namespace, then report
                         _cmd(self, "ip", "netns", "del", ns)
+                        (MARKS / ns).unlink(missing_ok=True)
                     except TopologyCommandError as exc:
                         failed.append(str(exc))
         if failed:
@@ -494,9 +504,18 @@ class _Applier:
         fresh = self.fresh
         for role in t.namespaces:
             ns = t.netns(role)
+            if ns in present and not (MARKS / ns).exists():
+                raise TopologyCommandError(
+                    f"namespace {ns} exists but was not made by ntg-testbed (no mark in {MARKS}); "
+                    f"it is left alone: give the topology another name")
+        for role in t.namespaces:
+            ns = t.netns(role)
             if ns not in present:
                 self.do(f"create namespace {ns}", "ip", "netns", "add", ns)
                 fresh.add(ns)
+                if not self.dry_run:
+                    MARKS.mkdir(parents=True, exist_ok=True)
+                    (MARKS / ns).write_text("made by ntg-testbed (testbed/topology.py)\n")
             want = _sysctls(t, role)
             if ns in fresh and self.dry_run:
                 now: dict[str, str] = {}

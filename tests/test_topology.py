@@ -262,3 +262,23 @@ def test_cli_up_show_down(tmp_path):
     finally:
         load_topology("default").renamed(name).remove()
     assert not {f"{name}-{r}" for r in ("gen", "dut", "tap")} & netns_list()
+
+
+@needs_netns
+def test_a_namespace_made_by_someone_else_is_never_adopted_or_deleted():
+    import subprocess as sp
+
+    from testbed.topology import TopologyCommandError
+
+    t = load_topology("pair").renamed(f"ntgt-{secrets.token_hex(3)}")
+    theirs = t.netns("gen")
+    sp.run(["ip", "netns", "add", theirs], check=True)  # same name, not ours
+    try:
+        with pytest.raises(TopologyCommandError, match="was not made by ntg-testbed"):
+            t.apply()
+        assert t.netns("peer") not in netns_list()  # refused before making anything
+        with pytest.raises(TopologyCommandError, match="left alone"):
+            t.remove()
+        assert theirs in netns_list()
+    finally:
+        sp.run(["ip", "netns", "del", theirs], check=False)
