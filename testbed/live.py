@@ -335,10 +335,6 @@ class LiveRun(Run):
                 step.generators = [*step.generators, replay]
                 step.params["attacks_last_s"] = span_s
 
-    # every process the run has started, for the sampler and the manifest
-    def _all_records(self, current: list) -> list:
-        return self._records + current
-
     def execute(self, show_progress: bool = True) -> str:
         from .topology import load_topology
 
