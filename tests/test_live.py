@@ -143,35 +143,32 @@ def _long_run(tmp_path: Path, dut: str = "none") -> Path:
     return scenario(tmp_path, "long", UDP % (1000, 60000), f"dut: {{kind: {dut}}}")
 
 
-def test_a_generator_killed_mid_run_fails_the_run_and_tears_everything_down(tmp_path, flowengine_bin):
-    before = namespaces()
+def _kill_during_run(tmp_path: Path, name: str) -> dict:
+    """Start a long live run with a tcpdump DUT, SIGKILL its process NAME once it is sending;
+    the run must exit 1. Returns the manifest."""
     out = tmp_path / "results"
     cli = _start_cli(_long_run(tmp_path, "tcpdump"), out)
     live = _wait_for(out, "flowengine")
     time.sleep(1)
-    pid = next(c["pid"] for c in live["commands"] if c["name"] == "flowengine")
-    os.kill(pid, signal.SIGKILL)
-    stdout, stderr = cli.communicate(timeout=60)
+    os.kill(next(c["pid"] for c in live["commands"] if c["name"] == name), signal.SIGKILL)
+    _, stderr = cli.communicate(timeout=60)
     assert cli.returncode == 1, stderr
-    m = _manifest(out)
+    return _manifest(out)
+
+
+def test_a_generator_killed_mid_run_fails_the_run_and_tears_everything_down(tmp_path, flowengine_bin):
+    before = namespaces()
+    m = _kill_during_run(tmp_path, "flowengine")
     assert m["status"] == "failed"
     assert "flowengine" in m["error"] and "SIGKILL" in m["error"]
     assert m["steps"][0]["loss"]["sent"] is not None  # what was sent so far is kept
-    assert (out / m["run_id"] / "capture.pcap").stat().st_size > 24
+    assert (tmp_path / "results" / m["run_id"] / "capture.pcap").stat().st_size > 24
     assert_nothing_left(m, before)
 
 
 def test_a_dut_that_dies_mid_run_is_recorded_and_the_data_kept(tmp_path, flowengine_bin):
     before = namespaces()
-    out = tmp_path / "results"
-    cli = _start_cli(_long_run(tmp_path, "tcpdump"), out)
-    live = _wait_for(out, "flowengine")
-    time.sleep(1)
-    pid = next(c["pid"] for c in live["commands"] if c["name"] == "dut-tcpdump")
-    os.kill(pid, signal.SIGKILL)
-    _, stderr = cli.communicate(timeout=60)
-    assert cli.returncode == 1, stderr
-    m = _manifest(out)
+    m = _kill_during_run(tmp_path, "dut-tcpdump")
     step = m["steps"][0]
     assert m["status"] == "failed" and "device under test" in step["error"]
     assert step["dut"]["died"] and step["loss"]["sent"] > 0
