@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from .capture import CaptureError, read_capture
-from .metrics import _plain, traffic_metrics
-from .plots import BLUE, GREY, ORANGE, _figure, _legend
-from .report import _n, to_html, to_markdown
+from .metrics import plain, traffic_metrics
+from .plots import BLUE, GREY, ORANGE, figure, legend
+from .report import fmt_number, to_html, to_markdown
 
 PALETTE = [BLUE, ORANGE, "#2a9d55", "#9b59b6", "#c0392b", "#16a085", GREY]
 
@@ -39,7 +39,7 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
 
 
 def read_samples(step_dir: Path) -> pd.DataFrame:
-    """samples.csv of a step (testbed.monitor's long format), or an empty frame."""
+    """samples.csv of a step (testbed.parts.monitor's long format), or an empty frame."""
     path = step_dir / "samples.csv"
     if not path.is_file() or path.stat().st_size == 0:
         return pd.DataFrame(columns=["t", "kind", "label", "pid", "tid", "name", "cpu_percent",
@@ -157,7 +157,7 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
     blocks = report_blocks(doc, manifest, plots)
     (run / "report.md").write_text(to_markdown(blocks, run))
     (run / "report.html").write_text(to_html(blocks))
-    doc = _plain(doc)
+    doc = plain(doc)
     (run / "metrics.json").write_text(json.dumps(doc, indent=1) + "\n")
     doc["report"] = str(run / "report.html")
     return doc
@@ -236,23 +236,23 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
     if doc["method"] == "comparison" and doc["comparison"]:
         rows = doc["comparison"]
         names = [r["generator"] for r in rows]
-        fig, ax = _figure("Average packet rate per generator (seed 001, figure 8)", "",
+        fig, ax = figure("Average packet rate per generator (seed 001, figure 8)", "",
                           "packets per second")
         ax.bar(names, [r["mean_pps"] or 0 for r in rows], color=PALETTE[: len(rows)], alpha=0.35,
                label="whole run")
         ax.bar(names, [r["steady_mean_pps"] or 0 for r in rows], color=PALETTE[: len(rows)],
                width=0.4, label="after warm-up")
-        _legend(ax)
+        legend(ax)
         plots["rates"] = _save(fig, run / "compare-rates.png")
-        fig, ax = _figure("Average throughput = packet size × rate (seed 001, figure 9)", "",
+        fig, ax = figure("Average throughput = packet size × rate (seed 001, figure 9)", "",
                           "kB/s")
         ax.bar(names, [(r["throughput_Bps"] or 0) / 1000 for r in rows], color=PALETTE[: len(rows)])
         plots["throughput"] = _save(fig, run / "compare-throughput.png")
-        fig, ax = _figure("Packet rate per second", "seconds since the first packet",
+        fig, ax = figure("Packet rate per second", "seconds since the first packet",
                           "packets per second")
-        fig2, ax2 = _figure("CPU of each generator (like top)", "seconds since the step began",
+        fig2, ax2 = figure("CPU of each generator (like top)", "seconds since the step began",
                             "CPU % (100 = one core)")
-        fig3, ax3 = _figure("Memory of each generator", "seconds since the step began", "RSS (MB)")
+        fig3, ax3 = figure("Memory of each generator", "seconds since the step began", "RSS (MB)")
         for i, s in enumerate(x for x in steps if x["kind"] == "topspeed"):
             colour = PALETTE[i % len(PALETTE)]
             title = s["params"]["generator"]
@@ -267,15 +267,15 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
                 ax2.plot(series["t"], series["cpu_percent"], color=colour, label=title)
                 ax3.plot(series["t"], series["rss_bytes"] / 1e6, color=colour, label=title)
         for a in (ax, ax2, ax3):
-            _legend(a)
+            legend(a)
         plots["rate_series"] = _save(fig, run / "compare-rate-series.png")
         plots["cpu"] = _save(fig2, run / "compare-cpu.png")
         plots["ram"] = _save(fig3, run / "compare-ram.png")
     load = [s for s in steps if s["kind"] == "load"]
     if load:
-        fig, ax = _figure("CPU versus offered load (seed 001, figures 2, 4, 6)", "offered load (kB/s)",
+        fig, ax = figure("CPU versus offered load (seed 001, figures 2, 4, 6)", "offered load (kB/s)",
                           "mean CPU % (100 = one core)")
-        fig2, ax2 = _figure("Memory versus offered load (seed 001, figures 3, 5, 7)",
+        fig2, ax2 = figure("Memory versus offered load (seed 001, figures 3, 5, 7)",
                             "offered load (kB/s)", "max RSS (MB)")
         gens = list(dict.fromkeys(s["params"]["generator"] for s in load))
         for i, g in enumerate(gens):
@@ -286,8 +286,8 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
             ax.plot(x, [r.get("cpu_mean") or 0 for _, r in pts], marker="o", color=colour, label=g)
             ax2.plot(x, [(r.get("rss_max") or 0) / 1e6 for _, r in pts], marker="o", color=colour,
                      label=g)
-        _legend(ax)
-        _legend(ax2)
+        legend(ax)
+        legend(ax2)
         plots["cpu_load"] = _save(fig, run / "compare-cpu-vs-load.png")
         plots["ram_load"] = _save(fig2, run / "compare-ram-vs-load.png")
     if doc["method"] == "loss-sweep":
@@ -297,7 +297,7 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
             rows = [r for r in doc["loss_sweep"] if r["kind"] == kind]
             if not rows:
                 continue
-            fig, ax = _figure(f"Packet loss at the DUT (seed 002, figure {fig_no})", xlabel,
+            fig, ax = figure(f"Packet loss at the DUT (seed 002, figure {fig_no})", xlabel,
                               "packet loss rate (%)")
             rows = [r for r in rows if r.get(xkey) is not None]
             rows.sort(key=lambda r: r[xkey])
@@ -317,7 +317,7 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
             # the busiest threads (a capture and a processing thread in seed 002), one box each
             top = (pooled.groupby("name")["cpu_percent"].mean().sort_values(ascending=False)
                    .index[:3].tolist())
-            fig, ax = _figure("CPU of the DUT's busiest threads per step (seed 002, figures 9-10, "
+            fig, ax = figure("CPU of the DUT's busiest threads per step (seed 002, figures 9-10, "
                               "16-17)", "", "CPU % per thread (like top -H)")
             width = 0.8 / len(top)
             for j, name in enumerate(top):
@@ -333,7 +333,7 @@ def write_plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dic
             ax.legend(loc="upper left", fontsize=8, frameon=False)  # rotated labels fill the bottom
             plots["dut_cpu"] = _save(fig, run / "dut-cpu-box.png")
         if any(len(m) for m in mem):
-            fig, ax = _figure("Memory of the DUT per step (seed 002, figures 7-8, 14-15)", "",
+            fig, ax = figure("Memory of the DUT per step (seed 002, figures 7-8, 14-15)", "",
                               "RSS (MB)")
             ax.boxplot([m if len(m) else [np.nan] for m in mem])
             ax.set_xticks(range(1, len(labels) + 1), labels, rotation=45, ha="right")
@@ -350,7 +350,7 @@ def _pct(x: Any) -> str:
 
 
 def _num(x: Any, digits: int = 0) -> str:
-    return "–" if x is None else _n(x, digits)
+    return "–" if x is None else fmt_number(x, digits)
 
 
 def report_blocks(doc: dict[str, Any], manifest: dict[str, Any], plots: dict[str, Path]) -> list:

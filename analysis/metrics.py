@@ -232,7 +232,7 @@ def traffic_metrics(cap: Capture, flows: pd.DataFrame | None = None) -> dict[str
         "packets_per_flow_mean": float(flows["packets"].mean()) if len(flows) else None,
         "duration_ns_mean": float(flows["duration_ns"].mean()) if len(flows) else None,
     }
-    return _plain(out)
+    return plain(out)
 
 
 def _sizes(wire: np.ndarray) -> dict[str, Any]:
@@ -262,12 +262,12 @@ def _protocols(cap: Capture) -> list[dict[str, Any]]:
     return rows
 
 
-def _plain(x: Any) -> Any:
+def plain(x: Any) -> Any:
     """JSON-ready copy: numpy scalars to Python, NaN to None."""
     if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
+        return {k: plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
+        return [plain(v) for v in x]
     if isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):

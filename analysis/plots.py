@@ -23,7 +23,7 @@ PLOTS = {
 }
 
 
-def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Any]:
+def figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Any]:
     fig = Figure(figsize=(9, 4.2), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -58,7 +58,7 @@ def _plot_line(ax: Any, x: np.ndarray, y: np.ndarray, partial: bool, label: str)
                 label="last second (partial, not in the statistics)")
 
 
-def _legend(ax: Any) -> None:
+def legend(ax: Any) -> None:
     """Below the axes, where it cannot hide a data point."""
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8,
               frameon=False)
@@ -66,7 +66,7 @@ def _legend(ax: Any) -> None:
 
 def plot_rate(m: dict[str, Any], path: Path) -> Path:
     x, y, partial = _series(m, "packets")
-    fig, ax = _figure("Packet rate per second", "time since the first packet (s)",
+    fig, ax = figure("Packet rate per second", "time since the first packet (s)",
                       "packets per second")
     ax.yaxis.set_major_formatter(EngFormatter(unit="pps"))
     _mark_warmup(ax, m)
@@ -82,14 +82,14 @@ def plot_rate(m: dict[str, Any], path: Path) -> Path:
                         f"(variance {st['variance_pct']:.2f}%)")
     ax.set_ylim(bottom=0)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _legend(ax)
+    legend(ax)
     fig.savefig(path)
     return path
 
 
 def plot_throughput(m: dict[str, Any], path: Path) -> Path:
     x, y, partial = _series(m, "bytes")
-    fig, ax = _figure("Throughput per second (frame bytes on the wire)",
+    fig, ax = figure("Throughput per second (frame bytes on the wire)",
                       "time since the first packet (s)", "throughput")
     ax.yaxis.set_major_formatter(EngFormatter(unit="bit/s"))
     _mark_warmup(ax, m)
@@ -105,13 +105,13 @@ def plot_throughput(m: dict[str, Any], path: Path) -> Path:
                         f"{EngFormatter('bit/s')(st['throughput_formula_Bps'] * 8)}")
     ax.set_ylim(bottom=0)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _legend(ax)
+    legend(ax)
     fig.savefig(path)
     return path
 
 
 def plot_sizes(cap: Capture, m: dict[str, Any], path: Path) -> Path:
-    fig, ax = _figure("Packet sizes", "frame length on the wire (bytes)", "packets")
+    fig, ax = figure("Packet sizes", "frame length on the wire (bytes)", "packets")
     wire = cap.wire_len
     if len(wire):
         hi = int(wire.max())
@@ -123,7 +123,7 @@ def plot_sizes(cap: Capture, m: dict[str, Any], path: Path) -> Path:
                    label=f"mean {m['average_packet_size']:.1f} B")
         ax.axvline(m["packet_size"]["median"], color=GREEN, lw=1, ls="--",
                    label=f"median {m['packet_size']['median']:.0f} B")
-        _legend(ax)
+        legend(ax)
     ax.yaxis.set_major_formatter(EngFormatter())
     fig.savefig(path)
     return path
@@ -131,7 +131,7 @@ def plot_sizes(cap: Capture, m: dict[str, Any], path: Path) -> Path:
 
 def plot_flows(m: dict[str, Any], path: Path) -> Path:
     x, y, partial = _series(m, "flows_started")
-    fig, ax = _figure("Flows started per second", "time since the first packet (s)",
+    fig, ax = figure("Flows started per second", "time since the first packet (s)",
                       "new flows (first packet seen)")
     colors = [BLUE] * len(x)
     if partial and len(x):

@@ -12,7 +12,6 @@ import datetime as dt
 import html
 import json
 import re
-import socket
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,8 +19,9 @@ import numpy as np
 import pandas as pd
 
 from .capture import CaptureError, read_capture
-from .timing import run_timing
+from .timing import engine_key, run_timing
 from .metrics import flow_table, traffic_metrics
+from .plots import PLOTS, plot_timing, write_plots
 
 ANALYSIS_VERSION = 1
 CAPTURE_NAMES = ("capture.pcap", "capture.pcapng")
@@ -87,7 +87,6 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
         "timing": timing[1] if timing else None,
     }
 
-    from .plots import write_plots  # matplotlib is slow to import: only when a report is written
 
     step("plots and report")
     out.mkdir(parents=True, exist_ok=True)
@@ -95,7 +94,6 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
     flows.to_csv(out / "flows.csv", index=False)
     plots = write_plots(cap, m, out / "plots")
     if timing and len(timing[0]):
-        from .plots import PLOTS, plot_timing
 
         timing[0].to_csv(out / "timing.csv", index=False)
         plots["timing"] = plot_timing(timing[0], out / "plots" / PLOTS["timing"])
@@ -173,21 +171,6 @@ def _check(name: str, measured: Any, expected: Any = None, generator: Any = None
     return c
 
 
-def _engine_key(df: pd.DataFrame) -> pd.DataFrame:
-    """The engine flow log keyed like flow_table (text addresses through inet_pton/ntop)."""
-    def norm(af: int, text: str) -> str:
-        fam = socket.AF_INET if af == 4 else socket.AF_INET6
-        return socket.inet_ntop(fam, socket.inet_pton(fam, str(text)))
-
-    out = pd.DataFrame({
-        "ip_version": df["af"].astype(int), "proto": df["proto"].astype(int),
-        "src": [norm(a, s) for a, s in zip(df["af"], df["src"])],
-        "dst": [norm(a, s) for a, s in zip(df["af"], df["dst"])],
-        "sport": df["sport"].astype(int), "dport": df["dport"].astype(int),
-        "packets": df["packets"].astype(np.int64), "bytes": df["bytes"].astype(np.int64)})
-    return out
-
-
 def run_checks(m: dict[str, Any], flows: pd.DataFrame,
                side: dict[str, Any]) -> tuple[list[dict[str, Any]], pd.DataFrame]:
     """Expected (manifest) vs measured (capture) vs generator-reported counts, and the flow
@@ -222,7 +205,7 @@ def run_checks(m: dict[str, Any], flows: pd.DataFrame,
     flow_note = None
     flow_ref_expected, flow_ref_gen = expected.get("flows"), summary.get("flows_started")
     if log is not None and len(log):
-        eng = _engine_key(log)
+        eng = engine_key(log)
         key = ["ip_version", "proto", "src", "dst", "sport", "dport"]
         grouped = eng.groupby(key, as_index=False, sort=False)[["packets", "bytes"]].sum()
         shared = len(eng) - len(grouped)
@@ -257,7 +240,7 @@ def run_checks(m: dict[str, Any], flows: pd.DataFrame,
 Block = tuple  # ("h1"|"h2"|"p"|"warn", text) | ("table", headers, rows) | ("img", title, path)
 
 
-def _n(x: Any, digits: int = 0) -> str:
+def fmt_number(x: Any, digits: int = 0) -> str:
     if x is None:
         return "–"
     if isinstance(x, bool):
@@ -285,14 +268,14 @@ def _stats_rows(m: dict[str, Any]) -> list[list[str]]:
     pct = lambda v: "–" if v is None else f"{v:.2f} %"  # noqa: E731
     pps = lambda v: "–" if v is None else f"{v:,.0f}"  # noqa: E731
     return [
-        ["seconds in the statistics", _n(a["seconds"]), _n(s["seconds"])],
+        ["seconds in the statistics", fmt_number(a["seconds"]), fmt_number(s["seconds"])],
         row("mean rate (packets/s)", "mean_pps", pps),
         row("standard deviation (packets/s)", "std_pps", pps),
         row("variance (std / mean)", "variance_pct", pct),
         row("lowest second (packets)", "min_pps", pps),
         row("highest second (packets)", "max_pps", pps),
-        ["average packet size (bytes)", _n(a["average_packet_size"], 1),
-         _n(s["average_packet_size"], 1)],
+        ["average packet size (bytes)", fmt_number(a["average_packet_size"], 1),
+         fmt_number(s["average_packet_size"], 1)],
         row("throughput, measured", "throughput_bps", lambda v: _si(v, "bit/s")),
         row("throughput, measured (bytes/s)", "throughput_Bps", lambda v: _si(v, "B/s")),
         row("average size × average rate", "throughput_formula_Bps", lambda v: _si(v, "B/s")),
@@ -331,7 +314,7 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
                        f"(manifest.json), measured from the capture, generator from the "
                        f"generator's own counters."))
         b.append(("table", ["check", "expected", "measured", "generator", "result", "note"],
-                  [[x["name"], _n(x["expected"]), _n(x["measured"]), _n(x["generator"]),
+                  [[x["name"], fmt_number(x["expected"]), fmt_number(x["measured"]), fmt_number(x["generator"]),
                     "ok" if x["ok"] else "**differs**", x.get("note", "")]
                    for x in doc["checks"]]))
         if len(mismatches):
@@ -339,19 +322,19 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
                            f"first {min(10, len(mismatches))}:"))
             cols = ["ip_version", "proto", "src", "dst", "sport", "dport", "packets_engine",
                     "packets_capture", "bytes_engine", "bytes_capture"]
-            b.append(("table", cols, [[_n(v) if not isinstance(v, float) or v == v else "–"
+            b.append(("table", cols, [[fmt_number(v) if not isinstance(v, float) or v == v else "–"
                                        for v in r] for r in
                                       mismatches[cols].head(10).itertuples(index=False)]))
 
     b.append(("h2", "Traffic"))
     dur = m["duration_s"]
     b.append(("table", ["", ""], [
-        ["packets", _n(m["packets"])],
-        ["bytes (frames on the wire)", _n(m["bytes"])],
-        ["IP packets", _n(m["ip_packets"])],
+        ["packets", fmt_number(m["packets"])],
+        ["bytes (frames on the wire)", fmt_number(m["bytes"])],
+        ["IP packets", fmt_number(m["ip_packets"])],
         ["duration, first to last packet", "–" if dur is None else f"{dur:,.6f} s"],
-        ["packets ÷ duration", _n(m["packets_per_duration"])],
-        ["flows (distinct 5-tuples)", _n(m["flows"]["count"])],
+        ["packets ÷ duration", fmt_number(m["packets_per_duration"])],
+        ["flows (distinct 5-tuples)", fmt_number(m["flows"]["count"])],
     ]))
     b.append(("p", "Rates are packets counted in 1-second bins from the first packet. The "
                    "variance is the standard deviation divided by the mean (coefficient of "
@@ -381,16 +364,16 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
 
     b.append(("h2", "Packet sizes"))
     ps = m["packet_size"]
-    b.append(("p", f"Frame length on the wire: min {_n(ps['min'])}, median {_n(ps['median'], 0)}, "
-                   f"mean {_n(ps['mean'], 1)}, max {_n(ps['max'])} bytes."))
+    b.append(("p", f"Frame length on the wire: min {fmt_number(ps['min'])}, median {fmt_number(ps['median'], 0)}, "
+                   f"mean {fmt_number(ps['mean'], 1)}, max {fmt_number(ps['max'])} bytes."))
     b.append(("table", ["length (bytes)", "packets", "share"],
-              [[x["range"], _n(x["packets"]), f"{x['share_pct']:.2f} %"]
+              [[x["range"], fmt_number(x["packets"]), f"{x['share_pct']:.2f} %"]
                for x in ps["buckets"] if x["packets"]]))
     if "sizes" in plots:
         b.append(("img", "Packet sizes", plots["sizes"]))
     b.append(("h2", "Protocols"))
     b.append(("table", ["protocol", "packets", "bytes"],
-              [[x["name"], _n(x["packets"]), _n(x["bytes"])] for x in m["protocols"]]))
+              [[x["name"], fmt_number(x["packets"]), fmt_number(x["bytes"])] for x in m["protocols"]]))
 
     b.append(("h2", "Flows"))
     fl = m["flows"]
@@ -403,8 +386,8 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
         b.append(("p", "The largest flows by bytes:"))
         b.append(("table", ["IP", "proto", "source", "destination", "packets", "bytes",
                             "duration (s)"],
-                  [[f"v{r.ip_version}", _n(int(r.proto)), f"{r.src} :{r.sport}",
-                    f"{r.dst} :{r.dport}", _n(int(r.packets)), _n(int(r.bytes)),
+                  [[f"v{r.ip_version}", fmt_number(int(r.proto)), f"{r.src} :{r.sport}",
+                    f"{r.dst} :{r.dport}", fmt_number(int(r.packets)), fmt_number(int(r.bytes)),
                     f"{r.duration_ns / 1e9:,.3f}"] for r in top.itertuples(index=False)]))
 
     t = doc.get("timing")
@@ -431,7 +414,7 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
         b.append(("h2", "Per second"))
         last = len(ps_["second"]) - 1
         b.append(("table", ["second", "packets", "bytes", "flows started", ""],
-                  [[_n(s), _n(p), _n(by), _n(f),
+                  [[fmt_number(s), fmt_number(p), fmt_number(by), fmt_number(f),
                     "partial" if ps_["last_partial"] and i == last else
                     ("warm-up" if s < w["seconds"] else "")]
                    for i, (s, p, by, f) in enumerate(zip(ps_["second"], ps_["packets"],

@@ -12,6 +12,7 @@ capture cannot tell them apart.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -32,15 +33,28 @@ def session_flows(text: str) -> pd.DataFrame:
     return table
 
 
+def engine_key(df: pd.DataFrame) -> pd.DataFrame:
+    """The engine flow log keyed like flow_table (text addresses through inet_pton/ntop)."""
+    def norm(af: int, text: str) -> str:
+        fam = socket.AF_INET if af == 4 else socket.AF_INET6
+        return socket.inet_ntop(fam, socket.inet_pton(fam, str(text)))
+
+    out = pd.DataFrame({
+        "ip_version": df["af"].astype(int), "proto": df["proto"].astype(int),
+        "src": [norm(a, s) for a, s in zip(df["af"], df["src"])],
+        "dst": [norm(a, s) for a, s in zip(df["af"], df["dst"])],
+        "sport": df["sport"].astype(int), "dport": df["dport"].astype(int),
+        "packets": df["packets"].astype(np.int64), "bytes": df["bytes"].astype(np.int64)})
+    return out
+
+
 def timing_errors(flows: pd.DataFrame, engine_log: pd.DataFrame, session_text: str) -> pd.DataFrame:
     """One row per flow instance found in the capture: intended and measured start and duration.
 
     `flows` is the capture's flow table (analysis.metrics.flow_table), `engine_log` the engine's
     engine-flows.csv as read by pandas, `session_text` the run's session.ntg."""
-    from .report import _engine_key  # one normalisation of the engine log's addresses
-
     plan = session_flows(session_text)
-    log = _engine_key(engine_log).assign(flow=engine_log["flow"].astype(int).to_numpy(),
+    log = engine_key(engine_log).assign(flow=engine_log["flow"].astype(int).to_numpy(),
                                          rep=engine_log["rep"].astype(np.int64).to_numpy())
     log = log[~log.duplicated(KEY, keep=False)]
     both = log[KEY + ["flow", "rep"]].merge(flows[KEY + ["packets", "first_ns", "last_ns"]], on=KEY)

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from testbed.topology import VethPair  # noqa: E402
+from testbed.endpoints.netns.topology import VethPair  # noqa: E402
 
 FLOW = ("flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
         "src=198.18.0.1/32 src_mode=fixed dst=198.19.0.1/32 dst_mode=fixed "

@@ -1,6 +1,6 @@
-"""Monitor benchmark: the CPU cost of testbed.monitor.Sampler at 1 Hz and 10 Hz.
+"""Monitor benchmark: the CPU cost of testbed.parts.monitor.Sampler at 1 Hz and 10 Hz.
 
-Starts ~20 processes through testbed.proc.Process (16 sleeping ones, 2 with 8 threads each that
+Starts ~20 processes through ntgcore.proc.Process (16 sleeping ones, 2 with 8 threads each that
 mostly sleep, 2 that spin on a quarter of the time), samples them with the Sampler for a few
 seconds at each rate, and reports the sampler's own CPU time over wall time (its thread's CPU
 time, as the Sampler's summary gives it), the CPU time per tick and the rows written. Prints a
@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from testbed.monitor import Sampler  # noqa: E402
-from testbed.proc import Process  # noqa: E402
+from testbed.parts.monitor import Sampler  # noqa: E402
+from ntgcore.proc import Process  # noqa: E402
 
 SLEEPER = "import time; time.sleep(3600)"
 THREADED = ("import threading, time\n"

@@ -33,12 +33,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_engine import find_binary  # noqa: E402
 
-from generators.base import Endpoint  # noqa: E402
+from ntgcore.generator import Endpoint  # noqa: E402
 from generators.ostinato import Ostinato  # noqa: E402
 from generators.ostinato.drone import drone_version  # noqa: E402
-from testbed.proc import Process  # noqa: E402
-from testbed.scenario import load_scenario  # noqa: E402
-from testbed.topology import VethPair  # noqa: E402
+from ntgcore.proc import Process  # noqa: E402
+from ntgcore.scenario import load_scenario  # noqa: E402
+from testbed.endpoints.netns.topology import VethPair  # noqa: E402
 
 FLOW = ("flow af=4 proto=6 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
         "src=198.18.0.1/32 src_mode=fixed dst=198.18.0.2/32 dst_mode=fixed "

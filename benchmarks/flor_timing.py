@@ -30,7 +30,7 @@ from analysis.capture import read_capture  # noqa: E402
 from analysis.metrics import flow_table  # noqa: E402
 from analysis.timing import run_timing  # noqa: E402
 from testbed.runner import run_scenario  # noqa: E402
-from testbed.scenario import LoadedScenario, parse_scenario  # noqa: E402
+from ntgcore.scenario import LoadedScenario, parse_scenario  # noqa: E402
 
 PLANNERS = ("exact", "stochastic")
 

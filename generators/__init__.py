@@ -1,5 +1,6 @@
-"""Generator adapters: each one drives one traffic generator behind the interface in `base`."""
+"""Generator plugins: one folder per generator, each exposing a `PLUGIN` (ntgcore.generator).
 
-from .base import Counters, Endpoint, Generator, GeneratorError, get_generator
-
-__all__ = ["Counters", "Endpoint", "Generator", "GeneratorError", "get_generator"]
+A folder holds the adapter, its options model and its documentation; it imports only the bottom
+layer (`ntgcore`). The orchestration finds the plugins through `ntgcore.registry.GENERATORS`,
+filled from the `ntg_testbed.generators` entry points in pyproject.toml.
+"""

@@ -1,5 +1,2 @@
-"""ntg-testbed orchestration: scenario model, runner, process lifecycle, command line."""
-
-from .scenario import Scenario, ScenarioError, load_scenario, parse_scenario
-
-__all__ = ["Scenario", "ScenarioError", "load_scenario", "parse_scenario"]
+"""ntg-testbed orchestration: the run lifecycle, the step executor, parts, methods, endpoint back
+ends, the IDS side and the `testbed` command line (docs/architecture.md)."""

@@ -5,18 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
-from .runner import (
-    EXIT_BAD_INPUT,
-    EXIT_CHECKS_FAILED,
-    EXIT_OK,
-    RunSetupError,
-    run_scenario,
-    stage_printer,
-    testbed_version,
-)
-from .scenario import ScenarioError, json_schema, load_scenario
+from analysis import analyze
+from analysis.capture import CaptureError
+from analysis.live import analyze_live
+from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
+from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, NtgError
+from ntgcore.runfolder import testbed_version
+from ntgcore.scenario import ScenarioError, attack_rule_paths, json_schema, load_scenario
+from ntgcore.units import parse_duration_ns
+
+from .ids.coverage import run_coverage, summary_lines
+from .ids.rules.attacks import load_selection
+from .ids.rules.translate import report_json
+from .ids.suricata import SuricataError, SuricataMissing, check_load, translate_file
+from .runner import check_places, open_site, plan_steps, run_scenario, stage_printer
 
 
 def _err(message: str) -> None:
@@ -33,8 +38,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 _err(problem)
             status = EXIT_BAD_INPUT
             continue
-        from .compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
-
         live_line = None
         if loaded.scenario.testbed is not None:  # checked first: no "ok" for a run that cannot start
             code, live_line = _validate_live(loaded)
@@ -62,10 +65,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _validate_attacks(file: str, loaded) -> None:
     """How many rules `attacks:` selects (parsing rule files is cheap: thousands per second)."""
-    from generators.rules.attacks import load_selection
-
-    from .scenario import attack_rule_paths
-
     spec = loaded.scenario.attacks
     selected, models, problems = load_selection(attack_rule_paths(spec, loaded.path), spec.select)
     print(f"{file}: attacks: {len(selected):,} of {len(models):,} rules selected "
@@ -75,24 +74,21 @@ def _validate_attacks(file: str, loaded) -> None:
 
 def _validate_live(loaded) -> tuple[int, str | None]:
     """What a live scenario will do: the topology (checked) and the steps."""
-    from .live import check_places, plan_steps
-    from .topology import TopologyError, load_topology
-
     tb = loaded.scenario.testbed
     try:
-        topo = load_topology(tb.topology, base_dir=loaded.path.parent, source=str(loaded.path))
-    except TopologyError as exc:
+        site = open_site(loaded, unique=False)
+    except ScenarioError as exc:
         for problem in exc.problems:
             _err(problem)
         return EXIT_BAD_INPUT, None
-    problem = check_places(loaded.scenario, topo)
+    problem = check_places(loaded.scenario, site)
     if problem:
         _err(f"{loaded.path}: {problem}")
         return EXIT_BAD_INPUT, None
     steps = plan_steps(loaded.scenario)
     total = sum(s.deadline_s() for s in steps)
     names = ", ".join(s.name for s in steps[:6]) + (", ..." if len(steps) > 6 else "")
-    return EXIT_OK, (f"  live: method {tb.method}, topology {topo.name}, {len(steps)} step(s) "
+    return EXIT_OK, (f"  live: method {tb.method}, topology {site.name}, {len(steps)} step(s) "
                      f"({names}); at most {total:,.0f} s of sending")
 
 
@@ -129,9 +125,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             show_progress=not args.quiet and sys.stderr.isatty(),
             duration_ns=args.duration,
         )
-    except RunSetupError as exc:
+    except NtgError as exc:
         _err(f"testbed run: {exc}")
-        return EXIT_BAD_INPUT
+        return exc.exit_status
     counters = result.manifest.get("generators", {})
     print(f"run folder: {result.run_dir}")
     print(f"status: {result.status}")
@@ -186,13 +182,8 @@ def _print_metrics(m: dict) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from analysis import analyze
-    from analysis.capture import CaptureError
-
     run_dir = Path(args.path)
     if (run_dir / "manifest.json").is_file() and '"mode": "live"' in (run_dir / "manifest.json").read_text():
-        from analysis.live import analyze_live
-
         metrics = analyze_live(run_dir, progress=stage_printer(not args.quiet and sys.stderr.isatty()))
         print(f"report: {metrics['report']}")
         return EXIT_CHECKS_FAILED if any(not c.get("ok") for c in metrics.get("checks", [])) else EXIT_OK
@@ -219,8 +210,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _duration(text: str) -> int:
-    from .units import parse_duration_ns
-
     try:
         value = parse_duration_ns(text)
     except ValueError as exc:
@@ -241,9 +230,6 @@ def _seed(text: str) -> int:
 
 
 def cmd_translate_rules(args: argparse.Namespace) -> int:
-    from generators.rules.translate import report_json, translate_file
-    from testbed.dut.suricata import SuricataMissing
-
     src, out = Path(args.input), Path(args.output)
     if not src.is_file():
         _err(f"testbed translate-rules: {src}: no such rule file; give the path of a Snort 3 .rules file")
@@ -258,8 +244,6 @@ def cmd_translate_rules(args: argparse.Namespace) -> int:
         _err(f"testbed translate-rules: cannot write {out}: {exc.strerror or exc}")
         return EXIT_BAD_INPUT
     if not args.no_check:
-        from generators.rules.translate import check_load
-
         try:
             rep.load = check_load(out, out.with_name(out.name + ".suricata-check"))
         except SuricataMissing as exc:
@@ -362,11 +346,6 @@ def _fractions(text: str) -> tuple[float, ...]:
 
 
 def cmd_ids_coverage(args: argparse.Namespace) -> int:
-    from datetime import datetime, timezone
-
-    from generators.rules.coverage import run_coverage, summary_lines
-    from testbed.dut.suricata import SuricataError, SuricataMissing
-
     for f in args.rules:
         if not Path(f).is_file():
             _err(f"testbed ids-coverage: {f}: no such rule file; give paths of .rules files")

@@ -26,6 +26,13 @@ from typing import Any
 
 import pytest
 
+from ntgcore.errors import NtgError
+from ntgcore.scenario import ScenarioError, load_scenario
+from ntgcore.units import parse_duration_ns
+
+from .endpoints.netns.topology import load_topology
+from .runner import run_scenario as run
+
 
 class Metrics(dict):
     """A metrics dict whose keys also read as attributes, nested dicts and lists included."""
@@ -91,10 +98,6 @@ def ntg_results(request: pytest.FixtureRequest, tmp_path_factory) -> Path:
 @pytest.fixture
 def run_scenario(ntg_results: Path):
     """Run a scenario file; returns a ScenarioRun (see the module docstring)."""
-    from .runner import RunSetupError, run_scenario as run
-    from .scenario import ScenarioError, load_scenario
-    from .units import parse_duration_ns
-
     def go(path: str | Path, seed: int | None = None, duration: str | int | None = None,
            analyze: bool = True) -> ScenarioRun:  # fmt: skip
         try:
@@ -107,7 +110,7 @@ def run_scenario(ntg_results: Path):
         try:
             result = run(loaded, ntg_results, seed=seed, analyze=analyze, show_progress=False,
                          duration_ns=ns)  # fmt: skip
-        except RunSetupError as exc:
+        except NtgError as exc:
             pytest.fail(f"run cannot start: {exc}", pytrace=False)
         return ScenarioRun(result)
 
@@ -117,8 +120,6 @@ def run_scenario(ntg_results: Path):
 @pytest.fixture
 def topology():
     """`topology(ref)` brings a topology up under a random name; all are removed after the test."""
-    from .topology import load_topology
-
     if os.geteuid() != 0:
         pytest.skip("topology: network namespaces need root")
     made = []

@@ -1,127 +1,51 @@
-"""One lifecycle for every run: folder -> generator -> wait -> stop -> collect -> analyze.
+"""One lifecycle for every run: folder -> plan -> (site up) -> steps -> (site down) -> finish.
 
-The run folder is created before any work starts and is never overwritten; the manifest is
-written at the start (status `running`) and rewritten at every step, so whatever happens the
-folder says how far the run got.
+An offline run is one step with no site: its generator writes capture.pcap into the run folder.
+A live run is the steps its method plans, executed one after the other on the site (a topology
+of network namespaces) that is brought up first and always taken down. The run folder is created
+before any work starts and is never overwritten; the manifest is written at the start (status
+`running`) and rewritten after every step, so whatever happens the folder says how far it got.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import platform
+import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from generators import GeneratorError, get_generator
-from generators.base import Progress
+from tqdm import tqdm
 
-from .compile import check_memory, expected
-from .proc import utc_now
-from .scenario import LoadedScenario
+from analysis import analyze as analyze_offline
+from analysis.live import analyze_live
+from ntgcore.compile import check_memory, expected
+from ntgcore.endpoint import Site
+from ntgcore.errors import (
+    EXIT_CHECKS_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    NtgError,
+    RunSetupError,
+    ToolMissing,
+)
+from ntgcore.generator import GeneratorPlugin, Progress
+from ntgcore.proc import Interrupts
+from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS
+from ntgcore.runfolder import RunFolder, git_info, host_info, tool_versions
+from ntgcore.scenario import LoadedScenario, Scenario, attack_rule_paths, generator_spec
 
-# Exit statuses of `testbed run` (documented in README.md).
-EXIT_OK = 0
-EXIT_RUN_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_CHECKS_FAILED = 3
-EXIT_INTERRUPTED = 130
-
-
-class RunSetupError(Exception):
-    """The run cannot start (bad output directory, missing tool); nothing was sent."""
-
-
-def testbed_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("ntg-testbed")
-    except Exception:  # not installed: running from a checkout
-        return "0.1.0+source"
-
-
-def _git_info() -> dict:
-    here = Path(__file__).resolve().parent
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        if rev.returncode != 0:
-            return {"revision": None, "dirty": None}
-        dirty = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=5,
-        )  # fmt: skip
-        return {"revision": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
-    except (OSError, subprocess.TimeoutExpired):
-        return {"revision": None, "dirty": None}
-
-
-def _host_info() -> dict:
-    os_name = None
-    try:
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                os_name = line.split("=", 1)[1].strip('"')
-    except OSError:
-        pass
-    return {
-        "hostname": platform.node(),
-        "os": os_name,
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-    }
-
-
-def _tool_versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    tools = {"testbed": testbed_version(), "python": platform.python_version()}
-    for lib in ("numpy", "pandas", "matplotlib", "pydantic", "PyYAML"):
-        try:
-            tools[lib] = version(lib)
-        except PackageNotFoundError:
-            tools[lib] = None
-    return tools
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def make_run_dir(root: Path, name: str) -> Path:
-    """A new folder `<UTC time>-<name>` under `root`; never an existing one."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunSetupError(f"cannot create the output directory {root}: {exc.strerror}") from None
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise RunSetupError(f"the output directory {root} is not writable; choose another with --out")
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    for n in range(1, 1000):
-        candidate = root / (f"{stamp}-{name}" if n == 1 else f"{stamp}-{name}-{n}")
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise RunSetupError(f"cannot create {candidate}: {exc.strerror}") from None
-    raise RunSetupError(f"too many runs named {name} in {root} this second")
+from .executor import StepContext, StepExecutor
+from .ids.rules.attacks import AttackError, merge_pcaps, write_attacks
+from .ids.coverage import attack_coverage
+from .ids.suricata import SuricataError, SuricataMissing
+from .methods import NS, Step, with_changes
 
 
 @dataclass
@@ -145,116 +69,305 @@ def stage_printer(enabled: bool):
     return show
 
 
-class _Interrupts:
-    """Turns SIGINT/SIGTERM/SIGHUP into a flag the run loop acts on, so stopping is always orderly
-    (our children run in their own sessions: without this, a closed terminal would orphan them)."""
+# --------------------------------------------------------------------------------------------
+# Preconditions: say what fixes them
 
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._old: dict[int, object] = {}
 
-    def __enter__(self) -> "_Interrupts":
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # HUP: the terminal closed
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
+def check_places(scenario: Scenario, site: Site) -> str | None:
+    """Why a place (`ROLE:IFACE`) of the scenario is not one of the site's, or None."""
+    tb = scenario.testbed
+    places = [("generators", g.at) for g in scenario.live_generators()]
+    places += [("dut.at", tb.dut.at)] if tb.dut.kind != "none" else []
+    places += [("capture.at", tb.capture.at)] if tb.capture else []
+    have = site.places()
+    for field_name, place in places:
+        if place not in have:
+            return (f"testbed.{field_name}: `{place}` is not an interface of topology {site.name} "
+                    f"(it has: {', '.join(have)})")
+    return None
 
-    def _handle(self, signum, frame) -> None:
-        self.received = signum
 
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
+def check_live_prerequisites(scenario: Scenario) -> None:
+    tb = scenario.testbed
+    assert tb is not None
+    if os.geteuid() != 0:
+        raise ToolMissing("a live run creates network namespaces and needs root: run it with sudo "
+                          "(or as root)")  # fmt: skip
+    needed = {"ip": "iproute2", "ethtool": "ethtool", "tc": "iproute2"}
+    if tb.capture is not None or tb.dut.kind == "tcpdump":
+        needed["tcpdump"] = "tcpdump"
+    if tb.dut.kind == "suricata":
+        needed["suricata"] = "suricata"
+    if scenario.attacks is not None:
+        needed["tcpreplay"] = "tcpreplay"     # replays the attack sessions
+    for g in scenario.live_generators():
+        plugin: GeneratorPlugin = GENERATORS.get(g.name)
+        for tool in plugin.tools:
+            needed[tool.command] = tool.package
+    missing = [(cmd, pkg) for cmd, pkg in needed.items() if not shutil.which(cmd)]
+    if missing:
+        cmds = ", ".join(c for c, _ in missing)
+        pkgs = [p for p in dict.fromkeys(p for _, p in missing) if p != "suricata"]
+        how = [f"`apt-get install {' '.join(pkgs)}`"] if pkgs else []
+        if any(p == "suricata" for _, p in missing):  # Suricata 7 is in bookworm-backports only
+            how.append("`apt-get install -t bookworm-backports suricata` (with bookworm-backports "
+                       "in the apt sources)")
+        raise ToolMissing(f"missing {cmds}: install with {' and '.join(how)}, or run "
+                          f"./bootstrap.sh test, which installs every tool the testbed uses")
+
+
+def plan_steps(scenario: Scenario) -> list[Step]:
+    """The steps of a live scenario, as its method plans them."""
+    if scenario.testbed is None:
+        raise ValueError("not a live scenario")
+    return METHODS.get(scenario.testbed.method).plan(scenario)
+
+
+def open_site(loaded: LoadedScenario, unique: bool = True) -> Site:
+    tb = loaded.scenario.testbed
+    assert tb is not None
+    return ENDPOINTS.get("netns").open(tb.topology, base_dir=loaded.path.parent,
+                                       source=str(loaded.path), unique=unique)
+
+
+# --------------------------------------------------------------------------------------------
+# Progress
+
+
+class VirtualTimeBar:
+    """Offline: how far the generator is in the scenario's (virtual) time."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.bar = None
+        if enabled:
+            self.bar = tqdm(total=1, desc="virtual time", delay=2.0, leave=False, file=sys.stderr,
+                            dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| "
+                            "{n}/{total} s [{elapsed}<{remaining}{postfix}]")  # fmt: skip
+        self.shown_after = time.monotonic() + 2.0  # short runs finish without a bar
+
+    def on_progress(self, p: Progress) -> None:
+        if self.bar is not None:
+            self.bar.total = p.total  # the generator knows its own horizon
+            self.bar.n = min(p.done, self.bar.total)
+            self.bar.set_postfix_str(f"{p.packets:,} packets", refresh=False)
+            if time.monotonic() >= self.shown_after:
+                self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class StepBar:
+    """Live: wall seconds of a step against its deadline."""
+
+    def __init__(self, enabled: bool, total_s: float, name: str):
+        self.bar = None
+        if enabled:
+            self.bar = tqdm(total=round(total_s, 1), desc=name, delay=2.0, leave=False,
+                            file=sys.stderr, dynamic_ncols=True,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s")
+
+    def update(self, elapsed: float) -> None:
+        if self.bar is not None:
+            self.bar.n = min(round(elapsed, 1), self.bar.total)
+            self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The run
 
 
 class Run:
-    def __init__(self, loaded: LoadedScenario, out_root: Path, seed: int | None = None):
-        self.loaded = loaded
-        self.scenario = loaded.scenario
-        self.seed = self.scenario.seed if seed is None else seed
-        self.run_dir = make_run_dir(out_root, self.scenario.name)
-        self.manifest: dict = {
-            "manifest_version": 1,
-            "run_id": self.run_dir.name,
-            "status": "running",
-            "created_utc": utc_now(),
-            "finished_utc": None,
+    def __init__(self, loaded: LoadedScenario, out_root: Path, seed: int | None = None,
+                 duration_ns: int | None = None):  # fmt: skip
+        scenario = loaded.scenario
+        if duration_ns is not None and scenario.testbed is not None:  # short live runs (CI)
+            tb = scenario.testbed
+            changes: dict[str, Any] = {"duration": duration_ns}
+            if tb.sweep is not None:
+                changes["sweep"] = tb.sweep.model_copy(update={"step": duration_ns})
+            if tb.load_steps is not None:
+                changes["load_steps"] = tb.load_steps.model_copy(update={"duration": duration_ns})
+            scenario = with_changes(scenario, **changes)
+            loaded = LoadedScenario(scenario, loaded.path, loaded.text)
+        self.loaded, self.scenario = loaded, scenario
+        self.live = scenario.testbed is not None
+        self.seed = scenario.seed if seed is None else seed
+        self.folder = RunFolder(out_root, scenario.name, {
             "scenario": {
-                "name": self.scenario.name,
+                "name": scenario.name,
                 "source": str(loaded.path.resolve()),
                 "sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
             },
             "seed": self.seed,
-            "host": _host_info(),
-            "git": _git_info(),
-            "tools": _tool_versions(),
-            "expected": expected(self.scenario).as_dict(),
+            "host": host_info(),
+            "git": git_info(),
+            "tools": tool_versions(),
+            "expected": expected(scenario).as_dict(),
             "commands": [],
             "generators": {},
             "files": {},
-        }
+        })
+        self.run_dir, self.manifest = self.folder.path, self.folder.manifest
         (self.run_dir / "scenario.yaml").write_text(loaded.text)
         self.write_manifest()
+        self.steps: list[Step] = []
+        self._records: list = []
+        if self.live:
+            self.steps = plan_steps(scenario)
+            if scenario.attacks is not None:
+                self._add_attacks(scenario)
+            self.manifest["mode"] = "live"
+            self.manifest["method"] = scenario.testbed.method
+            self.manifest["steps"] = []
+            self.manifest["testbed"] = {}
 
     def write_manifest(self) -> None:
-        tmp = self.run_dir / ".manifest.json.tmp"
-        tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
-        os.replace(tmp, self.run_dir / "manifest.json")
+        self.folder.write()
+
+    def _finish(self, status: str) -> str:
+        return self.folder.finish(status, recursive=self.live)
 
     def execute(self, show_progress: bool = True) -> str:
-        """Run the generator to the end (or until interrupted); returns the run status."""
-        gen = get_generator(self.scenario.generator)
-        bar = None
-        try:
-            gen.prepare(self.scenario, self.run_dir, self.seed)
-            self.manifest["tools"][gen.name] = gen.version()
-            if show_progress:
-                from tqdm import tqdm
+        return self._execute_live(show_progress) if self.live else self._execute_offline(show_progress)
 
-                bar = tqdm(total=1, desc="virtual time", delay=2.0, leave=False, file=sys.stderr,
-                           dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| "
-                           "{n}/{total} s [{elapsed}<{remaining}{postfix}]")  # fmt: skip
-            shown_after = time.monotonic() + 2.0  # short runs finish without a bar
+    # -- offline: one step, no site -----------------------------------------------------------
 
-            def on_progress(p: Progress) -> None:
-                if bar is not None:
-                    bar.total = p.total  # the generator knows its own horizon
-                    bar.n = min(p.done, bar.total)
-                    bar.set_postfix_str(f"{p.packets:,} packets", refresh=False)
-                    if time.monotonic() >= shown_after:
-                        bar.refresh()
+    def _execute_offline(self, show_progress: bool) -> str:
+        step = Step("run", self.scenario, [generator_spec({"name": self.scenario.generator})])
+        bar = VirtualTimeBar(show_progress)
 
-            with _Interrupts() as interrupts:
-                gen.start(on_progress)
-                self.manifest["commands"] = [c.as_dict() for c in gen.commands()]
-                self.write_manifest()
-                while not gen.wait(0.1):
-                    if interrupts.received is not None:
-                        gen.stop(interrupt=True)
-                status = gen.status()
-                if interrupts.received is not None:
-                    status = "interrupted"
-                    self.manifest["interrupted_by"] = signal.Signals(interrupts.received).name
-        except GeneratorError as exc:
-            self.manifest["error"] = str(exc)
-            status = "failed"
-        finally:
-            if bar is not None:
+        def started(records) -> None:
+            self.manifest["commands"] = [c.as_dict() for c in records]
+            self.write_manifest()
+
+        with Interrupts() as interrupts:
+            ctx = StepContext(self.run_dir, self.loaded.path.parent, self.seed, interrupts,
+                              tools=self.manifest["tools"], on_started=started,
+                              on_progress=bar.on_progress)  # fmt: skip
+            executor = StepExecutor(step, ctx, self.run_dir)
+            try:
+                entry = executor.run()
+            finally:
                 bar.close()
-            gen.stop() if gen.status() == "running" else None
-            self.manifest["commands"] = [c.as_dict() for c in gen.commands()]
-            self.manifest["generators"][gen.name] = gen.counters().as_dict() if gen.commands() else {}
+        status = entry["status"]
+        if interrupts.received is not None:
+            status = "interrupted"
+            self.manifest["interrupted_by"] = signal.Signals(interrupts.received).name
+        if executor.raised:
+            self.manifest["error"] = executor.raised
+        records = executor.records()
+        self.manifest["commands"] = [c.as_dict() for c in records]
+        for g in executor.gens:
+            self.manifest["generators"][g.gen.name] = g.gen.counters().as_dict() if records else {}
         failures = [c for c in self.manifest["commands"] if c.get("note")]
         if status == "failed" and failures and "error" not in self.manifest:
             self.manifest["error"] = f"{failures[0]['name']}: {failures[0]['note']}"
-        self.manifest["status"] = status
-        self.manifest["finished_utc"] = utc_now()
-        for name in sorted(os.listdir(self.run_dir)):
-            path = self.run_dir / name
-            if path.is_file() and not name.startswith(".") and name != "manifest.json":
-                self.manifest["files"][name] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        return self._finish(status)
+
+    # -- live: the method's steps on a site ------------------------------------------------
+
+    def _add_attacks(self, scenario: Scenario) -> None:
+        """`attacks:` live: the attack sessions are synthesized into attacks/attacks.pcap and
+        replayed (realtime) by an extra tcpreplay generator on the first generator's interface,
+        alongside the benign generators, in every step that runs the scenario's flows."""
+        rules = attack_rule_paths(scenario.attacks, self.loaded.path)
+        try:
+            attacks = write_attacks(scenario.attacks, rules, self.run_dir / "attacks")
+        except AttackError as exc:
+            self.manifest["error"] = str(exc)
+            self._finish("failed")
+            raise RunSetupError(str(exc)) from None
+        info = attacks.summary()
+        info["pcap"] = "attacks/attacks.pcap"
+        info["manifest"] = "attacks/attacks.json"
+        self.manifest["attacks"] = info
+        first = scenario.live_generators()[0]
+        replay = generator_spec({"name": "tcpreplay", "label": "attacks", "at": first.at,
+                                 "pace": "realtime", "pcap": str(attacks.pcap.resolve())})
+        span_s = ((info["last_ns"] or 0) - (info["first_ns"] or 0)) / NS
+        for step in self.steps:
+            if step.kind == "run":
+                step.generators = [*step.generators, replay]
+                step.params["attacks_last_s"] = span_s
+
+    def _execute_live(self, show_progress: bool) -> str:
+        status = "completed"
+        try:
+            site = open_site(self.loaded, unique=False)
+            problem = check_places(self.scenario, site)
+            site = open_site(self.loaded)
+        except Exception as exc:  # a topology that does not load is bad input
+            problem = f"testbed.topology: {exc}"
+        if problem:
+            self.manifest["error"] = problem
+            self._finish("failed")
+            raise RunSetupError(f"{self.loaded.path}: {problem}")
+        self.manifest["testbed"] = {"topology": site.name, "namespaces": None, "applied": [],
+                                    "removed": None}  # fmt: skip
         self.write_manifest()
-        return status
+        with Interrupts() as interrupts, ExitStack() as stack:  # teardown runs with signals held
+            try:
+                stack.callback(self._teardown, site)
+                self.manifest["testbed"]["applied"] = site.apply()
+                self.manifest["testbed"]["namespaces"] = site.locations()
+                self.write_manifest()
+                for i, step in enumerate(self.steps, 1):
+                    if show_progress:
+                        print(f"step {i}/{len(self.steps)}: {step.name}", file=sys.stderr, flush=True)
+                    entry = self._run_step(step, site, interrupts, show_progress)
+                    self.manifest["steps"].append(entry)
+                    self.write_manifest()
+                    if entry["status"] == "interrupted":
+                        status = "interrupted"
+                        self.manifest["interrupted_by"] = signal.Signals(interrupts.received).name
+                        break
+                    if entry["status"] != "completed":
+                        status = "failed"
+                        self.manifest.setdefault("error", f"step {step.name}: {entry.get('error')}")
+                        break
+            except NtgError as exc:
+                status = "failed"
+                self.manifest["error"] = str(exc)
+            except Exception as exc:  # a failure of the testbed itself: keep what we have
+                status = "failed"
+                self.manifest["error"] = f"{type(exc).__name__}: {exc}"
+        self.manifest["commands"] = [r.as_dict() for r in self._records]
+        return self._finish(status)
+
+    def _teardown(self, site: Site) -> None:
+        try:
+            self.manifest["testbed"]["removed"] = site.remove()
+        except Exception as exc:  # teardown problems are reported, never hidden
+            self.manifest["testbed"]["removed"] = f"failed: {exc}"
+            self.manifest.setdefault("error", f"topology teardown failed: {exc}")
+
+    def _run_step(self, step: Step, site: Site, interrupts: Interrupts, show_progress: bool) -> dict:
+        step_dir = self.run_dir if len(self.steps) == 1 else self.run_dir / step.name
+        step_dir.mkdir(exist_ok=True)
+
+        def started(records) -> None:  # what runs now, with pids, for whoever watches the run
+            self.manifest["commands"] = [r.as_dict() for r in self._records + records]
+            self.write_manifest()
+
+        ctx = StepContext(self.run_dir, self.loaded.path.parent, self.seed, interrupts, site,
+                          tools=self.manifest["tools"], on_started=started,
+                          bar=StepBar(show_progress, step.deadline_s(), step.name))  # fmt: skip
+        executor = StepExecutor(step, ctx, step_dir)
+        try:
+            return executor.run()
+        finally:
+            self._records += executor.records()
+            self.manifest["commands"] = [r.as_dict() for r in self._records]
+
+
+# --------------------------------------------------------------------------------------------
+# Run, mix attacks, analyse
 
 
 def run_scenario(
@@ -269,10 +382,12 @@ def run_scenario(
     if too_big:
         raise RunSetupError(f"{loaded.path}: {too_big}")
     if loaded.scenario.testbed is not None:
-        return _run_live(loaded, out_root, seed, analyze, show_progress, duration_ns)
-    run = Run(loaded, out_root, seed)
+        check_live_prerequisites(loaded.scenario)
+    run = Run(loaded, out_root, seed, duration_ns)
     status = run.execute(show_progress)
     result = RunResult(run.run_dir, status, EXIT_OK, run.manifest)
+    if run.live:
+        return _finish_live(run, result, analyze, show_progress)
     if status == "interrupted":
         result.exit_code = EXIT_INTERRUPTED
         result.messages.append(
@@ -287,11 +402,9 @@ def run_scenario(
         result.messages.append(f"run failed: {run.manifest.get('error', 'see engine.log')}")
         return result
     if analyze:
-        from analysis import analyze as analyze_run
-
         if show_progress:
             print("analysing the run:", file=sys.stderr)
-        result.metrics = analyze_run(run.run_dir, progress=stage_printer(show_progress))
+        result.metrics = analyze_offline(run.run_dir, progress=stage_printer(show_progress))
         failed = [c for c in result.metrics.get("checks", []) if not c.get("ok")]
         if result.metrics.get("capture_problem") or failed:
             result.exit_code = EXIT_CHECKS_FAILED
@@ -306,11 +419,6 @@ def _mix_attacks(run: Run, loaded: LoadedScenario, result: RunResult, show_progr
     """Offline `attacks:`: the engine's capture becomes benign.pcap, the attack sessions
     attacks.pcap (+ attacks.json), both merged by time into capture.pcap; with `ids: suricata`,
     Suricata reads the mixed capture and coverage.json/md/html score the attack sessions."""
-    from generators.rules.attacks import AttackError, attack_coverage, merge_pcaps, write_attacks
-
-    from .dut.suricata import SuricataError, SuricataMissing
-    from .scenario import attack_rule_paths
-
     spec = loaded.scenario.attacks
     say = stage_printer(show_progress)
     rules = attack_rule_paths(spec, loaded.path)
@@ -334,26 +442,11 @@ def _mix_attacks(run: Run, loaded: LoadedScenario, result: RunResult, show_progr
     except (AttackError, OSError, SuricataMissing, SuricataError) as exc:  # the run failed: say why
         run.manifest["error"] = f"attacks: {exc}"
         status = "failed"
-    run.manifest["status"] = status
-    for name in sorted(os.listdir(run.run_dir)):
-        path = run.run_dir / name
-        if path.is_file() and not name.startswith(".") and name != "manifest.json":
-            run.manifest["files"][name] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
-    run.write_manifest()
-    return status
+    return run.folder.finish(status)
 
 
-def _run_live(loaded: LoadedScenario, out_root: Path, seed: int | None, analyze: bool,
-              show_progress: bool, duration_ns: int | None) -> RunResult:  # fmt: skip
-    from .live import LiveError, LiveRun, check_live_prerequisites
-
-    try:
-        check_live_prerequisites(loaded.scenario)
-    except LiveError as exc:
-        raise RunSetupError(str(exc)) from None
-    run = LiveRun(loaded, out_root, seed, duration_ns)
-    status = run.execute(show_progress)
-    result = RunResult(run.run_dir, status, EXIT_OK, run.manifest)
+def _finish_live(run: Run, result: RunResult, analyze: bool, show_progress: bool) -> RunResult:
+    status = result.status
     if status == "interrupted":
         result.exit_code = EXIT_INTERRUPTED
         result.messages.append(f"interrupted: the steps so far are kept in {run.run_dir}")
@@ -361,8 +454,6 @@ def _run_live(loaded: LoadedScenario, out_root: Path, seed: int | None, analyze:
         result.exit_code = EXIT_RUN_FAILED
         result.messages.append(f"run failed: {run.manifest.get('error', 'see manifest.json')}")
     if analyze and run.manifest.get("steps"):
-        from analysis.live import analyze_live
-
         if show_progress:
             print("analysing the run:", file=sys.stderr)
         result.metrics = analyze_live(run.run_dir, progress=stage_printer(show_progress))
@@ -374,3 +465,7 @@ def _run_live(loaded: LoadedScenario, out_root: Path, seed: int | None, analyze:
             if failed:
                 result.exit_code = EXIT_CHECKS_FAILED
     return result
+
+
+__all__ = ["Run", "RunResult", "check_live_prerequisites", "check_places", "plan_steps",
+           "run_scenario", "stage_printer"]

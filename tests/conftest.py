@@ -32,7 +32,7 @@ def _cmake_build(tmp_path_factory, source: str, what: str) -> Path:
 def flowengine_bin(tmp_path_factory):
     """Path of the flowengine executable: the installed one (see generators.flowengine.engine_path),
     else a CMake build of generators/flowengine, exported as $NTG_FLOWENGINE for subprocesses."""
-    from generators import GeneratorError
+    from ntgcore.errors import GeneratorError
     from generators.flowengine import ENGINE_ENV, engine_path
 
     try:
@@ -62,7 +62,7 @@ def pcaplib(tmp_path_factory):
 def pair():
     """A veth pair in two namespaces made for the test (testbed.topology.VethPair: veth0 in
     `pair.gen`, veth1 in `pair.peer`), always torn down."""
-    from testbed.topology import VethPair
+    from testbed.endpoints.netns.topology import VethPair
 
     p = VethPair(prefix="ntgtest")
     try:

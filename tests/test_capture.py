@@ -1,4 +1,4 @@
-"""testbed.capture.Tcpdump on a real veth pair in test namespaces (testbed.topology.VethPair).
+"""testbed.parts.tcpdump.Tcpdump on a real veth pair in test namespaces (testbed.topology.VethPair).
 
 The native engine sends an exact number of frames from the `gen` namespace; tcpdump runs in the
 `peer` namespace. Every run is bounded (a fixed packet count, timeouts on every process) and the
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from testbed.capture import CaptureError, Tcpdump, parse_stats
+from testbed.parts.tcpdump import TcpdumpError, Tcpdump, parse_stats
 
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
@@ -87,7 +87,7 @@ def test_filter_and_snaplen(flowengine_bin, pcaplib, pair, tmp_path):
 @live
 def test_bad_interface_is_a_clear_error(pair, tmp_path):
     cap = Tcpdump(["ip", "netns", "exec", pair.peer], "nope0", tmp_path / "x.pcap")
-    with pytest.raises(CaptureError) as e:
+    with pytest.raises(TcpdumpError) as e:
         cap.start()
     msg = str(e.value)
     assert "nope0" in msg and "No such device" in msg and "ip -n NAMESPACE link" in msg
@@ -98,15 +98,15 @@ def test_bad_interface_is_a_clear_error(pair, tmp_path):
 @live
 def test_missing_namespace_is_a_clear_error(tmp_path):
     cap = Tcpdump(["ip", "netns", "exec", "ntgtest-does-not-exist"], "veth1", tmp_path / "x.pcap")
-    with pytest.raises(CaptureError, match="namespace does not exist"):
+    with pytest.raises(TcpdumpError, match="namespace does not exist"):
         cap.start()
 
 
 def test_invalid_arguments_rejected_before_running(tmp_path):
     for bad in ("", "a b", "x" * 16, "eth0;rm"):
-        with pytest.raises(CaptureError, match="not a valid interface name"):
+        with pytest.raises(TcpdumpError, match="not a valid interface name"):
             Tcpdump([], bad, tmp_path / "x.pcap")
-    with pytest.raises(CaptureError, match="positive"):
+    with pytest.raises(TcpdumpError, match="positive"):
         Tcpdump([], "veth1", tmp_path / "x.pcap", snaplen=0)
 
 

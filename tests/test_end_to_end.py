@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.compile import expected
-from testbed.runner import RunSetupError, make_run_dir
-from testbed.scenario import load_scenario
+from ntgcore.compile import expected
+from ntgcore.errors import RunSetupError
+from ntgcore.runfolder import make_run_dir
+from ntgcore.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -262,8 +263,8 @@ def test_every_example_scenario_runs_and_agrees_with_itself(scenario, tmp_path, 
     loaded = load_scenario(ROOT / "scenarios" / scenario)
     want = expected(loaded.scenario).packets
     if loaded.scenario.attacks is not None:  # plus the attack sessions, synthesized here on their own
-        from generators.rules.attacks import write_attacks
-        from testbed.scenario import attack_rule_paths
+        from testbed.ids.rules.attacks import write_attacks
+        from ntgcore.scenario import attack_rule_paths
 
         rules = attack_rule_paths(loaded.scenario.attacks, loaded.path)
         want += write_attacks(loaded.scenario.attacks, rules, tmp_path / "expected-attacks").synth.packets

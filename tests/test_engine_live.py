@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.topology import VethPair
+from testbed.endpoints.netns.topology import VethPair
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.topology import VethPair
+from testbed.endpoints.netns.topology import VethPair
 
 from test_engine_cli import ICMP4, ICMP6, read_csv, read_pcap, run, walk_pcap, write_session
 

@@ -1,12 +1,12 @@
-"""testbed.monitor.Sampler on real child processes (started through testbed.proc.Process)."""
+"""testbed.parts.monitor.Sampler on real child processes (started through ntgcore.proc.Process)."""
 
 import sys
 import time
 
 import pytest
 
-from testbed.monitor import COLUMNS, Sampler, read_samples
-from testbed.proc import Process
+from testbed.parts.monitor import COLUMNS, Sampler, read_samples
+from ntgcore.proc import Process
 
 BUSY = "while True: pass"
 THREADS = ("import threading, time\n"

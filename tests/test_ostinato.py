@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from generators.base import Endpoint, GeneratorError, get_generator
+from ntgcore.errors import GeneratorError
+from ntgcore.generator import get_generator
+from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 from generators.ostinato import Ostinato
 from generators.ostinato import rpc
 from generators.ostinato.rpc import DroneClient, DroneError, msg, parse_proto
 from generators.ostinato.streams import ICMP, IP4, TCP, UDP, build_plan
-from testbed.scenario import parse_scenario
+from ntgcore.scenario import parse_scenario
 
 HEAD = "version: 1\nname: t\nseed: 7\nflows:\n"
 

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from generators.base import Endpoint, GeneratorError
+from ntgcore.errors import GeneratorError
+from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 from generators.ostinato import Ostinato
 from generators.ostinato.drone import Drone, drone_version
 from generators.ostinato.rpc import DroneError, msg
-from testbed.proc import Process
-from testbed.scenario import parse_scenario
-from testbed.topology import VethPair
+from ntgcore.proc import Process
+from ntgcore.scenario import parse_scenario
+from testbed.endpoints.netns.topology import VethPair
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
@@ -98,7 +99,7 @@ def run_adapter(gen, text, run_dir, endpoint, timeout=30):
 
 
 def test_version_accepted_and_refused(pair, tmp_path):
-    with Drone(pair.gen, ["veth0"], tmp_path) as drone:
+    with Drone(Endpoint(pair.gen, "veth0"), ["veth0"], tmp_path) as drone:
         with drone.client() as client:  # "1.2.0"
             assert client.ports() == {"veth0": 0}
         with pytest.raises(DroneError) as err:
@@ -111,7 +112,7 @@ def test_version_accepted_and_refused(pair, tmp_path):
 
 
 def test_drone_error_reply_becomes_our_exception(pair, tmp_path):
-    with Drone(pair.gen, ["veth0"], tmp_path) as drone, drone.client() as client:
+    with Drone(Endpoint(pair.gen, "veth0"), ["veth0"], tmp_path) as drone, drone.client() as client:
         with pytest.raises(DroneError, match="invalid port"):
             client.call("getStreamIdList", msg.PortId(id=99))
         with pytest.raises(DroneError, match="startTransmit failed: Port 99"):

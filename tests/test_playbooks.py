@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.topology import load_topology
+from testbed.endpoints.netns.topology import load_topology
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = REPO / "playbooks"

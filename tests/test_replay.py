@@ -10,9 +10,12 @@ import time
 
 import pytest
 
-from generators import Endpoint, GeneratorError, get_generator
+from ntgcore.errors import GeneratorError
+from ntgcore.generator import get_generator
+from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 from generators.replay import parse_stats
-from testbed.scenario import GeneratorSpec, parse_scenario
+from generators.replay import ReplaySpec as GeneratorSpec
+from ntgcore.scenario import parse_scenario
 
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.scenario import ScenarioError, load_scenario
+from ntgcore.scenario import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_RULES = ROOT / "scenarios" / "rules" / "attacks-demo.rules"
@@ -91,8 +91,8 @@ def test_validate_counts_the_selected_rules(tmp_path):
 
 
 def test_selection_is_the_and_of_the_given_selectors():
-    from generators.rules.attacks import load_selection, schedule
-    from testbed.scenario import AttackSelect
+    from testbed.ids.rules.attacks import load_selection, schedule
+    from ntgcore.scenario import AttackSelect
 
     def sids(**kw):
         return [m.sid for m in load_selection([DEMO_RULES], AttackSelect(**kw))[0]]
@@ -174,9 +174,9 @@ def test_suricata_alerts_for_the_attack_sids_in_the_mixed_capture(mixed_run):
 
 
 def test_every_extra_alert_kind_is_counted_and_the_raw_number_kept():
-    from generators.rules.coverage import extra_kind_of
-    from generators.rules.semantics import analyze
-    from generators.rules.syntax import parse_rule_text
+    from testbed.ids.coverage import extra_kind_of
+    from testbed.ids.rules.semantics import analyze
+    from testbed.ids.rules.syntax import parse_rule_text
 
     def model(text):
         return analyze(parse_rule_text(text, "t.rules", 1))

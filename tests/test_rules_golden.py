@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from generators.rules.semantics import analyze
-from generators.rules.synth import synthesize
-from generators.rules.syntax import read_rules
+from testbed.ids.rules.semantics import analyze
+from testbed.ids.rules.synth import synthesize
+from testbed.ids.rules.syntax import read_rules
 
 CASES = sorted(p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file())
 pytestmark = pytest.mark.skipif(shutil.which("suricata") is None, reason="suricata not installed (./bootstrap.sh test)")
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(shutil.which("suricata") is None, reason="surica
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_golden_case(case: Path, tmp_path: Path) -> None:
-    from testbed.dut.suricata import run_offline
+    from testbed.ids.suricata import run_offline
 
     expect = yaml.safe_load((case / "expect.yaml").read_text())
     rules, problems = read_rules(case / "rules.rules")

@@ -8,10 +8,10 @@ import struct
 
 import pytest
 
-from generators.rules.layout import LayoutError, build_buffer, verify
-from generators.rules.semantics import Match, analyze, services_of
-from generators.rules.synth import _header_lines, _messages, _udp_session, http_request
-from generators.rules.syntax import parse_rule_text
+from testbed.ids.rules.layout import LayoutError, build_buffer, verify
+from testbed.ids.rules.semantics import Match, analyze, services_of
+from testbed.ids.rules.synth import _header_lines, _messages, _udp_session, http_request
+from testbed.ids.rules.syntax import parse_rule_text
 
 
 def _model(options: str, header: str = "alert tcp $EXTERNAL_NET any -> $HOME_NET 7000"):
@@ -146,7 +146,7 @@ class _Rec:
 
 
 def test_udp_server_datagram_follows_a_client_one() -> None:
-    from generators.rules.synth import Session
+    from testbed.ids.rules.synth import Session
     s = Session(1, [], "udp", "198.19.0.1", 40000, "198.18.0.1", 7410)
     em = _Rec()
     _udp_session(em, s, [(False, b"REPLY")])

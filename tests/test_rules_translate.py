@@ -16,15 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import skip_or_fail
 
-from generators.rules.syntax import parse_rule_text
-from generators.rules.translate import (
-    check_load,
-    parse_test_output,
-    pattern_length,
-    size_expr,
-    translate_file,
-    translate_rule,
-)
+from testbed.ids.rules.syntax import parse_rule_text
+from testbed.ids.rules.translate import pattern_length, size_expr, translate_rule
+from testbed.ids.suricata import check_load, parse_test_output, translate_file
 
 needs_suricata = pytest.mark.skipif(shutil.which("suricata") is None,
                                     reason="suricata is not installed (./bootstrap.sh test installs it)")
@@ -238,7 +232,7 @@ def _http_session_pcap(path: Path) -> None:
 def test_translated_rules_alert_in_suricata(tmp_path):
     """The translated rules keep their meaning: inclusive/exclusive ranges, buffers, flowbits."""
     pytest.importorskip("scapy")
-    from testbed.dut.suricata import run_offline
+    from testbed.ids.suricata import run_offline
 
     uri = "/abcdefghij"  # 11 bytes
     snort = [

@@ -2,7 +2,7 @@
 
 Bounded runs only (a fixed packet count, or a 2 s duration); namespaces are deleted again also on
 failure. The adapter's counters are compared with the peer veth's rx counter and with what
-tcpdump (testbed.capture) saw.
+tcpdump (testbed.parts.tcpdump) saw.
 """
 
 import importlib.util
@@ -13,9 +13,11 @@ import time
 
 import pytest
 
-from generators import Endpoint, GeneratorError, get_generator
-from testbed.capture import Tcpdump
-from testbed.scenario import parse_scenario
+from ntgcore.errors import GeneratorError
+from ntgcore.generator import get_generator
+from testbed.endpoints.netns import NetnsEndpoint as Endpoint
+from testbed.parts.tcpdump import Tcpdump
+from ntgcore.scenario import parse_scenario
 
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.compile import compile_session, expected
-from testbed.scenario import ScenarioError, json_schema, load_scenario, parse_scenario
-from testbed.units import format_ns, parse_duration_ns, parse_rate_pps, period_ns_from_rate
+from ntgcore.compile import compile_session, expected
+from ntgcore.scenario import ScenarioError, json_schema, load_scenario, parse_scenario
+from ntgcore.units import format_ns, parse_duration_ns, parse_rate_pps, period_ns_from_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 

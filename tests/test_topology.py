@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from testbed.topology import TopologyError, load_topology, parse_topology
+from testbed.endpoints.netns.topology import TopologyError, load_topology, parse_topology
 
 needs_netns = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
@@ -268,7 +268,7 @@ def test_cli_up_show_down(tmp_path):
 def test_a_namespace_made_by_someone_else_is_never_adopted_or_deleted():
     import subprocess as sp
 
-    from testbed.topology import TopologyCommandError
+    from testbed.endpoints.netns.topology import TopologyCommandError
 
     t = load_topology("pair").renamed(f"ntgt-{secrets.token_hex(3)}")
     theirs = t.netns("gen")

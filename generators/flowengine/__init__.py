@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sysconfig
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
-from ..base import Counters, Endpoint, Generator, GeneratorError, Progress
+from ntgcore.compile import compile_session
+from ntgcore.endpoint import Endpoint
+from ntgcore.errors import GeneratorError
+from ntgcore.generator import Capabilities, Counters, GeneratorPlugin, ProcessGenerator, Progress
+from ntgcore.proc import Process
+from ntgcore.scenario import GeneratorSpec
 
 ENGINE_ENV = "NTG_FLOWENGINE"
 EXIT_STATUS = {0: "completed", 1: "failed", 2: "failed", 130: "interrupted", 143: "interrupted"}
@@ -48,26 +52,21 @@ def engine_version(path: Path | None = None) -> str:
         return f"unavailable ({exc})"
 
 
-class FlowEngine(Generator):
+class FlowEngine(ProcessGenerator):
     name = "flowengine"
+    EXIT_STATUS = EXIT_STATUS
 
     def __init__(self, spec=None, max_packets: int | None = None) -> None:
-        self.spec = spec
+        super().__init__(spec)
         self.max_packets = max_packets  # stop after this many packets (engine status `limited`)
-        self._proc = None
         self._reader: threading.Thread | None = None
-        self._run_dir: Path | None = None
         self._binary: Path | None = None
         self._last_second = 0
-        self._stopped_by: str | None = None
 
     def version(self) -> str:
         return engine_version(self._binary)
 
     def prepare(self, scenario, run_dir: Path, seed: int, endpoint: Endpoint | None = None) -> None:
-        from testbed.compile import compile_session
-        from testbed.proc import Process
-
         self._binary = engine_path()
         self._run_dir = run_dir
         session = run_dir / "session.ntg"
@@ -94,15 +93,12 @@ class FlowEngine(Generator):
             argv += ["--threads", str(options.threads)]
         if endpoint is not None:
             argv = endpoint.argv(*argv)
-        self._log = open(run_dir / "engine.log", "wb")
-        self._proc = Process("flowengine", argv, stdout=subprocess.PIPE, stderr=self._log)
+        self._proc = Process("flowengine", argv, stdout=subprocess.PIPE, stderr=self.open_log("engine.log"))
 
-    def start(self, on_progress: Callable[[Progress], None] | None = None) -> None:
-        assert self._proc is not None and self._run_dir is not None, "prepare() first"
-        try:
-            self._proc.start()
-        except OSError as exc:
-            raise GeneratorError(f"cannot start {self._binary}: {exc}") from exc
+    def start_failure(self, exc: OSError) -> str:
+        return f"cannot start {self._binary}: {exc}"
+
+    def on_start(self, on_progress: Callable[[Progress], None] | None) -> None:
         self._reader = threading.Thread(
             target=self._copy_stats, args=(on_progress,), name="flowengine-stats", daemon=True
         )
@@ -121,22 +117,16 @@ class FlowEngine(Generator):
                     packets += int(fields[1])
                     on_progress(Progress(int(fields[0]) + 1, self._last_second, packets))
 
-    def wait(self, timeout: float | None = None) -> bool:
-        assert self._proc is not None
-        done = self._proc.wait(timeout) is not None
-        if done:
-            if self._reader:
-                self._reader.join()
-            self._log.close()
-            self._check_failure()
-        return done
-
-    def stop(self, interrupt: bool = False) -> None:
-        if self._proc is None:
+    def on_exit(self) -> None:
+        if self._reader:
+            self._reader.join()
+        assert self._proc is not None and self._run_dir is not None
+        if self.status() != "failed" or self._stopped_by:
             return
-        self._stopped_by = "SIGINT" if interrupt else "SIGTERM"
-        self._proc.stop(signal.SIGINT if interrupt else signal.SIGTERM, grace=10)
-        self.wait()
+        log = self.read_log("engine.log").splitlines()
+        messages = [line for line in log if line.strip() and not line.startswith("{")]
+        reason = messages[-1] if messages else self._proc.record.status
+        self._proc.record.note = reason
 
     def summary(self) -> dict:
         assert self._run_dir is not None
@@ -151,19 +141,17 @@ class FlowEngine(Generator):
         sent, sent_bytes = s.get("sent", packets), s.get("sent_bytes", nbytes)
         return Counters(packets, sent, s.get("failed", 0), nbytes, sent_bytes, nbytes - sent_bytes)
 
-    def status(self) -> str:
-        if self._proc is None or self._proc.record.exit_code is None:
-            return "running" if self._proc and self._proc.popen else "not started"
-        return EXIT_STATUS.get(self._proc.record.exit_code, "failed")
 
-    def commands(self):
-        return [self._proc.record] if self._proc else []
+class FlowEngineSpec(GeneratorSpec):
+    """The native engine in a live run (its planning options are the scenario's `flowengine:`)."""
 
-    def _check_failure(self) -> None:
-        assert self._proc is not None and self._run_dir is not None
-        if self.status() != "failed" or self._stopped_by:
-            return
-        log = (self._run_dir / "engine.log").read_text(errors="replace").splitlines()
-        messages = [line for line in log if line.strip() and not line.startswith("{")]
-        reason = messages[-1] if messages else self._proc.record.status
-        self._proc.record.note = reason
+    name: Literal["flowengine"] = "flowengine"
+
+
+PLUGIN = GeneratorPlugin(
+    name="flowengine", options=FlowEngineSpec, adapter=FlowEngine,
+    capabilities=Capabilities(offline=True, live=True,
+                              counters=("packets_attempted", "packets_sent", "packets_failed",
+                                        "bytes_attempted", "bytes_sent", "bytes_failed")),
+    summary="the native C flow engine (generators/flowengine/README.md)",
+)  # fmt: skip

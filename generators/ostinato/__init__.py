@@ -12,11 +12,15 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 from google.protobuf import text_format
+from pydantic import Field
 
-from ..base import Counters, Endpoint, Generator, GeneratorError, Progress
+from ntgcore.endpoint import Endpoint
+from ntgcore.errors import GeneratorError
+from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin, Progress, Tool
+from ntgcore.scenario import GeneratorSpec
 from .drone import Drone, drone_path, drone_version
 from .rpc import DroneError, msg
 from .streams import Plan, build_plan
@@ -42,6 +46,7 @@ class Ostinato(Generator):
 
     def __init__(self, spec=None, *, capture_port: str | None = None, rate_accuracy: str = "High",
                  rpc_timeout: float = 10.0) -> None:
+        super().__init__(spec)
         self.capture_port = _option(spec, "capture_port", capture_port)
         self.rate_accuracy = _option(spec, "rate_accuracy", rate_accuracy)
         self.rpc_timeout = float(_option(spec, "rpc_timeout", rpc_timeout))
@@ -94,7 +99,7 @@ class Ostinato(Generator):
         ports = [self.endpoint.iface] + ([self.capture_port] if self.capture_port else [])
         self._status = "running"
         try:
-            self.drone = Drone(self.endpoint.netns, ports, self.run_dir, self.rate_accuracy,
+            self.drone = Drone(self.endpoint, ports, self.run_dir, self.rate_accuracy,
                                self.rpc_timeout)
             self.drone.start()
             client = self.drone.client()
@@ -102,8 +107,8 @@ class Ostinato(Generator):
             missing = [p for p in ports if p not in names]
             if missing:
                 raise GeneratorError(
-                    f"drone does not offer port {missing[0]!r} in namespace "
-                    f"{self.endpoint.netns}; it offers: {', '.join(sorted(names)) or 'none'} "
+                    f"drone does not offer port {missing[0]!r} in "
+                    f"{self.endpoint.where}; it offers: {', '.join(sorted(names)) or 'none'} "
                     f"(is the interface there and up before drone starts?)")
             self._tx_port = tx = names[self.endpoint.iface]
             cap = names.get(self.capture_port) if self.capture_port else None
@@ -262,3 +267,27 @@ class Ostinato(Generator):
 
 
 __all__ = ["Ostinato", "GeneratorError", "DroneError"]
+
+
+class OstinatoSpec(GeneratorSpec):
+    """Ostinato's drone in a live run."""
+
+    name: Literal["ostinato"] = "ostinato"
+    capture_port: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]{1,15}$",
+        description="ostinato: also capture with drone on this interface of its namespace "
+        "(startCapture/getCaptureBuffer), saved as drone-capture.pcap.",
+    )
+    rate_accuracy: Literal["High", "Low"] | None = Field(
+        None, description="ostinato: drone's RateAccuracy setting (default High)."
+    )
+
+
+PLUGIN = GeneratorPlugin(
+    name="ostinato", options=OstinatoSpec, adapter=Ostinato,
+    tools=(Tool("drone", "ostinato"),),
+    capabilities=Capabilities(offline=False, live=True, port_stats=True,
+                              counters=("packets_attempted", "packets_sent", "bytes_attempted",
+                                        "bytes_sent")),
+    summary="Ostinato's drone through our own RPC client (generators/ostinato/README.md)",
+)  # fmt: skip

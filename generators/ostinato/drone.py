@@ -9,21 +9,19 @@ thread that has joined the namespace (setns), so it reaches drone's 127.0.0.1 th
 
 from __future__ import annotations
 
-import ctypes
-import os
 import shutil
 import signal
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
-from ..base import GeneratorError
+from ntgcore.endpoint import Endpoint
+from ntgcore.errors import GeneratorError
+from ntgcore.proc import Process
+
 from .rpc import DroneClient, DroneError
 
 INSTALL_HINT = "install it with `apt-get install ostinato` (Debian), or run ./bootstrap.sh test"
-CLONE_NEWNET = 0x40000000
 DEFAULT_PORT = 7878
 
 
@@ -46,34 +44,8 @@ def drone_version(path: str | None = None) -> str:
         return f"unavailable ({exc})"
 
 
-def connect_in_netns(netns: str, host: str, port: int, timeout: float) -> socket.socket:
-    """A TCP connection to host:port as seen from inside network namespace `netns`."""
-    result: dict = {}
-
-    def inside() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        try:
-            with open(f"/run/netns/{netns}") as target:
-                if libc.setns(target.fileno(), CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns into {netns}: {os.strerror(err)}")
-            # This thread now lives in `netns`; a socket made here stays there. The thread ends
-            # right after, so nothing else runs in the namespace by accident.
-            result["sock"] = socket.create_connection((host, port), timeout=timeout)
-        except OSError as exc:
-            result["error"] = exc
-
-    t = threading.Thread(target=inside, name=f"netns-{netns}", daemon=True)
-    t.start()
-    t.join(timeout + 5)
-    if "sock" in result:
-        return result["sock"]
-    raise result.get("error") or OSError(f"connect in {netns} timed out")
-
-
-def listening_ports(netns: str) -> set[int]:
-    out = subprocess.run(["ip", "netns", "exec", netns, "ss", "-Htln"], capture_output=True,
-                         text=True, timeout=10)
+def listening_ports(endpoint: Endpoint) -> set[int]:
+    out = subprocess.run(endpoint.argv("ss", "-Htln"), capture_output=True, text=True, timeout=10)
     ports = set()
     for line in out.stdout.splitlines():
         fields = line.split()
@@ -82,18 +54,18 @@ def listening_ports(netns: str) -> set[int]:
     return ports
 
 
-def namespace_links(netns: str) -> list[str]:
-    """Interfaces of `netns` other than loopback (veth names without their @peer suffix)."""
-    out = subprocess.run(["ip", "-n", netns, "-o", "link", "show"], capture_output=True,
-                         text=True, timeout=10)
+def endpoint_links(endpoint: Endpoint) -> list[str]:
+    """Interfaces at the endpoint other than loopback (veth names without their @peer suffix)."""
+    out = subprocess.run(endpoint.argv("ip", "-o", "link", "show"), capture_output=True, text=True,
+                         timeout=10)  # fmt: skip
     names = [line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines()
              if line.count(":") >= 2]
     return [n for n in names if n and n != "lo"]
 
 
-def free_port(netns: str) -> int:
-    """A TCP port nothing listens on in `netns` (a fresh namespace: drone's default 7878)."""
-    busy = listening_ports(netns)
+def free_port(endpoint: Endpoint) -> int:
+    """A TCP port nothing listens on at the endpoint (a fresh namespace: drone's default 7878)."""
+    busy = listening_ports(endpoint)
     port = DEFAULT_PORT
     while port in busy:
         port += 1
@@ -113,34 +85,33 @@ def write_ini(config_home: Path, ports: list[str], rate_accuracy: str = "High") 
 
 
 class Drone:
-    """One drone process inside `netns`, offering `ports`; `client()` connects to it."""
+    """One drone process at `endpoint` (a network namespace made for the run), offering `ports`;
+    `client()` connects to it."""
 
-    def __init__(self, netns: str, ports: list[str], run_dir: Path,
+    def __init__(self, endpoint: Endpoint, ports: list[str], run_dir: Path,
                  rate_accuracy: str = "High", rpc_timeout: float = 10.0) -> None:
-        from testbed.proc import Process
-
-        if not netns:
+        if endpoint is None:
             raise GeneratorError("drone must run inside a network namespace made for the run")
-        if not Path(f"/run/netns/{netns}").exists():
-            raise GeneratorError(f"network namespace {netns!r} does not exist (ip netns list)")
-        self.netns, self.ports, self.run_dir = netns, ports, run_dir
+        if not endpoint.exists():
+            raise GeneratorError(f"{endpoint.where} does not exist")
+        self.endpoint, self.ports, self.run_dir = endpoint, ports, run_dir
         self.rpc_timeout = rpc_timeout
         self.binary = drone_path()
         self.config_home = run_dir / "drone-config"
         # Offer the namespace's own interfaces too (only veths live there), so that a wrong
         # port name can be answered with the list drone has.
-        offered = list(dict.fromkeys(ports + namespace_links(netns)))
+        offered = list(dict.fromkeys(ports + endpoint_links(endpoint)))
         self.ini = write_ini(self.config_home, offered, rate_accuracy)
-        self.port = free_port(netns)
+        self.port = free_port(endpoint)
         self.log_path = run_dir / "drone.log"
         self._log = None
-        argv = ["ip", "netns", "exec", netns, "env", f"XDG_CONFIG_HOME={self.config_home}",
-                f"HOME={self.config_home}", self.binary, "-p", str(self.port)]
+        argv = endpoint.argv("env", f"XDG_CONFIG_HOME={self.config_home}",
+                             f"HOME={self.config_home}", self.binary, "-p", str(self.port))
         self.proc = Process("drone", argv)
 
     def start(self, timeout: float = 15.0) -> "Drone":
         # The namespace's loopback carries the RPC; VethPair leaves it down.
-        subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], capture_output=True,
+        subprocess.run(self.endpoint.argv("ip", "link", "set", "lo", "up"), capture_output=True,
                        timeout=10, check=True)
         self._log = open(self.log_path, "wb")
         self.proc.stdout = self._log
@@ -156,16 +127,16 @@ class Drone:
                     f"drone exited at start-up ({self.proc.record.status}); its output is in "
                     f"{self.log_path}: {self.log_tail()}")
             try:
-                connect_in_netns(self.netns, "127.0.0.1", self.port, 1.0).close()
+                self.endpoint.connect("127.0.0.1", self.port, 1.0).close()
                 return self
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise GeneratorError(f"drone did not listen on 127.0.0.1:{self.port} in {self.netns} "
+        raise GeneratorError(f"drone did not listen on 127.0.0.1:{self.port} in {self.endpoint.where} "
                              f"within {timeout:g}s; see {self.log_path}")
 
     def client(self, version: str | None = None) -> DroneClient:
-        sock = connect_in_netns(self.netns, "127.0.0.1", self.port, self.rpc_timeout)
+        sock = self.endpoint.connect("127.0.0.1", self.port, self.rpc_timeout)
         kwargs = {"version": version} if version else {}
         try:
             return DroneClient(sock=sock, timeout=self.rpc_timeout, **kwargs)
@@ -201,4 +172,4 @@ class Drone:
         self.stop()
 
 
-__all__ = ["Drone", "DroneError", "connect_in_netns", "drone_path", "drone_version", "write_ini"]
+__all__ = ["Drone", "DroneError", "drone_path", "drone_version", "write_ini"]

@@ -21,6 +21,8 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from ntgcore.errors import NtgError
+
 PROTO_FILE = Path(__file__).with_name("ostinato.proto")
 CLIENT_VERSION = "1.2.0"
 CLIENT_NAME = "ntg-testbed"
@@ -29,11 +31,11 @@ REQUEST, RESPONSE, BLOB, ERROR, NOTIFY = 1, 2, 3, 4, 5
 MAX_MESSAGE = 512 * 1024 * 1024  # a capture buffer can be large; anything beyond is a broken peer
 
 
-class DroneError(Exception):
+class DroneError(NtgError):
     """drone refused a call, replied with an error, or could not be reached in time."""
 
 
-class ProtoSyntaxError(ValueError):
+class ProtoSyntaxError(NtgError, ValueError):
     pass
 
 

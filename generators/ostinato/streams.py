@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..base import GeneratorError
+from ntgcore.errors import GeneratorError
+from ntgcore.scenario import Ports
 from .rpc import msg
 
 # Protocol ids (= drone's field numbers of the protocol messages).
@@ -259,8 +260,6 @@ class _Builder:
 
     def port(self, proto, l4, side: str, offset: int, ports, meta: bool, rng, label: str) -> None:
         if ports is None:  # src_port default: the ephemeral ports, drawn per instance
-            from testbed.scenario import Ports
-
             ports = Ports.model_validate("random")
         lo, hi = ports.bounds
         if lo == hi or not meta:

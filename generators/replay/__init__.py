@@ -16,9 +16,17 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Literal
 
-from ..base import Counters, Endpoint, Generator, GeneratorError, Progress
+from pydantic import Field
+
+from ntgcore.endpoint import Endpoint
+from ntgcore.errors import GeneratorError
+from ntgcore.generator import Capabilities, Counters, GeneratorPlugin, ProcessGenerator, Tool
+from ntgcore.proc import Process
+from ntgcore.scenario import GeneratorSpec
+
+from ..flowengine import FlowEngine
 
 INSTALL = "apt-get install tcpreplay"
 LOG = "tcpreplay.log"
@@ -52,23 +60,19 @@ def tcpreplay_version() -> str:
     return text[0] if text else "unknown"
 
 
-class Replay(Generator):
+class Replay(ProcessGenerator):
     name = "tcpreplay"
+    STOP_SIGNAL = signal.SIGINT  # tcpreplay prints its statistics only on SIGINT
 
     def __init__(self, spec=None) -> None:
-        self.spec = spec
-        self._proc = None
-        self._engine = None
-        self._run_dir: Path | None = None
-        self._stopped_by: str | None = None
+        super().__init__(spec)
+        self._engine: FlowEngine | None = None
         self.pcap: Path | None = None
 
     def version(self) -> str:
         return tcpreplay_version()
 
     def prepare(self, scenario, run_dir: Path, seed: int, endpoint: Endpoint | None = None) -> None:
-        from testbed.proc import Process
-
         if endpoint is None:
             raise GeneratorError(
                 "tcpreplay replays onto an interface: the scenario needs a `testbed:` section "
@@ -105,15 +109,12 @@ class Replay(Generator):
         if getattr(self.spec, "preload", False):
             argv.append("--preload-pcap")
         argv.append(str(pcap))
-        self._log = open(self._run_dir / LOG, "wb")
-        self._proc = Process("tcpreplay", endpoint.argv(*argv), stdout=self._log,
+        self._proc = Process("tcpreplay", endpoint.argv(*argv), stdout=self.open_log(LOG),
                              stderr=subprocess.STDOUT)  # fmt: skip
 
     def _compile(self, scenario, seed: int, max_packets: int | None = None) -> Path:
         """The scenario's flows as a pcap, written by the native engine offline; only the first
         MAX_PACKETS when the file is looped for a duration (a top-speed flow can have billions)."""
-        from ..flowengine import FlowEngine
-
         assert self._run_dir is not None
         folder = self._run_dir / "tcpreplay-input"
         folder.mkdir(parents=True, exist_ok=True)
@@ -127,41 +128,16 @@ class Replay(Generator):
                                  f"failed: {note} (log: {folder / 'engine.log'})")  # fmt: skip
         return folder / "capture.pcap"
 
-    def start(self, on_progress: Callable[[Progress], None] | None = None) -> None:
-        assert self._proc is not None, "prepare() first"
-        try:
-            self._proc.start()
-        except OSError as exc:
-            raise GeneratorError(f"cannot start tcpreplay: {exc}; install it with `{INSTALL}`") from exc
+    def start_failure(self, exc: OSError) -> str:
+        return f"cannot start tcpreplay: {exc}; install it with `{INSTALL}`"
 
-    def wait(self, timeout: float | None = None) -> bool:
-        assert self._proc is not None
-        done = self._proc.wait(timeout) is not None
-        if done:
-            self._finish()
-        return done
-
-    def stop(self, interrupt: bool = False) -> None:
-        """SIGINT in both cases: tcpreplay prints its statistics only then."""
-        if self._proc is None or self._proc.popen is None:
-            return
-        self._stopped_by = "SIGINT" if interrupt else "stop"
-        self._proc.stop(signal.SIGINT, grace=10)
-        self.wait()
-
-    def _finish(self) -> None:
-        if not self._log.closed:
-            self._log.close()
+    def on_exit(self) -> None:
         assert self._proc is not None
         if self.status() == "failed" and not self._proc.record.note:
-            lines = [ln for ln in self.log_text().splitlines() if ln.strip()]
-            self._proc.record.note = lines[-1].strip() if lines else self._proc.record.status
+            self._proc.record.note = self.last_log_line(LOG) or self._proc.record.status
 
     def log_text(self) -> str:
-        try:
-            return (self._run_dir / LOG).read_text(errors="replace")  # type: ignore[operator]
-        except (OSError, TypeError):
-            return ""
+        return self.read_log(LOG)
 
     def stats(self) -> dict[str, int] | None:
         return parse_stats(self.log_text())
@@ -181,18 +157,33 @@ class Replay(Generator):
         return Counters(attempted, sent, failed, nbytes, sent_bytes, nbytes - sent_bytes)
 
     def status(self) -> str:
-        if self._proc is None or self._proc.popen is None:
-            return "not started"
-        code = self._proc.record.exit_code
-        if code is None:
-            return "running"
-        if self._stopped_by:  # as for the engine: stopped early is `interrupted`
-            return "interrupted"
-        return "completed" if code == 0 else "failed"
+        status = super().status()
+        if status not in ("not started", "running") and self._stopped_by:
+            return "interrupted"  # as for the engine: stopped early is `interrupted`
+        return status
 
     def commands(self):
-        out = list(self._engine.commands()) if self._engine else []
-        return out + ([self._proc.record] if self._proc else [])
+        return (list(self._engine.commands()) if self._engine else []) + super().commands()
 
 
-__all__ = ["Replay", "parse_stats", "tcpreplay_version"]
+class ReplaySpec(GeneratorSpec):
+    """tcpreplay in a live run: which capture it replays, and how."""
+
+    name: Literal["tcpreplay"] = "tcpreplay"
+    pcap: str | None = Field(None, description="tcpreplay: the capture to replay (default: the "
+                             "scenario's flows, generated first by the native engine).")
+    loop: int | None = Field(None, ge=1, description="tcpreplay: play the capture this many times.")
+    preload: bool = Field(False, description="tcpreplay: load the capture into memory first.")
+
+
+PLUGIN = GeneratorPlugin(
+    name="tcpreplay", options=ReplaySpec, adapter=Replay,
+    tools=(Tool("tcpreplay", "tcpreplay"),),
+    capabilities=Capabilities(offline=False, live=True,
+                              counters=("packets_attempted", "packets_sent", "packets_failed",
+                                        "bytes_attempted", "bytes_sent", "bytes_failed")),
+    summary="replays a pcap (or the scenario's flows, compiled by the engine) with tcpreplay",
+)  # fmt: skip
+
+
+__all__ = ["PLUGIN", "Replay", "ReplaySpec", "parse_stats", "tcpreplay_version"]

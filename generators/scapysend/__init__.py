@@ -11,13 +11,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Literal
 
-from ..base import Counters, Endpoint, Generator, GeneratorError, Progress
+from ntgcore.endpoint import Endpoint
+from ntgcore.errors import GeneratorError
+from ntgcore.generator import Capabilities, Counters, GeneratorPlugin, ProcessGenerator
+from ntgcore.proc import Process
+from ntgcore.scenario import GeneratorSpec
 
 PLAN = "scapy-plan.json"
 SUMMARY = "scapy-summary.json"
@@ -65,21 +68,14 @@ def scapy_version() -> str:
     return f"scapy {scapy.VERSION}"
 
 
-class ScapySend(Generator):
+class ScapySend(ProcessGenerator):
     name = "scapy"
-
-    def __init__(self, spec=None) -> None:
-        self.spec = spec
-        self._proc = None
-        self._run_dir: Path | None = None
-        self._stopped = False
+    EXIT_STATUS = EXIT_STATUS
 
     def version(self) -> str:
         return scapy_version()
 
     def prepare(self, scenario, run_dir: Path, seed: int, endpoint: Endpoint | None = None) -> None:
-        from testbed.proc import Process
-
         if endpoint is None:
             raise GeneratorError(
                 "the scapy generator sends onto an interface: the scenario needs a `testbed:` "
@@ -105,40 +101,15 @@ class ScapySend(Generator):
         path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
         argv = endpoint.argv("env", f"PYTHONPATH={path}", sys.executable, "-m",
                              "generators.scapysend.worker", str(self._run_dir / PLAN))  # fmt: skip
-        self._log = open(self._run_dir / LOG, "wb")
-        self._proc = Process("scapy", argv, stdout=self._log, stderr=subprocess.STDOUT)
+        self._proc = Process("scapy", argv, stdout=self.open_log(LOG), stderr=subprocess.STDOUT)
 
-    def start(self, on_progress: Callable[[Progress], None] | None = None) -> None:
-        assert self._proc is not None, "prepare() first"
-        try:
-            self._proc.start()
-        except OSError as exc:
-            raise GeneratorError(f"cannot start the scapy sender: {exc}") from exc
+    def start_failure(self, exc: OSError) -> str:
+        return f"cannot start the scapy sender: {exc}"
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def on_exit(self) -> None:
         assert self._proc is not None
-        done = self._proc.wait(timeout) is not None
-        if done:
-            if not self._log.closed:
-                self._log.close()
-            if self.status() == "failed" and not self._proc.record.note:
-                s = self.summary()
-                log = [ln for ln in self._read_log().splitlines() if ln.strip()]
-                self._proc.record.note = s.get("error") or (log[-1] if log else "")
-        return done
-
-    def stop(self, interrupt: bool = False) -> None:
-        if self._proc is None or self._proc.popen is None:
-            return
-        self._stopped = True
-        self._proc.stop(signal.SIGINT if interrupt else signal.SIGTERM, grace=10)
-        self.wait()
-
-    def _read_log(self) -> str:
-        try:
-            return (self._run_dir / LOG).read_text(errors="replace")  # type: ignore[operator]
-        except (OSError, TypeError):
-            return ""
+        if self.status() == "failed" and not self._proc.record.note:
+            self._proc.record.note = self.summary().get("error") or self.last_log_line(LOG)
 
     def summary(self) -> dict:
         try:
@@ -152,16 +123,21 @@ class ScapySend(Generator):
         nbytes, fbytes = s.get("bytes", 0), s.get("failed_bytes", 0)
         return Counters(sent + failed, sent, failed, nbytes + fbytes, nbytes, fbytes)
 
-    def status(self) -> str:
-        if self._proc is None or self._proc.popen is None:
-            return "not started"
-        code = self._proc.record.exit_code
-        if code is None:
-            return "running"
-        return EXIT_STATUS.get(code, "failed")
-
-    def commands(self):
-        return [self._proc.record] if self._proc else []
 
 
-__all__ = ["ScapySend", "plan_flows", "scapy_version"]
+class ScapySpec(GeneratorSpec):
+    """Scapy's sendp in a live run (seed 001's slow baseline); no options of its own."""
+
+    name: Literal["scapy"] = "scapy"
+
+
+PLUGIN = GeneratorPlugin(
+    name="scapy", options=ScapySpec, adapter=ScapySend,
+    capabilities=Capabilities(offline=False, live=True,
+                              counters=("packets_attempted", "packets_sent", "packets_failed",
+                                        "bytes_attempted", "bytes_sent", "bytes_failed")),
+    summary="Scapy's sendp, one packet at a time (seed 001's baseline)",
+)  # fmt: skip
+
+
+__all__ = ["PLUGIN", "ScapySend", "ScapySpec", "plan_flows", "scapy_version"]

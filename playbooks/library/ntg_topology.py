@@ -73,9 +73,9 @@ def main() -> None:
     if p["project_dir"]:
         sys.path.insert(0, p["project_dir"])
     try:
-        from testbed.topology import TopologyCommandError, TopologyError, load_topology
+        from testbed.endpoints.netns.topology import TopologyCommandError, TopologyError, load_topology
     except ImportError as exc:
-        module.fail_json(msg=f"cannot import testbed.topology ({exc}) with {sys.executable}; install "
+        module.fail_json(msg=f"cannot import testbed.endpoints.netns.topology ({exc}) with {sys.executable}; install "
                              "the project (the `project` role) or set project_dir to its source tree")
     try:
         topo = load_topology(p["src"], base_dir=p["project_dir"])

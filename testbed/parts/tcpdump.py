@@ -1,6 +1,6 @@
 """tcpdump as the testbed's capture point, and as a device under test (seed 002's loss method).
 
-`Tcpdump` starts tcpdump through `testbed.proc.Process` (usually inside a namespace: the
+`Tcpdump` starts tcpdump through `ntgcore.proc.Process` (usually inside a namespace: the
 `argv_prefix` is `ip netns exec NS`), returns from `start()` once tcpdump says it is listening,
 and on `stop()` interrupts it and parses its closing statistics into `stats()`:
 
@@ -19,7 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from .proc import CommandRecord, Process
+from ntgcore.errors import NtgError
+from ntgcore.proc import CommandRecord, Process
 
 STAT_KEYS = ("captured", "received_by_filter", "dropped_by_kernel", "dropped_by_interface")
 _STAT_LINES = {
@@ -42,7 +43,7 @@ _HINTS = (
 )
 
 
-class CaptureError(Exception):
+class TcpdumpError(NtgError):
     """tcpdump could not start or failed; the message quotes tcpdump and says what to do."""
 
 
@@ -73,9 +74,9 @@ class Tcpdump:
         immediate: bool = False,
     ) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", iface):
-            raise CaptureError(f"{iface!r} is not a valid interface name (1-15 letters, digits, _.:@-)")
+            raise TcpdumpError(f"{iface!r} is not a valid interface name (1-15 letters, digits, _.:@-)")
         if snaplen < 1 or buffer_kib < 1:
-            raise CaptureError(f"snaplen ({snaplen}) and buffer_kib ({buffer_kib}) must be positive")
+            raise TcpdumpError(f"snaplen ({snaplen}) and buffer_kib ({buffer_kib}) must be positive")
         self.iface = iface
         self.immediate = immediate
         self.out = Path(out)
@@ -109,7 +110,7 @@ class Tcpdump:
         try:
             self._proc.start()
         except OSError as exc:
-            raise CaptureError(f"cannot run {self._proc.argv[0]}: {exc}; install tcpdump "
+            raise TcpdumpError(f"cannot run {self._proc.argv[0]}: {exc}; install tcpdump "
                                "(`apt-get install tcpdump`) and iproute2") from exc  # fmt: skip
         self._reader = threading.Thread(target=self._read, name=f"{self.name}-stderr", daemon=True)
         self._reader.start()
@@ -117,11 +118,11 @@ class Tcpdump:
         while not self._listening.wait(0.05):
             if self._proc.poll() is not None:
                 self._reader.join(2)
-                raise CaptureError(self._failure(f"{self.name} exited ({self.record.status})"))
+                raise TcpdumpError(self._failure(f"{self.name} exited ({self.record.status})"))
             if time.monotonic() > deadline:
                 self._proc.stop(signal.SIGKILL, grace=2)
                 self._reader.join(2)
-                raise CaptureError(self._failure(f"{self.name} did not start listening within "
+                raise TcpdumpError(self._failure(f"{self.name} did not start listening within "
                                                  f"{timeout:g}s"))  # fmt: skip
         return self
 

@@ -9,17 +9,14 @@ URIs and headers, and checks the result with `re`. `example(pcre_text)` returns 
 from __future__ import annotations
 
 import re
+import re._constants as sre_c  # Python >= 3.11 (pyproject.toml); formerly sre_constants
+import re._parser as sre_parse  # formerly sre_parse
 import string
 
-try:  # Python >= 3.11
-    import re._parser as sre_parse  # type: ignore[import-not-found]
-    import re._constants as sre_c  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover
-    import sre_parse  # type: ignore[no-redef]
-    import sre_constants as sre_c  # type: ignore[no-redef]
+from ntgcore.errors import NtgError
 
 
-class RegexUnsupported(ValueError):
+class RegexUnsupported(NtgError, ValueError):
     pass
 
 

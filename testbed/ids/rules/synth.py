@@ -15,6 +15,7 @@ server address and port, first and last packet time (ns), and per rule the statu
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import re
@@ -24,6 +25,8 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ntgcore.errors import NtgError
 
 from . import packets as P
 from .layout import LayoutError, build_buffer, verify
@@ -48,7 +51,7 @@ RULE_TIME_LIMIT_S = 1.0           # per rule: a pcre with catastrophic backtrack
 _HTTP_METHOD = re.compile(rb"^(GET|POST|PUT|HEAD|DELETE|OPTIONS|PATCH|TRACE|CONNECT|PROPFIND|[A-Z]{3,10}) \S", re.I)
 
 
-class SynthError(ValueError):
+class SynthError(NtgError, ValueError):
     pass
 
 
@@ -382,7 +385,6 @@ def dcerpc_udp_request(iface: str, version: int, opnum: int, stub: bytes) -> byt
 def smtp_mail(attachment: bytes, extra: bytes = b"") -> list[tuple[bool, bytes]]:
     """An SMTP session that mails `attachment` as a base64 MIME part (Suricata's `file.data` on
     SMTP is the decoded attachment); `extra` raw bytes go after the message (stream contents)."""
-    import base64
     b64 = base64.encodebytes(attachment).replace(b"\n", b"\r\n")
     message = (b"From: <alice@example.com>\r\nTo: <bob@example.com>\r\nSubject: report\r\n"
                b"MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"NTGBOUNDARY\"\r\n\r\n"

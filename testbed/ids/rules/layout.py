@@ -11,11 +11,13 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from ntgcore.errors import NtgError
+
 from .regex_example import RegexUnsupported, compile_pcre, example
 from .semantics import Match
 
 
-class LayoutError(ValueError):
+class LayoutError(NtgError, ValueError):
     pass
 
 

@@ -6,11 +6,19 @@
   classification.config unless the rules folder has one). With ``live_iface`` it adds an
   ``af-packet`` section for that interface (the live mode runs the same config through
   ``ip netns exec NS``).
-- `suricata_argv(config, out_dir, *, pcap=None, live_iface=None, netns=None) -> list[str]`.
+- `suricata_argv(config, out_dir, *, pcap=None, live_iface=None, argv_prefix=None) -> list[str]`.
 - `run_offline(pcap, rule_files, out_dir) -> SuricataResult`: ``suricata -r``; the result has the
   alerts, the rule-load errors (Suricata's own lines, with the sid and file:line they name), and
   the number of rules loaded and failed.
 - `parse_eve(path) -> list[Alert]`.
+- `check_load(rules_path, work_dir) -> LoadCheck`: ``suricata -T`` on one rule file with the same
+  configuration; ``failures`` maps sid -> Suricata's own error lines (`parse_test_output`).
+- `translate_file(in_path, out_path, *, check=True, work_dir=None, app_header=False)`: the text
+  translation of `testbed.ids.rules.translate`, then (with ``check``) `check_load` on its output.
+- `LiveSuricata`: Suricata on a veth of a live run, inside a namespace.
+
+The address and port variables of the configuration are the rule side's
+(`testbed.ids.rules.variables`).
 
 Suricata missing raises `SuricataMissing` whose message is the command that installs it.
 """
@@ -26,20 +34,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.proc import Process
+from ntgcore.errors import NtgError, ToolMissing
+from ntgcore.proc import Process
+
+from .rules.translate import LoadCheck, TranslationReport, translate_rules_file
+from .rules.variables import EXTERNAL_NET, HOME_NET, PORT_GROUPS, SERVER_VARS
 
 INSTALL_HINT = ("Suricata is not installed: run `./bootstrap.sh test` (installs suricata from "
                 "bookworm-backports), or `apt-get install -t bookworm-backports suricata`")
-HOME_NET = "[198.18.0.0/16,2001:db8::/48]"
-EXTERNAL_NET = "!$HOME_NET"
-SERVER_VARS = ("HTTP_SERVERS", "SMTP_SERVERS", "SQL_SERVERS", "DNS_SERVERS", "TELNET_SERVERS",
-               "AIM_SERVERS", "DC_SERVERS", "DNP3_SERVER", "DNP3_CLIENT", "MODBUS_CLIENT",
-               "MODBUS_SERVER", "ENIP_CLIENT", "ENIP_SERVER")
-PORT_GROUPS = {
-    "HTTP_PORTS": "80", "SHELLCODE_PORTS": "!80", "ORACLE_PORTS": "1521", "SSH_PORTS": "22",
-    "DNP3_PORTS": "20000", "MODBUS_PORTS": "502", "FILE_DATA_PORTS": "[$HTTP_PORTS,110,143]",
-    "FTP_PORTS": "21", "GENEVE_PORTS": "6081", "VXLAN_PORTS": "4789", "TEREDO_PORTS": "3544",
-}
 # A small classification table of our own, used when the rules folder has none.
 CLASSTYPES = [
     ("not-suspicious", "Not Suspicious Traffic", 3), ("unknown", "Unknown Traffic", 3),
@@ -69,12 +71,12 @@ CLASSTYPES = [
 ]
 
 
-class SuricataMissing(RuntimeError):
+class SuricataMissing(ToolMissing):
     def __init__(self) -> None:
         super().__init__(INSTALL_HINT)
 
 
-class SuricataError(RuntimeError):
+class SuricataError(NtgError):
     """Suricata could not run (bad configuration, no usable rules); `lines` are its own errors."""
 
     def __init__(self, message: str, lines: list[str]) -> None:
@@ -158,7 +160,7 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
     addr = {"HOME_NET": home_net, "EXTERNAL_NET": external_net, **{v: "$HOME_NET" for v in SERVER_VARS}}
     ports = dict(PORT_GROUPS, **(port_groups or {}))
     q = json.dumps  # YAML accepts JSON strings
-    lines = ["%YAML 1.1", "---", "# written by testbed.dut.suricata", "vars:", "  address-groups:"]
+    lines = ["%YAML 1.1", "---", "# written by testbed.ids.suricata", "vars:", "  address-groups:"]
     lines += [f"    {k}: {q(v)}" for k, v in addr.items()]
     lines += ["  port-groups:"] + [f"    {k}: {q(v)}" for k, v in ports.items()]
     lines += [
@@ -222,9 +224,9 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
 
 
 def suricata_argv(config: str | Path, out_dir: str | Path, *, pcap: str | Path | None = None,
-                  live_iface: str | None = None, netns: str | None = None,
+                  live_iface: str | None = None, argv_prefix: list[str] | None = None,
                   runmode: str | None = None) -> list[str]:
-    """The command line: offline (`pcap`) or live on `live_iface` (inside `netns` via ip netns exec)."""
+    """The command line: offline (`pcap`) or live on `live_iface` (at an endpoint: `argv_prefix`)."""
     argv = [suricata_binary(), "-c", str(config), "-l", str(out_dir)]
     if pcap is not None:
         argv += ["-r", str(pcap)]
@@ -235,14 +237,13 @@ def suricata_argv(config: str | Path, out_dir: str | Path, *, pcap: str | Path |
     if runmode:
         argv += ["--runmode", runmode]
     argv += ["-k", "all"]
-    if netns:
-        argv = ["ip", "netns", "exec", netns] + argv
-    return argv
+    return [*(argv_prefix or []), *argv]
 
 
 _LOAD_ERR = re.compile(r'error parsing signature "(?P<rule>.*)" from file (?P<file>\S+) at line (?P<line>\d+)')
 _SID = re.compile(r"\bsid\s*:\s*(\d+)")
 _COUNTS = re.compile(r"(\d+) rules successfully loaded, (\d+) rules failed")
+_ELINE = re.compile(r"(?:^|\s)(?:E|Error):?\s|<Error>")
 
 
 def parse_log(text: str) -> tuple[list[str], list[RuleLoadError], int | None, int | None]:
@@ -284,6 +285,18 @@ def parse_eve(path: str | Path) -> list[Alert]:
     return alerts
 
 
+def _run_into(output: Path, name: str, argv: list[str], timeout: float) -> tuple[int | None, Process]:
+    """Run `argv` to its end, its stdout and stderr into `output`; stopped after `timeout` s."""
+    with open(output, "w") as so:
+        proc = Process(name, argv, stdout=so, stderr=subprocess.STDOUT)
+        proc.start()
+        code = proc.wait(timeout)
+        if code is None:
+            code = proc.stop()
+            proc.record.note = f"stopped after {timeout:g} s"
+    return code, proc
+
+
 def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | Path, *,
                 timeout: float = 600.0, runmode: str | None = None) -> SuricataResult:
     """Run `suricata -r pcap` with our configuration; alerts and rule-load errors in the result."""
@@ -293,13 +306,7 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
         (out / old).unlink(missing_ok=True)
     config = write_config(out, rule_files=rule_files)
     argv = suricata_argv(config, out, pcap=pcap, runmode=runmode)
-    with open(out / "suricata.stdout", "w") as so:
-        proc = Process("suricata", argv, stdout=so, stderr=subprocess.STDOUT)
-        proc.start()
-        code = proc.wait(timeout)
-        if code is None:
-            code = proc.stop()
-            proc.record.note = f"stopped after {timeout:g} s"
+    code, proc = _run_into(out / "suricata.stdout", "suricata", argv, timeout)
     text = (out / "suricata.stdout").read_text(errors="replace")
     log = out / "suricata.log"
     if log.exists():
@@ -320,6 +327,74 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
         raise SuricataError(f"suricata failed ({proc.record.status}); its errors:", errors or text.splitlines()[-20:])
     return res
 
+
+# ---------------------------------------------------------------------------------------------
+# test mode: does Suricata load a rule file?
+
+def parse_test_output(text: str) -> tuple[dict[int, list[str]], list[str], int | None, int | None]:
+    """Pair each "error parsing signature" line with the error lines just before it."""
+    failures: dict[int, list[str]] = {}
+    errors: list[str] = []
+    pending: list[str] = []
+    loaded = failed = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = _COUNTS.search(line)
+        if m:
+            loaded, failed = int(m.group(1)), int(m.group(2))
+        if not (_ELINE.search(line) or line.startswith("E:")):
+            continue
+        errors.append(line)
+        m = _LOAD_ERR.search(line)
+        if m:
+            sm = _SID.search(m.group("rule"))
+            sid = int(sm.group(1)) if sm else -int(m.group("line"))
+            reason = [re.sub(r"^.*?\bE:\s*", "", p) for p in pending] or [line]
+            failures.setdefault(sid, [])
+            for r in reason:
+                if r not in failures[sid]:
+                    failures[sid].append(r)
+            pending = []
+        else:
+            pending.append(line)
+    return failures, errors, loaded, failed
+
+
+def check_load(rules_path: str | Path, work_dir: str | Path, *, timeout: float = 300.0) -> LoadCheck:
+    """``suricata -T`` on one rule file with our configuration (`write_config`); test mode needs no pcap."""
+    out = Path(work_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "suricata.log").unlink(missing_ok=True)
+    config = write_config(out, rule_files=[Path(rules_path)])
+    argv = [suricata_binary(), "-T", "-c", str(config), "-l", str(out)]
+    t0 = time.monotonic()
+    code, _ = _run_into(out / "suricata-T.out", "suricata -T", argv, timeout)
+    seconds = time.monotonic() - t0
+    text = (out / "suricata-T.out").read_text(errors="replace")
+    failures, errors, loaded, failed = parse_test_output(text)
+    log = out / "suricata.log"
+    if loaded is None and log.exists():  # the counts are an Info line: only in the log file
+        m = None
+        for m in _COUNTS.finditer(log.read_text(errors="replace")):
+            pass
+        if m:
+            loaded, failed = int(m.group(1)), int(m.group(2))
+    return LoadCheck(loaded, failed, failures, list(dict.fromkeys(errors)), code, argv, seconds)
+
+
+def translate_file(in_path: str | Path, out_path: str | Path, *, check: bool = True,
+                   work_dir: str | Path | None = None, app_header: bool = False) -> TranslationReport:
+    """Translate a Snort 3 rule file (`translate_rules_file`); with `check`, `check_load` the
+    output in `work_dir` (default: beside the output, ``.suricata-check``) into ``report.load``."""
+    report = translate_rules_file(in_path, out_path, app_header=app_header)
+    if check:
+        wd = Path(work_dir) if work_dir else Path(out_path).with_suffix(".suricata-check")
+        report.load = check_load(out_path, wd)
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# live
 
 class LiveSuricata:
     """Suricata reading a veth with af-packet, inside a namespace: a live run's device under test.

@@ -1,6 +1,7 @@
 """Rule options -> a rule model the synthesizer can turn into traffic.
 
-`analyze(raw) -> RuleModel`. A model says which protocol and application, which side is the
+`analyze(raw) -> RuleModel`; `load_rules(rule_files) -> (models, problems)` reads and analyzes
+whole rule files (a repeated sid is a problem, the later rule skipped). A model says which protocol and application, which side is the
 client, the ports, and per inspection buffer (Suricata 7 names: ``pkt`` for the raw payload,
 ``http.uri``, ``http.header``, ``file.data``, ``dns.query``, ``tls.sni`` ...) the ordered list of
 content and pcre matches with their positional modifiers. Buffers are understood in the three
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .regex_example import RegexUnsupported, split_pcre
-from .syntax import RawRule, unquote
+from .syntax import Problem, RawRule, read_rules, unquote
+from .variables import PORT_GROUPS
 
 # --- address and port variables ---------------------------------------------------------------
 HOME_NET4 = "198.18.0.0/16"
@@ -33,12 +36,7 @@ ADDRESS_VARS = {
         "MODBUS_SERVER", "ENIP_CLIENT", "ENIP_SERVER", "SIP_SERVERS", "FTP_SERVERS",
         "SSH_SERVERS", "SNMP_SERVERS", "SIP_SERVERS")},
 }
-PORT_VARS = {
-    "HTTP_PORTS": "80", "SHELLCODE_PORTS": "!80", "ORACLE_PORTS": "1521", "SSH_PORTS": "22",
-    "DNP3_PORTS": "20000", "MODBUS_PORTS": "502", "FILE_DATA_PORTS": "[$HTTP_PORTS,110,143]",
-    "FTP_PORTS": "21", "GENEVE_PORTS": "6081", "VXLAN_PORTS": "4789", "TEREDO_PORTS": "3544",
-    "SIP_PORTS": "[5060,5061,5600]",
-}
+PORT_VARS = {**PORT_GROUPS, "SIP_PORTS": "[5060,5061,5600]"}
 APP_PORTS = {"http": 80, "tls": 443, "ssl": 443, "dns": 53, "smtp": 25, "ftp": 21, "ssh": 22,
              "smb": 445, "pop3": 110, "imap": 143, "sip": 5060, "telnet": 23, "dcerpc": 135}
 TRANSPORTS = {"tcp", "udp", "icmp", "ip", "tcp-pkt", "tcp-stream", "udp-pkt", "icmpv6", "ipv6"}
@@ -364,6 +362,23 @@ def analyze(raw: RawRule) -> RuleModel:
     except (ValueError, RegexUnsupported) as exc:
         m.unsupported(str(exc))
     return m
+
+
+def load_rules(rule_files: list[str | Path]) -> tuple[list[RuleModel], list[Problem]]:
+    """Every rule of the files, analyzed, in file order; malformed rules and repeated sids are problems."""
+    models: list[RuleModel] = []
+    problems: list[Problem] = []
+    seen: set[int] = set()
+    for f in rule_files:
+        rules, probs = read_rules(f)
+        problems += probs
+        for r in rules:
+            if r.sid in seen:
+                problems.append(Problem(r.file, r.line, "duplicate sid; the later rule is skipped", r.sid))
+                continue
+            seen.add(r.sid)
+            models.append(analyze(r))
+    return models, problems
 
 
 def _analyze(raw: RawRule, m: RuleModel) -> None:

@@ -1,6 +1,6 @@
 """The one rule splitter for Snort 2.9, Snort 3 and Suricata rule text.
 
-It only splits text; what the options mean is `generators.rules.semantics`.
+It only splits text; what the options mean is `testbed.ids.rules.semantics`.
 
 API (stable; other modules build on it):
 
@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ntgcore.errors import NtgError
+
 ACTIONS = frozenset(
     {"alert", "drop", "reject", "pass", "log", "sdrop", "rejectsrc", "rejectdst", "rejectboth",
      "block", "react", "rewrite", "activate", "dynamic"}
@@ -52,7 +54,7 @@ class Problem:
         return f"{where}: {self.message}{sid}"
 
 
-class RuleSyntaxError(ValueError):
+class RuleSyntaxError(NtgError, ValueError):
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         super().__init__(str(problem))

@@ -5,26 +5,30 @@
 `write_attacks(spec, rule_paths, out_dir, ...)` writes ``attacks.pcap`` and ``attacks.json`` with
 session *k* due at ``start + k / rate`` (later only when the session before it is still running);
 `merge_pcaps(inputs, out)` merges captures by time (mergecap, nanosecond pcap) and is the one merge
-used by runs and by `testbed ids-coverage --mix`; `attack_coverage(...)` runs Suricata on a capture
-and scores the attack sessions in it.
+used by runs and by `testbed ids-coverage --mix`. Scoring the attack sessions of a capture with
+Suricata is `testbed.ids.coverage.attack_coverage`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .semantics import RuleModel
+from ntgcore.errors import NtgError
+from ntgcore.proc import Process
+
+from .semantics import RuleModel, load_rules
 from .synth import SynthResult, synthesize
 
 NS = 1_000_000_000
 
 
-class AttackError(RuntimeError):
+class AttackError(NtgError):
     """The attack sessions could not be made (a tool failed); the message says what to do."""
 
 
@@ -52,9 +56,7 @@ def select_rules(models: list[RuleModel], select) -> list[RuleModel]:
 
 def load_selection(rule_paths: list[Path], select) -> tuple[list[RuleModel], list[RuleModel], list[str]]:
     """(selected models, every model of the files, problems as `FILE:LINE: what`)."""
-    from .coverage import _load
-
-    models, problems = _load(rule_paths)
+    models, problems = load_rules(rule_paths)
     return select_rules(models, select), models, [str(p) for p in problems]
 
 
@@ -98,8 +100,6 @@ def write_attacks(spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0
     if not selected:
         raise AttackError("attacks: the selection picks no rule that can be synthesized; widen "
                           "attacks.select or check the rule files (`testbed validate` counts them)")
-    import os
-
     trial = synthesize(selected, os.devnull, all_models=models)   # which rules can be written at all
     unsynthesizable = dict(trial.failed)
     selected = [m for m in selected if m.sid not in unsynthesizable]
@@ -124,10 +124,6 @@ def write_attacks(spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0
 
 def merge_pcaps(inputs: list[Path], out: Path) -> None:
     """Merge captures by time stamp into one nanosecond pcap (mergecap -F nsecpcap)."""
-    import shutil
-
-    from testbed.proc import Process
-
     if not shutil.which("mergecap"):
         raise AttackError("mergecap is missing: install it with `apt-get install wireshark-common` "
                           "(./bootstrap.sh test installs it)")
@@ -137,26 +133,3 @@ def merge_pcaps(inputs: list[Path], out: Path) -> None:
         err = proc.popen.stderr.read().decode(errors="replace") if proc.popen and proc.popen.stderr else ""
         raise AttackError(f"mergecap failed: {err.strip() or 'no message'}")
 
-
-def attack_coverage(pcap: Path, attacks: Attacks, rule_paths: list[Path], out_dir: Path) -> dict:
-    """Suricata offline on `pcap` (which holds the attack sessions); coverage of the selected rules
-    written as coverage.json/md/html into out_dir. Returns the coverage document."""
-    from testbed.dut.suricata import run_offline, suricata_version
-
-    from .coverage import _score, summary_lines, write_reports
-
-    t = time.monotonic()
-    suri = run_offline(pcap, [str(p) for p in rule_paths], out_dir / "suricata")
-    doc = {
-        "ids": "suricata", "ids_version": suricata_version(), "rule_files": [str(p) for p in rule_paths],
-        "problems": attacks.problems, "unknown_keywords": {}, "suricata_errors": suri.errors[:200],
-        "suricata_rules_loaded": suri.rules_loaded, "suricata_rules_failed": suri.rules_failed,
-        "packets": attacks.synth.packets, "capture": pcap.name,
-        **_score(list({m.sid: m for m in attacks.scheduled}.values()), attacks.synth, suri),
-        "mixes": {},
-    }
-    doc["timing_s"] = {"parse_and_synthesize": 0.0, "suricata": round(time.monotonic() - t, 3),
-                       "total": round(time.monotonic() - t, 3)}
-    write_reports(doc, out_dir)
-    doc["summary"] = summary_lines(doc)
-    return doc

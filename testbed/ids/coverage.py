@@ -10,41 +10,37 @@ own sid on the rule's session, matched by the session's address pair, which is u
 *missed* (loaded, but no own alert; with the likely reason), and *extra* (sessions on which other
 sids fired, except the flowbits setters written into the same session). Coverage is
 alerted / (loaded rules that can alert, i.e. without ``noalert``).
+
+`score(models, synth, suri) -> dict` is that count for any synthesis result and Suricata run;
+`attack_coverage(pcap, attacks, rule_paths, out_dir)` scores the attack sessions of a run's
+capture (`testbed.ids.rules.attacks`) the same way. `--mix` adds benign background load from the
+flowengine generator (through the generator registry), merged by time with the attack sessions.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import subprocess
+import shutil
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from .semantics import RuleModel, analyze
-from .synth import SESSION_GAP_NS, T0_NS, synthesize
-from .syntax import Problem, read_rules
+from analysis.capture import read_capture
+from ntgcore.errors import GeneratorError
+from ntgcore.generator import get_generator
+from ntgcore.scenario import parse_scenario
+
+from .rules.attacks import Attacks, merge_pcaps
+from .rules.semantics import RuleModel, load_rules
+from .rules.synth import SESSION_GAP_NS, T0_NS, SynthResult, synthesize
+from .suricata import SuricataResult, run_offline, suricata_version
 
 BENIGN_NET = ("198.18.240.0/24", "198.19.240.0/24")
 
 
-def _load(rule_files: list[str | Path]) -> tuple[list[RuleModel], list[Problem]]:
-    models: list[RuleModel] = []
-    problems: list[Problem] = []
-    seen: set[int] = set()
-    for f in rule_files:
-        rules, probs = read_rules(f)
-        problems += probs
-        for r in rules:
-            if r.sid in seen:
-                problems.append(Problem(r.file, r.line, "duplicate sid; the later rule is skipped", r.sid))
-                continue
-            seen.add(r.sid)
-            models.append(analyze(r))
-    return models, problems
-
-
-def _score(models: list[RuleModel], synth, suri) -> dict:
+def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult) -> dict:
+    """The coverage counts of `models` whose sessions `synth` wrote and Suricata read (`suri`)."""
     by_pair: dict[frozenset, set[int]] = defaultdict(set)
     for a in suri.alerts:
         by_pair[frozenset((a.src, a.dst))].add(a.sid)
@@ -183,13 +179,11 @@ def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str 
                  mixes: tuple[float, ...] = (), progress=None) -> dict:
     if ids != "suricata":
         raise ValueError(f"IDS {ids!r} is not supported; use --ids suricata")
-    from testbed.dut.suricata import run_offline, suricata_version
-
     say = progress or (lambda msg: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
-    models, problems = _load(rule_files)
+    models, problems = load_rules(rule_files)
     unknown = Counter(k for m in models for k in m.unknown)
     say(f"parsed {len(models):,} rules ({len(problems)} problems)")
     t1 = time.monotonic()
@@ -207,24 +201,42 @@ def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str 
         "packets": synth.packets,
         "timing_s": {"parse_and_synthesize": round(t2 - t_start, 3), "synthesize": round(t2 - t1, 3),
                      "suricata": round(t3 - t2, 3)},
-        **_score(models, synth, suri),
+        **score(models, synth, suri),
         "mixes": {},
     }
     for frac in mixes:
         say(f"mixing with benign load: attacks {frac:.0%} of packets")
-        doc["mixes"][f"{frac:g}"] = _mixed(models, out, frac, synth.packets, list(rule_files), run_offline)
+        doc["mixes"][f"{frac:g}"] = _mixed(models, out, frac, synth.packets, list(rule_files))
     doc["timing_s"]["total"] = round(time.monotonic() - t_start, 3)
     write_reports(doc, out)
     return doc
 
 
-def _benign_pcap(out: Path, packets: int, duration_s: float) -> Path:
-    """Benign load from the native engine: UDP and TCP flows among BENIGN_NET addresses."""
-    from generators.flowengine import engine_path
-    from testbed.compile import compile_session
-    from testbed.proc import Process
-    from testbed.scenario import parse_scenario
+def attack_coverage(pcap: Path, attacks: Attacks, rule_paths: list[Path], out_dir: Path) -> dict:
+    """Suricata offline on `pcap` (which holds the attack sessions); coverage of the selected rules
+    written as coverage.json/md/html into out_dir. Returns the coverage document."""
+    t = time.monotonic()
+    suri = run_offline(pcap, [str(p) for p in rule_paths], out_dir / "suricata")
+    doc = {
+        "ids": "suricata", "ids_version": suricata_version(), "rule_files": [str(p) for p in rule_paths],
+        "problems": attacks.problems, "unknown_keywords": {}, "suricata_errors": suri.errors[:200],
+        "suricata_rules_loaded": suri.rules_loaded, "suricata_rules_failed": suri.rules_failed,
+        "packets": attacks.synth.packets, "capture": pcap.name,
+        **score(list({m.sid: m for m in attacks.scheduled}.values()), attacks.synth, suri),
+        "mixes": {},
+    }
+    doc["timing_s"] = {"parse_and_synthesize": 0.0, "suricata": round(time.monotonic() - t, 3),
+                       "total": round(time.monotonic() - t, 3)}
+    write_reports(doc, out_dir)
+    doc["summary"] = summary_lines(doc)
+    return doc
 
+
+def _benign_pcap(out: Path, packets: int, duration_s: float) -> Path:
+    """Benign load from the native engine: UDP and TCP flows among BENIGN_NET addresses.
+
+    The flowengine generator writes its files into out/benign/; its session is kept as
+    out/benign.ntg and its capture becomes out/benign.pcap."""
     flows = 50
     rate = max(1, int(packets / duration_s / flows))
     text = f"""version: 1
@@ -249,22 +261,23 @@ flows:
     repeat: {{count: {flows - flows // 2}, period: 1ms}}
 """
     scen = parse_scenario(text, "<benign-mix>")
-    session = out / "benign.ntg"
-    session.write_text(compile_session(scen))
-    pcap = out / "benign.pcap"
-    proc = Process("flowengine", [str(engine_path()), "gen", str(session), "-o", str(pcap)],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
-    if proc.wait(600) != 0:
-        err = proc.popen.stderr.read().decode(errors="replace") if proc.popen and proc.popen.stderr else ""
-        raise RuntimeError(f"flowengine failed: {err.strip()}")
+    work = out / "benign"
+    work.mkdir(exist_ok=True)
+    gen = get_generator("flowengine")
+    gen.prepare(scen, work, scen.seed)
+    gen.start()
+    if not gen.wait(600):
+        gen.stop()
+    if gen.status() != "completed":
+        record = gen.commands()[0]
+        raise GeneratorError(f"flowengine failed: {record.note or record.status}")
+    (work / "session.ntg").replace(out / "benign.ntg")
+    pcap = (work / "capture.pcap").replace(out / "benign.pcap")
+    shutil.rmtree(work)
     return pcap
 
 
-def _mixed(models, out: Path, frac: float, attack_packets: int, rule_files, run_offline) -> dict:
-    from analysis.capture import read_capture
-
-    from .attacks import merge_pcaps
-
+def _mixed(models: list[RuleModel], out: Path, frac: float, attack_packets: int, rule_files) -> dict:
     mdir = out / f"mix-{frac:g}"
     mdir.mkdir(exist_ok=True)
     benign_packets = int(attack_packets * (1 - frac) / frac)
@@ -275,13 +288,13 @@ def _mixed(models, out: Path, frac: float, attack_packets: int, rule_files, run_
     t0 = int(cap.ts_ns[0]) if len(cap.ts_ns) else T0_NS
     synth = synthesize(models, mdir / "attacks.pcap", mdir / "attacks.json", t0_ns=t0)
     merged = mdir / "mixed.pcap"
-    merge_pcaps([benign, mdir / "attacks.pcap"], merged)   # the one merge (generators/rules/attacks.py)
+    merge_pcaps([benign, mdir / "attacks.pcap"], merged)   # the one merge (testbed/ids/rules/attacks.py)
     suri = run_offline(merged, rule_files, mdir / "suricata")
-    score = _score(models, synth, suri)
+    counts = score(models, synth, suri)
     total = len(cap.ts_ns) + synth.packets
     keep = ("loaded", "silent", "alerted", "missed", "coverage", "sessions", "extra_alert_sessions", "extra_fraction",
             "extra_specific_sessions", "extra_specific_fraction", "extra_unrelated_sessions", "extra_unrelated_fraction")
-    res = {k: score[k] for k in keep}
+    res = {k: counts[k] for k in keep}
     res.update(benign_packets=len(cap.ts_ns), attack_packets=synth.packets,
                attack_fraction=synth.packets / total if total else 0.0)
     (benign).unlink(missing_ok=True)

@@ -1,6 +1,6 @@
-"""Snort 3 rules rewritten in Suricata 7 syntax, and a check that Suricata loads the result.
+"""Snort 3 rules rewritten in Suricata 7 syntax (text only: this module never runs Suricata).
 
-Rules are split by `generators.rules.syntax` (the one rule splitter); this module only rewrites
+Rules are split by `testbed.ids.rules.syntax` (the one rule splitter); this module only rewrites
 the option list and the header. Each rule keeps its sid, gid and rev, so an alert of the
 translated rule maps back to the original.
 
@@ -10,12 +10,15 @@ API:
   ``.reason`` (a short, groupable reason such as ``"keyword sip_header: no Suricata 7
   equivalent"``) when the rule cannot be translated. ``.notes`` list approximations.
 - ``translate_rules(rules) -> list[Translation]``.
-- ``translate_file(in_path, out_path, *, check=True, work_dir=None) -> TranslationReport``:
-  reads the Snort 3 file, writes the translated rules (one a line, with a header comment), and,
-  with ``check``, runs ``suricata -T`` on the output and records every sid Suricata refuses
-  with Suricata's own error lines. ``report.as_dict()`` is the JSON of ``--report``.
-- ``check_load(rules_path, work_dir) -> LoadCheck``: ``suricata -T`` with the configuration of
-  `testbed.dut.suricata.write_config`; ``failures`` maps sid → Suricata's error lines.
+- ``translate_rules_file(in_path, out_path, *, app_header=False) -> TranslationReport``: reads
+  the Snort 3 file and writes the translated rules (one a line, with a header comment).
+  ``report.as_dict()`` is the JSON of ``--report``. Its ``load`` (a `LoadCheck`) is filled in on
+  the Suricata side: `testbed.ids.suricata.check_load(rules_path, work_dir)` runs ``suricata -T``
+  and records every sid Suricata refuses with Suricata's own error lines;
+  `testbed.ids.suricata.translate_file(in_path, out_path, *, check=True, ...)` does both.
+
+Header variables are kept when Suricata's configuration defines them
+(`testbed.ids.rules.variables.CONFIG_VARS`), else replaced by their Snort 3 default.
 
 What is translated (Snort 3 → Suricata 7):
 
@@ -58,12 +61,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ntgcore.errors import NtgError
+
 from .syntax import Option, Problem, RawRule, read_rules
+from .variables import CONFIG_VARS
 
 # ---------------------------------------------------------------------------------------------
 # tables
@@ -132,7 +137,7 @@ SERVICES = {
 SIP_METHOD_NAMES = {"invite", "cancel", "ack", "bye", "register", "options", "refer", "subscribe",
                     "update", "join", "info", "message", "notify", "benotify", "do", "qauth",
                     "sprack", "publish", "service", "unsubscribe", "prack"}
-# Snort 3 default variables that the Suricata configuration of testbed.dut.suricata may lack:
+# Snort 3 default variables that the Suricata configuration of testbed.ids.suricata may lack:
 # replaced in the header by their Snort 3 default value when the configuration has no such variable
 SNORT3_DEFAULT_VARS = {
     "SIP_SERVERS": "$HOME_NET", "SIP_PORTS": "[5060,5061,5600]", "SMTP_SERVERS": "$HOME_NET",
@@ -151,7 +156,7 @@ CONTENT_MODS_VALUE = {"offset", "depth", "distance", "within"}
 CONTENT_MODS_FLAG = {"nocase", "fast_pattern", "rawbytes"}
 
 
-class Untranslatable(Exception):
+class Untranslatable(NtgError):
     """`reason` is short and groupable ("keyword X: why"); `detail` says more."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
@@ -298,18 +303,10 @@ def _quote(s: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # one rule
 
-def _known_vars() -> set[str]:
-    try:
-        from testbed.dut.suricata import PORT_GROUPS, SERVER_VARS
-    except ImportError:  # pragma: no cover - the testbed package is part of this tree
-        return {"HOME_NET", "EXTERNAL_NET"}
-    return {"HOME_NET", "EXTERNAL_NET", *SERVER_VARS, *PORT_GROUPS}
-
-
 _VAR_RE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
-def _fill_vars(field_: str, known: set[str], notes: list[str]) -> str:
+def _fill_vars(field_: str, known: frozenset[str], notes: list[str]) -> str:
     def sub(m: re.Match) -> str:
         name = m.group(1)
         if name in known:
@@ -323,7 +320,7 @@ def _fill_vars(field_: str, known: set[str], notes: list[str]) -> str:
 
 def _header(rule: RawRule, services: list[str], notes: list[str], app_header: bool = False) -> str:
     if not rule.is_service_rule:
-        known = _known_vars()
+        known = CONFIG_VARS
         fields = [_fill_vars(f, known, notes) if f and "$" in f else f
                   for f in (rule.src, rule.sport, rule.dst, rule.dport)]
         proto = rule.proto
@@ -557,10 +554,12 @@ def translate_rules(rules: list[RawRule], *, app_header: bool = False) -> list[T
 
 
 # ---------------------------------------------------------------------------------------------
-# Suricata test mode
+# a whole file
 
 @dataclass
 class LoadCheck:
+    """What ``suricata -T`` said of a translated file (made by `testbed.ids.suricata.check_load`)."""
+
     rules_loaded: int | None
     rules_failed: int | None
     failures: dict[int, list[str]]       # sid -> Suricata's own error lines for that rule
@@ -569,79 +568,6 @@ class LoadCheck:
     command: list[str]
     seconds: float = 0.0
 
-
-_SIG_ERR = re.compile(r'error parsing signature "(?P<rule>.*)" from file (?P<file>\S+) at line (?P<line>\d+)')
-_SID_RE = re.compile(r"\bsid\s*:\s*(\d+)")
-_COUNTS_RE = re.compile(r"(\d+) rules successfully loaded, (\d+) rules failed")
-_ELINE = re.compile(r"(?:^|\s)(?:E|Error):?\s|<Error>")
-
-
-def parse_test_output(text: str) -> tuple[dict[int, list[str]], list[str], int | None, int | None]:
-    """Pair each "error parsing signature" line with the error lines just before it."""
-    failures: dict[int, list[str]] = {}
-    errors: list[str] = []
-    pending: list[str] = []
-    loaded = failed = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        m = _COUNTS_RE.search(line)
-        if m:
-            loaded, failed = int(m.group(1)), int(m.group(2))
-        if not (_ELINE.search(line) or line.startswith("E:")):
-            continue
-        errors.append(line)
-        m = _SIG_ERR.search(line)
-        if m:
-            sm = _SID_RE.search(m.group("rule"))
-            sid = int(sm.group(1)) if sm else -int(m.group("line"))
-            reason = [re.sub(r"^.*?\bE:\s*", "", p) for p in pending] or [line]
-            failures.setdefault(sid, [])
-            for r in reason:
-                if r not in failures[sid]:
-                    failures[sid].append(r)
-            pending = []
-        else:
-            pending.append(line)
-    return failures, errors, loaded, failed
-
-
-def check_load(rules_path: str | Path, work_dir: str | Path, *, timeout: float = 300.0) -> LoadCheck:
-    """``suricata -T`` on one rule file with our configuration (testbed.dut.suricata).
-
-    A local helper: testbed.dut.suricata runs Suricata on a pcap; test mode needs no pcap.
-    """
-    import time
-
-    from testbed.dut.suricata import suricata_binary, write_config
-    from testbed.proc import Process
-
-    out = Path(work_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "suricata.log").unlink(missing_ok=True)
-    config = write_config(out, rule_files=[Path(rules_path)])
-    argv = [suricata_binary(), "-T", "-c", str(config), "-l", str(out)]
-    t0 = time.monotonic()
-    with open(out / "suricata-T.out", "w") as so:
-        proc = Process("suricata -T", argv, stdout=so, stderr=subprocess.STDOUT)
-        proc.start()
-        code = proc.wait(timeout)
-        if code is None:
-            code = proc.stop()
-    seconds = time.monotonic() - t0
-    text = (out / "suricata-T.out").read_text(errors="replace")
-    failures, errors, loaded, failed = parse_test_output(text)
-    log = out / "suricata.log"
-    if loaded is None and log.exists():  # the counts are an Info line: only in the log file
-        m = None
-        for m in _COUNTS_RE.finditer(log.read_text(errors="replace")):
-            pass
-        if m:
-            loaded, failed = int(m.group(1)), int(m.group(2))
-    return LoadCheck(loaded, failed, failures, list(dict.fromkeys(errors)), code, argv, seconds)
-
-
-# ---------------------------------------------------------------------------------------------
-# a whole file
 
 @dataclass
 class TranslationReport:
@@ -696,22 +622,19 @@ class TranslationReport:
 
 
 def write_rules(translations: list[Translation], out_path: str | Path, source: str = "") -> None:
-    lines = [f"# Suricata 7 translation of {source} by generators.rules.translate",
+    lines = [f"# Suricata 7 translation of {source} by testbed.ids.rules.translate",
              "# untranslatable rules are listed in the report, not here"]
     lines += [t.text for t in translations if t.ok]  # type: ignore[misc]
     Path(out_path).write_text("\n".join(lines) + "\n")
 
 
-def translate_file(in_path: str | Path, out_path: str | Path, *, check: bool = True,
-                   work_dir: str | Path | None = None, app_header: bool = False) -> TranslationReport:
+def translate_rules_file(in_path: str | Path, out_path: str | Path, *,
+                         app_header: bool = False) -> TranslationReport:
+    """Translate a Snort 3 rule file into `out_path`; the report's `load` is left unset."""
     rules, problems = read_rules(in_path)
     translations = translate_rules(rules, app_header=app_header)
     write_rules(translations, out_path, str(in_path))
-    report = TranslationReport(str(in_path), str(out_path), len(rules) + len(problems), translations, problems)
-    if check:
-        wd = Path(work_dir) if work_dir else Path(out_path).with_suffix(".suricata-check")
-        report.load = check_load(out_path, wd)
-    return report
+    return TranslationReport(str(in_path), str(out_path), len(rules) + len(problems), translations, problems)
 
 
 def report_json(report: TranslationReport) -> str:

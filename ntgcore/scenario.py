@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import (
     BaseModel,
+    AfterValidator,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -27,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from .errors import BadInput
+from .registry import GENERATORS
 from .units import parse_duration_ns, parse_rate_pps, period_ns_from_rate
 
 SCENARIO_VERSION = 1
@@ -358,7 +361,6 @@ class FlowEngineOptions(_Model):
 # --------------------------------------------------------------------------------------------
 # Live runs: the `testbed:` section
 
-GeneratorName = Literal["flowengine", "tcpreplay", "scapy", "ostinato"]
 _PLACE = re.compile(r"^[a-z0-9][a-z0-9-]{0,15}:[A-Za-z0-9_.-]{1,15}$")  # topology role : iface
 
 
@@ -372,9 +374,11 @@ Place = Annotated[str, BeforeValidator(_place)]
 
 
 class GeneratorSpec(_Model):
-    """One generator of a live run, placed on an interface of the topology."""
+    """One generator of a live run, placed on an interface of the topology: the fields every
+    generator has. Each generator plugin subclasses it with `name: Literal["<its name>"]` and its
+    own options; `testbed.generators` is the union of the registered models, told apart by `name`."""
 
-    name: GeneratorName = Field(description="flowengine, tcpreplay, scapy or ostinato.")
+    name: str = Field(description="A registered generator: flowengine, tcpreplay, scapy, ostinato, ...")
     label: str | None = Field(
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=32,
         description="Name in reports and folder names (default: the generator's name).",
@@ -384,18 +388,6 @@ class GeneratorSpec(_Model):
         "realtime",
         description="`realtime`: the scenario's timestamps; `topspeed`: as fast as it can "
         "(seed 001), for `testbed.duration`.",
-    )
-    pcap: str | None = Field(None, description="tcpreplay: the capture to replay (default: the "
-                             "scenario's flows, generated first by the native engine).")
-    loop: int | None = Field(None, ge=1, description="tcpreplay: play the capture this many times.")
-    preload: bool = Field(False, description="tcpreplay: load the capture into memory first.")
-    capture_port: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_.-]{1,15}$",
-        description="ostinato: also capture with drone on this interface of its namespace "
-        "(startCapture/getCaptureBuffer), saved as drone-capture.pcap.",
-    )
-    rate_accuracy: Literal["High", "Low"] | None = Field(
-        None, description="ostinato: drone's RateAccuracy setting (default High)."
     )
 
     @property
@@ -410,14 +402,23 @@ class GeneratorSpec(_Model):
     def title(self) -> str:
         return self.label or self.name
 
-    @model_validator(mode="after")
-    def _only_for_tcpreplay(self) -> "GeneratorSpec":
-        owners = {"pcap": "tcpreplay", "loop": "tcpreplay", "capture_port": "ostinato",
-                  "rate_accuracy": "ostinato"}
-        for key, owner in owners.items():
-            if self.name != owner and getattr(self, key) is not None:
-                raise ValueError(f"`{key}` is an option of {owner}, not of {self.name}")
-        return self
+
+def generator_spec(data: dict | GeneratorSpec) -> GeneratorSpec:
+    """`data` as the options model of the generator it names (a registered plugin's)."""
+    if isinstance(data, GeneratorSpec):
+        return data
+    name = data.get("name") if isinstance(data, dict) else None
+    return GENERATORS.get(name).options.model_validate(data)
+
+
+def _registered_generator(v: Any) -> str:
+    if v not in GENERATORS:
+        raise ValueError(f"unknown generator {v!r}; available: {', '.join(GENERATORS.names())}")
+    return v
+
+
+GeneratorName = Annotated[str, AfterValidator(_registered_generator),
+                          WithJsonSchema({"type": "string", "description": "A registered generator."})]
 
 
 class CaptureSpec(_Model):
@@ -490,7 +491,7 @@ class TestbedSpec(_Model):
         "seed 001, each generator in turn; `loss-sweep`: seed 002 against the DUT."
     )
     duration: Duration | None = Field(None, description="How long topspeed generators send.")
-    generators: list[GeneratorSpec] = Field([], description="Default: the scenario's `generator`.")
+    generators: list["AnyGeneratorSpec"] = Field([], description="Default: the scenario's `generator`.")
     capture: CaptureSpec | None = Field(CaptureSpec(), description="`null` turns the capture off.")
     dut: DutSpec = DutSpec()
     monitor: MonitorSpec = MonitorSpec()
@@ -585,21 +586,21 @@ class Scenario(_Model):
 
     @model_validator(mode="after")
     def _offline_generator(self) -> "Scenario":
-        if self.testbed is None and self.generator != "flowengine":
+        if self.testbed is None and not GENERATORS.get(self.generator).capabilities.offline:
             raise ValueError(f"generator `{self.generator}` sends live: add a `testbed:` section")
         return self
 
     def live_generators(self) -> list[GeneratorSpec]:
         if self.testbed is None:
             return []
-        return list(self.testbed.generators) or [GeneratorSpec(name=self.generator)]
+        return list(self.testbed.generators) or [generator_spec({"name": self.generator})]
 
 
 # --------------------------------------------------------------------------------------------
 # Loading with file:line error messages
 
 
-class ScenarioError(Exception):
+class ScenarioError(BadInput):
     """A scenario that cannot be used; `problems` holds one `FILE:LINE: field: message` each."""
 
     def __init__(self, problems: list[str]):
@@ -614,22 +615,22 @@ class LoadedScenario:
     text: str
 
 
-class _LineLoader(yaml.SafeLoader):
+class LineLoader(yaml.SafeLoader):
     """SafeLoader that also records the line of every mapping key and value by path."""
 
 
-def _node_lines(node: yaml.Node, path: tuple, out: dict[tuple, int]) -> None:
+def node_lines(node: yaml.Node, path: tuple, out: dict[tuple, int]) -> None:
     out.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             k = key.value
             out[path + (k,)] = key.start_mark.line + 1
             out[path + (k, "__value__")] = value.start_mark.line + 1
-            _node_lines(value, path + (k,), out)
+            node_lines(value, path + (k,), out)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             out[path + (i,)] = item.start_mark.line + 1
-            _node_lines(item, path + (i,), out)
+            node_lines(item, path + (i,), out)
 
 
 def _dotted(loc: tuple) -> str:
@@ -673,20 +674,23 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _format_error(err: dict, file: str, lines: dict[tuple, int],
+def format_error(err: dict, file: str, lines: dict[tuple, int],
                   root: type[BaseModel] | None = None) -> str:
-    loc = tuple(err["loc"])
+    loc, tagged = _untagged(tuple(err["loc"]))
     message = err["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
     if err["type"] == "extra_forbidden":
         key = loc[-1]
-        parent = _model_at(loc[:-1], root)
+        parent = tagged or _model_at(loc[:-1], root)
         known = list(parent.model_fields) if parent else []
+        owners = [p.name for p in GENERATORS if key in p.options.model_fields] if tagged else []
         close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
         hint = f"; did you mean `{close[0]}`?" if close else ""
         listing = f" (known keys: {', '.join(known)})" if known and not close else ""
         message = f"unknown key `{key}`{hint}{listing}"
+        if owners:  # an option of another generator
+            message = f"`{key}` is an option of {' and '.join(owners)}, not of {tagged.model_fields['name'].default}"
         line = lines.get(loc) or lines.get(loc[:-1], 1)
         return f"{file}:{line}: {_dotted(loc)}: {message}"
     if err["type"] == "missing":
@@ -700,10 +704,41 @@ def _format_error(err: dict, file: str, lines: dict[tuple, int],
     return f"{file}:{line}: {_dotted(probe)}: {message}{got}"
 
 
+def _untagged(loc: tuple) -> tuple[tuple, type[BaseModel] | None]:
+    """`loc` without the union tag pydantic puts after `generators[i]`, and the tagged model."""
+    for k in range(2, len(loc)):
+        if loc[k - 2] == "generators" and isinstance(loc[k - 1], int) and loc[k] in GENERATORS:
+            return loc[:k] + loc[k + 1 :], GENERATORS.get(loc[k]).options
+    return loc, None
+
+
+_built_for = -1
+
+
+def ensure_models() -> None:
+    """Build `testbed.generators` as the union of the registered generators' option models.
+
+    The union depends on what is registered, so the models are rebuilt whenever a generator was
+    registered since the last build (entry points at first use, a test's own generator later)."""
+    global _built_for
+    GENERATORS.load()
+    if _built_for == GENERATORS.version:
+        return
+    models = tuple(p.options for p in GENERATORS)
+    if not models:
+        raise BadInput("no generator is registered: install the project (pip install .)")
+    union = models[0] if len(models) == 1 else Annotated[Union[models], Field(discriminator="name")]
+    namespace = {"AnyGeneratorSpec": union}
+    TestbedSpec.model_rebuild(force=True, _types_namespace=namespace)
+    Scenario.model_rebuild(force=True, _types_namespace=namespace)
+    _built_for = GENERATORS.version
+
+
 def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
+    ensure_models()
     try:
-        root = yaml.compose(text, Loader=_LineLoader)
-        data = yaml.load(text, Loader=_LineLoader)
+        root = yaml.compose(text, Loader=LineLoader)
+        data = yaml.load(text, Loader=LineLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
@@ -713,11 +748,11 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
         raise ScenarioError([f"{file}:1: (top level): expected a mapping with version, name and flows"])
     lines: dict[tuple, int] = {}
     if root is not None:
-        _node_lines(root, (), lines)
+        node_lines(root, (), lines)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        problems = [_format_error(e, file, lines) for e in exc.errors(include_url=False)]
+        problems = [format_error(e, file, lines) for e in exc.errors(include_url=False)]
         problems.sort(key=lambda p: int(p[len(file) + 1 :].split(":", 1)[0]))
         raise ScenarioError(problems) from None
     problems = _live_address_problems(scenario, file, lines)
@@ -775,9 +810,9 @@ def attack_rule_paths(attacks: AttacksSpec, scenario_path: Path) -> list[Path]:
 
 
 def _check_attack_files(attacks: AttacksSpec, path: Path, text: str) -> None:
-    root = yaml.compose(text, Loader=_LineLoader)
+    root = yaml.compose(text, Loader=LineLoader)
     lines: dict[tuple, int] = {}
-    _node_lines(root, (), lines)
+    node_lines(root, (), lines)
     problems = []
     for i, (given, resolved) in enumerate(zip(attacks.rules, attack_rule_paths(attacks, path))):
         line = lines.get(("attacks", "rules", i), lines.get(("attacks",), 1))
@@ -802,6 +837,7 @@ _SHORTHANDS = {
 
 def json_schema() -> dict:
     """JSON Schema for editors; the short forms (`src: 198.18.0.1`, `size: 64-512`) included."""
+    ensure_models()
     schema = Scenario.model_json_schema(mode="validation")
     for name, short in _SHORTHANDS.items():
         full = schema["$defs"][name]

@@ -1,0 +1,86 @@
+"""Where a live part runs and sends: the contract of the endpoint back ends.
+
+A back end (a network namespace today; a VM or an SSH host later) makes `Endpoint`s: the argv
+prefix that runs a command there, a socket connected from there, the counters of an interface
+there. Adapters and parts use only this interface; the one back end that knows namespaces is
+testbed/endpoints/netns.
+"""
+
+from __future__ import annotations
+
+import abc
+import socket
+from pathlib import Path
+
+
+class Endpoint(abc.ABC):
+    """Interface `iface` at one place of the testbed.
+
+    `endpoint=None` in a generator's `prepare` means offline (the generator writes capture.pcap
+    itself, when it can). `pace` is `realtime` (the scenario's timestamps) or `topspeed` (as fast
+    as possible, seed 001's "packets/sec 0"); `duration_s` bounds a topspeed run."""
+
+    iface: str
+    pace: str  # realtime | topspeed
+    duration_s: float | None
+
+    @property
+    @abc.abstractmethod
+    def where(self) -> str:
+        """The place in words, for messages (`namespace ntg1a2b3c-gen`)."""
+
+    @abc.abstractmethod
+    def argv(self, *command: str) -> list[str]:
+        """`command` run at this place (an argument list, never a shell string)."""
+
+    @abc.abstractmethod
+    def exists(self) -> bool:
+        """Whether the place is there now (a namespace deleted under us is not)."""
+
+    @abc.abstractmethod
+    def connect(self, host: str, port: int, timeout: float) -> socket.socket:
+        """A TCP connection to host:port as seen from this place."""
+
+    @abc.abstractmethod
+    def counters(self, iface: str | None = None) -> dict[str, int]:
+        """Kernel counters of `iface` (default: this endpoint's): rx/tx packets, bytes, drops."""
+
+
+class Site(abc.ABC):
+    """The places one back end provides for a run (a topology of namespaces; VMs; hosts), each
+    named `ROLE:IFACE`: brought up with `apply`, always taken down with `remove`."""
+
+    name: str
+
+    @abc.abstractmethod
+    def places(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def apply(self) -> list[str]:
+        """Make the places as described; returns the steps taken ([] when nothing differed)."""
+
+    @abc.abstractmethod
+    def remove(self) -> list[str]:
+        """Take everything `apply` made down again; returns the steps taken."""
+
+    @abc.abstractmethod
+    def endpoint(self, place: str, pace: str = "realtime", duration_s: float | None = None) -> Endpoint:
+        """The endpoint at `place` (`ROLE:IFACE`)."""
+
+    @abc.abstractmethod
+    def locations(self) -> list[str]:
+        """What the site made, for the manifest (the namespace names, the VM names)."""
+
+    def counters(self, place: str) -> dict[str, int]:
+        return self.endpoint(place).counters()
+
+
+class Backend(abc.ABC):
+    """An endpoint back end plugin: opens a site from the scenario's `testbed.topology`."""
+
+    name: str
+
+    @abc.abstractmethod
+    def open(self, ref: str | dict, base_dir: Path | None, source: str | None, unique: bool = True) -> Site:
+        """The site `ref` describes; `unique` gives it a fresh name so that runs never collide.
+        Raises BadInput (with FILE:LINE) for a description that cannot be used."""

@@ -1,0 +1,42 @@
+"""The one error base class, and the exit statuses of the `testbed` command.
+
+Every error the project raises on purpose derives from `NtgError`; its `exit_status` is what the
+command line returns when the error ends a command, so no caller keeps its own table.
+"""
+
+from __future__ import annotations
+
+# Exit statuses of `testbed run` and friends (documented in README.md).
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_CHECKS_FAILED = 3
+EXIT_INTERRUPTED = 130
+
+
+class NtgError(Exception):
+    """An error whose message says what was wrong and what to do; `exit_status` ends the command."""
+
+    exit_status: int = EXIT_RUN_FAILED
+
+
+class BadInput(NtgError):
+    """The user's input (a file, a flag, a place) cannot be used; nothing was started."""
+
+    exit_status = EXIT_BAD_INPUT
+
+
+class RunSetupError(BadInput):
+    """The run cannot start (bad output directory, missing tool); nothing was sent."""
+
+
+class ToolMissing(BadInput):
+    """A program the run needs is not installed; the message names the package that has it."""
+
+
+class GeneratorError(NtgError):
+    """The generator cannot run or failed; the message says why and what to do."""
+
+
+class PluginError(BadInput):
+    """A plugin name that no registry knows, or a plugin registered twice."""

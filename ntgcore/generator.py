@@ -1,0 +1,212 @@
+"""The generator plugin contract: what every adapter implements and what it declares.
+
+A run calls, in order: `prepare(scenario, run_dir, seed, endpoint)` (write configuration, check
+that the tool exists: fail here, before anything is sent), `start()`, then `wait(timeout)` until it
+returns True or the run decides to `stop()`. `counters()` may be called at any time and after the
+end; loss is always computed from these counters the same way: sent by the generator vs seen on
+the wire vs seen by the device under test.
+
+A generator plugin is one folder under `generators/` that exposes a `GeneratorPlugin` (its name,
+its options model, the tools it needs, its capabilities and its adapter class) and is registered by
+one entry point in pyproject.toml (group `ntg_testbed.generators`) or by `GENERATORS.register`.
+"""
+
+from __future__ import annotations
+
+import abc
+import shutil
+import signal
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Callable
+
+from .endpoint import Endpoint
+from .errors import GeneratorError
+from .proc import CommandRecord, Process
+from .registry import GENERATORS
+from .scenario import GeneratorSpec, Scenario
+
+STATUSES = ("not started", "running", "completed", "interrupted", "failed")
+
+
+@dataclass
+class Counters:
+    packets_attempted: int = 0
+    packets_sent: int = 0
+    packets_failed: int = 0
+    bytes_attempted: int = 0
+    bytes_sent: int = 0
+    bytes_failed: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Progress:
+    """How far a generator is: `done` out of `total` units (virtual seconds for the engine)."""
+
+    done: float
+    total: float
+    packets: int
+
+
+class Generator(abc.ABC):
+    name: str = "generator"
+
+    def __init__(self, spec: GeneratorSpec | None = None) -> None:
+        self.spec = spec
+
+    @abc.abstractmethod
+    def prepare(self, scenario: Scenario, run_dir: Path, seed: int,
+                endpoint: Endpoint | None = None) -> None: ...  # fmt: skip
+
+    @abc.abstractmethod
+    def start(self, on_progress: Callable[[Progress], None] | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once the generator has finished (by itself or after `stop`)."""
+
+    @abc.abstractmethod
+    def stop(self, interrupt: bool = False) -> None:
+        """Stop early; `interrupt` means the user asked (Ctrl-C), not a failure."""
+
+    @abc.abstractmethod
+    def counters(self) -> Counters: ...
+
+    @abc.abstractmethod
+    def status(self) -> str:
+        """One of STATUSES: `not started`, `running`, `completed`, `interrupted` or `failed`."""
+
+    @abc.abstractmethod
+    def commands(self) -> list[CommandRecord]:
+        """Every process this adapter started, for the manifest."""
+
+    def version(self) -> str:
+        return "unknown"
+
+    def port_stats(self) -> dict | None:
+        """The generator's own view of its ports (Ostinato's getStats), when it has one."""
+        return None
+
+
+class ProcessGenerator(Generator):
+    """A generator that is one child process (plus helpers): start, watch, stop, exit status.
+
+    Subclasses build `self._proc` in `prepare` (with `self.open_log`), map exit codes with
+    EXIT_STATUS and may override `on_exit` to explain a failure from their log."""
+
+    EXIT_STATUS: dict[int, str] = {0: "completed"}
+    STOP_SIGNAL = signal.SIGTERM
+    INTERRUPT_SIGNAL = signal.SIGINT
+    STOP_GRACE_S = 10.0
+
+    def __init__(self, spec: GeneratorSpec | None = None) -> None:
+        super().__init__(spec)
+        self._proc: Process | None = None
+        self._log: IO | None = None
+        self._run_dir: Path | None = None
+        self._stopped_by: str | None = None
+
+    def open_log(self, name: str) -> IO:
+        assert self._run_dir is not None
+        self._log = open(self._run_dir / name, "wb")
+        return self._log
+
+    def read_log(self, name: str) -> str:
+        try:
+            return (self._run_dir / name).read_text(errors="replace")  # type: ignore[operator]
+        except (OSError, TypeError):
+            return ""
+
+    def start(self, on_progress: Callable[[Progress], None] | None = None) -> None:
+        assert self._proc is not None, "prepare() first"
+        try:
+            self._proc.start()
+        except OSError as exc:
+            raise GeneratorError(self.start_failure(exc)) from exc
+        self.on_start(on_progress)
+
+    def start_failure(self, exc: OSError) -> str:
+        return f"cannot start {self.name}: {exc}"
+
+    def on_start(self, on_progress: Callable[[Progress], None] | None) -> None:
+        """After the process started (a thread that reads its output, for example)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert self._proc is not None
+        done = self._proc.wait(timeout) is not None
+        if done:
+            if self._log is not None and not self._log.closed:
+                self._log.close()
+            self.on_exit()
+        return done
+
+    def on_exit(self) -> None:
+        """Once the process has ended: say why it failed in its record's note."""
+
+    def stop(self, interrupt: bool = False) -> None:
+        if self._proc is None or self._proc.popen is None:
+            return
+        self._stopped_by = "SIGINT" if interrupt else "stop"
+        self._proc.stop(self.INTERRUPT_SIGNAL if interrupt else self.STOP_SIGNAL, grace=self.STOP_GRACE_S)
+        self.wait()
+
+    def status(self) -> str:
+        if self._proc is None or self._proc.popen is None:
+            return "not started"
+        code = self._proc.record.exit_code
+        if code is None:
+            return "running"
+        return self.EXIT_STATUS.get(code, "failed")
+
+    def commands(self) -> list[CommandRecord]:
+        return [self._proc.record] if self._proc else []
+
+    def last_log_line(self, name: str) -> str:
+        lines = [ln.strip() for ln in self.read_log(name).splitlines() if ln.strip()]
+        return lines[-1] if lines else ""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A program a generator needs: checked before anything starts, with the package that has it."""
+
+    command: str
+    package: str
+    install: str = ""  # how to install, when not `apt-get install <package>`
+
+    def how(self) -> str:
+        return self.install or f"apt-get install {self.package}"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    offline: bool = False       # writes capture.pcap itself with no endpoint
+    live: bool = True           # sends on an endpoint's interface
+    counters: tuple[str, ...] = ("packets_sent", "bytes_sent")  # the counters it really measures
+    port_stats: bool = False    # `port_stats()` returns the generator's own port statistics
+
+
+@dataclass(frozen=True)
+class GeneratorPlugin:
+    name: str
+    options: type[GeneratorSpec]             # the scenario's `testbed.generators[]` entry model
+    adapter: type[Generator]
+    tools: tuple[Tool, ...] = ()
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    summary: str = ""
+
+    def create(self, spec: GeneratorSpec | None = None) -> Generator:
+        return self.adapter(spec)
+
+    def missing_tools(self) -> list[Tool]:
+        return [t for t in self.tools if shutil.which(t.command) is None]
+
+
+def get_generator(name: str, spec: GeneratorSpec | dict | None = None) -> Generator:
+    """The adapter `name`, given its options (`spec`: its model from the scenario's `testbed:`
+    section, or a plain mapping for a script)."""
+    plugin: GeneratorPlugin = GENERATORS.get(name)
+    return plugin.create(spec)

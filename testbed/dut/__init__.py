@@ -1,1 +1,0 @@
-"""Devices under test: IDSs driven by the testbed (Suricata)."""

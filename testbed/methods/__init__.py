@@ -1,0 +1,86 @@
+"""Run methods: how a live run is cut into steps, and what its analysis adds.
+
+A method is a plugin folder here exposing `METHOD` (a `Method`), registered by an entry point
+(group `ntg_testbed.methods`). Its `plan` is pure: scenario in, steps out (tested without root).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Callable
+
+from ntgcore.scenario import Flow, GeneratorSpec, Scenario
+
+NS = 1_000_000_000
+REALTIME_GRACE_S = 10.0  # a realtime generator may run this much past the scenario's last packet
+
+
+@dataclass
+class Step:
+    name: str
+    scenario: Scenario
+    generators: list[GeneratorSpec]
+    kind: str = "run"  # run | topspeed | load | rate | hosts
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def deadline_s(self) -> float:
+        """Wall seconds after which the step is over whatever the generators say."""
+        tb = self.scenario.testbed
+        assert tb is not None
+        if any(g.pace == "topspeed" for g in self.generators):
+            return (tb.duration or 0) / NS
+        horizon = max(f.last_due_ns for f in self.scenario.flows) / NS
+        horizon = max(horizon, self.params.get("attacks_last_s", 0.0))  # the attack replay, if any
+        return horizon + REALTIME_GRACE_S
+
+    def stopped_at_deadline_is_planned(self, spec: GeneratorSpec) -> bool:
+        """A generator the deadline stopped finished as planned (else it was still sending)."""
+        return self.kind != "run" or spec.pace == "topspeed"
+
+
+@dataclass(frozen=True)
+class Method:
+    """`plan(scenario) -> steps`; `analyze(steps) -> {key: table}` adds the method's tables to
+    the run's metrics; `plots(run_dir, doc, manifest) -> {name: path}` and
+    `report(doc, plots) -> blocks` add its figures and report sections."""
+
+    name: str
+    plan: Callable[[Scenario], list[Step]]
+    analyze: Callable[[list[dict]], dict[str, Any]] = lambda steps: {}
+    plots: Callable[..., dict] = lambda run, doc, manifest: {}
+    report: Callable[..., list] = lambda doc, plots: []
+    summary: str = ""
+
+
+def template_flow(scenario: Scenario) -> Flow:
+    return scenario.flows[0]
+
+
+def derived_flow(template: Flow, **changes: Any) -> Flow:
+    """`template` with its timing replaced by `changes` (a flow of a planned step)."""
+    data = template.model_dump(mode="python", exclude_none=True)
+    for key in ("rate", "period", "packets", "duration", "repeat"):
+        data.pop(key, None)
+    data.update(changes)
+    if isinstance(data.get("rate"), Decimal):
+        data["rate"] = f"{data['rate']:.6f}"
+    for key in ("start", "duration", "period"):  # a bare number would be read as seconds
+        if isinstance(data.get(key), int):
+            data[key] = f"{data[key]}ns"
+    if isinstance(data.get("repeat"), dict) and isinstance(data["repeat"].get("period"), int):
+        data["repeat"] = {**data["repeat"], "period": f"{data['repeat']['period']}ns"}
+    return Flow.model_validate(data)
+
+
+def sized(template: Flow, frame_size: int) -> dict:
+    return {"size": max(0, frame_size - template.header_bytes)}
+
+
+def dst_port_of(template: Flow):
+    return template.dst_port.model_dump() if template.dst_port else 9
+
+
+def with_changes(scenario: Scenario, flows: list[Flow] | None = None, **testbed: Any) -> Scenario:
+    tb = scenario.testbed.model_copy(update=testbed) if testbed else scenario.testbed
+    return scenario.model_copy(update={"flows": flows or scenario.flows, "testbed": tb})

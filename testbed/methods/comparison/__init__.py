@@ -1,0 +1,36 @@
+"""Method `comparison` (seed 001): each generator in turn at top speed, then at fixed loads."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from ntgcore.scenario import Scenario
+
+from .. import Method, Step, derived_flow, template_flow, with_changes
+
+
+def plan(scenario: Scenario) -> list[Step]:
+    tb = scenario.testbed
+    assert tb is not None
+    gens = scenario.live_generators()
+    steps = []
+    for g in gens:
+        fast = g.model_copy(update={"pace": "topspeed"})
+        steps.append(Step(g.title, scenario, [fast], "topspeed", {"generator": g.title}))
+    if tb.load_steps:
+        ls = tb.load_steps
+        template = template_flow(scenario)
+        frame = template.header_bytes + template.payload.sizes[0]
+        for g in gens:
+            slow = g.model_copy(update={"pace": "realtime"})
+            for k in range(1, ls.count + 1):
+                load = k * ls.step_kbps * 1000  # bytes per second
+                rate = Decimal(load) / Decimal(frame)
+                flow = derived_flow(template, start=0, rate=rate, duration=ls.duration)
+                steps.append(Step(f"{g.title}-load-{k * ls.step_kbps}kBps", with_changes(scenario, [flow]),
+                                  [slow], "load", {"generator": g.title,
+                                                   "offered_kBps": k * ls.step_kbps}))  # fmt: skip
+    return steps
+
+
+METHOD = Method("comparison", plan, summary="seed 001: each generator in turn at top speed, then at fixed loads")

@@ -1,0 +1,167 @@
+"""The parts of a step: capture, device under test, monitor and generators (later fault
+injectors), all behind one start / alive / stop / statistics protocol (`Part`), so that the step
+executor (testbed/executor.py) runs every one of them the same way under one exit stack."""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import Callable
+
+from ntgcore.endpoint import Endpoint
+from ntgcore.generator import Generator
+from ntgcore.proc import CommandRecord
+from ntgcore.scenario import CaptureSpec, DutSpec, GeneratorSpec
+
+from ..ids.suricata import LiveSuricata
+from .monitor import Sampler
+from .tcpdump import Tcpdump
+
+
+class Part(abc.ABC):
+    """One running piece of a step. `start` may raise (the step fails, the stack unwinds);
+    `problem` says why a part that should run has ended; `stop` returns its statistics."""
+
+    key: str = "part"
+
+    @abc.abstractmethod
+    def start(self, abort: Callable[[], bool]) -> None: ...
+
+    def problem(self) -> str | None:
+        return None
+
+    @abc.abstractmethod
+    def stop(self) -> dict: ...
+
+    def records(self) -> list[CommandRecord]:
+        return []
+
+    def pids(self) -> dict[str, int]:
+        """Live processes to sample, by label."""
+        return {}
+
+
+def _live(records: list[CommandRecord], label: Callable[[CommandRecord], str]) -> dict[str, int]:
+    return {label(r): r.pid for r in records if r.pid and r.exit_code is None}
+
+
+class CapturePart(Part):
+    """tcpdump on one interface: what was seen on the wire (capture.pcap)."""
+
+    key = "capture"
+
+    def __init__(self, spec: CaptureSpec, endpoint: Endpoint, step_dir: Path) -> None:
+        self.tcpdump = Tcpdump(endpoint.argv(), endpoint.iface, step_dir / "capture.pcap",
+                               snaplen=spec.snaplen, buffer_kib=spec.buffer_kib, name="capture")
+
+    def start(self, abort) -> None:
+        self.tcpdump.start()
+
+    def problem(self) -> str | None:
+        if self.tcpdump.running():
+            return None
+        return f"the capture ended during the step: {self.tcpdump.record.status}"
+
+    def stop(self) -> dict:
+        self.tcpdump.stop()
+        return self.tcpdump.stats()
+
+    def records(self) -> list[CommandRecord]:
+        return [self.tcpdump.record]
+
+    def pids(self) -> dict[str, int]:
+        return _live(self.records(), lambda r: r.name)
+
+
+class Dut(Part):
+    """The device under test, reading one interface; a kind per subclass (DUT_KINDS)."""
+
+    key = "dut"
+    kind = "dut"
+
+    def __init__(self, spec: DutSpec, endpoint: Endpoint, step_dir: Path, scenario_dir: Path) -> None:
+        self.spec, self.endpoint, self.dir, self.scenario_dir = spec, endpoint, step_dir, scenario_dir
+        self.impl: Tcpdump | LiveSuricata | None = None
+        self.died: str | None = None
+
+    def problem(self) -> str | None:
+        if self.impl is None or self.impl.running():
+            return None
+        if self.died is None:
+            self.died = (f"the device under test ({self.kind}) ended during the step: "
+                         f"{self.impl.record.status}")
+        return self.died
+
+    def stop(self) -> dict:
+        if self.impl is None:
+            return {"kind": self.kind}
+        self.impl.stop()
+        out = {"kind": self.kind, **self.impl.stats()}
+        if self.died:
+            out["died"] = self.died
+        return out
+
+    def records(self) -> list[CommandRecord]:
+        return [self.impl.record] if self.impl is not None else []
+
+    def pids(self) -> dict[str, int]:
+        return _live(self.records(), lambda r: f"dut:{r.name}")
+
+
+class TcpdumpDut(Dut):
+    kind = "tcpdump"
+
+    def start(self, abort) -> None:
+        out = self.dir / "dut.pcap" if self.spec.write else Path("/dev/null")
+        self.impl = Tcpdump(self.endpoint.argv(), self.endpoint.iface, out, snaplen=self.spec.snaplen,
+                            buffer_kib=self.spec.buffer_kib, name="dut-tcpdump")  # fmt: skip
+        self.impl.start()
+
+
+class SuricataDut(Dut):
+    kind = "suricata"
+
+    def start(self, abort) -> None:
+        rules = [self.scenario_dir / r for r in self.spec.rules]
+        self.impl = LiveSuricata(self.endpoint.argv(), self.endpoint.iface, rules, self.dir / "dut")
+        self.impl.start(abort)
+
+
+DUT_KINDS: dict[str, type[Dut]] = {"tcpdump": TcpdumpDut, "suricata": SuricataDut}
+
+
+class MonitorPart(Part):
+    """The psutil sampler (samples.csv) over the processes the other parts report."""
+
+    key = "monitor"
+
+    def __init__(self, path: Path, hz: float, pids: Callable[[], dict[str, int]]) -> None:
+        self.sampler = Sampler(path, hz=hz, pids=pids)
+
+    def start(self, abort) -> None:
+        self.sampler.start()
+
+    def stop(self) -> dict:
+        return self.sampler.stop()
+
+
+class GeneratorPart(Part):
+    """One generator adapter placed at an endpoint (None: offline, it writes the capture)."""
+
+    def __init__(self, spec: GeneratorSpec, gen: Generator, endpoint: Endpoint | None, folder: Path) -> None:
+        self.spec, self.gen, self.endpoint, self.dir = spec, gen, endpoint, folder
+        self.key = f"gen:{spec.title}"
+
+    def start(self, abort) -> None:
+        self.gen.start()
+
+    def stop(self) -> dict:
+        if self.gen.status() == "running":
+            self.gen.stop()
+        return self.gen.counters().as_dict()
+
+    def records(self) -> list[CommandRecord]:
+        return self.gen.commands()
+
+    def pids(self) -> dict[str, int]:
+        return _live(self.records(), lambda r: f"gen:{self.spec.title}:{r.name}")

@@ -1,0 +1,67 @@
+"""Every example scenario writes the same bytes as before the architecture change (issue 10).
+
+The hashes were recorded with the code before the restructuring: `testbed run SCENARIO
+--no-analyze` for the offline examples (their capture.pcap), and the compiled session (the
+engine's input) for every example. A change of these bytes is a change of behaviour: if it is
+intended, record the new hashes in the same commit and say why in the CHANGELOG."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from ntgcore.compile import compile_session
+from ntgcore.scenario import load_scenario
+from testbed.runner import run_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+CAPTURES = {
+    "attacks-mixed": "a65d34b2e667a5f8a5957b137caed5583ad868fa3a6a80634e0993491e4ecab9",
+    "flor-insertion-x10": "d77c1987a3c8a4240d8af2a0129cdfbdb285a106dfee56a583c13205e8f431b8",
+    "flor-insertion": "cd002d8249d0f3a5db4dbaa201031a3f782dbcf2c2c25a0baca04d31d8f23a1a",
+    "flor-interference": "022467436204df72022f024ae1baf4bb9ccd78c348085e3107f37d178f1b7ab5",
+    "quickstart": "55269f1c91bfa6bb19479588536ac50511d9ebbeae1a1fb81d76242cad3faaef",
+}
+SESSIONS = {
+    "seed001-comparison": "6ca99ce136c7902dc33782345aac56de38a50d1e5974c5418d0fe6a7b644a69a",
+    "seed001-ostinato": "a8f7a4c1a4c94d23d9d36e44e6954fb2aae27ea0c8248a46cec5cf3473bea69d",
+    "seed002-loss-sweep": "de344a7831ccd2a9b2a0e68465b9ac4546cea6ccb73067ff3ba76e74a0a90b4f",
+    "attacks-mixed": "4054816674f145f4e4480d93e7fbfec12e9c9d5834fa6215d0a5e0207297019c",
+    "flor-insertion-x10": "804d486018d520d6fec6b32b6671afef131543fa21083d17fb4fcaacaa643565",
+    "flor-insertion": "b3e824709ee864341cb0e2a541c3923a777de4c8cf3955ca1bda55a3d3ad108f",
+    "flor-interference": "88e92555cbaef34600957eb507a213a1154f57725822e8a9cc6485e9289fabe4",
+    "quickstart": "bc6b34365457910f8e12900a0f1b418087a8f54b22f189a97073afb0ac010a22",
+}
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def test_every_example_scenario_is_covered():
+    assert {p.stem for p in SCENARIOS.glob("*.yaml")} == set(SESSIONS)
+
+
+@pytest.mark.parametrize("name", sorted(SESSIONS))
+def test_the_compiled_session_is_unchanged(name):
+    loaded = load_scenario(SCENARIOS / f"{name}.yaml")
+    text = compile_session(loaded.scenario, loaded.scenario.seed)
+    assert hashlib.sha256(text.encode()).hexdigest() == SESSIONS[name]
+
+
+@pytest.mark.parametrize("name", sorted(CAPTURES))
+def test_the_offline_capture_is_byte_identical(name, tmp_path, flowengine_bin):
+    loaded = load_scenario(SCENARIOS / f"{name}.yaml")
+    result = run_scenario(loaded, tmp_path, analyze=False, show_progress=False)
+    assert result.status == "completed", result.manifest.get("error")
+    capture = result.run_dir / "capture.pcap"
+    assert sha256(capture) == CAPTURES[name]
+    assert result.manifest["files"]["capture.pcap"]["sha256"] == CAPTURES[name]  # hashed once, right
+    capture.unlink()  # flor-insertion-x10 is 760 MB
