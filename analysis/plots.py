@@ -3,13 +3,12 @@ never touched, so importing this does not change a notebook's backend)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter, MaxNLocator
+from types import SimpleNamespace
 
 from .capture import Capture
 
@@ -23,9 +22,21 @@ PLOTS = {
 }
 
 
-def figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(9, 4.2), dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
+@functools.cache
+def mpl() -> SimpleNamespace:
+    """The matplotlib pieces the plots use. matplotlib costs about 0.2 s to import, so it is
+    imported at the first plot rather than by every command that imports the analysis."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    return SimpleNamespace(FigureCanvasAgg=FigureCanvasAgg, Figure=Figure,
+                           EngFormatter=EngFormatter, MaxNLocator=MaxNLocator)
+
+
+def figure(title: str, xlabel: str, ylabel: str) -> tuple[Any, Any]:
+    fig = mpl().Figure(figsize=(9, 4.2), dpi=110, layout="constrained")
+    mpl().FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.set_title(title, loc="left", fontsize=12)
     ax.set_xlabel(xlabel)
@@ -68,7 +79,7 @@ def plot_rate(m: dict[str, Any], path: Path) -> Path:
     x, y, partial = _series(m, "packets")
     fig, ax = figure("Packet rate per second", "time since the first packet (s)",
                       "packets per second")
-    ax.yaxis.set_major_formatter(EngFormatter(unit="pps"))
+    ax.yaxis.set_major_formatter(mpl().EngFormatter(unit="pps"))
     _mark_warmup(ax, m)
     _plot_line(ax, x, y, partial, "packets per second")
     if m.get("mean_pps") is not None:
@@ -81,7 +92,7 @@ def plot_rate(m: dict[str, Any], path: Path) -> Path:
                   label=f"steady-state mean {st['mean_pps']:,.0f} pps "
                         f"(variance {st['variance_pct']:.2f}%)")
     ax.set_ylim(bottom=0)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(mpl().MaxNLocator(integer=True))
     legend(ax)
     fig.savefig(path)
     return path
@@ -91,20 +102,20 @@ def plot_throughput(m: dict[str, Any], path: Path) -> Path:
     x, y, partial = _series(m, "bytes")
     fig, ax = figure("Throughput per second (frame bytes on the wire)",
                       "time since the first packet (s)", "throughput")
-    ax.yaxis.set_major_formatter(EngFormatter(unit="bit/s"))
+    ax.yaxis.set_major_formatter(mpl().EngFormatter(unit="bit/s"))
     _mark_warmup(ax, m)
     _plot_line(ax, x, y * 8, partial, "measured")
     st = m["steady"]
     if st.get("throughput_bps") is not None:
         ax.hlines(st["throughput_bps"], st["from_second"] - 0.5, x[-1] + 0.5, color=ORANGE,
-                  lw=1.5, label=f"steady-state mean {EngFormatter('bit/s')(st['throughput_bps'])}")
+                  lw=1.5, label=f"steady-state mean {mpl().EngFormatter('bit/s')(st['throughput_bps'])}")
     if st.get("throughput_formula_Bps") is not None:
         ax.hlines(st["throughput_formula_Bps"] * 8, st["from_second"] - 0.5, x[-1] + 0.5,
                   color=GREEN, lw=1, ls="--",
                   label="average size × average rate "
-                        f"{EngFormatter('bit/s')(st['throughput_formula_Bps'] * 8)}")
+                        f"{mpl().EngFormatter('bit/s')(st['throughput_formula_Bps'] * 8)}")
     ax.set_ylim(bottom=0)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(mpl().MaxNLocator(integer=True))
     legend(ax)
     fig.savefig(path)
     return path
@@ -124,7 +135,7 @@ def plot_sizes(cap: Capture, m: dict[str, Any], path: Path) -> Path:
         ax.axvline(m["packet_size"]["median"], color=GREEN, lw=1, ls="--",
                    label=f"median {m['packet_size']['median']:.0f} B")
         legend(ax)
-    ax.yaxis.set_major_formatter(EngFormatter())
+    ax.yaxis.set_major_formatter(mpl().EngFormatter())
     fig.savefig(path)
     return path
 
@@ -138,17 +149,17 @@ def plot_flows(m: dict[str, Any], path: Path) -> Path:
         colors[-1] = GREY
     ax.bar(x, y, width=0.8, color=colors, lw=0)
     ax.set_ylim(bottom=0)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_formatter(EngFormatter())
+    ax.xaxis.set_major_locator(mpl().MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(mpl().MaxNLocator(integer=True))
+    ax.yaxis.set_major_formatter(mpl().EngFormatter())
     fig.savefig(path)
     return path
 
 
 def plot_timing(errors: Any, path: Path) -> Path:
     """Distributions of the flow-start and flow-duration errors (FLOR's timing tests)."""
-    fig = Figure(figsize=(9, 3.8), dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = mpl().Figure(figsize=(9, 3.8), dpi=110, layout="constrained")
+    mpl().FigureCanvasAgg(fig)
     for i, (col, title) in enumerate((("start_error_ns", "Flow-start error"),
                                       ("duration_error_ns", "Flow-duration error"))):
         ax = fig.add_subplot(1, 2, i + 1)

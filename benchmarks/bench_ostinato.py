@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_engine import find_binary  # noqa: E402
 
-from ntgcore.generator import Endpoint  # noqa: E402
+from testbed.endpoints.netns import NetnsEndpoint as Endpoint  # noqa: E402
 from generators.ostinato import Ostinato  # noqa: E402
 from generators.ostinato.drone import drone_version  # noqa: E402
 from ntgcore.proc import Process  # noqa: E402

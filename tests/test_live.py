@@ -194,9 +194,8 @@ def test_ctrl_c_stops_in_order_and_keeps_the_partial_run(tmp_path, flowengine_bi
 def test_missing_tools_name_the_command_that_installs_them(tmp_path):
     bare = tmp_path / "bin"
     bare.mkdir()
-    (bare / "python").symlink_to(sys.executable)
     path = scenario(tmp_path, "tools", UDP % (1000, 10), "dut: {kind: tcpdump}")
-    res = subprocess.run([str(bare / "python"), "-m", "testbed", "run", str(path), "--out",
+    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(path), "--out",
                           str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PATH": str(bare)})  # fmt: skip
     assert res.returncode == 2
@@ -207,7 +206,7 @@ def test_missing_tools_name_the_command_that_installs_them(tmp_path):
 
     for tool in ("ip", "ethtool", "tc", "tcpdump"):  # everything but suricata
         (bare / tool).symlink_to(shutil.which(tool))
-    res = subprocess.run([str(bare / "python"), "-m", "testbed", "run", str(path), "--out",
+    res = subprocess.run([sys.executable, "-m", "testbed", "run", str(path), "--out",
                           str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PATH": str(bare)})  # fmt: skip
     assert res.returncode == 2  # Suricata 7 is only in bookworm-backports: say so
