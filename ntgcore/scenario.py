@@ -728,9 +728,10 @@ def ensure_models() -> None:
     if not models:
         raise BadInput("no generator is registered: install the project (pip install .)")
     union = models[0] if len(models) == 1 else Annotated[Union[models], Field(discriminator="name")]
-    namespace = {"AnyGeneratorSpec": union}
-    TestbedSpec.model_rebuild(force=True, _types_namespace=namespace)
-    Scenario.model_rebuild(force=True, _types_namespace=namespace)
+    # The field's annotation is set anew (a forward reference is resolved only once).
+    TestbedSpec.model_fields["generators"].annotation = list[union]  # type: ignore[valid-type]
+    TestbedSpec.model_rebuild(force=True, _types_namespace={"AnyGeneratorSpec": union})
+    Scenario.model_rebuild(force=True)
     _built_for = GENERATORS.version
 
 

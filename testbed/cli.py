@@ -10,7 +10,6 @@ from pathlib import Path
 
 from analysis import analyze
 from analysis.capture import CaptureError
-from analysis.live import analyze_live
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, NtgError
 from ntgcore.runfolder import testbed_version
@@ -21,7 +20,7 @@ from .ids.coverage import run_coverage, summary_lines
 from .ids.rules.attacks import load_selection
 from .ids.rules.translate import report_json
 from .ids.suricata import SuricataError, SuricataMissing, check_load, translate_file
-from .runner import check_places, open_site, plan_steps, run_scenario, stage_printer
+from .runner import analyze_live_run, check_places, open_site, plan_steps, run_scenario, stage_printer
 
 
 def _err(message: str) -> None:
@@ -184,7 +183,7 @@ def _print_metrics(m: dict) -> None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     run_dir = Path(args.path)
     if (run_dir / "manifest.json").is_file() and '"mode": "live"' in (run_dir / "manifest.json").read_text():
-        metrics = analyze_live(run_dir, progress=stage_printer(not args.quiet and sys.stderr.isatty()))
+        metrics = analyze_live_run(run_dir, progress=stage_printer(not args.quiet and sys.stderr.isatty()))
         print(f"report: {metrics['report']}")
         return EXIT_CHECKS_FAILED if any(not c.get("ok") for c in metrics.get("checks", [])) else EXIT_OK
     try:

@@ -23,7 +23,7 @@ from typing import Any
 from tqdm import tqdm
 
 from analysis import analyze as analyze_offline
-from analysis.live import analyze_live
+from analysis.live import analyze_live, read_manifest
 from ntgcore.compile import check_memory, expected
 from ntgcore.endpoint import Site
 from ntgcore.errors import (
@@ -445,6 +445,12 @@ def _mix_attacks(run: Run, loaded: LoadedScenario, result: RunResult, show_progr
     return run.folder.finish(status)
 
 
+def analyze_live_run(run_dir: Path, progress=None) -> dict:
+    """analysis.live for a live run folder, with the tables and figures of the run's method."""
+    method = read_manifest(run_dir).get("method")
+    return analyze_live(run_dir, progress, METHODS.get(method).analysis if method in METHODS else None)
+
+
 def _finish_live(run: Run, result: RunResult, analyze: bool, show_progress: bool) -> RunResult:
     status = result.status
     if status == "interrupted":
@@ -456,7 +462,7 @@ def _finish_live(run: Run, result: RunResult, analyze: bool, show_progress: bool
     if analyze and run.manifest.get("steps"):
         if show_progress:
             print("analysing the run:", file=sys.stderr)
-        result.metrics = analyze_live(run.run_dir, progress=stage_printer(show_progress))
+        result.metrics = analyze_live_run(run.run_dir, progress=stage_printer(show_progress))
         if result.exit_code == EXIT_OK:
             failed = [c for c in result.metrics.get("checks", []) if not c.get("ok")]
             for c in failed:
@@ -467,5 +473,5 @@ def _finish_live(run: Run, result: RunResult, analyze: bool, show_progress: bool
     return result
 
 
-__all__ = ["Run", "RunResult", "check_live_prerequisites", "check_places", "plan_steps",
+__all__ = ["Run", "RunResult", "analyze_live_run", "check_live_prerequisites", "check_places", "plan_steps",
            "run_scenario", "stage_printer"]

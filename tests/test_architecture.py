@@ -105,3 +105,14 @@ def load_scenario_text(text: str, folder: Path):
 
 def test_version_is_known():
     assert runfolder.testbed_version()
+
+
+def test_a_generator_registered_after_the_first_parse_joins_the_model():
+    parse_scenario(LIVE.replace("{name: countgen, frames: 5}", "{name: flowengine}")
+                   .replace("label: replay, frames: 5", "label: replay"), "s.yaml")
+    GENERATORS.register("countgen", COUNTGEN)
+    try:
+        scenario = parse_scenario(LIVE.replace("label: replay, frames: 5", "label: replay"), "s.yaml")
+        assert scenario.testbed.generators[0].frames == 5
+    finally:
+        GENERATORS.unregister("countgen")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable
 
+from analysis.live import MethodAnalysis
 from ntgcore.scenario import Flow, GeneratorSpec, Scenario
 
 NS = 1_000_000_000
@@ -41,15 +42,13 @@ class Step:
 
 @dataclass(frozen=True)
 class Method:
-    """`plan(scenario) -> steps`; `analyze(steps) -> {key: table}` adds the method's tables to
-    the run's metrics; `plots(run_dir, doc, manifest) -> {name: path}` and
-    `report(doc, plots) -> blocks` add its figures and report sections."""
+    """`plan(scenario) -> steps` (pure); `analysis`, when the method has tables and figures of
+    its own, is its `analysis.py` (analysis.live.MethodAnalysis: `analyze(steps)` adds tables to
+    the metrics, `plots(run, doc, manifest)` writes figures, `report(doc)` adds sections)."""
 
     name: str
     plan: Callable[[Scenario], list[Step]]
-    analyze: Callable[[list[dict]], dict[str, Any]] = lambda steps: {}
-    plots: Callable[..., dict] = lambda run, doc, manifest: {}
-    report: Callable[..., list] = lambda doc, plots: []
+    analysis: MethodAnalysis | None = None
     summary: str = ""
 
 

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from ntgcore.scenario import Scenario
 
+from . import analysis
 from .. import Method, Step, derived_flow, template_flow, with_changes
 
 
@@ -33,4 +34,5 @@ def plan(scenario: Scenario) -> list[Step]:
     return steps
 
 
-METHOD = Method("comparison", plan, summary="seed 001: each generator in turn at top speed, then at fixed loads")
+METHOD = Method("comparison", plan, analysis,
+                summary="seed 001: each generator in turn at top speed, then at fixed loads")

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from ntgcore.scenario import Flow, Scenario
 
+from . import analysis
 from .. import NS, Method, Step, derived_flow, dst_port_of, sized, template_flow, with_changes
 
 
@@ -60,4 +61,5 @@ def plan(scenario: Scenario) -> list[Step]:
     return steps
 
 
-METHOD = Method("loss-sweep", plan, summary="seed 002: packet-rate and host sweeps against the DUT")
+METHOD = Method("loss-sweep", plan, analysis,
+                summary="seed 002: packet-rate and host sweeps against the DUT")
