@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ntgcore.errors import BadInput, NtgError
+
 LIB_ENV = "NTG_PCAPLIB"
 LIB_NAME = "libntgpcap.so"
 
@@ -36,7 +38,7 @@ COLUMNS: dict[str, type] = {
 _SAMPLE = 4096  # packets read before sizing the arrays for the whole file
 
 
-class CaptureError(Exception):
+class CaptureError(BadInput):
     """A file that cannot be read as a capture at all (missing, unreadable, not pcap/pcapng)."""
 
     def __init__(self, path: str | os.PathLike, reason: str,
@@ -47,7 +49,7 @@ class CaptureError(Exception):
         super().__init__(f"{self.path}: {reason} (expected {expected})")
 
 
-class CaptureLibraryError(RuntimeError):
+class CaptureLibraryError(NtgError):
     """The native reader library could not be found or loaded."""
 
 

@@ -12,6 +12,8 @@ import abc
 import socket
 from pathlib import Path
 
+from .proc import Tool
+
 
 class Endpoint(abc.ABC):
     """Interface `iface` at one place of the testbed.
@@ -79,6 +81,7 @@ class Backend(abc.ABC):
     """An endpoint back end plugin: opens a site from the scenario's `testbed.topology`."""
 
     name: str
+    tools: tuple[Tool, ...] = ()  # what it needs on this machine, checked before a run starts
 
     @abc.abstractmethod
     def open(self, ref: str | dict, base_dir: Path | None, source: str | None, unique: bool = True) -> Site:

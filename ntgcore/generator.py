@@ -14,7 +14,6 @@ one entry point in pyproject.toml (group `ntg_testbed.generators`) or by `GENERA
 from __future__ import annotations
 
 import abc
-import shutil
 import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import IO, Callable
 
 from .endpoint import Endpoint
 from .errors import GeneratorError
-from .proc import CommandRecord, Process
+from .proc import CommandRecord, Process, Tool
 from .registry import GENERATORS
 from .scenario import GeneratorSpec, Scenario
 
@@ -170,18 +169,6 @@ class ProcessGenerator(Generator):
 
 
 @dataclass(frozen=True)
-class Tool:
-    """A program a generator needs: checked before anything starts, with the package that has it."""
-
-    command: str
-    package: str
-    install: str = ""  # how to install, when not `apt-get install <package>`
-
-    def how(self) -> str:
-        return self.install or f"apt-get install {self.package}"
-
-
-@dataclass(frozen=True)
 class Capabilities:
     offline: bool = False       # writes capture.pcap itself with no endpoint
     live: bool = True           # sends on an endpoint's interface
@@ -202,7 +189,7 @@ class GeneratorPlugin:
         return self.adapter(spec)
 
     def missing_tools(self) -> list[Tool]:
-        return [t for t in self.tools if shutil.which(t.command) is None]
+        return [t for t in self.tools if not t.found()]
 
 
 def get_generator(name: str, spec: GeneratorSpec | dict | None = None) -> Generator:

@@ -7,6 +7,7 @@ with its times and exit status, and so nothing is left running when a run ends f
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -146,3 +147,18 @@ class Interrupts:
     def __exit__(self, *exc) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A program a generator needs: checked before anything starts, with the package that has it."""
+
+    command: str
+    package: str
+    install: str = ""  # how to install, when not `apt-get install <package>`
+
+    def how(self) -> str:
+        return self.install or f"apt-get install {self.package}"
+
+    def found(self) -> bool:
+        return shutil.which(self.command) is not None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
 import sys
 import time
@@ -35,13 +34,14 @@ from ntgcore.errors import (
     RunSetupError,
     ToolMissing,
 )
-from ntgcore.generator import GeneratorPlugin, Progress
+from ntgcore.generator import Progress
 from ntgcore.proc import Interrupts
 from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS
 from ntgcore.runfolder import RunFolder, git_info, host_info, tool_versions
 from ntgcore.scenario import LoadedScenario, Scenario, attack_rule_paths, generator_spec
 
 from .executor import StepContext, StepExecutor
+from .parts import DUT_KINDS, CapturePart
 from .ids.rules.attacks import AttackError, merge_pcaps, write_attacks
 from .ids.coverage import attack_coverage
 from .ids.suricata import SuricataError, SuricataMissing
@@ -93,25 +93,25 @@ def check_live_prerequisites(scenario: Scenario) -> None:
     if os.geteuid() != 0:
         raise ToolMissing("a live run creates network namespaces and needs root: run it with sudo "
                           "(or as root)")  # fmt: skip
-    needed = {"ip": "iproute2", "ethtool": "ethtool", "tc": "iproute2"}
-    if tb.capture is not None or tb.dut.kind == "tcpdump":
-        needed["tcpdump"] = "tcpdump"
-    if tb.dut.kind == "suricata":
-        needed["suricata"] = "suricata"
-    if scenario.attacks is not None:
-        needed["tcpreplay"] = "tcpreplay"     # replays the attack sessions
+    tools = list(ENDPOINTS.get("netns").tools)
+    if tb.capture is not None:
+        tools += CapturePart.tools
+    if tb.dut.kind != "none":
+        tools += DUT_KINDS[tb.dut.kind].tools
+    if scenario.attacks is not None:  # the attack sessions are replayed by tcpreplay
+        tools += GENERATORS.get("tcpreplay").tools
     for g in scenario.live_generators():
-        plugin: GeneratorPlugin = GENERATORS.get(g.name)
-        for tool in plugin.tools:
-            needed[tool.command] = tool.package
-    missing = [(cmd, pkg) for cmd, pkg in needed.items() if not shutil.which(cmd)]
+        tools += GENERATORS.get(g.name).tools
+    needed = {t.command: t for t in tools}
+    missing = [t for t in needed.values() if not t.found()]
     if missing:
-        cmds = ", ".join(c for c, _ in missing)
-        pkgs = [p for p in dict.fromkeys(p for _, p in missing) if p != "suricata"]
+        cmds = ", ".join(t.command for t in missing)
+        pkgs = list(dict.fromkeys(t.package for t in missing if not t.install))
         how = [f"`apt-get install {' '.join(pkgs)}`"] if pkgs else []
-        if any(p == "suricata" for _, p in missing):  # Suricata 7 is in bookworm-backports only
-            how.append("`apt-get install -t bookworm-backports suricata` (with bookworm-backports "
-                       "in the apt sources)")
+        for t in missing:  # a tool with its own way to install (Suricata 7: bookworm-backports)
+            if t.install:
+                command, _, note = t.install.partition(" (")
+                how.append(f"`{command}`" + (f" ({note}" if note else ""))
         raise ToolMissing(f"missing {cmds}: install with {' and '.join(how)}, or run "
                           f"./bootstrap.sh test, which installs every tool the testbed uses")
 
@@ -217,6 +217,7 @@ class Run:
         (self.run_dir / "scenario.yaml").write_text(loaded.text)
         self.write_manifest()
         self.steps: list[Step] = []
+        self.messages: list[str] = []  # for the user, printed after the run
         self._records: list = []
         if self.live:
             self.steps = plan_steps(scenario)
@@ -385,37 +386,41 @@ def run_scenario(
         check_live_prerequisites(loaded.scenario)
     run = Run(loaded, out_root, seed, duration_ns)
     status = run.execute(show_progress)
-    result = RunResult(run.run_dir, status, EXIT_OK, run.manifest)
-    if run.live:
-        return _finish_live(run, result, analyze, show_progress)
+    if status == "completed" and not run.live and loaded.scenario.attacks is not None:
+        status = _mix_attacks(run, loaded, show_progress)
+    result = RunResult(run.run_dir, status, EXIT_OK, run.manifest, messages=list(run.messages))
     if status == "interrupted":
         result.exit_code = EXIT_INTERRUPTED
         result.messages.append(
+            f"interrupted: the steps so far are kept in {run.run_dir}" if run.live else
             f"interrupted: the capture holds what was generated until then; "
-            f"analyse it with `testbed analyze {run.run_dir}`"
-        )
-        return result
-    if status == "completed" and loaded.scenario.attacks is not None:
-        status = _mix_attacks(run, loaded, result, show_progress)
-    if status != "completed":
+            f"analyse it with `testbed analyze {run.run_dir}`")  # fmt: skip
+    elif status != "completed":
         result.exit_code = EXIT_RUN_FAILED
-        result.messages.append(f"run failed: {run.manifest.get('error', 'see engine.log')}")
-        return result
-    if analyze:
+        where = "see manifest.json" if run.live else "see engine.log"
+        result.messages.append(f"run failed: {run.manifest.get('error', where)}")
+    # a live run's steps so far are analysed whatever happened; an offline capture when complete
+    if analyze and (run.manifest.get("steps") if run.live else result.exit_code == EXIT_OK):
         if show_progress:
             print("analysing the run:", file=sys.stderr)
-        result.metrics = analyze_offline(run.run_dir, progress=stage_printer(show_progress))
+        progress = stage_printer(show_progress)
+        result.metrics = (analyze_live_run(run.run_dir, progress) if run.live
+                          else analyze_offline(run.run_dir, progress=progress))  # fmt: skip
         failed = [c for c in result.metrics.get("checks", []) if not c.get("ok")]
-        if result.metrics.get("capture_problem") or failed:
+        if result.exit_code == EXIT_OK and (failed or result.metrics.get("capture_problem")):
             result.exit_code = EXIT_CHECKS_FAILED
-            for c in failed:
-                result.messages.append(
-                    f"check failed: {c['name']}: expected {c['expected']}, measured {c['measured']}"
-                )
+            result.messages += [f"check failed: {c['name']}: expected {c['expected']}, "
+                                f"measured {c['measured']}" for c in failed]
     return result
 
 
-def _mix_attacks(run: Run, loaded: LoadedScenario, result: RunResult, show_progress: bool) -> str:
+def analyze_live_run(run_dir: Path, progress=None) -> dict:
+    """analysis.live for a live run folder, with the tables and figures of the run's method."""
+    method = read_manifest(run_dir).get("method")
+    return analyze_live(run_dir, progress, METHODS.get(method).analysis if method in METHODS else None)
+
+
+def _mix_attacks(run: Run, loaded: LoadedScenario, show_progress: bool) -> str:
     """Offline `attacks:`: the engine's capture becomes benign.pcap, the attack sessions
     attacks.pcap (+ attacks.json), both merged by time into capture.pcap; with `ids: suricata`,
     Suricata reads the mixed capture and coverage.json/md/html score the attack sessions."""
@@ -436,41 +441,13 @@ def _mix_attacks(run: Run, loaded: LoadedScenario, result: RunResult, show_progr
             info["coverage"] = {k: doc[k] for k in ("loaded", "alerted", "missed", "coverage",
                                                     "extra_alert_sessions", "extra_unrelated_sessions")}
             info["alerted_sids"] = sorted(r["sid"] for r in doc["rows"] if r["alerted"])
-            result.messages += [f"attacks: {line}" for line in doc["summary"][:3]]
+            run.messages += [f"attacks: {line}" for line in doc["summary"][:3]]
         run.manifest["attacks"] = info
         status = "completed"
     except (AttackError, OSError, SuricataMissing, SuricataError) as exc:  # the run failed: say why
         run.manifest["error"] = f"attacks: {exc}"
         status = "failed"
     return run.folder.finish(status)
-
-
-def analyze_live_run(run_dir: Path, progress=None) -> dict:
-    """analysis.live for a live run folder, with the tables and figures of the run's method."""
-    method = read_manifest(run_dir).get("method")
-    return analyze_live(run_dir, progress, METHODS.get(method).analysis if method in METHODS else None)
-
-
-def _finish_live(run: Run, result: RunResult, analyze: bool, show_progress: bool) -> RunResult:
-    status = result.status
-    if status == "interrupted":
-        result.exit_code = EXIT_INTERRUPTED
-        result.messages.append(f"interrupted: the steps so far are kept in {run.run_dir}")
-    elif status != "completed":
-        result.exit_code = EXIT_RUN_FAILED
-        result.messages.append(f"run failed: {run.manifest.get('error', 'see manifest.json')}")
-    if analyze and run.manifest.get("steps"):
-        if show_progress:
-            print("analysing the run:", file=sys.stderr)
-        result.metrics = analyze_live_run(run.run_dir, progress=stage_printer(show_progress))
-        if result.exit_code == EXIT_OK:
-            failed = [c for c in result.metrics.get("checks", []) if not c.get("ok")]
-            for c in failed:
-                result.messages.append(
-                    f"check failed: {c['name']}: expected {c['expected']}, measured {c['measured']}")
-            if failed:
-                result.exit_code = EXIT_CHECKS_FAILED
-    return result
 
 
 __all__ = ["Run", "RunResult", "analyze_live_run", "check_live_prerequisites", "check_places", "plan_steps",

@@ -19,7 +19,8 @@ from pydantic import Field
 
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
-from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin, Progress, Tool
+from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin, Progress
+from ntgcore.proc import Tool
 from ntgcore.scenario import GeneratorSpec
 from .drone import Drone, drone_path, drone_version
 from .rpc import DroneError, msg

@@ -22,8 +22,8 @@ from pydantic import Field
 
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
-from ntgcore.generator import Capabilities, Counters, GeneratorPlugin, ProcessGenerator, Tool
-from ntgcore.proc import Process
+from ntgcore.generator import Capabilities, Counters, GeneratorPlugin, ProcessGenerator
+from ntgcore.proc import Process, Tool
 from ntgcore.scenario import GeneratorSpec
 
 from ..flowengine import FlowEngine

@@ -10,7 +10,7 @@ from typing import Callable
 
 from ntgcore.endpoint import Endpoint
 from ntgcore.generator import Generator
-from ntgcore.proc import CommandRecord
+from ntgcore.proc import CommandRecord, Tool
 from ntgcore.scenario import CaptureSpec, DutSpec, GeneratorSpec
 
 from ..ids.suricata import LiveSuricata
@@ -23,6 +23,7 @@ class Part(abc.ABC):
     `problem` says why a part that should run has ended; `stop` returns its statistics."""
 
     key: str = "part"
+    tools: tuple[Tool, ...] = ()  # checked before a run starts anything
 
     @abc.abstractmethod
     def start(self, abort: Callable[[], bool]) -> None: ...
@@ -49,6 +50,7 @@ class CapturePart(Part):
     """tcpdump on one interface: what was seen on the wire (capture.pcap)."""
 
     key = "capture"
+    tools = (Tool("tcpdump", "tcpdump"),)
 
     def __init__(self, spec: CaptureSpec, endpoint: Endpoint, step_dir: Path) -> None:
         self.tcpdump = Tcpdump(endpoint.argv(), endpoint.iface, step_dir / "capture.pcap",
@@ -110,6 +112,7 @@ class Dut(Part):
 
 class TcpdumpDut(Dut):
     kind = "tcpdump"
+    tools = (Tool("tcpdump", "tcpdump"),)
 
     def start(self, abort) -> None:
         out = self.dir / "dut.pcap" if self.spec.write else Path("/dev/null")
@@ -120,6 +123,8 @@ class TcpdumpDut(Dut):
 
 class SuricataDut(Dut):
     kind = "suricata"
+    tools = (Tool("suricata", "suricata",
+                  "apt-get install -t bookworm-backports suricata (with bookworm-backports in the apt sources)"),)
 
     def start(self, abort) -> None:
         rules = [self.scenario_dir / r for r in self.spec.rules]

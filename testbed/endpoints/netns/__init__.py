@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ntgcore.endpoint import Backend, Endpoint, Site
+from ntgcore.proc import Tool
 
 from .topology import Topology, load_topology, netns_argv
 
@@ -101,6 +102,7 @@ class NetnsSite(Site):
 
 class NetnsBackend(Backend):
     name = "netns"
+    tools = (Tool("ip", "iproute2"), Tool("ethtool", "ethtool"), Tool("tc", "iproute2"))
 
     def open(self, ref, base_dir=None, source=None, unique: bool = True) -> NetnsSite:
         topo = load_topology(ref, base_dir=base_dir, source=source)
