@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Callable
 
@@ -168,11 +168,14 @@ class ProcessGenerator(Generator):
         return lines[-1] if lines else ""
 
 
+ALL_COUNTERS = tuple(f.name for f in fields(Counters))
+
+
 @dataclass(frozen=True)
 class Capabilities:
     offline: bool = False       # writes capture.pcap itself with no endpoint
     live: bool = True           # sends on an endpoint's interface
-    counters: tuple[str, ...] = ("packets_sent", "bytes_sent")  # the counters it really measures
+    counters: tuple[str, ...] = ALL_COUNTERS  # the counters it really measures (others stay 0)
     port_stats: bool = False    # `port_stats()` returns the generator's own port statistics
 
 

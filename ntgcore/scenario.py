@@ -516,6 +516,9 @@ class TestbedSpec(_Model):
                              "`capture: null`")
         if any(g.pace == "topspeed" for g in self.generators) and self.duration is None:
             raise ValueError("a `topspeed` generator needs `duration`")
+        for g in self.generators:
+            if not GENERATORS.get(g.name).capabilities.live:
+                raise ValueError(f"generator `{g.name}` cannot send live: choose another")
         titles = [g.title for g in self.generators]
         dup = sorted({t for t in titles if titles.count(t) > 1})
         if dup:

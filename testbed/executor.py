@@ -20,6 +20,7 @@ from ntgcore.endpoint import Site
 from ntgcore.errors import NtgError
 from ntgcore.generator import Progress, get_generator
 from ntgcore.proc import CommandRecord, Interrupts, utc_now
+from ntgcore.registry import GENERATORS
 from ntgcore.scenario import TestbedSpec
 
 from .methods import Step
@@ -172,7 +173,7 @@ class StepExecutor:
                            "status": g.gen.status(), **g.gen.counters().as_dict()}
             for g in self.gens}  # fmt: skip
         for g in self.gens:  # the generator's own view of its ports (Ostinato's getStats)
-            stats = quietly(g.gen.port_stats)
+            stats = quietly(g.gen.port_stats) if GENERATORS.get(g.spec.name).capabilities.port_stats else None
             if stats:
                 self.entry["generators"][g.spec.title]["port_stats"] = stats
         if site is not None:

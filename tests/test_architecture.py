@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ntgcore.errors import PluginError
-from ntgcore.generator import get_generator
+from ntgcore.generator import Capabilities, get_generator
 from ntgcore.registry import GENERATORS, METHODS
 from ntgcore.scenario import ScenarioError, load_scenario, parse_scenario
 from ntgcore import runfolder
@@ -114,5 +115,16 @@ def test_a_generator_registered_after_the_first_parse_joins_the_model():
     try:
         scenario = parse_scenario(LIVE.replace("label: replay, frames: 5", "label: replay"), "s.yaml")
         assert scenario.testbed.generators[0].frames == 5
+    finally:
+        GENERATORS.unregister("countgen")
+
+
+def test_a_generator_that_cannot_send_live_is_refused_in_a_live_scenario():
+    offline_only = dataclasses.replace(COUNTGEN, capabilities=Capabilities(offline=True, live=False))
+    GENERATORS.register("countgen", offline_only)
+    try:
+        with pytest.raises(ScenarioError) as e:
+            parse_scenario(LIVE.replace("label: replay, frames: 5", "label: replay"), "s.yaml")
+        assert "generator `countgen` cannot send live" in e.value.problems[0]
     finally:
         GENERATORS.unregister("countgen")

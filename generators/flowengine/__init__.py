@@ -150,8 +150,6 @@ class FlowEngineSpec(GeneratorSpec):
 
 PLUGIN = GeneratorPlugin(
     name="flowengine", options=FlowEngineSpec, adapter=FlowEngine,
-    capabilities=Capabilities(offline=True, live=True,
-                              counters=("packets_attempted", "packets_sent", "packets_failed",
-                                        "bytes_attempted", "bytes_sent", "bytes_failed")),
+    capabilities=Capabilities(offline=True, live=True),
     summary="the native C flow engine (generators/flowengine/README.md)",
 )  # fmt: skip

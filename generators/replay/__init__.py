@@ -179,9 +179,7 @@ class ReplaySpec(GeneratorSpec):
 PLUGIN = GeneratorPlugin(
     name="tcpreplay", options=ReplaySpec, adapter=Replay,
     tools=(Tool("tcpreplay", "tcpreplay"),),
-    capabilities=Capabilities(offline=False, live=True,
-                              counters=("packets_attempted", "packets_sent", "packets_failed",
-                                        "bytes_attempted", "bytes_sent", "bytes_failed")),
+    capabilities=Capabilities(offline=False, live=True),
     summary="replays a pcap (or the scenario's flows, compiled by the engine) with tcpreplay",
 )  # fmt: skip
 

@@ -133,9 +133,7 @@ class ScapySpec(GeneratorSpec):
 
 PLUGIN = GeneratorPlugin(
     name="scapy", options=ScapySpec, adapter=ScapySend,
-    capabilities=Capabilities(offline=False, live=True,
-                              counters=("packets_attempted", "packets_sent", "packets_failed",
-                                        "bytes_attempted", "bytes_sent", "bytes_failed")),
+    capabilities=Capabilities(offline=False, live=True),
     summary="Scapy's sendp, one packet at a time (seed 001's baseline)",
 )  # fmt: skip
 
