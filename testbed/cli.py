@@ -19,7 +19,7 @@ from ntgcore.units import parse_duration_ns
 from .ids.coverage import run_coverage, summary_lines
 from .ids.rules.attacks import load_selection
 from .ids.rules.translate import report_json
-from .ids.suricata import SuricataError, SuricataMissing, check_load, translate_file
+from .ids.suricata import SuricataMissing, check_load, translate_file
 from .runner import analyze_live_run, check_places, open_site, plan_steps, run_scenario, stage_printer
 
 
@@ -115,18 +115,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             _err(problem)
         return EXIT_BAD_INPUT
-    try:
-        result = run_scenario(
-            loaded,
-            Path(args.out),
-            seed=args.seed,
-            analyze=not args.no_analyze,
-            show_progress=not args.quiet and sys.stderr.isatty(),
-            duration_ns=args.duration,
-        )
-    except NtgError as exc:
-        _err(f"testbed run: {exc}")
-        return exc.exit_status
+    result = run_scenario(
+        loaded,
+        Path(args.out),
+        seed=args.seed,
+        analyze=not args.no_analyze,
+        show_progress=not args.quiet and sys.stderr.isatty(),
+        duration_ns=args.duration,
+    )
     counters = result.manifest.get("generators", {})
     print(f"run folder: {result.run_dir}")
     print(f"status: {result.status}")
@@ -357,15 +353,8 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
         _err(f"testbed ids-coverage: cannot create {out}: {exc.strerror}")
         return EXIT_BAD_INPUT
     show = not args.quiet
-    try:
-        doc = run_coverage(args.rules, out, ids=args.ids, mixes=args.mix,
-                           progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
-    except SuricataMissing as exc:
-        _err(f"testbed ids-coverage: {exc}")
-        return EXIT_BAD_INPUT
-    except SuricataError as exc:
-        _err(f"testbed ids-coverage: {exc}")
-        return 1
+    doc = run_coverage(args.rules, out, ids=args.ids, mixes=args.mix,
+                       progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
     for problem in doc["problems"][:50]:
         _err(problem)
     if len(doc["problems"]) > 50:
@@ -384,7 +373,15 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ScenarioError as exc:  # a scenario or topology: one FILE:LINE problem a line
+        for problem in exc.problems:
+            _err(problem)
+        return exc.exit_status
+    except NtgError as exc:  # every error of ours says what to do and carries its exit status
+        _err(f"testbed {args.command}: {exc}")
+        return exc.exit_status
 
 
 if __name__ == "__main__":  # pragma: no cover
