@@ -1,4 +1,4 @@
-"""The engine's one checksum routine (generators/flowengine/src/checksum.c)
+"""The engine's one checksum routine (generators/flowengine/src/csum.c)
 against RFC 1071 known answers and an independent Python reference."""
 
 import shutil
@@ -41,7 +41,7 @@ def results(tmp_path_factory):
     exe = tmp_path_factory.mktemp("checksum") / "test_checksum"
     subprocess.run(
         [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(SRC),
-         str(REPO / "tests" / "native" / "test_checksum.c"), str(SRC / "checksum.c"),
+         str(REPO / "tests" / "native" / "test_checksum.c"), str(SRC / "csum.c"),
          "-o", str(exe)],
         check=True,
     )

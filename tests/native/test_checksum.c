@@ -1,4 +1,4 @@
-/* test_checksum.c - known-answer driver for src/checksum.c.
+/* test_checksum.c - known-answer driver for src/csum.c.
  *
  * Built and run by tests/test_engine_checksum.py, which checks every line
  * against constants and against its own reference implementation:
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checksum.h"
+#include "csum.h"
 
 static void hex(const uint8_t *p, size_t n)
 {

@@ -1,7 +1,6 @@
-/* afpacket.c - AF_PACKET TX ring / sendmmsg back end and paced sinks. */
+/* afpacket.c - AF_PACKET TX ring / sendmmsg back end and paced sinks
+ * (afpacket.h). */
 #define _GNU_SOURCE /* sendmmsg */
-#include <stdatomic.h>
-
 #include "afpacket.h"
 
 #include <arpa/inet.h>
@@ -18,9 +17,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "engine.h"
-#include "pcapout.h"
+#include "halt.h"
+#include "sink.h"
 #include "stats.h"
+#include "summary.h"
 
 #define DEF_BATCH 256u /* bench_live.py: 256 beat 16 and 64 on veth, both back ends */
 #define DEF_RING_FRAMES 4096u
@@ -33,7 +33,7 @@
 
 enum cur_state { CUR_NONE, CUR_SLOT, CUR_DISCARD };
 
-struct txhook {
+struct afpacket {
     int live, ring, pace;
     uint64_t late_thr;
     unsigned batch;
@@ -68,7 +68,7 @@ struct txhook {
     int fatal;                  /* the back end cannot go on */
     int warned;
 
-    struct sink *sink;
+    struct sink inner;          /* the loop's own sink, moved here by afpacket_attach */
     struct stats *st;
 };
 
@@ -95,12 +95,13 @@ static uint32_t pow2_at_least(uint64_t v)
     return p;
 }
 
-static int ring_setup(struct txhook *h, unsigned want_frames, char *why, size_t whylen)
+static int ring_setup(struct afpacket *h, unsigned want_frames, char *why, size_t whylen)
 {
     int v = TPACKET_V2;
     if (setsockopt(h->fd, SOL_PACKET, PACKET_VERSION, &v, sizeof v)) {
-        snprintf(why, whylen, "PACKET_VERSION: %s", strerror(errno));
-        return -1;
+        int rc = -errno;
+        snprintf(why, whylen, "PACKET_VERSION: %s", strerror(-rc));
+        return rc;
     }
     uint32_t fs = pow2_at_least(TPACKET_ALIGN(TX_DATA_OFF + h->max_frame));
     if (fs < 128)
@@ -114,16 +115,18 @@ static int ring_setup(struct txhook *h, unsigned want_frames, char *why, size_t 
     struct tpacket_req req = { .tp_block_size = bs, .tp_block_nr = (uint32_t)((uint64_t)nf * fs / bs),
                                .tp_frame_size = fs, .tp_frame_nr = nf };
     if (setsockopt(h->fd, SOL_PACKET, PACKET_TX_RING, &req, sizeof req)) {
-        snprintf(why, whylen, "PACKET_TX_RING: %s", strerror(errno));
-        return -1;
+        int rc = -errno;
+        snprintf(why, whylen, "PACKET_TX_RING: %s", strerror(-rc));
+        return rc;
     }
     h->map_len = (size_t)nf * fs;
     void *m = mmap(NULL, h->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, h->fd, 0);
     if (m == MAP_FAILED) {
-        snprintf(why, whylen, "mmap: %s", strerror(errno));
+        int rc = -errno;
+        snprintf(why, whylen, "mmap: %s", strerror(-rc));
         struct tpacket_req zero = { 0 };
         setsockopt(h->fd, SOL_PACKET, PACKET_TX_RING, &zero, sizeof zero);
-        return -1;
+        return rc;
     }
     h->map = m;
     h->frame_size = fs;
@@ -132,14 +135,14 @@ static int ring_setup(struct txhook *h, unsigned want_frames, char *why, size_t 
     return 0;
 }
 
-static int mmsg_setup(struct txhook *h)
+static int mmsg_setup(struct afpacket *h)
 {
     h->slot = (h->max_frame + 63) & ~63u;
     h->bufs = malloc((size_t)h->batch * h->slot);
     h->msgs = calloc(h->batch, sizeof *h->msgs);
     h->iov = calloc(h->batch, sizeof *h->iov);
     if (!h->bufs || !h->msgs || !h->iov)
-        return -1;
+        return -ENOMEM;
     for (unsigned i = 0; i < h->batch; i++) {
         h->iov[i].iov_base = h->bufs + (size_t)i * h->slot;
         h->msgs[i].msg_hdr.msg_iov = &h->iov[i];
@@ -151,13 +154,14 @@ static int mmsg_setup(struct txhook *h)
     return 0;
 }
 
-int txhook_open(struct txhook **out, const struct txhook_opts *o, const struct fe_session *s,
-                const char *session_name)
+int afpacket_open(struct afpacket **out, const struct afpacket_opts *o,
+                  const struct fe_session *s, const char *session_name)
 {
-    struct txhook *h = calloc(1, sizeof *h);
+    struct afpacket *h = calloc(1, sizeof *h);
+    int rc;
     if (!h) {
         fprintf(stderr, "flowengine: out of memory\n");
-        return -1;
+        return -ENOMEM;
     }
     h->fd = -1;
     h->pace = o->pace;
@@ -173,27 +177,31 @@ int txhook_open(struct txhook **out, const struct txhook_opts *o, const struct f
 
     unsigned ifindex = if_nametoindex(o->iface);
     if (!ifindex) {
+        rc = -ENODEV;
         list_interfaces(o->iface);
         goto fail;
     }
     h->fd = socket(AF_PACKET, SOCK_RAW, 0); /* protocol 0: transmit only, nothing received */
     if (h->fd < 0) {
-        if (errno == EPERM || errno == EACCES)
+        rc = -errno;
+        if (rc == -EPERM || rc == -EACCES)
             fprintf(stderr, "flowengine: --iface %s: AF_PACKET socket: %s: needs CAP_NET_RAW: run "
-                    "as root or inside `unshare -Urn`\n", o->iface, strerror(errno));
+                    "as root or inside `unshare -Urn`\n", o->iface, strerror(-rc));
         else
             fprintf(stderr, "flowengine: --iface %s: AF_PACKET socket: %s\n", o->iface,
-                    strerror(errno));
+                    strerror(-rc));
         goto fail;
     }
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
     snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", o->iface);
     if (ioctl(h->fd, SIOCGIFFLAGS, &ifr)) {
+        rc = -errno;
         fprintf(stderr, "flowengine: --iface %s: cannot read its flags: %s\n", o->iface,
-                strerror(errno));
+                strerror(-rc));
         goto fail;
     }
+    rc = -ENETDOWN;
     if (!(ifr.ifr_flags & IFF_UP)) {
         fprintf(stderr, "flowengine: --iface %s: the interface is down: bring it up with "
                 "`ip link set %s up`\n", o->iface, o->iface);
@@ -205,8 +213,9 @@ int txhook_open(struct txhook **out, const struct txhook_opts *o, const struct f
         goto fail;
     }
     if (ioctl(h->fd, SIOCGIFMTU, &ifr)) {
+        rc = -errno;
         fprintf(stderr, "flowengine: --iface %s: cannot read its MTU: %s\n", o->iface,
-                strerror(errno));
+                strerror(-rc));
         goto fail;
     }
     uint32_t mtu = (uint32_t)ifr.ifr_mtu, limit = mtu + FE_ETH_LEN;
@@ -214,6 +223,7 @@ int txhook_open(struct txhook **out, const struct txhook_opts *o, const struct f
         const struct fe_flow *f = &s->flows[k];
         uint32_t fl = f->hdr_len + f->size_hi;
         if (fl > limit) {
+            rc = -EMSGSIZE;
             fprintf(stderr, "flowengine: %s:%u: flow: frames up to %u bytes do not fit the MTU of "
                     "%s (%u, i.e. frames of at most %u bytes): lower size to at most %u or raise "
                     "the MTU with `ip link set %s mtu %u`\n", session_name, f->lineno, fl,
@@ -231,15 +241,15 @@ int txhook_open(struct txhook **out, const struct txhook_opts *o, const struct f
         setsockopt(h->fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one); /* best effort */
     }
     char why[160] = "";
-    if (o->mode == TX_RING && ring_setup(h, o->ring_frames, why, sizeof why) == 0) {
+    if (o->mode == AFPACKET_TX_RING && ring_setup(h, o->ring_frames, why, sizeof why) == 0) {
         h->ring = 1;
         if (h->batch > h->nframes / 2)
             h->batch = h->nframes / 2;
     } else {
-        if (o->mode == TX_RING)
+        if (o->mode == AFPACKET_TX_RING)
             fprintf(stderr, "flowengine: --iface %s: TX ring unavailable (%s): using sendmmsg\n",
                     o->iface, why);
-        if (mmsg_setup(h)) {
+        if ((rc = mmsg_setup(h))) {
             fprintf(stderr, "flowengine: out of memory\n");
             goto fail;
         }
@@ -250,12 +260,14 @@ int txhook_open(struct txhook **out, const struct txhook_opts *o, const struct f
     sll.sll_ifindex = (int)ifindex;
     sll.sll_protocol = 0;
     if (bind(h->fd, (struct sockaddr *)&sll, sizeof sll)) {
-        fprintf(stderr, "flowengine: --iface %s: bind: %s\n", o->iface, strerror(errno));
+        rc = -errno;
+        fprintf(stderr, "flowengine: --iface %s: bind: %s\n", o->iface, strerror(-rc));
         goto fail;
     }
     if (h->pace == PACE_REALTIME) {
         h->dues = malloc((h->ring ? h->nframes : h->batch) * sizeof *h->dues);
         if (!h->dues) {
+            rc = -ENOMEM;
             fprintf(stderr, "flowengine: out of memory\n");
             goto fail;
         }
@@ -263,32 +275,21 @@ int txhook_open(struct txhook **out, const struct txhook_opts *o, const struct f
     *out = h;
     return 0;
 fail:
-    txhook_free(h);
-    return -1;
+    afpacket_free(h);
+    return rc;
 }
 
-const char *txhook_sink_name(const struct txhook *h)
+const char *afpacket_sink_name(const struct afpacket *h)
 {
     return !h || !h->live ? NULL : h->ring ? "afpacket-ring" : "afpacket-sendmmsg";
 }
 
-int txhook_paced(const struct txhook *h)
+int afpacket_paced(const struct afpacket *h)
 {
     return h && h->pace == PACE_REALTIME;
 }
 
-static void before_row(void *ctx);
-
-void txhook_attach(struct txhook *h, struct sink *sink, struct stats *st)
-{
-    h->sink = sink;
-    h->st = st;
-    sink->hook = h;
-    st->before_row = before_row;
-    st->before_row_ctx = h;
-}
-
-void txhook_free(struct txhook *h)
+void afpacket_free(struct afpacket *h)
 {
     if (!h)
         return;
@@ -305,7 +306,7 @@ void txhook_free(struct txhook *h)
 
 /* ---- lateness ------------------------------------------------------------- */
 
-static inline void account_late(struct txhook *h, uint64_t now, uint64_t due)
+static inline void account_late(struct afpacket *h, uint64_t now, uint64_t due)
 {
     uint64_t l = now > due ? now - due : 0;
     if (l > h->max_late)
@@ -318,7 +319,7 @@ static inline void account_late(struct txhook *h, uint64_t now, uint64_t due)
 
 /* ---- TX ring ----------------------------------------------------------------- */
 
-static inline struct tpacket2_hdr *ring_hdr(const struct txhook *h, uint64_t idx)
+static inline struct tpacket2_hdr *ring_hdr(const struct afpacket *h, uint64_t idx)
 {
     return (struct tpacket2_hdr *)(h->map + (size_t)(idx & h->mask) * h->frame_size);
 }
@@ -329,7 +330,7 @@ static inline uint32_t slot_status(const struct tpacket2_hdr *ph)
 }
 
 /* Counts the slots the kernel is done with. Returns -1 on a refused frame. */
-static int ring_reclaim(struct txhook *h)
+static int ring_reclaim(struct afpacket *h)
 {
     while (h->reclaim < h->flushed) {
         struct tpacket2_hdr *ph = ring_hdr(h, h->reclaim);
@@ -345,7 +346,7 @@ static int ring_reclaim(struct txhook *h)
             h->failed += h->head - h->reclaim;
             h->reclaim = h->flushed = h->head;
             h->fatal = 1;
-            return -1;
+            return -EIO;
         } else {
             break;
         }
@@ -354,7 +355,7 @@ static int ring_reclaim(struct txhook *h)
     return 0;
 }
 
-static void give_up(struct txhook *h, const char *what, int err)
+static void give_up(struct afpacket *h, const char *what, int err)
 {
     if (err)
         fprintf(stderr, "flowengine: --iface %s: %s: %s\n", h->iface, what, strerror(err));
@@ -376,10 +377,10 @@ static void short_nap(void)
 
 /* Hands the committed slots to the kernel. ENOBUFS/EAGAIN are retried until
  * no progress for STALL_NS. */
-static int ring_flush(struct txhook *h)
+static int ring_flush(struct afpacket *h)
 {
     if (h->fatal)
-        return -1;
+        return -EIO;
     if (h->flushed < h->head) {
         if (h->dues) {
             uint64_t now = pace_now();
@@ -392,7 +393,7 @@ static int ring_flush(struct txhook *h)
     for (;;) {
         ssize_t r = send(h->fd, NULL, 0, MSG_DONTWAIT);
         if (ring_reclaim(h))
-            return -1;
+            return -EIO;
         if (r >= 0)
             return 0;
         int e = errno;
@@ -400,7 +401,7 @@ static int ring_flush(struct txhook *h)
             continue;
         if (e != ENOBUFS && e != EAGAIN) {
             give_up(h, "send", e);
-            return -1;
+            return -EIO;
         }
         /* Still frames waiting for the kernel? */
         int waiting = 0;
@@ -416,21 +417,21 @@ static int ring_flush(struct txhook *h)
             last_progress = now;
         else if (now - last_progress > STALL_NS) {
             give_up(h, "the interface accepted nothing for 1 s (send keeps failing)", e);
-            return -1;
+            return -EIO;
         }
         short_nap();
     }
 }
 
 /* A free slot at head, waiting (bounded) for the kernel to release one. */
-static uint8_t *ring_slot(struct txhook *h)
+static uint8_t *ring_slot(struct afpacket *h)
 {
     if (h->head - h->reclaim >= h->nframes) {
         if (ring_reclaim(h))
             return NULL;
         uint64_t since = 0;
         while (h->head - h->reclaim >= h->nframes) {
-            if (engine_signal)
+            if (halt_signal)
                 return NULL;
             if (ring_flush(h))
                 return NULL;
@@ -453,12 +454,12 @@ static uint8_t *ring_slot(struct txhook *h)
 
 /* ---- sendmmsg ------------------------------------------------------------- */
 
-static int mmsg_flush(struct txhook *h)
+static int mmsg_flush(struct afpacket *h)
 {
     unsigned off = 0;
     uint64_t since = 0;
     if (h->fatal)
-        return -1;
+        return -EIO;
     if (h->dues && h->queued) {
         uint64_t now = pace_now();
         for (unsigned i = 0; i < h->queued; i++)
@@ -485,7 +486,7 @@ static int mmsg_flush(struct txhook *h)
                 h->failed += h->queued - off;
                 h->queued = 0;
                 give_up(h, "the interface accepted nothing for 1 s (sendmmsg keeps failing)", e);
-                return -1;
+                return -EIO;
             }
             short_nap();
             continue;
@@ -503,18 +504,18 @@ static int mmsg_flush(struct txhook *h)
 
 /* ---- the hook ------------------------------------------------------------- */
 
-static inline int flush(struct txhook *h)
+static inline int flush(struct afpacket *h)
 {
     return h->ring ? ring_flush(h) : mmsg_flush(h);
 }
 
-static inline unsigned queued(const struct txhook *h)
+static inline unsigned queued(const struct afpacket *h)
 {
     return h->ring ? (unsigned)(h->head - h->flushed) : h->queued;
 }
 
 /* Makes the frame handed out last time part of the next flush. */
-static inline void commit(struct txhook *h)
+static inline void commit(struct afpacket *h)
 {
     if (h->cur_state == CUR_SLOT) {
         if (h->ring) {
@@ -536,7 +537,7 @@ static inline void commit(struct txhook *h)
 
 static void before_row(void *ctx)
 {
-    struct txhook *h = ctx;
+    struct afpacket *h = ctx;
     /* Packets of the second about to be written are released (and their
      * lateness known) before its row: only happens at a second boundary. */
     if (h->live && h->dues) {
@@ -546,9 +547,10 @@ static void before_row(void *ctx)
     }
 }
 
-uint8_t *txhook_frame(struct sink *s, uint64_t due_ns, uint32_t len)
+/* The sink's frame entry (sink_ops.frame). */
+static uint8_t *afpacket_frame(struct sink *s, uint64_t due_ns, uint64_t serial, uint32_t len)
 {
-    struct txhook *h = s->hook;
+    struct afpacket *h = s->priv;
     if (!h->started) {
         h->started = 1;
         h->t0 = pace_now();
@@ -561,9 +563,9 @@ uint8_t *txhook_frame(struct sink *s, uint64_t due_ns, uint32_t len)
             pace_wait_until(due); /* a stop cuts it short; the loop ends next */
             account_late(h, pace_now(), due);
         }
-        s->hook = NULL;
-        uint8_t *p = s->mq ? sink_frame_k(s, due_ns, s->key, len) : sink_frame(s, due_ns, len);
-        s->hook = h;
+        uint8_t *p = sink_frame(&h->inner, due_ns, serial, len);
+        if (!p)
+            s->err = h->inner.err;
         return p;
     }
 
@@ -605,25 +607,25 @@ uint8_t *txhook_frame(struct sink *s, uint64_t due_ns, uint32_t len)
     return p;
 }
 
-int txhook_close(struct sink *s)
+/* The live part of closing: commits and flushes what is queued, waits
+ * (bounded) for the ring's slots and counts the frames still held. 0 or
+ * -EIO. */
+static int afpacket_drain(struct afpacket *h)
 {
-    struct txhook *h = s->hook;
     int rc = 0;
-    s->hook = NULL;
-    if (h->st) {
+    if (h->st)
         h->st->before_row = NULL;
-    }
     if (!h->live)
         return 0;
     commit(h);
     if (queued(h) && flush(h))
-        rc = -1;
+        rc = -EIO;
     if (h->ring && !h->fatal) {
         /* Wait (bounded) until the kernel is done with every slot. */
         uint64_t until = pace_now() + CLOSE_WAIT_NS;
         while (h->reclaim < h->flushed && pace_now() < until) {
             if (ring_flush(h)) {
-                rc = -1;
+                rc = -EIO;
                 break;
             }
             if (h->reclaim < h->flushed)
@@ -637,24 +639,55 @@ int txhook_close(struct sink *s)
                 h->sent_bytes += ph->tp_len;
             } else {
                 h->failed++;
-                rc = -1;
+                rc = -EIO;
             }
         }
     }
     if (h->fatal)
-        rc = -1;
-    if (rc)
-        s->error = EIO;
+        rc = -EIO;
     return rc;
 }
 
-void txhook_start(struct txhook *h, uint64_t t0)
+/* Flushes the live back end (bounded wait for the ring), then closes the
+ * inner sink: h owns it from afpacket_attach on. */
+static int afpacket_close(struct sink *s)
+{
+    struct afpacket *h = s->priv;
+    int rc = afpacket_drain(h);
+    if (rc)
+        s->err = rc;
+    int irc = sink_close(&h->inner);
+    if (irc && !s->err)
+        s->err = irc;
+    return rc ? rc : irc;
+}
+
+static const struct sink_ops afpacket_ops = {
+    .frame = afpacket_frame,
+    .close = afpacket_close,
+};
+
+void afpacket_attach(struct afpacket *h, struct sink *s, struct stats *st)
+{
+    /* A struct sink holds no pointer to itself: it moves by copy. */
+    h->inner = *s;
+    sink_init(s);
+    s->kind = SINK_OPS;
+    s->ops = &afpacket_ops;
+    s->priv = h;
+    s->buf = h->inner.buf; /* live: where a frame that will not be sent is built */
+    h->st = st;
+    st->before_row = before_row;
+    st->before_row_ctx = h;
+}
+
+void afpacket_start(struct afpacket *h, uint64_t t0)
 {
     h->started = 1;
     h->t0 = t0;
 }
 
-void txhook_summary_add(const struct txhook *h, struct summary *sum)
+void afpacket_summary_add(const struct afpacket *h, struct summary *sum)
 {
     if (!h)
         return;
@@ -669,12 +702,12 @@ void txhook_summary_add(const struct txhook *h, struct summary *sum)
     sum->paced = h->pace;
 }
 
-int txhook_live(const struct txhook *h)
+int afpacket_live(const struct afpacket *h)
 {
     return h && h->live;
 }
 
-void txhook_summary(const struct txhook *h, struct summary *sum)
+void afpacket_summary(const struct afpacket *h, struct summary *sum)
 {
     if (!h)
         return;

@@ -1,10 +1,28 @@
-/* afpacket.h - live sending through AF_PACKET (--iface) and paced sinks.
+/* afpacket.h - live sending through AF_PACKET (--iface) and paced sinks: an
+ * implementation of the sink interface (sink.h, kind SINK_OPS).
  *
- * A "tx hook" sits in front of a sink (pcapout.h): with --iface it replaces
- * the null sink's scratch frame by TX ring slots (TPACKET_V2, qdisc bypass,
- * flushed with send(MSG_DONTWAIT) in batches) or, when the ring cannot be set
- * up, by sendmmsg batches; with --pace realtime on -o/--null it only waits
- * for each packet's due time. It also keeps the counters of the summary. */
+ * A struct afpacket is opened once per loop (one per --threads worker),
+ * before anything is generated, and attached in front of the loop's own sink
+ * (which it then wraps):
+ *   - with --iface it replaces that sink: frames are built straight into TX
+ *     ring slots (TPACKET_V2, qdisc bypass, released with send(MSG_DONTWAIT)
+ *     every --tx-batch frames) or, by default and when the ring cannot be set
+ *     up, into batch buffers sent with sendmmsg; the inner sink (the null
+ *     sink) only lends its scratch frame for frames a stop leaves unsent;
+ *   - with --pace realtime on -o/--null (no --iface) it waits for each
+ *     packet's due time, then hands the frame request to the inner sink.
+ * It keeps the counters of the summary (sent, failed, late) and, when paced
+ * and live, releases the due frames before each per-second row.
+ *
+ * Dependencies go one way: this file uses sink.h; sink.c does not know it.
+ *
+ * Errors: afpacket_open prints what is wrong and returns a negative errno
+ * (exit status 2: nothing has been sent). Later failures print their cause
+ * once and make the sink fail (-EIO).
+ *
+ * Thread safety: an afpacket belongs to the thread of the loop it is attached
+ * to; afpacket_open/start/free and the summary functions run on the main
+ * thread before the loop starts or after it ended. */
 #ifndef FE_AFPACKET_H
 #define FE_AFPACKET_H
 
@@ -13,46 +31,56 @@
 #include "pace.h"
 #include "session.h"
 
-enum txmode { TX_RING, TX_SENDMMSG };
+enum afpacket_mode { AFPACKET_TX_RING, AFPACKET_TX_SENDMMSG };
 
-struct txhook_opts {
+struct afpacket_opts {
     const char *iface;      /* NULL: no live sending (pacing of -o/--null only) */
     int pace;               /* enum fe_pace */
     uint64_t late_ns;       /* a packet sent later than this after its due time is late */
-    int mode;               /* enum txmode: TX_RING falls back to TX_SENDMMSG */
+    int mode;               /* enum afpacket_mode: AFPACKET_TX_RING falls back to sendmmsg */
     unsigned batch;         /* frames per flush (0: default) */
     unsigned ring_frames;   /* TX ring slots (0: default) */
     int qdisc_bypass;       /* PACKET_QDISC_BYPASS */
 };
 
-struct txhook;
+struct afpacket;
 struct sink;
 struct stats;
 struct summary;
 
-/* Checks the interface and the session against it and opens the socket.
- * On failure prints "flowengine: ...: what to do" and returns -1 (exit
- * status 2): nothing has been sent. session_name names the session in
- * messages about a flow line. */
-int txhook_open(struct txhook **out, const struct txhook_opts *o, const struct fe_session *s,
-                const char *session_name);
-/* "afpacket-ring", "afpacket-sendmmsg", or NULL (no live sending). */
-const char *txhook_sink_name(const struct txhook *h);
-int txhook_paced(const struct txhook *h);
-/* Hooks into an opened sink and the statistics (after stats_init). */
-void txhook_attach(struct txhook *h, struct sink *sink, struct stats *st);
-/* sent, failed, late, max_late_ns (and sent_bytes) into the summary. */
-void txhook_summary(const struct txhook *h, struct summary *sum);
-void txhook_free(struct txhook *h);
-/* --threads: one hook per worker, all paced from the same run start t0
- * (CLOCK_MONOTONIC ns) instead of each hook's first frame. */
-void txhook_start(struct txhook *h, uint64_t t0);
-/* Adds sent, sent_bytes, failed (live only) and late to the summary, max_late_ns as a maximum. */
-void txhook_summary_add(const struct txhook *h, struct summary *sum);
-int txhook_live(const struct txhook *h);
+/* Without o->iface: a pacing-only hook. With it: checks the interface (exists,
+ * up, carrier, MTU against every flow line of s) and opens the socket and its
+ * ring or batch buffers. On failure prints "flowengine: ...: what to do" and
+ * returns a negative errno (-ENODEV, -EPERM, -ENETDOWN, -EMSGSIZE, -ENOMEM...);
+ * *out is then NULL. session_name names the session in messages about a
+ * flow line. */
+int afpacket_open(struct afpacket **out, const struct afpacket_opts *o,
+                  const struct fe_session *s, const char *session_name);
+/* Closes the socket and frees h (NULL is fine). */
+void afpacket_free(struct afpacket *h);
 
-/* Called by sink_frame / sink_close (pcapout.h) when a hook is attached. */
-uint8_t *txhook_frame(struct sink *s, uint64_t due_ns, uint32_t len);
-int txhook_close(struct sink *s);
+/* "afpacket-ring", "afpacket-sendmmsg", or NULL (h NULL or not live). */
+const char *afpacket_sink_name(const struct afpacket *h);
+/* Nonzero when h paces (--pace realtime): the CSV gets a `late` column. */
+int afpacket_paced(const struct afpacket *h);
+/* Nonzero when h sends on an interface. */
+int afpacket_live(const struct afpacket *h);
+
+/* Puts h in front of the open sink s: s's implementation moves into h (the
+ * inner sink) and s becomes a SINK_OPS sink that sends through h, or paces
+ * frames into the inner sink; hooks h into the statistics st (after
+ * stats_init). Closing s then closes the inner sink too. The loop keeps
+ * writing to s, so its hot path has one sink at a fixed place. */
+void afpacket_attach(struct afpacket *h, struct sink *s, struct stats *st);
+/* --threads: paces from the common run start t0 (CLOCK_MONOTONIC ns) instead
+ * of the time of h's first frame. */
+void afpacket_start(struct afpacket *h, uint64_t t0);
+
+/* sent, sent_bytes, failed (live only), late, max_late_ns and pace into sum
+ * (h may be NULL: nothing). */
+void afpacket_summary(const struct afpacket *h, struct summary *sum);
+/* The same, added to sum (--threads: one hook per worker); max_late_ns as a
+ * maximum. */
+void afpacket_summary_add(const struct afpacket *h, struct summary *sum);
 
 #endif

@@ -7,7 +7,7 @@
 
 #define HUGE_SIZE ((size_t)2 << 20)
 
-void *big_alloc(size_t bytes)
+void *bigmem_alloc(size_t bytes)
 {
     if (bytes < HUGE_SIZE) {
         size_t n = (bytes + 63) & ~(size_t)63;

@@ -4,6 +4,7 @@
 
 #include "bigmem.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,8 +13,8 @@ int dtree_init(struct dtree *t, uint32_t cap_hint)
     memset(t, 0, sizeof *t);
     t->cap = cap_hint < 16 ? 16 : cap_hint;
     /* Untouched pages cost nothing, so a generous first size is free. */
-    t->v = big_alloc(((size_t)t->cap * 2) * sizeof *t->v);
-    return t->v ? 0 : -1;
+    t->v = bigmem_alloc(((size_t)t->cap * 2) * sizeof *t->v);
+    return t->v ? 0 : -ENOMEM;
 }
 
 void dtree_free(struct dtree *t)
@@ -39,10 +40,10 @@ int dtree_insert(struct dtree *t, uint32_t id, uint32_t weight)
     uint64_t leaf = (uint64_t)id << 32 | weight;
     if (t->n == t->cap) {
         if (t->cap > UINT32_MAX / 4)
-            return -1;
-        uint64_t *nv = big_alloc((size_t)t->cap * 4 * sizeof *nv);
+            return -ENOMEM;
+        uint64_t *nv = bigmem_alloc((size_t)t->cap * 4 * sizeof *nv);
         if (!nv)
-            return -1;
+            return -ENOMEM;
         memcpy(nv, t->v, ((size_t)t->n * 2 - 1) * sizeof *nv);
         free(t->v);
         t->v = nv;

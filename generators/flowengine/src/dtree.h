@@ -10,7 +10,10 @@
  * node with a copy of itself as left child and the new leaf as right child.
  * Remove: the last leaf takes the removed leaf's place and the last two
  * leaves collapse into their parent. All three are O(log n); 16 bytes per
- * event. */
+ * event.
+ *
+ * Thread safety: none; a tree belongs to one thread (the stochastic planner
+ * of one loop). */
 #ifndef FE_DTREE_H
 #define FE_DTREE_H
 
@@ -23,14 +26,19 @@ struct dtree {
     uint64_t total;     /* sum of all weights */
 };
 
+/* An empty tree with room for cap_hint leaves (at least 16; it grows).
+ * Returns 0 or -ENOMEM. */
 int dtree_init(struct dtree *t, uint32_t cap_hint);
+/* Frees the array; a zeroed tree is fine. */
 void dtree_free(struct dtree *t);
-/* weight 1..2^32-1; -1 when out of memory. */
+/* Adds event id with weight 1..2^32-1. Returns 0 or -ENOMEM (tree unchanged). */
 int dtree_insert(struct dtree *t, uint32_t id, uint32_t weight);
-/* Removes the leaf at node index pos (from dtree_pick). */
+/* Removes the leaf at node index pos (from dtree_pick); the last leaf moves
+ * into its place, so positions from earlier picks are stale afterwards. */
 void dtree_remove(struct dtree *t, uint32_t pos);
 
-/* The leaf (node index) whose cumulative range holds r, 0 <= r < total. */
+/* The leaf (node index) whose cumulative range holds r, 0 <= r < total; the
+ * tree must not be empty. */
 static inline uint32_t dtree_pick(const struct dtree *t, uint64_t r)
 {
     const uint64_t *v = t->v;
@@ -52,11 +60,13 @@ static inline uint32_t dtree_pick(const struct dtree *t, uint64_t r)
     return i;
 }
 
+/* The event id of the leaf at node index pos. */
 static inline uint32_t dtree_id(const struct dtree *t, uint32_t pos)
 {
     return (uint32_t)(t->v[pos] >> 32);
 }
 
+/* The weight of the leaf at node index pos. */
 static inline uint32_t dtree_weight(const struct dtree *t, uint32_t pos)
 {
     return (uint32_t)t->v[pos];

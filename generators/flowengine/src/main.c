@@ -2,7 +2,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +9,10 @@
 
 #include "afpacket.h"
 #include "engine.h"
+#include "halt.h"
 #include "packet.h"
 #include "session.h"
+#include "workers.h"
 
 #define FE_VERSION "0.1.0"
 
@@ -40,7 +41,8 @@ static uint64_t mem_available(void)
 }
 
 /* Refuse, before anything is sent, a session whose live instances cannot fit in memory: the
- * pool would otherwise grow until malloc fails in the middle of the run. */
+ * pool would otherwise grow until malloc fails in the middle of the run. 0 or -ENOMEM
+ * (reported). */
 static int check_memory(const struct fe_session *s, const char *name, int planner)
 {
     double per = (double)sizeof(struct fe_inst) + 4 + (planner == ENGINE_PLANNER_STOCHASTIC ? 16 : 0);
@@ -52,7 +54,7 @@ static int check_memory(const struct fe_session *s, const char *name, int planne
             "%.1f GiB; only %.1f GiB of memory is available: lower reps or packets, shorten the "
             "period, or space the repetitions (rep_period)\n",
             name, (unsigned long long)s->max_concurrent, need / (1u << 30), have / (1u << 30));
-    return -1;
+    return -ENOMEM;
 }
 
 static int usage(const char *msg, const char *arg)
@@ -65,9 +67,7 @@ static int usage(const char *msg, const char *arg)
 
 static void on_signal(int sig)
 {
-    int zero = 0, saved = errno;
-    atomic_compare_exchange_strong(&engine_signal, &zero, sig); /* the first signal counts */
-    errno = saved;
+    halt_request(sig); /* the first signal counts */
 }
 
 static int cmd_gen(int argc, char **argv)
@@ -76,7 +76,8 @@ static int cmd_gen(int argc, char **argv)
     const char *session = NULL;
     int null_sink = 0;
     /* sendmmsg batches measured faster than the TX ring on veth here (benchmarks/bench_live.py). */
-    struct txhook_opts to = { .pace = -1, .late_ns = 100000, .mode = TX_SENDMMSG, .qdisc_bypass = 1 };
+    struct afpacket_opts to = { .pace = -1, .late_ns = 100000, .mode = AFPACKET_TX_SENDMMSG,
+                                .qdisc_bypass = 1 };
 
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -131,9 +132,9 @@ static int cmd_gen(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--tx")) {
             if (!strcmp(v, "ring"))
-                to.mode = TX_RING;
+                to.mode = AFPACKET_TX_RING;
             else if (!strcmp(v, "sendmmsg"))
-                to.mode = TX_SENDMMSG;
+                to.mode = AFPACKET_TX_SENDMMSG;
             else
                 return usage("--tx: expected ring or sendmmsg", v);
             continue;
@@ -206,23 +207,23 @@ static int cmd_gen(int argc, char **argv)
         return 2;
     }
 
-    struct txhook *hooks[ENGINE_MAX_THREADS] = { NULL };
+    struct afpacket *txs[ENGINE_MAX_THREADS] = { NULL };
     if (to.iface || to.pace != PACE_NONE) {
-        /* One hook (socket, TX ring or batch buffers) per worker. */
+        /* One live or paced sink (socket, TX ring or batch buffers) per worker. */
         for (unsigned i = 0; i < o.threads; i++)
-            if (txhook_open(&hooks[i], &to, &s, strcmp(session, "-") ? session : "<stdin>")) {
+            if (afpacket_open(&txs[i], &to, &s, strcmp(session, "-") ? session : "<stdin>")) {
                 for (unsigned j = 0; j < i; j++)
-                    txhook_free(hooks[j]);
+                    afpacket_free(txs[j]);
                 session_free(&s);
                 return 2;
             }
-        o.hook = hooks[0];
-        o.hooks = hooks;
+        o.tx = txs[0];
+        o.txs = txs;
     }
 
-    int rc = engine_run(&s, &o);
+    int rc = o.threads > 1 ? workers_run(&s, &o) : engine_run(&s, &o);
     for (unsigned i = 0; i < o.threads; i++)
-        txhook_free(hooks[i]);
+        afpacket_free(txs[i]);
     session_free(&s);
     return rc;
 }

@@ -1,7 +1,7 @@
 /* offload.c - pseudo-header-only checksums for --csum-offload. */
 #include "offload.h"
 
-#include "checksum.h"
+#include "csum.h"
 
 static inline void put16(uint8_t *p, uint32_t v)
 {

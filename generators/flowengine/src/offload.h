@@ -1,4 +1,6 @@
-/* offload.h - TX checksum offload simulation (--csum-offload, FLOR 6.3.4). */
+/* offload.h - TX checksum offload simulation (--csum-offload, FLOR 6.3.4).
+ *
+ * Thread safety: touches only the frame it is given. */
 #ifndef FE_OFFLOAD_H
 #define FE_OFFLOAD_H
 

@@ -1,16 +1,16 @@
 /* pace.c - hybrid wait: sleep through most of the gap, spin the rest. */
 #define _POSIX_C_SOURCE 200809L
-#include <stdatomic.h>
-
 #include "pace.h"
 
-#include "engine.h"
+#include <errno.h>
+
+#include "halt.h"
 
 int pace_wait_until(uint64_t abs_ns)
 {
     for (;;) {
-        if (engine_signal)
-            return -1;
+        if (halt_signal)
+            return -EINTR;
         uint64_t now = pace_now();
         if (now >= abs_ns)
             return 0;

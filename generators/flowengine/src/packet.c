@@ -5,7 +5,7 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "checksum.h"
+#include "csum.h"
 
 #define TCP_FIN 0x01
 #define TCP_SYN 0x02

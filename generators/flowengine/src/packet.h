@@ -1,4 +1,8 @@
-/* packet.h - flow instances: header template at activation, frames per packet. */
+/* packet.h - flow instances: header template at activation, frames per packet.
+ *
+ * Thread safety: functions touch only the flow line and instance they are
+ * given; a flow line is only read here (packet_prepare excepted, once, before
+ * the loop), so loops on different threads may share nothing but read-only data. */
 #ifndef FE_PACKET_H
 #define FE_PACKET_H
 

@@ -1,4 +1,7 @@
-/* rng.h - SplitMix64, one stream per flow instance (8 bytes of state). */
+/* rng.h - SplitMix64, one stream per flow instance (8 bytes of state).
+ *
+ * Pure functions of their arguments (a stream's state belongs to its owner):
+ * safe from any thread. */
 #ifndef FE_RNG_H
 #define FE_RNG_H
 

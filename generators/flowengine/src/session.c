@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checksum.h"
+#include "csum.h"
 
 /* Last due time the pcap can carry: its seconds field is 32-bit unsigned. */
 #define FE_TIME_LIMIT 4294967296000000000ull
@@ -39,7 +39,7 @@ static int fail(const struct parser *p, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-    return -1;
+    return -EINVAL;
 }
 
 /* A value quoted in a message, shortened so a huge payload stays readable. */
@@ -57,13 +57,13 @@ int session_parse_u64(const char *s, uint64_t *out)
 {
     uint64_t v = 0;
     if (!*s)
-        return -1;
+        return -EINVAL;
     for (; *s; s++) {
         if (*s < '0' || *s > '9')
-            return -1;
+            return -EINVAL;
         unsigned d = (unsigned)(*s - '0');
         if (v > (UINT64_MAX - d) / 10)
-            return -1;
+            return -ERANGE;
         v = v * 10 + d;
     }
     *out = v;
@@ -76,10 +76,10 @@ static int parse_range(const char *s, uint64_t *lo, uint64_t *hi)
     const char *dash = strchr(s, '-');
     size_t n = dash ? (size_t)(dash - s) : 0;
     if (!dash || n >= sizeof tmp)
-        return -1;
+        return -EINVAL;
     memcpy(tmp, s, n);
     tmp[n] = 0;
-    return session_parse_u64(tmp, lo) || session_parse_u64(dash + 1, hi) ? -1 : 0;
+    return session_parse_u64(tmp, lo) || session_parse_u64(dash + 1, hi) ? -EINVAL : 0;
 }
 
 static int hexval(int c)
@@ -90,7 +90,7 @@ static int hexval(int c)
         return c - 'a' + 10;
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
-    return -1;
+    return -EINVAL;
 }
 
 static int parse_mac(const char *s, uint8_t mac[6])
@@ -98,7 +98,7 @@ static int parse_mac(const char *s, uint8_t mac[6])
     for (int i = 0; i < 6; i++) {
         int h = hexval((unsigned char)s[0]), l = h < 0 ? -1 : hexval((unsigned char)s[1]);
         if (h < 0 || l < 0 || s[2] != (i == 5 ? '\0' : ':'))
-            return -1;
+            return -EINVAL;
         mac[i] = (uint8_t)(h << 4 | l);
         s += 3;
     }
@@ -113,7 +113,7 @@ static int parse_mode(const char *s)
         return FE_RANDOM;
     if (!strcmp(s, "increment"))
         return FE_INCREMENT;
-    return -1;
+    return -EINVAL;
 }
 
 static int check_addr(const struct parser *p, const char *key, const char *v, int af,
@@ -206,16 +206,16 @@ static int check_payload(const struct parser *p, const char *v, struct fe_flow *
     return 0;
 }
 
-/* a * b + c, or -1 on overflow of the pcap time limit. */
+/* a * b + c in *out, or -ERANGE past the pcap time limit. */
 static int time_muladd(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
 {
     if (c >= FE_TIME_LIMIT)
-        return -1;
+        return -ERANGE;
     if (a && b > (FE_TIME_LIMIT - 1) / a)
-        return -1;
+        return -ERANGE;
     uint64_t m = a * b;
     if (m > FE_TIME_LIMIT - 1 - c)
-        return -1;
+        return -ERANGE;
     *out = m + c;
     return 0;
 }
@@ -225,13 +225,13 @@ static int check_flow(const struct parser *p, char **val, struct fe_flow *f)
     uint64_t v, lo, hi;
 
     if (check_u64(p, "af", val[K_AF], 0, &v))
-        return -1;
+        return -EINVAL;
     if (v != 4 && v != 6)
         return fail(p, "af: must be 4 or 6 (got %s)", val[K_AF]);
     f->af = (uint8_t)v;
 
     if (check_u64(p, "proto", val[K_PROTO], 0, &v))
-        return -1;
+        return -EINVAL;
     if (v != 6 && v != 17 && v != 1 && v != 58)
         return fail(p, "proto: must be 6, 17, 1 or 58 (got %s)", val[K_PROTO]);
     if (v == 1 && f->af != 4)
@@ -257,7 +257,7 @@ static int check_flow(const struct parser *p, char **val, struct fe_flow *f)
         check_u64(p, "packets", val[K_PACKETS], 1, &f->packets) ||
         check_u64(p, "reps", val[K_REPS], 1, &f->reps) ||
         check_u64(p, "rep_period", val[K_REP_PERIOD], 0, &f->rep_period))
-        return -1;
+        return -EINVAL;
 
     unsigned ip_len = f->af == 4 ? 20 : 40;
     unsigned l4_len = f->proto == 6 ? 20 : 8;
@@ -279,7 +279,7 @@ static int check_flow(const struct parser *p, char **val, struct fe_flow *f)
     f->size_hi = (uint32_t)hi;
 
     if (check_payload(p, val[K_PAYLOAD], f))
-        return -1;
+        return -EINVAL;
 
     uint64_t last;
     if (time_muladd(f->reps - 1, f->rep_period, f->start, &last) ||
@@ -369,19 +369,21 @@ int session_load(struct fe_session *s, const char *path)
     FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin;
     size_t len = 0, cap = 0;
     char *text;
-    int seen_seed = 0, rc = -1;
+    int seen_seed = 0, rc = -EINVAL;
 
     memset(s, 0, sizeof *s);
     if (!fp) {
-        fprintf(stderr, "%s: cannot open: %s\n", path, strerror(errno));
-        return -1;
+        rc = -errno;
+        fprintf(stderr, "%s: cannot open: %s\n", path, strerror(-rc));
+        return rc;
     }
     text = read_all(fp, &len);
     if (fp != stdin)
         fclose(fp);
     if (!text) {
-        fprintf(stderr, "%s: cannot read: %s\n", p.name, strerror(errno ? errno : ENOMEM));
-        return -1;
+        rc = errno ? -errno : -ENOMEM;
+        fprintf(stderr, "%s: cannot read: %s\n", p.name, strerror(-rc));
+        return rc;
     }
 
     char *line = text, *end = text + len;

@@ -1,4 +1,11 @@
-/* session.h - the session file (README.md, "Session file"): parse and check. */
+/* session.h - the session file (README.md, "Session file"): parse and check.
+ *
+ * struct fe_flow is one `flow` line, checked and with everything derived from
+ * it that the engine reads per packet (kind, header length, payload sums);
+ * the loop's copy also carries scheduler state (next_rep, klass).
+ *
+ * Thread safety: session_load/free on one thread; a loaded session is only
+ * read afterwards (each loop copies the flow lines it changes). */
 #ifndef FE_SESSION_H
 #define FE_SESSION_H
 
@@ -62,12 +69,16 @@ struct fe_session {
     void *blob;             /* payload prefixes and their sums */
 };
 
-/* Reads and checks the session at path ("-": standard input). On error prints
- * "NAME:LINE: message" to stderr and returns -1 (exit status 2). */
+/* Reads and checks the session at path ("-": standard input). Returns 0, or
+ * on error prints "NAME:LINE: message" (or why the file cannot be read) to
+ * stderr and returns a negative errno: -EINVAL for an invalid session, else
+ * the failed open/read's (exit status 2 either way). *s is then empty. */
 int session_load(struct fe_session *s, const char *path);
+/* Frees the flow lines and their payloads; an empty session is fine. */
 void session_free(struct fe_session *s);
 
-/* Decimal digits only, no sign, no overflow: 0 on success, -1 otherwise. */
+/* Decimal digits only, no sign: 0 with the value in *out, -EINVAL (not a
+ * number) or -ERANGE (above 2^64-1). */
 int session_parse_u64(const char *s, uint64_t *out);
 
 #endif

@@ -1,27 +1,28 @@
-/* sched.c - hierarchical timing wheel over sorted FIFOs (sched.h). */
+/* wheel.c - hierarchical timing wheel over sorted FIFOs (wheel.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "sched.h"
+#include "wheel.h"
 
 #include "bigmem.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-int sched_init(struct sched *s, uint32_t nclasses, const uint32_t *init_cap, uint32_t nlines)
+int wheel_init(struct wheel *s, uint32_t nclasses, const uint32_t *init_cap, uint32_t nlines)
 {
     memset(s, 0, sizeof *s);
     s->nnodes = nclasses + nlines;
     s->nclasses = nclasses;
-    /* Cache-line aligned and padded (big_alloc): with --threads, the small
+    /* Cache-line aligned and padded (bigmem_alloc): with --threads, the small
      * arrays of two workers' schedulers, written for every packet, must not
      * share a line. */
     size_t nb = (s->nnodes ? s->nnodes : 1) * sizeof *s->node;
     size_t fb = (nclasses ? nclasses : 1) * sizeof *s->fifo;
-    s->node = big_alloc(nb);
-    s->fifo = big_alloc(fb);
+    s->node = bigmem_alloc(nb);
+    s->fifo = bigmem_alloc(fb);
     if (!s->node || !s->fifo) {
-        sched_free(s);
-        return -1;
+        wheel_free(s);
+        return -ENOMEM;
     }
     memset(s->node, 0, nb);
     memset(s->fifo, 0, fb);
@@ -39,7 +40,7 @@ int sched_init(struct sched *s, uint32_t nclasses, const uint32_t *init_cap, uin
     return 0;
 }
 
-void sched_free(struct sched *s)
+void wheel_free(struct wheel *s)
 {
     if (s->fifo)
         for (uint32_t c = 0; c < s->nclasses; c++)
@@ -51,15 +52,15 @@ void sched_free(struct sched *s)
 
 /* Rings are allocated at first use and double when full: memory follows the
  * number of instances alive at once, and the steady state allocates nothing. */
-int sched_fifo_grow(struct sched_fifo *f)
+int wheel_fifo_grow(struct wheel_fifo *f)
 {
     uint32_t cap = f->q ? f->mask + 1 : 0;
     uint32_t ncap = cap ? cap * 2 : f->init_cap;
     if (cap > UINT32_MAX / 2)
-        return -1;
-    uint32_t *q = big_alloc((size_t)ncap * sizeof *q);
+        return -ENOMEM;
+    uint32_t *q = bigmem_alloc((size_t)ncap * sizeof *q);
     if (!q)
-        return -1;
+        return -ENOMEM;
     for (uint32_t i = 0; i < f->len; i++)
         q[i] = f->q[(f->head + i) & f->mask];
     free(f->q);
@@ -69,44 +70,44 @@ int sched_fifo_grow(struct sched_fifo *f)
     return 0;
 }
 
-static inline void link_node(struct sched *s, uint32_t src, int lvl, uint32_t slot)
+static inline void link_node(struct wheel *s, uint32_t src, int lvl, uint32_t slot)
 {
-    struct sched_node *n = s->node;
+    struct wheel_node *n = s->node;
     uint32_t *hd = &s->head[lvl][slot], *tl = &s->tail[lvl][slot];
-    if (*hd == SCHED_NONE) {
-        n[src].next = SCHED_NONE;
+    if (*hd == WHEEL_NONE) {
+        n[src].next = WHEEL_NONE;
         *hd = *tl = src;
         s->bits[lvl][slot >> 6] |= 1ull << (slot & 63);
         return;
     }
     if (lvl > 0 || n[*tl].serial < n[src].serial) {
         /* Higher levels are unordered; level 0 gets serials mostly in order. */
-        n[src].next = SCHED_NONE;
+        n[src].next = WHEEL_NONE;
         n[*tl].next = src;
         *tl = src;
         return;
     }
     /* Level 0, one due time: sorted by serial. */
-    uint32_t prev = SCHED_NONE, c = *hd;
-    while (c != SCHED_NONE && n[c].serial < n[src].serial) {
+    uint32_t prev = WHEEL_NONE, c = *hd;
+    while (c != WHEEL_NONE && n[c].serial < n[src].serial) {
         prev = c;
         c = n[c].next;
     }
     n[src].next = c;
-    if (prev == SCHED_NONE)
+    if (prev == WHEEL_NONE)
         *hd = src;
     else
         n[prev].next = src;
 }
 
-static inline void place(struct sched *s, uint32_t src)
+static inline void place(struct wheel *s, uint32_t src)
 {
     uint64_t due = s->node[src].due, x = due ^ s->cur;
     int lvl = x ? (63 - __builtin_clzll(x)) >> 3 : 0;
     link_node(s, src, lvl, (uint32_t)(due >> (8 * lvl)) & 255);
 }
 
-void sched_insert(struct sched *s, uint32_t src, uint64_t due, uint64_t serial)
+void wheel_insert(struct wheel *s, uint32_t src, uint64_t due, uint64_t serial)
 {
     s->node[src].due = due;
     s->node[src].serial = serial;
@@ -115,7 +116,7 @@ void sched_insert(struct sched *s, uint32_t src, uint64_t due, uint64_t serial)
 }
 
 /* First set bit at or after slot `from` of level lvl, or -1. */
-static inline int first_slot(const struct sched *s, int lvl, uint32_t from)
+static inline int first_slot(const struct wheel *s, int lvl, uint32_t from)
 {
     for (uint32_t w = from >> 6; w < 4; w++) {
         uint64_t b = s->bits[lvl][w];
@@ -127,10 +128,10 @@ static inline int first_slot(const struct sched *s, int lvl, uint32_t from)
     return -1;
 }
 
-uint32_t sched_min_slow(struct sched *s)
+uint32_t wheel_min_slow(struct wheel *s)
 {
     if (!s->nodes_in)
-        return SCHED_NONE;
+        return WHEEL_NONE;
     for (;;) {
         int slot = first_slot(s, 0, (uint32_t)(s->cur & 255));
         if (slot >= 0) {
@@ -140,20 +141,20 @@ uint32_t sched_min_slow(struct sched *s)
         /* Level 0 is empty: move the first slot of the lowest non-empty
          * level down, with the cursor at its start. */
         int lvl = 1;
-        for (; lvl < SCHED_LEVELS; lvl++) {
+        for (; lvl < WHEEL_LEVELS; lvl++) {
             slot = first_slot(s, lvl, 0);
             if (slot >= 0)
                 break;
         }
-        if (lvl == SCHED_LEVELS)
-            return SCHED_NONE; /* not reached: nodes_in > 0 */
+        if (lvl == WHEEL_LEVELS)
+            return WHEEL_NONE; /* not reached: nodes_in > 0 */
         int sh = 8 * lvl;
         uint64_t low = sh + 8 >= 64 ? ~0ull : (1ull << (sh + 8)) - 1;
         s->cur = (s->cur & ~low) | ((uint64_t)slot << sh);
         uint32_t c = s->head[lvl][slot];
-        s->head[lvl][slot] = s->tail[lvl][slot] = SCHED_NONE;
+        s->head[lvl][slot] = s->tail[lvl][slot] = WHEEL_NONE;
         s->bits[lvl][slot >> 6] &= ~(1ull << (slot & 63));
-        while (c != SCHED_NONE) {
+        while (c != WHEEL_NONE) {
             uint32_t nx = s->node[c].next;
             place(s, c);
             c = nx;

@@ -1,11 +1,13 @@
-/* checksum.h - the Internet checksum (RFC 1071), the one routine used everywhere.
+/* csum.h - the Internet checksum (RFC 1071), the one routine used everywhere.
  *
  * Sums are kept unfolded in a uint64_t and are in "network word" terms: a
  * 16-bit field whose value is V contributes V, whatever the host byte order.
  * So a caller can add header fields as plain numbers (csum_add16/32) to a sum
- * returned by csum_partial and fold once at the end. */
-#ifndef FE_CHECKSUM_H
-#define FE_CHECKSUM_H
+ * returned by csum_partial and fold once at the end.
+ *
+ * (File and prefix are both "csum".) Pure functions: safe from any thread. */
+#ifndef FE_CSUM_H
+#define FE_CSUM_H
 
 #include <stddef.h>
 #include <stdint.h>

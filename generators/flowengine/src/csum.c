@@ -1,5 +1,5 @@
-/* checksum.c - Internet checksum. */
-#include "checksum.h"
+/* csum.c - Internet checksum. */
+#include "csum.h"
 
 #include <string.h>
 

@@ -1,0 +1,26 @@
+/* flowlog.h - rows of the flow log (--flows; README, "Flow log"): the ground
+ * truth of every flow instance, one CSV row each.
+ *
+ * Thread safety: each function writes only to the FILE it is given; a FILE
+ * belongs to one thread (--threads workers write their own temporary files,
+ * merged by the main thread, merge.h). */
+#ifndef FE_FLOWLOG_H
+#define FE_FLOWLOG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "packet.h"
+#include "session.h"
+
+/* Writes the header line. Returns 0 or a negative errno of the write. */
+int flowlog_header(FILE *fp);
+/* The row of instance in of flow line f, its first and last due times
+ * computed from the line (exact planner). Returns 0 or a negative errno. */
+int flowlog_row(FILE *fp, const struct fe_flow *f, const struct fe_inst *in);
+/* The same with explicit first and last due times (the stochastic planner's
+ * tree instances). Returns 0 or a negative errno. */
+int flowlog_row_at(FILE *fp, const struct fe_flow *f, const struct fe_inst *in, uint64_t first,
+                   uint64_t last);
+
+#endif
