@@ -191,9 +191,6 @@ class GeneratorPlugin:
     def create(self, spec: GeneratorSpec | None = None) -> Generator:
         return self.adapter(spec)
 
-    def missing_tools(self) -> list[Tool]:
-        return [t for t in self.tools if not t.found()]
-
 
 def get_generator(name: str, spec: GeneratorSpec | dict | None = None) -> Generator:
     """The adapter `name`, given its options (`spec`: its model from the scenario's `testbed:`

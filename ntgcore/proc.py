@@ -157,8 +157,5 @@ class Tool:
     package: str
     install: str = ""  # how to install, when not `apt-get install <package>`
 
-    def how(self) -> str:
-        return self.install or f"apt-get install {self.package}"
-
     def found(self) -> bool:
         return shutil.which(self.command) is not None

@@ -217,7 +217,7 @@ class StepExecutor:
                 if live:
                     break
                 continue  # offline: wait until the generator has stopped
-            problem = next((p.problem() for p in watched if p.problem()), None)
+            problem = next(filter(None, (p.problem() for p in watched)), None)
             if problem:
                 self.status, self.error = "failed", problem
                 for g in running:

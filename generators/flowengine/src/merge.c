@@ -1,9 +1,9 @@
 /* merge.c - the main thread's merges of the workers' outputs (merge.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "merge.h"
+#include "stats.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,11 +25,8 @@ static void nap(long ns)
 static void put_row(struct merge_rows *m, const struct feed_row *r)
 {
     m->active += r->started - r->finished;
-    fprintf(m->csv, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64,
-            r->sec, r->packets, r->bytes, r->started, r->finished, m->active);
-    if (m->late_col)
-        fprintf(m->csv, ",%" PRIu64, r->late);
-    fputc('\n', m->csv);
+    stats_row(m->csv, r->sec, r->packets, r->bytes, r->started, r->finished, m->active,
+              m->late_col, r->late);
 }
 
 int merge_rows_poll(struct merge_rows *m, int final)

@@ -20,6 +20,16 @@ void stats_header(FILE *csv, int late_col)
                    : "second,packets,bytes,flows_started,flows_finished,active_flows\n", csv);
 }
 
+void stats_row(FILE *csv, uint64_t sec, uint64_t packets, uint64_t bytes, uint64_t started,
+               uint64_t finished, uint64_t active, int late_col, uint64_t late)
+{
+    fprintf(csv, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64,
+            sec, packets, bytes, started, finished, active);
+    if (late_col)
+        fprintf(csv, ",%" PRIu64, late);
+    fputc('\n', csv);
+}
+
 int stats_init(struct stats *st, FILE *csv, int late_col)
 {
     memset(st, 0, sizeof *st);
@@ -51,11 +61,8 @@ static void write_row(struct stats *st)
         goto totals;
     }
     st->active += st->started - st->finished;
-    fprintf(st->csv, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64,
-            st->sec, st->packets, st->bytes, st->started, st->finished, st->active);
-    if (st->late_col)
-        fprintf(st->csv, ",%" PRIu64, st->late);
-    fputc('\n', st->csv);
+    stats_row(st->csv, st->sec, st->packets, st->bytes, st->started, st->finished, st->active,
+              st->late_col, st->late);
 totals:
     st->late = 0;
     st->t_packets += st->packets;

@@ -35,6 +35,10 @@ struct stats {
 
 /* Writes the CSV header: `second,...,active_flows` (and `,late` with late_col). */
 void stats_header(FILE *csv, int late_col);
+/* Writes one row under that header: the one format of a second, used by the
+ * one-thread run here and by the main thread's merge of the workers' rows. */
+void stats_row(FILE *csv, uint64_t sec, uint64_t packets, uint64_t bytes, uint64_t started,
+               uint64_t finished, uint64_t active, int late_col, uint64_t late);
 /* Statistics written to csv, header included (and flushed). late_col: add
  * the `late` column (pacing on). Returns 0 or a negative errno of the write. */
 int stats_init(struct stats *st, FILE *csv, int late_col);
