@@ -10,9 +10,11 @@ cd "$(dirname "$0")"
 mode=${1:-quickstart}
 [ $# -gt 0 ] && shift
 
-# Debian packages: to build and run, and (test) the real tools the tests check our output with.
-APT_RUN=(python3 python3-venv python3-dev build-essential cmake git)
-APT_TEST=(tshark tcpdump iproute2 ethtool tcpreplay ostinato)
+# Debian packages: to build and run every shipped scenario (the generators' and parts' tools, see
+# testbed.runner.required_tools), and (test) the real tools the tests check our output with.
+APT_RUN=(python3 python3-venv python3-dev build-essential cmake git
+         tcpdump iproute2 ethtool tcpreplay ostinato wireshark-common)
+APT_TEST=(tshark)
 APT_BENCH=(netsniff-ng tcpreplay)
 # Suricata 7 comes from bookworm-backports of the Debian archive this machine already uses.
 APT_BACKPORTS=(suricata)
@@ -86,6 +88,7 @@ install_python() {
 case "$mode" in
   quickstart)
     install_apt "${APT_RUN[@]}"
+    install_backports "${APT_BACKPORTS[@]}"
     install_python
     say "running scenarios/quickstart.yaml"
     exec .venv/bin/testbed run scenarios/quickstart.yaml "$@"

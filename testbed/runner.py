@@ -35,14 +35,14 @@ from ntgcore.errors import (
     ToolMissing,
 )
 from ntgcore.generator import Progress
-from ntgcore.proc import Interrupts
+from ntgcore.proc import Interrupts, Tool
 from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS
 from ntgcore.runfolder import RunFolder, git_info, host_info, tool_versions
 from ntgcore.scenario import LoadedScenario, Scenario, attack_rule_paths, generator_spec
 
 from .executor import StepContext, StepExecutor
 from .parts import DUT_KINDS, CapturePart
-from .ids.rules.attacks import AttackError, merge_pcaps, write_attacks
+from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, write_attacks
 from .ids.coverage import attack_coverage
 from .ids.suricata import SuricataError, SuricataMissing
 from .methods import NS, Step, with_changes
@@ -87,13 +87,15 @@ def check_places(scenario: Scenario, site: Site) -> str | None:
     return None
 
 
-def check_live_prerequisites(scenario: Scenario) -> None:
+def required_tools(scenario: Scenario) -> list[Tool]:
+    """The external tools a scenario's run uses: its endpoint back end, parts, generators and attacks."""
+    tools: list[Tool] = []
+    if scenario.attacks is not None:  # attack sessions are merged by time with mergecap
+        tools.append(MERGECAP)
     tb = scenario.testbed
-    assert tb is not None
-    if os.geteuid() != 0:
-        raise ToolMissing("a live run creates network namespaces and needs root: run it with sudo "
-                          "(or as root)")  # fmt: skip
-    tools = list(ENDPOINTS.get("netns").tools)
+    if tb is None:
+        return tools
+    tools += ENDPOINTS.get("netns").tools
     if tb.capture is not None:
         tools += CapturePart.tools
     if tb.dut.kind != "none":
@@ -102,8 +104,15 @@ def check_live_prerequisites(scenario: Scenario) -> None:
         tools += GENERATORS.get("tcpreplay").tools
     for g in scenario.live_generators():
         tools += GENERATORS.get(g.name).tools
-    needed = {t.command: t for t in tools}
-    missing = [t for t in needed.values() if not t.found()]
+    return list({t.command: t for t in tools}.values())
+
+
+def check_live_prerequisites(scenario: Scenario) -> None:
+    assert scenario.testbed is not None
+    if os.geteuid() != 0:
+        raise ToolMissing("a live run creates network namespaces and needs root: run it with sudo "
+                          "(or as root)")  # fmt: skip
+    missing = [t for t in required_tools(scenario) if not t.found()]
     if missing:
         cmds = ", ".join(t.command for t in missing)
         pkgs = list(dict.fromkeys(t.package for t in missing if not t.install))

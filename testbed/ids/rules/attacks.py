@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ntgcore.errors import NtgError
-from ntgcore.proc import Process
+from ntgcore.proc import Process, Tool
 
 from .semantics import RuleModel, load_rules
 from .synth import SynthResult, synthesize
 
 NS = 1_000_000_000
+MERGECAP = Tool("mergecap", "wireshark-common")
 
 
 class AttackError(NtgError):
@@ -124,7 +125,7 @@ def write_attacks(spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0
 
 def merge_pcaps(inputs: list[Path], out: Path) -> None:
     """Merge captures by time stamp into one nanosecond pcap (mergecap -F nsecpcap)."""
-    if not shutil.which("mergecap"):
+    if not MERGECAP.found():
         raise AttackError("mergecap is missing: install it with `apt-get install wireshark-common` "
                           "(./bootstrap.sh test installs it)")
     argv = ["mergecap", "-F", "nsecpcap", "-w", str(out), *[str(p) for p in inputs]]
