@@ -389,6 +389,8 @@ class GeneratorSpec(_Model):
         description="`realtime`: the scenario's timestamps; `topspeed`: as fast as it can "
         "(seed 001), for `testbed.duration`.",
     )
+    start: Duration = Field(0, description="Live: when this generator is started, after the "
+                            "step's generators start (the attack replay uses `attacks.start`).")
 
     @property
     def role(self) -> str:
@@ -555,7 +557,10 @@ class AttacksSpec(_Model):
     count: int = Field(10, ge=1, le=1_000_000, description="Attack sessions: the selected rules in "
                        "file order, cycled when there are fewer rules.")
     rate: Decimal = Field(Decimal(10), gt=0, le=1_000_000, description="Attack sessions per second.")
-    start: Duration = Field(0, description="When the first attack session starts (offline runs).")
+    start: Duration = Field(0, description="When the first attack session starts, from the start of "
+                            "the run (offline: the capture's time; live: after the generators start).")
+    ip_version: Literal[4, 6] = Field(4, description="6: every attack session over IPv6 "
+                                      "(2001:db8::/32); 4: IPv4, IPv6 only for rules that name it.")
     ids: Literal["none", "suricata"] = Field(
         "none", description="`suricata`: after an offline run, Suricata reads the mixed capture "
         "and the coverage of the attack sessions is written into the run folder.")

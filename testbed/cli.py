@@ -314,7 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("rules", nargs="+", metavar="RULES", help="rule files (Suricata, Snort 2.9 or Snort 3 syntax)")
     c.add_argument("--ids", default="suricata", choices=["suricata"], help="the IDS to measure (default: suricata)")
     c.add_argument("--min", type=_fraction, metavar="FRACTION",
-                   help="exit 3 when the coverage is below FRACTION (0..1): the CI gate")
+                   help="exit 3 when the coverage is below FRACTION (0..1): the CI gate; rules the IDS "
+                        "refuses to load count as missed")
+    c.add_argument("--exclude-unloadable", action="store_true",
+                   help="leave rules the IDS refuses to load out of the coverage (they are still reported)")
+    c.add_argument("--ipv6", action="store_true",
+                   help="every attack session over IPv6 (2001:db8::/32; default: IPv4, IPv6 for rules that name it)")
     c.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-ids-coverage)")
     c.add_argument("--mix", type=_fractions, default=(), metavar="F1,F2",
                    help="also measure with the attacks mixed into benign load at these packet fractions, e.g. 0.01,0.1")
@@ -353,7 +358,8 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
         _err(f"testbed ids-coverage: cannot create {out}: {exc.strerror}")
         return EXIT_BAD_INPUT
     show = not args.quiet
-    doc = run_coverage(args.rules, out, ids=args.ids, mixes=args.mix,
+    doc = run_coverage(args.rules, out, ids=args.ids, mixes=args.mix, ip_version=6 if args.ipv6 else 4,
+                       exclude_unloadable=args.exclude_unloadable,
                        progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
     for problem in doc["problems"][:50]:
         _err(problem)
@@ -361,6 +367,13 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
         _err(f"... and {len(doc['problems']) - 50} more malformed rules (coverage.md lists them)")
     for line in doc["suricata_errors"][:20]:
         _err(f"suricata: {line}")
+    refused = [r for r in doc["rows"] if r["state"] == "not loaded"]
+    if refused:
+        how = ("left out of the coverage" if args.exclude_unloadable else
+               "counted as missed (--exclude-unloadable leaves them out)")
+        _err(f"testbed ids-coverage: {len(refused)} rules {args.ids} refused to load, {how}:")
+        for r in refused[:50]:
+            _err(f"{r['where']}: sid {r['sid']}: {r['reason']}")
     for line in summary_lines(doc):
         print(line)
     print(f"report: {out / 'coverage.html'} (also coverage.md, coverage.json)")

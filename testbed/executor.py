@@ -3,6 +3,10 @@
     capture on -> DUT on -> monitor on -> generators prepared and started -> until they finish,
     the deadline passes, a part fails or the user interrupts -> stop in reverse -> counters
 
+A live generator with a `start` is started that long after the others (the attack replay's
+`attacks.start`); until then it counts as running. The entry's `generators_started_utc` is when
+the generators were started, the origin of every `start`.
+
 Offline runs are the same with no site: one generator, no endpoint, no other part. The step's
 entry (a dict for the manifest) keeps whatever was measured, also when a part failed.
 """
@@ -197,21 +201,33 @@ class StepExecutor:
         live = ctx.site is not None
         total = step.deadline_s() if live else None
         started = time.monotonic()
+        self.entry["generators_started_utc"] = utc_now()
+        later = [g for g in self.gens if live and g.spec.start > 0]   # not yet started
         for g in self.gens:
-            g.gen.start(ctx.on_progress)
+            if g not in later:
+                g.gen.start(ctx.on_progress)
         ctx.on_started(self.records())
         stopped_at_deadline: set[str] = set()
         # the DUT first: when it and the capture both ended, the DUT is what failed
         watched = sorted((p for p in self.parts if not isinstance(p, GeneratorPart)),
                          key=lambda p: not isinstance(p, Dut))
         while True:
-            running = [g for g in self.gens if not g.gen.wait(0.05 if live else 0.1)]
+            due = [g for g in later if time.monotonic() - started >= g.spec.start / 1e9]
+            for g in due:
+                later.remove(g)
+                g.gen.start(ctx.on_progress)
+            if due:
+                ctx.on_started(self.records())
+            running = [g for g in self.gens if g not in later and not g.gen.wait(0.05 if live else 0.1)]
             if ctx.bar is not None and total is not None:
                 ctx.bar.update(time.monotonic() - started)
-            if not running:
+            if not running and not later:
                 break
+            if not running:
+                time.sleep(0.05)              # only generators still to start: nothing to wait on
             if ctx.interrupts.received is not None:
                 self.status = "interrupted"
+                later.clear()                 # a generator not started yet is not started any more
                 for g in running:
                     g.gen.stop(interrupt=True)
                 if live:

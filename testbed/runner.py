@@ -285,7 +285,9 @@ class Run:
     def _add_attacks(self, scenario: Scenario) -> None:
         """`attacks:` live: the attack sessions are synthesized into attacks/attacks.pcap and
         replayed (realtime) by an extra tcpreplay generator on the first generator's interface,
-        alongside the benign generators, in every step that runs the scenario's flows."""
+        alongside the benign generators, in every step that runs the scenario's flows; the
+        replay is started `attacks.start` after the benign generators (tcpreplay sends the
+        pcap's first packet at once, whatever its time stamp)."""
         rules = attack_rule_paths(scenario.attacks, self.loaded.path)
         try:
             attacks = write_attacks(scenario.attacks, rules, self.run_dir / "attacks")
@@ -299,7 +301,8 @@ class Run:
         self.manifest["attacks"] = info
         first = scenario.live_generators()[0]
         replay = generator_spec({"name": "tcpreplay", "label": "attacks", "at": first.at,
-                                 "pace": "realtime", "pcap": str(attacks.pcap.resolve())})
+                                 "pace": "realtime", "pcap": str(attacks.pcap.resolve()),
+                                 "start": f"{scenario.attacks.start}ns"})
         span_s = ((info["last_ns"] or 0) - (info["first_ns"] or 0)) / NS
         for step in self.steps:
             if step.kind == "run":

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,68 @@ def test_live_attack_replay_reaches_the_suricata_dut(tmp_path, run_scenario, flo
     fired = {json.loads(line)["alert"]["signature_id"] for line in eve.read_text().splitlines()
              if '"event_type":"alert"' in line}
     assert {9100001, 9100004, 9100005} <= fired
+
+
+@pytest.mark.ntg_live
+@pytest.mark.skipif(os.geteuid() != 0, reason="live runs create network namespaces: need root")
+def test_live_attacks_begin_start_after_the_generators(tmp_path, run_scenario, flowengine_bin):
+    """`attacks.start` live: the replay is started that long after the benign generators, so the
+    first attack packet on the wire is at least `start` after them (the pcap's own first time
+    stamp means nothing to tcpreplay, which sends its first packet at once)."""
+    from analysis.capture import address_text, read_capture
+
+    if shutil.which("tcpreplay") is None:
+        pytest.skip("tcpreplay is not installed")
+    path = write(tmp_path, """
+        rules: [demo.rules]
+        select: {sids: [9100001, 9100004]}
+        count: 2
+        rate: 20
+        start: 2s
+    """, name="livestart", extra="testbed:\n  monitor: {hz: 2}\n")
+    run = run_scenario(path, analyze=False)
+    assert run.ok, run.messages
+    step = run.manifest["steps"][0]
+    began = datetime.strptime(step["generators_started_utc"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    began_ns = round(began.replace(tzinfo=timezone.utc).timestamp() * 1e6) * 1000
+    attacks = json.loads((run.run_dir / "attacks" / "attacks.json").read_text())
+    hosts = {a for s in attacks["sessions"] for a in (s["client"], s["server"])}
+    cap = read_capture(run.run_dir / "capture.pcap")
+    src = address_text(cap.ip_version, cap.src_hi, cap.src_lo)
+    times = [int(t) for t, a in zip(cap.ts_ns, src) if a in hosts]
+    benign = [int(t) for t, a in zip(cap.ts_ns, src) if a == "198.18.200.1"]
+    assert len(times) == attacks["packets"] and len(benign) == 400
+    assert min(times) >= began_ns + 2_000_000_000, (min(times) - began_ns) / 1e9
+    assert min(benign) < began_ns + 1_000_000_000          # the benign flow did not wait
+
+
+def test_a_generator_started_later_extends_the_step_deadline(tmp_path):
+    from ntgcore.scenario import generator_spec
+    from testbed.runner import plan_steps
+
+    path = write(tmp_path, "rules: [demo.rules]\nstart: 30s", name="later", extra="testbed: {}\n")
+    (step,) = plan_steps(load_scenario(path).scenario)
+    before = step.deadline_s()
+    step.generators = [*step.generators, generator_spec({"name": "tcpreplay", "label": "attacks", "start": "30s"})]
+    assert step.deadline_s() == pytest.approx(before + 30)
+
+
+@needs_suricata
+def test_attacks_over_ipv6_alert_in_the_mixed_capture(tmp_path, flowengine_bin):
+    if shutil.which("mergecap") is None:
+        pytest.skip("mergecap is not installed (apt-get install wireshark-common)")
+    path = write(tmp_path, """
+        rules: [demo.rules]
+        count: 6
+        rate: 20
+        ip_version: 6
+        ids: suricata
+    """, name="mix6")
+    r = subprocess.run([sys.executable, "-m", "testbed", "run", str(path), "--out", str(tmp_path / "runs"), "-q"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    sessions = json.loads((run_dir / "attacks.json").read_text())["sessions"]
+    cov = json.loads((run_dir / "coverage.json").read_text())
+    assert len(sessions) == 6 and all(s["client"].startswith("2001:db8:") for s in sessions)
+    assert {r["sid"] for r in cov["rows"] if r["alerted"]} == {s["sid"] for s in sessions}

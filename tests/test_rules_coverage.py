@@ -1,5 +1,6 @@
 """Coverage runs through Suricata: the ET web_server floor (CI gate), Suricata errors surfaced,
-the `testbed ids-coverage` exit status below --min."""
+the `testbed ids-coverage` exit status below --min, rules Suricata refuses counted against the
+gate unless --exclude-unloadable, sessions over IPv6 with --ipv6."""
 
 from __future__ import annotations
 
@@ -52,14 +53,66 @@ def test_suricata_rule_errors_are_surfaced_and_min_gates(tmp_path: Path, capsys)
     code = main(["ids-coverage", str(f), "--out", str(out), "--min", "0.9", "-q"])
     err = capsys.readouterr().err
     doc = json.loads((out / "coverage.json").read_text())
-    assert code == 3                                   # 1 of 2 loaded rules alerted: below 0.9
+    assert code == 3                                   # 1 of 3 rules that can alert alerted: below 0.9
     assert f"{f}:4:" in err                            # the malformed rule, with file:line
     assert "2000002" in err and "suricata: " in err    # Suricata's own error line
     rows = {r["sid"]: r for r in doc["rows"]}
     assert rows[2000001]["state"] == "alerted"
     assert rows[2000002]["state"] == "not loaded"
     assert rows[2000003]["state"] == "missed"
-    assert doc["coverage"] == pytest.approx(0.5)
+    assert doc["coverage"] == pytest.approx(1 / 3)              # the rejected rule counts as missed
+    assert doc["coverage_loaded"] == pytest.approx(0.5)
+
+
+REFUSED_AND_GOOD = (
+    'alert tcp $EXTERNAL_NET any -> $HOME_NET 7000 (msg:"good"; flow:to_server,established; content:"hello"; sid:1000950; rev:1;)\n'
+    'alert tcp $EXTERNAL_NET any -> $HOME_NET 7001 (msg:"suricata rejects"; content:"x"; depth:0; sid:1000951; rev:1;)\n'
+)
+
+
+def test_unloadable_rules_count_against_min_and_are_reported(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "two.rules"
+    f.write_text(REFUSED_AND_GOOD)
+    code = main(["ids-coverage", str(f), "--out", str(tmp_path / "out"), "--min", "0.9", "-q"])
+    out = capsys.readouterr()
+    doc = json.loads((tmp_path / "out" / "coverage.json").read_text())
+    assert code == 3
+    assert doc["unloadable"] == 1 and doc["unloadable_sids"] == [1000951]
+    assert doc["coverage"] == pytest.approx(0.5) and doc["coverage_loaded"] == pytest.approx(1.0)
+    assert f"{f}:2: sid 1000951: Suricata rejected the rule: detect-depth: depth:0" in out.err
+    assert "1 rules suricata refused to load, counted as missed" in out.err
+    assert "refused by suricata (sids 1000951)" in out.out
+    md = (tmp_path / "out" / "coverage.md").read_text()
+    assert "## Rules suricata refused to load (1)" in md and f"| 1000951 | {f}:2 |" in md
+    assert "1000951" in (tmp_path / "out" / "coverage.html").read_text()
+
+
+def test_exclude_unloadable_leaves_them_out_of_the_gate(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "two.rules"
+    f.write_text(REFUSED_AND_GOOD)
+    code = main(["ids-coverage", str(f), "--out", str(tmp_path / "out"), "--min", "0.9", "-q",
+                 "--exclude-unloadable"])
+    out = capsys.readouterr()
+    doc = json.loads((tmp_path / "out" / "coverage.json").read_text())
+    assert code == 0, out
+    assert doc["coverage"] == doc["coverage_loaded"] == pytest.approx(1.0)
+    assert doc["unloadable"] == 1 and doc["unloadable_excluded"] is True
+    assert "refused to load, left out of the coverage" in out.err
+
+
+def test_ipv6_sessions_are_scored_by_their_address_pair(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "v6.rules"
+    f.write_text(
+        'alert tcp $EXTERNAL_NET any -> $HOME_NET 7000 (msg:"tcp"; flow:to_server,established; content:"hello"; sid:1000960; rev:1;)\n'
+        'alert http $EXTERNAL_NET any -> $HOME_NET any (msg:"http"; flow:to_server,established; http.uri; content:"/v6-path"; sid:1000961; rev:1;)\n'
+        'alert udp $EXTERNAL_NET any -> $HOME_NET 53 (msg:"dns"; dns.query; content:"v6.example"; sid:1000962; rev:1;)\n'
+    )
+    code = main(["ids-coverage", str(f), "--out", str(tmp_path / "out"), "--min", "1", "-q", "--ipv6"])
+    doc = json.loads((tmp_path / "out" / "coverage.json").read_text())
+    sessions = json.loads((tmp_path / "out" / "attacks.json").read_text())["sessions"]
+    assert code == 0, capsys.readouterr()
+    assert doc["ip_version"] == 6 and doc["alerted"] == 3 and doc["coverage"] == 1.0
+    assert all(s["client"].startswith("2001:db8:1::") and s["server"].startswith("2001:db8::") for s in sessions)
 
 
 def test_missing_rule_file_is_bad_input(tmp_path: Path, capsys) -> None:

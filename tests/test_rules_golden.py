@@ -1,5 +1,6 @@
 """Golden cases (tests/rules_cases/*/rules.rules + expect.yaml) run through the real Suricata:
-every expected sid must alert on its own synthesized session, and nothing else may fire there."""
+every expected sid must alert on its own synthesized session, and nothing else may fire there;
+the same again with every session over IPv6 (2001:db8::/32)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from testbed.ids.rules.semantics import analyze
-from testbed.ids.rules.synth import synthesize
+from testbed.ids.rules.synth import icmpv4_only, synthesize
 from testbed.ids.rules.syntax import read_rules
 
 CASES = sorted(p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file())
@@ -20,6 +21,20 @@ pytestmark = pytest.mark.skipif(shutil.which("suricata") is None, reason="surica
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_golden_case(case: Path, tmp_path: Path) -> None:
+    check_case(case, tmp_path, ip_version=4)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_golden_case_over_ipv6(case: Path, tmp_path: Path) -> None:
+    expect = yaml.safe_load((case / "expect.yaml").read_text())
+    if expect.get("ipv6") is False:      # a case that says why it cannot run over IPv6
+        pytest.skip(f"{case.name}: expect.yaml has ipv6: false ({expect.get('ipv6_why', 'no reason given')})")
+    res, models = check_case(case, tmp_path, ip_version=6)
+    v4 = {m.sid for m in models if icmpv4_only(m)}               # `icmp` rules with an ICMPv4 itype
+    assert res.sessions and all(":" in s.client and ":" in s.server for s in res.sessions if s.sid not in v4)
+
+
+def check_case(case: Path, tmp_path: Path, ip_version: int):
     from testbed.ids.suricata import run_offline
 
     expect = yaml.safe_load((case / "expect.yaml").read_text())
@@ -29,7 +44,7 @@ def test_golden_case(case: Path, tmp_path: Path) -> None:
     for m in models:
         if m.sid in expect["alerts"]:
             assert m.supported, (m.sid, m.reasons)
-    res = synthesize(models, tmp_path / "a.pcap", tmp_path / "a.json")
+    res = synthesize(models, tmp_path / "a.pcap", tmp_path / "a.json", ip_version=ip_version)
     suri = run_offline(tmp_path / "a.pcap", [case / "rules.rules"], tmp_path / "suri")
     assert suri.load_errors == [], suri.errors
     fired: dict[frozenset, set[int]] = defaultdict(set)
@@ -43,3 +58,11 @@ def test_golden_case(case: Path, tmp_path: Path) -> None:
         assert own[sid] - {sid} - set(expect.get("silent", [])) == set(), f"extra alerts on sid {sid}'s session"
     for sid in expect.get("silent", []):
         assert sid not in {a.sid for a in suri.alerts}
+    return res, models
+
+
+def test_rules_that_name_ipv6_get_ipv6_sessions_by_themselves(tmp_path: Path) -> None:
+    case = Path(__file__).parent / "rules_cases" / "ipv6_rules"
+    res, _ = check_case(case, tmp_path, ip_version=4)
+    family = {s.sid: 6 if ":" in s.client + s.server else 4 for s in res.sessions}
+    assert family == {1000920: 6, 1000921: 6, 1000922: 4}    # icmpv6 header, IPv6 address; plain udp

@@ -1,6 +1,7 @@
 """IDS detection coverage of rule files: synthesize one session per rule, run the IDS, count.
 
-`run_coverage(rule_files, out_dir, *, ids="suricata", mixes=(), progress=None) -> dict` writes
+`run_coverage(rule_files, out_dir, *, ids="suricata", mixes=(), progress=None, ip_version=4,
+exclude_unloadable=False) -> dict` writes
 ``attacks.pcap``, ``attacks.json`` (the synthesis manifest), ``coverage.json``, ``coverage.md`` and
 ``coverage.html`` into `out_dir`, and returns the JSON document.
 
@@ -8,10 +9,13 @@ Counting (per rule): *parsed* (the splitter accepted it), *synthesizable* (seman
 a session was written), *loaded* (Suricata did not reject it), *alerted* (an alert with the rule's
 own sid on the rule's session, matched by the session's address pair, which is unique per rule),
 *missed* (loaded, but no own alert; with the likely reason), and *extra* (sessions on which other
-sids fired, except the flowbits setters written into the same session). Coverage is
-alerted / (loaded rules that can alert, i.e. without ``noalert``).
+sids fired, except the flowbits setters written into the same session). *Unloadable*: rules that
+can alert (no ``noalert``) but the IDS refused to load. Coverage is alerted / (rules that can
+alert, unloadable ones included): a rule the IDS refuses detects nothing. ``coverage_loaded`` is
+alerted / (loaded rules that can alert); with `exclude_unloadable` ``coverage`` is that one.
 
-`score(models, synth, suri) -> dict` is that count for any synthesis result and Suricata run;
+`score(models, synth, suri, *, exclude_unloadable=False) -> dict` is that count for any synthesis
+result and Suricata run;
 `attack_coverage(pcap, attacks, rule_paths, out_dir)` scores the attack sessions of a run's
 capture (`testbed.ids.rules.attacks`) the same way. `--mix` adds benign background load from the
 flowengine generator (through the generator registry), merged by time with the attack sessions.
@@ -39,7 +43,8 @@ from .suricata import SuricataResult, run_offline, suricata_version
 BENIGN_NET = ("198.18.240.0/24", "198.19.240.0/24")
 
 
-def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult) -> dict:
+def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult, *,
+          exclude_unloadable: bool = False) -> dict:
     """The coverage counts of `models` whose sessions `synth` wrote and Suricata read (`suri`)."""
     by_pair: dict[frozenset, set[int]] = defaultdict(set)
     for a in suri.alerts:
@@ -48,6 +53,7 @@ def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult) -> 
     for s in synth.sessions:
         sessions_of[s.sid].append(s)
     failed_load = suri.failed_sids
+    load_error = {e.sid: e.reason or e.line_text for e in suri.load_errors if e.sid is not None}
     alerted_any = {a.sid for a in suri.alerts}
     generic = {m.sid for m in models if not any(m.buffers.values())}
     by_sid = {m.sid: m for m in models}
@@ -81,7 +87,9 @@ def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult) -> 
             row["extra_kind"] = worst
             extra_kind[worst] += 1
         if not row["loaded"]:
-            row["state"], row["reason"] = "not loaded", "Suricata rejected the rule"
+            row["state"] = "not loaded"
+            row["reason"] = "Suricata rejected the rule: " + load_error.get(m.sid, "")
+            row["can_alert"] = not m.noalert
         elif m.noalert:
             row["state"], row["reason"] = "silent", "noalert (sets flowbits only)"
         elif row["alerted"]:
@@ -99,6 +107,8 @@ def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult) -> 
     loaded = [r for r in rows if r["loaded"]]
     can_alert = [r for r in loaded if r["state"] != "silent"]
     alerted = [r for r in can_alert if r["alerted"]]
+    unloadable = [r for r in rows if not r["loaded"] and r["can_alert"]]
+    counted = len(can_alert) + (0 if exclude_unloadable else len(unloadable))
     sessions = len({frozenset((s.client, s.server)) for s in synth.sessions})
     per_kw: dict[str, Counter] = defaultdict(Counter)
     per_ct: dict[str, Counter] = defaultdict(Counter)
@@ -117,7 +127,12 @@ def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult) -> 
         "silent": len(loaded) - len(can_alert),
         "alerted": len(alerted),
         "missed": len(can_alert) - len(alerted),
-        "coverage": len(alerted) / len(can_alert) if can_alert else 0.0,
+        "unloadable": len(unloadable),
+        "unloadable_sids": sorted(r["sid"] for r in unloadable),
+        "unloadable_excluded": exclude_unloadable,
+        # the gate's number: unloadable rules count as missed unless excluded
+        "coverage": len(alerted) / counted if counted else 0.0,
+        "coverage_loaded": len(alerted) / len(can_alert) if can_alert else 0.0,
         "sessions": sessions,
         "extra_alert_sessions": extra_sessions,
         "extra_fraction": extra_sessions / sessions if sessions else 0.0,
@@ -176,7 +191,8 @@ def _reason_class(reason: str) -> str:
 
 
 def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str = "suricata",
-                 mixes: tuple[float, ...] = (), progress=None) -> dict:
+                 mixes: tuple[float, ...] = (), progress=None, ip_version: int = 4,
+                 exclude_unloadable: bool = False) -> dict:
     if ids != "suricata":
         raise ValueError(f"IDS {ids!r} is not supported; use --ids suricata")
     say = progress or (lambda msg: None)
@@ -187,7 +203,7 @@ def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str 
     unknown = Counter(k for m in models for k in m.unknown)
     say(f"parsed {len(models):,} rules ({len(problems)} problems)")
     t1 = time.monotonic()
-    synth = synthesize(models, out / "attacks.pcap", out / "attacks.json",
+    synth = synthesize(models, out / "attacks.pcap", out / "attacks.json", ip_version=ip_version,
                        progress=lambda i, n: say(f"synthesizing {i:,}/{n:,}"))
     t2 = time.monotonic()
     say(f"wrote {len(synth.sessions):,} sessions, {synth.packets:,} packets; running suricata")
@@ -198,15 +214,16 @@ def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str 
         "problems": [str(p) for p in problems], "unknown_keywords": dict(unknown.most_common()),
         "suricata_errors": suri.errors[:200], "suricata_rules_loaded": suri.rules_loaded,
         "suricata_rules_failed": suri.rules_failed,
-        "packets": synth.packets,
+        "packets": synth.packets, "ip_version": ip_version,
         "timing_s": {"parse_and_synthesize": round(t2 - t_start, 3), "synthesize": round(t2 - t1, 3),
                      "suricata": round(t3 - t2, 3)},
-        **score(models, synth, suri),
+        **score(models, synth, suri, exclude_unloadable=exclude_unloadable),
         "mixes": {},
     }
     for frac in mixes:
         say(f"mixing with benign load: attacks {frac:.0%} of packets")
-        doc["mixes"][f"{frac:g}"] = _mixed(models, out, frac, synth.packets, list(rule_files))
+        doc["mixes"][f"{frac:g}"] = _mixed(models, out, frac, synth.packets, list(rule_files),
+                                           ip_version, exclude_unloadable)
     doc["timing_s"]["total"] = round(time.monotonic() - t_start, 3)
     write_reports(doc, out)
     return doc
@@ -277,7 +294,8 @@ flows:
     return pcap
 
 
-def _mixed(models: list[RuleModel], out: Path, frac: float, attack_packets: int, rule_files) -> dict:
+def _mixed(models: list[RuleModel], out: Path, frac: float, attack_packets: int, rule_files,
+           ip_version: int, exclude_unloadable: bool) -> dict:
     mdir = out / f"mix-{frac:g}"
     mdir.mkdir(exist_ok=True)
     benign_packets = int(attack_packets * (1 - frac) / frac)
@@ -286,13 +304,14 @@ def _mixed(models: list[RuleModel], out: Path, frac: float, attack_packets: int,
     benign = _benign_pcap(mdir, benign_packets, duration_s)
     cap = read_capture(benign)
     t0 = int(cap.ts_ns[0]) if len(cap.ts_ns) else T0_NS
-    synth = synthesize(models, mdir / "attacks.pcap", mdir / "attacks.json", t0_ns=t0)
+    synth = synthesize(models, mdir / "attacks.pcap", mdir / "attacks.json", t0_ns=t0, ip_version=ip_version)
     merged = mdir / "mixed.pcap"
     merge_pcaps([benign, mdir / "attacks.pcap"], merged)   # the one merge (testbed/ids/rules/attacks.py)
     suri = run_offline(merged, rule_files, mdir / "suricata")
-    counts = score(models, synth, suri)
+    counts = score(models, synth, suri, exclude_unloadable=exclude_unloadable)
     total = len(cap.ts_ns) + synth.packets
-    keep = ("loaded", "silent", "alerted", "missed", "coverage", "sessions", "extra_alert_sessions", "extra_fraction",
+    keep = ("loaded", "silent", "alerted", "missed", "coverage", "coverage_loaded", "unloadable",
+            "sessions", "extra_alert_sessions", "extra_fraction",
             "extra_specific_sessions", "extra_specific_fraction", "extra_unrelated_sessions", "extra_unrelated_fraction")
     res = {k: counts[k] for k in keep}
     res.update(benign_packets=len(cap.ts_ns), attack_packets=synth.packets,
@@ -305,12 +324,23 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _counted(doc: dict) -> int:
+    """The rules the coverage divides by: loaded ones that can alert, plus the unloadable ones."""
+    return doc["loaded"] - doc["silent"] + (0 if doc["unloadable_excluded"] else doc["unloadable"])
+
+
 def summary_lines(doc: dict) -> list[str]:
     lines = [
         f"rules: {doc['rules']:,} parsed ({len(doc['problems'])} malformed, skipped), "
         f"{doc['synthesizable']:,} synthesizable, {doc['loaded']:,} loaded by {doc['ids']} {doc['ids_version']}",
-        f"coverage: {doc['alerted']:,} of {doc['loaded'] - doc['silent']:,} alerted for their own sid "
-        f"({_pct(doc['coverage'])}); {doc['missed']:,} missed; {doc['silent']} noalert rules not counted",
+        f"coverage: {_pct(doc['coverage'])}: {doc['alerted']:,} of {_counted(doc):,} rules that can alert "
+        f"alerted for their own sid; {doc['missed']:,} missed; {doc['silent']} noalert rules not counted",
+        f"unloadable: {doc['unloadable']:,} rules that could alert were refused by {doc['ids']}"
+        + (f" (sids {', '.join(map(str, doc['unloadable_sids'][:20]))}"
+           + (", ..." if doc["unloadable"] > 20 else "") + ")" if doc["unloadable"] else "")
+        + ("; left out of the coverage (--exclude-unloadable)" if doc["unloadable_excluded"] else
+           "; counted as missed in the coverage")
+        + f"; coverage of the loaded rules {_pct(doc['coverage_loaded'])}",
         f"extra alerts (raw): {doc['extra_alert_sessions']:,} of {doc['sessions']:,} sessions ({_pct(doc['extra_fraction'])}) "
         f"had another sid fire: header-only rules, which match any session to that port: "
         f"{doc.get('extra_header_only_sessions', 0):,} ({_pct(doc.get('extra_header_only_fraction', 0))}); "
@@ -354,6 +384,11 @@ def markdown(doc: dict) -> str:
         out += ["", "## Malformed rules (skipped)", ""] + [f"- `{p}`" for p in doc["problems"][:200]]
     if doc["suricata_errors"]:
         out += ["", "## Suricata errors", "", "```"] + doc["suricata_errors"][:50] + ["```"]
+    refused = [r for r in doc["rows"] if r["state"] == "not loaded"]
+    if refused:
+        out += ["", f"## Rules {doc['ids']} refused to load ({len(refused)})", "", "| sid | where | error |",
+                "|---|---|---|"]
+        out += [f"| {r['sid']} | {r['where']} | {r['reason']} |" for r in refused[:2000]]
     missed = [r for r in doc["rows"] if r["state"] == "missed"]
     out += ["", f"## Missed rules ({len(missed)})", "", "| sid | where | reason |", "|---|---|---|"]
     out += [f"| {r['sid']} | {r['where']} | {r.get('reason', '')} |" for r in missed[:2000]]

@@ -10,7 +10,8 @@
 - `run_offline(pcap, rule_files, out_dir) -> SuricataResult`: ``suricata -r``; the result has the
   alerts, the rule-load errors (Suricata's own lines, with the sid and file:line they name), and
   the number of rules loaded and failed.
-- `parse_eve(path) -> list[Alert]`.
+- `parse_eve(path) -> list[Alert]`; addresses in the short text form (`ipaddress`), as our
+  synthesis writes them (Suricata spells IPv6 addresses out in full).
 - `check_load(rules_path, work_dir) -> LoadCheck`: ``suricata -T`` on one rule file with the same
   configuration; ``failures`` maps sid -> Suricata's own error lines (`parse_test_output`).
 - `translate_file(in_path, out_path, *, check=True, work_dir=None, app_header=False)`: the text
@@ -25,6 +26,7 @@ Suricata missing raises `SuricataMissing` whose message is the command that inst
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import shutil
@@ -103,6 +105,7 @@ class RuleLoadError:
     sid: int | None = None
     file: str | None = None
     line: int | None = None
+    reason: str = ""          # the error lines Suricata printed just before (what is wrong)
 
     def __str__(self) -> str:
         return self.line_text
@@ -250,6 +253,7 @@ def parse_log(text: str) -> tuple[list[str], list[RuleLoadError], int | None, in
     errors: list[str] = []
     load: list[RuleLoadError] = []
     loaded = failed = None
+    pending: list[str] = []
     for line in text.splitlines():
         m = _COUNTS.search(line)
         if m:
@@ -259,9 +263,21 @@ def parse_log(text: str) -> tuple[list[str], list[RuleLoadError], int | None, in
             m = _LOAD_ERR.search(line)
             if m:
                 sid = _SID.search(m.group("rule"))
+                reason = "; ".join(re.sub(r"^.*?\bE:\s*", "", p) for p in pending)
                 load.append(RuleLoadError(line.strip(), int(sid.group(1)) if sid else None,
-                                          m.group("file"), int(m.group("line"))))
+                                          m.group("file"), int(m.group("line")), reason))
+                pending = []
+            else:
+                pending.append(line.strip())
     return errors, load, loaded, failed
+
+
+def _short(address: str) -> str:
+    """`2001:0db8:0000:...:0001` -> `2001:db8::1`; IPv4 and anything else unchanged."""
+    try:
+        return ipaddress.ip_address(address).compressed
+    except ValueError:
+        return address
 
 
 def parse_eve(path: str | Path) -> list[Alert]:
@@ -278,8 +294,8 @@ def parse_eve(path: str | Path) -> list[Alert]:
             if ev.get("event_type") != "alert":
                 continue
             a = ev.get("alert", {})
-            alerts.append(Alert(int(a.get("signature_id", 0)), int(a.get("gid", 1)), ev.get("src_ip", ""),
-                                int(ev.get("src_port", 0) or 0), ev.get("dest_ip", ""),
+            alerts.append(Alert(int(a.get("signature_id", 0)), int(a.get("gid", 1)), _short(ev.get("src_ip", "")),
+                                int(ev.get("src_port", 0) or 0), _short(ev.get("dest_ip", "")),
                                 int(ev.get("dest_port", 0) or 0), ev.get("proto", ""),
                                 ev.get("timestamp", ""), a.get("signature", "")))
     return alerts

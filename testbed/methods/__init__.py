@@ -29,11 +29,12 @@ class Step:
         """Wall seconds after which the step is over whatever the generators say."""
         tb = self.scenario.testbed
         assert tb is not None
+        delay = max((g.start for g in self.generators), default=0) / NS   # the latest generator start
         if any(g.pace == "topspeed" for g in self.generators):
-            return (tb.duration or 0) / NS
+            return (tb.duration or 0) / NS + delay
         horizon = max(f.last_due_ns for f in self.scenario.flows) / NS
         horizon = max(horizon, self.params.get("attacks_last_s", 0.0))  # the attack replay, if any
-        return horizon + REALTIME_GRACE_S
+        return horizon + delay + REALTIME_GRACE_S
 
     def stopped_at_deadline_is_planned(self, spec: GeneratorSpec) -> bool:
         """A generator the deadline stopped finished as planned (else it was still sending)."""

@@ -3,7 +3,8 @@
 `select_rules(models, select)` keeps the rules a scenario's `attacks.select` asks for;
 `schedule(models, count)` cycles them into `count` attack instances in file order;
 `write_attacks(spec, rule_paths, out_dir, ...)` writes ``attacks.pcap`` and ``attacks.json`` with
-session *k* due at ``start + k / rate`` (later only when the session before it is still running);
+session *k* due at ``start + k / rate`` (later only when the session before it is still running),
+over IPv6 with ``ip_version: 6``;
 `merge_pcaps(inputs, out)` merges captures by time (mergecap, nanosecond pcap) and is the one merge
 used by runs and by `testbed ids-coverage --mix`. Scoring the attack sessions of a capture with
 Suricata is `testbed.ids.coverage.attack_coverage`.
@@ -113,10 +114,11 @@ def write_attacks(spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0
     starts = [first + round(k * period) for k in range(len(plan))]
     out_dir.mkdir(parents=True, exist_ok=True)
     pcap, manifest = out_dir / "attacks.pcap", out_dir / "attacks.json"
-    synth = synthesize(plan, pcap, manifest, all_models=models, starts_ns=starts)
+    synth = synthesize(plan, pcap, manifest, all_models=models, starts_ns=starts, ip_version=spec.ip_version)
     doc = json.loads(manifest.read_text())
     doc["attacks"] = {"rule_files": [str(p) for p in rule_paths], "count": spec.count,
-                      "rate": float(spec.rate), "start_ns": first, "selected_sids": [m.sid for m in selected],
+                      "rate": float(spec.rate), "start_ns": first, "ip_version": spec.ip_version,
+                      "selected_sids": [m.sid for m in selected],
                       "unsynthesizable": {str(k): v for k, v in unsynthesizable.items()}}
     manifest.write_text(json.dumps(doc, indent=1) + "\n")
     synth.failed.update(unsynthesizable)

@@ -1,5 +1,8 @@
-"""Struct-based packet builders (Ethernet, IPv4, TCP, UDP, ICMP) with correct checksums, and a
-microsecond pcap writer. Headers are declared as tables of (format, field) and packed in one go."""
+"""Struct-based packet builders (Ethernet, IPv4, IPv6, TCP, UDP, ICMP, ICMPv6) with correct
+checksums, and a microsecond pcap writer. Headers are declared as tables of (format, field) and
+packed in one go. `ip(src, dst, proto, payload, ident)` picks IPv4 or IPv6 by the address length;
+`tcp`/`udp` take 4- or 16-byte addresses: below 64 KiB the IPv6 pseudo header (length as 32 bits,
+next header last) has the same 16-bit sum as the IPv4 one (RFC 8200, 8.1)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,10 @@ ETH_HDR = struct.Struct("!6s6sH")                 # dst, src, ethertype
 IP4_HDR = struct.Struct("!BBHHHBBH4s4s")          # ver/ihl, tos, total len, id, frag, ttl, proto, csum, src, dst
 TCP_HDR = struct.Struct("!HHIIBBHHH")             # sport, dport, seq, ack, offset, flags, window, csum, urg
 UDP_HDR = struct.Struct("!HHHH")                  # sport, dport, length, csum
+IP6_HDR = struct.Struct("!IHBB16s16s")            # ver/class/label, payload len, next header, hops, src, dst
 ICMP_HDR = struct.Struct("!BBHHH")                # type, code, csum, id, seq
+ICMPV6 = 58
+ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
 PCAP_GLOBAL = struct.Struct("<IHHiIII")
 PCAP_REC = struct.Struct("<IIII")
 
@@ -46,6 +52,17 @@ def ipv4(src: bytes, dst: bytes, proto: int, payload: bytes, ident: int = 0, ttl
     return hdr[:10] + struct.pack("!H", c) + hdr[12:] + payload
 
 
+def ipv6(src: bytes, dst: bytes, proto: int, payload: bytes, flow_label: int = 0, hops: int = 64) -> bytes:
+    return IP6_HDR.pack((6 << 28) | (flow_label & 0xFFFFF), len(payload), proto, hops, src, dst) + payload
+
+
+def ip(src: bytes, dst: bytes, proto: int, payload: bytes, ident: int = 0) -> bytes:
+    """IPv4 for 4-byte addresses (`ident` is the IP id), IPv6 for 16-byte ones (no id there)."""
+    if len(src) == 16:
+        return ipv6(src, dst, proto, payload)
+    return ipv4(src, dst, proto, payload, ident)
+
+
 def tcp(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
         payload: bytes = b"", window: int = 65535) -> bytes:
     hdr = TCP_HDR.pack(sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags, window, 0, 0)
@@ -68,14 +85,24 @@ def icmp(itype: int, code: int, ident: int, seq: int, payload: bytes) -> bytes:
     return hdr[:2] + struct.pack("!H", c) + hdr[4:] + payload
 
 
+def icmpv6(src: bytes, dst: bytes, itype: int, code: int, ident: int, seq: int, payload: bytes) -> bytes:
+    """ICMPv6 (echo layout): unlike ICMPv4 its checksum covers the IPv6 pseudo header."""
+    hdr = ICMP_HDR.pack(itype, code, 0, ident, seq)
+    pseudo = src + dst + struct.pack("!IxxxB", len(hdr) + len(payload), ICMPV6)
+    c = checksum(pseudo + hdr + payload)
+    return hdr[:2] + struct.pack("!H", c) + hdr[4:] + payload
+
+
 def ether(ip_packet: bytes, from_client: bool) -> bytes:
+    etype = ETH_IPV6 if ip_packet[0] >> 4 == 6 else ETH_IPV4
     if from_client:
-        return ETH_HDR.pack(MAC_SERVER, MAC_CLIENT, 0x0800) + ip_packet
-    return ETH_HDR.pack(MAC_CLIENT, MAC_SERVER, 0x0800) + ip_packet
+        return ETH_HDR.pack(MAC_SERVER, MAC_CLIENT, etype) + ip_packet
+    return ETH_HDR.pack(MAC_CLIENT, MAC_SERVER, etype) + ip_packet
 
 
 def addr(text: str) -> bytes:
-    return socket.inet_aton(text)
+    """4 bytes for an IPv4 address, 16 for an IPv6 one."""
+    return socket.inet_pton(socket.AF_INET6 if ":" in text else socket.AF_INET, text)
 
 
 class PcapWriter:

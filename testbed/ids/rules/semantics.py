@@ -9,7 +9,10 @@ syntaxes: Suricata sticky (``http.uri; content:...``), Snort 3 sticky (``http_ur
 ``content:"x",depth 4``) and legacy modifiers after the content (``content:"x"; http_uri;``).
 
 Every model has `status` "supported" or "unsupported" and `reasons`; keywords we do not know are
-listed in `unknown`.
+listed in `unknown`. A rule that asks for more than MAX_SESSION_BYTES at a position or length
+(`offset`, `distance`, `isdataat`, `dsize`, `bsize`, byte_* offsets), or for more than
+MAX_SESSIONS sessions (threshold counts) is unsupported with that reason: the synthesis of one
+rule stays bounded in memory.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ PORT_VARS = {**PORT_GROUPS, "SIP_PORTS": "[5060,5061,5600]"}
 APP_PORTS = {"http": 80, "tls": 443, "ssl": 443, "dns": 53, "smtp": 25, "ftp": 21, "ssh": 22,
              "smb": 445, "pop3": 110, "imap": 143, "sip": 5060, "telnet": 23, "dcerpc": 135}
 TRANSPORTS = {"tcp", "udp", "icmp", "ip", "tcp-pkt", "tcp-stream", "udp-pkt", "icmpv6", "ipv6"}
+MAX_SESSION_BYTES = 1 << 20       # bytes one rule's session may carry (Suricata's stream depth: 1 MiB)
+MAX_SESSIONS = 10_000             # sessions one rule may need (the largest ET Open count is 1,000)
+MAX_RULE_TRAFFIC = 64 << 20       # bytes all sessions of one rule may carry together
 SYNTH_APPS = {"http", "tls", "dns", "smtp", "ftp", "ssh", "ssl", "pop3", "imap", "telnet", "dcerpc"}
 
 # --- buffers -----------------------------------------------------------------------------------
@@ -144,7 +150,7 @@ class RuleModel:
     app: str | None = None         # http, tls, dns, smtp, ftp, ssh or None
     to_server: bool = True         # the matching data goes client -> server
     src_is_client: bool = True     # the header's source is the client
-    ipv6: bool = False
+    ipv6: bool = False             # the rule names IPv6 (icmpv6/ipv6 header, an IPv6 address)
     src_ports: str = "any"
     dst_ports: str = "any"
     src_addr: str = "any"
@@ -215,9 +221,18 @@ def _int(v: str | None, what: str) -> int:
         raise ValueError(f"{what} needs a value")
     v = v.strip()
     try:
-        return int(v, 0)
+        n = int(v, 0)
     except ValueError:
         raise ValueError(f"{what}:{v} is not a number (variables from byte_extract are not supported)") from None
+    return _bounded(n, what)
+
+
+def _bounded(n: int, what: str) -> int:
+    """`n` when a session can hold it, else ValueError (the rule becomes unsupported)."""
+    if abs(n) > MAX_SESSION_BYTES:
+        raise ValueError(f"{what}:{n} asks for more than the {MAX_SESSION_BYTES:,} bytes a "
+                         "synthesized session may carry")
+    return n
 
 
 def _split_snort3_content(value: str) -> tuple[str, list[str]]:
@@ -391,6 +406,7 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
     meta_service = service if not raw.has("service") else ""
     if meta_service:
         service = ""
+    m.ipv6 = proto in ("icmpv6", "ipv6") or any(":" in (a or "") for a in (raw.src, raw.dst))
     if proto in TRANSPORTS:
         m.proto = {"tcp-pkt": "tcp", "tcp-stream": "tcp", "udp-pkt": "udp", "icmpv6": "icmp", "ipv6": "ip"}.get(proto, proto)
         if service in SYNTH_APPS:
@@ -511,14 +527,15 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             continue
         if kw == "dsize":
             m.dsize = _range(val or "", "dsize")
+            _bounded(m.dsize[0], "dsize")
             continue
         if kw == "urilen":
             lo, hi = _range((val or "").split(",")[0], "urilen")
-            m.buffer_opts.setdefault("http.uri", {})["len"] = (lo, hi)
+            m.buffer_opts.setdefault("http.uri", {})["len"] = (_bounded(lo, "urilen"), hi)
             continue
         if kw in ("bsize", "bufferlen"):
             lo, hi = _range((val or "").replace("=", ""), kw)
-            m.buffer_opts.setdefault(sticky or "pkt", {})["len"] = (lo, hi)
+            m.buffer_opts.setdefault(sticky or "pkt", {})["len"] = (_bounded(lo, kw), hi)
             continue
         if kw == "dotprefix":
             m.buffer_opts.setdefault(sticky or "pkt", {})["dotprefix"] = True
@@ -534,6 +551,9 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         if kw in ("byte_test", "byte_jump"):
             parts = [p.strip() for p in (val or "").split(",")]
             rel = "relative" in parts
+            where = parts[3:4] if kw == "byte_test" else parts[1:2]   # the offset argument
+            if where and re.fullmatch(r"-?\d+", where[0]):
+                _bounded(int(where[0]), f"{kw} offset")
             add(sticky or (last_buffer if rel else "pkt"), Match(kw, relative=rel, args=tuple(parts)))
             continue
         if kw == "flags":
@@ -568,6 +588,9 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             count = int(args.get("count", "1"))
             kind = args.get("type", "detection_filter" if kw == "detection_filter" else "limit")
             need = count + 1 if kind == "detection_filter" else (1 if kind == "limit" else count)
+            if need > MAX_SESSIONS:
+                raise ValueError(f"{kw} count {count} needs {need:,} sessions, more than the "
+                                 f"{MAX_SESSIONS:,} one rule may have")
             m.events = max(m.events, need)
             m.track = args.get("track", "by_src")
             continue

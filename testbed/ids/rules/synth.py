@@ -1,13 +1,17 @@
 """Rule models -> pseudo-stateful sessions in a pcap, one session (own 5-tuple) per rule.
 
-`synthesize(models, pcap_path, manifest_path=None) -> SynthResult`. Each supported rule becomes a
-session between its own client and server address (HOME_NET in 198.18.0.0/16, EXTERNAL_NET in
-198.19.0.0/16): a TCP three-way handshake with correct sequence and acknowledgement numbers, the
-data in the rule's direction (segmented, every segment ACKed), an orderly FIN close; or UDP
-datagrams; or ICMP. HTTP rules get a request and a response with each content in its buffer and
-Content-Length framing, DNS rules a query and a response, TLS rules a ClientHello with the SNI.
+`synthesize(models, pcap_path, manifest_path=None, *, ip_version=4) -> SynthResult`. Each supported
+rule becomes a session between its own client and server address (HOME_NET in 198.18.0.0/16,
+EXTERNAL_NET in 198.19.0.0/16; over IPv6, with `ip_version=6` or for a rule that names IPv6
+(`RuleModel.ipv6`), 2001:db8::/48 and 2001:db8:1::/48): a TCP three-way handshake with correct
+sequence and acknowledgement numbers, the data in the rule's direction (segmented, every segment
+ACKed), an orderly FIN close; or UDP datagrams; or ICMP (ICMPv6 over IPv6). HTTP rules get a
+request and a response with each content in its buffer and Content-Length framing, DNS rules a
+query and a response, TLS rules a ClientHello with the SNI.
 Flowbits checks get the packets of a rule that sets the bit first, in the same session; threshold
 and detection_filter rules get as many sessions as the count needs, from one client.
+One rule's work is bounded: RULE_TIME_LIMIT_S of planning (pcre backtracking), MAX_SESSION_BYTES
+per session and MAX_RULE_TRAFFIC for all its sessions; a rule over one is in `failed` with the reason.
 
 The manifest (JSON) maps each rule to its session(s): sid, related sids, protocol, client and
 server address and port, first and last packet time (ns), and per rule the status and reasons.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
 import json
 import re
 import signal
@@ -32,7 +37,8 @@ from . import packets as P
 from .layout import LayoutError, build_buffer, verify
 from .regex_example import RegexUnsupported
 from .semantics import (
-    APP_PORTS, HTTP_HEADER_VALUE_BUFFERS, RESPONSE_BUFFERS, RuleModel, address_side, choose_port,
+    APP_PORTS, EXTERNAL_NET6, HOME_NET6, HTTP_HEADER_VALUE_BUFFERS, MAX_RULE_TRAFFIC,
+    MAX_SESSION_BYTES, RESPONSE_BUFFERS, RuleModel, address_side, choose_port,
 )
 
 MSS = 1400
@@ -101,17 +107,26 @@ class SynthResult:
 
 
 class _Addr:
+    """A new address of a side per call: IPv4 198.18/198.19.x.y, IPv6 2001:db8::n / 2001:db8:1::n."""
+
+    HOME6 = int(ipaddress.IPv6Network(HOME_NET6).network_address)
+    EXT6 = int(ipaddress.IPv6Network(EXTERNAL_NET6).network_address)
+
     def __init__(self) -> None:
         self.home = 0
         self.ext = 0
 
-    def take(self, side: str) -> str:
+    def take(self, side: str, v6: bool = False) -> str:
         if side == "home":
             self.home += 1
             n = self.home
+            if v6:
+                return str(ipaddress.IPv6Address(self.HOME6 + n))
             return f"198.18.{(n >> 8) & 255}.{n & 255}"
         self.ext += 1
         n = self.ext
+        if v6:
+            return str(ipaddress.IPv6Address(self.EXT6 + n))
         return f"198.19.{(n >> 8) & 255}.{n & 255}"
 
 
@@ -503,11 +518,11 @@ def _tcp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]], *
         ident[0] += 1
         if from_client:
             seg = P.tcp(c, sv, s.cport, s.sport, cseq, sseq if fl & P.ACK else 0, fl, data)
-            em.emit(P.ether(P.ipv4(c, sv, 6, seg, ident[0]), True))
+            em.emit(P.ether(P.ip(c, sv, 6, seg, ident[0]), True))
             cseq += len(data) + (1 if fl & (P.SYN | P.FIN) else 0)
         else:
             seg = P.tcp(sv, c, s.sport, s.cport, sseq, cseq if fl & P.ACK else 0, fl, data)
-            em.emit(P.ether(P.ipv4(sv, c, 6, seg, ident[0]), False))
+            em.emit(P.ether(P.ip(sv, c, 6, seg, ident[0]), False))
             sseq += len(data) + (1 if fl & (P.SYN | P.FIN) else 0)
 
     if not handshake:
@@ -534,17 +549,22 @@ def _udp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]]) -
         messages = [(True, dns_query(b"www.example.com", 1) if s.sport == 53 else b"\x00\x00\x00\x01")] + messages
     for n, (from_client, data) in enumerate(messages):
         if from_client:
-            em.emit(P.ether(P.ipv4(c, sv, 17, P.udp(c, sv, s.cport, s.sport, data), n + 1), True))
+            em.emit(P.ether(P.ip(c, sv, 17, P.udp(c, sv, s.cport, s.sport, data), n + 1), True))
         else:
-            em.emit(P.ether(P.ipv4(sv, c, 17, P.udp(sv, c, s.sport, s.cport, data), n + 1), False))
+            em.emit(P.ether(P.ip(sv, c, 17, P.udp(sv, c, s.sport, s.cport, data), n + 1), False))
 
 
 def _icmp_session(em: _Emitter, s: Session, model: RuleModel, payload: bytes) -> None:
     c, sv = P.addr(s.client), P.addr(s.server)
-    itype = model.itype if model.itype is not None else 8
+    v6 = len(c) == 16
+    itype = model.itype if model.itype is not None else (128 if v6 else 8)   # echo request
     code = model.icode if model.icode is not None else 0
     src, dst = (c, sv) if model.src_is_client else (sv, c)
-    em.emit(P.ether(P.ipv4(src, dst, 1, P.icmp(itype, code, 0x1234, 1, payload), 1), model.src_is_client))
+    if v6:
+        frame = P.ipv6(src, dst, P.ICMPV6, P.icmpv6(src, dst, itype, code, 0x1234, 1, payload))
+    else:
+        frame = P.ipv4(src, dst, 1, P.icmp(itype, code, 0x1234, 1, payload), 1)
+    em.emit(P.ether(frame, model.src_is_client))
 
 
 def _pkt_payload(model: RuleModel) -> bytes:
@@ -661,6 +681,7 @@ def _setter_for(name: str, setters: dict[str, list[RuleModel]], exclude: int,
 def plan(model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, depth: int = 0) -> _Plan:
     pre: list[tuple[bool, bytes]] = []
     related: list[int] = []
+    setter = None
     for name in model.flowbits_isset:
         setter = _setter_for(name, setters, model.sid, model.app)
         if setter is None:
@@ -672,8 +693,9 @@ def plan(model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, dept
         related += [setter.sid] + sp.related
     own = _messages(model, ident)
     if pre and model.app == "http":
-        # one transaction when the setter sent the request and this rule checks the response
-        if not model.to_server and pre[-1][0] is False and len(pre) >= 2:
+        # one transaction when the setter sent the request and this rule checks the response;
+        # a to_client setter's response carries its own bytes and stays (two transactions)
+        if not model.to_server and setter.to_server and pre[-1][0] is False and len(pre) >= 2:
             pre = pre[:-1]
             own = [m for m in own if m[0] is False]
     if pre and model.app == "smtp" and own[:1] == [(False, b"220 mail.example.com ESMTP ready\r\n")]:
@@ -682,7 +704,20 @@ def plan(model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, dept
             pre = pre[:-2]
         if any(d.startswith(b"EHLO") for _fc, d in pre):
             own = own[3:] if own[1][1].startswith(b"EHLO") else own[1:]
+    size = sum(len(d) for _fc, d in pre + own)
+    if size > MAX_SESSION_BYTES:
+        raise SynthError(f"the session would carry {size:,} bytes, more than the "
+                         f"{MAX_SESSION_BYTES:,} one rule may have")
+    if depth == 0 and size * model.events > MAX_RULE_TRAFFIC:
+        raise SynthError(f"{model.events:,} sessions of {size:,} bytes would carry more than the "
+                         f"{MAX_RULE_TRAFFIC:,} bytes one rule may have")
     return _Plan(model, pre + own, related)
+
+
+def icmpv4_only(model: RuleModel) -> bool:
+    """An ICMP rule that names an ICMPv4 type: over IPv6 the type would be an ICMPv6 one, which
+    Suricata decodes differently (type 8 is no echo there: measured, its dsize is 4 bytes short)."""
+    return model.proto == "icmp" and model.itype is not None and not model.ipv6
 
 
 def _ports(model: RuleModel, index: int) -> tuple[int, int]:
@@ -699,8 +734,11 @@ def _ports(model: RuleModel, index: int) -> tuple[int, int]:
 
 def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: str | Path | None = None,
                *, all_models: list[RuleModel] | None = None, progress=None,
-               t0_ns: int = T0_NS, starts_ns: list[int] | None = None) -> SynthResult:
+               t0_ns: int = T0_NS, starts_ns: list[int] | None = None, ip_version: int = 4) -> SynthResult:
     """Write one session per supported model into `pcap_path`.
+
+    `ip_version` 6 puts every session on IPv6 addresses; with 4 only rules that name IPv6
+    (`RuleModel.ipv6`) get IPv6 sessions. An `icmp` rule with `itype` stays on IPv4 (`icmpv4_only`).
 
     `starts_ns[i]`, if given, is when the session(s) of models[i] are due; a session starts then,
     or right after the one before it when that one is still running (the pcap stays in time order).
@@ -733,7 +771,8 @@ def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: st
                 cside = "external" if sside != "external" else "home"
             if sside == "any":
                 sside = "home" if cside != "home" else "external"
-            client, server = addrs.take(cside), addrs.take(sside)
+            v6 = (ip_version == 6 or model.ipv6) and not icmpv4_only(model)
+            client, server = addrs.take(cside, v6), addrs.take(sside, v6)
             if starts_ns is not None:
                 t = max(t if res.sessions else 0, starts_ns[i])
             for k in range(model.events):
