@@ -1,4 +1,4 @@
-"""The `testbed` command line: validate, schema, run, analyze, ids-coverage."""
+"""The `testbed` command line: validate, schema, run, analyze, translate-rules, ids-coverage, detect."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from ntgcore.runfolder import testbed_version
 from ntgcore.scenario import ScenarioError, attack_rule_paths, json_schema, load_scenario
 from ntgcore.units import parse_duration_ns
 
+from .ids import detect
 from .ids.coverage import run_coverage, summary_lines
+from .ids.expect import ExpectError, load_expect
 from .ids.rules.attacks import load_selection
 from .ids.rules.translate import report_json
-from .ids.suricata import SuricataMissing, check_load, translate_file
+from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, translate_file
 from .runner import analyze_live_run, check_places, open_site, plan_steps, run_scenario, stage_printer
 
 
@@ -325,7 +327,49 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also measure with the attacks mixed into benign load at these packet fractions, e.g. 0.01,0.1")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     c.set_defaults(func=cmd_ids_coverage)
+
+    d = sub.add_parser("detect", help="run a capture (or a run folder) and rules through Suricata and report the alerts")
+    d.add_argument("paths", nargs="+", metavar="PCAP|RUN_DIR",
+                   help="capture files (merged by time when several), or one run folder (its capture.pcap)")
+    d.add_argument("--rules", nargs="+", metavar="R", help="rule files (a run folder with attacks brings its own)")
+    d.add_argument("--home-net", metavar="CIDRS",
+                   help="HOME_NET: addresses or CIDR blocks separated by commas, or any (default: any for a "
+                   "capture, the testbed's own for a run folder)")
+    d.add_argument("--external-net", metavar="CIDRS",
+                   help="EXTERNAL_NET (default: !$HOME_NET, or any when HOME_NET is any)")
+    d.add_argument("--checksum-validation", choices=CHECKSUM_MODES, default="auto",
+                   help="all: check every packet; none: check none (offloaded checksums); auto (default): "
+                   "Suricata's own: stop checking when over 10%% of the first 1,000 packets are bad")
+    d.add_argument("--suricata-config", metavar="FILE", help="a suricata.yaml to use instead of ours")
+    d.add_argument("--expect", metavar="EXPECT.yaml",
+                   help="checks on the EVE events (suricata-verify's shape); exit 3 when one fails")
+    d.add_argument("--out", metavar="DIR",
+                   help="output folder (default: RUN_DIR/detect, or results/<time>-detect)")
+    d.add_argument("--format", type=_formats, default=detect.FORMATS, metavar="md,html,json",
+                   help="which reports to write (default: all three; eve.json is always kept)")
+    d.add_argument("--top", type=_count, default=detect.TOP_FLOWS, metavar="N",
+                   help="flows listed per sid (default: %(default)s; the report counts them all)")
+    d.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    d.set_defaults(func=cmd_detect)
     return p
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {value})")
+    return value
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    values = tuple(t.strip() for t in text.split(",") if t.strip())
+    wrong = [v for v in values if v not in detect.FORMATS]
+    if wrong or not values:
+        raise argparse.ArgumentTypeError(f"formats are md, html and json, separated by commas (got {text!r})")
+    return values
 
 
 def _fraction(text: str) -> float:
@@ -381,6 +425,55 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
         _err(f"testbed ids-coverage: coverage {doc['coverage']:.3f} is below --min {args.min:g}")
         return EXIT_CHECKS_FAILED
     return EXIT_OK
+
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    inputs = detect.resolve_inputs(args.paths, args.rules)
+    home = detect.address_group(args.home_net, "--home-net") if args.home_net else None
+    external = detect.address_group(args.external_net, "--external-net") if args.external_net else None
+    if args.suricata_config and not Path(args.suricata_config).is_file():
+        _err(f"testbed detect: {args.suricata_config}: no such Suricata configuration file")
+        return EXIT_BAD_INPUT
+    try:
+        expect = load_expect(args.expect) if args.expect else None
+    except ExpectError as exc:
+        for problem in exc.problems:
+            _err(problem)
+        return EXIT_BAD_INPUT
+    if args.out:
+        out = Path(args.out)
+    elif inputs.run_dir is not None:
+        out = inputs.run_dir / "detect"
+    else:
+        out = Path("results") / (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-detect")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _err(f"testbed detect: cannot create {out}: {exc.strerror}")
+        return EXIT_BAD_INPUT
+    doc = detect.run_detect(inputs, out, home_net=home, external_net=external,
+                            checksum=args.checksum_validation, config=args.suricata_config,
+                            expect=expect, expect_path=args.expect, formats=args.format, top=args.top,
+                            progress=None if args.quiet else (lambda msg: _err(f"detect: {msg}")))
+    for e in doc["load_errors"]:
+        _err(f"{e['file']}:{e['line']}: suricata refused sid {e['sid']}: {e['reason'] or e['suricata']}")
+    for line in doc["suricata_errors"][:20]:
+        _err(f"suricata: {line}")
+    for line in detect.summary_lines(doc):
+        print(line)
+    for r in doc["sids"][:50]:
+        flows = ", ".join(detect.flow_text(f) for f in r["top_flows"][:2])
+        more = f" (+{r['flows'] - 2} more flows)" if r["flows"] > 2 else ""
+        print(f"  sid {r['sid']}: {r['alerts']:,} alerts, {r['first_utc']} .. {r['last_utc']}: {r['msg']} [{flows}{more}]")
+    if len(doc["sids"]) > 50:
+        print(f"  ... and {len(doc['sids']) - 50} more sids (the report lists them all)")
+    written = [f"detect.{f}" for f in args.format]
+    print(f"report: {out} ({', '.join(written + ['eve.json'])})")
+    failed = [c for c in (doc["expect"] or {}).get("checks", []) if not c["ok"]]
+    for c in failed:
+        _err(f"{args.expect}: {c['text']}")
+    return EXIT_CHECKS_FAILED if failed else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,6 @@ flowengine generator (through the generator registry), merged by time with the a
 
 from __future__ import annotations
 
-import html
 import json
 import shutil
 import time
@@ -35,6 +34,7 @@ from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
 
+from .report import markdown_html
 from .rules.attacks import Attacks, merge_pcaps
 from .rules.semantics import RuleModel, load_rules
 from .rules.synth import SESSION_GAP_NS, T0_NS, SynthResult, synthesize
@@ -399,32 +399,4 @@ def write_reports(doc: dict, out: Path) -> None:
     (out / "coverage.json").write_text(json.dumps(doc, indent=1) + "\n")
     md = markdown(doc)
     (out / "coverage.md").write_text(md)
-    body = []
-    in_table = False
-    for line in md.splitlines():
-        if line.startswith("|"):
-            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
-            if set("".join(cells)) <= set("-"):
-                continue
-            if not in_table:
-                body.append("<table>")
-                in_table = True
-            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-            continue
-        if in_table:
-            body.append("</table>")
-            in_table = False
-        if line.startswith("## "):
-            body.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.startswith("# "):
-            body.append(f"<h1>{html.escape(line[2:])}</h1>")
-        elif line.startswith("- "):
-            body.append(f"<p>{html.escape(line[2:])}</p>")
-        elif line and line != "```":
-            body.append(f"<pre>{html.escape(line)}</pre>")
-    if in_table:
-        body.append("</table>")
-    style = "body{font-family:sans-serif;max-width:70em;margin:auto}td{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}"
-    (out / "coverage.html").write_text(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>IDS coverage</title><style>{style}</style></head>"
-        f"<body>{''.join(body)}</body></html>\n")
+    (out / "coverage.html").write_text(markdown_html(md, "IDS coverage"))

@@ -1,17 +1,20 @@
 """Suricata as the device under test: our own configuration, offline runs, alerts from eve.json.
 
-- `write_config(out_dir, *, rule_files, home_net=..., external_net=..., live_iface=None, ...) -> Path`
-  writes ``suricata.yaml`` (address and port variables matching the generated addresses,
-  checksum validation on, EVE JSON alerts, the application-layer parsers on, our own
-  classification.config unless the rules folder has one). With ``live_iface`` it adds an
-  ``af-packet`` section for that interface (the live mode runs the same config through
-  ``ip netns exec NS``).
+- `write_config(out_dir, *, rule_files, home_net=..., external_net=..., checksum="all",
+  live_iface=None, ...) -> Path` writes ``suricata.yaml`` (address and port variables matching the
+  generated addresses, checksum validation as `checksum` says, EVE JSON alerts, the
+  application-layer parsers on, our own classification.config unless the rules folder has one).
+  With ``live_iface`` it adds an ``af-packet`` section for that interface (the live mode runs the
+  same config through ``ip netns exec NS``).
 - `suricata_argv(config, out_dir, *, pcap=None, live_iface=None, argv_prefix=None) -> list[str]`.
-- `run_offline(pcap, rule_files, out_dir) -> SuricataResult`: ``suricata -r``; the result has the
-  alerts, the rule-load errors (Suricata's own lines, with the sid and file:line they name), and
-  the number of rules loaded and failed.
-- `parse_eve(path) -> list[Alert]`; addresses in the short text form (`ipaddress`), as our
-  synthesis writes them (Suricata spells IPv6 addresses out in full).
+- `run_offline(pcap, rule_files, out_dir, *, home_net, external_net, checksum, config, eve_types)
+  -> SuricataResult`: ``suricata -r``; the result has the alerts, the rule-load errors (Suricata's
+  own lines, with the sid and file:line they name, and its reason), and the number of rules
+  loaded and failed. The defaults are the testbed's own addresses and ``-k all`` (synthesized
+  traffic has correct checksums); `testbed detect` passes the user's.
+- `read_eve(path)` yields every EVE event as a dict; `parse_eve(path) -> list[Alert]` the alerts,
+  addresses in the short text form (`ipaddress`), as our synthesis writes them (Suricata spells
+  IPv6 addresses out in full).
 - `check_load(rules_path, work_dir) -> LoadCheck`: ``suricata -T`` on one rule file with the same
   configuration; ``failures`` maps sid -> Suricata's own error lines (`parse_test_output`).
 - `translate_file(in_path, out_path, *, check=True, work_dir=None, app_header=False)`: the text
@@ -20,6 +23,12 @@
 
 The address and port variables of the configuration are the rule side's
 (`testbed.ids.rules.variables`).
+
+Checksum validation (`CHECKSUM_MODES`): ``all`` checks every packet (``-k all`` and
+``pcap-file.checksum-checks: yes``: ``-k all`` alone leaves Suricata's pcap-file auto mode on),
+``none`` checks none (``-k none``), ``auto`` is Suricata's own pcap-file auto mode (no ``-k``): it
+checks, and after the first 1,000 packets stops checking when more than 10% of them had a bad
+checksum (a capture taken before the NIC's checksum offload filled them in).
 
 Suricata missing raises `SuricataMissing` whose message is the command that installs it.
 """
@@ -33,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +52,7 @@ from ntgcore.proc import Process
 from .rules.translate import LoadCheck, TranslationReport, translate_rules_file
 from .rules.variables import EXTERNAL_NET, HOME_NET, PORT_GROUPS, SERVER_VARS
 
+CHECKSUM_MODES = ("auto", "all", "none")
 INSTALL_HINT = ("Suricata is not installed: run `./bootstrap.sh test` (installs suricata from "
                 "bookworm-backports), or `apt-get install -t bookworm-backports suricata`")
 # A small classification table of our own, used when the rules folder has none.
@@ -123,6 +134,7 @@ class SuricataResult:
     version: str = ""
     command: list[str] = field(default_factory=list)
     record: dict = field(default_factory=dict)
+    eve: Path | None = None
 
     @property
     def failed_sids(self) -> set[int]:
@@ -154,9 +166,11 @@ def _classification_file(rule_files: list[Path], out_dir: Path) -> Path:
 
 def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net: str = HOME_NET,
                  external_net: str = EXTERNAL_NET, port_groups: dict[str, str] | None = None,
-                 live_iface: str | None = None, checksum_validation: bool = True,
+                 live_iface: str | None = None, checksum: str = "all",
                  eve_types: tuple[str, ...] = ("alert",), stats_interval: int | None = None) -> Path:
     """Write suricata.yaml into `out_dir` and return its path."""
+    if checksum not in CHECKSUM_MODES:
+        raise ValueError(f"checksum must be one of {', '.join(CHECKSUM_MODES)} (got {checksum!r})")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rules = [str(Path(r).resolve()) for r in rule_files]
@@ -187,10 +201,10 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
         "        level: info",
         "        filename: suricata.log",
         "pcap-file:",
-        f"  checksum-checks: {'yes' if checksum_validation else 'no'}",
+        f"  checksum-checks: {dict(all='yes', none='no', auto='auto')[checksum]}",
         "stream:",
         "  memcap: 256mb",
-        f"  checksum-validation: {'yes' if checksum_validation else 'no'}",
+        f"  checksum-validation: {'no' if checksum == 'none' else 'yes'}",
         "  reassembly:",
         "    memcap: 512mb",
         "    depth: 1mb",
@@ -228,8 +242,9 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
 
 def suricata_argv(config: str | Path, out_dir: str | Path, *, pcap: str | Path | None = None,
                   live_iface: str | None = None, argv_prefix: list[str] | None = None,
-                  runmode: str | None = None) -> list[str]:
-    """The command line: offline (`pcap`) or live on `live_iface` (at an endpoint: `argv_prefix`)."""
+                  runmode: str | None = None, checksum: str = "all") -> list[str]:
+    """The command line: offline (`pcap`) or live on `live_iface` (at an endpoint: `argv_prefix`);
+    `checksum` "all" or "none" is ``-k``, "auto" leaves the choice to the configuration."""
     argv = [suricata_binary(), "-c", str(config), "-l", str(out_dir)]
     if pcap is not None:
         argv += ["-r", str(pcap)]
@@ -239,7 +254,8 @@ def suricata_argv(config: str | Path, out_dir: str | Path, *, pcap: str | Path |
         raise ValueError("suricata_argv needs a pcap or a live interface")
     if runmode:
         argv += ["--runmode", runmode]
-    argv += ["-k", "all"]
+    if checksum != "auto":
+        argv += ["-k", checksum]
     return [*(argv_prefix or []), *argv]
 
 
@@ -280,24 +296,29 @@ def _short(address: str) -> str:
         return address
 
 
-def parse_eve(path: str | Path) -> list[Alert]:
-    alerts: list[Alert] = []
+def read_eve(path: str | Path) -> Iterator[dict]:
+    """Every event of an eve.json file, in file order (none when the file is missing)."""
     p = Path(path)
     if not p.exists():
-        return alerts
+        return
     with p.open() as f:
         for line in f:
             try:
-                ev = json.loads(line)
+                yield json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if ev.get("event_type") != "alert":
-                continue
-            a = ev.get("alert", {})
-            alerts.append(Alert(int(a.get("signature_id", 0)), int(a.get("gid", 1)), _short(ev.get("src_ip", "")),
-                                int(ev.get("src_port", 0) or 0), _short(ev.get("dest_ip", "")),
-                                int(ev.get("dest_port", 0) or 0), ev.get("proto", ""),
-                                ev.get("timestamp", ""), a.get("signature", "")))
+
+
+def parse_eve(path: str | Path) -> list[Alert]:
+    alerts: list[Alert] = []
+    for ev in read_eve(path):
+        if ev.get("event_type") != "alert":
+            continue
+        a = ev.get("alert", {})
+        alerts.append(Alert(int(a.get("signature_id", 0)), int(a.get("gid", 1)), _short(ev.get("src_ip", "")),
+                            int(ev.get("src_port", 0) or 0), _short(ev.get("dest_ip", "")),
+                            int(ev.get("dest_port", 0) or 0), ev.get("proto", ""),
+                            ev.get("timestamp", ""), a.get("signature", "")))
     return alerts
 
 
@@ -314,14 +335,35 @@ def _run_into(output: Path, name: str, argv: list[str], timeout: float) -> tuple
 
 
 def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | Path, *,
-                timeout: float = 600.0, runmode: str | None = None) -> SuricataResult:
-    """Run `suricata -r pcap` with our configuration; alerts and rule-load errors in the result."""
+                timeout: float = 600.0, runmode: str | None = None, home_net: str | None = HOME_NET,
+                external_net: str | None = EXTERNAL_NET, checksum: str = "all",
+                config: str | Path | None = None, eve_types: tuple[str, ...] = ("alert",)) -> SuricataResult:
+    """Run `suricata -r pcap`; alerts and rule-load errors in the result.
+
+    Without `config`, our configuration (`write_config`) with `home_net`, `external_net`,
+    `checksum` and `eve_types`. With `config` (a suricata.yaml of the user's), that file as it is,
+    the rules given with ``-S`` (one file: several are joined into ``rules.joined.rules``, and load
+    errors are mapped back to their own file and line), ``HOME_NET``/``EXTERNAL_NET`` set with
+    ``--set`` when not None, and the checksum mode on the command line; its eve-log output must
+    write eve.json."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in ("eve.json", "suricata.log"):
         (out / old).unlink(missing_ok=True)
-    config = write_config(out, rule_files=rule_files)
-    argv = suricata_argv(config, out, pcap=pcap, runmode=runmode)
+    origin: list[tuple[int, str]] = []
+    if config is None:
+        config = write_config(out, rule_files=rule_files, checksum=checksum, eve_types=eve_types,
+                              home_net=home_net or HOME_NET, external_net=external_net or EXTERNAL_NET)
+        argv = suricata_argv(config, out, pcap=pcap, runmode=runmode, checksum=checksum)
+    else:
+        joined, origin = _joined_rules(rule_files, out)
+        argv = suricata_argv(config, out, pcap=pcap, runmode=runmode, checksum=checksum)
+        argv += ["-S", str(joined)]
+        for name, value in (("HOME_NET", home_net), ("EXTERNAL_NET", external_net)):
+            if value is not None:
+                argv += ["--set", f"vars.address-groups.{name}={value}"]
+        if checksum != "auto":  # -k all alone leaves the pcap-file auto mode on
+            argv += ["--set", f"pcap-file.checksum-checks={'yes' if checksum == 'all' else 'no'}"]
     code, proc = _run_into(out / "suricata.stdout", "suricata", argv, timeout)
     text = (out / "suricata.stdout").read_text(errors="replace")
     log = out / "suricata.log"
@@ -336,12 +378,37 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
         key = (e.sid, e.file, e.line)
         if key not in seen:
             seen.add(key)
-            uniq.append(e)
+            uniq.append(_original_place(e, origin) if origin else e)
     res = SuricataResult(out, code, parse_eve(out / "eve.json"), uniq, loaded, failed, errors,
-                         command=argv, record=proc.record.as_dict())
+                         command=argv, record=proc.record.as_dict(), eve=out / "eve.json")
     if code != 0:
         raise SuricataError(f"suricata failed ({proc.record.status}); its errors:", errors or text.splitlines()[-20:])
     return res
+
+
+def _joined_rules(rule_files: list[str | Path], out: Path) -> tuple[Path, list[tuple[int, str]]]:
+    """``-S`` takes one file: the rule files joined, with (first line, file) of each part."""
+    if len(rule_files) == 1:
+        return Path(rule_files[0]).resolve(), []
+    joined = out / "rules.joined.rules"
+    origin = []
+    line = 1
+    with joined.open("w") as f:
+        for rf in rule_files:
+            text = Path(rf).read_text(errors="replace")
+            if text and not text.endswith("\n"):
+                text += "\n"
+            origin.append((line, str(rf)))
+            f.write(text)
+            line += text.count("\n")
+    return joined, origin
+
+
+def _original_place(e: RuleLoadError, origin: list[tuple[int, str]]) -> RuleLoadError:
+    if e.line is None:
+        return e
+    first, name = max((o for o in origin if o[0] <= e.line), default=origin[0])
+    return RuleLoadError(e.line_text, e.sid, name, e.line - first + 1, e.reason)
 
 
 # ---------------------------------------------------------------------------------------------
