@@ -20,7 +20,7 @@ import pandas as pd
 from .capture import CaptureError, read_capture
 from .metrics import plain, traffic_metrics
 from .plots import BLUE, GREY, ORANGE
-from .report import fmt_number, to_html, to_markdown
+from .report import fmt_number, to_html, to_markdown, unfinished_run
 
 PALETTE = [BLUE, ORANGE, "#2a9d55", "#9b59b6", "#c0392b", "#16a085", GREY]
 
@@ -157,7 +157,8 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
         say(f"step {entry['name']}: capture and samples")
         steps.append(step_metrics(run, entry))
     doc: dict[str, Any] = {"run_id": manifest.get("run_id"), "method": manifest.get("method"),
-                           "status": manifest.get("status"), "steps": steps}
+                           "status": manifest.get("status"), "incomplete_run": unfinished_run(manifest),
+                           "steps": steps}
     doc["checks"] = [c for s in steps for c in checks(s)]
     doc.update(summary(steps))
     if method is not None:
@@ -218,7 +219,9 @@ def report_blocks(doc: dict[str, Any], manifest: dict[str, Any], plots: dict[str
     b.append(("p", f"Method: {doc['method']}. Status: {doc['status']}. Topology: "
                    f"{tb.get('topology')} ({', '.join(tb.get('namespaces') or [])}), removed "
                    f"afterwards: {'yes' if isinstance(tb.get('removed'), list) else tb.get('removed')}."))
-    if manifest.get("error"):
+    if doc.get("incomplete_run"):
+        b.append(("warn", doc["incomplete_run"]["message"]))
+    elif manifest.get("error"):
         b.append(("warn", f"The run failed: {manifest['error']}"))
     bad = [c for c in doc["checks"] if not c["ok"]]
     if bad:

@@ -31,6 +31,29 @@ LINK_TYPES = {0: "BSD loopback", 1: "Ethernet", 101: "raw IP", 113: "Linux cooke
               228: "raw IPv4", 229: "raw IPv6", 276: "Linux cooked v2 (SLL2)"}
 
 
+# What a manifest status other than `completed` means for the numbers of a report.
+UNFINISHED = {
+    "running": "the run had not finished: its manifest still says `running` (it is still running, or "
+               "its process died; `testbed cleanup` marks such runs `abandoned`)",
+    "abandoned": "the run was abandoned: its process died before it could finish",
+    "failed": "the run failed",
+    "interrupted": "the run was interrupted",
+}
+
+
+def unfinished_run(manifest: dict[str, Any]) -> dict[str, str] | None:
+    """{status, message} when the manifest says the run did not complete, else None: the report
+    shows it as a banner, metrics.json as `incomplete_run`, `testbed analyze` on stderr."""
+    status = manifest.get("status")
+    if status not in UNFINISHED:
+        return None
+    why = manifest.get("abandoned_reason") or manifest.get("error") or (
+        f"by {manifest['interrupted_by']}" if manifest.get("interrupted_by") else None)
+    return {"status": status,
+            "message": f"Incomplete run: {UNFINISHED[status]}" + (f" ({why})" if why else "")
+            + "; the numbers cover only what it produced until then."}
+
+
 def analyze(path: str | Path, out_dir: str | Path | None = None,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Analyse a pcap/pcapng file or a run folder and write the report files.
@@ -81,6 +104,7 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
         "capture_problem": (None if cap.problem is None else
                             {"offset": cap.problem.offset, "message": cap.problem.message,
                              "packets_read": cap.problem.packets_read}),
+        "incomplete_run": unfinished_run(manifest) if manifest else None,
         "warnings": warnings,
         **m,
         "checks": checks,
@@ -288,6 +312,8 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
     run = doc.get("run") or {}
     title = run.get("run_id") or Path(doc["capture"]["path"]).name
     b: list[Block] = [("h1", f"Traffic report: {title}")]
+    if doc.get("incomplete_run"):
+        b.append(("warn", doc["incomplete_run"]["message"]))
     prob = doc["capture_problem"]
     if prob:
         b.append(("warn", f"Damaged capture: at byte offset {prob['offset']:,}: {prob['message']}. "

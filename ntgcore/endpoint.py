@@ -87,3 +87,8 @@ class Backend(abc.ABC):
     def open(self, ref: str | dict, base_dir: Path | None, source: str | None, unique: bool = True) -> Site:
         """The site `ref` describes; `unique` gives it a fresh name so that runs never collide.
         Raises BadInput (with FILE:LINE) for a description that cannot be used."""
+
+    @abc.abstractmethod
+    def discard(self, locations: list[str], dry_run: bool = False) -> list[str]:
+        """Delete what a dead run made (`Site.locations()` as it recorded them): only those that
+        still exist and that this back end marked as its own. Returns the steps taken."""

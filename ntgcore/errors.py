@@ -11,6 +11,7 @@ EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_CHECKS_FAILED = 3
+EXIT_NO_SPACE = 4
 EXIT_INTERRUPTED = 130
 
 
@@ -40,3 +41,9 @@ class GeneratorError(NtgError):
 
 class PluginError(BadInput):
     """A plugin name that no registry knows, or a plugin registered twice."""
+
+
+class NoSpace(NtgError):
+    """The file system of the run folder is full: the run stopped, what was written is kept."""
+
+    exit_status = EXIT_NO_SPACE

@@ -1,11 +1,15 @@
 """The one process-lifecycle helper: start a tool, watch it, stop it, and record what happened.
 
 Every process a run starts goes through `Process`, so the manifest can list every command line
-with its times and exit status, and so nothing is left running when a run ends for any reason.
+with its times and exit status, and so nothing is left running when a run ends for any reason:
+a child started from the main thread gets the kernel's parent-death signal (PR_SET_PDEATHSIG),
+so even a `kill -9` of the testbed takes its tcpdump, drone and engine with it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -15,7 +19,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO
+from typing import IO, Callable, Iterator
+
+PR_SET_PDEATHSIG = 1
+# What a child gets when the testbed dies: SIGKILL, because nobody is left to wait for an orderly
+# stop, and a tool that catches SIGTERM (drone, Suricata) could outlive the run.
+DEATH_SIGNAL = signal.SIGKILL
+_LIBC = ctypes.CDLL(None, use_errno=True)  # looked up before any fork: the child only calls it
+_SPAWN_WATCHERS: list[Callable[["Process"], None]] = []
 
 
 def utc_now() -> str:
@@ -48,6 +59,59 @@ class CommandRecord:
         return {k: v for k, v in self.__dict__.items() if (v != "" and v is not None) or k == "status"}
 
 
+def _die_with(parent: int) -> Callable[[], None]:
+    """The child's set-up between fork and exec: the death signal when `parent` ends. The signal
+    is tied to the thread that forked, hence only for children of the main thread; it survives
+    `exec` (`ip netns exec` and `env` exec in turn) but not a change of user (tcpdump -Z)."""
+
+    def setup() -> None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the prctl: nobody would signal us
+            os.kill(os.getpid(), DEATH_SIGNAL)
+
+    return setup
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat field 22): with the pid,
+    what tells it from a later process that got the same pid. None when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def cmdline(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
+
+
+def same_process(pid: int, ticks: int | None, argv: list[str]) -> bool:
+    """Whether `pid` is still the process started at `ticks` with `argv` (or with a tail of it:
+    `ip netns exec NS tool ...` becomes `tool ...` once `ip` has exec'd)."""
+    now = cmdline(pid)
+    if ticks is None or start_ticks(pid) != ticks or not now:
+        return False
+    return any(argv[i:] == now for i in range(len(argv)))
+
+
+@contextlib.contextmanager
+def watch_spawns(callback: Callable[["Process"], None]) -> Iterator[None]:
+    """Call `callback(process)` after every `Process.start` inside the block (a live run records
+    its children where `testbed cleanup` finds them)."""
+    _SPAWN_WATCHERS.append(callback)
+    try:
+        yield
+    finally:
+        _SPAWN_WATCHERS.remove(callback)
+
+
 @dataclass
 class Process:
     """A child process with its own process group, so a stop reaches all of it."""
@@ -59,12 +123,14 @@ class Process:
     cwd: Path | None = None
     record: CommandRecord = field(init=False)
     popen: subprocess.Popen | None = field(default=None, init=False)
+    start_ticks: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.record = CommandRecord(self.name, [str(a) for a in self.argv])
 
     def start(self) -> "Process":
         self.record.started_utc = utc_now()
+        main = threading.current_thread() is threading.main_thread()
         try:
             self.popen = subprocess.Popen(
                 self.record.argv,
@@ -73,6 +139,7 @@ class Process:
                 stdin=subprocess.DEVNULL,
                 cwd=self.cwd,
                 start_new_session=True,  # our own Ctrl-C handling decides what the child gets
+                preexec_fn=_die_with(os.getpid()) if main else None,
             )
         except OSError as exc:
             self.record.status = "failed to start"
@@ -80,6 +147,9 @@ class Process:
             raise
         self.record.status = "running"
         self.record.pid = self.popen.pid
+        self.start_ticks = start_ticks(self.popen.pid)
+        for watcher in list(_SPAWN_WATCHERS):
+            watcher(self)
         return self
 
     @property

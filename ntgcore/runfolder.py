@@ -3,25 +3,36 @@
 A folder `<UTC time>-<scenario>` is created before any work starts and is never overwritten; the
 manifest is written at the start (status `running`) and rewritten at every step (atomically), so
 whatever happens the folder says how far the run got. `finish` hashes every file once.
+
+A full disk must not cost the manifest: the folder holds a hidden reserve (`.reserve`, 1 MiB)
+from its creation that `finish` (or `abandon`) deletes before the last write, so the final status
+fits even when the run filled the file system. A write that fails leaves the previous manifest
+(no half-written temporary file) and says so on stderr.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import platform
 import subprocess
+import sys
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from .errors import RunSetupError
+from .errors import NoSpace, RunSetupError
 from .proc import utc_now
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
+RESERVE = ".reserve"
+RESERVE_BYTES = 1 << 20
+FULL_BELOW_BYTES = 64 << 10  # free space below this on the run's file system: it is full
+NO_SPACE = "no space left on device"
 
 
 def testbed_version() -> str:
@@ -101,8 +112,18 @@ def make_run_dir(root: Path, name: str) -> Path:
         except FileExistsError:
             continue
         except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise NoSpace(f"{NO_SPACE}: cannot create {candidate}; nothing was run: free some "
+                              f"space or choose another --out") from None  # fmt: skip
             raise RunSetupError(f"cannot create {candidate}: {exc.strerror}") from None
     raise RunSetupError(f"too many runs named {name} in {root} this second")
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes this process may still write on the file system of `path` (root: the blocks kept
+    back for root too)."""
+    st = os.statvfs(path)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
 class RunFolder:
@@ -118,21 +139,87 @@ class RunFolder:
             "finished_utc": None,
             **manifest,
         }
+        self.full_at: Path | None = None  # the first file a write found no space for
+        self._reserve()
 
-    def write(self) -> None:
+    @classmethod
+    def open(cls, path: Path) -> "RunFolder":
+        """An existing run folder (its manifest read back), to mark it `abandoned`."""
+        folder = cls.__new__(cls)
+        folder.path = Path(path)
+        folder.manifest = json.loads((folder.path / MANIFEST).read_text())
+        folder.full_at = None
+        return folder
+
+    def _reserve(self) -> None:
+        try:
+            fd = os.open(self.path / RESERVE, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:  # not even that much room: the first write that fails says so
+            (self.path / RESERVE).unlink(missing_ok=True)
+
+    def no_space(self) -> str | None:
+        """`no space left on device: PATH` when a write found the file system full or it is full
+        now (checked before `finish` frees the reserve), else None."""
+        if self.full_at is None:
+            try:
+                if free_bytes(self.path) >= FULL_BELOW_BYTES:
+                    return None
+            except OSError:
+                return None
+            self.full_at = self.path
+        return f"{NO_SPACE}: {self.full_at}"
+
+    def write(self) -> bool:
+        """Replace the manifest atomically; False (said on stderr) when the disk is full."""
         tmp = self.path / f".{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
-        os.replace(tmp, self.path / MANIFEST)
+        try:
+            with open(tmp, "w") as f:
+                f.write(json.dumps(self.manifest, indent=2) + "\n")
+            os.replace(tmp, self.path / MANIFEST)
+            return True
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.errno != errno.ENOSPC:
+                raise
+            if self.full_at is None:
+                print(f"warning: {NO_SPACE}: {self.path / MANIFEST} not updated (it keeps the "
+                      f"previous state); the final status is written when the run ends",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            self.full_at = self.full_at or self.path / MANIFEST
+            return False
 
-    def finish(self, status: str, recursive: bool = False) -> str:
-        """Record the final `status` and the size and SHA-256 of every file; write the manifest."""
-        self.manifest["status"] = status
-        self.manifest["finished_utc"] = utc_now()
+    def _last_write(self) -> None:
+        (self.path / RESERVE).unlink(missing_ok=True)  # the room the final manifest needs
+        if not self.write():
+            before = "it keeps its previous state" if (self.path / MANIFEST).exists() else "there is none"
+            print(f"error: {NO_SPACE}: cannot write the final manifest {self.path / MANIFEST}; {before}",
+                  file=sys.stderr, flush=True)
+
+    def _list_files(self, recursive: bool) -> None:
         files = self.manifest.setdefault("files", {})
         paths = self.path.rglob("*") if recursive else self.path.iterdir()
         for path in sorted(paths):
             rel = str(path.relative_to(self.path))
             if path.is_file() and not path.name.startswith(".") and rel != MANIFEST:
                 files[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
-        self.write()
+
+    def finish(self, status: str, recursive: bool = False) -> str:
+        """Record the final `status` and the size and SHA-256 of every file; write the manifest."""
+        self.manifest["status"] = status
+        self.manifest["finished_utc"] = utc_now()
+        self._list_files(recursive)
+        self._last_write()
         return status
+
+    def abandon(self, note: str) -> None:
+        """A run whose process died before it could finish (`testbed cleanup`): status
+        `abandoned`, the time and what happened; the files as they are."""
+        self.manifest["status"] = "abandoned"
+        self.manifest["abandoned_utc"] = utc_now()
+        self.manifest["abandoned_reason"] = note
+        self._list_files(recursive=True)
+        self._last_write()

@@ -1,9 +1,10 @@
-"""The `testbed` command line: validate, schema, run, analyze, translate-rules, ids-coverage, detect."""
+"""The `testbed` command line: validate, schema, run, analyze, cleanup, translate-rules, ids-coverage, detect."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,6 +17,7 @@ from ntgcore.runfolder import testbed_version
 from ntgcore.scenario import ScenarioError, attack_rule_paths, json_schema, load_scenario
 from ntgcore.units import parse_duration_ns
 
+from .cleanup import cleanup
 from .ids import detect
 from .ids.coverage import run_coverage, summary_lines
 from .ids.expect import ExpectError, load_expect
@@ -178,10 +180,17 @@ def _print_metrics(m: dict) -> None:
         print(f"checks: {ok} of {len(checks)} agree with the scenario and the generator")
 
 
+def _warn_incomplete(path: str, metrics: dict) -> None:
+    if metrics.get("incomplete_run"):
+        _err(f"testbed analyze: warning: {path}: {metrics['incomplete_run']['message']} "
+             f"The report says so too.")
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     run_dir = Path(args.path)
     if (run_dir / "manifest.json").is_file() and '"mode": "live"' in (run_dir / "manifest.json").read_text():
         metrics = analyze_live_run(run_dir, progress=stage_printer(not args.quiet and sys.stderr.isatty()))
+        _warn_incomplete(args.path, metrics)
         print(f"report: {metrics['report']}")
         return EXIT_CHECKS_FAILED if any(not c.get("ok") for c in metrics.get("checks", [])) else EXIT_OK
     try:
@@ -190,6 +199,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     except CaptureError as exc:
         _err(f"testbed analyze: {exc}")
         return EXIT_BAD_INPUT
+    _warn_incomplete(args.path, metrics)
     _print_metrics(metrics)
     where = metrics.get("report_dir")
     if where:
@@ -203,6 +213,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return EXIT_CHECKS_FAILED
     if any(not c.get("ok") for c in metrics.get("checks", [])):
         return EXIT_CHECKS_FAILED
+    return EXIT_OK
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0 and not args.dry_run:
+        _err("testbed cleanup: deleting namespaces and killing what a dead run left needs root: run it "
+             "with sudo (or see what it would do with --dry-run)")
+        return EXIT_BAD_INPUT
+    lines = cleanup(dry_run=args.dry_run)
+    print("\n".join(lines) if lines else "nothing to clean up: no dead run left a mark")
     return EXIT_OK
 
 
@@ -302,6 +322,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", metavar="DIR", help="report folder (default: the run folder)")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a.set_defaults(func=cmd_analyze)
+
+    k = sub.add_parser("cleanup", help="remove what live runs that died (kill -9) left: their namespaces "
+                       "and processes; mark their manifests `abandoned`")
+    k.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    k.set_defaults(func=cmd_cleanup)
 
     t = sub.add_parser("translate-rules", help="rewrite Snort 3 rules in Suricata 7 syntax and check that Suricata loads them")
     t.add_argument("input", metavar="IN.rules", help="Snort 3 rule file")

@@ -5,10 +5,13 @@ A live run is the steps its method plans, executed one after the other on the si
 of network namespaces) that is brought up first and always taken down. The run folder is created
 before any work starts and is never overwritten; the manifest is written at the start (status
 `running`) and rewritten after every step, so whatever happens the folder says how far it got.
+A live run first cleans up after dead runs (testbed/cleanup.py) and marks what it creates, so
+that a `kill -9` of this process leaves nothing that `testbed cleanup` cannot find.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import signal
@@ -28,18 +31,21 @@ from ntgcore.endpoint import Site
 from ntgcore.errors import (
     EXIT_CHECKS_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_NO_SPACE,
     EXIT_OK,
     EXIT_RUN_FAILED,
+    NoSpace,
     NtgError,
     RunSetupError,
     ToolMissing,
 )
 from ntgcore.generator import Progress
-from ntgcore.proc import Interrupts, Tool
+from ntgcore.proc import Interrupts, Tool, watch_spawns
 from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS
 from ntgcore.runfolder import RunFolder, git_info, host_info, tool_versions
 from ntgcore.scenario import LoadedScenario, Scenario, attack_rule_paths, generator_spec
 
+from .cleanup import RunMark, cleanup
 from .executor import StepContext, StepExecutor
 from .parts import DUT_KINDS, CapturePart
 from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, write_attacks
@@ -223,7 +229,16 @@ class Run:
             "files": {},
         })
         self.run_dir, self.manifest = self.folder.path, self.folder.manifest
-        (self.run_dir / "scenario.yaml").write_text(loaded.text)
+        self.no_space: str | None = None  # `no space left on device: PATH` when the disk filled
+        try:
+            (self.run_dir / "scenario.yaml").write_text(loaded.text)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            self.folder.full_at = self.run_dir / "scenario.yaml"
+            self._finish("failed")
+            raise NoSpace(f"{self.no_space}; nothing was run: free some space or choose another "
+                          f"--out") from None  # fmt: skip
         self.write_manifest()
         self.steps: list[Step] = []
         self.messages: list[str] = []  # for the user, printed after the run
@@ -241,6 +256,10 @@ class Run:
         self.folder.write()
 
     def _finish(self, status: str) -> str:
+        self.no_space = self.folder.no_space()  # before `finish` frees the reserve
+        if self.no_space and status != "interrupted":
+            status = "failed"
+            self.manifest["error"] = self.no_space
         return self.folder.finish(status, recursive=self.live)
 
     def execute(self, show_progress: bool = True) -> str:
@@ -310,7 +329,6 @@ class Run:
                 step.params["attacks_last_s"] = span_s
 
     def _execute_live(self, show_progress: bool) -> str:
-        status = "completed"
         try:
             site = open_site(self.loaded, unique=False)
             problem = check_places(self.scenario, site)
@@ -323,8 +341,20 @@ class Run:
             raise RunSetupError(f"{self.loaded.path}: {problem}")
         self.manifest["testbed"] = {"topology": site.name, "namespaces": None, "applied": [],
                                     "removed": None}  # fmt: skip
+        cleaned = cleanup()
+        if cleaned:
+            self.manifest["cleanup"] = cleaned
+            print("\n".join(["cleaning up after runs that died:", *cleaned]), file=sys.stderr, flush=True)
         self.write_manifest()
-        with Interrupts() as interrupts, ExitStack() as stack:  # teardown runs with signals held
+        mark = RunMark(self.run_dir, "netns", site.locations()).write()  # before anything exists
+        try:
+            return self._run_live(site, mark, show_progress)
+        finally:
+            mark.remove()  # the manifest is final now
+
+    def _run_live(self, site: Site, mark: RunMark, show_progress: bool) -> str:
+        status = "completed"
+        with watch_spawns(mark.child), Interrupts() as interrupts, ExitStack() as stack:
             try:
                 stack.callback(self._teardown, site)
                 self.manifest["testbed"]["applied"] = site.apply()
@@ -401,6 +431,13 @@ def run_scenario(
     if status == "completed" and not run.live and loaded.scenario.attacks is not None:
         status = _mix_attacks(run, loaded, show_progress)
     result = RunResult(run.run_dir, status, EXIT_OK, run.manifest, messages=list(run.messages))
+    if run.no_space:
+        result.exit_code = EXIT_NO_SPACE
+        result.messages.append(
+            f"run failed: {run.no_space}; the files written until then are kept in {run.run_dir} "
+            f"(manifest.json says `{status}`). Free some space or choose another --out; the data "
+            f"so far can be analysed with `testbed analyze {run.run_dir}` once there is room")
+        return result
     if status == "interrupted":
         result.exit_code = EXIT_INTERRUPTED
         result.messages.append(

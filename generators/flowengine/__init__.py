@@ -62,6 +62,7 @@ class FlowEngine(ProcessGenerator):
         self._reader: threading.Thread | None = None
         self._binary: Path | None = None
         self._last_second = 0
+        self.stats_error: str | None = None
 
     def version(self) -> str:
         return engine_version(self._binary)
@@ -108,14 +109,20 @@ class FlowEngine(ProcessGenerator):
         """Stream the engine's per-second CSV into engine-stats.csv and report progress."""
         assert self._proc is not None and self._proc.popen is not None and self._run_dir
         packets = 0
-        with open(self._run_dir / "engine-stats.csv", "w") as out:
-            for line in self._proc.popen.stdout:  # type: ignore[union-attr]
-                text = line.decode(errors="replace")
-                out.write(text)
-                fields = text.split(",")
-                if on_progress and fields and fields[0].isdigit():
-                    packets += int(fields[1])
-                    on_progress(Progress(int(fields[0]) + 1, self._last_second, packets))
+        stream = self._proc.popen.stdout
+        try:
+            with open(self._run_dir / "engine-stats.csv", "w") as out:
+                for line in stream:  # type: ignore[union-attr]
+                    text = line.decode(errors="replace")
+                    out.write(text)
+                    fields = text.split(",")
+                    if on_progress and fields and fields[0].isdigit():
+                        packets += int(fields[1])
+                        on_progress(Progress(int(fields[0]) + 1, self._last_second, packets))
+        except OSError as exc:  # a full disk: say so once the engine ends, never block it
+            self.stats_error = f"engine-stats.csv: {exc.strerror}"
+            for _ in stream:  # type: ignore[union-attr]
+                pass
 
     def on_exit(self) -> None:
         if self._reader:
@@ -125,7 +132,7 @@ class FlowEngine(ProcessGenerator):
             return
         log = self.read_log("engine.log").splitlines()
         messages = [line for line in log if line.strip() and not line.startswith("{")]
-        reason = messages[-1] if messages else self._proc.record.status
+        reason = messages[-1] if messages else (self.stats_error or self._proc.record.status)
         self._proc.record.note = reason
 
     def summary(self) -> dict:

@@ -81,7 +81,8 @@ class Tcpdump:
         self.immediate = immediate
         self.out = Path(out)
         self.name = name
-        argv = [*argv_prefix, "tcpdump", "-n", "-U", "-w", str(self.out), "-s", str(snaplen),
+        # -Z root: tcpdump keeps its user, and with it the death signal a change of user clears
+        argv = [*argv_prefix, "tcpdump", "-n", "-U", "-Z", "root", "-w", str(self.out), "-s", str(snaplen),
                 "-B", str(buffer_kib), "-i", iface, "--time-stamp-precision=nano"]  # fmt: skip
         if immediate:  # every packet handed over at once, instead of in blocks (TPACKET_V3)
             argv.append("--immediate-mode")

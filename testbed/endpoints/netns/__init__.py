@@ -14,7 +14,7 @@ from pathlib import Path
 from ntgcore.endpoint import Backend, Endpoint, Site
 from ntgcore.proc import Tool
 
-from .topology import Topology, load_topology, netns_argv
+from .topology import Topology, discard_namespaces, load_topology, netns_argv
 
 CLONE_NEWNET = 0x40000000
 
@@ -109,6 +109,9 @@ class NetnsBackend(Backend):
         if unique:
             topo = topo.renamed(f"ntg{secrets.token_hex(3)}")
         return NetnsSite(topo)
+
+    def discard(self, locations: list[str], dry_run: bool = False) -> list[str]:
+        return discard_namespaces(locations, dry_run)
 
 
 BACKEND = NetnsBackend()

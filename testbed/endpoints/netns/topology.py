@@ -634,6 +634,24 @@ def _peers(a: dict, b: dict, same_ns: bool) -> bool:
     return a.get("link_index") == b["ifindex"] and b.get("link_index") == a["ifindex"]
 
 
+def discard_namespaces(names: list[str], dry_run: bool = False) -> list[str]:
+    """Delete the namespaces `names` that exist and carry our mark (a dead run's, for `testbed
+    cleanup`); one a namespace without the mark is reported and left alone."""
+    steps = []
+    present = _netns_list(None)
+    for ns in names:
+        if ns not in present:
+            continue
+        if not (MARKS / ns).exists():
+            steps.append(f"namespace {ns} was not made by ntg-testbed (no mark in {MARKS}): left alone")
+            continue
+        steps.append(f"{'would delete' if dry_run else 'deleted'} namespace {ns}")
+        if not dry_run:
+            _cmd(None, "ip", "netns", "del", ns)
+            (MARKS / ns).unlink(missing_ok=True)
+    return steps
+
+
 # --------------------------------------------------------------------------------------------
 # The two-namespace case the live tests and the live benchmark use
 

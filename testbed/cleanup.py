@@ -1,0 +1,127 @@
+"""Live runs that died without finishing, and what they left behind: `testbed cleanup`.
+
+A live run marks what it creates in RUN_MARKS (`/run/ntg-testbed/runs/<run-id>.<pid>.json`): its
+own pid and start time, the back end and the places it makes (namespace names), every child it
+starts (pid, start time, command line) and its run folder. The mark is written before the site
+comes up, rewritten at every child and removed once the manifest has its final status.
+
+A run is dead when its pid is gone, or now belongs to a process that started at another time.
+Cleanup then kills the children it recorded that are still the same processes (start time and
+command line), has the back end delete the places it recorded that still exist and carry the back
+end's own mark, and rewrites the run's manifest to `abandoned`. Nothing that no mark names is
+touched. Every live run cleans up first (reporting what it removed); `/run` is emptied at boot,
+like the namespaces themselves.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+from pathlib import Path
+
+from ntgcore.proc import Process, same_process, start_ticks, utc_now
+from ntgcore.registry import ENDPOINTS
+from ntgcore.runfolder import MANIFEST, RunFolder
+
+RUN_MARKS = Path(os.environ.get("NTG_RUN_MARKS", "/run/ntg-testbed/runs"))
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+class RunMark:
+    """The mark of one live run (this process): `write` it before creating anything, `child` for
+    every process started (see `ntgcore.proc.watch_spawns`), `remove` once the run is finished."""
+
+    def __init__(self, run_dir: Path, backend: str, locations: list[str]) -> None:
+        pid = os.getpid()
+        self.path = RUN_MARKS / f"{run_dir.name}.{pid}.json"
+        self.doc = {"run_id": run_dir.name, "run_dir": str(run_dir.resolve()), "pid": pid,
+                    "start_ticks": start_ticks(pid), "created_utc": utc_now(), "backend": backend,
+                    "locations": list(locations), "children": []}  # fmt: skip
+        self.procs: list[Process] = []
+
+    def write(self) -> "RunMark":
+        RUN_MARKS.mkdir(parents=True, exist_ok=True)
+        _write_json(self.path, self.doc)
+        return self
+
+    def child(self, proc: Process) -> None:
+        self.procs = [p for p in self.procs if p.record.exit_code is None] + [proc]
+        self.doc["children"] = [{"name": p.name, "pid": p.pid, "start_ticks": p.start_ticks,
+                                 "argv": p.record.argv} for p in self.procs]  # fmt: skip
+        self.write()
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def marks() -> list[tuple[Path, dict]]:
+    out = []
+    for path in sorted(RUN_MARKS.glob("*.json")) if RUN_MARKS.is_dir() else []:
+        try:
+            out.append((path, json.loads(path.read_text())))
+        except (OSError, ValueError):
+            continue  # being rewritten, or not ours to read
+    return out
+
+
+def is_dead(doc: dict) -> bool:
+    """The run's process is gone (or its pid is another process's now)."""
+    ticks = start_ticks(int(doc["pid"]))
+    return ticks is None or ticks != doc.get("start_ticks")
+
+
+def _clean_one(path: Path, doc: dict, dry_run: bool) -> list[str]:
+    would = "would " if dry_run else ""
+    lines = [f"run {doc['run_id']}: its process {doc['pid']} is gone; run folder {doc['run_dir']}"]
+    done = []
+    for c in doc.get("children", []):
+        if c.get("pid") and same_process(c["pid"], c.get("start_ticks"), c.get("argv", [])):
+            if not dry_run:
+                try:
+                    os.kill(c["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+            done.append(f"{would}kill {c['name']} (pid {c['pid']})")
+    try:
+        done += ENDPOINTS.get(doc["backend"]).discard(doc.get("locations", []), dry_run=dry_run)
+    except Exception as exc:  # report it, carry on with the manifest and the other runs
+        done.append(f"could not remove {', '.join(doc.get('locations', []))}: {exc}")
+    run_dir = Path(doc["run_dir"])
+    try:
+        folder = RunFolder.open(run_dir)
+    except (OSError, ValueError):
+        folder = None
+        done.append(f"no readable {MANIFEST} in {run_dir}: left as it is")
+    if folder is not None and folder.manifest.get("status") == "running":
+        done.append(f"{would}mark {run_dir / MANIFEST} `abandoned`")
+        if not dry_run:
+            folder.abandon(f"the run's process (pid {doc['pid']}) ended without finishing the run "
+                           f"(killed?); `testbed cleanup` found it gone at {utc_now()}")
+    if not dry_run:
+        path.unlink(missing_ok=True)
+    return lines + [f"  {line}" for line in done]
+
+
+def cleanup(dry_run: bool = False) -> list[str]:
+    """Clean up after every dead run that left a mark; lines saying what was (would be) done."""
+    if not RUN_MARKS.is_dir():
+        return []
+    if dry_run:
+        return [line for path, doc in marks() if is_dead(doc) for line in _clean_one(path, doc, True)]
+    lines: list[str] = []
+    with open(RUN_MARKS / ".lock", "w") as lock:  # two runs starting at once clean up once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for path, doc in marks():
+            if is_dead(doc):
+                lines += _clean_one(path, doc, False)
+    return lines
+
+
+__all__ = ["RUN_MARKS", "RunMark", "cleanup", "is_dead", "marks"]

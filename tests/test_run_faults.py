@@ -1,0 +1,302 @@
+"""Runs that end badly from outside: a full disk, a `kill -9` of the testbed itself, and the
+analysis of a run that never finished. Real file systems (a small tmpfs), real namespaces and
+real processes; the tmpfs and live cases need root."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="mounts a tmpfs / creates network namespaces: needs root")
+
+UDP = ("{protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 9, "
+       "rate: %s, packets: %d, payload: {size: 18}}")
+
+
+def scenario(tmp_path: Path, name: str, flow: str, testbed: str | None = None) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    text = f"version: 1\nname: {name}\nflows:\n  - {flow}\n"
+    if testbed is not None:
+        text += "testbed:\n" + textwrap.indent(textwrap.dedent(testbed).strip(), "  ") + "\n"
+    path.write_text(text)
+    return path
+
+
+def env(marks: Path | None = None) -> dict:
+    out = {**os.environ, "PYTHONPATH": str(REPO)}
+    if marks is not None:  # the test's own registry of live runs: other runs on the host stay out
+        out["NTG_RUN_MARKS"] = str(marks)
+    return out
+
+
+def cli(*args: str, marks: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed", *map(str, args)], cwd=REPO, env=env(marks),
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def manifest_of(out: Path) -> dict:
+    return json.loads(next(out.glob("*/manifest.json")).read_text())
+
+
+def namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purposes
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# A full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs, unmounted afterwards."""
+    if not ROOT:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def assert_failed_for_no_space(res: subprocess.CompletedProcess, out: Path) -> tuple[Path, dict]:
+    assert res.returncode == 4, res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    run_dir = next(out.iterdir())
+    assert f"run failed: no space left on device: {run_dir}" in res.stderr
+    assert "the files written until then are kept" in res.stderr
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["finished_utc"]
+    assert m["error"].startswith(f"no space left on device: {run_dir}")
+    left = {p.name for p in run_dir.iterdir()}
+    assert ".manifest.json.tmp" not in left and ".reserve" not in left, left
+    return run_dir, m
+
+
+@needs_root
+def test_a_full_disk_ends_an_offline_run_with_its_exit_status_and_a_final_manifest(
+        tmp_path, small_disk, flowengine_bin):  # fmt: skip
+    res = cli("run", REPO / "scenarios" / "quickstart.yaml", "--out", small_disk, "-q")
+    run_dir, m = assert_failed_for_no_space(res, small_disk)
+    assert (run_dir / "capture.pcap").stat().st_size > 1_000_000  # the partial capture is kept
+    assert m["files"]["capture.pcap"]["bytes"] == (run_dir / "capture.pcap").stat().st_size
+
+
+@needs_root
+def test_a_disk_full_before_the_run_starts_runs_nothing_and_says_so(tmp_path, small_disk, flowengine_bin):
+    with open(small_disk / "filler", "wb") as f:  # fill the file system to the last block
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    out = small_disk / "results"
+    out.mkdir()
+    res = cli("run", REPO / "scenarios" / "quickstart.yaml", "--out", out, "-q")
+    assert res.returncode == 4, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "testbed run: no space left on device: " in res.stderr and "nothing was run" in res.stderr
+    for run_dir in out.iterdir():  # tmpfs: a folder takes no block; no room for a manifest
+        assert f"cannot write the final manifest {run_dir / 'manifest.json'}; there is none" in res.stderr
+        assert not (run_dir / ".manifest.json.tmp").exists()
+
+
+@needs_root
+def test_a_full_disk_ends_a_live_run_with_its_exit_status_and_a_final_manifest(
+        tmp_path, small_disk, flowengine_bin):  # fmt: skip
+    # full frames captured at 20 kpps: the tap's capture fills 3 MiB in well under a second
+    flow = ("{protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 9, "
+            "rate: 20000, packets: 100000, payload: {size: 1400}}")
+    path = scenario(tmp_path, "fill", flow, "capture: {at: 'tap:tap0', snaplen: 1500}")
+    before = namespaces()
+    res = cli("run", path, "--out", small_disk, "-q", marks=tmp_path / "marks")
+    run_dir, m = assert_failed_for_no_space(res, small_disk)
+    assert m["steps"][0]["loss"]["wire"] > 0  # what was measured is kept
+    assert (run_dir / "capture.pcap").stat().st_size > 1_000_000
+    assert namespaces() == before and not list((tmp_path / "marks").glob("*.json"))
+
+
+# --------------------------------------------------------------------------------------------
+# kill -9 of the testbed
+
+
+def start_live(path: Path, out: Path, marks: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--out", str(out),
+                             "--no-analyze", "-q"], cwd=REPO, env=env(marks), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def wait_sending(marks: Path, names: set[str], timeout: float = 30) -> dict:
+    """The run's mark once every process in `names` has started (then one second of sending)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in marks.glob("*.json"):
+            try:
+                doc = json.loads(p.read_text())
+            except ValueError:
+                continue
+            if names <= {c["name"] for c in doc["children"]}:
+                time.sleep(1)
+                return json.loads(p.read_text())
+        time.sleep(0.1)
+    raise AssertionError(f"{names} did not all start within {timeout:g} s")
+
+
+def kill_9_while_sending(tmp_path: Path, out: Path, marks: Path) -> dict:
+    """A long live run (engine, drone, DUT and capture tcpdumps) whose testbed process gets
+    SIGKILL while it sends; returns its mark."""
+    gens = "[{name: flowengine}]"
+    wanted = {"flowengine", "dut-tcpdump", "capture"}
+    if shutil.which("drone"):
+        gens = "[{name: flowengine}, {name: ostinato}]"
+        wanted.add("drone")
+    path = scenario(tmp_path, "long", UDP % (1000, 60000), f"generators: {gens}\ndut: {{kind: tcpdump}}")
+    cli = start_live(path, out, marks)
+    try:
+        mark = wait_sending(marks, wanted)
+    except AssertionError:
+        cli.kill()
+        raise AssertionError(cli.communicate()[1]) from None
+    cli.kill()
+    cli.wait()
+    return mark
+
+
+@needs_root
+def test_kill_9_of_a_live_run_takes_its_children_and_cleanup_removes_the_rest(tmp_path, flowengine_bin):
+    out, marks = tmp_path / "results", tmp_path / "marks"
+    mark = kill_9_while_sending(tmp_path, out, marks)
+    try:
+        deadline = time.monotonic() + 5
+        children = {c["pid"]: c["name"] for c in mark["children"]}
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [name for pid, name in children.items() if alive(pid)]  # parent-death signal
+        assert set(mark["locations"]) <= namespaces()  # only `testbed cleanup` removes them
+        assert manifest_of(out)["status"] == "running"
+
+        res = cli("cleanup", "--dry-run", marks=marks)
+        assert res.returncode == 0, res.stderr
+        assert f"run {mark['run_id']}: its process {mark['pid']} is gone" in res.stdout
+        assert all(f"would delete namespace {ns}" in res.stdout for ns in mark["locations"])
+        assert set(mark["locations"]) <= namespaces() and manifest_of(out)["status"] == "running"
+
+        res = cli("cleanup", marks=marks)
+        assert res.returncode == 0, res.stderr
+        assert all(f"deleted namespace {ns}" in res.stdout for ns in mark["locations"])
+        assert not set(mark["locations"]) & namespaces()
+        m = manifest_of(out)
+        assert m["status"] == "abandoned" and m["abandoned_utc"] and str(mark["pid"]) in m["abandoned_reason"]
+        assert not list(marks.glob("*.json"))
+        assert "nothing to clean up" in cli("cleanup", marks=marks).stdout
+        run_dir = out / m["run_id"]  # its analysis says that it was abandoned
+        res = cli("analyze", run_dir, "-q")
+        assert "Incomplete run: the run was abandoned" in res.stderr, res.stderr
+        assert json.loads((run_dir / "metrics.json").read_text())["incomplete_run"]["status"] == "abandoned"
+        assert "Incomplete run: the run was abandoned" in (run_dir / "report.md").read_text()
+    finally:
+        cli("cleanup", marks=marks)
+
+
+@needs_root
+def test_the_next_live_run_cleans_up_after_a_dead_one_and_says_so(tmp_path, flowengine_bin):
+    out, marks = tmp_path / "results", tmp_path / "marks"
+    mark = kill_9_while_sending(tmp_path, out, marks)
+    try:
+        path = scenario(tmp_path, "next", UDP % (1000, 200), "dut: {kind: tcpdump}")
+        res = cli("run", path, "--out", tmp_path / "next", "--no-analyze", "-q", marks=marks)
+        assert res.returncode == 0, res.stderr
+        assert "cleaning up after runs that died:" in res.stderr
+        assert all(f"deleted namespace {ns}" in res.stderr for ns in mark["locations"])
+        assert not set(mark["locations"]) & namespaces()
+        assert manifest_of(out)["status"] == "abandoned"
+        assert any(mark["run_id"] in line for line in manifest_of(tmp_path / "next")["cleanup"])
+        assert not list(marks.glob("*.json"))
+    finally:
+        cli("cleanup", marks=marks)
+
+
+@needs_root
+def test_cleanup_touches_only_what_a_dead_run_marked_and_still_is_that_run(tmp_path):
+    """A mark whose pid now belongs to another process (pid reuse) is a dead run; a recorded child
+    whose pid is another process now is not killed; a namespace without our mark is left alone;
+    the mark of a run whose process lives is not touched."""
+    marks, run_dir = tmp_path / "marks", tmp_path / "run"
+    marks.mkdir()
+    run_dir.mkdir()
+    (run_dir / "manifest.json").write_text(json.dumps({"run_id": "run", "status": "running"}))
+    other = subprocess.Popen(["sleep", "60"])
+    stranger = f"ntgfx{os.getpid()}"  # a namespace no run of ours made
+    subprocess.run(["ip", "netns", "add", stranger], check=True)
+    try:
+        ticks = int(Path(f"/proc/{other.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        dead = {"run_id": "run", "run_dir": str(run_dir), "pid": other.pid, "start_ticks": ticks - 1,
+                "backend": "netns", "locations": [stranger],
+                "children": [{"name": "sleep", "pid": other.pid, "start_ticks": ticks - 1,
+                              "argv": ["sleep", "60"]}]}  # fmt: skip
+        living = {**dead, "run_id": "living", "run_dir": str(tmp_path / "nowhere"), "start_ticks": ticks}
+        (marks / "run.1.json").write_text(json.dumps(dead))
+        (marks / "living.2.json").write_text(json.dumps(living))
+        res = cli("cleanup", marks=marks)
+        assert res.returncode == 0, res.stderr
+        assert f"namespace {stranger} was not made by ntg-testbed" in res.stdout and "living" not in res.stdout
+        assert other.poll() is None and stranger in namespaces()
+        assert json.loads((run_dir / "manifest.json").read_text())["status"] == "abandoned"
+        assert sorted(p.name for p in marks.glob("*.json")) == ["living.2.json"]
+    finally:
+        other.kill()
+        other.wait()
+        subprocess.run(["ip", "netns", "del", stranger], check=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Analysing a run that did not finish
+
+
+@pytest.mark.parametrize("status", ["running", "abandoned", "failed", "interrupted"])
+def test_analyze_warns_about_a_run_that_did_not_finish_and_marks_the_report(
+        tmp_path, status, flowengine_bin, pcaplib):  # fmt: skip
+    out = tmp_path / "r"
+    res = cli("run", scenario(tmp_path, "tiny", UDP % (1000, 300)), "--out", out, "-q", "--no-analyze")
+    assert res.returncode == 0, res.stderr
+    run_dir = next(out.iterdir())
+    m = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**m, "status": status}))
+    res = cli("analyze", run_dir, "-q")
+    assert res.returncode == 0, res.stderr  # the exit status says what the checks say
+    assert f"testbed analyze: warning: {run_dir}: Incomplete run:" in res.stderr
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["incomplete_run"]["status"] == status
+    banner = metrics["incomplete_run"]["message"]
+    assert f"> **⚠ {banner}**" in (run_dir / "report.md").read_text()
+    assert "Incomplete run:" in (run_dir / "report.html").read_text()
+
+
+def test_analyze_of_a_completed_run_has_no_incomplete_banner(tmp_path, flowengine_bin, pcaplib):
+    out = tmp_path / "r"
+    res = cli("run", scenario(tmp_path, "tiny", UDP % (1000, 300)), "--out", out, "-q")
+    assert res.returncode == 0, res.stderr
+    run_dir = next(out.iterdir())
+    res = cli("analyze", run_dir, "-q")
+    assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+    assert json.loads((run_dir / "metrics.json").read_text())["incomplete_run"] is None
+    assert "Incomplete run" not in (run_dir / "report.md").read_text()
