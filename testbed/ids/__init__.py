@@ -3,10 +3,12 @@
 1. `testbed.ids.rules`: the rule language and attack synthesis. Rule syntax (`syntax`), the
    meaning of the options (`semantics`, with `load_rules`), the variables Suricata's
    configuration defines (`variables`), payload layout and regex examples (`layout`,
-   `regex_example`), packets and pcap writing (`packets`), one session per rule (`synth`), the
-   scenario's `attacks:` section (`attacks`: selection, `write_attacks`, `merge_pcaps`) and the
-   Snort 3 -> Suricata 7 text translation (`translate`). It imports only `ntgcore`. Beside it,
-   `testbed.ids.report`: the HTML form of the reports' Markdown; it imports nothing.
+   `regex_example`), packets and pcap writing (`packets`), one session per rule (`synth`, with
+   the text-protocol dialogues of `dialogue`), the dissector check of the sessions (`dissect`,
+   tshark through pyshark), the scenario's `attacks:` section (`attacks`: selection,
+   `write_attacks`, `merge_pcaps`) and the Snort 3 -> Suricata 7 text translation (`translate`).
+   It imports only `ntgcore`. Beside it, `testbed.ids.report`: the HTML form of the reports'
+   Markdown; it imports nothing.
 2. `testbed.ids.suricata`: the Suricata driver: configuration, command line, offline runs (the
    one runner, `run_offline`, with the addresses, checksum mode and configuration as parameters),
    ``suricata -T`` load checks (`check_load`, `translate_file`), the live process

@@ -7,13 +7,16 @@ EXTERNAL_NET in 198.19.0.0/16; over IPv6, with `ip_version=6` or for a rule that
 sequence and acknowledgement numbers, the data in the rule's direction (segmented, every segment
 ACKed), an orderly FIN close; or UDP datagrams; or ICMP (ICMPv6 over IPv6). HTTP rules get a
 request and a response with each content in its buffer and Content-Length framing, DNS rules a
-query and a response, TLS rules a ClientHello with the SNI.
+query and a response (length-framed over TCP), TLS rules a ClientHello with the SNI (and the
+server's certificate), SIP rules a request and a response; FTP, SMTP, POP3 and IMAP rules a
+client/server dialogue with the rule's bytes as one line of it (`dialogue.py`). Each session
+records its intended protocol (`app`), which `dissect.py` checks.
 Flowbits checks get the packets of a rule that sets the bit first, in the same session; threshold
 and detection_filter rules get as many sessions as the count needs, from one client.
 One rule's work is bounded: RULE_TIME_LIMIT_S of planning (pcre backtracking), MAX_SESSION_BYTES
 per session and MAX_RULE_TRAFFIC for all its sessions; a rule over one is in `failed` with the reason.
 
-The manifest (JSON) maps each rule to its session(s): sid, related sids, protocol, client and
+The manifest (JSON) maps each rule to its session(s): sid, related sids, protocol, app, client and
 server address and port, first and last packet time (ns), and per rule the status and reasons.
 """
 
@@ -34,6 +37,10 @@ from pathlib import Path
 from ntgcore.errors import NtgError
 
 from . import packets as P
+from .dialogue import (
+    TEXT_APPS, dialogue, dns_tcp, pinned_to_start, sip_method_of, sip_request, sip_response,
+    smtp_envelope,
+)
 from .layout import LayoutError, build_buffer, verify
 from .regex_example import RegexUnsupported
 from .semantics import (
@@ -91,6 +98,7 @@ class Session:
     start_ns: int = 0
     end_ns: int = 0
     packets: int = 0
+    app: str = ""                  # the protocol the session is meant to be: http, ftp, ..., or tcp/udp/icmp
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -179,6 +187,7 @@ def _header_lines(text: bytes) -> list[bytes]:
     return lines
 
 
+_FORM_BODY = re.compile(rb"(?:[!-$&-~]|%[0-9A-Fa-f]{2})*")
 _UA_LIKE = re.compile(rb"MSIE|Mozilla|compatible;|Windows NT|Gecko|Opera", re.I)
 
 
@@ -239,18 +248,6 @@ def _uris(model: RuleModel) -> tuple[bytes | None, bytes | None]:
                     and verify(cand, raw_m or [], raw_o)):
                 return None, cand
     return _buf(model, "http.uri", prefix=b"/"), _buf(model, "http.uri.raw", prefix=b"/")
-
-
-def _pinned_to_start(matches) -> bool:
-    """True when a match must sit at the start of its buffer (offset/depth, or a ^ pcre without m)."""
-    for m in matches:
-        if m.negated or m.is_relative:
-            continue
-        if m.kind == "content" and (m.offset is not None or m.depth is not None or m.startswith):
-            return True
-        if m.kind == "pcre" and m.pattern.startswith("^") and "m" not in m.flags:
-            return True
-    return False
 
 
 def _header_names(lines: list[bytes]) -> set[bytes]:
@@ -322,14 +319,16 @@ def http_request(model: RuleModel | None) -> bytes:
             headers.remove(host_line)
     for k, v in values.items():
         headers.append(k + b": " + v)
-    if own_lines and model is not None and _pinned_to_start(model.buffers.get("http.header", [])) \
+    if own_lines and model is not None and pinned_to_start(model.buffers.get("http.header", [])) \
             and not (hdr_text or b"").startswith((b"\r\n", b"\n")):
         headers[:0] = own_lines        # `depth`/`^` on the header buffer: the rule's lines first
     else:
         headers.extend(own_lines)
     if body is not None and names_buf is None:
         if not any(h.lower().startswith(b"content-type:") for h in headers):
-            headers.append(b"Content-Type: application/x-www-form-urlencoded")
+            # a form only when the body reads as one (a bad %-escape is no form for a dissector)
+            form = _FORM_BODY.fullmatch(body) is not None
+            headers.append(b"Content-Type: " + (b"application/x-www-form-urlencoded" if form else b"application/octet-stream"))
         headers.append(b"Content-Length: %d" % len(body))
     head = method + b" " + raw_uri + b" " + proto + b"\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
     return head + (body or b"")
@@ -410,10 +409,7 @@ def smtp_mail(attachment: bytes, extra: bytes = b"") -> list[tuple[bool, bytes]]
                + b64 + b"--NTGBOUNDARY--\r\n.\r\n")
     msgs = [(False, b"220 mail.example.com ESMTP ready\r\n"),
             (True, b"EHLO client.example.com\r\n"), (False, b"250 mail.example.com\r\n"),
-            (True, b"MAIL FROM:<alice@example.com>\r\n"), (False, b"250 OK\r\n"),
-            (True, b"RCPT TO:<bob@example.com>\r\n"), (False, b"250 OK\r\n"),
-            (True, b"DATA\r\n"), (False, b"354 go ahead\r\n"),
-            (True, message), (False, b"250 OK queued\r\n")]
+            *smtp_envelope(), (True, message), (False, b"250 OK queued\r\n")]
     if extra:
         msgs.append((True, extra))
     return msgs + [(True, b"QUIT\r\n"), (False, b"221 bye\r\n")]
@@ -477,7 +473,8 @@ def x509_certificate(extra: bytes = b"", subject_cn: bytes = b"www.example.com",
     spki = _der(0x30, _der(0x30, _der(0x06, bytes.fromhex("2a864886f70d010101")) + b"\x05\x00")
                 + _der(0x03, b"\x00" + _der(0x30, _der(0x02, modulus) + _der(0x02, b"\x01\x00\x01"))))
     validity = _der(0x30, _der(0x17, b"240101000000Z") + _der(0x17, b"340101000000Z"))
-    ext = _der(0x30, _der(0x06, bytes.fromhex("2b0601040182b75c01")) + _der(0x04, extra or b"x"))
+    # the extension's value is itself DER (an OCTET STRING), as a certificate parser expects
+    ext = _der(0x30, _der(0x06, bytes.fromhex("2b0601040182b75c01")) + _der(0x04, _der(0x04, extra or b"x")))
     tbs = _der(0x30, _der(0xA0, _der(0x02, b"\x02")) + _der(0x02, b"\x01\x23") + algo + _name(issuer_cn)
                + validity + _name(subject_cn) + spki + _der(0xA3, _der(0x30, ext)))
     return _der(0x30, tbs + algo + _der(0x03, b"\x00" + bytes(64)))
@@ -567,8 +564,8 @@ def _icmp_session(em: _Emitter, s: Session, model: RuleModel, payload: bytes) ->
     em.emit(P.ether(frame, model.src_is_client))
 
 
-def _pkt_payload(model: RuleModel) -> bytes:
-    data = _buf(model, "pkt", fill=b"\0")
+def _pkt_payload(model: RuleModel, fill: bytes = b"\0") -> bytes:
+    data = _buf(model, "pkt", fill=fill)
     if data is None:
         data = b""
     if model.dsize:
@@ -612,9 +609,13 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
                 # starts with a DNS header and question and goes on with the rule's bytes
                 hdr = struct.pack("!HHHHHH", ident, 0x8180 if not fc else 0x0100, 1, 1 if not fc else 0, 0, 0)
                 raw = _buf(model, "pkt", prefix=hdr + b"\x03www\x07example\x03com", fill=b"\0")
-                return [(True, dns_query(b"www.example.com", ident)), (fc, raw)]
+                msgs = [(True, dns_query(b"www.example.com", ident)), (fc, raw)]
+                return dns_tcp(msgs) if model.proto == "tcp" else msgs
             name = b"www.example.com"
-        return [(True, dns_query(name, ident)), (False, dns_response(name, ident))]
+        msgs = [(True, dns_query(name, ident)), (False, dns_response(name, ident))]
+        return dns_tcp(msgs) if model.proto == "tcp" else msgs
+    if app == "sip":
+        return _sip_messages(model, ident)
     if app == "tls":
         sni = _buf(model, "tls.sni", prefix=b"www")
         msgs = [(True, tls_client_hello(sni if sni is not None else b"www.example.com"))]
@@ -641,18 +642,55 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
         return dcerpc_tcp(iface, opts.get("version", 1), opts.get("opnum", 0), stub)
     if app == "smtp" and "file.data" in model.buffers:
         return smtp_mail(_buf(model, "file.data", fill=b"\0"), _pkt_payload(model) if model.buffers.get("pkt") else b"")
-    payload = _pkt_payload(model)
-    if app in ("smtp", "pop3", "imap", "ftp", "telnet"):
-        banner = {"smtp": b"220 mail.example.com ESMTP ready\r\n", "ftp": b"220 FTP server ready\r\n",
-                  "pop3": b"+OK POP3 ready\r\n", "imap": b"* OK IMAP4rev1 ready\r\n", "telnet": b"\xff\xfd\x18"}[app]
-        msgs = [(False, banner)]
-        if app == "smtp" and fc and not payload.upper().startswith((b"EHLO", b"HELO")):
-            msgs += [(True, b"EHLO client.example.com\r\n"), (False, b"250 mail.example.com\r\n")]
-        msgs.append((fc, payload))
-        return msgs
+    payload = _pkt_payload(model, fill=b"a" if app in TEXT_APPS else b"\0")
+    if app in TEXT_APPS:
+        return dialogue(app, payload, fc, matches=model.buffers.get("pkt"), opts=model.buffer_opts.get("pkt"),
+                        dsize=model.dsize)
+    if app == "telnet":
+        return [(False, b"\xff\xfd\x18"), (fc, payload)]
     if app == "ssh":
         return [(False, b"SSH-2.0-OpenSSH_9.2\r\n"), (True, b"SSH-2.0-OpenSSH_9.2\r\n"), (fc, payload)]
     return [(fc, payload)] if payload or model.proto != "tcp" else [(fc, b"")]
+
+
+def _sip_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
+    """A SIP request and its response; the rule's `sip.*` buffers in the request (to_server) or
+    the response (to_client), raw contents as the message body (or as the message itself when
+    they must start it)."""
+    transport = b"TCP" if model.proto == "tcp" else b"UDP"
+    method, proto = _buf(model, "sip.method"), _buf(model, "sip.protocol")
+    uri = _buf(model, "sip.uri", prefix=b"sip:")
+    rl = _buf(model, "sip.request_line")
+    if rl:
+        parts = rl.split(b" ")
+        method = parts[0]
+        if len(parts) >= 3:
+            uri, proto = b" ".join(parts[1:-1]), parts[-1]
+        elif len(parts) == 2:
+            uri = parts[1] + (b"bob@example.com" if parts[1].endswith(b":") else b"")
+    code, reason = _buf(model, "sip.stat_code"), _buf(model, "sip.stat_msg")
+    if code is not None and len(code) < 3 and code.isdigit():
+        # a status code has three digits (`content:"4"; startswith;` is any 4xx)
+        full = code.ljust(3, b"0")
+        code = full if verify(full, model.buffers.get("sip.stat_code", []), model.buffer_opts.get("sip.stat_code")) else code
+    status = _buf(model, "sip.response_line")
+    rproto = proto if not model.to_server else None
+    if status:
+        parts = status.split(b" ", 2)
+        if len(parts) == 3:
+            rproto, code, reason = parts
+    raw = _pkt_payload(model) if model.buffers.get("pkt") else b""
+    if method is None and raw:
+        method = sip_method_of(raw)
+    method = method or b"MESSAGE"          # a method scanner rules do not look for (OPTIONS, INVITE)
+    kw = {"ident": ident, "transport": transport}
+    # raw bytes that must start the message are the message itself
+    pinned = bool(raw) and pinned_to_start(model.buffers["pkt"])
+    if model.to_server:
+        request = raw if pinned else sip_request(method, uri, proto, raw, **kw)
+        return [(True, request), (False, sip_response(None, None, None, method=method, **kw))]
+    response = raw if pinned else sip_response(code, reason, rproto, raw, method=method, **kw)
+    return [(True, sip_request(method, None, None, **kw)), (False, response)]
 
 
 @dataclass
@@ -776,7 +814,8 @@ def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: st
             if starts_ns is not None:
                 t = max(t if res.sessions else 0, starts_ns[i])
             for k in range(model.events):
-                s = Session(model.sid, pl.related, model.proto, client, cport + k if model.events > 1 else cport, server, sport)
+                s = Session(model.sid, pl.related, model.proto, client, cport + k if model.events > 1 else cport, server, sport,
+                            app=model.app or model.proto)
                 em = _Emitter(w, t)
                 s.start_ns = t
                 if model.proto == "udp":
@@ -792,6 +831,7 @@ def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: st
                         fl = P.ACK
                     data = b"".join(d for _fc, d in pl.messages)
                     _tcp_session(em, s, [(model.src_is_client, data)], handshake=False, flags=fl, seed=i + 1)
+                    s.app = "tcp"            # a packet with flags, no conversation
                 else:
                     _tcp_session(em, s, pl.messages, seed=i + 1)
                 s.end_ns = em.t - PKT_GAP_NS
