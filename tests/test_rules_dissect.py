@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import skip_or_fail
 from testbed.ids.rules import packets as P
@@ -31,6 +32,20 @@ def test_golden_case_sessions_dissect_as_their_protocol(case: Path, tmp_path: Pa
     models, problems = load_rules([case / "rules.rules"])
     assert problems == []
     res = synthesize(models, tmp_path / "a.pcap", tmp_path / "a.json")
+    out = dissect_manifest(tmp_path / "a.json")
+    assert len(out) == len(res.sessions) > 0
+    assert problems_by_sid(out) == {}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_golden_case_sessions_dissect_over_ipv6(case: Path, tmp_path: Path) -> None:
+    expect = yaml.safe_load((case / "expect.yaml").read_text())
+    if expect.get("ipv6") is False:
+        pytest.skip(f"{case.name}: expect.yaml has ipv6: false ({expect.get('ipv6_why', 'no reason given')})")
+    models, problems = load_rules([case / "rules.rules"])
+    assert problems == []
+    res = synthesize(models, tmp_path / "a.pcap", tmp_path / "a.json", ip_version=6)
+    assert any(":" in s.client for s in res.sessions)   # (an `icmp` rule with itype stays on IPv4)
     out = dissect_manifest(tmp_path / "a.json")
     assert len(out) == len(res.sessions) > 0
     assert problems_by_sid(out) == {}

@@ -20,6 +20,7 @@ pair). `dissect_manifest(manifest)` does the same from a manifest file (`synth.w
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,25 +92,45 @@ def _packet_problems(pkt, want: str) -> tuple[list[str], list[str]]:
 
 
 def _packet_key(pkt) -> frozenset | None:
-    if not hasattr(pkt, "ip"):
+    if hasattr(pkt, "ip"):
+        net, proto = pkt.ip, pkt.ip.proto
+    elif hasattr(pkt, "ipv6"):
+        net, proto = pkt.ipv6, pkt.ipv6.nxt
+    else:
         return None
-    src, dst = pkt.ip.src, pkt.ip.dst
+    src, dst = _short(net.src), _short(net.dst)
     # the outer header's transport (an ICMP error quotes an inner UDP or TCP header)
-    transport = {"6": "tcp", "17": "udp"}.get(pkt.ip.proto)
+    transport = {"6": "tcp", "17": "udp"}.get(proto)
     if transport and hasattr(pkt, transport):
         t = getattr(pkt, transport)
         return _key(src, int(t.srcport), dst, int(t.dstport))
     return _key(src, 0, dst, 0)
 
 
+def _short(address: str) -> str:
+    try:
+        return ipaddress.ip_address(address).compressed
+    except ValueError:
+        return address
+
+
+def _wanted(d: Dissected) -> str:
+    """Wireshark's name for the session's protocol (ICMP over IPv6 is `icmpv6`)."""
+    want = DISSECTORS.get(d.app, d.app)
+    if want == "icmp" and ":" in d.client:
+        return "icmpv6"
+    return want
+
+
 def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
     """One `Dissected` per session (a `synth.Session` or its manifest dict), in the same order."""
     rows = [s if isinstance(s, dict) else s.as_dict() for s in sessions]
-    out = [Dissected(r["sid"], r.get("app") or r.get("proto", ""), r["client"], r["server"]) for r in rows]
+    out = [Dissected(r["sid"], r.get("app") or r.get("proto", ""), _short(r["client"]), _short(r["server"]))
+           for r in rows]
     index: dict[frozenset, list[Dissected]] = {}
     for r, d in zip(rows, out):
         ports = (r["cport"], r["sport"]) if r.get("proto") in ("tcp", "udp") else (0, 0)
-        index.setdefault(_key(r["client"], ports[0], r["server"], ports[1]), []).append(d)
+        index.setdefault(_key(d.client, ports[0], d.server, ports[1]), []).append(d)
     try:
         cap = pyshark.FileCapture(str(pcap), keep_packets=False)
         try:
@@ -117,7 +138,7 @@ def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
                 key = _packet_key(pkt)
                 for d in index.get(key, ()) if key else ():
                     d.protocols.update(layer.layer_name.lower() for layer in pkt.layers)
-                    own, above = _packet_problems(pkt, DISSECTORS.get(d.app, d.app))
+                    own, above = _packet_problems(pkt, _wanted(d))
                     d.problems += own
                     d.payload_problems += above
         finally:
@@ -127,9 +148,9 @@ def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
     except pyshark.capture.capture.TSharkCrashException as exc:
         raise DissectError(f"{pcap}: tshark failed: {exc}") from None
     for d in out:
-        want = DISSECTORS.get(d.app, d.app)
+        want = _wanted(d)
         if want not in d.protocols:
-            seen = ", ".join(sorted(p for p in d.protocols if p not in ("eth", "ip"))) or "nothing"
+            seen = ", ".join(sorted(p for p in d.protocols if p not in ("eth", "ip", "ipv6"))) or "nothing"
             d.problems.insert(0, f"not dissected as {want} (saw: {seen})")
     return out
 
