@@ -19,16 +19,18 @@ from testbed.ids.rules.syntax import MAX_RULE_BYTES, parse_rule_text
 ROOT = Path(__file__).resolve().parents[1]
 PEAK_RSS_LIMIT_MB = 400          # measured 1,414 MB for these rules before the bounds, about 40 after
 
-# run in a child so that its peak memory is the synthesis's own, not the test session's
+# run in a child so that its peak memory is the synthesis's own, not the test session's; read
+# VmHWM (the peak of this process image), not ru_maxrss, which Linux carries over from the forking
+# parent across exec (a child of a large pytest process would report the parent's size)
 CHILD = textwrap.dedent("""
-    import json, resource, sys
+    import json, re, sys
     from testbed.ids.rules.semantics import load_rules
     from testbed.ids.rules.synth import synthesize
     models, problems = load_rules([sys.argv[1]])
     res = synthesize(models, sys.argv[2])
     print(json.dumps({"problems": [str(p) for p in problems], "models": [m.sid for m in models],
                       "synthesized": sorted(res.synthesized), "failed": res.failed,
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                      "peak_rss_mb": int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read())[1]) / 1024}))
 """)
 
 
