@@ -8,20 +8,22 @@ with `repeat: {count, period}`. Reference: docs/scenario.md.
 from __future__ import annotations
 
 import difflib
+import functools
 import ipaddress
+import os
 import re
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import yaml
 from pydantic import (
     BaseModel,
     AfterValidator,
     BeforeValidator,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -31,17 +33,27 @@ from pydantic import (
 from .errors import BadInput
 from .registry import GENERATORS
 from .units import parse_duration_ns, parse_rate_pps, period_ns_from_rate
+from .yamlread import YamlProblem, check_size, gc_paused, read_yaml, yaml_lines
 
 SCENARIO_VERSION = 1
 MAX_FRAME = 65535  # the pcap snap length the engine writes
 MAX_TIME_NS = 2**32 * 1_000_000_000  # pcap seconds are 32 bits
 EPHEMERAL_PORTS = (49152, 65535)
+MAX_ITEMS = 10_000  # items of a list other than `flows` (one error each could be millions)
+MAX_FLOW_PROBLEMS = 100  # flows reported as wrong before the check stops
 # The only addresses a live run may send from and to (network safety): RFC 2544's benchmarking
 # range and the IPv6 documentation range.
 BENCHMARK_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:db8::/32"))
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 Mode = Literal["random", "increment"]
+
+
+@functools.lru_cache(maxsize=4096)
+def _interface(text: str) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+    """Parsed once per distinct text: a flow asks for its addresses' version several times, and
+    a large scenario repeats the same few addresses (ipaddress objects are immutable)."""
+    return ipaddress.ip_interface(text)
 
 
 def _rate_value(v: Any) -> Decimal:
@@ -79,7 +91,32 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Address(_Model):
+_shared: dict[tuple, BaseModel] = {}
+
+
+class _Shared(_Model):
+    """A small frozen value that many flows repeat (an address, ports, a size, a payload): equal
+    inputs give one shared instance, so 100,000 flows to one `dst` hold one Address, not 100,000
+    (a model instance costs about 500 bytes, more than the YAML text that made it)."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_instance(cls, v: Any, handler: ModelWrapValidatorHandler) -> Any:
+        try:
+            key = (cls, type(v), frozenset((k, type(x), x) for k, x in v.items()) if isinstance(v, dict) else v)
+            hash(key)
+        except TypeError:  # a nested mapping or list: not shared
+            return handler(v)
+        found = _shared.get(key)
+        if found is None:
+            found = handler(v)
+            if len(_shared) >= 10_000:
+                _shared.clear()
+            _shared[key] = found
+        return found
+
+
+class Address(_Shared):
     """An address, or a CIDR block whose host part is drawn per flow instance."""
 
     cidr: str = Field(description="Address (198.18.0.1) or block (198.18.0.0/16, 2001:db8::/48).")
@@ -98,14 +135,14 @@ class Address(_Model):
     @classmethod
     def _valid_cidr(cls, v: str) -> str:
         try:
-            ipaddress.ip_interface(v.strip())
+            _interface(v.strip())
         except ValueError:
             raise ValueError("not an IPv4 or IPv6 address or CIDR block") from None
         return v.strip()
 
     @property
     def interface(self) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
-        return ipaddress.ip_interface(self.cidr)
+        return _interface(self.cidr)
 
     @property
     def version(self) -> int:
@@ -116,7 +153,7 @@ class Address(_Model):
         return self.interface.network.num_addresses == 1
 
 
-class Ports(_Model):
+class Ports(_Shared):
     """A port, or a range `LO-HI` drawn per flow instance (`random`) or stepped (`increment`)."""
 
     range: str = Field(description="`80`, `1024-2047`, or `random` (the ephemeral ports).")
@@ -153,7 +190,7 @@ class Ports(_Model):
         return int(lo), int(hi)
 
 
-class Size(_Model):
+class Size(_Shared):
     """Payload length in bytes, fixed or uniform per packet in [min, max]."""
 
     min: int = Field(ge=0)
@@ -180,7 +217,7 @@ class Size(_Model):
         return self
 
 
-class Payload(_Model):
+class Payload(_Shared):
     size: Size | None = Field(None, description="L4 payload bytes: 100, `64-512` or {min, max}.")
     text: str | None = Field(None, description="Text placed at the start of every payload (UTF-8).")
     hex: str | None = Field(None, description="Bytes placed at the start of every payload, in hex.")
@@ -439,7 +476,7 @@ class DutSpec(_Model):
     buffer_kib: int = Field(2048, ge=1, le=4_194_304, description="tcpdump: kernel buffer (-B, KiB).")
     snaplen: int = Field(256, ge=64, le=65535, description="tcpdump: snap length.")
     write: bool = Field(False, description="tcpdump: keep what it received as dut.pcap.")
-    rules: list[str] = Field([], description="suricata: rule files (relative to the scenario).")
+    rules: list[str] = Field([], max_length=MAX_ITEMS, description="suricata: rule files (relative to the scenario).")
 
 
 class MonitorSpec(_Model):
@@ -450,11 +487,11 @@ class SweepSpec(_Model):
     """Seed 002's loss method: a packet-rate sweep and a flow-rate (hosts) sweep."""
 
     packet_rates: list[Union[Literal["max"], Rate]] = Field(
-        [], description="Packet rates of the rate sweep, one UDP flow each: [1000, 5000, max]; "
+        [], max_length=MAX_ITEMS, description="Packet rates of the rate sweep, one UDP flow each: [1000, 5000, max]; "
         "`max`: the generators at top speed."
     )
     hosts: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
-        [], description="Host counts of the flow-rate sweep: [1, 10, 25, 50]."
+        [], max_length=MAX_ITEMS, description="Host counts of the flow-rate sweep: [1, 10, 25, 50]."
     )
     sessions_per_host: int = Field(50, ge=1, le=100_000, description="UDP sessions per host, one after another.")
     host_rate: Rate = Field(Decimal(2000), description="Packets per second of one host (seed 002: 0.5 ms IAT).")
@@ -493,7 +530,7 @@ class TestbedSpec(_Model):
         "seed 001, each generator in turn; `loss-sweep`: seed 002 against the DUT."
     )
     duration: Duration | None = Field(None, description="How long topspeed generators send.")
-    generators: list["AnyGeneratorSpec"] = Field([], description="Default: the scenario's `generator`.")
+    generators: list["AnyGeneratorSpec"] = Field([], max_length=MAX_ITEMS, description="Default: the scenario's `generator`.")
     capture: CaptureSpec | None = Field(CaptureSpec(), description="`null` turns the capture off.")
     dut: DutSpec = DutSpec()
     monitor: MonitorSpec = MonitorSpec()
@@ -531,11 +568,11 @@ class TestbedSpec(_Model):
 class AttackSelect(_Model):
     """Which rules of the `attacks.rules` files become attack sessions; the given keys are ANDed."""
 
-    sids: list[Annotated[int, Field(ge=1)]] | None = Field(None, description="Only these sids.")
-    classtypes: list[str] | None = Field(None, description="Only rules with one of these classtypes.")
+    sids: list[Annotated[int, Field(ge=1)]] | None = Field(None, max_length=MAX_ITEMS, description="Only these sids.")
+    classtypes: list[str] | None = Field(None, max_length=MAX_ITEMS, description="Only rules with one of these classtypes.")
     msg: str | None = Field(None, description="Only rules whose msg matches this regular expression.")
     keywords: list[str] | None = Field(
-        None, description="Only rules that use every one of these keywords (content, pcre, http.uri, ...).")
+        None, max_length=MAX_ITEMS, description="Only rules that use every one of these keywords (content, pcre, http.uri, ...).")
 
     @field_validator("msg")
     @classmethod
@@ -551,7 +588,7 @@ class AttackSelect(_Model):
 class AttacksSpec(_Model):
     """Attack sessions synthesized from IDS rules and mixed into the run (docs/ids-coverage.md)."""
 
-    rules: list[str] = Field(min_length=1, description="Rule files, relative to the scenario; "
+    rules: list[str] = Field(max_length=MAX_ITEMS, min_length=1, description="Rule files, relative to the scenario; "
                              "$VARIABLES of the environment are expanded ($NTG_SHARED_DATA).")
     select: AttackSelect = AttackSelect()
     count: int = Field(10, ge=1, le=1_000_000, description="Attack sessions: the selected rules in "
@@ -623,22 +660,21 @@ class LoadedScenario:
     text: str
 
 
-class LineLoader(yaml.SafeLoader):
-    """SafeLoader that also records the line of every mapping key and value by path."""
+class _LazyLines:
+    """The line map of a text, read only when a problem needs a line (see ntgcore.yamlread)."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.lines: dict[tuple, int] | None = None
+
+    def get(self, path: tuple, default: int | None = None) -> int | None:
+        if self.lines is None:
+            self.lines = yaml_lines(self.text)
+        return self.lines.get(path, default)
 
 
-def node_lines(node: yaml.Node, path: tuple, out: dict[tuple, int]) -> None:
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            k = key.value
-            out[path + (k,)] = key.start_mark.line + 1
-            out[path + (k, "__value__")] = value.start_mark.line + 1
-            node_lines(value, path + (k,), out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out[path + (i,)] = item.start_mark.line + 1
-            node_lines(item, path + (i,), out)
+def _prefixes(locs: list[tuple]) -> set[tuple]:
+    return {loc[:k] for loc in locs for k in range(len(loc) + 1)}
 
 
 def _dotted(loc: tuple) -> str:
@@ -744,37 +780,63 @@ def ensure_models() -> None:
 
 
 def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
+    """The scenario of a YAML text; ScenarioError with every problem as `FILE:LINE: ...`.
+
+    The text is read within the limits of ntgcore.yamlread (size, depth, values, aliases,
+    duplicate keys); lines are looked up only when there is a problem to report."""
     ensure_models()
     try:
-        root = yaml.compose(text, Loader=LineLoader)
-        data = yaml.load(text, Loader=LineLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError([f"{file}:{line}: YAML syntax: {problem}"]) from None
+        data = read_yaml(text, file)
+    except YamlProblem as exc:
+        raise ScenarioError(exc.problems) from None
     if not isinstance(data, dict):
         raise ScenarioError([f"{file}:1: (top level): expected a mapping with version, name and flows"])
-    lines: dict[tuple, int] = {}
-    if root is not None:
-        node_lines(root, (), lines)
     try:
-        scenario = Scenario.model_validate(data)
+        with gc_paused():
+            _flows_first(data, text, file)
+            scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        problems = [format_error(e, file, lines) for e in exc.errors(include_url=False)]
+        errors = exc.errors(include_url=False)
+        lines = yaml_lines(text, _prefixes([_untagged(tuple(e["loc"]))[0] for e in errors]))
+        problems = [format_error(e, file, lines) for e in errors]
         problems.sort(key=lambda p: int(p[len(file) + 1 :].split(":", 1)[0]))
         raise ScenarioError(problems) from None
-    problems = _live_address_problems(scenario, file, lines)
+    problems = _live_address_problems(scenario, file, _LazyLines(text))
     if problems:
         raise ScenarioError(problems)
     return scenario
+
+
+def _flows_first(data: dict, text: str, file: str) -> None:
+    """Validate the flow entries one by one, each replacing its YAML data: the data of a flow
+    is freed as its model is made, so a large file never holds both whole (the peak memory was
+    their sum). A flow that fails stays as it was and is reported with every other problem;
+    past MAX_FLOW_PROBLEMS failing flows the check stops there (a list of a million wrong flows
+    made a million messages and gigabytes)."""
+    flows = data.get("flows")
+    if not isinstance(flows, list):
+        return
+    failed: list[tuple[int, ValidationError]] = []
+    for i, item in enumerate(flows):
+        try:
+            flows[i] = Flow.model_validate(item)
+        except ValidationError as exc:
+            failed.append((i, exc))
+            if len(failed) > MAX_FLOW_PROBLEMS:
+                errors = [dict(e, loc=("flows", j, *e["loc"])) for j, x in failed[:-1]
+                          for e in x.errors(include_url=False)]
+                lines = yaml_lines(text, _prefixes([tuple(e["loc"]) for e in errors] + [("flows", i)]))
+                problems = [format_error(e, file, lines) for e in errors]
+                raise ScenarioError(problems + [
+                    f"{file}:{lines.get(('flows', i), 1)}: flows[{i}]: and more: the check stops after "
+                    f"{MAX_FLOW_PROBLEMS} wrong flows (of {len(flows):,})"])
 
 
 def _outside(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
     return not any(network.subnet_of(n) for n in BENCHMARK_NETWORKS if n.version == network.version)
 
 
-def _live_address_problems(scenario: Scenario, file: str, lines: dict[tuple, int]) -> list[str]:
+def _live_address_problems(scenario: Scenario, file: str, lines: _LazyLines) -> list[str]:
     """A live run sends what the flows say: every address must lie in the benchmark ranges."""
     if scenario.testbed is None:
         return []
@@ -800,7 +862,10 @@ def _live_address_problems(scenario: Scenario, file: str, lines: dict[tuple, int
 def load_scenario(path: str | Path) -> LoadedScenario:
     path = Path(path)
     try:
+        check_size(path.stat().st_size, str(path))  # before reading it
         text = path.read_text(encoding="utf-8")
+    except YamlProblem as exc:
+        raise ScenarioError(exc.problems) from None
     except FileNotFoundError:
         raise ScenarioError([f"{path}: no such file"]) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -813,26 +878,21 @@ def load_scenario(path: str | Path) -> LoadedScenario:
 
 def attack_rule_paths(attacks: AttacksSpec, scenario_path: Path) -> list[Path]:
     """The rule files of `attacks:`, environment variables expanded, relative to the scenario."""
-    import os
-
     return [scenario_path.parent / os.path.expandvars(f) for f in attacks.rules]
 
 
 def _check_attack_files(attacks: AttacksSpec, path: Path, text: str) -> None:
-    root = yaml.compose(text, Loader=LineLoader)
-    lines: dict[tuple, int] = {}
-    node_lines(root, (), lines)
-    problems = []
+    found = []
     for i, (given, resolved) in enumerate(zip(attacks.rules, attack_rule_paths(attacks, path))):
-        line = lines.get(("attacks", "rules", i), lines.get(("attacks",), 1))
         if "$" in str(resolved):
-            problems.append(f"{path}:{line}: attacks.rules[{i}]: {given!r} names an environment variable "
-                            "that is not set; set it (e.g. NTG_SHARED_DATA=/work/shared/data) or give a path")
+            found.append((i, f"{given!r} names an environment variable that is not set; set it "
+                             "(e.g. NTG_SHARED_DATA=/work/shared/data) or give a path"))
         elif not resolved.is_file():
-            problems.append(f"{path}:{line}: attacks.rules[{i}]: no such rule file {resolved} "
-                            "(paths are relative to the scenario)")
-    if problems:
-        raise ScenarioError(problems)
+            found.append((i, f"no such rule file {resolved} (paths are relative to the scenario)"))
+    if found:
+        lines = _LazyLines(text)
+        raise ScenarioError([f"{path}:{lines.get(('attacks', 'rules', i)) or lines.get(('attacks',), 1)}: "
+                             f"attacks.rules[{i}]: {message}" for i, message in found])
 
 
 _SHORTHANDS = {

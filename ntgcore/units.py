@@ -22,7 +22,20 @@ _DURATION_UNITS = {
     "h": Decimal(3600 * NS_PER_S),
 }
 _RATE_UNITS = {"pps": Decimal(1), "kpps": Decimal(1_000), "mpps": Decimal(1_000_000)}
+# Amounts outside 1e-30 .. 1e30 are refused before any arithmetic: nothing a scenario means is
+# that large or that small, and exact Decimal arithmetic on 1e999999 overflows or makes an integer
+# of a million digits (a hang).
+_MAX_EXPONENT = 30
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
+
+
+def _bounded(amount: Decimal) -> Decimal:
+    """`amount` if it is a finite number of moderate size; ValueError if not."""
+    if not amount.is_finite():
+        raise ValueError("must be a finite number")
+    if amount and not -_MAX_EXPONENT <= amount.adjusted() <= _MAX_EXPONENT:
+        raise ValueError(f"must lie between 1e-{_MAX_EXPONENT} and 1e{_MAX_EXPONENT}")
+    return amount
 
 
 def _split(value: str) -> tuple[Decimal, str]:
@@ -54,7 +67,7 @@ def parse_duration_ns(value: object) -> int:
     scale = _DURATION_UNITS.get(unit if unit in _DURATION_UNITS else unit.lower())
     if scale is None:
         raise ValueError(f"unknown time unit {unit!r}; use ns, us, ms, s, m or h")
-    ns = amount * scale
+    ns = _bounded(amount) * scale
     if ns != ns.to_integral_value():
         raise ValueError("finer than one nanosecond")
     return int(ns)
@@ -65,9 +78,9 @@ def parse_rate_pps(value: object) -> Decimal:
     if isinstance(value, bool):
         raise ValueError("expected a packet rate such as 1000, 2.5kpps or 1Mpps")
     if isinstance(value, int):
-        return Decimal(value)
+        return _bounded(Decimal(value))
     if isinstance(value, float):
-        return Decimal(repr(value))
+        return _bounded(Decimal(repr(value)))
     if isinstance(value, str):
         try:
             amount, unit = _split(value)
@@ -76,7 +89,7 @@ def parse_rate_pps(value: object) -> Decimal:
         scale = _RATE_UNITS.get((unit or "pps").lower())
         if scale is None:
             raise ValueError(f"unknown rate unit {unit!r}; use pps, kpps or Mpps")
-        return amount * scale
+        return _bounded(amount) * scale
     raise ValueError("expected a packet rate such as 1000, 2.5kpps or 1Mpps")
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ntgcore.compile import compile_session, expected
-from ntgcore.scenario import ScenarioError, json_schema, load_scenario, parse_scenario
+from ntgcore import yamlread
+from ntgcore.scenario import MAX_ITEMS, ScenarioError, json_schema, load_scenario, parse_scenario
 from ntgcore.units import format_ns, parse_duration_ns, parse_rate_pps, period_ns_from_rate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +51,35 @@ def test_durations_are_exact_nanoseconds(text, ns):
 def test_bad_durations_are_refused(bad):
     with pytest.raises(ValueError):
         parse_duration_ns(bad)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (float("inf"), "must be a finite number"), (float("nan"), "must be a finite number"),
+    ("1e999999s", "must lie between 1e-30 and 1e30"), (10**40, "must lie between 1e-30 and 1e30"),
+])  # fmt: skip
+def test_durations_out_of_range_are_value_errors(bad, message):
+    """Found by fuzzing: `.inf` raised OverflowError and `1e999999s` decimal.Overflow (tracebacks),
+    and `1e799999s` built an integer of 800,000 digits for seconds."""
+    with pytest.raises(ValueError, match=message):
+        parse_duration_ns(bad)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "1e999999", "1e-999999kpps"])
+def test_rates_out_of_range_are_value_errors(bad):
+    with pytest.raises(ValueError):
+        parse_rate_pps(bad)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("start: .inf", "flows[0].start: must be a finite number (got inf)"),
+    ("rate: .nan", "flows[0].rate: must be a finite number (got nan)"),
+    ("start: 1e999999s", "flows[0].start: must lie between 1e-30 and 1e30 (got '1e999999s')"),
+    ("start: !!int", "s.yaml:10: flows[0].start: '' is not a valid int"),
+])  # fmt: skip
+def test_odd_numbers_in_a_scenario_are_reported(value, message):
+    text = UDP.replace("rate: 10", value) if value.startswith("rate") else UDP + f"  {value}\n"
+    (p,) = problems(scenario(text))
+    assert message in p
 
 
 def test_rates_and_their_integer_period():
@@ -207,3 +237,132 @@ def test_schema_command_prints_json():
     out = run_cli("schema")
     assert out.returncode == 0
     assert json.loads(out.stdout)["title"].startswith("ntg-testbed scenario")
+
+
+# --------------------------------------------------------------------------------------------
+# What reading a scenario may cost: the limits of ntgcore.yamlread (docs/scenario.md, "Limits")
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """"Billion laughs": each level lists the one before nine times, 9**levels values in all."""
+    rows = ["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    rows += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "version: 1\nname: bomb\n" + "\n".join(rows) + f"\nflows: *l{levels}\n"
+
+
+def run_cli_measured(*args: str) -> tuple[subprocess.CompletedProcess, int]:
+    """`testbed ARGS` in a child, and the child's peak resident memory in bytes."""
+    code = ("import resource, subprocess, sys\n"
+            "p = subprocess.run([sys.executable, '-m', 'testbed', *sys.argv[1:]], capture_output=True, text=True)\n"
+            "sys.stdout.write(p.stdout); sys.stderr.write(p.stderr)\n"
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+            "sys.exit(p.returncode)\n")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    *rest, peak_kib = out.stderr.rstrip("\n").split("\n")
+    out.stderr = "\n".join(rest)
+    return out, int(peak_kib) * 1024
+
+
+def test_an_alias_bomb_is_refused_before_it_is_expanded(tmp_path):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(alias_bomb())
+    out, peak = run_cli_measured("validate", str(bomb))
+    assert out.returncode == 2, out.stderr
+    assert f"{bomb}:" in out.stderr and "each alias counted as all the values it stands for" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert peak < 400 * 2**20
+
+
+def test_aliases_beyond_their_limit_are_refused():
+    anchors = "base: &b 1\nmany: [" + ", ".join(["*b"] * (yamlread.MAX_ALIASES + 1)) + "]\n"
+    (p,) = problems(scenario(UDP, anchors))
+    assert p.startswith("s.yaml:4: many[") and f"more than {yamlread.MAX_ALIASES:,} aliases" in p
+
+
+def test_a_recursive_alias_is_refused():
+    (p,) = problems("version: 1\nname: t\nflows: &x [*x]\n")
+    assert p == "s.yaml:3: flows[0]: the alias *x is inside the node &x it refers to (a recursive structure)"
+
+
+def test_anchors_aliases_and_merge_keys_still_work():
+    text = scenario("""\
+        - &dns
+          protocol: udp
+          src: 198.18.0.1
+          dst: 198.19.0.1
+          dst_port: 53
+          rate: 10
+          packets: 5
+        - <<: *dns
+          dst_port: !!str 80
+          payload: {size: 10}
+        """)
+    first, second = parse_scenario(text).flows
+    assert first.dst_port.bounds == (53, 53) and second.dst_port.bounds == (80, 80)
+    assert second.src == first.src and second.payload.sizes == (10, 10)
+
+
+def test_deep_nesting_is_refused_with_a_message(tmp_path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("version: 1\nname: deep\nflows: " + "[" * 5000 + "]" * 5000 + "\n")
+    out = run_cli("validate", str(deep))
+    assert out.returncode == 2
+    assert out.stderr.strip() == (f"{deep}:3: flows[0][0][0]...[0][0]: nested more than "
+                                  f"{yamlread.MAX_DEPTH} levels deep (lists and mappings inside each other); flatten it")
+
+
+def test_a_duplicate_key_names_both_lines():
+    text = scenario(UDP + "  dst_port: 80\n")
+    (p,) = problems(text)
+    assert p == ("s.yaml:10: flows[0].dst_port: the key `dst_port` is given twice, at s.yaml:7 and "
+                 "s.yaml:10; keep one (YAML would keep the last)")
+
+
+def test_duplicate_keys_everywhere_are_all_reported():
+    text = "version: 1\nname: t\nname: u\nflows:\n" + textwrap.indent(UDP + "  rate: 20\n", "  ")
+    assert [p.split(": ", 2)[1] for p in problems(text)] == ["name", "flows[0].rate"]
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(tmp_path):
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as f:
+        f.truncate(yamlread.MAX_BYTES + 1)  # sparse: nothing to read, only its size
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario(big)
+    (p,) = exc.value.problems
+    assert p.startswith(f"{big}: the file is 32.0 MiB; at most 32.0 MiB is read")
+    out = run_cli("validate", str(big))
+    assert out.returncode == 2 and "at most 32.0 MiB is read" in out.stderr
+
+
+def many_flows(n: int) -> str:
+    flow = ("  - {{name: f{i}, protocol: udp, src: 198.18.{a}.{b}, dst: {{cidr: 198.19.0.0/24, mode: increment}},"
+            " dst_port: {p}, start: {i}ms, rate: 1000, packets: 2, payload: {{size: 40-120}}}}\n")
+    return "version: 1\nname: many\nflows:\n" + "".join(
+        flow.format(i=i, a=i // 250 % 250, b=i % 250 + 1, p=1 + i % 60000) for i in range(n))
+
+
+def test_validating_many_flows_stays_within_memory(tmp_path):
+    path = tmp_path / "many.yaml"
+    path.write_text(many_flows(10_000))
+    out, peak = run_cli_measured("validate", str(path))
+    assert out.returncode == 0 and "10000 flow definitions" in out.stdout, out.stderr
+    assert peak < 300 * 2**20  # the composed node graph and the line map made it 520 MiB
+
+
+def test_errors_in_a_large_file_still_name_their_line():
+    text = many_flows(3000).replace("dst_port: 2000,", "dst_port: 99999,")
+    (p,) = problems(text)
+    assert p == "s.yaml:2003: flows[1999].dst_port: ports go up to 65535 (got '99999')"
+
+
+def test_checking_stops_after_a_hundred_wrong_flows():
+    ps = problems("version: 1\nname: t\nflows: [" + ", ".join(["1"] * 200_000) + "]\n")
+    assert len(ps) == 101  # one message each once made 200,000 messages (and gigabytes for millions)
+    assert ps[-1] == "s.yaml:3: flows[100]: and more: the check stops after 100 wrong flows (of 200,000)"
+
+
+def test_other_lists_are_bounded():
+    sids = ", ".join(["1"] * (MAX_ITEMS + 1))
+    (p,) = problems(scenario(UDP, f"attacks: {{rules: [x.rules], select: {{sids: [{sids}]}}}}\n"))
+    assert p.startswith(f"s.yaml:3: attacks.select.sids: List should have at most {MAX_ITEMS} items")

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ntgcore.errors import NtgError
 from ntgcore.proc import CommandRecord, Process
-from ntgcore.scenario import BENCHMARK_NETWORKS, LineLoader, ScenarioError, format_error, node_lines
+from ntgcore.scenario import BENCHMARK_NETWORKS, ScenarioError, format_error
+from ntgcore.yamlread import YamlProblem, check_size, read_yaml, yaml_lines
 
 PACKAGED = Path(__file__).resolve().parent / "topologies"
 ALLOWED_NETWORKS = BENCHMARK_NETWORKS
@@ -384,23 +384,20 @@ def load_topology(ref: str | Path | dict, base_dir: Path | None = None, source: 
     elif not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
     try:
+        check_size(path.stat().st_size, str(path))
         text = path.read_text(encoding="utf-8")
+    except YamlProblem as exc:
+        raise TopologyError(exc.problems) from None
     except FileNotFoundError:
         known = ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
         raise TopologyError([f"{path}: no such file (packaged topologies: {known})"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TopologyError([f"{path}: cannot read: {exc}"]) from None
     try:
-        root = yaml.compose(text, Loader=LineLoader)
-        data = yaml.load(text, Loader=LineLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise TopologyError([f"{path}:{mark.line + 1 if mark else 1}: YAML syntax: {problem}"]) from None
-    lines: dict[tuple, int] = {}
-    if root is not None:
-        node_lines(root, (), lines)
-    return parse_topology(data, str(path), lines)
+        data = read_yaml(text, str(path))
+    except YamlProblem as exc:
+        raise TopologyError(exc.problems) from None
+    return parse_topology(data, str(path), yaml_lines(text))  # a topology is small
 
 
 # --------------------------------------------------------------------------------------------
