@@ -22,11 +22,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ntgcore.errors import BadInput
-from ntgcore.scenario import LineLoader, format_error, node_lines
+from ntgcore.scenario import format_error
+from ntgcore.yamlread import YamlProblem, read_yaml, yaml_lines
 
 Scalar = str | int | float | bool | None
 BOUNDS = ("count", "min", "max", "lt", "gt")
@@ -104,17 +104,13 @@ def load_expect(path: str | Path) -> ExpectFile:
     except OSError as exc:
         raise ExpectError([f"{file}: cannot read the expect file: {exc.strerror or exc}"]) from None
     try:
-        root = yaml.compose(text, Loader=LineLoader)
-        data = yaml.load(text, Loader=LineLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ExpectError([f"{file}:{mark.line + 1 if mark else 1}: YAML syntax: {problem}"]) from None
+        data = read_yaml(text, file)
+    except YamlProblem as exc:
+        raise ExpectError(exc.problems) from None
     if not isinstance(data, dict):
         raise ExpectError([f"{file}:1: (top level): expected a mapping with `checks:`, a list of "
                            "{filter: {count: N, match: {KEY: VALUE}}}"])
-    lines: dict[tuple, int] = {}
-    node_lines(root, (), lines)
+    lines = yaml_lines(text)
     try:
         return ExpectFile.model_validate(data)
     except ValidationError as exc:
