@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,25 @@ def test_rule_bytes_above_the_protocol_are_payload_problems(tmp_path: Path) -> N
     assert problems_by_sid(out) == {}
     payload = problems_by_sid(out, payload=True)
     assert list(payload) == [1000731] and "malformed spoolss" in payload[1000731][0]
+
+
+def test_dissecting_leaves_no_signal_handler_behind(tmp_path: Path) -> None:
+    """pyshark left to itself installs a SIGCHLD handler and a wakeup fd for a loop that no longer
+    runs; every later child exit then warned in the process that called it."""
+    child = (
+        "import signal, sys\n"
+        "from pathlib import Path\n"
+        "from testbed.ids.rules.semantics import load_rules\n"
+        "from testbed.ids.rules.synth import synthesize\n"
+        "from testbed.ids.rules.dissect import dissect_manifest\n"
+        "models, _ = load_rules([Path(sys.argv[1])])\n"
+        "synthesize(models, sys.argv[2] + '/a.pcap', sys.argv[2] + '/a.json')\n"
+        "out = dissect_manifest(sys.argv[2] + '/a.json')\n"
+        "assert out and not any(d.problems for d in out), out\n"
+        "print(signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL, signal.set_wakeup_fd(-1))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", child, str(root / "tests/rules_cases/ftp_dialogue/rules.rules"),
+                        str(tmp_path)], capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "-1"]

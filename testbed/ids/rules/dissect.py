@@ -20,8 +20,10 @@ pair). `dissect_manifest(manifest)` does the same from a manifest file (`synth.w
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +124,19 @@ def _wanted(d: Dissected) -> str:
     return want
 
 
+def _drop_child_watcher() -> None:
+    """Undo what pyshark does to the process: it sets a SIGCHLD handler and a wakeup fd (a
+    SafeChildWatcher, which it needs: asyncio's threaded watcher loses races with subprocess's own
+    reaping) on an event loop that no longer runs once it is done; every later child exit would
+    then write to a pipe nobody reads."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # child watchers: deprecated in 3.12
+        watcher = asyncio.get_child_watcher()
+        if isinstance(watcher, asyncio.SafeChildWatcher):
+            watcher.close()
+            asyncio.set_child_watcher(None)
+
+
 def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
     """One `Dissected` per session (a `synth.Session` or its manifest dict), in the same order."""
     rows = [s if isinstance(s, dict) else s.as_dict() for s in sessions]
@@ -143,6 +158,7 @@ def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
                     d.payload_problems += above
         finally:
             cap.close()
+            _drop_child_watcher()
     except pyshark.tshark.tshark.TSharkNotFoundException:
         raise ToolMissing(INSTALL_HINT) from None
     except pyshark.capture.capture.TSharkCrashException as exc:
