@@ -167,12 +167,13 @@ def attack_run(tmp_path_factory, flowengine_bin) -> Path:
     return run_dir
 
 
-def test_run_folder_uses_its_capture_and_attack_rules_and_agrees_with_the_run(attack_run, monkeypatch, capsys):
-    monkeypatch.chdir(ROOT)   # the run names its rule files relative to where it was started
+def test_run_folder_uses_its_capture_and_attack_rules_and_agrees_with_the_run(attack_run, monkeypatch, capsys,
+                                                                            tmp_path):
+    monkeypatch.chdir(tmp_path)   # anywhere: the run names its rule files by absolute path
     assert main(["detect", str(attack_run), "-q"]) == 0
     capsys.readouterr()
     doc, mine = detect_counts(attack_run / "detect")
-    assert doc["rule_files"] == ["scenarios/rules/attacks-demo.rules"]
+    assert doc["rule_files"] == [str(ROOT / "scenarios/rules/attacks-demo.rules")]
     assert doc["capture"] == str(attack_run / "capture.pcap")
     assert doc["home_net"].startswith("[198.18.0.0/16") and "testbed's own" in doc["home_net_reason"]
     # the run's own Suricata pass (coverage, -k all) on the same capture counted the same per sid

@@ -116,7 +116,7 @@ def write_attacks(spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0
     pcap, manifest = out_dir / "attacks.pcap", out_dir / "attacks.json"
     synth = synthesize(plan, pcap, manifest, all_models=models, starts_ns=starts, ip_version=spec.ip_version)
     doc = json.loads(manifest.read_text())
-    doc["attacks"] = {"rule_files": [str(p) for p in rule_paths], "count": spec.count,
+    doc["attacks"] = {"rule_files": [str(p.resolve()) for p in rule_paths], "count": spec.count,
                       "rate": float(spec.rate), "start_ns": first, "ip_version": spec.ip_version,
                       "selected_sids": [m.sid for m in selected],
                       "unsynthesizable": {str(k): v for k, v in unsynthesizable.items()}}
