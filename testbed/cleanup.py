@@ -1,16 +1,17 @@
-"""Live runs that died without finishing, and what they left behind: `testbed cleanup`.
+"""Runs that died without finishing, and what they left behind: `testbed cleanup`.
 
-A live run marks what it creates in RUN_MARKS (`/run/ntg-testbed/runs/<run-id>.<pid>.json`): its
-own pid and start time, the back end and the places it makes (namespace names), every child it
-starts (pid, start time, command line) and its run folder. The mark is written before the site
+A run marks what it creates in RUN_MARKS (`/run/ntg-testbed/runs/<run-id>.<pid>.json` for root,
+else in the user's runtime directory): its own pid and start time, for a live run the back end and
+the places it makes (namespace names), every child it starts (pid, start time, command line) and
+its run folder. The mark is written before the site
 comes up, rewritten at every child and removed once the manifest has its final status.
 
 A run is dead when its pid is gone, or now belongs to a process that started at another time.
 Cleanup then kills the children it recorded that are still the same processes (start time and
 command line), has the back end delete the places it recorded that still exist and carry the back
 end's own mark, and rewrites the run's manifest to `abandoned`. Nothing that no mark names is
-touched. Every live run cleans up first (reporting what it removed); `/run` is emptied at boot,
-like the namespaces themselves.
+touched. Every run cleans up first (reporting what it removed); `/run` is emptied at boot, like
+the namespaces themselves.
 """
 
 from __future__ import annotations
@@ -25,7 +26,20 @@ from ntgcore.proc import Process, same_process, start_ticks, utc_now
 from ntgcore.registry import ENDPOINTS
 from ntgcore.runfolder import MANIFEST, RunFolder
 
-RUN_MARKS = Path(os.environ.get("NTG_RUN_MARKS", "/run/ntg-testbed/runs"))
+
+
+def _marks_dir() -> Path:
+    """$NTG_RUN_MARKS; else /run/ntg-testbed/runs for root (emptied at boot, like namespaces),
+    else the user's runtime directory (or ~/.cache): offline runs need no root."""
+    if os.environ.get("NTG_RUN_MARKS"):
+        return Path(os.environ["NTG_RUN_MARKS"])
+    if os.geteuid() == 0:
+        return Path("/run/ntg-testbed/runs")
+    base = os.environ.get("XDG_RUNTIME_DIR") or str(Path.home() / ".cache")
+    return Path(base) / "ntg-testbed" / "runs"
+
+
+RUN_MARKS = _marks_dir()
 
 
 def _write_json(path: Path, doc: dict) -> None:
@@ -35,10 +49,11 @@ def _write_json(path: Path, doc: dict) -> None:
 
 
 class RunMark:
-    """The mark of one live run (this process): `write` it before creating anything, `child` for
-    every process started (see `ntgcore.proc.watch_spawns`), `remove` once the run is finished."""
+    """The mark of one run (this process): `write` it before creating anything, `child` for every
+    process started (see `ntgcore.proc.watch_spawns`), `remove` once the run is finished. An
+    offline run has no back end and no places (`backend=None`)."""
 
-    def __init__(self, run_dir: Path, backend: str, locations: list[str]) -> None:
+    def __init__(self, run_dir: Path, backend: str | None, locations: list[str]) -> None:
         pid = os.getpid()
         self.path = RUN_MARKS / f"{run_dir.name}.{pid}.json"
         self.doc = {"run_id": run_dir.name, "run_dir": str(run_dir.resolve()), "pid": pid,
@@ -90,7 +105,8 @@ def _clean_one(path: Path, doc: dict, dry_run: bool) -> list[str]:
                     continue
             done.append(f"{would}kill {c['name']} (pid {c['pid']})")
     try:
-        done += ENDPOINTS.get(doc["backend"]).discard(doc.get("locations", []), dry_run=dry_run)
+        if doc.get("backend"):  # an offline run has no back end and made no places
+            done += ENDPOINTS.get(doc["backend"]).discard(doc.get("locations", []), dry_run=dry_run)
     except Exception as exc:  # report it, carry on with the manifest and the other runs
         done.append(f"could not remove {', '.join(doc.get('locations', []))}: {exc}")
     run_dir = Path(doc["run_dir"])

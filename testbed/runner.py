@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,9 +265,35 @@ class Run:
     def execute(self, show_progress: bool = True) -> str:
         return self._execute_live(show_progress) if self.live else self._execute_offline(show_progress)
 
+    def _clean_up_dead_runs(self) -> None:
+        """`testbed cleanup` first: what runs that died left (kept in the manifest as `cleanup`)."""
+        try:
+            cleaned = cleanup()
+        except OSError as exc:  # the marks folder is not ours to lock: say so, run anyway
+            cleaned = [f"could not look for dead runs: {exc}"]
+        if cleaned:
+            self.manifest["cleanup"] = cleaned
+            print("\n".join(["cleaning up after runs that died:", *cleaned]), file=sys.stderr, flush=True)
+
     # -- offline: one step, no site -----------------------------------------------------------
 
     def _execute_offline(self, show_progress: bool) -> str:
+        self._clean_up_dead_runs()
+        mark = RunMark(self.run_dir, None, [])
+        try:
+            mark.write()  # a `kill -9` of this run is then found and its manifest marked `abandoned`
+            watching = watch_spawns(mark.child)
+        except OSError as exc:
+            print(f"note: cannot mark the run in {mark.path.parent} ({exc.strerror}); if it is killed, "
+                  "its manifest stays `running`", file=sys.stderr)  # fmt: skip
+            watching = nullcontext()
+        try:
+            with watching:
+                return self._run_offline(show_progress)
+        finally:
+            mark.remove()  # the manifest is final now
+
+    def _run_offline(self, show_progress: bool) -> str:
         step = Step("run", self.scenario, [generator_spec({"name": self.scenario.generator})])
         bar = VirtualTimeBar(show_progress)
 
@@ -341,10 +367,7 @@ class Run:
             raise RunSetupError(f"{self.loaded.path}: {problem}")
         self.manifest["testbed"] = {"topology": site.name, "namespaces": None, "applied": [],
                                     "removed": None}  # fmt: skip
-        cleaned = cleanup()
-        if cleaned:
-            self.manifest["cleanup"] = cleaned
-            print("\n".join(["cleaning up after runs that died:", *cleaned]), file=sys.stderr, flush=True)
+        self._clean_up_dead_runs()
         self.write_manifest()
         mark = RunMark(self.run_dir, "netns", site.locations()).write()  # before anything exists
         try:

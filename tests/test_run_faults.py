@@ -145,8 +145,8 @@ def start_live(path: Path, out: Path, marks: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
-def wait_sending(marks: Path, names: set[str], timeout: float = 30) -> dict:
-    """The run's mark once every process in `names` has started (then one second of sending)."""
+def wait_sending(marks: Path, names: set[str], timeout: float = 30, settle: float = 1) -> dict:
+    """The run's mark once every process in `names` has started (then `settle` s of sending)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for p in marks.glob("*.json"):
@@ -155,7 +155,7 @@ def wait_sending(marks: Path, names: set[str], timeout: float = 30) -> dict:
             except ValueError:
                 continue
             if names <= {c["name"] for c in doc["children"]}:
-                time.sleep(1)
+                time.sleep(settle)
                 return json.loads(p.read_text())
         time.sleep(0.1)
     raise AssertionError(f"{names} did not all start within {timeout:g} s")
@@ -215,6 +215,35 @@ def test_kill_9_of_a_live_run_takes_its_children_and_cleanup_removes_the_rest(tm
         assert "Incomplete run: the run was abandoned" in (run_dir / "report.md").read_text()
     finally:
         cli("cleanup", marks=marks)
+
+
+def test_kill_9_of_an_offline_run_takes_the_engine_and_cleanup_marks_it_abandoned(tmp_path, flowengine_bin):
+    """An offline run marks itself too (no root needed): after a `kill -9` the engine goes with it
+    and `testbed cleanup` (or the next run) finalises the manifest as `abandoned`."""
+    out, marks = tmp_path / "results", tmp_path / "marks"
+    path = scenario(tmp_path, "long-offline", UDP % ("1000000", 50_000_000))  # seconds of writing
+    proc = start_live(path, out, marks)   # the same command line; the scenario has no testbed:
+    try:
+        mark = wait_sending(marks, {"flowengine"}, timeout=60, settle=0.2)
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(proc.communicate()[1]) from None
+    proc.kill()
+    proc.wait()
+    (engine,) = [c["pid"] for c in mark["children"] if c["name"] == "flowengine"]
+    deadline = time.monotonic() + 5
+    while alive(engine) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(engine)
+    assert mark["backend"] is None and mark["locations"] == []
+    assert manifest_of(out)["status"] == "running"
+    res = cli("run", scenario(tmp_path, "next", UDP % (1000, 10)), "--out", tmp_path / "next", "--no-analyze",
+              "-q", marks=marks)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert f"run {mark['run_id']}: its process {mark['pid']} is gone" in res.stderr
+    m = manifest_of(out)
+    assert m["status"] == "abandoned" and str(mark["pid"]) in m["abandoned_reason"]
+    assert not list(marks.glob("*.json"))
 
 
 @needs_root
