@@ -21,6 +21,8 @@ from .cleanup import cleanup
 from .ids import detect
 from .ids.coverage import run_coverage, summary_lines
 from .ids.expect import ExpectError, load_expect
+from .ids.regression import load_baseline
+from .ids.regression import summary_lines as baseline_summary
 from .ids.rules.attacks import load_selection
 from .ids.rules.translate import report_json
 from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, translate_file
@@ -350,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-ids-coverage)")
     c.add_argument("--mix", type=_fractions, default=(), metavar="F1,F2",
                    help="also measure with the attacks mixed into benign load at these packet fractions, e.g. 0.01,0.1")
+    c.add_argument("--baseline", metavar="OLD.json",
+                   help="compare per sid with an earlier run's coverage.json; exit 3 when a sid that "
+                        "alerted there does not now (unless --allow lists it)")
+    c.add_argument("--allow", metavar="ALLOW_FILE",
+                   help="with --baseline: sids allowed to stop alerting, one a line (optionally with the "
+                        "reason after it; # comments); they are still reported")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     c.set_defaults(func=cmd_ids_coverage)
 
@@ -419,6 +427,12 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
         if not Path(f).is_file():
             _err(f"testbed ids-coverage: {f}: no such rule file; give paths of .rules files")
             return EXIT_BAD_INPUT
+    if args.allow is not None and args.baseline is None:
+        _err("testbed ids-coverage: --allow needs --baseline (the allow file excuses sids that stopped "
+             "alerting since the baseline run)")
+        return EXIT_BAD_INPUT
+    # read before the run: a bad baseline or allow file ends the command before any work
+    baseline = load_baseline(args.baseline, args.allow) if args.baseline is not None else None
     out = Path(args.out) if args.out else Path("results") / (
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-ids-coverage")
     try:
@@ -428,7 +442,7 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     show = not args.quiet
     doc = run_coverage(args.rules, out, ids=args.ids, mixes=args.mix, ip_version=6 if args.ipv6 else 4,
-                       exclude_unloadable=args.exclude_unloadable,
+                       exclude_unloadable=args.exclude_unloadable, baseline=baseline,
                        progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
     for problem in doc["problems"][:50]:
         _err(problem)
@@ -446,10 +460,20 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
     for line in summary_lines(doc):
         print(line)
     print(f"report: {out / 'coverage.html'} (also coverage.md, coverage.json)")
+    status = EXIT_OK
+    if "baseline" in doc:
+        for line in baseline_summary(doc["baseline"]):
+            _err(line)
+        blocking = doc["baseline"]["blocking_sids"]
+        if blocking:
+            _err(f"testbed ids-coverage: {len(blocking)} sids alerted in the baseline and do not now "
+                 f"(sids {', '.join(map(str, blocking[:20]))}{', ...' if len(blocking) > 20 else ''}); "
+                 "fix them, or list them in an --allow file with the reason")
+            status = EXIT_CHECKS_FAILED
     if args.min is not None and doc["coverage"] < args.min:
         _err(f"testbed ids-coverage: coverage {doc['coverage']:.3f} is below --min {args.min:g}")
-        return EXIT_CHECKS_FAILED
-    return EXIT_OK
+        status = EXIT_CHECKS_FAILED
+    return status
 
 
 

@@ -8,7 +8,8 @@
    tshark through pyshark), the scenario's `attacks:` section (`attacks`: selection,
    `write_attacks`, `merge_pcaps`) and the Snort 3 -> Suricata 7 text translation (`translate`).
    It imports only `ntgcore`. Beside it, `testbed.ids.report`: the HTML form of the reports'
-   Markdown; it imports nothing.
+   Markdown; it imports nothing; and `testbed.ids.regression`: a coverage document compared with
+   a baseline one per sid (`compare_coverage`, pure) and the allow file; it imports `ntgcore`.
 2. `testbed.ids.suricata`: the Suricata driver: configuration, command line, offline runs (the
    one runner, `run_offline`, with the addresses, checksum mode and configuration as parameters),
    ``suricata -T`` load checks (`check_load`, `translate_file`), the live process
@@ -16,8 +17,8 @@
    report) and `ntgcore`. Beside it, `testbed.ids.expect`: expect files (checks on EVE events,
    suricata-verify's shape) and their evaluation; it imports `ntgcore`.
 3. `testbed.ids.coverage`: detection coverage: `score`, `run_coverage`, `attack_coverage` and
-   the reports. It imports `rules`, `suricata`, `report`, `analysis.capture` and `ntgcore` (the
-   benign background load comes from the flowengine generator through
+   the reports. It imports `rules`, `suricata`, `report`, `regression`, `analysis.capture` and
+   `ntgcore` (the benign background load comes from the flowengine generator through
    `ntgcore.generator.get_generator`). Beside it, independent of it, `testbed.ids.detect`: what
    Suricata detects in a capture the user has (`testbed detect`, docs/detect.md).
 """

@@ -1,9 +1,11 @@
 """IDS detection coverage of rule files: synthesize one session per rule, run the IDS, count.
 
 `run_coverage(rule_files, out_dir, *, ids="suricata", mixes=(), progress=None, ip_version=4,
-exclude_unloadable=False) -> dict` writes
+exclude_unloadable=False, baseline=None) -> dict` writes
 ``attacks.pcap``, ``attacks.json`` (the synthesis manifest), ``coverage.json``, ``coverage.md`` and
-``coverage.html`` into `out_dir`, and returns the JSON document.
+``coverage.html`` into `out_dir`, and returns the JSON document; with a `baseline`
+(`testbed.ids.regression.Baseline`) the document gets a ``baseline`` section: the per-sid
+changes against that earlier run (`compare_coverage`).
 
 Counting (per rule): *parsed* (the splitter accepted it), *synthesizable* (semantics supported and
 a session was written), *loaded* (Suricata did not reject it), *alerted* (an alert with the rule's
@@ -34,6 +36,8 @@ from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
 
+from .regression import Baseline, compare_coverage
+from .regression import markdown_lines as baseline_markdown
 from .report import markdown_html
 from .rules.attacks import Attacks, merge_pcaps
 from .rules.semantics import RuleModel, load_rules
@@ -192,7 +196,7 @@ def _reason_class(reason: str) -> str:
 
 def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str = "suricata",
                  mixes: tuple[float, ...] = (), progress=None, ip_version: int = 4,
-                 exclude_unloadable: bool = False) -> dict:
+                 exclude_unloadable: bool = False, baseline: Baseline | None = None) -> dict:
     if ids != "suricata":
         raise ValueError(f"IDS {ids!r} is not supported; use --ids suricata")
     say = progress or (lambda msg: None)
@@ -224,6 +228,9 @@ def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str 
         say(f"mixing with benign load: attacks {frac:.0%} of packets")
         doc["mixes"][f"{frac:g}"] = _mixed(models, out, frac, synth.packets, list(rule_files),
                                            ip_version, exclude_unloadable)
+    if baseline is not None:
+        doc["baseline"] = {"path": baseline.path, "allow_path": baseline.allow_path,
+                           **compare_coverage(baseline.doc, doc, baseline.allowed)}
     doc["timing_s"]["total"] = round(time.monotonic() - t_start, 3)
     write_reports(doc, out)
     return doc
@@ -360,6 +367,8 @@ def summary_lines(doc: dict) -> list[str]:
 
 def markdown(doc: dict) -> str:
     out = ["# IDS detection coverage", "", *[f"- {x}" for x in summary_lines(doc)], ""]
+    if doc.get("baseline"):
+        out += baseline_markdown(doc["baseline"])
     out += ["## Why rules were missed", "", "| reason | rules |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in doc["missed_reasons"].items()]
     out += ["", "## Per keyword", "", "| keyword | rules | alerted | coverage |", "|---|---|---|---|"]

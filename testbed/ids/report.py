@@ -1,6 +1,6 @@
 """The HTML form of the IDS reports (coverage, detect): their Markdown, line by line.
 
-`markdown_html(md, title) -> str` knows the few shapes those reports write: `#`/`##` headings,
+`markdown_html(md, title) -> str` knows the few shapes those reports write: `#`/`##`/`###` headings,
 `- ` items, `|` tables (the `|---|` line dropped) and fenced lines; everything else becomes a
 preformatted line.
 """
@@ -29,7 +29,9 @@ def markdown_html(md: str, title: str) -> str:
         if in_table:
             body.append("</table>")
             in_table = False
-        if line.startswith("## "):
+        if line.startswith("### "):
+            body.append(f"<h3>{html.escape(line[4:])}</h3>")
+        elif line.startswith("## "):
             body.append(f"<h2>{html.escape(line[3:])}</h2>")
         elif line.startswith("# "):
             body.append(f"<h1>{html.escape(line[2:])}</h1>")
