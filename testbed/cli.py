@@ -1,4 +1,5 @@
-"""The `testbed` command line: validate, schema, run, analyze, cleanup, translate-rules, ids-coverage, detect."""
+"""The `testbed` command line: validate, schema, run, analyze, export-benchmark, cleanup, translate-rules,
+ids-coverage, detect."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from analysis import analyze
+from analysis.benchmark import benchmark_document
 from analysis.capture import CaptureError
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, NtgError
@@ -218,6 +220,20 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export_benchmark(args: argparse.Namespace) -> int:
+    doc = benchmark_document(args.runs)
+    out = Path(args.output)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=4) + "\n")
+    except OSError as exc:
+        _err(f"testbed export-benchmark: cannot write {out}: {exc.strerror or exc}")
+        return EXIT_BAD_INPUT
+    print(f"{out}: {len(doc['benchmarks'])} benchmarks from {len(args.runs)} run(s) "
+          f"(commit {doc['commit_info']['id'][:12]})")
+    return EXIT_OK
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     if os.geteuid() != 0 and not args.dry_run:
         _err("testbed cleanup: deleting namespaces and killing what a dead run left needs root: run it "
@@ -324,6 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", metavar="DIR", help="report folder (default: the run folder)")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a.set_defaults(func=cmd_analyze)
+
+    b = sub.add_parser("export-benchmark", help="write completed, analysed runs as one pytest-benchmark JSON "
+                       "file (rates and loss as times, lower is better) for `pytest-benchmark compare`")
+    b.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders of one commit")
+    b.add_argument("-o", "--output", required=True, metavar="FILE.json", help="the JSON file to write")
+    b.set_defaults(func=cmd_export_benchmark)
 
     k = sub.add_parser("cleanup", help="remove what live runs that died (kill -9) left: their namespaces "
                        "and processes; mark their manifests `abandoned`")
