@@ -34,6 +34,7 @@ from ntgcore.errors import BadInput
 from .expect import ExpectFile, evaluate
 from .report import markdown_html
 from .rules.attacks import merge_pcaps
+from .rules.packets import short_address
 from .rules.variables import EXTERNAL_NET, HOME_NET
 from .suricata import read_eve, run_offline, suricata_version
 
@@ -206,13 +207,6 @@ def eve_epoch(stamp: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
 
-def _address(text: str | None) -> str:
-    try:
-        return ipaddress.ip_address(text).compressed   # EVE writes IPv6 in full
-    except ValueError:
-        return text or ""
-
-
 def alerts_per_sid(events: list[dict], top: int = TOP_FLOWS) -> dict:
     """``alerts`` (total) and ``sids``: per (gid, sid) the count, msg, first and last time (UTC
     and epoch) and the flows (5-tuples: the `top` busiest and how many there were)."""
@@ -232,8 +226,8 @@ def alerts_per_sid(events: list[dict], top: int = TOP_FLOWS) -> dict:
         row["alerts"] += 1
         row["first_epoch"] = min(row["first_epoch"], t)
         row["last_epoch"] = max(row["last_epoch"], t)
-        flows[key][(ev.get("proto", ""), _address(ev.get("src_ip")), ev.get("src_port"),
-                    _address(ev.get("dest_ip")), ev.get("dest_port"))] += 1
+        flows[key][(ev.get("proto", ""), short_address(ev.get("src_ip")), ev.get("src_port"),
+                    short_address(ev.get("dest_ip")), ev.get("dest_port"))] += 1
     rows = []
     for key, row in sorted(per.items(), key=lambda kv: (-kv[1]["alerts"], kv[0])):
         row["first_utc"], row["last_utc"] = _utc(row["first_epoch"]), _utc(row["last_epoch"])

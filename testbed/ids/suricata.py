@@ -35,7 +35,6 @@ Suricata missing raises `SuricataMissing` whose message is the command that inst
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 import shutil
@@ -49,6 +48,7 @@ from pathlib import Path
 from ntgcore.errors import NtgError, ToolMissing
 from ntgcore.proc import Process
 
+from .rules.packets import short_address
 from .rules.translate import LoadCheck, TranslationReport, translate_rules_file
 from .rules.variables import EXTERNAL_NET, HOME_NET, PORT_GROUPS, SERVER_VARS
 
@@ -288,14 +288,6 @@ def parse_log(text: str) -> tuple[list[str], list[RuleLoadError], int | None, in
     return errors, load, loaded, failed
 
 
-def _short(address: str) -> str:
-    """`2001:0db8:0000:...:0001` -> `2001:db8::1`; IPv4 and anything else unchanged."""
-    try:
-        return ipaddress.ip_address(address).compressed
-    except ValueError:
-        return address
-
-
 def read_eve(path: str | Path) -> Iterator[dict]:
     """Every event of an eve.json file, in file order (none when the file is missing)."""
     p = Path(path)
@@ -315,8 +307,8 @@ def parse_eve(path: str | Path) -> list[Alert]:
         if ev.get("event_type") != "alert":
             continue
         a = ev.get("alert", {})
-        alerts.append(Alert(int(a.get("signature_id", 0)), int(a.get("gid", 1)), _short(ev.get("src_ip", "")),
-                            int(ev.get("src_port", 0) or 0), _short(ev.get("dest_ip", "")),
+        alerts.append(Alert(int(a.get("signature_id", 0)), int(a.get("gid", 1)), short_address(ev.get("src_ip")),
+                            int(ev.get("src_port", 0) or 0), short_address(ev.get("dest_ip")),
                             int(ev.get("dest_port", 0) or 0), ev.get("proto", ""),
                             ev.get("timestamp", ""), a.get("signature", "")))
     return alerts

@@ -21,7 +21,6 @@ pair). `dissect_manifest(manifest)` does the same from a manifest file (`synth.w
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import warnings
 from dataclasses import dataclass, field
@@ -30,6 +29,8 @@ from pathlib import Path
 import pyshark
 
 from ntgcore.errors import NtgError, ToolMissing
+
+from .packets import short_address
 
 # our application names -> Wireshark's protocol (layer) names
 DISSECTORS = {"http": "http", "ftp": "ftp", "smtp": "smtp", "pop3": "pop", "imap": "imap", "sip": "sip",
@@ -100,20 +101,13 @@ def _packet_key(pkt) -> frozenset | None:
         net, proto = pkt.ipv6, pkt.ipv6.nxt
     else:
         return None
-    src, dst = _short(net.src), _short(net.dst)
+    src, dst = short_address(net.src), short_address(net.dst)
     # the outer header's transport (an ICMP error quotes an inner UDP or TCP header)
     transport = {"6": "tcp", "17": "udp"}.get(proto)
     if transport and hasattr(pkt, transport):
         t = getattr(pkt, transport)
         return _key(src, int(t.srcport), dst, int(t.dstport))
     return _key(src, 0, dst, 0)
-
-
-def _short(address: str) -> str:
-    try:
-        return ipaddress.ip_address(address).compressed
-    except ValueError:
-        return address
 
 
 def _wanted(d: Dissected) -> str:
@@ -140,8 +134,8 @@ def _drop_child_watcher() -> None:
 def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
     """One `Dissected` per session (a `synth.Session` or its manifest dict), in the same order."""
     rows = [s if isinstance(s, dict) else s.as_dict() for s in sessions]
-    out = [Dissected(r["sid"], r.get("app") or r.get("proto", ""), _short(r["client"]), _short(r["server"]))
-           for r in rows]
+    out = [Dissected(r["sid"], r.get("app") or r.get("proto", ""), short_address(r["client"]),
+                     short_address(r["server"])) for r in rows]
     index: dict[frozenset, list[Dissected]] = {}
     for r, d in zip(rows, out):
         ports = (r["cport"], r["sport"]) if r.get("proto") in ("tcp", "udp") else (0, 0)

@@ -6,6 +6,7 @@ next header last) has the same 16-bit sum as the IPv4 one (RFC 8200, 8.1)."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import struct
 import sys
@@ -103,6 +104,16 @@ def ether(ip_packet: bytes, from_client: bool) -> bytes:
 def addr(text: str) -> bytes:
     """4 bytes for an IPv4 address, 16 for an IPv6 one."""
     return socket.inet_pton(socket.AF_INET6 if ":" in text else socket.AF_INET, text)
+
+
+def short_address(text: str | None) -> str:
+    """An address in the short text form our sessions use (`2001:0db8:0000:...:0001` ->
+    `2001:db8::1`; Suricata's eve.json and tshark spell IPv6 out in full); anything that is not
+    an address unchanged ("" for None)."""
+    try:
+        return ipaddress.ip_address(text).compressed
+    except ValueError:
+        return text or ""
 
 
 class PcapWriter:
