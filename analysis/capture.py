@@ -7,6 +7,7 @@ import functools
 import os
 import socket
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,8 @@ COLUMNS: dict[str, type] = {
 }
 
 _SAMPLE = 4096  # packets read before sizing the arrays for the whole file
+CHUNK_PACKETS = 1 << 20  # iter_capture's default: about 57 MiB of columns
+BYTES_PER_PACKET = sum(np.dtype(t).itemsize for t in COLUMNS.values())  # one packet's columns
 
 
 class CaptureError(BadInput):
@@ -155,25 +158,69 @@ def library() -> ctypes.CDLL:
         f"and set {LIB_ENV}=build/native/{LIB_NAME}")
 
 
-def read_capture(path: str | os.PathLike) -> Capture:
-    """Read every packet of a pcap/pcapng file; a damaged file gives what precedes the damage
-    and sets `problem`. Raises CaptureError when the file is missing or not a capture."""
-    path = Path(path)
-    lib = library()
+def _open(lib: ctypes.CDLL, path: Path) -> int:
     err = ctypes.create_string_buffer(512)
     handle = lib.pr_open(os.fsencode(path), err, len(err))
     if not handle:
         reason = err.value.decode(errors="replace").removeprefix(f"{path}: ")
         raise CaptureError(path, reason)
-    try:
-        arrays, got = _read_all(lib, handle)
+    return handle
+
+
+def _capture(lib: ctypes.CDLL, handle: int, path: Path, arrays: dict[str, np.ndarray],
+             read_before: int, final: bool) -> Capture:
+    """ARRAYS as a Capture of PATH; when FINAL, with the file's problem (if any), whose
+    `packets_read` counts READ_BEFORE packets of earlier chunks too."""
+    problem = None
+    if final:
         offset = ctypes.c_uint64()
         why = lib.pr_problem(handle, ctypes.byref(offset))
-        problem = (CaptureProblem(offset.value, why.decode(errors="replace"), got)
-                   if why is not None else None)
-        fmt = "pcap" if lib.pr_format(handle) == 1 else "pcapng"
-        return Capture(path=path, format=fmt, link_type=lib.pr_link_type(handle),
-                       ts_resolution=lib.pr_ts_units(handle), problem=problem, **arrays)
+        if why is not None:
+            problem = CaptureProblem(offset.value, why.decode(errors="replace"),
+                                     read_before + len(arrays["ts_ns"]))
+    fmt = "pcap" if lib.pr_format(handle) == 1 else "pcapng"
+    return Capture(path=path, format=fmt, link_type=lib.pr_link_type(handle),
+                   ts_resolution=lib.pr_ts_units(handle), problem=problem, **arrays)
+
+
+def read_capture(path: str | os.PathLike) -> Capture:
+    """Read every packet of a pcap/pcapng file; a damaged file gives what precedes the damage
+    and sets `problem`. Raises CaptureError when the file is missing or not a capture.
+    The whole file's columns are held in memory (BYTES_PER_PACKET a packet); `iter_capture`
+    reads it in chunks of bounded size instead."""
+    path = Path(path)
+    lib = library()
+    handle = _open(lib, path)
+    try:
+        arrays, _ = _read_all(lib, handle)
+        return _capture(lib, handle, path, arrays, 0, True)
+    finally:
+        lib.pr_close(handle)
+
+
+def iter_capture(path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS) -> Iterator[Capture]:
+    """The packets of a pcap/pcapng file as Captures of at most CHUNK_PACKETS packets each, in
+    file order, so that memory stays bounded whatever the file's size (each chunk is newly
+    allocated: a consumer may keep it). At least one chunk is yielded (empty for a capture
+    without packets); the last one carries the file's `problem`. Raises CaptureError as
+    read_capture does, before the first chunk."""
+    if chunk_packets < 1:
+        raise ValueError(f"chunk_packets must be at least 1, not {chunk_packets}")
+    path = Path(path)
+    lib = library()
+    handle = _open(lib, path)
+    try:
+        size = lib.pr_size(handle)
+        done = 0
+        while True:
+            arrays = {name: np.empty(chunk_packets, dtype) for name, dtype in COLUMNS.items()}
+            n = _fill(lib, handle, arrays, 0)
+            arrays = {name: a[:n] for name, a in arrays.items()}
+            final = n < chunk_packets or lib.pr_offset(handle) >= size
+            yield _capture(lib, handle, path, arrays, done, final)
+            done += n
+            if final:
+                return
     finally:
         lib.pr_close(handle)
 
@@ -226,4 +273,5 @@ def address_text(version: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> list[st
 
 
 __all__ = ["Capture", "CaptureError", "CaptureLibraryError", "CaptureProblem", "read_capture",
+           "iter_capture", "CHUNK_PACKETS", "BYTES_PER_PACKET",
            "address_text", "library", "library_paths"]

@@ -29,6 +29,9 @@ from .proc import utc_now
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
+# The run tables' schema ("MAJOR.MINOR", analysis/tables.py, docs/run-tables.md), stated in the
+# manifest so that a reader knows what to expect of the folder before opening a table.
+SCHEMA_VERSION = "1.0"
 RESERVE = ".reserve"
 RESERVE_BYTES = 1 << 20
 FULL_BELOW_BYTES = 64 << 10  # free space below this on the run's file system: it is full
@@ -133,6 +136,7 @@ class RunFolder:
         self.path = make_run_dir(root, name)
         self.manifest: dict[str, Any] = {
             "manifest_version": MANIFEST_VERSION,
+            "schema_version": SCHEMA_VERSION,
             "run_id": self.path.name,
             "status": "running",
             "created_utc": utc_now(),
