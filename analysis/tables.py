@@ -86,12 +86,15 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("severity", pa.int32()), ("proto", pa.string()), ("src", pa.string()),
         ("sport", pa.int32()), ("dst", pa.string()), ("dport", pa.int32()),
     ]),
-    # Coverage per sid (testbed ids-coverage): run_id is the coverage report's id.
+    # Coverage per sid (testbed ids-coverage): run_id is the coverage report's id (its folder's
+    # name), step the DUT's name ("run" for one DUT); `mix` the attack packet fraction of a --mix
+    # (null: the attack capture alone); the DUT's `ids_version` and `config_sha256`.
     "coverage": pa.schema([
         *_ID, ("sid", pa.int64()), ("where", pa.string()), ("msg", pa.string()),
         ("classtype", pa.string()), ("state", pa.string()), ("loaded", pa.bool_()),
         ("synthesized", pa.bool_()), ("alerted", pa.bool_()), ("reason", pa.string()),
         ("extra_sids", pa.list_(pa.int64())), ("extra_kind", pa.string()),
+        ("mix", pa.float64()), ("ids_version", pa.string()), ("config_sha256", pa.string()),
     ]),
 }
 

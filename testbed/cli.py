@@ -21,14 +21,14 @@ from ntgcore.units import parse_duration_ns
 
 from .cleanup import cleanup
 from .ids import detect
-from .ids.coverage import run_coverage, summary_lines
+from .ids.coverage import comparison_lines, gate_lines, run_coverage_duts, summary_lines
 from .ids.expect import ExpectError, load_expect
-from .ids.regression import load_baseline
-from .ids.regression import summary_lines as baseline_summary
+from .ids.regression import load_allow, load_baseline
 from .ids.rules.attacks import load_selection
 from .ids.rules.translate import report_json
-from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, translate_file
-from .runner import analyze_live_run, check_places, open_site, plan_steps, run_scenario, stage_printer
+from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, make_duts, translate_file
+from .runner import (analyze_live_run, check_places, coverage_baseline_problem, open_site, plan_steps, run_scenario,
+                     stage_printer)
 
 
 def _err(message: str) -> None:
@@ -123,6 +123,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             _err(problem)
         return EXIT_BAD_INPUT
+    if args.coverage_allow is not None and args.coverage_baseline is None:
+        _err("testbed run: --coverage-allow needs --coverage-baseline (the allow file excuses sids that "
+             "stopped alerting since the baseline run)")
+        return EXIT_BAD_INPUT
+    baseline = None
+    if args.coverage_baseline is not None:   # checked before the run: nothing is sent for a bad one
+        problem = coverage_baseline_problem(loaded.scenario)
+        if problem:
+            _err(f"testbed run: {args.scenario}: {problem}")
+            return EXIT_BAD_INPUT
+        baseline = load_baseline(args.coverage_baseline, args.coverage_allow)
     result = run_scenario(
         loaded,
         Path(args.out),
@@ -130,6 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         analyze=not args.no_analyze,
         show_progress=not args.quiet and sys.stderr.isatty(),
         duration_ns=args.duration,
+        coverage_baseline=baseline,
     )
     counters = result.manifest.get("generators", {})
     print(f"run folder: {result.run_dir}")
@@ -332,6 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=_duration, metavar="TIME",
                    help="live runs: how long every step sends (testbed.duration, sweep.step, "
                    "load_steps.duration), e.g. 2s for a short CI run")
+    r.add_argument("--coverage-baseline", metavar="OLD.json",
+                   help="scenarios with `attacks: {ids: suricata}`: compare the attack coverage per sid with "
+                        "an earlier coverage.json; exit 3 when a sid that alerted there does not now")
+    r.add_argument("--coverage-allow", metavar="ALLOW_FILE",
+                   help="with --coverage-baseline: sids allowed to stop alerting, one a line (as ids-coverage --allow)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_run)
 
@@ -378,8 +395,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare per sid with an earlier run's coverage.json; exit 3 when a sid that "
                         "alerted there does not now (unless --allow lists it)")
     c.add_argument("--allow", metavar="ALLOW_FILE",
-                   help="with --baseline: sids allowed to stop alerting, one a line (optionally with the "
-                        "reason after it; # comments); they are still reported")
+                   help="with --baseline or several DUTs: sids allowed to stop alerting, one a line "
+                        "(optionally with the reason after it; # comments); they are still reported")
+    c.add_argument("--suricata", action="append", metavar="[NAME=]PATH",
+                   help="the Suricata binary to measure (default: suricata on PATH); give it twice or more "
+                        "to compare DUTs: the same sessions run through each, each DUT compared per sid "
+                        "with the first, exit 3 when a sid it alerted for does not alert with another")
+    c.add_argument("--suricata-config", action="append", metavar="[NAME=]FILE",
+                   help="a suricata.yaml to use instead of ours (HOME_NET, EXTERNAL_NET and checksum "
+                        "checks are still set to the testbed's); twice or more: DUTs compared as with "
+                        "--suricata (as many of each pair up in order, one goes with all of the other)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     c.set_defaults(func=cmd_ids_coverage)
 
@@ -449,12 +474,15 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
         if not Path(f).is_file():
             _err(f"testbed ids-coverage: {f}: no such rule file; give paths of .rules files")
             return EXIT_BAD_INPUT
-    if args.allow is not None and args.baseline is None:
-        _err("testbed ids-coverage: --allow needs --baseline (the allow file excuses sids that stopped "
-             "alerting since the baseline run)")
+    # read before the run: bad DUTs, a bad baseline or allow file end the command before any work
+    duts = make_duts(args.suricata, args.suricata_config)
+    several = len(duts) > 1
+    if args.allow is not None and args.baseline is None and not several:
+        _err("testbed ids-coverage: --allow needs --baseline or several DUTs (the allow file excuses sids "
+             "that stopped alerting since the baseline run, or with a DUT against the first)")
         return EXIT_BAD_INPUT
-    # read before the run: a bad baseline or allow file ends the command before any work
     baseline = load_baseline(args.baseline, args.allow) if args.baseline is not None else None
+    allowed = baseline.allowed if baseline else (load_allow(Path(args.allow)) if args.allow else {})
     out = Path(args.out) if args.out else Path("results") / (
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-ids-coverage")
     try:
@@ -463,38 +491,52 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
         _err(f"testbed ids-coverage: cannot create {out}: {exc.strerror}")
         return EXIT_BAD_INPUT
     show = not args.quiet
-    doc = run_coverage(args.rules, out, ids=args.ids, mixes=args.mix, ip_version=6 if args.ipv6 else 4,
-                       exclude_unloadable=args.exclude_unloadable, baseline=baseline,
-                       progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
-    for problem in doc["problems"][:50]:
+    result = run_coverage_duts(args.rules, out, duts, ids=args.ids, mixes=args.mix,
+                               ip_version=6 if args.ipv6 else 4, exclude_unloadable=args.exclude_unloadable,
+                               baseline=baseline, allowed=allowed, allow_path=args.allow,
+                               progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
+    docs = result["duts"]
+    problems = docs[0]["problems"]
+    for problem in problems[:50]:
         _err(problem)
-    if len(doc["problems"]) > 50:
-        _err(f"... and {len(doc['problems']) - 50} more malformed rules (coverage.md lists them)")
-    for line in doc["suricata_errors"][:20]:
-        _err(f"suricata: {line}")
-    refused = [r for r in doc["rows"] if r["state"] == "not loaded"]
-    if refused:
-        how = ("left out of the coverage" if args.exclude_unloadable else
-               "counted as missed (--exclude-unloadable leaves them out)")
-        _err(f"testbed ids-coverage: {len(refused)} rules {args.ids} refused to load, {how}:")
-        for r in refused[:50]:
-            _err(f"{r['where']}: sid {r['sid']}: {r['reason']}")
-    for line in summary_lines(doc):
-        print(line)
-    print(f"report: {out / 'coverage.html'} (also coverage.md, coverage.json)")
+    if len(problems) > 50:
+        _err(f"... and {len(problems) - 50} more malformed rules (coverage.md lists them)")
+    for doc in docs:
+        who = f" ({doc['dut']['name']})" if several else ""
+        for line in doc["suricata_errors"][:20]:
+            _err(f"suricata{who}: {line}")
+        refused = [r for r in doc["rows"] if r["state"] == "not loaded"]
+        if refused:
+            how = ("left out of the coverage" if args.exclude_unloadable else
+                   "counted as missed (--exclude-unloadable leaves them out)")
+            _err(f"testbed ids-coverage: {len(refused)} rules {args.ids}{who} refused to load, {how}:")
+            for r in refused[:50]:
+                _err(f"{r['where']}: sid {r['sid']}: {r['reason']}")
+    for doc in docs:
+        if several:
+            print(f"== {doc['dut']['name']} ==")
+        for line in summary_lines(doc):
+            print(line)
+    if several:
+        print(f"report: {out / 'comparison.html'} (also comparison.md, comparison.json; each DUT's "
+              f"coverage.html/md/json in {', '.join(str(out / d.name) for d in duts)}); table: "
+              f"{out / 'tables' / 'coverage.parquet'}")
+    else:
+        print(f"report: {out / 'coverage.html'} (also coverage.md, coverage.json, tables/coverage.parquet)")
     status = EXIT_OK
-    if "baseline" in doc:
-        for line in baseline_summary(doc["baseline"]):
+    for doc in docs:
+        for line in comparison_lines(doc, several):
             _err(line)
-        blocking = doc["baseline"]["blocking_sids"]
-        if blocking:
-            _err(f"testbed ids-coverage: {len(blocking)} sids alerted in the baseline and do not now "
-                 f"(sids {', '.join(map(str, blocking[:20]))}{', ...' if len(blocking) > 20 else ''}); "
-                 "fix them, or list them in an --allow file with the reason")
-            status = EXIT_CHECKS_FAILED
-    if args.min is not None and doc["coverage"] < args.min:
-        _err(f"testbed ids-coverage: coverage {doc['coverage']:.3f} is below --min {args.min:g}")
+    for line in gate_lines(result):
+        _err(f"testbed ids-coverage: {line}; fix them, or list them in an --allow file with the reason")
+    if result["blocking"]:
         status = EXIT_CHECKS_FAILED
+    if args.min is not None:
+        for doc in docs:
+            if doc["coverage"] < args.min:
+                who = f" of {doc['dut']['name']}" if several else ""
+                _err(f"testbed ids-coverage: coverage{who} {doc['coverage']:.3f} is below --min {args.min:g}")
+                status = EXIT_CHECKS_FAILED
     return status
 
 

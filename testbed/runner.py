@@ -49,7 +49,9 @@ from .cleanup import RunMark, cleanup
 from .executor import StepContext, StepExecutor
 from .parts import DUT_KINDS, CapturePart
 from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, write_attacks
-from .ids.coverage import attack_coverage
+from .ids.coverage import attack_coverage, comparison_lines, gate_lines
+from .ids.coverage import blocking as coverage_blocking
+from .ids.regression import Baseline
 from .ids.suricata import SuricataError, SuricataMissing
 from .methods import NS, Step, with_changes
 
@@ -443,7 +445,14 @@ def run_scenario(
     analyze: bool = True,
     show_progress: bool = True,
     duration_ns: int | None = None,
+    coverage_baseline: Baseline | None = None,
 ) -> RunResult:
+    """`coverage_baseline`: an earlier coverage.json (and allow file) the offline attack coverage is
+    compared with per sid; a newly failing sid that is not allowed makes the exit status 3."""
+    if coverage_baseline is not None:
+        problem = coverage_baseline_problem(loaded.scenario)
+        if problem:
+            raise RunSetupError(f"{loaded.path}: {problem}")
     too_big = check_memory(loaded.scenario)
     if too_big:
         raise RunSetupError(f"{loaded.path}: {too_big}")
@@ -452,7 +461,7 @@ def run_scenario(
     run = Run(loaded, out_root, seed, duration_ns)
     status = run.execute(show_progress)
     if status == "completed" and not run.live and loaded.scenario.attacks is not None:
-        status = _mix_attacks(run, loaded, show_progress)
+        status = _mix_attacks(run, loaded, show_progress, coverage_baseline)
     result = RunResult(run.run_dir, status, EXIT_OK, run.manifest, messages=list(run.messages))
     if run.no_space:
         result.exit_code = EXIT_NO_SPACE
@@ -483,7 +492,21 @@ def run_scenario(
             result.exit_code = EXIT_CHECKS_FAILED
             result.messages += [f"check failed: {c['name']}: expected {c['expected']}, "
                                 f"measured {c['measured']}" for c in failed]
+    blocking = run.manifest.get("attacks", {}).get("baseline", {}).get("blocking", [])
+    if blocking and result.exit_code == EXIT_OK:   # the coverage gate, as `testbed ids-coverage --baseline`
+        result.exit_code = EXIT_CHECKS_FAILED
     return result
+
+
+def coverage_baseline_problem(scenario: Scenario) -> str | None:
+    """Why a coverage baseline cannot apply to `scenario` (None when it can)."""
+    if scenario.attacks is None or scenario.attacks.ids != "suricata":
+        return ("--coverage-baseline needs coverage: a scenario with an `attacks:` section with "
+                "`ids: suricata`")
+    if scenario.testbed is not None:
+        return ("--coverage-baseline: a live run measures no per-sid coverage (only an offline run "
+                "with `attacks: {ids: suricata}` does)")
+    return None
 
 
 def analyze_live_run(run_dir: Path, progress=None) -> dict:
@@ -492,10 +515,13 @@ def analyze_live_run(run_dir: Path, progress=None) -> dict:
     return analyze_live(run_dir, progress, METHODS.get(method).analysis if method in METHODS else None)
 
 
-def _mix_attacks(run: Run, loaded: LoadedScenario, show_progress: bool) -> str:
+def _mix_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
+                 baseline: Baseline | None = None) -> str:
     """Offline `attacks:`: the engine's capture becomes benign.pcap, the attack sessions
     attacks.pcap (+ attacks.json), both merged by time into capture.pcap; with `ids: suricata`,
-    Suricata reads the mixed capture and coverage.json/md/html score the attack sessions."""
+    Suricata reads the mixed capture and coverage.json/md/html score the attack sessions (also
+    tables/coverage.parquet), compared per sid with `baseline` when given (manifest
+    `attacks.baseline`; its `blocking` makes the exit status 3)."""
     spec = loaded.scenario.attacks
     say = stage_printer(show_progress)
     rules = attack_rule_paths(spec, loaded.path)
@@ -509,11 +535,19 @@ def _mix_attacks(run: Run, loaded: LoadedScenario, show_progress: bool) -> str:
         info = {**attacks.summary(), "benign_pcap": benign.name, "capture": capture.name}
         if spec.ids == "suricata":
             say("suricata on the mixed capture")
-            doc = attack_coverage(capture, attacks, rules, run.run_dir)
+            doc = attack_coverage(capture, attacks, rules, run.run_dir, baseline=baseline)
             info["coverage"] = {k: doc[k] for k in ("loaded", "alerted", "missed", "coverage",
                                                     "extra_alert_sessions", "extra_unrelated_sessions")}
             info["alerted_sids"] = sorted(r["sid"] for r in doc["rows"] if r["alerted"])
             run.messages += [f"attacks: {line}" for line in doc["summary"][:3]]
+            if baseline is not None:
+                cmp = doc["baseline"]
+                info["baseline"] = {"path": cmp["path"], "allow_path": cmp["allow_path"], "counts": cmp["counts"],
+                                    "blocking": [{"what": w, "sids": s} for w, s in coverage_blocking([doc])]}
+                run.messages += [f"attacks: {line}" for line in comparison_lines(doc)]
+                run.messages += [f"attacks: coverage gate: {line}; fix them, or list them in a "
+                                 "--coverage-allow file with the reason" for line in gate_lines(
+                                     {"blocking": coverage_blocking([doc])})]
         run.manifest["attacks"] = info
         status = "completed"
     except (AttackError, OSError, SuricataMissing, SuricataError) as exc:  # the run failed: say why
@@ -522,5 +556,5 @@ def _mix_attacks(run: Run, loaded: LoadedScenario, show_progress: bool) -> str:
     return run.folder.finish(status)
 
 
-__all__ = ["Run", "RunResult", "analyze_live_run", "check_live_prerequisites", "check_places", "plan_steps",
-           "run_scenario", "stage_printer"]
+__all__ = ["Run", "RunResult", "analyze_live_run", "check_live_prerequisites", "check_places",
+           "coverage_baseline_problem", "plan_steps", "run_scenario", "stage_printer"]

@@ -13,11 +13,14 @@
 2. `testbed.ids.suricata`: the Suricata driver: configuration, command line, offline runs (the
    one runner, `run_offline`, with the addresses, checksum mode and configuration as parameters),
    ``suricata -T`` load checks (`check_load`, `translate_file`), the live process
-   (`LiveSuricata`) and its version. It imports `rules` (for the variables and the translation
+   (`LiveSuricata`), its version, and the DUTs of a comparison (`Dut`, `make_duts`: a binary and a
+   configuration each). It imports `rules` (for the variables and the translation
    report) and `ntgcore`. Beside it, `testbed.ids.expect`: expect files (checks on EVE events,
    suricata-verify's shape) and their evaluation; it imports `ntgcore`.
-3. `testbed.ids.coverage`: detection coverage: `score`, `run_coverage`, `attack_coverage` and
-   the reports. It imports `rules`, `suricata`, `report`, `regression`, `analysis.capture` and
+3. `testbed.ids.coverage`: detection coverage: `score`, `run_coverage`, `run_coverage_duts`
+   (several DUTs on the same sessions), `attack_coverage` and the reports (and the `coverage` run
+   table). It imports `rules`, `suricata`, `report`, `regression`, `analysis.capture`,
+   `analysis.tables` and
    `ntgcore` (the benign background load comes from the flowengine generator through
    `ntgcore.generator.get_generator`). Beside it, independent of it, `testbed.ids.detect`: what
    Suricata detects in a capture the user has (`testbed detect`, docs/detect.md).

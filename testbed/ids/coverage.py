@@ -1,11 +1,18 @@
 """IDS detection coverage of rule files: synthesize one session per rule, run the IDS, count.
 
 `run_coverage(rule_files, out_dir, *, ids="suricata", mixes=(), progress=None, ip_version=4,
-exclude_unloadable=False, baseline=None) -> dict` writes
-``attacks.pcap``, ``attacks.json`` (the synthesis manifest), ``coverage.json``, ``coverage.md`` and
-``coverage.html`` into `out_dir`, and returns the JSON document; with a `baseline`
+exclude_unloadable=False, baseline=None, dut=None) -> dict` writes
+``attacks.pcap``, ``attacks.json`` (the synthesis manifest), ``coverage.json``, ``coverage.md``,
+``coverage.html`` and ``tables/coverage.parquet`` (the `coverage` run table of
+`analysis.tables`) into `out_dir`, and returns the JSON document; with a `baseline`
 (`testbed.ids.regression.Baseline`) the document gets a ``baseline`` section: the per-sid
-changes against that earlier run (`compare_coverage`).
+changes against that earlier run (`compare_coverage`), each mix compared with the baseline's
+same mix when that has per-sid rows (`mixes.F.rows`).
+`run_coverage_duts(rule_files, out_dir, duts, ...)` is the same for several DUTs
+(`testbed.ids.suricata.Dut`: a binary and a configuration): the sessions and mixed captures are
+made once, each DUT is scored into ``out_dir/NAME/`` and compared per sid with the first
+(``versus``), ``comparison.json/md/html`` sum them up; `blocking(docs)` lists the comparisons
+with newly failing sids that are not allowed (the exit status 3).
 
 Counting (per rule): *parsed* (the splitter accepted it), *synthesizable* (semantics supported and
 a session was written), *loaded* (Suricata did not reject it), *alerted* (an alert with the rule's
@@ -18,8 +25,8 @@ alerted / (loaded rules that can alert); with `exclude_unloadable` ``coverage`` 
 
 `score(models, synth, suri, *, exclude_unloadable=False) -> dict` is that count for any synthesis
 result and Suricata run;
-`attack_coverage(pcap, attacks, rule_paths, out_dir)` scores the attack sessions of a run's
-capture (`testbed.ids.rules.attacks`) the same way. `--mix` adds benign background load from the
+`attack_coverage(pcap, attacks, rule_paths, out_dir, baseline=None)` scores the attack sessions
+of a run's capture (`testbed.ids.rules.attacks`) the same way. `--mix` adds benign background load from the
 flowengine generator (through the generator registry), merged by time with the attack sessions.
 """
 
@@ -29,20 +36,23 @@ import json
 import shutil
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.capture import read_capture
+from analysis.tables import write_table
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
 
 from .regression import Baseline, compare_coverage
 from .regression import markdown_lines as baseline_markdown
+from .regression import summary_lines as comparison_summary
 from .report import markdown_html
 from .rules.attacks import Attacks, merge_pcaps
 from .rules.semantics import RuleModel, load_rules
 from .rules.synth import SESSION_GAP_NS, T0_NS, SynthResult, synthesize
-from .suricata import SuricataResult, run_offline, suricata_version
+from .suricata import Dut, SuricataResult, run_offline
 
 BENIGN_NET = ("198.18.240.0/24", "198.19.240.0/24")
 
@@ -196,9 +206,45 @@ def _reason_class(reason: str) -> str:
 
 def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str = "suricata",
                  mixes: tuple[float, ...] = (), progress=None, ip_version: int = 4,
-                 exclude_unloadable: bool = False, baseline: Baseline | None = None) -> dict:
+                 exclude_unloadable: bool = False, baseline: Baseline | None = None,
+                 dut: Dut | None = None) -> dict:
+    """One DUT (default: `suricata` on PATH with our configuration): its coverage document."""
+    return run_coverage_duts(rule_files, out_dir, [dut or Dut()], ids=ids, mixes=mixes, progress=progress,
+                             ip_version=ip_version, exclude_unloadable=exclude_unloadable,
+                             baseline=baseline)["duts"][0]
+
+
+@dataclass
+class _MixCapture:
+    """A mixed capture, made once and read by every DUT: benign load + the attack sessions."""
+
+    key: str
+    folder: Path
+    synth: SynthResult
+    pcap: Path
+    benign_packets: int
+
+
+def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: list[Dut], *,
+                      ids: str = "suricata", mixes: tuple[float, ...] = (), progress=None,
+                      ip_version: int = 4, exclude_unloadable: bool = False,
+                      baseline: Baseline | None = None, allowed: dict[int, str] | None = None,
+                      allow_path: str | None = None) -> dict:
+    """The sessions synthesized once (and the mixed captures made once), read by every DUT.
+
+    One DUT writes its reports into `out_dir`; several each into `out_dir/NAME/`, compared per sid
+    with the first (`versus`), and `comparison.json/md/html` in `out_dir`. Every DUT is compared
+    with `baseline` when given. `allowed` (sid -> reason; default: the baseline's allow file)
+    excuses newly failing sids in both comparisons. `tables/coverage.parquet` in `out_dir` holds
+    every DUT's rows (step: the DUT's name, "run" for one DUT). Returns {"duts": [doc, ...],
+    "blocking": [(what, sids), ...]}."""
     if ids != "suricata":
         raise ValueError(f"IDS {ids!r} is not supported; use --ids suricata")
+    if not duts:
+        raise ValueError("run_coverage_duts needs at least one DUT")
+    if allowed is None and baseline is not None:
+        allowed, allow_path = baseline.allowed, baseline.allow_path
+    allowed = allowed or {}
     say = progress or (lambda msg: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -210,45 +256,125 @@ def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str 
     synth = synthesize(models, out / "attacks.pcap", out / "attacks.json", ip_version=ip_version,
                        progress=lambda i, n: say(f"synthesizing {i:,}/{n:,}"))
     t2 = time.monotonic()
-    say(f"wrote {len(synth.sessions):,} sessions, {synth.packets:,} packets; running suricata")
-    suri = run_offline(out / "attacks.pcap", list(rule_files), out / "suricata")
-    t3 = time.monotonic()
-    doc = {
-        "ids": ids, "ids_version": suricata_version(), "rule_files": [str(f) for f in rule_files],
-        "problems": [str(p) for p in problems], "unknown_keywords": dict(unknown.most_common()),
-        "suricata_errors": suri.errors[:200], "suricata_rules_loaded": suri.rules_loaded,
-        "suricata_rules_failed": suri.rules_failed,
-        "packets": synth.packets, "ip_version": ip_version,
-        "timing_s": {"parse_and_synthesize": round(t2 - t_start, 3), "synthesize": round(t2 - t1, 3),
-                     "suricata": round(t3 - t2, 3)},
-        **score(models, synth, suri, exclude_unloadable=exclude_unloadable),
-        "mixes": {},
-    }
+    say(f"wrote {len(synth.sessions):,} sessions, {synth.packets:,} packets")
+    mixed = []
     for frac in mixes:
         say(f"mixing with benign load: attacks {frac:.0%} of packets")
-        doc["mixes"][f"{frac:g}"] = _mixed(models, out, frac, synth.packets, list(rule_files),
-                                           ip_version, exclude_unloadable)
-    if baseline is not None:
-        doc["baseline"] = {"path": baseline.path, "allow_path": baseline.allow_path,
-                           **compare_coverage(baseline.doc, doc, baseline.allowed)}
-    doc["timing_s"]["total"] = round(time.monotonic() - t_start, 3)
-    write_reports(doc, out)
-    return doc
+        mixed.append(_mix_capture(models, out, frac, synth.packets, ip_version))
+    several = len(duts) > 1
+    docs: list[dict] = []
+    for dut in duts:
+        where = out / dut.name if several else out
+        where.mkdir(parents=True, exist_ok=True)
+        say(f"running suricata ({dut.name})" if several else "running suricata")
+        t3 = time.monotonic()
+        suri = run_offline(out / "attacks.pcap", list(rule_files), where / "suricata",
+                           binary=dut.binary, config=dut.config)
+        t4 = time.monotonic()
+        info = dut.describe(suri.config)
+        doc = {
+            "ids": ids, "ids_version": info["version"], "dut": info,
+            "rule_files": [str(f) for f in rule_files],
+            "problems": [str(p) for p in problems], "unknown_keywords": dict(unknown.most_common()),
+            "suricata_errors": suri.errors[:200], "suricata_rules_loaded": suri.rules_loaded,
+            "suricata_rules_failed": suri.rules_failed,
+            "packets": synth.packets, "ip_version": ip_version,
+            "timing_s": {"parse_and_synthesize": round(t2 - t_start, 3), "synthesize": round(t2 - t1, 3),
+                         "suricata": round(t4 - t3, 3)},
+            **score(models, synth, suri, exclude_unloadable=exclude_unloadable),
+            "mixes": {},
+        }
+        for mc in mixed:
+            say(f"suricata on the mix at {mc.key}" + (f" ({dut.name})" if several else ""))
+            folder = where / mc.folder.name if several else mc.folder
+            suri_m = run_offline(mc.pcap, list(rule_files), folder / "suricata", binary=dut.binary,
+                                 config=dut.config)
+            doc["mixes"][mc.key] = _mix_result(models, mc, suri_m, exclude_unloadable)
+        if baseline is not None:
+            doc["baseline"] = _compared(baseline.doc, doc, allowed, path=baseline.path, allow_path=allow_path)
+        if docs:
+            doc["versus"] = _compared(docs[0], doc, allowed, path=str(out / duts[0].name / "coverage.json"),
+                                      allow_path=allow_path, dut=duts[0].name)
+        doc["timing_s"]["total"] = round(time.monotonic() - t_start, 3)
+        docs.append(doc)
+    for dut, doc in zip(duts, docs):
+        write_reports(doc, out / dut.name if several else out, table=False)
+    write_coverage_table(out, [(doc["dut"]["name"] if several else "run", doc) for doc in docs])
+    result = {"duts": docs, "blocking": blocking(docs)}
+    if several:
+        write_comparison(result, out)
+    return result
 
 
-def attack_coverage(pcap: Path, attacks: Attacks, rule_paths: list[Path], out_dir: Path) -> dict:
+ROW_KEYS = ("sid", "where", "msg", "classtype", "state", "loaded", "synthesized", "alerted", "reason",
+            "extra_sids", "extra_kind")
+
+
+def _slim(row: dict) -> dict:
+    """A row of a mix as coverage.json keeps it: enough for the per-sid comparison and the table."""
+    return {k: row[k] for k in ROW_KEYS if k in row}
+
+
+def _compared(old: dict, new: dict, allowed: dict[int, str], *, path: str, allow_path: str | None,
+              dut: str | None = None) -> dict:
+    """compare_coverage of the unmixed rows, and of every mix both documents have per-sid rows for."""
+    cmp = {"path": path, "allow_path": allow_path, **({"dut": dut} if dut else {}),
+           **compare_coverage(old, new, allowed), "mixes": {}}
+    for key, mx in new.get("mixes", {}).items():
+        before = old.get("mixes", {}).get(key)
+        if not isinstance(before, dict) or not isinstance(before.get("rows"), list):
+            why = ("it was not mixed at this fraction" if not isinstance(before, dict) else
+                   "its mix has no per-sid rows (written before they were kept)")
+            cmp["mixes"][key] = {"compared": False, "why": why}
+            continue
+        cmp["mixes"][key] = {"compared": True, "path": path, "allow_path": allow_path,
+                             **compare_coverage(before, mx, allowed)}
+    return cmp
+
+
+def blocking(docs: list[dict]) -> list[tuple[str, list[int]]]:
+    """Every comparison with newly failing sids that are not allowed: (what, sids), `what` naming
+    the DUT (when several), the reference (the baseline, or the first DUT) and the mix."""
+    several = len(docs) > 1
+    found = []
+    for doc in docs:
+        name = doc.get("dut", {}).get("name", "suricata")
+        for key in ("baseline", "versus"):
+            cmp = doc.get(key)
+            if not cmp:
+                continue
+            if key == "baseline":
+                what = f"{name} against the baseline" if several else "the baseline"
+            else:
+                what = f"{name} against {cmp['dut']}"
+            if cmp["blocking_sids"]:
+                found.append((what, cmp["blocking_sids"]))
+            for mkey, mcmp in cmp.get("mixes", {}).items():
+                if mcmp.get("compared") and mcmp["blocking_sids"]:
+                    found.append((f"{what}, mixed at {mkey}", mcmp["blocking_sids"]))
+    return found
+
+
+def attack_coverage(pcap: Path, attacks: Attacks, rule_paths: list[Path], out_dir: Path,
+                    baseline: Baseline | None = None) -> dict:
     """Suricata offline on `pcap` (which holds the attack sessions); coverage of the selected rules
-    written as coverage.json/md/html into out_dir. Returns the coverage document."""
+    written as coverage.json/md/html and tables/coverage.parquet into out_dir (a run folder: its
+    name is the table's run_id). With `baseline`, the per-sid comparison (the `baseline` section;
+    `blocking([doc])` for the gate). Returns the coverage document."""
     t = time.monotonic()
     suri = run_offline(pcap, [str(p) for p in rule_paths], out_dir / "suricata")
+    info = Dut().describe(suri.config)
     doc = {
-        "ids": "suricata", "ids_version": suricata_version(), "rule_files": [str(p) for p in rule_paths],
+        "ids": "suricata", "ids_version": info["version"], "dut": info, "rule_files": [str(p) for p in rule_paths],
         "problems": attacks.problems, "unknown_keywords": {}, "suricata_errors": suri.errors[:200],
         "suricata_rules_loaded": suri.rules_loaded, "suricata_rules_failed": suri.rules_failed,
         "packets": attacks.synth.packets, "capture": pcap.name,
         **score(list({m.sid: m for m in attacks.scheduled}.values()), attacks.synth, suri),
         "mixes": {},
     }
+    if baseline is not None:
+        doc["baseline"] = _compared(baseline.doc, doc, baseline.allowed, path=baseline.path,
+                                    allow_path=baseline.allow_path)
     doc["timing_s"] = {"parse_and_synthesize": 0.0, "suricata": round(time.monotonic() - t, 3),
                        "total": round(time.monotonic() - t, 3)}
     write_reports(doc, out_dir)
@@ -301,8 +427,10 @@ flows:
     return pcap
 
 
-def _mixed(models: list[RuleModel], out: Path, frac: float, attack_packets: int, rule_files,
-           ip_version: int, exclude_unloadable: bool) -> dict:
+def _mix_capture(models: list[RuleModel], out: Path, frac: float, attack_packets: int,
+                 ip_version: int) -> _MixCapture:
+    """out/mix-F/: benign load and the attack sessions again (their times inside the benign
+    load's), merged by time into mixed.pcap."""
     mdir = out / f"mix-{frac:g}"
     mdir.mkdir(exist_ok=True)
     benign_packets = int(attack_packets * (1 - frac) / frac)
@@ -314,16 +442,20 @@ def _mixed(models: list[RuleModel], out: Path, frac: float, attack_packets: int,
     synth = synthesize(models, mdir / "attacks.pcap", mdir / "attacks.json", t0_ns=t0, ip_version=ip_version)
     merged = mdir / "mixed.pcap"
     merge_pcaps([benign, mdir / "attacks.pcap"], merged)   # the one merge (testbed/ids/rules/attacks.py)
-    suri = run_offline(merged, rule_files, mdir / "suricata")
-    counts = score(models, synth, suri, exclude_unloadable=exclude_unloadable)
-    total = len(cap.ts_ns) + synth.packets
+    benign.unlink(missing_ok=True)
+    return _MixCapture(f"{frac:g}", mdir, synth, merged, len(cap.ts_ns))
+
+
+def _mix_result(models: list[RuleModel], mc: _MixCapture, suri: SuricataResult, exclude_unloadable: bool) -> dict:
+    counts = score(models, mc.synth, suri, exclude_unloadable=exclude_unloadable)
+    total = mc.benign_packets + mc.synth.packets
     keep = ("loaded", "silent", "alerted", "missed", "coverage", "coverage_loaded", "unloadable",
             "sessions", "extra_alert_sessions", "extra_fraction",
             "extra_specific_sessions", "extra_specific_fraction", "extra_unrelated_sessions", "extra_unrelated_fraction")
     res = {k: counts[k] for k in keep}
-    res.update(benign_packets=len(cap.ts_ns), attack_packets=synth.packets,
-               attack_fraction=synth.packets / total if total else 0.0)
-    (benign).unlink(missing_ok=True)
+    res.update(benign_packets=mc.benign_packets, attack_packets=mc.synth.packets,
+               attack_fraction=mc.synth.packets / total if total else 0.0)
+    res["rows"] = [_slim(r) for r in counts["rows"]]   # per sid: a later run's baseline of this mix
     return res
 
 
@@ -362,13 +494,81 @@ def summary_lines(doc: dict) -> list[str]:
     t = doc["timing_s"]
     lines.append(f"time: parse+synthesize {t['parse_and_synthesize']:.2f} s, suricata {t['suricata']:.2f} s, "
                  f"total {t.get('total', 0):.2f} s")
+    if doc.get("dut"):
+        lines.append(dut_line(doc["dut"]))
+    return lines
+
+
+def dut_line(dut: dict) -> str:
+    """The DUT in one line: name, binary, `suricata -V`, configuration and its sha256."""
+    cfg = f"configuration {dut['config']}" if dut.get("config") else "the testbed's configuration"
+    sha = f" (sha256 {dut['config_sha256'][:16]})" if dut.get("config_sha256") else ""
+    return f"DUT {dut['name']}: {dut['binary']} ({dut.get('version_line') or dut.get('version')}), {cfg}{sha}"
+
+
+def _comparisons(doc: dict, several: bool = False):
+    """(section title, source, stderr head, stderr label, comparison, unmixed comparison or None)
+    of every comparison in `doc`: against the baseline, against the first DUT, and each of their
+    mixes that was compared."""
+    name = doc.get("dut", {}).get("name", "suricata")
+    for key in ("baseline", "versus"):
+        cmp = doc.get(key)
+        if not cmp:
+            continue
+        if key == "baseline":
+            title, source = "Changes against the baseline", "baseline"
+            head = f"baseline {cmp['path']}" + (f" ({name})" if several else "")
+            label = f"baseline ({name})" if several else "baseline"
+        else:
+            title, source = f"Changes against DUT {cmp['dut']}", f"DUT {cmp['dut']}"
+            head = label = f"{name} against {cmp['dut']}"
+        yield title, source, head, label, cmp, None
+        for mkey, mcmp in cmp.get("mixes", {}).items():
+            if mcmp.get("compared"):
+                yield (f"{title}, mixed at {mkey}", source, f"{head}, mixed at {mkey}",
+                       f"{label}, mixed at {mkey}", mcmp, cmp)
+            else:
+                yield f"{title}, mixed at {mkey}", source, f"{head}, mixed at {mkey}", label, mcmp, cmp
+
+
+def comparison_lines(doc: dict, several: bool = False) -> list[str]:
+    """The stderr lines of every comparison in `doc` (regression.summary_lines each); a mix lists
+    only the sids that do not also fail unmixed, and says so when it cannot be compared."""
+    lines = []
+    for _, _, head, label, cmp, unmixed in _comparisons(doc, several):
+        if not cmp.get("compared", True):
+            lines.append(f"{head}: not compared: {cmp['why']}")
+            continue
+        if unmixed is not None:
+            also = {e["sid"] for e in unmixed["newly_failing"]}
+            only = [e for e in cmp["newly_failing"] if e["sid"] not in also]
+            cmp = {**cmp, "newly_failing": only}
+            dropped = cmp["counts"]["newly_failing"] - len(only)
+            head += f" ({dropped} of them also unmixed, not listed again)" if dropped else ""
+        lines += comparison_summary(cmp, head=head, label=label)
+    return lines
+
+
+def gate_lines(result: dict) -> list[str]:
+    """One line per comparison with newly failing sids not allowed (`blocking`); a mix whose sids
+    all fail unmixed too is not repeated."""
+    unmixed = {what: set(sids) for what, sids in result["blocking"] if ", mixed at " not in what}
+    lines = []
+    for what, sids in result["blocking"]:
+        base = what.split(", mixed at ")[0]
+        if what != base and set(sids) <= unmixed.get(base, set()):
+            continue
+        listed = f"sids {', '.join(map(str, sids[:20]))}{', ...' if len(sids) > 20 else ''}"
+        if what == "the baseline":
+            lines.append(f"{len(sids)} sids alerted in the baseline and do not now ({listed})")
+        else:
+            lines.append(f"{what}: {len(sids)} sids newly failing ({listed})")
     return lines
 
 
 def markdown(doc: dict) -> str:
     out = ["# IDS detection coverage", "", *[f"- {x}" for x in summary_lines(doc)], ""]
-    if doc.get("baseline"):
-        out += baseline_markdown(doc["baseline"])
+    out += _comparison_markdown(doc)
     out += ["## Why rules were missed", "", "| reason | rules |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in doc["missed_reasons"].items()]
     out += ["", "## Per keyword", "", "| keyword | rules | alerted | coverage |", "|---|---|---|---|"]
@@ -404,8 +604,83 @@ def markdown(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_reports(doc: dict, out: Path) -> None:
+def _comparison_markdown(doc: dict, prefix: str = "") -> list[str]:
+    out = []
+    for title, source, _, _, cmp, _ in _comparisons(doc):
+        title = prefix + (title[0].lower() + title[1:] if prefix else title)
+        if cmp.get("compared", True):
+            out += baseline_markdown(cmp, title=title, source=source)
+        else:
+            out += [f"## {title}", "", f"Not compared: {cmp['why']}.", ""]
+    return out
+
+
+def write_reports(doc: dict, out: Path, table: bool = True) -> None:
+    """coverage.json (the baseline format), coverage.md and .html in `out`; with `table` also
+    tables/coverage.parquet (`write_coverage_table`, step "run")."""
     (out / "coverage.json").write_text(json.dumps(doc, indent=1) + "\n")
     md = markdown(doc)
     (out / "coverage.md").write_text(md)
     (out / "coverage.html").write_text(markdown_html(md, "IDS coverage"))
+    if table:
+        write_coverage_table(out, [("run", doc)])
+
+
+def coverage_rows(run_id: str, step: str, doc: dict) -> list[dict]:
+    """The run table `coverage` (analysis.tables) of one coverage document: a row per sid, and per
+    sid and mix (`mix`: the attack packet fraction asked for; null for the attack capture alone)."""
+    dut = doc.get("dut") or {}
+    common = {"run_id": run_id, "step": step, "ids_version": doc.get("ids_version"),
+              "config_sha256": dut.get("config_sha256")}
+    rows = [{**common, **_slim(r), "extra_sids": r.get("extra_sids", []), "mix": None} for r in doc["rows"]]
+    for key, mx in doc.get("mixes", {}).items():
+        rows += [{**common, **_slim(r), "extra_sids": r.get("extra_sids", []), "mix": float(key)}
+                 for r in mx.get("rows", [])]
+    return rows
+
+
+def write_coverage_table(out: Path, steps: list[tuple[str, dict]]) -> Path:
+    """out/tables/coverage.parquet: the rows of every (step, document), run_id the folder's name."""
+    run_id = Path(out).resolve().name
+    return write_table(out, "coverage", [row for step, doc in steps for row in coverage_rows(run_id, step, doc)])
+
+
+def comparison_markdown(result: dict) -> str:
+    docs = result["duts"]
+    first = docs[0]["dut"]["name"]
+    out = [f"# IDS detection coverage of {len(docs)} DUTs", "",
+           f"- the same {docs[0]['sessions']:,} sessions ({docs[0]['packets']:,} packets, `attacks.pcap`) read by "
+           f"each DUT; each is compared per sid with the first, {first}"]
+    if result["blocking"]:
+        out += ["- gate: failed: " + "; ".join(f"{what}: sids {', '.join(map(str, sids[:20]))}"
+                                                + (", ..." if len(sids) > 20 else "") for what, sids in result["blocking"])]
+    else:
+        out += ["- gate: passed (no newly failing sid that is not allowed)"]
+    out += ["", "| DUT | binary | version | configuration | config sha256 | coverage | alerted | missed | "
+            "not loaded | report |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for d in docs:
+        u = d["dut"]
+        out.append(f"| {u['name']} | `{u['binary']}` | {u['version']} | {('`' + u['config'] + '`') if u['config'] else 'the testbed'} "
+                   f"| {(u.get('config_sha256') or '-')[:16]} | {_pct(d['coverage'])} | {d['alerted']} | {d['missed']} "
+                   f"| {d['unloadable']} | `{u['name']}/coverage.html` |")
+    out.append("")
+    for d in docs:
+        out += _comparison_markdown(d, prefix=f"{d['dut']['name']}: ")
+    return "\n".join(out) + "\n"
+
+
+def write_comparison(result: dict, out: Path) -> None:
+    """comparison.json (the DUTs, the per-sid comparisons with the first and with the baseline, the
+    gate), comparison.md and .html in `out`."""
+    docs = result["duts"]
+    summary = {
+        "duts": [{**d["dut"], "coverage": d["coverage"], "alerted": d["alerted"], "missed": d["missed"],
+                  "unloadable": d["unloadable"], "report": f"{d['dut']['name']}/coverage.json"} for d in docs],
+        "versus": {d["dut"]["name"]: d["versus"] for d in docs[1:]},
+        "baseline": {d["dut"]["name"]: d["baseline"] for d in docs if d.get("baseline")},
+        "blocking": [{"what": what, "sids": sids} for what, sids in result["blocking"]],
+    }
+    (out / "comparison.json").write_text(json.dumps(summary, indent=1) + "\n")
+    md = comparison_markdown(result)
+    (out / "comparison.md").write_text(md)
+    (out / "comparison.html").write_text(markdown_html(md, "IDS coverage of several DUTs"))

@@ -6,7 +6,8 @@ sid is compared with an earlier run's ``coverage.json``:
 `load_baseline(path, allow_path=None) -> Baseline` reads and checks that document and the allow
 file (one sid a line, optionally followed by the reason; ``#`` starts a comment); a file that is
 not what it should be raises `BadInput` naming it (``FILE:LINE`` for the allow file).
-`compare_coverage(old, new, allowed) -> dict` is the pure comparison of two coverage documents:
+`compare_coverage(old, new, allowed) -> dict` is the pure comparison of two coverage documents
+(an earlier run and this one, two DUTs of one run, or the same mix of either):
 *newly failing* (alerted before, not now: missed, refused by the IDS or gone from the rule files),
 *newly passing*, *extra changed* (the set of other sids firing on the rule's session changed),
 *added* and *removed* rules. A newly failing sid in `allowed` is still listed, marked allowed; the
@@ -184,21 +185,23 @@ def _rule_set_note(cmp: dict) -> str | None:
             "rules in only one of the two runs are listed, not compared)")
 
 
-def summary_lines(cmp: dict) -> list[str]:
-    """A few lines for stderr: the counts, a different rule set, and the newly failing sids."""
-    lines = [f"baseline {cmp.get('path', '')}: {_headline(cmp)}"]
+def summary_lines(cmp: dict, head: str | None = None, label: str = "baseline") -> list[str]:
+    """A few lines for stderr: the counts, a different rule set, and the newly failing sids.
+    `head` starts the first line (default "baseline PATH"), `label` the others (another DUT,
+    a mix: "dut-b against dut-a")."""
+    lines = [f"{head or 'baseline ' + cmp.get('path', '')}: {_headline(cmp)}"]
     note = _rule_set_note(cmp)
     if note:
-        lines.append(f"baseline: {note}")
+        lines.append(f"{label}: {note}")
     for e in cmp["newly_failing"][:LISTED]:
         mark = (" [allowed" + (f": {e['allow_reason']}" if e.get("allow_reason") else "") + "]"
                 if e["allowed"] else "")
-        lines.append(f"baseline: sid {e['sid']} newly failing ({e['before']} -> {e['now']})"
+        lines.append(f"{label}: sid {e['sid']} newly failing ({e['before']} -> {e['now']})"
                      + (f": {e['reason']}" if e["reason"] else "") + mark)
     if len(cmp["newly_failing"]) > LISTED:
-        lines.append(f"baseline: ... and {len(cmp['newly_failing']) - LISTED} more newly failing (coverage.md)")
+        lines.append(f"{label}: ... and {len(cmp['newly_failing']) - LISTED} more newly failing (coverage.md)")
     if cmp["newly_passing"]:
-        lines.append(f"baseline: newly passing sids {_sids(cmp['newly_passing'])}")
+        lines.append(f"{label}: newly passing sids {_sids(cmp['newly_passing'])}")
     return lines
 
 
@@ -207,9 +210,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "/")
 
 
-def markdown_lines(cmp: dict) -> list[str]:
-    """The "Changes against the baseline" section of coverage.md."""
-    out = ["## Changes against the baseline", "", f"- baseline: `{cmp.get('path', '')}`"
+def markdown_lines(cmp: dict, title: str = "Changes against the baseline", source: str = "baseline") -> list[str]:
+    """The "Changes against the baseline" section of coverage.md (`title`; `source` names what the
+    path is: the baseline, or the DUT compared with)."""
+    out = [f"## {title}", "", f"- {source}: `{cmp.get('path', '')}`"
            + (f", allow file `{cmp['allow_path']}`" if cmp.get("allow_path") else ""),
            f"- {_headline(cmp)}"]
     cov, ver = cmp["coverage"], cmp["ids_version"]

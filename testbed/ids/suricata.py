@@ -6,9 +6,10 @@
   application-layer parsers on, our own classification.config unless the rules folder has one).
   With ``live_iface`` it adds an ``af-packet`` section for that interface (the live mode runs the
   same config through ``ip netns exec NS``).
-- `suricata_argv(config, out_dir, *, pcap=None, live_iface=None, argv_prefix=None) -> list[str]`.
-- `run_offline(pcap, rule_files, out_dir, *, home_net, external_net, checksum, config, eve_types)
-  -> SuricataResult`: ``suricata -r``; the result has the alerts, the rule-load errors (Suricata's
+- `suricata_argv(config, out_dir, *, pcap=None, live_iface=None, argv_prefix=None, binary=None)
+  -> list[str]`.
+- `run_offline(pcap, rule_files, out_dir, *, home_net, external_net, checksum, config, eve_types,
+  binary) -> SuricataResult`: ``suricata -r``; the result has the alerts, the rule-load errors (Suricata's
   own lines, with the sid and file:line they name, and its reason), and the number of rules
   loaded and failed. The defaults are the testbed's own addresses and ``-k all`` (synthesized
   traffic has correct checksums); `testbed detect` passes the user's.
@@ -20,6 +21,10 @@
 - `translate_file(in_path, out_path, *, check=True, work_dir=None, app_header=False)`: the text
   translation of `testbed.ids.rules.translate`, then (with ``check``) `check_load` on its output.
 - `LiveSuricata`: Suricata on a veth of a live run, inside a namespace.
+- `Dut(name, binary, config)`: one Suricata under test (`binary` None: the one on PATH; `config`
+  None: ours); `describe()` is what coverage.json records (``suricata -V``, the configuration's
+  sha256). `make_duts(binaries, configs)` pairs ``--suricata`` and ``--suricata-config`` values
+  (``[NAME=]PATH``) into DUTs and names them.
 
 The address and port variables of the configuration are the rule side's
 (`testbed.ids.rules.variables`).
@@ -35,7 +40,9 @@ Suricata missing raises `SuricataMissing` whose message is the command that inst
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -45,7 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ntgcore.errors import NtgError, ToolMissing
+from ntgcore.errors import BadInput, NtgError, ToolMissing
 from ntgcore.proc import Process
 
 from .rules.packets import short_address
@@ -135,23 +142,153 @@ class SuricataResult:
     command: list[str] = field(default_factory=list)
     record: dict = field(default_factory=dict)
     eve: Path | None = None
+    config: Path | None = None        # the suricata.yaml it read (ours as written, or the user's)
 
     @property
     def failed_sids(self) -> set[int]:
         return {e.sid for e in self.load_errors if e.sid is not None}
 
 
-def suricata_binary() -> str:
+def suricata_binary(path: str | Path | None = None) -> str:
+    """`path` (a Suricata binary the user named, or a wrapper script that runs one) or the
+    `suricata` on PATH; SuricataMissing when there is none, BadInput when `path` cannot be run."""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file() or not os.access(p, os.X_OK):
+            raise BadInput(f"{path}: no such executable; give the path of a Suricata binary "
+                           "(or of a script that runs one)")
+        return str(p.resolve())
     exe = shutil.which("suricata")
     if not exe:
         raise SuricataMissing()
     return exe
 
 
-def suricata_version() -> str:
-    out = subprocess.run([suricata_binary(), "-V"], capture_output=True, text=True, timeout=30)
-    m = re.search(r"version\s+(\S+)", out.stdout + out.stderr)
+def suricata_version_line(binary: str | Path | None = None) -> str:
+    """The first line of ``suricata -V``, e.g. "This is Suricata version 7.0.10 RELEASE"."""
+    out = subprocess.run([suricata_binary(binary), "-V"], capture_output=True, text=True, timeout=30)
+    text = out.stdout + out.stderr
+    m = re.search(r"^.*version\s+\S+.*$", text, re.M)
+    return m.group(0).strip() if m else (text.strip().splitlines() or ["unknown"])[0]
+
+
+def suricata_version(binary: str | Path | None = None) -> str:
+    return _version_of(suricata_version_line(binary))
+
+
+def _version_of(line: str) -> str:
+    m = re.search(r"version\s+(\S+)", line)
     return m.group(1) if m else "unknown"
+
+
+@dataclass(frozen=True)
+class Dut:
+    """One Suricata under test: a binary (None: `suricata` on PATH) and a configuration (None:
+    ours, `write_config`). `name` is its output subfolder when several are compared."""
+
+    name: str = "suricata"
+    binary: str | None = None
+    config: str | None = None
+
+    def describe(self, config_used: str | Path | None = None) -> dict:
+        """What coverage.json records of it: the binary, ``suricata -V``, the configuration and the
+        sha256 of the configuration file Suricata read (`config_used`: ours as written for the run
+        when `config` is None; hashed with its output folder's path taken out, so the same rules
+        give the same hash)."""
+        cfg = Path(self.config) if self.config is not None else (Path(config_used) if config_used else None)
+        digest = None
+        if cfg is not None and cfg.is_file():
+            data = cfg.read_bytes()
+            if self.config is None:   # ours names its own folder: hashed without it, equal across folders
+                data = data.replace(str(cfg.parent.resolve()).encode(), b"<out>")
+            digest = hashlib.sha256(data).hexdigest()
+        line = suricata_version_line(self.binary)
+        return {"name": self.name, "binary": suricata_binary(self.binary),
+                "version": _version_of(line), "version_line": line,
+                "config": str(self.config) if self.config is not None else None, "config_sha256": digest}
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RESERVED = ("tables", "benign")     # names a DUT's subfolder cannot have (nor mix-*)
+
+
+def _named(value: str) -> tuple[str | None, str]:
+    """`NAME=PATH` -> (NAME, PATH); a value whose part before `=` is no name (has a `/`) is a path."""
+    name, sep, rest = value.partition("=")
+    if sep and rest and _NAME.match(name):
+        return name, rest
+    return None, value
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "dut"
+    return s[:64]
+
+
+def make_duts(binaries: list[str] | None, configs: list[str] | None) -> list[Dut]:
+    """The DUTs of `--suricata PATH ...` and `--suricata-config FILE ...` (each `[NAME=]PATH`).
+
+    Equal counts pair up in order; a single value goes with every one of the other list. The name
+    is NAME when given, else the file name of what differs between the DUTs (the configuration's
+    stem, or the binary's name, with its folder when two binaries have the same name), made unique
+    with -2, -3. BadInput for counts that do not pair, a missing file, or a DUT given twice."""
+    bins = [_named(b) for b in binaries or []]
+    cfgs = [_named(c) for c in configs or []]
+    n = max(len(bins), len(cfgs), 1)
+    if any(len(vals) not in (0, 1, n) for vals in (bins, cfgs)):
+        raise BadInput(f"{len(bins)} --suricata and {len(cfgs)} --suricata-config do not pair up: give "
+                       "as many of each, or one of one kind for all of the other")
+    for _, c in cfgs:
+        if not Path(c).is_file():
+            raise BadInput(f"{c}: no such Suricata configuration file")
+    for _, b in bins:
+        suricata_binary(b)
+    bins = bins * n if len(bins) == 1 else bins or [(None, None)] * n
+    cfgs = cfgs * n if len(cfgs) == 1 else cfgs or [(None, None)] * n
+    pairs = [(b, c) for (_, b), (_, c) in zip(bins, cfgs)]
+    seen = {}
+    for i, (b, c) in enumerate(pairs):
+        key = (str(Path(b).resolve()) if b else None, str(Path(c).resolve()) if c else None)
+        if key in seen:
+            raise BadInput(f"DUT {i + 1} is DUT {seen[key] + 1} again (the same binary and configuration): "
+                           "give DUTs that differ")
+        seen[key] = i
+    names = [(nb or nc) for (nb, _), (nc, _) in zip(bins, cfgs)]
+    auto = _auto_names(pairs)
+    out: list[Dut] = []
+    used: set[str] = set()
+    for i, (b, c) in enumerate(pairs):
+        name = names[i] or auto[i]
+        if name in RESERVED or name.startswith("mix-"):   # the output folder's own entries
+            name = f"dut-{name}"
+        base, k = name, 2
+        while name in used:
+            name, k = f"{base}-{k}", k + 1
+        used.add(name)
+        out.append(Dut(name, b, c))
+    return out
+
+
+def _auto_names(pairs: list[tuple[str | None, str | None]]) -> list[str]:
+    def binary_name(b: str | None, with_folder: bool) -> str:
+        if b is None:
+            return "suricata"
+        p = Path(b)
+        folder = p.parent.parent.name if p.parent.name in ("bin", "sbin") else p.parent.name
+        return f"{folder}-{p.name}" if with_folder and folder else p.name
+
+    cfg_differ = len({c for _, c in pairs}) > 1
+    bin_differ = len({b for b, _ in pairs}) > 1
+    clash = len({binary_name(b, False) for b, _ in pairs}) < len({b for b, _ in pairs})
+    names = []
+    for b, c in pairs:
+        parts = []
+        if bin_differ or not cfg_differ:
+            parts.append(binary_name(b, clash))
+        if cfg_differ:
+            parts.append(Path(c).stem if c else "testbed-config")
+        names.append(_slug("-".join(parts)))
+    return names
 
 
 def _classification_file(rule_files: list[Path], out_dir: Path) -> Path:
@@ -242,10 +379,11 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
 
 def suricata_argv(config: str | Path, out_dir: str | Path, *, pcap: str | Path | None = None,
                   live_iface: str | None = None, argv_prefix: list[str] | None = None,
-                  runmode: str | None = None, checksum: str = "all") -> list[str]:
+                  runmode: str | None = None, checksum: str = "all", binary: str | Path | None = None) -> list[str]:
     """The command line: offline (`pcap`) or live on `live_iface` (at an endpoint: `argv_prefix`);
-    `checksum` "all" or "none" is ``-k``, "auto" leaves the choice to the configuration."""
-    argv = [suricata_binary(), "-c", str(config), "-l", str(out_dir)]
+    `checksum` "all" or "none" is ``-k``, "auto" leaves the choice to the configuration; `binary`
+    another Suricata than the one on PATH."""
+    argv = [suricata_binary(binary), "-c", str(config), "-l", str(out_dir)]
     if pcap is not None:
         argv += ["-r", str(pcap)]
     elif live_iface is not None:
@@ -329,7 +467,8 @@ def _run_into(output: Path, name: str, argv: list[str], timeout: float) -> tuple
 def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | Path, *,
                 timeout: float = 600.0, runmode: str | None = None, home_net: str | None = HOME_NET,
                 external_net: str | None = EXTERNAL_NET, checksum: str = "all",
-                config: str | Path | None = None, eve_types: tuple[str, ...] = ("alert",)) -> SuricataResult:
+                config: str | Path | None = None, eve_types: tuple[str, ...] = ("alert",),
+                binary: str | Path | None = None) -> SuricataResult:
     """Run `suricata -r pcap`; alerts and rule-load errors in the result.
 
     Without `config`, our configuration (`write_config`) with `home_net`, `external_net`,
@@ -337,7 +476,8 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
     the rules given with ``-S`` (one file: several are joined into ``rules.joined.rules``, and load
     errors are mapped back to their own file and line), ``HOME_NET``/``EXTERNAL_NET`` set with
     ``--set`` when not None, and the checksum mode on the command line; its eve-log output must
-    write eve.json."""
+    write eve.json. `binary`: another Suricata than the one on PATH (`suricata_binary`); the
+    configuration actually read is `result.config`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in ("eve.json", "suricata.log"):
@@ -346,10 +486,10 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
     if config is None:
         config = write_config(out, rule_files=rule_files, checksum=checksum, eve_types=eve_types,
                               home_net=home_net or HOME_NET, external_net=external_net or EXTERNAL_NET)
-        argv = suricata_argv(config, out, pcap=pcap, runmode=runmode, checksum=checksum)
+        argv = suricata_argv(config, out, pcap=pcap, runmode=runmode, checksum=checksum, binary=binary)
     else:
         joined, origin = _joined_rules(rule_files, out)
-        argv = suricata_argv(config, out, pcap=pcap, runmode=runmode, checksum=checksum)
+        argv = suricata_argv(config, out, pcap=pcap, runmode=runmode, checksum=checksum, binary=binary)
         argv += ["-S", str(joined)]
         for name, value in (("HOME_NET", home_net), ("EXTERNAL_NET", external_net)):
             if value is not None:
@@ -372,7 +512,7 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
             seen.add(key)
             uniq.append(_original_place(e, origin) if origin else e)
     res = SuricataResult(out, code, parse_eve(out / "eve.json"), uniq, loaded, failed, errors,
-                         command=argv, record=proc.record.as_dict(), eve=out / "eve.json")
+                         command=argv, record=proc.record.as_dict(), eve=out / "eve.json", config=Path(config))
     if code != 0:
         raise SuricataError(f"suricata failed ({proc.record.status}); its errors:", errors or text.splitlines()[-20:])
     return res
