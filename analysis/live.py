@@ -5,7 +5,8 @@ a run method adds its own tables and figures through `MethodAnalysis` (testbed/m
     m = analyze_live("results/20261122T130000Z-seed001-comparison")
     m["steps"][0]["traffic"]["steady"]["mean_pps"], m["steps"][0]["loss"]["loss_rate"]
 
-Writes metrics.json, report.md, report.html and the plots into the run folder. Reads only files
+Writes metrics.json, report.md, report.html, the plots and the run tables (tables/*.parquet,
+docs/run-tables.md) into the run folder. Reads only files
 (manifest.json, each step's capture.pcap and samples.csv); starts no process.
 """
 
@@ -21,6 +22,7 @@ from .capture import CaptureError, read_capture
 from .metrics import plain, traffic_metrics
 from .plots import BLUE, GREY, ORANGE
 from .report import fmt_number, to_html, to_markdown, unfinished_run
+from .runtables import write_live_tables
 
 PALETTE = [BLUE, ORANGE, "#2a9d55", "#9b59b6", "#c0392b", "#16a085", GREY]
 
@@ -170,6 +172,8 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
     (run / "report.html").write_text(to_html(blocks))
     doc = plain(doc)
     (run / "metrics.json").write_text(json.dumps(doc, indent=1) + "\n")
+    say("run tables")
+    write_live_tables(run, doc, manifest)
     doc["report"] = str(run / "report.html")
     return doc
 

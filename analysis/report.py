@@ -1,4 +1,4 @@
-"""analyze(): a capture or a run folder in, metrics.json + flows.csv + plots + report out.
+"""analyze(): a capture or a run folder in, metrics.json + plots + report + run tables out.
 
 A run folder is described in results/README.md. Besides the capture, the analysis reads what is
 there of manifest.json (expected counts, generator counters), engine-summary.json,
@@ -22,6 +22,7 @@ from .capture import CaptureError, read_capture
 from .timing import engine_key, run_timing
 from .metrics import flow_table, traffic_metrics
 from .plots import PLOTS, plot_timing, write_plots
+from .runtables import write_run_tables
 
 ANALYSIS_VERSION = 1
 CAPTURE_NAMES = ("capture.pcap", "capture.pcapng")
@@ -115,20 +116,20 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
     step("plots and report")
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    flows.to_csv(out / "flows.csv", index=False)
     plots = write_plots(cap, m, out / "plots")
     if timing and len(timing[0]):
 
-        timing[0].to_csv(out / "timing.csv", index=False)
         plots["timing"] = plot_timing(timing[0], out / "plots" / PLOTS["timing"])
     md, page = render(doc, flows, mismatches, plots, out)
     (out / "report.md").write_text(md)
     (out / "report.html").write_text(page)
+    step("run tables")
+    tables = write_run_tables(out, doc, flows, timing[0] if timing else None, manifest,
+                              src if src.is_dir() else None)
     doc["report_dir"] = str(out)
     doc["files"] = sorted(str(p.relative_to(out)) for p in
-                          [out / "metrics.json", out / "flows.csv", out / "report.md",
-                           out / "report.html", *plots.values(),
-                           *([out / "timing.csv"] if (out / "timing.csv").exists() else [])])
+                          [out / "metrics.json", out / "report.md", out / "report.html",
+                           *plots.values(), *tables])
     return doc
 
 
@@ -404,7 +405,7 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
     b.append(("h2", "Flows"))
     fl = m["flows"]
     b.append(("p", f"{fl['count']:,} flows (unidirectional 5-tuples of the IP packets; ICMP echo "
-                   f"uses the identifier as source port); the full table is in flows.csv."))
+                   f"uses the identifier as source port); the full table is tables/flows.parquet."))
     if "flows" in plots:
         b.append(("img", "Flows started per second", plots["flows"]))
     if len(flows):
@@ -422,7 +423,7 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
         b.append(("p", f"For each of the {t['instances']:,} flow instances identified in the "
                        f"capture: start error = first packet's time stamp − planned start, "
                        f"duration error = (last − first) − planned duration (FLOR's timing "
-                       f"tests; timing.csv has every instance)."))
+                       f"tests; tables/timing.parquet has every instance)."))
         rows = []
         for label, key in (("flow-start error", "start_error"),
                            ("flow-duration error", "duration_error")):

@@ -44,6 +44,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("git_revision", pa.string()), ("git_dirty", pa.bool_()), ("hostname", pa.string()),
         ("kernel", pa.string()), ("cpus", pa.int32()), ("testbed_version", pa.string()),
         ("schema_version", pa.string()),
+        # how the run was made: offline | live | capture (a capture analysed without a run folder)
+        ("mode", pa.string()),
     ]),
     # One row per measured step (an offline run: one row, step "run"): seed 001's numbers.
     "steps": pa.schema([
@@ -56,6 +58,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("sent", pa.int64()), ("wire", pa.int64()), ("dut", pa.int64()),
         ("loss_rate", pa.float64()), ("cpu_mean", pa.float64()), ("cpu_max", pa.float64()),
         ("rss_mean", pa.float64()), ("rss_max", pa.float64()),
+        ("dut_cpu_mean", pa.float64()), ("dut_cpu_max", pa.float64()),
+        ("dut_rss_mean", pa.float64()), ("dut_rss_max", pa.float64()),
+        ("dut_dropped", pa.int64()), ("capture_dropped", pa.int64()), ("alerts", pa.int64()),
+        ("params", pa.string()), ("error", pa.string()),
     ]),
     "per_second": pa.schema([
         *_ID, ("second", pa.int64()), ("packets", pa.int64()), ("bytes", pa.int64()),
@@ -78,6 +84,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         *_ID, ("t", pa.float64()), ("kind", pa.string()), ("label", pa.string()),
         ("pid", pa.int64()), ("tid", pa.int64()), ("name", pa.string()),
         ("cpu_percent", pa.float64()), ("rss_bytes", pa.int64()), ("mem_percent", pa.float64()),
+        ("num_threads", pa.int64()),
     ]),
     # The IDS's alerts (eve.json), one row per alert.
     "alerts": pa.schema([
@@ -85,6 +92,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("rev", pa.int64()), ("msg", pa.string()), ("category", pa.string()),
         ("severity", pa.int32()), ("proto", pa.string()), ("src", pa.string()),
         ("sport", pa.int32()), ("dst", pa.string()), ("dport", pa.int32()),
+        ("action", pa.string()), ("source", pa.string()),
     ]),
     # Coverage per sid (testbed ids-coverage): run_id is the coverage report's id (its folder's
     # name), step the DUT's name ("run" for one DUT); `mix` the attack packet fraction of a --mix
@@ -169,9 +177,13 @@ def write_table(run_dir: str | os.PathLike, name: str, data: Any) -> Path:
     meta = {META_VERSION: SCHEMA_VERSION.encode(), META_TABLE: name.encode()}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

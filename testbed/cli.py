@@ -1,5 +1,5 @@
-"""The `testbed` command line: validate, schema, run, analyze, export-benchmark, results, cleanup,
-translate-rules, ids-coverage, detect."""
+"""The `testbed` command line: validate, schema, run, analyze, export, export-benchmark, results,
+cleanup, translate-rules, ids-coverage, detect."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from analysis import analyze
 from analysis.benchmark import benchmark_document
 from analysis.catalog import BY, Catalog, comparison_lines, list_lines, plot_comparison, text_table
 from analysis.capture import CaptureError
+from analysis.export import COMPRESSIONS, DEFAULT_COMPRESSION, export_captures
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, NtgError
 from ntgcore.runfolder import testbed_version
@@ -230,6 +231,25 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return EXIT_CHECKS_FAILED
     if any(not c.get("ok") for c in metrics.get("checks", [])):
         return EXIT_CHECKS_FAILED
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    show = not args.quiet and sys.stderr.isatty()
+    doc = export_captures(args.captures, args.parquet, replace=args.replace,
+                          compression=args.compression, flows=not args.no_flows,
+                          progress=(lambda msg: _err(f"export: {msg}")) if show else None)
+    for c in doc["captures"]:
+        if c.get("problem"):
+            p = c["problem"]
+            _err(f"testbed export: warning: {c['path']}: damaged capture at byte offset {p['offset']}: "
+                 f"{p['message']} ({p['packets_read']:,} packets exported, those before it)")
+        flows = f", {c['flows']:,} flows" if "flows" in c else ""
+        print(f"{c['capture']}: {c['packets']:,} packets{flows}")
+    rate = doc["packets"] / doc["seconds"] if doc["seconds"] else 0
+    print(f"exported to {args.parquet} in {doc['seconds']:.2f} s ({rate:,.0f} packets/s): "
+          f"packets/ and {'flows/ ' if not args.no_flows else ''}partitioned date=/hour= (UTC), "
+          f"schema {doc['schema_version']}")
     return EXIT_OK
 
 
@@ -469,6 +489,19 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", metavar="DIR", help="report folder (default: the run folder)")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a.set_defaults(func=cmd_analyze)
+
+    e = sub.add_parser("export", help="captures as per-packet and per-flow Parquet tables, partitioned by "
+                       "UTC hour (Hive-style date=/hour= folders; docs/run-tables.md)")
+    e.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap or pcapng files")
+    e.add_argument("--parquet", required=True, metavar="DIR",
+                   help="the export folder: new or empty (see --replace)")
+    e.add_argument("--replace", action="store_true",
+                   help="replace the earlier export in DIR (only a folder holding an export.json)")
+    e.add_argument("--compression", choices=COMPRESSIONS, default=DEFAULT_COMPRESSION,
+                   help=f"Parquet compression (default {DEFAULT_COMPRESSION}; zstd: half the size, slower)")
+    e.add_argument("--no-flows", action="store_true", help="the packet table only")
+    e.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    e.set_defaults(func=cmd_export)
 
     b = sub.add_parser("export-benchmark", help="write completed, analysed runs as one pytest-benchmark JSON "
                        "file (rates and loss as times, lower is better) for `pytest-benchmark compare`")

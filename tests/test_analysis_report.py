@@ -14,6 +14,7 @@ from scapy.packet import Raw
 from scapy.utils import wrpcap
 
 from analysis import CaptureError, analyze
+from analysis.tables import read_table
 
 pytestmark = pytest.mark.usefixtures("pcaplib")
 
@@ -78,7 +79,8 @@ def test_pcap_report_lands_next_to_the_capture(tmp_path):
     result = analyze(pcap)
     out = tmp_path / "traffic-analysis"
     assert result["report_dir"] == str(out)
-    for name in ("metrics.json", "flows.csv", "report.md", "report.html"):
+    for name in ("metrics.json", "report.md", "report.html", "tables/run.parquet",
+                 "tables/steps.parquet", "tables/per_second.parquet", "tables/flows.parquet"):
         assert (out / name).is_file(), name
     pngs = sorted((out / "plots").glob("*.png"))
     assert [p.name for p in pngs] == ["flows-started.png", "packet-sizes.png", "rate.png",
@@ -87,8 +89,8 @@ def test_pcap_report_lands_next_to_the_capture(tmp_path):
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["packets"] == result["packets"] == sum(c for _, c, _ in FLOWS)
     assert saved["checks"] == [] and saved["capture_problem"] is None
-    with open(out / "flows.csv") as f:
-        assert sum(1 for _ in f) == 1 + len(FLOWS)
+    flows = read_table(out, "flows")
+    assert flows.num_rows == len(FLOWS) and set(flows.column("run_id").to_pylist()) == {out.name}
     md = (out / "report.md").read_text()
     assert "![Packet rate](plots/rate.png)" in md and "## Checks" not in md
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyze
+from analysis.tables import read_table
 from analysis.timing import session_flows, timing_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +62,7 @@ def test_the_exact_planner_is_exact_in_pcap_mode(run_dir):
     assert t["instances"] == 150
     for key in ("start_error", "duration_error"):
         assert t[key]["exact"] == 150 and t[key]["max_abs_ns"] == 0
-    errors = pd.read_csv(run_dir / "timing.csv")
+    errors = read_table(run_dir, "timing").to_pandas()
     second = errors[errors["flow"] == 1].set_index("rep")
     assert second.loc[49, "intended_start_ns"] == 250_000_000 + 49 * 100_000_000
     assert (second["intended_duration_ns"] == 99 * 100_000_000).all()
@@ -107,7 +108,7 @@ def test_errors_injected_into_a_real_capture_are_measured(run_dir, tmp_path):
     m = analyze(copy, progress=None)
     t = m["timing"]
     assert t["start_error"]["exact"] == 50  # the IPv6 flows were not touched
-    errors = pd.read_csv(copy / "timing.csv")
+    errors = read_table(copy, "timing").to_pandas()
     v4 = errors[errors["flow"] == 0]
     assert (v4["start_error_ns"] == 3_000_000).all()
     assert (v4["duration_error_ns"] == -3_000_000).all()

@@ -46,7 +46,7 @@ def quickstart(tmp_path_factory, flowengine_bin) -> Path:
 
 def test_run_folder_has_every_documented_file(quickstart):
     for name in ["scenario.yaml", "session.ntg", "manifest.json", "capture.pcap", "engine-stats.csv",
-                 "engine-summary.json", "engine-flows.csv", "engine.log", "metrics.json", "flows.csv",
+                 "engine-summary.json", "engine-flows.csv", "engine.log", "metrics.json", "tables/flows.parquet",
                  "report.md", "report.html", "plots/rate.png", "plots/throughput.png",
                  "plots/packet-sizes.png", "plots/flows-started.png"]:  # fmt: skip
         assert (quickstart / name).is_file(), name
@@ -127,7 +127,7 @@ def test_analysis_counts_equal_the_scenario(quickstart):
     # packets per flow: as many flows of each length as the scenario defines
     import pandas as pd
 
-    flows = pd.read_csv(quickstart / "flows.csv")
+    flows = pd.read_parquet(quickstart / "tables" / "flows.parquet")
     measured = collections.Counter(flows["packets"].tolist())
     wanted = collections.Counter()
     for f in scenario.flows:

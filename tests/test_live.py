@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from analysis.tables import read_table
+
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = [
@@ -68,6 +70,12 @@ def test_loss_accounting_is_exact_when_nothing_is_lost(tmp_path, run_scenario, f
     assert run.metrics.packets == 3000  # the tap's capture file, read back
     assert all(c["ok"] for c in run.metrics.checks)
     assert (run.run_dir / "report.html").is_file() and (run.run_dir / "samples.csv").is_file()
+    steps = read_table(run.run_dir, "steps").to_pylist()
+    assert [(s["step"], s["packets"], s["sent"], s["wire"], s["dut"], s["loss_rate"]) for s in steps] == \
+        [("run", 3000, 3000, 3000, 3000, 0.0)]
+    assert steps[0]["cpu_max"] is not None and steps[0]["rss_max"] > 0  # the generator's samples
+    assert read_table(run.run_dir, "resources").num_rows > 0
+    assert read_table(run.run_dir, "flows").to_pylist()[0]["packets"] == 3000
     assert_nothing_left(run.manifest, before)
 
 
@@ -251,6 +259,9 @@ def test_suricata_live_on_af_packet_as_the_dut(tmp_path, run_scenario, flowengin
     step = run.manifest["steps"][0]
     assert step["dut"]["received"] == step["loss"]["wire"] == 1500 and step["dut"]["dropped"] == 0
     assert step["dut"]["alerts"] == 1500  # every packet carries the content; no threshold
+    alerts = read_table(run.run_dir, "alerts").to_pandas()
+    assert len(alerts) == 1500 and set(alerts["sid"]) == {9000001} and set(alerts["step"]) == {"run"}
+    assert read_table(run.run_dir, "steps").to_pylist()[0]["alerts"] == 1500
     assert any(name.startswith("W#") for name in run.metrics.steps[0].dut_threads)
 
 

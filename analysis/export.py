@@ -1,0 +1,459 @@
+"""`testbed export CAPTURE... --parquet DIR`: captures as per-packet and per-flow Parquet tables.
+
+The layout (docs/run-tables.md, "Capture export") is Hive-style, partitioned by the UTC hour of
+the packet (of the flow's first packet for the flow table), which DuckDB, Spark, Polars and Arrow
+read with hive partitioning:
+
+    DIR/export.json                                      what was exported, by which version
+    DIR/packets/date=2026-11-23/hour=15/part-000-0-00000.parquet
+    DIR/flows/date=2026-11-23/hour=15/part-000-0-00000.parquet
+
+    SELECT date, hour, count(*) FROM read_parquet('DIR/packets/**/*.parquet', hive_partitioning=true)
+    GROUP BY ALL
+
+A capture is read with `iter_capture`, one chunk (CHUNK_PACKETS packets) at a time: the packet
+table never holds more than WRITERS + 1 chunks (one being written by each writer thread while the
+next is read), the flow table is aggregated chunk by chunk (memory grows with the number of
+flows, not of packets).
+Addresses are 16-byte binaries (IPv6 as it is, IPv4 as IPv4-mapped `::ffff:a.b.c.d`, null for a
+non-IP packet), not text: formatting an address costs about 1 µs, a hundred times the rest of a
+packet's export. `ADDRESS_SQL` formats them in DuckDB.
+
+Every file carries `ntg.schema_version` (the run tables' SCHEMA_VERSION, same rules) and
+`ntg.table` (`packets` or `flows`) in its key-value metadata. An export is written into a hidden
+folder next to DIR and renamed to DIR when complete: a failed export leaves nothing, and DIR never
+holds two exports mixed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ntgcore.errors import BadInput
+from ntgcore.runfolder import SCHEMA_VERSION, testbed_version
+
+from .capture import CHUNK_PACKETS, Capture, CaptureError, address_text, iter_capture
+from .tables import META_TABLE, META_VERSION
+
+EXPORT_MANIFEST = "export.json"
+HOUR_NS = 3600 * 1_000_000_000
+COMPRESSIONS = ("none", "snappy", "lz4", "zstd", "gzip")
+DEFAULT_COMPRESSION = "snappy"  # as fast as lz4 here, and read by every Parquet reader (Spark < 3.3 lacks LZ4_RAW)
+# Threads writing part files (Parquet encoding is the slowest stage, and releases the GIL): two,
+# or one per core but the reader's, up to 4 (2 cores: 2 writers export 13-15 % faster than 1,
+# docs/benchmarks.md, "Capture export").
+WRITERS = min(4, max(2, (os.cpu_count() or 2) - 1))
+MAX_OPEN_PARTS = 32  # open part files (one per partition) before the least recently used is closed
+
+ADDR = pa.binary(16)
+CAPTURE = pa.dictionary(pa.int32(), pa.string())
+PACKETS = pa.schema([
+    ("capture", CAPTURE), ("frame", pa.int64()), ("ts_ns", pa.int64()), ("wire_len", pa.uint32()),
+    ("cap_len", pa.uint32()), ("link_type", pa.uint16()), ("ip_version", pa.uint8()),
+    ("proto", pa.uint8()), ("src", ADDR), ("dst", ADDR), ("sport", pa.uint16()),
+    ("dport", pa.uint16()), ("tcp_flags", pa.uint8()),
+])
+FLOWS = pa.schema([
+    ("capture", CAPTURE), ("ip_version", pa.uint8()), ("proto", pa.uint8()), ("src", ADDR),
+    ("dst", ADDR), ("sport", pa.uint16()), ("dport", pa.uint16()), ("packets", pa.int64()),
+    ("bytes", pa.int64()), ("first_ns", pa.int64()), ("last_ns", pa.int64()),
+    ("duration_ns", pa.int64()),
+])
+# Dictionary encoding only where values repeat; on time stamps and lengths it costs time for nothing.
+# (Measured on 1M packets: dictionary encoding ip_version, proto or tcp_flags costs 2-3x their
+# plain encoding, and compression reduces them anyway.)
+DICTIONARY = {"packets": ["capture", "link_type"], "flows": ["capture"]}
+
+# A DuckDB macro giving the usual text of an exported address (IPv6 uncompressed, in groups).
+ADDRESS_SQL = """\
+CREATE OR REPLACE MACRO ntg_ip(a) AS CASE
+  WHEN a IS NULL THEN NULL
+  WHEN substr(hex(a), 1, 24) = '00000000000000000000FFFF' THEN
+    concat_ws('.', ('0x' || substr(hex(a), 25, 2))::INTEGER, ('0x' || substr(hex(a), 27, 2))::INTEGER,
+                   ('0x' || substr(hex(a), 29, 2))::INTEGER, ('0x' || substr(hex(a), 31, 2))::INTEGER)
+  ELSE lower(concat_ws(':', substr(hex(a), 1, 4), substr(hex(a), 5, 4), substr(hex(a), 9, 4),
+                       substr(hex(a), 13, 4), substr(hex(a), 17, 4), substr(hex(a), 21, 4),
+                       substr(hex(a), 25, 4), substr(hex(a), 29, 4)))
+END"""
+
+FLOW_KEY = ["ip_version", "proto", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport"]
+
+
+class ExportError(BadInput):
+    """An export that cannot be made: an input that is not a capture, a DIR in the way."""
+
+
+# --------------------------------------------------------------------------------------------
+# Flows, aggregated chunk by chunk
+
+
+def _codes(keys: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Group code of each row (0.. in order of first appearance) and the first row of each group:
+    a 64-bit hash of the key factorized, checked against each group's first row (a collision
+    falls back to an exact multi-column grouping)."""
+    n = len(keys["ip_version"])
+    if n == 0:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    u64 = np.uint64
+    # version, protocol and ports in one word; the address words only where any is non-zero
+    # (IPv4 leaves the *_hi words 0): fewer columns to hash and to check
+    small = (keys["ip_version"].astype(u64) << u64(40) | keys["proto"].astype(u64) << u64(32)
+             | keys["sport"].astype(u64) << u64(16) | keys["dport"].astype(u64))
+    words = [small] + [keys[k] for k in ("src_hi", "src_lo", "dst_hi", "dst_lo") if keys[k].any()]
+    mul = u64(0x9E3779B97F4A7C15)
+    h = small * mul
+    with np.errstate(over="ignore"):
+        for col in words[1:]:
+            h = (h ^ col) * mul
+            h ^= h >> u64(29)
+    codes, _ = pd.factorize(h)
+    reps = np.flatnonzero(np.r_[True, np.diff(np.maximum.accumulate(codes)) > 0])
+    back = reps[codes]
+    if not all(np.array_equal(w, w[back]) for w in words):
+        codes = pd.DataFrame(keys).groupby(list(keys), sort=False).ngroup().to_numpy()
+        reps = np.flatnonzero(np.r_[True, np.diff(np.maximum.accumulate(codes)) > 0])
+    return codes, reps
+
+
+def _aggregate(keys: dict[str, np.ndarray], packets: np.ndarray, byts: np.ndarray,
+               first: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
+    codes, reps = _codes(keys)
+    nf = len(reps)
+    lo = np.full(nf, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(nf, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(lo, codes, first)
+    np.maximum.at(hi, codes, last)
+    out = {k: v[reps] for k, v in keys.items()}
+    out["packets"] = np.bincount(codes, weights=packets, minlength=nf).astype(np.int64)
+    out["bytes"] = np.bincount(codes, weights=byts, minlength=nf).astype(np.int64)
+    out["first_ns"], out["last_ns"] = lo, hi
+    return out
+
+
+class FlowAccumulator:
+    """The flow table of a capture read in chunks (`add` each chunk in file order): the same
+    rows, in the same order (first appearance), as analysis.metrics.flow_table on the whole
+    capture. Per-chunk tables are merged when they hold more rows than the merged one, so the
+    cost stays linear in the number of flows."""
+
+    def __init__(self) -> None:
+        self.merged: dict[str, np.ndarray] | None = None
+        self.pending: list[dict[str, np.ndarray]] = []
+        self.pending_rows = 0
+
+    def add(self, cap: Capture) -> None:
+        ip = cap.ip_version != 0
+        sel = (lambda a: a) if ip.all() else (lambda a: a[ip])
+        keys = {k: sel(getattr(cap, k)) for k in FLOW_KEY}
+        if not len(keys["ip_version"]):
+            return
+        ts = sel(cap.ts_ns)
+        part = _aggregate(keys, np.ones(len(ts), np.int64), sel(cap.wire_len), ts, ts)
+        self.pending.append(part)
+        self.pending_rows += len(part["packets"])
+        if self.pending_rows > max(len(self.merged["packets"]) if self.merged else 0, CHUNK_PACKETS):
+            self._merge()
+
+    def _merge(self) -> None:
+        parts = ([self.merged] if self.merged is not None else []) + self.pending
+        self.pending, self.pending_rows = [], 0
+        if len(parts) == 1:
+            self.merged = parts[0]
+            return
+        cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        self.merged = _aggregate({k: cat[k] for k in FLOW_KEY}, cat["packets"], cat["bytes"],
+                                 cat["first_ns"], cat["last_ns"])
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The flows: the key columns (split addresses), packets, bytes, first_ns, last_ns."""
+        self._merge()
+        if self.merged is None:
+            cols = {k: np.zeros(0, dt_) for k, dt_ in
+                    zip(FLOW_KEY, (np.uint8, np.uint8, np.uint64, np.uint64, np.uint64, np.uint64,
+                                   np.uint16, np.uint16))}
+            return {**cols, **{k: np.zeros(0, np.int64) for k in ("packets", "bytes", "first_ns",
+                                                                   "last_ns")}}
+        return self.merged
+
+    def frame(self) -> pd.DataFrame:
+        """As flow_table's frame: addresses as text, duration_ns."""
+        c = self.columns()
+        return pd.DataFrame({
+            "ip_version": c["ip_version"], "proto": c["proto"],
+            "src": address_text(c["ip_version"], c["src_hi"], c["src_lo"]),
+            "dst": address_text(c["ip_version"], c["dst_hi"], c["dst_lo"]),
+            "sport": c["sport"], "dport": c["dport"], "packets": c["packets"], "bytes": c["bytes"],
+            "first_ns": c["first_ns"], "last_ns": c["last_ns"],
+            "duration_ns": c["last_ns"] - c["first_ns"]})
+
+
+def flows_of(path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS) -> pd.DataFrame:
+    """flow_table of the capture at PATH, read in chunks (bounded memory)."""
+    acc = FlowAccumulator()
+    for cap in iter_capture(path, chunk_packets):
+        acc.add(cap)
+    return acc.frame()
+
+
+# --------------------------------------------------------------------------------------------
+# Arrow columns
+
+
+def addresses(version: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> pa.FixedSizeBinaryArray:
+    """16-byte big-endian addresses (IPv4 as ::ffff:a.b.c.d), null where the version is 0."""
+    n = len(version)
+    raw = np.empty((n, 2), ">u8")
+    raw[:, 0] = hi
+    raw[:, 1] = lo | np.where(version == 4, np.uint64(0xFFFF_0000_0000), np.uint64(0))
+    valid = None
+    ip = version != 0
+    if not ip.all():
+        valid = pa.py_buffer(np.packbits(ip, bitorder="little"))
+    return pa.FixedSizeBinaryArray.from_buffers(ADDR, n, [valid, pa.py_buffer(raw)],
+                                                null_count=int(n - np.count_nonzero(ip)))
+
+
+def _capture_column(name: str, n: int) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([name]))
+
+
+def packet_table(cap: Capture, name: str, first_frame: int, rows: np.ndarray | None = None) -> pa.Table:
+    """The packets of CAP (ROWS of them, when given) as the `packets` table."""
+    take = (lambda a: a) if rows is None else (lambda a: a[rows])
+    ver = take(cap.ip_version)
+    frame = (np.arange(len(cap.ts_ns), dtype=np.int64) + first_frame)
+    cols = [_capture_column(name, len(ver)), take(frame), take(cap.ts_ns), take(cap.wire_len),
+            take(cap.cap_len), take(cap.link_types), ver, take(cap.proto),
+            addresses(ver, take(cap.src_hi), take(cap.src_lo)),
+            addresses(ver, take(cap.dst_hi), take(cap.dst_lo)), take(cap.sport), take(cap.dport),
+            take(cap.tcp_flags)]
+    return pa.Table.from_arrays(cols, schema=PACKETS)
+
+
+def flow_arrow(c: dict[str, np.ndarray], name: str) -> pa.Table:
+    ver = c["ip_version"]
+    cols = [_capture_column(name, len(ver)), ver, c["proto"], addresses(ver, c["src_hi"], c["src_lo"]),
+            addresses(ver, c["dst_hi"], c["dst_lo"]), c["sport"], c["dport"], c["packets"],
+            c["bytes"], c["first_ns"], c["last_ns"], c["last_ns"] - c["first_ns"]]
+    return pa.Table.from_arrays(cols, schema=FLOWS)
+
+
+# --------------------------------------------------------------------------------------------
+# Partitioned writing
+
+
+def partition(hour: int) -> str:
+    """The Hive path of an hour since the epoch (UTC): `date=YYYY-MM-DD/hour=H` (hour 0..23, not zero-padded, so that readers infer an integer)."""
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=int(hour))
+    return f"date={t:%Y-%m-%d}/hour={t.hour}"
+
+
+def _split_by_hour(ts: np.ndarray) -> Iterable[tuple[int, np.ndarray | None]]:
+    """(hour, rows) for every hour the time stamps TS fall in; rows None when all do."""
+    if not len(ts):
+        return []
+    hours = ts // HOUR_NS
+    h0, h1 = int(hours.min()), int(hours.max())
+    if h0 == h1:
+        return [(h0, None)]
+    order = np.argsort(hours, kind="stable")
+    sh = hours[order]
+    cuts = np.flatnonzero(np.diff(sh)) + 1
+    return [(int(sh[a]), order[a:b]) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(sh)])]
+
+
+class PartWriter:
+    """Part files of one table under ROOT, one open file per partition (Hive `date=/hour=`
+    folders), at most MAX_OPEN_PARTS open at once (the least recently used is closed; a later
+    write to its partition opens the next part file)."""
+
+    def __init__(self, root: Path, table: str, schema: pa.Schema, capture_index: int,
+                 compression: str, row_group: int, writer: int = 0) -> None:
+        self.root, self.table, self.capture_index, self.writer = root, table, capture_index, writer
+        meta = {META_VERSION: SCHEMA_VERSION.encode(), META_TABLE: table.encode()}
+        self.schema = schema.with_metadata(meta)
+        self.options = {"compression": None if compression == "none" else compression,
+                        "use_dictionary": DICTIONARY[table],
+                        "write_statistics": ["ts_ns", "first_ns", "frame"]}
+        self.row_group = row_group
+        self.open: dict[int, pq.ParquetWriter] = {}
+        self.seq = 0
+        self.files: list[Path] = []
+        self.rows = 0
+
+    def write(self, hour: int, table: pa.Table) -> None:
+        w = self.open.pop(hour, None)
+        if w is None:
+            if len(self.open) >= MAX_OPEN_PARTS:
+                self.open.pop(next(iter(self.open))).close()
+            folder = self.root / self.table / partition(hour)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"part-{self.capture_index:03d}-{self.writer}-{self.seq:05d}.parquet"
+            self.seq += 1
+            w = pq.ParquetWriter(path, self.schema, **self.options)
+            self.files.append(path)
+        self.open[hour] = w  # most recently used last
+        w.write_table(table.replace_schema_metadata(self.schema.metadata), row_group_size=self.row_group)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        for w in self.open.values():
+            w.close()
+        self.open.clear()
+
+
+# --------------------------------------------------------------------------------------------
+# The export
+
+
+def check_inputs(paths: list[Path]) -> None:
+    """ExportError naming the first input that is missing or not a capture (nothing written)."""
+    if not paths:
+        raise ExportError("no capture given")
+    for p in paths:
+        if p.is_dir():
+            raise ExportError(f"{p}: a folder, not a capture (give its capture.pcap)")
+        try:
+            chunks = iter_capture(p, 1)
+            next(chunks)
+            chunks.close()
+        except CaptureError as exc:
+            raise ExportError(str(exc)) from None
+
+
+def _place(out: Path, replace: bool) -> None:
+    """ExportError when OUT holds something an export must not mix with or replace."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out}: exists and is not a folder; choose another DIR")
+    if out.is_dir() and any(out.iterdir()):
+        if not replace:
+            raise ExportError(f"{out}: not empty; choose a new DIR, or --replace to replace the export in it")
+        if not (out / EXPORT_MANIFEST).is_file():
+            raise ExportError(f"{out}: not empty and holds no {EXPORT_MANIFEST}: not an export, "
+                              f"--replace does not delete it; choose another DIR")
+
+
+def export_captures(paths: list[str | os.PathLike], out: str | os.PathLike, *,
+                    replace: bool = False, compression: str = DEFAULT_COMPRESSION,
+                    chunk_packets: int = CHUNK_PACKETS, row_group: int = CHUNK_PACKETS,
+                    flows: bool = True, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Export the captures PATHS into the folder OUT (layout in the module docstring); returns
+    the export manifest (also written as OUT/export.json). ExportError (nothing written) for an
+    input that is not a capture or an OUT in the way."""
+    say = progress or (lambda s: None)
+    if compression not in COMPRESSIONS:
+        raise ExportError(f"compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
+    srcs = [Path(p) for p in paths]
+    out = Path(out)
+    check_inputs(srcs)
+    _place(out, replace)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    names = _names(srcs)
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "testbed_version": testbed_version(),
+        "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "layout": {"packets": "packets/date=YYYY-MM-DD/hour=H/part-CCC-W-NNNNN.parquet",
+                   "flows": "flows/date=YYYY-MM-DD/hour=H/part-CCC-W-NNNNN.parquet" if flows else None,
+                   "partition": "UTC hour of the packet (flows: of their first packet)"},
+        "compression": compression, "captures": []}
+    t0 = time.perf_counter()
+    try:
+        with ThreadPoolExecutor(WRITERS) as pool:
+            for i, (src, name) in enumerate(zip(srcs, names)):
+                say(f"exporting {src}")
+                doc["captures"].append(_export_one(src, name, i, work, pool, compression,
+                                                   chunk_packets, row_group, flows))
+        doc["seconds"] = time.perf_counter() - t0
+        doc["packets"] = sum(c["packets"] for c in doc["captures"])
+        (work / EXPORT_MANIFEST).write_text(json.dumps(doc, indent=2) + "\n")
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.rename(out, old)
+            os.rename(work, out)
+            shutil.rmtree(old)
+        else:
+            os.rename(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return doc
+
+
+def _names(srcs: list[Path]) -> list[str]:
+    """The `capture` column of each input: its file name, its path where names repeat."""
+    counts = pd.Series([p.name for p in srcs]).value_counts()
+    return [p.name if counts[p.name] == 1 else str(p) for p in srcs]
+
+
+def _export_one(src: Path, name: str, index: int, work: Path, pool: ThreadPoolExecutor,
+                compression: str, chunk_packets: int, row_group: int, flows: bool) -> dict[str, Any]:
+    """One capture: chunk k's packets are written by writer k mod WRITERS (each its own part
+    files, in its own thread) while the next chunk is read and its flows aggregated here."""
+    writers = [PartWriter(work, "packets", PACKETS, index, compression, row_group, w)
+               for w in range(WRITERS)]
+    pending: list[Future | None] = [None] * WRITERS
+    acc = FlowAccumulator() if flows else None
+    frame = 1
+    info: dict[str, Any] = {"capture": name, "path": str(src.resolve()), "packets": 0, "bytes": 0}
+
+    def write(writer: PartWriter, cap: Capture, first: int) -> None:
+        for hour, rows in _split_by_hour(cap.ts_ns):
+            writer.write(hour, packet_table(cap, name, first, rows))
+
+    try:
+        for k, cap in enumerate(iter_capture(src, chunk_packets)):
+            slot = k % WRITERS
+            if pending[slot] is not None:
+                pending[slot].result()  # at most WRITERS chunks being written while one is read
+            pending[slot] = pool.submit(write, writers[slot], cap, frame)
+            if acc is not None:
+                acc.add(cap)
+            frame += len(cap)
+            info["packets"] += len(cap)
+            info["bytes"] += int(cap.wire_len.sum(dtype=np.int64))
+            info.update(format=cap.format, link_type=int(cap.link_type))
+            if cap.problem is not None:
+                info["problem"] = {"offset": cap.problem.offset, "message": cap.problem.message,
+                                   "packets_read": cap.problem.packets_read}
+        for f in pending:
+            if f is not None:
+                f.result()
+    finally:
+        for f in pending:  # an error: let the other writer finish before closing its files
+            if f is not None:
+                f.exception()
+        for w in writers:
+            w.close()
+    info["packet_files"] = sum(len(w.files) for w in writers)
+    if acc is not None:
+        c = acc.columns()
+        fw = PartWriter(work, "flows", FLOWS, index, compression, row_group)
+        try:
+            table = flow_arrow(c, name)
+            for hour, rows in _split_by_hour(c["first_ns"]):
+                fw.write(hour, table if rows is None else table.take(pa.array(rows)))
+        finally:
+            fw.close()
+        info["flows"] = int(len(c["packets"]))
+    return info
+
+
+__all__ = ["ADDRESS_SQL", "COMPRESSIONS", "DEFAULT_COMPRESSION", "EXPORT_MANIFEST", "ExportError",
+           "FLOWS", "FlowAccumulator", "PACKETS", "addresses", "export_captures", "flows_of",
+           "packet_table", "partition"]
