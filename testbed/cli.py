@@ -23,7 +23,7 @@ from ntgcore.units import parse_duration_ns
 
 from .cleanup import cleanup
 from .ids import detect
-from .ids.coverage import comparison_lines, gate_lines, run_coverage_duts, summary_lines
+from .ids.coverage import gate_lines, run_coverage_duts, sid_change_lines, summary_lines
 from .ids.expect import ExpectError, load_expect
 from .ids.regression import load_allow, load_baseline
 from .ids.rules.attacks import load_selection
@@ -713,7 +713,7 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
         print(f"report: {out / 'coverage.html'} (also coverage.md, coverage.json, tables/coverage.parquet)")
     status = EXIT_OK
     for doc in docs:
-        for line in comparison_lines(doc, several):
+        for line in sid_change_lines(doc, several):
             _err(line)
     for line in gate_lines(result):
         _err(f"testbed ids-coverage: {line}; fix them, or list them in an --allow file with the reason")

@@ -49,7 +49,7 @@ from .cleanup import RunMark, cleanup
 from .executor import StepContext, StepExecutor
 from .parts import DUT_KINDS, CapturePart
 from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, write_attacks
-from .ids.coverage import attack_coverage, comparison_lines, gate_lines
+from .ids.coverage import attack_coverage, gate_lines, sid_change_lines
 from .ids.coverage import blocking as coverage_blocking
 from .ids.regression import Baseline
 from .ids.suricata import SuricataError, SuricataMissing
@@ -544,7 +544,7 @@ def _mix_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
                 cmp = doc["baseline"]
                 info["baseline"] = {"path": cmp["path"], "allow_path": cmp["allow_path"], "counts": cmp["counts"],
                                     "blocking": [{"what": w, "sids": s} for w, s in coverage_blocking([doc])]}
-                run.messages += [f"attacks: {line}" for line in comparison_lines(doc)]
+                run.messages += [f"attacks: {line}" for line in sid_change_lines(doc)]
                 run.messages += [f"attacks: coverage gate: {line}; fix them, or list them in a "
                                  "--coverage-allow file with the reason" for line in gate_lines(
                                      {"blocking": coverage_blocking([doc])})]

@@ -1,7 +1,6 @@
 """The results catalogue (analysis/catalog.py, `testbed results list|show|compare|query`) on real
 run folders: offline runs of scenarios/quickstart.yaml and a smaller scenario, analysed by the
-real analysis; their run tables come from the analysis once it writes them, until then from
-tests/run_tables_standin.py (from the same runs' metrics.json). Live-shaped folders (seed 001's
+real analysis, which writes their run tables. Live-shaped folders (seed 001's
 comparison, repeated) come from benchmarks/bench_catalog.py, which writes them with
 analysis.tables.write_table and a real comparison run's numbers."""
 
@@ -26,7 +25,6 @@ from benchmarks.bench_catalog import make_runs
 from ntgcore.scenario import load_scenario
 from testbed.cli import main
 from testbed.runner import run_scenario
-from tests.run_tables_standin import ensure_tables
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = """\
@@ -52,8 +50,6 @@ def runs(tmp_path_factory, flowengine_bin):
     (base / "small.yaml").write_text(SMALL)
     quick = [_run(REPO / "scenarios" / "quickstart.yaml", root) for _ in range(2)]
     small = _run(base / "small.yaml", root)
-    for folder in (*quick, small):
-        ensure_tables(folder)
     return SimpleNamespace(root=root, quick=quick, small=small)
 
 
@@ -320,7 +316,6 @@ def test_coverage_over_time_from_ids_coverage_runs(tmp_path):
         p = subprocess.run([sys.executable, "-m", "testbed", "ids-coverage", *map(str, rules), "--out",
                             str(root / name), "-q"], capture_output=True, text=True, cwd=REPO)
         assert p.returncode == 0, p.stderr
-        ensure_tables(root / name)
         docs.append(json.loads((root / name / "coverage.json").read_text()))
     overall, per_sid = Catalog([root]).coverage()
     assert list(overall["run"]) == ["20261120T100000Z-ids-coverage", "20261121T100000Z-ids-coverage"]

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.run_tables_standin import ensure_tables
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "generator_comparison.ipynb"
@@ -47,7 +46,6 @@ testbed:
 """)
     run = run_scenario(scenario)
     assert run.ok, run.messages
-    ensure_tables(run.run_dir)  # STAND-IN until the analysis writes the run tables (no-op then)
     monkeypatch.setenv("NTG_RUN_DIRS", str(run.run_dir))
     monkeypatch.setenv("NTG_PLOTS_DIR", str(tmp_path / "plots"))
     monkeypatch.setenv("MPLBACKEND", "Agg")
@@ -70,7 +68,6 @@ def test_the_coverage_notebook_executes_on_real_coverage_runs(tmp_path, monkeypa
         p = subprocess.run([sys.executable, "-m", "testbed", "ids-coverage", *map(str, rules), "--out",
                             str(root / name), "-q"], capture_output=True, text=True, cwd=REPO)
         assert p.returncode == 0, p.stderr
-        ensure_tables(root / name)  # STAND-IN until ids-coverage writes its coverage table (no-op then)
     last = json.loads((root / name / "coverage.json").read_text())
     monkeypatch.setenv("NTG_RUN_DIRS", str(root))
     monkeypatch.setenv("MPLBACKEND", "Agg")

@@ -531,7 +531,7 @@ def _comparisons(doc: dict, several: bool = False):
                 yield f"{title}, mixed at {mkey}", source, f"{head}, mixed at {mkey}", label, mcmp, cmp
 
 
-def comparison_lines(doc: dict, several: bool = False) -> list[str]:
+def sid_change_lines(doc: dict, several: bool = False) -> list[str]:
     """The stderr lines of every comparison in `doc` (regression.summary_lines each); a mix lists
     only the sids that do not also fail unmixed, and says so when it cannot be compared."""
     lines = []
