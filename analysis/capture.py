@@ -97,6 +97,7 @@ class Capture:
     dport: np.ndarray
     tcp_flags: np.ndarray
     problem: CaptureProblem | None = None
+    end_offset: int | None = None  # byte offset in the file just after these packets
 
     def __len__(self) -> int:
         return len(self.ts_ns)
@@ -180,7 +181,8 @@ def _capture(lib: ctypes.CDLL, handle: int, path: Path, arrays: dict[str, np.nda
                                      read_before + len(arrays["ts_ns"]))
     fmt = "pcap" if lib.pr_format(handle) == 1 else "pcapng"
     return Capture(path=path, format=fmt, link_type=lib.pr_link_type(handle),
-                   ts_resolution=lib.pr_ts_units(handle), problem=problem, **arrays)
+                   ts_resolution=lib.pr_ts_units(handle), problem=problem,
+                   end_offset=lib.pr_offset(handle), **arrays)
 
 
 def read_capture(path: str | os.PathLike) -> Capture:
@@ -198,12 +200,16 @@ def read_capture(path: str | os.PathLike) -> Capture:
         lib.pr_close(handle)
 
 
-def iter_capture(path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS) -> Iterator[Capture]:
+def iter_capture(path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS,
+                 reuse: bool = False) -> Iterator[Capture]:
     """The packets of a pcap/pcapng file as Captures of at most CHUNK_PACKETS packets each, in
-    file order, so that memory stays bounded whatever the file's size (each chunk is newly
-    allocated: a consumer may keep it). At least one chunk is yielded (empty for a capture
-    without packets); the last one carries the file's `problem`. Raises CaptureError as
-    read_capture does, before the first chunk."""
+    file order, so that memory stays bounded whatever the file's size. Each chunk is newly
+    allocated (a consumer may keep it), or with REUSE every chunk is read into the same arrays:
+    a chunk is then valid only until the next one is read, and no new memory is touched after
+    the first chunk (faster: the kernel need not hand out and zero fresh pages for every
+    chunk). At least one chunk is yielded (empty for a capture without packets); the last one
+    carries the file's `problem`. Raises CaptureError as read_capture does, before the first
+    chunk."""
     if chunk_packets < 1:
         raise ValueError(f"chunk_packets must be at least 1, not {chunk_packets}")
     path = Path(path)
@@ -212,12 +218,17 @@ def iter_capture(path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS) ->
     try:
         size = lib.pr_size(handle)
         done = 0
+        buffers = None
         while True:
-            arrays = {name: np.empty(chunk_packets, dtype) for name, dtype in COLUMNS.items()}
-            n = _fill(lib, handle, arrays, 0)
-            arrays = {name: a[:n] for name, a in arrays.items()}
+            if buffers is None or not reuse:
+                buffers = {name: np.empty(chunk_packets, dtype) for name, dtype in COLUMNS.items()}
+            n = _fill(lib, handle, buffers, 0)
+            arrays = {name: a[:n] for name, a in buffers.items()}
             final = n < chunk_packets or lib.pr_offset(handle) >= size
-            yield _capture(lib, handle, path, arrays, done, final)
+            chunk = _capture(lib, handle, path, arrays, done, final)
+            del arrays
+            yield chunk
+            del chunk
             done += n
             if final:
                 return

@@ -45,7 +45,8 @@ import pyarrow.parquet as pq
 from ntgcore.errors import BadInput
 from ntgcore.runfolder import SCHEMA_VERSION, testbed_version
 
-from .capture import CHUNK_PACKETS, Capture, CaptureError, address_text, iter_capture
+from .capture import CHUNK_PACKETS, Capture, CaptureError, iter_capture
+from .metrics import FlowAccumulator
 from .tables import META_TABLE, META_VERSION
 
 EXPORT_MANIFEST = "export.json"
@@ -89,123 +90,10 @@ CREATE OR REPLACE MACRO ntg_ip(a) AS CASE
                        substr(hex(a), 25, 4), substr(hex(a), 29, 4)))
 END"""
 
-FLOW_KEY = ["ip_version", "proto", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport"]
 
 
 class ExportError(BadInput):
     """An export that cannot be made: an input that is not a capture, a DIR in the way."""
-
-
-# --------------------------------------------------------------------------------------------
-# Flows, aggregated chunk by chunk
-
-
-def _codes(keys: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Group code of each row (0.. in order of first appearance) and the first row of each group:
-    a 64-bit hash of the key factorized, checked against each group's first row (a collision
-    falls back to an exact multi-column grouping)."""
-    n = len(keys["ip_version"])
-    if n == 0:
-        return np.zeros(0, np.intp), np.zeros(0, np.intp)
-    u64 = np.uint64
-    # version, protocol and ports in one word; the address words only where any is non-zero
-    # (IPv4 leaves the *_hi words 0): fewer columns to hash and to check
-    small = (keys["ip_version"].astype(u64) << u64(40) | keys["proto"].astype(u64) << u64(32)
-             | keys["sport"].astype(u64) << u64(16) | keys["dport"].astype(u64))
-    words = [small] + [keys[k] for k in ("src_hi", "src_lo", "dst_hi", "dst_lo") if keys[k].any()]
-    mul = u64(0x9E3779B97F4A7C15)
-    h = small * mul
-    with np.errstate(over="ignore"):
-        for col in words[1:]:
-            h = (h ^ col) * mul
-            h ^= h >> u64(29)
-    codes, _ = pd.factorize(h)
-    reps = np.flatnonzero(np.r_[True, np.diff(np.maximum.accumulate(codes)) > 0])
-    back = reps[codes]
-    if not all(np.array_equal(w, w[back]) for w in words):
-        codes = pd.DataFrame(keys).groupby(list(keys), sort=False).ngroup().to_numpy()
-        reps = np.flatnonzero(np.r_[True, np.diff(np.maximum.accumulate(codes)) > 0])
-    return codes, reps
-
-
-def _aggregate(keys: dict[str, np.ndarray], packets: np.ndarray, byts: np.ndarray,
-               first: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
-    codes, reps = _codes(keys)
-    nf = len(reps)
-    lo = np.full(nf, np.iinfo(np.int64).max, np.int64)
-    hi = np.full(nf, np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(lo, codes, first)
-    np.maximum.at(hi, codes, last)
-    out = {k: v[reps] for k, v in keys.items()}
-    out["packets"] = np.bincount(codes, weights=packets, minlength=nf).astype(np.int64)
-    out["bytes"] = np.bincount(codes, weights=byts, minlength=nf).astype(np.int64)
-    out["first_ns"], out["last_ns"] = lo, hi
-    return out
-
-
-class FlowAccumulator:
-    """The flow table of a capture read in chunks (`add` each chunk in file order): the same
-    rows, in the same order (first appearance), as analysis.metrics.flow_table on the whole
-    capture. Per-chunk tables are merged when they hold more rows than the merged one, so the
-    cost stays linear in the number of flows."""
-
-    def __init__(self) -> None:
-        self.merged: dict[str, np.ndarray] | None = None
-        self.pending: list[dict[str, np.ndarray]] = []
-        self.pending_rows = 0
-
-    def add(self, cap: Capture) -> None:
-        ip = cap.ip_version != 0
-        sel = (lambda a: a) if ip.all() else (lambda a: a[ip])
-        keys = {k: sel(getattr(cap, k)) for k in FLOW_KEY}
-        if not len(keys["ip_version"]):
-            return
-        ts = sel(cap.ts_ns)
-        part = _aggregate(keys, np.ones(len(ts), np.int64), sel(cap.wire_len), ts, ts)
-        self.pending.append(part)
-        self.pending_rows += len(part["packets"])
-        if self.pending_rows > max(len(self.merged["packets"]) if self.merged else 0, CHUNK_PACKETS):
-            self._merge()
-
-    def _merge(self) -> None:
-        parts = ([self.merged] if self.merged is not None else []) + self.pending
-        self.pending, self.pending_rows = [], 0
-        if len(parts) == 1:
-            self.merged = parts[0]
-            return
-        cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-        self.merged = _aggregate({k: cat[k] for k in FLOW_KEY}, cat["packets"], cat["bytes"],
-                                 cat["first_ns"], cat["last_ns"])
-
-    def columns(self) -> dict[str, np.ndarray]:
-        """The flows: the key columns (split addresses), packets, bytes, first_ns, last_ns."""
-        self._merge()
-        if self.merged is None:
-            cols = {k: np.zeros(0, dt_) for k, dt_ in
-                    zip(FLOW_KEY, (np.uint8, np.uint8, np.uint64, np.uint64, np.uint64, np.uint64,
-                                   np.uint16, np.uint16))}
-            return {**cols, **{k: np.zeros(0, np.int64) for k in ("packets", "bytes", "first_ns",
-                                                                   "last_ns")}}
-        return self.merged
-
-    def frame(self) -> pd.DataFrame:
-        """As flow_table's frame: addresses as text, duration_ns."""
-        c = self.columns()
-        return pd.DataFrame({
-            "ip_version": c["ip_version"], "proto": c["proto"],
-            "src": address_text(c["ip_version"], c["src_hi"], c["src_lo"]),
-            "dst": address_text(c["ip_version"], c["dst_hi"], c["dst_lo"]),
-            "sport": c["sport"], "dport": c["dport"], "packets": c["packets"], "bytes": c["bytes"],
-            "first_ns": c["first_ns"], "last_ns": c["last_ns"],
-            "duration_ns": c["last_ns"] - c["first_ns"]})
-
-
-def flows_of(path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS) -> pd.DataFrame:
-    """flow_table of the capture at PATH, read in chunks (bounded memory)."""
-    acc = FlowAccumulator()
-    for cap in iter_capture(path, chunk_packets):
-        acc.add(cap)
-    return acc.frame()
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,5 +343,5 @@ def _export_one(src: Path, name: str, index: int, work: Path, pool: ThreadPoolEx
 
 
 __all__ = ["ADDRESS_SQL", "COMPRESSIONS", "DEFAULT_COMPRESSION", "EXPORT_MANIFEST", "ExportError",
-           "FLOWS", "FlowAccumulator", "PACKETS", "addresses", "export_captures", "flows_of",
+           "FLOWS", "PACKETS", "addresses", "export_captures",
            "packet_table", "partition"]

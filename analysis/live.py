@@ -18,11 +18,12 @@ from typing import Any, Callable, Protocol
 
 import pandas as pd
 
-from .capture import CaptureError, read_capture
-from .metrics import plain, traffic_metrics
+from .capture import CaptureError
+from .metrics import plain
 from .plots import BLUE, GREY, ORANGE
 from .report import fmt_number, to_html, to_markdown, unfinished_run
 from .runtables import write_live_tables
+from .stream import read_stream
 
 PALETTE = [BLUE, ORANGE, "#2a9d55", "#9b59b6", "#c0392b", "#16a085", GREY]
 
@@ -91,12 +92,12 @@ def step_metrics(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
     out["traffic"] = None
     if pcap.is_file():
         try:
-            cap = read_capture(pcap)
-            m = traffic_metrics(cap)
+            stream = read_stream([pcap])
+            m = stream.totals.metrics()
             m.pop("protocols", None)
             out["traffic"] = m
-            if cap.problem is not None:
-                out["capture_problem"] = cap.problem.message
+            if stream.problem is not None:
+                out["capture_problem"] = stream.problem[1].message
         except CaptureError as exc:
             out["capture_problem"] = str(exc)
     samples = read_samples(step_dir)

@@ -19,17 +19,22 @@ the floor of which at least 2 of the 3 seconds starting there (all, when fewer r
 above it. A lone second reaching the floor during a ramp does not end the warm-up, a lone dip
 after a steady start does not create one, and rates above the band (spikes, an early burst) never
 count as warm-up.
+
+Everything here is computed by accumulators fed chunks in file order (`TrafficAccumulator`,
+`FlowAccumulator`): `traffic_metrics`, `flow_table` and `per_second` feed them a whole capture as
+one chunk, `analysis.stream` a capture of any size chunk by chunk, with identical results.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .capture import Capture, address_text
+from .capture import COLUMNS, Capture, address_text
 
 NS = 1_000_000_000
 FLOW_KEY = ["ip_version", "proto", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport"]
@@ -47,42 +52,14 @@ WARMUP_MIN_SECONDS = 4
 def flow_table(cap: Capture) -> pd.DataFrame:
     """One row per unidirectional flow (ip_version, proto, src, dst, sport, dport) of the IP
     packets, in order of first appearance: packets, bytes (wire), first_ns, last_ns,
-    duration_ns; addresses as text."""
-    keys = {k: getattr(cap, k) for k in FLOW_KEY}
-    ts, size = cap.ts_ns, cap.wire_len
-    if not cap.ip_version.all():
-        ip = np.flatnonzero(cap.ip_version)
-        keys = {k: v[ip] for k, v in keys.items()}
-        ts, size = ts[ip], size[ip]
-    codes, reps = _group(keys)
-    nf = len(reps)
-    first = np.full(nf, np.iinfo(np.int64).max, np.int64)
-    last = np.full(nf, np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(first, codes, ts)
-    np.maximum.at(last, codes, ts)
-    key = {k: v[reps] for k, v in keys.items()}
-    table = pd.DataFrame({
-        "ip_version": key["ip_version"], "proto": key["proto"],
-        "src": address_text(key["ip_version"], key["src_hi"], key["src_lo"]),
-        "dst": address_text(key["ip_version"], key["dst_hi"], key["dst_lo"]),
-        "sport": key["sport"], "dport": key["dport"]})
-    table["packets"] = np.bincount(codes, minlength=nf).astype(np.int64)
-    table["bytes"] = np.bincount(codes, weights=size, minlength=nf).astype(np.int64)
-    table["first_ns"] = first
-    table["last_ns"] = last
-    table["duration_ns"] = last - first
-    return table
+    duration_ns; addresses as text. (`FlowAccumulator` builds the same table from chunks.)"""
+    acc = FlowAccumulator()
+    acc.add(cap)
+    return acc.table()
 
 
-def _group(keys: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Group codes per row (0.. in order of first appearance) and the first row of each group.
-
-    A 64-bit hash of the key is factorized (one hash table pass instead of a multi-column
-    groupby, ~5× faster); every row is then compared with its group's first row, and a
-    collision, however unlikely, falls back to the exact multi-column grouping."""
-    n = len(keys["ip_version"])
-    if n == 0:
-        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+def flow_hash(keys: dict[str, np.ndarray]) -> np.ndarray:
+    """A 64-bit hash of each row's flow key (the FLOW_KEY columns)."""
     mul = np.uint64(0x9E3779B97F4A7C15)
     h = keys["ip_version"].astype(np.uint64) << np.uint64(8) | keys["proto"]
     with np.errstate(over="ignore"):
@@ -90,14 +67,156 @@ def _group(keys: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
                     keys["sport"].astype(np.uint64) << np.uint64(16) | keys["dport"]):
             h = (h ^ col) * mul
             h ^= h >> np.uint64(29)
-    codes, _ = pd.factorize(h)
-    reps = np.flatnonzero(np.r_[True, np.diff(np.maximum.accumulate(codes)) > 0])
-    back = reps[codes]
-    if all(np.array_equal(v, v[back]) for v in keys.values()):
-        return codes, reps
-    codes = pd.DataFrame(keys).groupby(FLOW_KEY, sort=False).ngroup().to_numpy()
-    reps = np.flatnonzero(np.r_[True, np.diff(np.maximum.accumulate(codes)) > 0])
-    return codes, reps
+    return h
+
+
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    """The first row of each code, codes being numbered 0.. in order of first appearance."""
+    return np.flatnonzero(np.r_[True, np.diff(np.maximum.accumulate(codes)) > 0])
+
+
+class FlowAccumulator:
+    """The flow table of a capture fed in chunks (file order); `table()` is flow_table's.
+
+    A 64-bit hash of the key is factorized per chunk (one hash table pass instead of a
+    multi-column groupby, ~5x faster) and looked up among the hashes seen before (a sorted
+    array); the first key seen with a hash represents it. Every row is compared with its hash's
+    representative, and a row that differs (a hash collision, however unlikely) is grouped by
+    its exact key in a side dictionary instead, so the grouping is exact whatever the chunks.
+    Memory: the chunk's temporaries plus 78 bytes a flow in arrays grown by doubling, and 16
+    in the sorted hashes: 94 to 172 bytes a flow."""
+
+    def __init__(self) -> None:
+        self._hashes = np.zeros(0, np.uint64)   # sorted hashes that have a representative
+        self._hash_ids = np.zeros(0, np.int64)  # the flow of each
+        self._exact: dict[tuple[int, ...], int] = {}  # key -> flow, for colliding keys
+        self._n = 0          # flows so far
+        self._rows = 0       # IP rows seen so far (orders flows by first appearance)
+        self._cols: dict[str, np.ndarray] = {
+            **{k: np.zeros(0, COLUMNS[k]) for k in FLOW_KEY},
+            "order": np.zeros(0, np.int64), "packets": np.zeros(0, np.int64),
+            "bytes": np.zeros(0, np.int64),
+            "first_ns": np.zeros(0, np.int64), "last_ns": np.zeros(0, np.int64)}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _grow(self, extra: int) -> None:
+        need = self._n + extra
+        have = len(self._cols["order"])
+        if need <= have:
+            return
+        size = max(need, 2 * have, 1024)
+        for name, a in self._cols.items():
+            grown = np.empty(size, a.dtype)
+            grown[:self._n] = a[:self._n]
+            if name == "first_ns":
+                grown[self._n:] = np.iinfo(np.int64).max
+            elif name == "last_ns":
+                grown[self._n:] = np.iinfo(np.int64).min
+            elif name in ("packets", "bytes"):
+                grown[self._n:] = 0
+            self._cols[name] = grown
+
+    def _new_flows(self, keys: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+        """New flows represented by the chunk's ROWS (in order); returns their ids."""
+        self._grow(len(rows))
+        ids = np.arange(self._n, self._n + len(rows), dtype=np.int64)
+        for k in FLOW_KEY:
+            self._cols[k][ids] = keys[k][rows]
+        self._cols["order"][ids] = self._rows + rows
+        self._n += len(rows)
+        return ids
+
+    def add(self, cap: Capture) -> None:
+        """Count the IP packets of CAP (the next chunk in file order)."""
+        keys = {k: getattr(cap, k) for k in FLOW_KEY}
+        ts, size = cap.ts_ns, cap.wire_len
+        if not cap.ip_version.all():
+            ip = np.flatnonzero(cap.ip_version)
+            keys = {k: v[ip] for k, v in keys.items()}
+            ts, size = ts[ip], size[ip]
+        n = len(ts)
+        if n == 0:
+            return
+        codes, uniq = pd.factorize(flow_hash(keys))
+        firsts = _first_rows(codes)
+        # the chunk's hashes among the known ones; new ones get a flow represented by their
+        # first row here
+        pos = np.searchsorted(self._hashes, uniq)
+        if len(self._hashes):
+            found = self._hashes[np.minimum(pos, len(self._hashes) - 1)] == uniq
+        else:
+            found = np.zeros(len(uniq), bool)
+        ids = np.empty(len(uniq), np.int64)
+        ids[found] = self._hash_ids[pos[found]]
+        new = np.flatnonzero(~found)
+        if len(new):
+            ids[new] = self._new_flows(keys, firsts[new])
+            order = np.argsort(uniq[new], kind="stable")
+            self._hashes = np.insert(self._hashes, pos[new][order], uniq[new][order])
+            self._hash_ids = np.insert(self._hash_ids, pos[new][order], ids[new][order])
+        flow = ids[codes]
+        reps = {k: self._cols[k][:self._n] for k in FLOW_KEY}
+        if all(np.array_equal(keys[k], reps[k][flow]) for k in FLOW_KEY):
+            # codes -> flows is one-to-one: aggregate per code, then scatter
+            c = self._cols
+            c["packets"][ids] += np.bincount(codes, minlength=len(ids))
+            c["bytes"][ids] += np.bincount(codes, weights=size,
+                                           minlength=len(ids)).astype(np.int64)
+            lo = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
+            hi = np.full(len(ids), np.iinfo(np.int64).min, np.int64)
+            np.minimum.at(lo, codes, ts)
+            np.maximum.at(hi, codes, ts)
+            c["first_ns"][ids] = np.minimum(c["first_ns"][ids], lo)
+            c["last_ns"][ids] = np.maximum(c["last_ns"][ids], hi)
+        else:
+            self._collided(keys, reps, flow, ts, size)
+        self._rows += n
+
+    def _collided(self, keys: dict[str, np.ndarray], reps: dict[str, np.ndarray],
+                  flow: np.ndarray, ts: np.ndarray, size: np.ndarray) -> None:
+        """A chunk with rows whose key differs from their hash's representative: those rows are
+        grouped by their exact key (the side dictionary), then everything is added row-wise."""
+        same = np.ones(len(flow), bool)
+        for k in FLOW_KEY:
+            same &= keys[k] == reps[k][flow]
+        for row in np.flatnonzero(~same).tolist():
+            key = tuple(int(keys[k][row]) for k in FLOW_KEY)
+            fid = self._exact.get(key)
+            if fid is None:
+                fid = int(self._new_flows(keys, np.array([row]))[0])
+                self._exact[key] = fid
+            flow[row] = fid
+        c = self._cols
+        np.add.at(c["packets"], flow, 1)
+        np.add.at(c["bytes"], flow, size.astype(np.int64))
+        np.minimum.at(c["first_ns"], flow, ts)
+        np.maximum.at(c["last_ns"], flow, ts)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The flows so far as arrays, in order of first appearance: the key columns of
+        FLOW_KEY (addresses split as in Capture), packets, bytes, first_ns, last_ns."""
+        c = {k: v[:self._n] for k, v in self._cols.items()}
+        order = np.argsort(c.pop("order"), kind="stable")
+        if not np.array_equal(order, np.arange(self._n)):
+            c = {k: v[order] for k, v in c.items()}
+        return c
+
+    def table(self) -> pd.DataFrame:
+        """The flow table so far (flow_table's columns, rows in order of first appearance)."""
+        c = self.columns()
+        table = pd.DataFrame({
+            "ip_version": c["ip_version"], "proto": c["proto"],
+            "src": address_text(c["ip_version"], c["src_hi"], c["src_lo"]),
+            "dst": address_text(c["ip_version"], c["dst_hi"], c["dst_lo"]),
+            "sport": c["sport"], "dport": c["dport"]})
+        table["packets"] = c["packets"].copy()
+        table["bytes"] = c["bytes"].copy()
+        table["first_ns"] = c["first_ns"].copy()
+        table["last_ns"] = c["last_ns"].copy()
+        table["duration_ns"] = c["last_ns"] - c["first_ns"]
+        return table
 
 
 def detect_warmup(rates: np.ndarray) -> dict[str, Any]:
@@ -151,29 +270,9 @@ def _rate_stats(pkts: np.ndarray, byts: np.ndarray, avg_size: float | None) -> d
 def per_second(cap: Capture, flows: pd.DataFrame | None = None) -> pd.DataFrame:
     """Packets, bytes and flows started in each second from the first packet, and whether the
     bin is partial (only the last one can be)."""
-    n = len(cap)
-    if n == 0:
-        empty = np.zeros(0, np.int64)
-        return pd.DataFrame({"second": empty, "packets": empty, "bytes": empty,
-                             "flows_started": empty, "partial": np.zeros(0, bool)})
-    first, last = int(cap.ts_ns.min()), int(cap.ts_ns.max())
-    sec = (cap.ts_ns - first) // NS
-    nb = int(sec.max()) + 1
-    pkts = np.bincount(sec, minlength=nb)
-    byts = np.bincount(sec, weights=cap.wire_len, minlength=nb).astype(np.int64)
-    tail = nb * NS - (last - first)
-    in_last = cap.ts_ns[sec == nb - 1]
-    if len(in_last) >= 2:
-        gap = (int(in_last.max()) - int(in_last.min())) / (len(in_last) - 1)
-    else:
-        gap = (last - first) / (n - 1) if n > 1 else 0.0
-    partial = np.zeros(nb, bool)
-    partial[-1] = tail > 2 * gap
-    started = np.zeros(nb, np.int64)
-    if flows is not None and len(flows):
-        started = np.bincount((flows["first_ns"].to_numpy() - first) // NS, minlength=nb)
-    return pd.DataFrame({"second": np.arange(nb), "packets": pkts, "bytes": byts,
-                         "flows_started": started, "partial": partial})
+    acc = TrafficAccumulator(flows=False)
+    acc.add(cap)
+    return acc.per_second(flows)
 
 
 def traffic_metrics(cap: Capture, flows: pd.DataFrame | None = None) -> dict[str, Any]:
@@ -182,84 +281,251 @@ def traffic_metrics(cap: Capture, flows: pd.DataFrame | None = None) -> dict[str
     Top level: totals, the per-second statistics over all complete seconds (mean_pps, std_pps,
     variance_pct, throughput_Bps/bps measured, throughput_formula_Bps = average_packet_size ×
     mean_pps), `warmup`, the same statistics after it in `steady`, `per_second` series,
-    `packet_size`, `protocols` and `flows`. FLOWS is flow_table(cap), computed when not given."""
-    if flows is None:
-        flows = flow_table(cap)
-    n = len(cap)
-    wire = cap.wire_len
-    total_bytes = int(wire.sum(dtype=np.int64))
-    out: dict[str, Any] = {
-        "packets": n,
-        "bytes": total_bytes,
-        "captured_bytes": int(cap.cap_len.sum(dtype=np.int64)),
-        "ip_packets": int(np.count_nonzero(cap.ip_version)),
-        "first_ns": int(cap.ts_ns.min()) if n else None,
-        "last_ns": int(cap.ts_ns.max()) if n else None,
-    }
-    out["duration_ns"] = out["last_ns"] - out["first_ns"] if n else None
-    out["duration_s"] = out["duration_ns"] / NS if n else None
-    out["packets_per_duration"] = (n / out["duration_s"]) if n > 1 and out["duration_ns"] else None
-    out["average_packet_size"] = total_bytes / n if n else None
-    out["packet_size"] = _sizes(wire)
-    out["protocols"] = _protocols(cap)
-
-    bins = per_second(cap, flows)
-    complete = bins[~bins["partial"]]
-    pkts = complete["packets"].to_numpy()
-    byts = complete["bytes"].to_numpy()
-    out["per_second"] = {
-        "second": bins["second"].tolist(),
-        "packets": bins["packets"].tolist(),
-        "bytes": bins["bytes"].tolist(),
-        "flows_started": bins["flows_started"].tolist(),
-        "last_partial": bool(bins["partial"].any()),
-    }
-    out.update(_rate_stats(pkts, byts, out["average_packet_size"]))
-    warm = detect_warmup(pkts)
-    warm["rule"] = ("steady from the first complete second whose rate reaches the median of "
-                    "the second half less max(10%, 3×robust spread), with 2 of the 3 seconds "
-                    "from it doing so")
-    out["warmup"] = warm
-    w = warm["seconds"]
-    steady_pkts = int(pkts[w:].sum())
-    steady_size = float(byts[w:].sum() / steady_pkts) if steady_pkts else None
-    out["steady"] = {"from_second": w, "average_packet_size": steady_size,
-                     **_rate_stats(pkts[w:], byts[w:], steady_size)}
-    out["flows"] = {
-        "count": int(len(flows)),
-        "started_per_second_mean": (float(np.mean(complete["flows_started"]))
-                                    if len(complete) else None),
-        "packets_per_flow_mean": float(flows["packets"].mean()) if len(flows) else None,
-        "duration_ns_mean": float(flows["duration_ns"].mean()) if len(flows) else None,
-    }
-    return plain(out)
+    `packet_size`, `protocols` and `flows`. FLOWS is flow_table(cap), computed when not given.
+    (`TrafficAccumulator` computes the same from chunks.)"""
+    acc = TrafficAccumulator(flows=flows is None)
+    acc.add(cap)
+    return acc.metrics(flows)
 
 
-def _sizes(wire: np.ndarray) -> dict[str, Any]:
-    if len(wire) == 0:
+SIZE_DIRECT = 1 << 18  # wire lengths below this are counted in an array, larger ones in a dict
+
+
+class SecondBins:
+    """Packets and bytes per 1-second bin counted from ORIGIN_NS, fed in chunks, and what the
+    partial-last-bin rule needs (count, first and last time stamp of the last bin).
+
+    A packet earlier than the origin cannot be binned (the bins would have to move by a
+    fraction of a second): `early` is then set and the bins must be counted again from the
+    true first packet."""
+
+    def __init__(self, origin_ns: int) -> None:
+        self.origin = origin_ns
+        self.early = False
+        self.packets = np.zeros(0, np.int64)
+        self.bytes = np.zeros(0, np.int64)
+        self.last_bin = -1          # index of the last bin with a packet, and its packets' times
+        self.last_min = self.last_max = 0
+
+    def add(self, ts: np.ndarray, wire: np.ndarray) -> None:
+        if len(ts) == 0 or self.early:
+            return
+        if int(ts.min()) < self.origin:
+            self.early = True
+            return
+        sec = (ts - self.origin) // NS
+        lo, hi = int(sec.min()), int(sec.max())
+        if hi >= len(self.packets):
+            grow = hi + 1 - len(self.packets)
+            self.packets = np.concatenate([self.packets, np.zeros(grow, np.int64)])
+            self.bytes = np.concatenate([self.bytes, np.zeros(grow, np.int64)])
+        rel = sec - lo if lo else sec
+        self.packets[lo:hi + 1] += np.bincount(rel, minlength=hi + 1 - lo)
+        self.bytes[lo:hi + 1] += np.bincount(rel, weights=wire,
+                                             minlength=hi + 1 - lo).astype(np.int64)
+        if hi >= self.last_bin:
+            t = ts[sec == hi]
+            tmin, tmax = int(t.min()), int(t.max())
+            if hi > self.last_bin:
+                self.last_bin, self.last_min, self.last_max = hi, tmin, tmax
+            else:
+                self.last_min, self.last_max = min(self.last_min, tmin), max(self.last_max, tmax)
+
+
+class TrafficAccumulator:
+    """traffic_metrics (and, with FLOWS, the flow table) of a capture fed in chunks in file
+    order, in memory bounded by the chunk (plus the flows and one number per second).
+
+    Per-second bins count from ORIGIN_NS, which must be the first packet's time stamp; when it
+    is not given the first chunk's earliest packet is taken. If a later packet turns out to be
+    earlier (an unsorted capture, or files given out of order), `needs_rebin` is true and the
+    caller feeds every chunk again to `rebin` with the true first time stamp (`first_ns`);
+    nothing else depends on the origin. Results are identical whatever the chunks."""
+
+    def __init__(self, origin_ns: int | None = None, flows: bool = True) -> None:
+        self.flows = FlowAccumulator() if flows else None
+        self.bins = SecondBins(origin_ns) if origin_ns is not None else None
+        self.packets = self.bytes = self.captured_bytes = self.ip_packets = 0
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self._proto_packets = np.zeros(1 << 16, np.int64)   # by ip_version << 8 | proto
+        self._proto_bytes = np.zeros(1 << 16, np.int64)
+        self._sizes = np.zeros(0, np.int64)                  # packets by wire length < SIZE_DIRECT
+        self._big_sizes: dict[int, int] = {}
+
+    @property
+    def needs_rebin(self) -> bool:
+        return self.bins is not None and self.bins.early
+
+    def add(self, cap: Capture) -> None:
+        n = len(cap)
+        if n == 0:
+            return
+        ts, wire = cap.ts_ns, cap.wire_len
+        tmin, tmax = int(ts.min()), int(ts.max())
+        self.first_ns = tmin if self.first_ns is None else min(self.first_ns, tmin)
+        self.last_ns = tmax if self.last_ns is None else max(self.last_ns, tmax)
+        self.packets += n
+        self.bytes += int(wire.sum(dtype=np.int64))
+        self.captured_bytes += int(cap.cap_len.sum(dtype=np.int64))
+        self.ip_packets += int(np.count_nonzero(cap.ip_version))
+        if self.bins is None:
+            self.bins = SecondBins(tmin)
+        self.bins.add(ts, wire)
+        key = cap.ip_version.astype(np.int64) << 8 | cap.proto
+        key[cap.ip_version == 0] = 0
+        top = int(key.max()) + 1
+        self._proto_packets[:top] += np.bincount(key, minlength=top)
+        self._proto_bytes[:top] += np.bincount(key, weights=wire, minlength=top).astype(np.int64)
+        self._add_sizes(wire)
+        if self.flows is not None:
+            self.flows.add(cap)
+
+    def _add_sizes(self, wire: np.ndarray) -> None:
+        top = int(wire.max()) + 1
+        if top > SIZE_DIRECT:
+            big = wire >= SIZE_DIRECT
+            for v, c in zip(*np.unique(wire[big], return_counts=True)):
+                self._big_sizes[int(v)] = self._big_sizes.get(int(v), 0) + int(c)
+            wire = wire[~big]
+            top = int(wire.max()) + 1 if len(wire) else 0
+        if top > len(self._sizes):
+            self._sizes = np.concatenate([self._sizes, np.zeros(top - len(self._sizes), np.int64)])
+        if top:
+            self._sizes[:top] += np.bincount(wire, minlength=top)
+
+    def rebin(self, chunks: Iterable[Capture]) -> None:
+        """Count the per-second bins again from the first packet, over every chunk."""
+        self.bins = SecondBins(self.first_ns)
+        chunks = iter(chunks)
+        while (cap := next(chunks, None)) is not None:
+            self.bins.add(cap.ts_ns, cap.wire_len)
+            del cap  # before the next chunk is read
+
+    def size_histogram(self) -> tuple[np.ndarray, np.ndarray]:
+        """(wire lengths, packets of each length), lengths ascending; only lengths present."""
+        small = np.flatnonzero(self._sizes)
+        big = sorted(self._big_sizes)
+        return (np.concatenate([small, np.array(big, np.int64)]).astype(np.int64),
+                np.concatenate([self._sizes[small],
+                                np.array([self._big_sizes[v] for v in big], np.int64)]))
+
+    def flow_table(self) -> pd.DataFrame:
+        if self.flows is None:
+            raise ValueError("this TrafficAccumulator was made with flows=False")
+        return self.flows.table()
+
+    def per_second(self, flows: pd.DataFrame | None = None) -> pd.DataFrame:
+        """per_second's table: packets, bytes, flows started per second, partial last bin."""
+        if self.packets == 0:
+            empty = np.zeros(0, np.int64)
+            return pd.DataFrame({"second": empty, "packets": empty, "bytes": empty,
+                                 "flows_started": empty, "partial": np.zeros(0, bool)})
+        b = self.bins
+        if b.early or b.origin != self.first_ns:
+            raise ValueError("the per-second bins do not start at the first packet: "
+                             "call rebin() first")
+        first, last, n = self.first_ns, self.last_ns, self.packets
+        nb = len(b.packets)
+        tail = nb * NS - (last - first)
+        in_last = int(b.packets[-1])
+        if in_last >= 2:
+            gap = (b.last_max - b.last_min) / (in_last - 1)
+        else:
+            gap = (last - first) / (n - 1) if n > 1 else 0.0
+        partial = np.zeros(nb, bool)
+        partial[-1] = tail > 2 * gap
+        started = np.zeros(nb, np.int64)
+        if flows is not None and len(flows):
+            started = np.bincount((flows["first_ns"].to_numpy() - first) // NS, minlength=nb)
+        return pd.DataFrame({"second": np.arange(nb), "packets": b.packets.copy(),
+                             "bytes": b.bytes.copy(), "flows_started": started,
+                             "partial": partial})
+
+    def metrics(self, flows: pd.DataFrame | None = None) -> dict[str, Any]:
+        """traffic_metrics' dictionary; FLOWS is the flow table (this one's when not given)."""
+        if flows is None:
+            flows = self.flow_table()
+        n = self.packets
+        out: dict[str, Any] = {
+            "packets": n,
+            "bytes": self.bytes,
+            "captured_bytes": self.captured_bytes,
+            "ip_packets": self.ip_packets,
+            "first_ns": self.first_ns if n else None,
+            "last_ns": self.last_ns if n else None,
+        }
+        out["duration_ns"] = out["last_ns"] - out["first_ns"] if n else None
+        out["duration_s"] = out["duration_ns"] / NS if n else None
+        out["packets_per_duration"] = ((n / out["duration_s"]) if n > 1 and out["duration_ns"]
+                                       else None)
+        out["average_packet_size"] = self.bytes / n if n else None
+        out["packet_size"] = _sizes(*self.size_histogram(), self.bytes)
+        out["protocols"] = self._protocols()
+
+        bins = self.per_second(flows)
+        complete = bins[~bins["partial"]]
+        pkts = complete["packets"].to_numpy()
+        byts = complete["bytes"].to_numpy()
+        out["per_second"] = {
+            "second": bins["second"].tolist(),
+            "packets": bins["packets"].tolist(),
+            "bytes": bins["bytes"].tolist(),
+            "flows_started": bins["flows_started"].tolist(),
+            "last_partial": bool(bins["partial"].any()),
+        }
+        out.update(_rate_stats(pkts, byts, out["average_packet_size"]))
+        warm = detect_warmup(pkts)
+        warm["rule"] = ("steady from the first complete second whose rate reaches the median of "
+                        "the second half less max(10%, 3×robust spread), with 2 of the 3 seconds "
+                        "from it doing so")
+        out["warmup"] = warm
+        w = warm["seconds"]
+        steady_pkts = int(pkts[w:].sum())
+        steady_size = float(byts[w:].sum() / steady_pkts) if steady_pkts else None
+        out["steady"] = {"from_second": w, "average_packet_size": steady_size,
+                         **_rate_stats(pkts[w:], byts[w:], steady_size)}
+        out["flows"] = {
+            "count": int(len(flows)),
+            "started_per_second_mean": (float(np.mean(complete["flows_started"]))
+                                        if len(complete) else None),
+            "packets_per_flow_mean": float(flows["packets"].mean()) if len(flows) else None,
+            "duration_ns_mean": float(flows["duration_ns"].mean()) if len(flows) else None,
+        }
+        return plain(out)
+
+    def _protocols(self) -> list[dict[str, Any]]:
+        rows = []
+        for k in np.flatnonzero(self._proto_packets).tolist():
+            v, p = k >> 8, k & 255
+            name = "non-IP" if v == 0 else f"IPv{v} {PROTO_NAMES.get(p, f'proto {p}')}"
+            rows.append({"ip_version": v, "proto": p if v else None, "name": name,
+                         "packets": int(self._proto_packets[k]),
+                         "bytes": int(self._proto_bytes[k])})
+        rows.sort(key=lambda r: -r["packets"])
+        return rows
+
+
+def _sizes(values: np.ndarray, counts: np.ndarray, total_bytes: int) -> dict[str, Any]:
+    """Statistics of the wire lengths from their histogram (VALUES ascending, COUNTS)."""
+    n = int(counts.sum())
+    if n == 0:
         return {"min": None, "max": None, "mean": None, "median": None, "buckets": []}
     buckets = []
     for lo, hi in SIZE_BUCKETS:
-        k = int(np.count_nonzero((wire >= lo) & (wire <= hi)))
+        k = int(counts[(values >= lo) & (values <= hi)].sum())
         label = f"{lo}-{hi}" if hi < 2**32 - 1 else f"≥{lo}"
-        buckets.append({"range": label, "packets": k, "share_pct": k / len(wire) * 100})
-    return {"min": int(wire.min()), "max": int(wire.max()), "mean": float(wire.mean()),
-            "median": float(np.median(wire)), "buckets": buckets}
-
-
-def _protocols(cap: Capture) -> list[dict[str, Any]]:
-    key = cap.ip_version.astype(np.uint16) << 8 | cap.proto
-    key = np.where(cap.ip_version == 0, 0, key)
-    uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
-    byts = np.bincount(inv, weights=cap.wire_len, minlength=len(uniq))
-    rows = []
-    for k, c, b in zip(uniq.tolist(), counts.tolist(), byts.tolist()):
-        v, p = k >> 8, k & 255
-        name = "non-IP" if v == 0 else f"IPv{v} {PROTO_NAMES.get(p, f'proto {p}')}"
-        rows.append({"ip_version": v, "proto": p if v else None, "name": name, "packets": c,
-                     "bytes": int(b)})
-    rows.sort(key=lambda r: -r["packets"])
-    return rows
+        buckets.append({"range": label, "packets": k, "share_pct": k / n * 100})
+    # the median as numpy computes it: the middle value, or the mean of the two middle ones
+    ends = np.cumsum(counts)
+    upper = int(values[np.searchsorted(ends, n // 2, side="right")])
+    if n % 2:
+        median = float(upper)
+    else:
+        lower = int(values[np.searchsorted(ends, n // 2 - 1, side="right")])
+        median = (lower + upper) / 2
+    return {"min": int(values[0]), "max": int(values[-1]), "mean": total_bytes / n,
+            "median": median, "buckets": buckets}
 
 
 def plain(x: Any) -> Any:

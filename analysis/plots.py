@@ -10,8 +10,6 @@ from typing import Any
 import numpy as np
 from types import SimpleNamespace
 
-from .capture import Capture
-
 BLUE, ORANGE, GREY, GREEN = "#1f77b4", "#d9730d", "#8c8c8c", "#2a9d55"
 PLOTS = {
     "rate": "rate.png",
@@ -121,15 +119,17 @@ def plot_throughput(m: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def plot_sizes(cap: Capture, m: dict[str, Any], path: Path) -> Path:
+def plot_sizes(sizes: tuple[np.ndarray, np.ndarray], m: dict[str, Any], path: Path) -> Path:
+    """Histogram of the wire lengths; SIZES = (lengths, packets of each length), as
+    TrafficAccumulator.size_histogram gives it."""
     fig, ax = figure("Packet sizes", "frame length on the wire (bytes)", "packets")
-    wire = cap.wire_len
-    if len(wire):
-        hi = int(wire.max())
+    values, packets = sizes
+    if len(values):
+        hi = int(values.max())
         width = max(1, int(np.ceil((hi + 1) / 120)))
         edges = np.arange(0, hi + width + 1, width)
-        counts, edges = np.histogram(wire, bins=edges)
-        ax.bar(edges[:-1], counts, width=width, align="edge", color=BLUE, lw=0)
+        counts = np.bincount(values // width, weights=packets, minlength=len(edges) - 1)
+        ax.bar(edges[:-1], counts[:len(edges) - 1], width=width, align="edge", color=BLUE, lw=0)
         ax.axvline(m["average_packet_size"], color=ORANGE, lw=1.5,
                    label=f"mean {m['average_packet_size']:.1f} B")
         ax.axvline(m["packet_size"]["median"], color=GREEN, lw=1, ls="--",
@@ -176,14 +176,16 @@ def plot_timing(errors: Any, path: Path) -> Path:
     return path
 
 
-def write_plots(cap: Capture, m: dict[str, Any], out_dir: Path) -> dict[str, Path]:
-    """All plots into OUT_DIR (created); returns {name: path}. Empty when there are no packets."""
+def write_plots(sizes: tuple[np.ndarray, np.ndarray], m: dict[str, Any],
+                out_dir: Path) -> dict[str, Path]:
+    """All plots into OUT_DIR (created) from the metrics M and the packet-length histogram SIZES
+    (TrafficAccumulator.size_histogram); returns {name: path}. Empty when there are no packets."""
     if not m["packets"]:
         return {}
     out_dir.mkdir(parents=True, exist_ok=True)
     return {
         "rate": plot_rate(m, out_dir / PLOTS["rate"]),
         "throughput": plot_throughput(m, out_dir / PLOTS["throughput"]),
-        "sizes": plot_sizes(cap, m, out_dir / PLOTS["sizes"]),
+        "sizes": plot_sizes(sizes, m, out_dir / PLOTS["sizes"]),
         "flows": plot_flows(m, out_dir / PLOTS["flows"]),
     }

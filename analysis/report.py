@@ -11,21 +11,22 @@ import base64
 import datetime as dt
 import html
 import json
+import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from .capture import CaptureError, read_capture
+from .capture import CaptureError
 from .timing import engine_key, run_timing
-from .metrics import flow_table, traffic_metrics
 from .plots import PLOTS, plot_timing, write_plots
 from .runtables import write_run_tables
+from .stream import chunk_packets, read_stream, run_capture_files
 
 ANALYSIS_VERSION = 1
-CAPTURE_NAMES = ("capture.pcap", "capture.pcapng")
 RUN_FOLDER = "a run folder holding capture.pcap (see results/README.md) or a pcap/pcapng file"
 PER_SECOND_ROWS_MAX = 300
 LINK_TYPES = {0: "BSD loopback", 1: "Ethernet", 101: "raw IP", 113: "Linux cooked (SLL)",
@@ -55,38 +56,71 @@ def unfinished_run(manifest: dict[str, Any]) -> dict[str, str] | None:
             + "; the numbers cover only what it produced until then."}
 
 
-def analyze(path: str | Path, out_dir: str | Path | None = None,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Analyse a pcap/pcapng file or a run folder and write the report files.
+def analyze(path: str | Path | Sequence[str | Path], out_dir: str | Path | None = None,
+            progress: Callable[[str], None] | None = None,
+            memory_limit: int | None = None) -> dict[str, Any]:
+    """Analyse a pcap/pcapng file, a run folder, or several files of one logical capture (a
+    tcpdump rotation, the captures of several hosts: a list of paths) and write the report files.
 
-    Output goes to OUT_DIR if given, else into the run folder, else next to the capture in
-    `<stem>-analysis/`. Returns what metrics.json holds, plus `report_dir` and `files`.
-    `progress`, if given, is called with the name of each stage as it starts.
+    Output goes to OUT_DIR if given, else into the run folder, else next to the (first) capture
+    in `<stem>-analysis/`. Returns what metrics.json holds, plus `report_dir` and `files`.
+    The capture is read in chunks that fit MEMORY_LIMIT bytes (analysis.stream; default
+    DEFAULT_MEMORY_LIMIT); the results do not depend on it. `progress`, if given, is called
+    with the name of each stage as it starts and with the bytes read during long reads.
     Raises CaptureError when there is no readable capture."""
     step = progress or (lambda stage: None)
-    src = Path(path)
+    many = not isinstance(path, (str, os.PathLike))
+    sources = [Path(p) for p in path] if many else [Path(path)]
+    if not sources:
+        raise CaptureError(Path("."), "no capture given", RUN_FOLDER)
+    src = sources[0]
     side: dict[str, Any] = {}
     warnings: list[str] = []
-    if src.is_dir():
-        pcap = next((src / n for n in CAPTURE_NAMES if (src / n).is_file()), None)
-        if pcap is None:
-            raise CaptureError(src, "folder has no capture.pcap", RUN_FOLDER)
+    if len(sources) == 1 and src.is_dir():
+        pcaps = run_capture_files(src)
+        if not pcaps:
+            raise CaptureError(src, "folder has no capture.pcap (nor captures/)", RUN_FOLDER)
         out = Path(out_dir) if out_dir else src
         side = _read_run_files(src, warnings)
     else:
-        pcap = src
+        for p in sources:
+            if p.is_dir():
+                raise CaptureError(p, "is a folder", "capture files only, when several are given")
+        pcaps = sources
         out = Path(out_dir) if out_dir else src.parent / f"{src.stem}-analysis"
+    pcap = pcaps[0]
 
-    size = pcap.stat().st_size if pcap.is_file() else 0
-    step(f"reading {pcap.name} ({size / 1e6:,.1f} MB)")
-    cap = read_capture(pcap)
-    step(f"flow table of {len(cap.ts_ns):,} packets")
-    flows = flow_table(cap)
+    size = sum(p.stat().st_size for p in pcaps if p.is_file())
+    names = pcap.name if len(pcaps) == 1 else f"{len(pcaps)} files ({pcap.name}, ...)"
+    step(f"reading {names} ({size / 1e6:,.1f} MB, chunks of "
+         f"{chunk_packets(memory_limit):,} packets)")
+    stream = read_stream(pcaps, memory_limit, progress)
+    step(f"flow table of {stream.totals.packets:,} packets")
+    flows = stream.totals.flow_table()
     step("rates and statistics")
-    m = traffic_metrics(cap, flows)
+    m = stream.totals.metrics(flows)
+    first = stream.files[0]
+    capture_info = {"path": str(pcap.resolve()), "format": first.format,
+                    "link_type": first.link_type, "ts_resolution": first.ts_resolution,
+                    "file_bytes": sum(f.file_bytes for f in stream.files)}
+    if len(stream.files) > 1:
+        capture_info["files"] = [{"path": str(f.path.resolve()), "format": f.format,
+                                  "link_type": f.link_type, "ts_resolution": f.ts_resolution,
+                                  "file_bytes": f.file_bytes, "packets": f.packets}
+                                 for f in stream.files]
+    capture_problem = None
+    for where, problem in stream.problems:
+        if capture_problem is None:
+            capture_problem = {"offset": problem.offset, "message": problem.message,
+                               "packets_read": problem.packets_read}
+            if len(stream.files) > 1:
+                capture_problem["file"] = str(where.resolve())
+        else:
+            warnings.append(f"{where}: damaged too, at byte offset {problem.offset:,}: "
+                            f"{problem.message} ({problem.packets_read:,} packets read before)")
     attacks = (side.get("manifest") or {}).get("attacks") if src.is_dir() else None
     if attacks and (src / str(attacks.get("benign_pcap"))).is_file():
-        checks, mismatches = _checks_with_attacks(m, src, attacks, side, warnings)
+        checks, mismatches = _checks_with_attacks(m, src, attacks, side, warnings, memory_limit)
     else:
         checks, mismatches = run_checks(m, flows, side)
     timing = run_timing(src, flows) if src.is_dir() else None
@@ -100,11 +134,8 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
         "analysed_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "source": str(src.resolve()),
         "run": run_info,
-        "capture": {"path": str(pcap.resolve()), "format": cap.format, "link_type": cap.link_type,
-                    "ts_resolution": cap.ts_resolution, "file_bytes": pcap.stat().st_size},
-        "capture_problem": (None if cap.problem is None else
-                            {"offset": cap.problem.offset, "message": cap.problem.message,
-                             "packets_read": cap.problem.packets_read}),
+        "capture": capture_info,
+        "capture_problem": capture_problem,
         "incomplete_run": unfinished_run(manifest) if manifest else None,
         "warnings": warnings,
         **m,
@@ -112,13 +143,11 @@ def analyze(path: str | Path, out_dir: str | Path | None = None,
         "timing": timing[1] if timing else None,
     }
 
-
     step("plots and report")
     out.mkdir(parents=True, exist_ok=True)
     (out / "metrics.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    plots = write_plots(cap, m, out / "plots")
+    plots = write_plots(stream.totals.size_histogram(), m, out / "plots")
     if timing and len(timing[0]):
-
         plots["timing"] = plot_timing(timing[0], out / "plots" / PLOTS["timing"])
     md, page = render(doc, flows, mismatches, plots, out)
     (out / "report.md").write_text(md)
@@ -157,12 +186,13 @@ def _read_run_files(run: Path, warnings: list[str]) -> dict[str, Any]:
 
 
 def _checks_with_attacks(m: dict[str, Any], run: Path, attacks: dict[str, Any], side: dict[str, Any],
-                         warnings: list[str]) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+                         warnings: list[str], memory_limit: int | None = None
+                         ) -> tuple[list[dict[str, Any]], pd.DataFrame]:
     """A run with a scenario `attacks:` section: the scenario/engine checks compare the benign part
     (benign.pcap, the engine's own capture), and the capture must be benign + attack packets."""
-    bcap = read_capture(run / attacks["benign_pcap"])
-    bflows = flow_table(bcap)
-    bm = traffic_metrics(bcap, bflows)
+    benign = read_stream([run / attacks["benign_pcap"]], memory_limit).totals
+    bflows = benign.flow_table()
+    bm = benign.metrics(bflows)
     checks, mismatches = run_checks(bm, bflows, side)
     for c in checks:
         c["name"] = f"benign part: {c['name']}"

@@ -22,6 +22,8 @@ import pandas as pd
 
 from ntgcore.runfolder import SCHEMA_VERSION
 
+from .capture import CaptureError
+from .stream import flow_table_of
 from .tables import SCHEMAS, table_path, write_table
 
 # The tables this module writes (and may remove when they no longer apply); `coverage` is not
@@ -216,9 +218,7 @@ def write_live_tables(run_dir: str | os.PathLike, doc: dict[str, Any],
                       manifest: dict[str, Any]) -> list[Path]:
     """The run tables of a live run (analysis.live.analyze_live): DOC its metrics (the steps as
     step_metrics gives them), MANIFEST the run's manifest. The flow table of each step is read
-    from its capture in chunks (analysis.export.flows_of)."""
-    from .export import flows_of  # the chunked flow table (bounded memory)
-    from .capture import CaptureError
+    from its capture in chunks (analysis.stream.flow_table_of)."""
 
     run = Path(run_dir)
     run_id = manifest.get("run_id") or run.name
@@ -251,7 +251,7 @@ def write_live_tables(run_dir: str | os.PathLike, doc: dict[str, Any],
         pcap = _capture_of(step_dir, s) if s.get("traffic") else None
         if pcap is not None:
             try:
-                flows.append(_with_id(flows_of(pcap), run_id, name, "flows"))
+                flows.append(_with_id(flow_table_of([pcap]), run_id, name, "flows"))
             except CaptureError:
                 pass  # step_metrics said so (capture_problem)
         alerts += _alerts(step_dir, STEP_EVE, run, run_id, name)

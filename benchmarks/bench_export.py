@@ -24,13 +24,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import duckdb  # noqa: E402
 
 from analysis.capture import read_capture  # noqa: E402
 from analysis.export import COMPRESSIONS, export_captures  # noqa: E402
-from bench_ingest import write_pcap  # noqa: E402
+from benchmarks.pcapgen import write_pcap  # noqa: E402
 
 
 def _size(path: Path) -> int:

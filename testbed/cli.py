@@ -4,6 +4,7 @@ cleanup, translate-rules, ids-coverage, detect."""
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -15,11 +16,12 @@ from analysis.benchmark import benchmark_document
 from analysis.catalog import BY, Catalog, comparison_lines, list_lines, plot_comparison, text_table
 from analysis.capture import CaptureError
 from analysis.export import COMPRESSIONS, DEFAULT_COMPRESSION, export_captures
+from analysis.stream import natural_key
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, NtgError
 from ntgcore.runfolder import testbed_version
 from ntgcore.scenario import ScenarioError, attack_rule_paths, json_schema, load_scenario
-from ntgcore.units import parse_duration_ns
+from ntgcore.units import parse_duration_ns, parse_size_bytes
 
 from .cleanup import cleanup
 from .ids import detect
@@ -204,16 +206,33 @@ def _warn_incomplete(path: str, metrics: dict) -> None:
              f"The report says so too.")
 
 
+def _analyze_paths(patterns: list[str]) -> list[str]:
+    """The paths given, a quoted glob pattern (`'capture.pcap*'`) replaced by the files it
+    matches in natural name order (capture.pcap, capture.pcap1, ..., capture.pcap10)."""
+    out: list[str] = []
+    for p in patterns:
+        if not Path(p).exists() and glob.has_magic(p):
+            out += sorted(glob.glob(p), key=natural_key) or [p]
+        else:
+            out.append(p)
+    return out
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
-    run_dir = Path(args.path)
-    if (run_dir / "manifest.json").is_file() and '"mode": "live"' in (run_dir / "manifest.json").read_text():
+    paths = _analyze_paths(args.path)
+    args.path = paths[0] if len(paths) == 1 else " ".join(paths)
+    run_dir = Path(paths[0])
+    if (len(paths) == 1 and (run_dir / "manifest.json").is_file()
+            and '"mode": "live"' in (run_dir / "manifest.json").read_text()):
         metrics = analyze_live_run(run_dir, progress=stage_printer(not args.quiet and sys.stderr.isatty()))
         _warn_incomplete(args.path, metrics)
         print(f"report: {metrics['report']}")
         return EXIT_CHECKS_FAILED if any(not c.get("ok") for c in metrics.get("checks", [])) else EXIT_OK
     try:
-        metrics = analyze(Path(args.path), Path(args.out) if args.out else None,
-                          progress=stage_printer(not args.quiet and sys.stderr.isatty()))
+        metrics = analyze(Path(paths[0]) if len(paths) == 1 else [Path(p) for p in paths],
+                          Path(args.out) if args.out else None,
+                          progress=stage_printer(not args.quiet and sys.stderr.isatty()),
+                          memory_limit=args.memory_limit)
     except CaptureError as exc:
         _err(f"testbed analyze: {exc}")
         return EXIT_BAD_INPUT
@@ -398,6 +417,16 @@ def _duration(text: str) -> int:
     return value
 
 
+def _byte_size(text: str) -> int:
+    try:
+        value = parse_size_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text, 0)
@@ -485,8 +514,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
 
     a = sub.add_parser("analyze", help="turn a capture or a run folder into metrics and a report")
-    a.add_argument("path", metavar="PCAP|RUN_DIR")
+    a.add_argument("path", nargs="+", metavar="PCAP|RUN_DIR",
+                   help="a run folder, a capture file, or several files (or a quoted glob such "
+                   "as 'capture.pcap*') of one logical capture: a tcpdump rotation, several hosts")
     a.add_argument("--out", metavar="DIR", help="report folder (default: the run folder)")
+    a.add_argument("--memory-limit", type=_byte_size, metavar="SIZE",
+                   help="memory for the packets being counted, e.g. 512M (K, M, G: powers of "
+                   "1024); the capture is read in chunks that fit it (default 256M); the "
+                   "results do not depend on it")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a.set_defaults(func=cmd_analyze)
 

@@ -25,16 +25,16 @@ from scapy.utils import wrpcap
 
 import analysis.export as export
 from analysis.capture import read_capture
-from analysis.export import ADDRESS_SQL, EXPORT_MANIFEST, ExportError, export_captures, flows_of
+from analysis.export import ADDRESS_SQL, EXPORT_MANIFEST, ExportError, export_captures
+from analysis.stream import read_stream
 from analysis.metrics import flow_table
 from analysis.tables import META_TABLE, META_VERSION, SCHEMA_VERSION
+from benchmarks.pcapgen import write_pcap
 from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.usefixtures("pcaplib")
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_ingest import write_pcap  # noqa: E402
 
 E = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
 HOUR = 3600
@@ -163,7 +163,7 @@ def test_flows_aggregated_per_chunk_equal_the_flow_table(tmp_path):
     write_pcap(pcap, 30_000)
     whole = flow_table(read_capture(pcap))
     for chunk in (1_000, 4_096, 1 << 20):
-        assert flows_of(pcap, chunk).equals(whole)
+        assert read_stream([pcap], chunk=chunk).totals.flows.table().equals(whole)
 
 
 def test_real_captures_export_with_the_counts_of_capinfos(tmp_path):
