@@ -1,0 +1,147 @@
+"""A TRex server started for one run: inside the run's network namespace, on the run's veth.
+
+Only the server binary is run (`_t-rex-64-o` of a TRex build, e.g. ../shared/trex/server), never
+the upstream `t-rex-64` wrapper (it binds NICs, cleans up system state and kills other processes
+by name). The flags are the ones measured in ../shared/trex/README.md: software mode on Linux
+interfaces, `low_end` (the only mode that starts on 2 cores), no Scapy server, no terminal:
+
+    ip netns exec NS ./_t-rex-64-o -i --software --no-scapy-server --no-termio --iom 0 --cfg CFG
+
+from the build's `server/` folder (it loads its libraries relative to it). The generated CFG
+(`trex_cfg.yaml` in the run folder) has the run's interface and a `dummy` second port, the
+scenario's MAC addresses (layer-2 mode, no ARP) and a DPDK file prefix of its own, so that two
+runs never share `/var/run/dpdk/<prefix>`; that folder (and `/var/run/dpdk` itself when this run
+made it and it is empty) is removed when the server stops. The RPC listens on port 4501 (events:
+4500) inside the namespace after about 1.5 s.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ntgcore.endpoint import Endpoint
+from ntgcore.errors import GeneratorError
+from ntgcore.proc import Process
+
+BINARY = "_t-rex-64-o"
+DPDK_RUN = Path("/var/run/dpdk")
+SYNC_PORT, ASYNC_PORT = 4501, 4500
+START_TIMEOUT_S = 20.0
+DIR_HINT = ("set `trex_dir:` of the trex generator, or the environment variable NTG_TREX_DIR, to a "
+            "TRex build (the folder with server/_t-rex-64-o, or that server folder itself)")
+
+
+def server_binary(trex_dir: str | None) -> Path:
+    """The server binary of a TRex build folder (`DIR/server/_t-rex-64-o` or `DIR/_t-rex-64-o`)."""
+    given = trex_dir or os.environ.get("NTG_TREX_DIR")
+    if not given:
+        raise GeneratorError(f"trex: `server: start` needs a TRex server build; {DIR_HINT}")
+    base = Path(os.path.expandvars(given)).expanduser()
+    for cand in (base / "server" / BINARY, base / BINARY):
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand.resolve()
+    raise GeneratorError(f"trex: no executable {BINARY} in {base} or {base / 'server'}; {DIR_HINT}")
+
+
+def write_config(path: Path, iface: str, src_mac: str, dst_mac: str, prefix: str) -> Path:
+    """trex_cfg.yaml for one Linux interface in layer-2 mode (port 0) plus a dummy port 1."""
+    path.write_text(
+        "# written by ntg-testbed for one run (generators/trex/server.py)\n"
+        "- port_limit: 2\n"
+        "  version: 2\n"
+        f"  prefix: {prefix}\n"
+        f"  interfaces: ['{iface}', 'dummy']\n"
+        "  low_end: true\n"
+        "  low_end_core: 0\n"
+        "  port_info:\n"
+        f"    - {{src_mac: '{src_mac}', dest_mac: '{dst_mac}'}}\n"
+        f"    - {{src_mac: '{dst_mac}', dest_mac: '{src_mac}'}}\n")
+    return path
+
+
+class TrexServer:
+    """One server process at `endpoint` (a network namespace made for the run)."""
+
+    def __init__(self, binary: Path, endpoint: Endpoint, run_dir: Path, src_mac: str, dst_mac: str) -> None:
+        if not endpoint.exists():
+            raise GeneratorError(f"trex: {endpoint.where} does not exist")
+        self.binary, self.endpoint, self.run_dir = binary, endpoint, run_dir
+        self.prefix = f"ntg{secrets.token_hex(4)}"
+        self.config = write_config(run_dir / "trex_cfg.yaml", endpoint.iface, src_mac, dst_mac, self.prefix)
+        self.log_path = run_dir / "trex-server.log"
+        self._log = None
+        self._made_dpdk_run = not DPDK_RUN.exists()
+        argv = endpoint.argv(str(binary), "-i", "--software", "--no-scapy-server", "--no-termio",
+                             "--iom", "0", "--cfg", str(self.config))  # fmt: skip
+        self.proc = Process("trex-server", argv, cwd=binary.parent)
+        self.started_s: float | None = None  # launch to RPC port listening
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> "TrexServer":
+        # The RPC is on the namespace's loopback; a topology leaves it down.
+        subprocess.run(self.endpoint.argv("ip", "link", "set", "lo", "up"), capture_output=True,
+                       timeout=10, check=True)
+        self._log = open(self.log_path, "wb")
+        self.proc.stdout = self._log
+        self.proc.stderr = subprocess.STDOUT
+        t0 = time.monotonic()
+        try:
+            self.proc.start()
+        except OSError as exc:
+            raise GeneratorError(f"trex: cannot start {self.binary}: {exc}") from exc
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.stop()
+                raise GeneratorError(
+                    f"trex: the server exited at start-up ({self.proc.record.status}); its output "
+                    f"is in {self.log_path}: {self.log_tail()}")
+            try:
+                self.endpoint.connect("127.0.0.1", SYNC_PORT, 1.0).close()
+                self.started_s = time.monotonic() - t0
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise GeneratorError(f"trex: the server did not listen on 127.0.0.1:{SYNC_PORT} in "
+                             f"{self.endpoint.where} within {timeout:g}s; see {self.log_path}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> int | None:
+        ours = self.proc.popen is not None and self.proc.popen.poll() is None
+        code = self.proc.stop(signal.SIGTERM, grace=5)
+        if ours and code == 255 and not self.proc.record.note:
+            self.proc.record.note = "stopped with SIGTERM; the TRex server exits with 255"
+        if self._log:
+            self._log.close()
+            self._log = None
+        self.remove_dpdk_files()
+        return code
+
+    def remove_dpdk_files(self) -> None:
+        """What DPDK made for this server: its prefix folder; /var/run/dpdk if we made it."""
+        if self.proc.popen is not None and self.proc.popen.poll() is None:
+            return  # still running: never pull its files away
+        shutil.rmtree(DPDK_RUN / self.prefix, ignore_errors=True)
+        if self._made_dpdk_run:
+            try:
+                DPDK_RUN.rmdir()  # only when empty: another server may use it now
+            except OSError:
+                pass
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+
+__all__ = ["TrexServer", "server_binary", "write_config", "SYNC_PORT", "ASYNC_PORT"]

@@ -1,0 +1,337 @@
+"""The TRex worker: the only process that imports the TRex client (`lbr-trex-client`).
+
+The client bundles its own Scapy 2.4.3, which must be the first Scapy its process imports, so
+this file is run by path (`python .../generators/trex/worker.py MODE FILE`) and imports nothing
+of the project: only the standard library and, first of all, `lbr_trex_client`. It talks to the
+adapter (generators/trex/__init__.py) in JSON lines on stdout, one event per line:
+
+  build PROFILE.json OUTDIR   the adapter's profile (plain data, stl_profile.py) -> STLProfile;
+                              writes OUTDIR/trex-profile.py (dump_to_code, loadable by
+                              trex-console's `start -f`), .json and .yaml, loads the .py back and
+                              checks it equals what was built. Events: built | error.
+  run JOB.json                connect (API-version check), acquire, reset, add the streams of the
+                              dumped .py, then (SIGUSR1 from the adapter's start) start, poll,
+                              stop, stats, release, disconnect. Events: connected | ready |
+                              started | progress | stats | done | error.
+  sim PROFILE.py OUT.pcap DIR the stateless simulator (DIR holds bp-sim-64) expands the profile.
+
+SIGTERM or SIGINT during `run` stops the traffic, collects the statistics and releases the port
+before exiting (status `stopped`).
+"""
+
+import sys
+
+# Run by path, this file's folder is sys.path[0]: its modules (stl_profile.py, ...) must not
+# shadow the standard library's or TRex's.
+if sys.path and sys.path[0] == __file__.rsplit("/", 1)[0]:
+    del sys.path[0]
+
+import lbr_trex_client  # noqa: E402,F401  (first: it puts TRex's own Scapy on the path)
+
+import json  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+
+_stop = []
+_go = []
+
+
+def emit(event: str, **data) -> None:
+    data["event"] = event
+    sys.stdout.write(json.dumps(data, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _on_signal(signum, _frame) -> None:
+    _stop.append(signum)
+
+
+def _on_go(signum, _frame) -> None:
+    _go.append(signum)
+
+
+# ---- build ----------------------------------------------------------------------------------
+
+
+def build_packet(p: dict):
+    from trex.stl.api import ICMP, IP, TCP, UDP, Ether, ICMPv6EchoRequest, IPv6, Raw
+
+    eth = Ether(src=p["eth"]["src"], dst=p["eth"]["dst"])
+    ip = p["ip"]
+    if ip["version"] == 4:
+        l3 = IP(src=ip["src"], dst=ip["dst"], ttl=64, id=0, flags="DF")
+    else:
+        l3 = IPv6(src=ip["src"], dst=ip["dst"], hlim=64)
+    l4 = p["l4"]
+    if l4["proto"] == "udp":
+        l4p = UDP(sport=l4["sport"], dport=l4["dport"])
+    elif l4["proto"] == "tcp":
+        l4p = TCP(sport=l4["sport"], dport=l4["dport"], flags=l4["flags"], seq=l4["seq"],
+                  ack=l4["ack"], window=l4["window"])
+    elif l4["proto"] == "icmp":
+        l4p = ICMP(type=l4["type"], code=l4["code"], id=l4["id"], seq=l4["seq"])
+    else:
+        l4p = ICMPv6EchoRequest(id=l4["id"], seq=l4["seq"])
+    content = bytes.fromhex(p["payload_hex"])
+    payload = (content + bytes(max(0, p["payload_len"] - len(content))))[: max(p["payload_len"], len(content))]
+    return eth / l3 / l4p / Raw(payload)
+
+
+def build_stream(s: dict):
+    from trex.stl.api import (STLFlowStats, STLPktBuilder, STLStream, STLTXCont, STLTXMultiBurst,
+                              STLTXSingleBurst, STLVM, CTRexVmInsFixHwCs)
+
+    pkt = build_packet(s["packet"])
+    vm = STLVM()
+    for ins in s["vm"]:
+        op = ins["op"]
+        if op == "var":
+            vm.var(name=ins["name"], min_value=ins["min"], max_value=ins["max"], init_value=ins["init"],
+                   size=ins["size"], op=ins["kind"], step=ins["step"], next_var=ins["next_var"])
+        elif op == "write":
+            vm.write(fv_name=ins["var"], pkt_offset=ins["field"], offset_fixup=ins.get("offset_fixup", 0),
+                     add_val=ins.get("add", 0))
+        elif op == "trim":
+            vm.trim(fv_name=ins["var"])
+        elif op == "fix_checksums":
+            l3, l4 = ins["l3"], ins["l4"]
+            if l4 in ("tcp", "udp"):
+                kind = CTRexVmInsFixHwCs.L4_TYPE_UDP if l4 == "udp" else CTRexVmInsFixHwCs.L4_TYPE_TCP
+                vm.fix_chksum_hw(l3_offset=l3, l4_offset=l4.upper(), l4_type=kind)
+            elif l4 == "icmp":
+                vm.fix_chksum()
+            else:
+                vm.fix_chksum_icmpv6(l3_offset=l3, l4_offset=14 + 40)
+        else:
+            raise ValueError(f"{s['label']}: unknown field-engine instruction {op!r}")
+    m, rate = s["mode"], s["rate"]
+    if m["type"] == "continuous":
+        mode = STLTXCont(**rate)
+    elif m["type"] == "single_burst":
+        mode = STLTXSingleBurst(total_pkts=m["total_pkts"], **rate)
+    else:
+        mode = STLTXMultiBurst(pkts_per_burst=m["pkts_per_burst"], ibg=m["ibg_us"], count=m["count"],
+                               **rate)
+    return STLStream(name=s["name"], packet=STLPktBuilder(pkt=pkt, vm=vm), mode=mode,
+                     isg=s["isg_us"], random_seed=s["random_seed"],
+                     flow_stats=STLFlowStats(pg_id=s["pg_id"]) if s.get("pg_id") else None,
+                     mac_src_override_by_pkt=True, mac_dst_override_mode=1)
+
+
+def build(spec_path: str, outdir: str) -> int:
+    from pathlib import Path
+
+    from trex.stl.api import STLProfile
+    import yaml  # TRex's own (external_libs), the one its load_yaml reads with
+
+    spec = json.loads(Path(spec_path).read_text())
+    out = Path(outdir)
+    streams = []
+    for s in spec["streams"]:
+        try:
+            streams.append(build_stream(s))
+        except Exception as exc:
+            emit("error", stage="build", stream=s["label"], message=f"{type(exc).__name__}: {exc}")
+            return 2
+    profile = STLProfile(streams)
+    py = out / "trex-profile.py"
+    py.write_text(fix_dump(profile.dump_to_code()))
+    data = profile.to_json()
+    (out / "trex-profile.json").write_text(json.dumps(data, indent=1) + "\n")
+    (out / "trex-profile.yaml").write_text(yaml.safe_dump(data, default_flow_style=False))
+    again = STLProfile.load_py(str(py)).to_json()
+    if _without_ids(again) != _without_ids(data):
+        emit("error", stage="build", message=f"{py} does not load back as the profile that was built")
+        return 2
+    emit("built", streams=len(streams), files=[str(py), str(out / "trex-profile.json"),
+                                               str(out / "trex-profile.yaml")])
+    return 0
+
+
+# dump_to_code names ICMPv6 echo fields by a layer name that TRex's own loader cannot find
+# ("no layer ICMPv6EchoRequest-0"): the dump gets their byte offsets instead (IPv6 without
+# extension headers: the ICMPv6 header at 54, its identifier at 58, its sequence at 60).
+_DUMP_FIXES = (("pkt_offset='ICMPv6EchoRequest.id'", "pkt_offset=58"),
+               ("pkt_offset='ICMPv6EchoRequest.seq'", "pkt_offset=60"),
+               ("l4_offset='ICMPv6EchoRequest'", "l4_offset=54"))
+
+
+def fix_dump(code: str) -> str:
+    for old, new in _DUMP_FIXES:
+        code = code.replace(old, new)
+    return code
+
+
+def _without_ids(data: list) -> list:
+    return [{k: v for k, v in s.items() if k not in ("id",)} for s in data]
+
+
+# ---- run ------------------------------------------------------------------------------------
+
+
+def _port_stats(stats: dict, port: int) -> dict:
+    keys = ("opackets", "obytes", "oerrors", "ipackets", "ibytes", "ierrors")
+    return {k: int(stats[port].get(k, 0)) for k in keys}
+
+
+def run(job_path: str) -> int:
+    from pathlib import Path
+
+    from trex.stl.api import STLClient, STLError, STLProfile
+
+    job = json.loads(Path(job_path).read_text())
+    port = job["port"]
+    client = STLClient(server=job["host"], sync_port=job["sync_port"], async_port=job["async_port"],
+                       username=job.get("username") or "ntg-testbed", verbose_level="error",
+                       sync_timeout=job.get("rpc_timeout"), async_timeout=job.get("rpc_timeout"))
+    ours = client.ctx.api_ver
+    api = "{name} {major}.{minor}".format(**ours)
+    if job.get("api_override"):  # tests: pretend to be another client version
+        client.ctx.api_ver = dict(ours, **job["api_override"])
+        api += " (claiming {name} {major}.{minor})".format(**client.ctx.api_ver)
+    stage = "connect"
+    acquired = False
+    status = "failed"
+    try:
+        client.connect()
+        version = client.get_server_version()
+        emit("connected", server_version=version.get("version"), mode=version.get("mode"),
+             client_api=api, ports=client.get_port_count())
+        if version.get("mode") not in (None, "STL"):
+            raise STLError(f"the server runs in {version.get('mode')} mode; stateless profiles "
+                           f"need a server started without --astf")
+        if port >= client.get_port_count():
+            raise STLError(f"the server has {client.get_port_count()} port(s); port {port} is "
+                           f"not one of them")
+        stage = "acquire"
+        client.acquire(ports=[port], force=False)
+        acquired = True
+        stage = "reset"
+        client.reset(ports=[port])
+        stage = "add_streams"
+        profile = STLProfile.load_py(job["profile"])
+        client.add_streams(profile.get_streams(), ports=[port])
+        client.clear_stats()
+        stage = "ready"
+        emit("ready", streams=len(profile.get_streams()))
+        waited = time.monotonic() + job.get("ready_timeout_s", 3600)
+        while not _go and not _stop:  # the adapter's start() sends SIGUSR1
+            if time.monotonic() > waited:
+                raise STLError("start was not asked for within ready_timeout_s; gave up")
+            time.sleep(0.005)
+        stage = "start"
+        if _stop:
+            raise KeyboardInterrupt
+        client.start(ports=[port], force=False)
+        t0 = time.monotonic()
+        emit("started")
+        stage = "traffic"
+        deadline = t0 + job["expected_s"] + job["max_overrun_s"]
+        stop_at = t0 + job["duration_s"] if job.get("duration_s") else None
+        status = "completed"
+        while True:
+            time.sleep(job.get("poll_s", 0.2))
+            now = time.monotonic()
+            stats = client.get_stats(ports=[port])
+            emit("progress", t=round(now - t0, 3), opackets=int(stats[port]["opackets"]))
+            if _stop:
+                status = "stopped"
+                break
+            if stop_at is not None and now >= stop_at:
+                break
+            if not client.is_traffic_active(ports=[port]):
+                break
+            if now > deadline:
+                status = "overrun"
+                break
+        stage = "stop"
+        client.stop(ports=[port])
+        seconds = time.monotonic() - t0
+        time.sleep(0.3)  # the last counters reach the server's stats
+        stats = client.get_stats(ports=[port])
+        streams = {}
+        if job.get("stream_stats"):  # TRex's per-stream counters (STLFlowStats), by pg_id
+            flow = client.get_pgid_stats().get("flow_stats", {})
+            for pg, st in flow.items():
+                if pg != "global":
+                    streams[str(pg)] = {k: int(st.get(k, {}).get(port, 0)) for k in ("tx_pkts", "tx_bytes")}
+        emit("stats", port=port, seconds=round(seconds, 6), port_stats=_port_stats(stats, port),
+             total=_port_stats({0: stats["total"]}, 0), global_=stats.get("global", {}),
+             streams=streams)
+        stage = "release"
+        client.release(ports=[port])
+        acquired = False
+        client.disconnect()
+        emit("done", status=status)
+        return 0
+    except (STLError, Exception) as exc:  # the TRex error text is what the user needs
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        if "RPC version mismatch" in text:
+            text += (f" (this client is lbr-trex-client {_client_version()}, API {api}; install the "
+                     f"lbr-trex-client release that matches the server's TRex version: 3.4.0 "
+                     f"for TRex v3.0x)")
+        emit("error", stage=stage, message=text)
+        return 2
+    except KeyboardInterrupt:
+        emit("done", status="stopped")
+        return 0
+    finally:
+        try:
+            if acquired and client.is_connected():
+                client.stop(ports=[port])
+                client.release(ports=[port])
+            if client.is_connected():
+                client.disconnect(stop_traffic=False, release_ports=False)
+        except Exception as exc:
+            emit("cleanup", message=f"{type(exc).__name__}: {exc}")
+
+
+def _client_version() -> str:
+    try:
+        from importlib import metadata
+
+        return metadata.version("lbr-trex-client")
+    except Exception:
+        return "unknown"
+
+
+# ---- sim ------------------------------------------------------------------------------------
+
+
+def sim(profile: str, out: str, sim_dir: str) -> int:
+    from trex.stl import trex_stl_sim
+
+    # The simulator first checks that every stream survives to_json -> from_json -> to_json, and
+    # the client's from_json (3.4.0) drops a flow variable's init_value: a variable that starts
+    # inside its range (an increment from the given address, the ICMP checksum) fails that check
+    # although the server gets the init_value (add_streams sends to_json). The check is skipped.
+    trex_stl_sim.STLSim.verify_json = lambda self, streams: None
+    rc = trex_stl_sim.main(["-p", sim_dir, "-r", "-f", profile, "-o", out])
+    emit("simulated" if rc == 0 else "error", rc=rc, pcap=out, stage="sim",
+         message="" if rc == 0 else f"bp-sim-64 exited with {rc}")
+    return 0 if rc == 0 else 2
+
+
+def main(argv: list) -> int:
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGUSR1, _on_go)
+    try:
+        if len(argv) == 3 and argv[0] == "build":
+            return build(argv[1], argv[2])
+        if len(argv) == 2 and argv[0] == "run":
+            return run(argv[1])
+        if len(argv) == 4 and argv[0] == "sim":
+            return sim(argv[1], argv[2], argv[3])
+    except Exception as exc:
+        emit("error", stage=argv[0] if argv else "?", message=f"{type(exc).__name__}: {exc}",
+             trace=traceback.format_exc(limit=5))
+        return 2
+    print("usage: worker.py build PROFILE.json OUTDIR | run JOB.json | sim PROFILE.py OUT.pcap SIMDIR",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
