@@ -304,6 +304,30 @@ def test_progress_reports_bytes_and_packets(sorted_pcap, monkeypatch):
 
 # ---- a capture twice the memory its process may use -------------------------------------------
 
+MAPPED_CHILD = """
+import sys
+from analysis.capture import iter_capture
+def rss_file():
+    return [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("RssFile:")][0]
+base = peak = rss_file()
+for cap in iter_capture(sys.argv[1], 1 << 16, reuse=True):
+    peak = max(peak, rss_file())
+print(peak - base)
+"""
+
+
+def test_the_pages_of_a_capture_once_read_leave_the_process(tmp_path):
+    """The reader maps the file; pages behind the cursor are dropped from the mapping
+    (pcapread.c, pr_release), so the process's resident file pages stay a window, not the file
+    (what `time -v` or top show as its memory)."""
+    pcap = tmp_path / "mapped.pcap"
+    size = write_pcap(pcap, 600_000)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run([sys.executable, "-c", MAPPED_CHILD, str(pcap)], capture_output=True,
+                           text=True, env=env, timeout=120, check=True)
+    grown = int(child.stdout.split()[-1])
+    assert grown < size / 4, f"{grown / 2**20:.0f} MiB of a {size / 2**20:.0f} MiB file stayed mapped"
+
 LIMIT = 192 * 2**20          # the cgroup's hard limit: interpreter, libraries, chunks, flows, plots
 CHUNK_BUDGET = 32 * 2**20    # analyze(memory_limit=...)
 

@@ -79,6 +79,7 @@ struct pr_reader {
     uint64_t units;
     uint64_t start;      /* offset of the first record / block after the file header */
     pr_cursor cur;
+    uint64_t released;   /* the map before this offset is dropped from the process (pr_release) */
     int failed;
     uint64_t fail_off;
     char why[320];
@@ -674,6 +675,7 @@ uint64_t pr_offset(const pr_reader *r) { return r->cur.off; }
 void pr_rewind(pr_reader *r)
 {
     r->cur.off = r->start;
+    r->released = 0;
     r->cur.swap = 0;
     r->cur.nifs = 0;
     r->cur.last_ts = 0;
@@ -684,9 +686,45 @@ int64_t pr_count(pr_reader *r)
     return r->format == PR_FORMAT_PCAP ? pcap_count(r) : png_count(r);
 }
 
+/* The pages wholly before the cursor have been read: drop them from this process's mapping, so
+ * that its resident memory is the part being read rather than the whole file (a file larger than
+ * memory is read in bounded memory; the pages stay in the page cache, and a rewind faults them in
+ * again). Nothing keeps a pointer into the map across calls: records are copied into columns. */
+static void pr_release(pr_reader *r)
+{
+    static uint64_t page;
+    if (!page) page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t upto = r->cur.off & ~(page - 1);
+    if (r->map && upto > r->released) {
+        madvise((void *)(r->map + r->released), upto - r->released, MADV_DONTNEED);
+        r->released = upto;
+    }
+}
+
+#define PR_RELEASE_EVERY 65536 /* packets read between two releases: at most ~100 MB of file */
+
+static pr_columns pr_shift(const pr_columns *c, size_t k)
+{
+    pr_columns s = {c->ts_ns + k, c->wire_len + k, c->cap_len + k, c->link_type + k,
+                    c->ip_version + k, c->proto + k, c->src_hi + k, c->src_lo + k,
+                    c->dst_hi + k, c->dst_lo + k, c->sport + k, c->dport + k,
+                    c->tcp_flags + k};
+    return s;
+}
+
 size_t pr_read(pr_reader *r, const pr_columns *c, size_t capacity)
 {
-    return r->format == PR_FORMAT_PCAP ? pcap_read(r, c, capacity) : png_read(r, c, capacity);
+    size_t n = 0;
+    while (n < capacity) {
+        size_t want = capacity - n < PR_RELEASE_EVERY ? capacity - n : PR_RELEASE_EVERY;
+        pr_columns at = pr_shift(c, n);
+        size_t got = r->format == PR_FORMAT_PCAP ? pcap_read(r, &at, want)
+                                                 : png_read(r, &at, want);
+        n += got;
+        pr_release(r);
+        if (got < want) break;
+    }
+    return n;
 }
 
 const char *pr_problem(const pr_reader *r, uint64_t *offset)

@@ -10,7 +10,9 @@
  *     pr_close(r);
  *
  * pr_read may also be called repeatedly with a smaller capacity: each call resumes where the
- * previous one stopped (pr_offset tells the byte offset of the next record).
+ * previous one stopped (pr_offset tells the byte offset of the next record). The pages of the
+ * file behind the cursor are dropped from the mapping as it advances (every 65,536 packets), so
+ * the process holds a window of the file, not the whole file (they stay in the page cache).
  *
  * A damaged file is never an error of pr_read: it returns the packets before the damage and
  * pr_problem then tells the byte offset of the bad record or block and what is wrong with it.
