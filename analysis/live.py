@@ -217,6 +217,27 @@ def fmt_count(x: Any, digits: int = 0) -> str:
     return "–" if x is None else fmt_number(x, digits)
 
 
+ASTF_COLUMNS = (("expected", "connections_expected"), ("attempted", "connections_attempted"),
+                ("established", "connections_established"), ("closed", "connections_closed"),
+                ("drops", "drops"), ("server accepted", "server_accepted"),
+                ("server closed", "server_closed"), ("server drops", "server_drops"))
+
+
+def astf_blocks(manifest: dict[str, Any]) -> list:
+    """TRex's own TCP counters of generators in ASTF mode (their port_stats.astf), per step."""
+    rows = []
+    for s in manifest.get("steps") or []:
+        for title, g in (s.get("generators") or {}).items():
+            a = (g.get("port_stats") or {}).get("astf")
+            if a:
+                errors = ", ".join(f"{k} {v}" for k, v in (a.get("errors") or {}).items()) or "none"
+                rows.append([s.get("name", ""), title, *(fmt_count(a.get(k)) for _, k in ASTF_COLUMNS), errors])
+    if not rows:
+        return []
+    return [("h2", "TCP sessions (TRex ASTF): TRex's own counters"),
+            ("table", ["step", "generator", *(c for c, _ in ASTF_COLUMNS), "errors"], rows)]
+
+
 def report_blocks(doc: dict[str, Any], manifest: dict[str, Any], plots: dict[str, Path],
                   method: MethodAnalysis | None = None) -> list:
     b: list = [("h1", f"Live run {doc['run_id']}")]
@@ -241,6 +262,7 @@ def report_blocks(doc: dict[str, Any], manifest: dict[str, Any], plots: dict[str
                      fmt_count((s.get("capture") or {}).get("dropped_by_kernel"))])
     b.append(("table", ["step", "status", "sent", "wire", "DUT", "loss", "captured",
                         "capture drops"], rows))
+    b += astf_blocks(manifest)
     overheads = [(s["monitor"] or {}).get("overhead_percent") for s in doc["steps"] if s.get("monitor")]
     overheads = [o for o in overheads if o is not None]
     if overheads:

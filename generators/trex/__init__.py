@@ -1,4 +1,5 @@
-"""Adapter for Cisco TRex in stateless mode (`generator: trex`); the mapping: README.md here.
+"""Adapter for Cisco TRex (`generator: trex`), stateless (STL) and, with `mode: astf`, advanced
+stateful (TCP sessions on TRex's own stack, astf_profile.py); the mappings: README.md here.
 
 The TRex client (`lbr-trex-client`) bundles its own old Scapy, which must be the first Scapy of
 its process, so this process never imports it. `prepare` maps the scenario to a profile as plain
@@ -34,6 +35,7 @@ from ntgcore.errors import GeneratorError
 from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin, Progress
 from ntgcore.proc import Process
 from ntgcore.scenario import GeneratorSpec
+from .astf_profile import AstfProfile, build_astf_profile, python_code
 from .stl_profile import RATE_UNITS, Profile, build_profile
 from .server import ASYNC_PORT, SYNC_PORT, TrexServer, server_binary
 
@@ -45,6 +47,8 @@ BUILD_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
 STARTUP_TIMEOUT_S = 30.0  # worker start-up (TRex's client imports in ~1 s) to streams added
 READY_WAIT_S = 3600.0  # a prepared worker waits this long for `start` at most, then gives up  # the worker stops the traffic, reads the counters and releases the port
+ASTF_OPEN_MARGIN_S = 1.0  # ASTF: new connections are opened this long after the last one is due
+MODES = ("stl", "astf")
 
 
 def _option(spec, name: str, default):
@@ -73,7 +77,9 @@ def _loopback(host: str) -> bool:
 
 class Trex(Generator):
     """`spec` (optional; a dict or a TrexSpec) may give: `server` ("start" or {host, sync_port,
-    async_port}), `trex_dir`, `port`, `rate_unit`, `topspeed_pps`, `rpc_timeout`, `stream_stats`."""
+    async_port}), `trex_dir`, `port`, `rate_unit`, `topspeed_pps`, `rpc_timeout`, `stream_stats`;
+    ASTF: `mode: astf`, `server_iface`, `response_bytes` (and the keyword `attack_sessions`: the
+    `attacks:` section's TCP dialogues from testbed.ids.rules.attacks.tcp_dialogues)."""
 
     name = "trex"
 
@@ -90,6 +96,13 @@ class Trex(Generator):
         self.topspeed_pps = float(opt("topspeed_pps", 300_000))
         self.rpc_timeout = float(opt("rpc_timeout", 10.0))
         self.stream_stats = bool(opt("stream_stats", False))
+        self.mode = opt("mode", "stl")
+        if self.mode not in MODES:
+            raise GeneratorError(f"trex: mode {self.mode!r}: one of {', '.join(MODES)}")
+        self.server_iface: str | None = opt("server_iface", None)
+        self.response_bytes = int(opt("response_bytes", 0))
+        self.attack_sessions: tuple[list[dict], list[str]] | None = options.get("attack_sessions")
+        self.astf: AstfProfile | None = None
         self.api_override: dict | None = options.get("api_override")  # tests only
         self.profile: Profile | None = None
         self.endpoint: Endpoint | None = None
@@ -131,8 +144,16 @@ class Trex(Generator):
             raise GeneratorError(f"trex: the TRex client is not installed; {INSTALL_HINT}")
         if self.starts_server:
             self._binary = server_binary(self.trex_dir)
+            if self.mode == "astf" and not self.server_iface:
+                raise GeneratorError(
+                    f"trex: mode astf with `server: start` needs `server_iface`: TRex's server "
+                    f"side (port 1), the other end of {endpoint.iface}'s veth in the same "
+                    f"namespace (TRex answers its own connections there)")
         self.endpoint = endpoint
-        self.write_profile(scenario, run_dir, seed, endpoint.pace, endpoint.duration_s)
+        if self.mode == "astf":
+            self.write_astf_profile(scenario, run_dir)
+        else:
+            self.write_profile(scenario, run_dir, seed, endpoint.pace, endpoint.duration_s)
         self._bring_up()
 
     def write_profile(self, scenario, run_dir: Path, seed: int, pace: str = "realtime",
@@ -153,11 +174,35 @@ class Trex(Generator):
         self._build(spec_path)
         return self.profile
 
-    def _build(self, spec_path: Path) -> None:
-        """The worker builds the STLProfile and dumps it (.py, .json, .yaml) into the run folder."""
+    def write_astf_profile(self, scenario, run_dir: Path) -> AstfProfile:
+        """ASTF mode: the scenario's TCP flows (and `attacks:` TCP sessions) as an ASTF profile
+        (refusals here), written as `trex-astf-profile.py` (runnable in trex-console) and
+        loaded by the worker with TRex's client (`trex-astf-profile.json`); no server."""
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.astf = build_astf_profile(scenario, response_bytes=self.response_bytes,
+                                       attack_sessions=self.attack_sessions)
+        self._mac = (scenario.ethernet.src, scenario.ethernet.dst)
+        (self.run_dir / "trex-profile-spec.json").write_text(json.dumps(self.astf.as_dict(), indent=1) + "\n")
+        (self.run_dir / "trex-approximations.txt").write_text(
+            "".join(f"- {a}\n" for a in self.astf.approximations)
+            or "none: every TCP flow is one ASTF template as the scenario says\n")
+        py = self.run_dir / "trex-astf-profile.py"
+        py.write_text(python_code(self.astf))
+        self._build(py, "astf-build")
+        return self.astf
+
+    @property
+    def profile_file(self) -> Path:
+        assert self.run_dir is not None
+        return self.run_dir / ("trex-astf-profile.py" if self.mode == "astf" else "trex-profile.py")
+
+    def _build(self, spec_path: Path, how: str = "build") -> None:
+        """The worker builds the STLProfile and dumps it (.py, .json, .yaml) into the run folder
+        (ASTF: loads the profile file with ASTFProfile.load_py and writes its JSON)."""
         assert self.run_dir is not None
         log = open(self.run_dir / "trex-build.log", "wb")
-        proc = Process("trex-build", self._python(str(WORKER), "build", str(spec_path), str(self.run_dir)),
+        proc = Process("trex-build", self._python(str(WORKER), how, str(spec_path), str(self.run_dir)),
                        stdout=subprocess.PIPE, stderr=log)
         try:
             proc.start()
@@ -191,12 +236,13 @@ class Trex(Generator):
         """The server (when this run starts one) and the worker, connected, the port acquired
         and reset, the streams added: all before the run's clock starts, so that `start` only
         says go (TRex's own start-up, ~2.5 s here, is not counted as sending time)."""
-        assert self.profile is not None and self.endpoint is not None and self.run_dir
+        assert (self.profile or self.astf) is not None and self.endpoint is not None and self.run_dir
         self._status = "running"  # processes run from here on: a stop must reach them
         try:
             if self.starts_server:
                 assert self._binary is not None
-                self.server = TrexServer(self._binary, self.endpoint, self.run_dir, *self._mac)
+                self.server = TrexServer(self._binary, self.endpoint, self.run_dir, *self._mac,
+                                         server_iface=self.server_iface if self.mode == "astf" else None)
                 self.server.start()
                 host, sync, asyn = "127.0.0.1", SYNC_PORT, ASYNC_PORT
                 at_endpoint = True
@@ -210,9 +256,9 @@ class Trex(Generator):
                 # reached from here (a namespace of the run has no route out).
                 at_endpoint = _loopback(host)
             job = {"host": host, "sync_port": sync, "async_port": asyn, "port": self.port,
-                   "profile": str(self.run_dir / "trex-profile.py"),
-                   "duration_s": self.profile.duration_s if self.profile.continuous else None,
-                   "expected_s": self.profile.expected_seconds, "max_overrun_s": MAX_OVERRUN_S,
+                   "mode": self.mode, "profile": str(self.profile_file),
+                   "duration_s": self._duration_s(), "expected_s": self.expected_seconds,
+                   "max_overrun_s": MAX_OVERRUN_S,
                    "ready_timeout_s": READY_WAIT_S, "rpc_timeout": self.rpc_timeout,
                    "stream_stats": self.stream_stats,
                    "api_override": self.api_override}  # fmt: skip
@@ -241,6 +287,19 @@ class Trex(Generator):
         self._monitor = threading.Thread(target=self._watch, name="trex-monitor", daemon=True)
         self._monitor.start()
         self._await("ready", STARTUP_TIMEOUT_S + 4 * self.rpc_timeout)
+
+    @property
+    def expected_seconds(self) -> float:
+        if self.astf is not None:
+            return self.astf.expected_seconds + ASTF_OPEN_MARGIN_S
+        assert self.profile is not None
+        return self.profile.expected_seconds
+
+    def _duration_s(self) -> float | None:
+        if self.astf is not None:  # TRex opens new connections this long (each template to its limit)
+            return self.astf.expected_seconds + ASTF_OPEN_MARGIN_S
+        assert self.profile is not None
+        return self.profile.duration_s if self.profile.continuous else None
 
     def _await(self, event: str, timeout: float) -> None:
         """Until the worker says `event`; its failure (or none in time) is raised here."""
@@ -274,7 +333,7 @@ class Trex(Generator):
                     event = {"event": "output", "text": text}
                 if event.get("event") == "progress":
                     if self._on_progress:
-                        total = self.profile.expected_seconds if self.profile else 0.0
+                        total = self.expected_seconds
                         self._on_progress(Progress(event.get("t", 0.0), total, event.get("opackets", 0)))
                     continue
                 keep.write(json.dumps(event) + "\n")
@@ -290,7 +349,7 @@ class Trex(Generator):
                     self._stats = event
 
     def _watch(self) -> None:
-        assert self.worker is not None and self.profile is not None
+        assert self.worker is not None and (self.profile or self.astf) is not None
         asked = False
         deadline = None
         reason = None
@@ -311,7 +370,7 @@ class Trex(Generator):
                     self.worker.stop(signal.SIGKILL, grace=1)
                     reason = "the worker did not stop within its grace time; killed"
                 if self._signals["started"].is_set() and deadline is None:
-                    deadline = time.monotonic() + 30.0 + self.profile.expected_seconds + MAX_OVERRUN_S
+                    deadline = time.monotonic() + 30.0 + self.expected_seconds + MAX_OVERRUN_S
                 if deadline is not None and time.monotonic() > deadline:
                     self.worker.stop(signal.SIGTERM, grace=STOP_GRACE_S)
                     reason = f"the run was still going {MAX_OVERRUN_S:g}s after its expected end; stopped"
@@ -330,10 +389,11 @@ class Trex(Generator):
                           f"{_tail(self.run_dir / 'trex-worker.log') or '(no output)'}")
             if reason is None and done.get("status") == "overrun":
                 reason = (f"TRex was still sending {MAX_OVERRUN_S:g}s after the expected end "
-                          f"({self.profile.expected_seconds:.3g}s); stopped it")
+                          f"({self.expected_seconds:.3g}s); stopped it")
             if reason is not None:
                 self._fail(reason)
-            elif done.get("status") == "stopped" and (self._interrupt or not self.profile.continuous):
+            elif done.get("status") == "stopped" and (self._interrupt or self.astf is not None
+                                                       or not self.profile.continuous):
                 self._status = "interrupted"
             else:
                 self._status = "completed"
@@ -395,6 +455,12 @@ class Trex(Generator):
             return {}
         out = {self.endpoint.iface: dict(self._stats["port_stats"], seconds=self._stats["seconds"],
                                          trex_port=self._stats["port"])}
+        if self.astf is not None:
+            if self.server_iface and self._stats.get("server_port_stats"):
+                out[self.server_iface] = dict(self._stats["server_port_stats"], seconds=self._stats["seconds"],
+                                              trex_port=1)
+            out["astf"] = astf_summary(self._stats.get("astf", {}), self.astf.connections)
+            out["astf"]["templates"] = self._stats.get("groups", {})
         if self._stats.get("streams") and self.profile is not None:
             by_pg = {str(st.pg_id): st for st in self.profile.streams if st.pg_id}
             out["streams"] = {by_pg[pg].label: dict(v, name=by_pg[pg].name, pg_id=int(pg))
@@ -410,6 +476,8 @@ class Trex(Generator):
             return Counters()
         s = self._stats["port_stats"]
         sent, failed = s["opackets"], s["oerrors"]
+        # ASTF: the client side's segments, sent on the generator's interface (`at`), as STL; the
+        # server side's (sent on `server_iface`) are in port_stats
         nbytes = s["obytes"] - FCS * sent  # as on the veth, like the other generators
         return Counters(sent + failed, sent, failed, nbytes, nbytes, 0)
 
@@ -426,6 +494,32 @@ class Trex(Generator):
         if self.worker is not None:
             out.append(self.worker.record)
         return out
+
+
+# TRex's TCP counters (client side / server side) under the names the report uses
+ASTF_SUMMARY = {"connections_attempted": ("client", "tcps_connattempt"),
+                "connections_established": ("client", "tcps_connects"),
+                "connections_closed": ("client", "tcps_closed"),
+                "drops": ("client", "tcps_drops"),
+                "connection_drops": ("client", "tcps_conndrops"),
+                "server_accepted": ("server", "tcps_accepts"),
+                "server_established": ("server", "tcps_connects"),
+                "server_closed": ("server", "tcps_closed"),
+                "server_drops": ("server", "tcps_drops"),
+                "retransmit_timeouts": ("client", "tcps_rexmttimeo"),
+                "server_retransmit_timeouts": ("server", "tcps_rexmttimeo")}  # fmt: skip
+
+
+def astf_summary(counters: dict, expected: int) -> dict:
+    """TRex's TCP counters of both sides, the report's names first; `errors`: TRex's err_*."""
+    out: dict = {"connections_expected": expected}
+    for name, (side, key) in ASTF_SUMMARY.items():
+        out[name] = int(counters.get(side, {}).get(key, 0))
+    out["errors"] = {f"{side}.{k}": v for side in ("client", "server")
+                     for k, v in counters.get(side, {}).items() if k.startswith("err_")}
+    out["client"] = counters.get("client", {})
+    out["server"] = counters.get("server", {})
+    return out
 
 
 def _parse(text: str) -> list[dict]:
@@ -458,7 +552,8 @@ class TrexServerAddress(BaseModel):
 
 
 class TrexSpec(GeneratorSpec):
-    """Cisco TRex, stateless (STL), through its client library in a worker process."""
+    """Cisco TRex, stateless (STL) or advanced stateful (ASTF), through its client library in a
+    worker process."""
 
     name: Literal["trex"] = "trex"
     server: Union[Literal["start"], TrexServerAddress] = Field(
@@ -478,6 +573,14 @@ class TrexSpec(GeneratorSpec):
     stream_stats: bool | None = Field(None, description="trex: TRex's per-stream counters "
                                       "(STLFlowStats) into port_stats.streams; TRex marks the "
                                       "packets for them (IPv4 ID, TOS bit).")
+    mode: Literal[MODES] | None = Field(  # type: ignore[valid-type]
+        None, description="trex: `stl` (default): flows as stateless streams; `astf`: TCP flows "
+        "and `attacks:` TCP sessions as TRex's own TCP connections (generators/trex/README.md).")
+    server_iface: str | None = Field(None, description="trex, mode astf with server: start: "
+                                     "TRex's server side (port 1), the other end of the "
+                                     "generator's veth in its namespace.")
+    response_bytes: int | None = Field(None, ge=0, le=1_000_000, description="trex, mode astf: "
+                                       "bytes the server answers every TCP flow's request with.")
 
 
 PLUGIN = GeneratorPlugin(
@@ -485,7 +588,7 @@ PLUGIN = GeneratorPlugin(
     capabilities=Capabilities(offline=False, live=True, port_stats=True,
                               counters=("packets_attempted", "packets_sent", "packets_failed",
                                         "bytes_attempted", "bytes_sent")),
-    summary="Cisco TRex stateless, through lbr-trex-client in a worker process (generators/trex/README.md)",
+    summary="Cisco TRex stateless or ASTF, through lbr-trex-client in a worker process (generators/trex/README.md)",
 )  # fmt: skip
 
 __all__ = ["PLUGIN", "Trex", "TrexSpec", "TrexServerAddress", "client_version"]

@@ -49,14 +49,18 @@ def server_binary(trex_dir: str | None) -> Path:
     raise GeneratorError(f"trex: no executable {BINARY} in {base} or {base / 'server'}; {DIR_HINT}")
 
 
-def write_config(path: Path, iface: str, src_mac: str, dst_mac: str, prefix: str) -> Path:
-    """trex_cfg.yaml for one Linux interface in layer-2 mode (port 0) plus a dummy port 1."""
+def write_config(path: Path, iface: str, src_mac: str, dst_mac: str, prefix: str,
+                 server_iface: str | None = None) -> Path:
+    """trex_cfg.yaml for one Linux interface in layer-2 mode (port 0) plus a dummy port 1; in
+    ASTF mode both ends of one veth pair (port 0: client side, port 1: server side), each port
+    sending to the other end's MAC address."""
+    second = server_iface or "dummy"
     path.write_text(
         "# written by ntg-testbed for one run (generators/trex/server.py)\n"
         "- port_limit: 2\n"
         "  version: 2\n"
         f"  prefix: {prefix}\n"
-        f"  interfaces: ['{iface}', 'dummy']\n"
+        f"  interfaces: ['{iface}', '{second}']\n"
         "  low_end: true\n"
         "  low_end_core: 0\n"
         "  port_info:\n"
@@ -65,20 +69,43 @@ def write_config(path: Path, iface: str, src_mac: str, dst_mac: str, prefix: str
     return path
 
 
+def interface_mac(endpoint: Endpoint, iface: str) -> str:
+    """The MAC address of `iface` in the endpoint's namespace (refused when it is not there)."""
+    import json
+
+    proc = subprocess.run(endpoint.argv("ip", "-j", "link", "show", "dev", iface), capture_output=True,
+                          text=True, timeout=10)
+    try:
+        return json.loads(proc.stdout)[0]["address"]
+    except (ValueError, IndexError, KeyError):
+        raise GeneratorError(f"trex: ASTF mode: no interface {iface} in {endpoint.where} (TRex's "
+                             f"server side must be the other end of {endpoint.iface}'s veth, in the "
+                             f"same namespace): {proc.stderr.strip()}") from None
+
+
 class TrexServer:
     """One server process at `endpoint` (a network namespace made for the run)."""
 
-    def __init__(self, binary: Path, endpoint: Endpoint, run_dir: Path, src_mac: str, dst_mac: str) -> None:
+    def __init__(self, binary: Path, endpoint: Endpoint, run_dir: Path, src_mac: str, dst_mac: str,
+                 server_iface: str | None = None) -> None:
+        """`server_iface`: ASTF mode (`--astf`): TRex's server side (port 1) on this interface
+        of the same namespace, the other end of the endpoint's veth; the ports' MAC addresses
+        are then the two interfaces' own."""
         if not endpoint.exists():
             raise GeneratorError(f"trex: {endpoint.where} does not exist")
         self.binary, self.endpoint, self.run_dir = binary, endpoint, run_dir
         self.prefix = f"ntg{secrets.token_hex(4)}"
-        self.config = write_config(run_dir / "trex_cfg.yaml", endpoint.iface, src_mac, dst_mac, self.prefix)
+        self.astf = server_iface is not None
+        if self.astf:
+            src_mac, dst_mac = interface_mac(endpoint, endpoint.iface), interface_mac(endpoint, server_iface)
+        self.config = write_config(run_dir / "trex_cfg.yaml", endpoint.iface, src_mac, dst_mac, self.prefix,
+                                   server_iface)
         self.log_path = run_dir / "trex-server.log"
         self._log = None
         self._made_dpdk_run = not DPDK_RUN.exists()
         argv = endpoint.argv(str(binary), "-i", "--software", "--no-scapy-server", "--no-termio",
-                             "--iom", "0", "--cfg", str(self.config))  # fmt: skip
+                             "--iom", "0", "--cfg", str(self.config),
+                             *(["--astf"] if self.astf else []))  # fmt: skip
         self.proc = Process("trex-server", argv, cwd=binary.parent)
         self.started_s: float | None = None  # launch to RPC port listening
 
@@ -144,4 +171,4 @@ class TrexServer:
         return " | ".join(text[-lines:])
 
 
-__all__ = ["TrexServer", "server_binary", "write_config", "SYNC_PORT", "ASYNC_PORT"]
+__all__ = ["TrexServer", "server_binary", "write_config", "interface_mac", "SYNC_PORT", "ASYNC_PORT"]

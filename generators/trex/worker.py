@@ -14,6 +14,13 @@ adapter (generators/trex/__init__.py) in JSON lines on stdout, one event per lin
                               stop, stats, release, disconnect. Events: connected | ready |
                               started | progress | stats | done | error.
   sim PROFILE.py OUT.pcap DIR the stateless simulator (DIR holds bp-sim-64) expands the profile.
+  astf-build PROFILE.py OUTDIR  an ASTF profile file (astf_profile.python_code) loaded with
+                              ASTFProfile.load_py; writes OUTDIR/trex-astf-profile.json.
+                              Events: built | error.
+  run JOB.json with "mode": "astf"  the same life cycle with ASTFClient on a server started with
+                              --astf: load_profile, start (new connections for `duration_s`, then
+                              until every flow is closed), TRex's TCP counters of the client and
+                              the server side (and per template group) in `stats`.
 
 SIGTERM or SIGINT during `run` stops the traffic, collects the statistics and releases the port
 before exiting (status `stopped`).
@@ -181,6 +188,8 @@ def run(job_path: str) -> int:
     from trex.stl.api import STLClient, STLError, STLProfile
 
     job = json.loads(Path(job_path).read_text())
+    if job.get("mode") == "astf":
+        return run_astf(job)
     port = job["port"]
     client = STLClient(server=job["host"], sync_port=job["sync_port"], async_port=job["async_port"],
                        username=job.get("username") or "ntg-testbed", verbose_level="error",
@@ -271,6 +280,7 @@ def run(job_path: str) -> int:
             text += (f" (this client is lbr-trex-client {_client_version()}, API {api}; install the "
                      f"lbr-trex-client release that matches the server's TRex version: 3.4.0 "
                      f"for TRex v3.0x)")
+        text += _mode_hint(text)
         emit("error", stage=stage, message=text)
         return 2
     except KeyboardInterrupt:
@@ -287,6 +297,13 @@ def run(job_path: str) -> int:
             emit("cleanup", message=f"{type(exc).__name__}: {exc}")
 
 
+def _mode_hint(text: str) -> str:
+    if "RPC configuration mismatch" not in text:
+        return ""
+    return (" (the generator's `mode: astf` needs a TRex server started with --astf, `mode: stl` "
+            "one started without it)")
+
+
 def _client_version() -> str:
     try:
         from importlib import metadata
@@ -294,6 +311,149 @@ def _client_version() -> str:
         return metadata.version("lbr-trex-client")
     except Exception:
         return "unknown"
+
+
+# ---- ASTF -----------------------------------------------------------------------------------
+
+
+def astf_build(profile_py: str, outdir: str) -> int:
+    from pathlib import Path
+
+    from trex.astf.api import ASTFProfile
+
+    try:
+        profile = ASTFProfile.load_py(profile_py)
+        data = profile.to_json()
+    except Exception as exc:
+        emit("error", stage="build", message=f"{type(exc).__name__}: {exc}")
+        return 2
+    out = Path(outdir) / "trex-astf-profile.json"
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    emit("built", templates=len(data.get("templates", [])), files=[profile_py, str(out)])
+    return 0
+
+
+# TRex's TCP counters (tcps_*) and its flow-table errors (err_*) kept in `stats`; the rest of
+# get_traffic_stats (udps_*, per-mbuf counters, ...) stays in TRex.
+def _tcp_counters(side: dict) -> dict:
+    return {k: int(v) for k, v in side.items()
+            if isinstance(v, (int, float)) and (k.startswith("tcps_") or k.startswith("err_")) and v}
+
+
+def run_astf(job: dict) -> int:
+    from trex.astf.api import ASTFClient, ASTFProfile, TRexError
+    from trex.common.trex_exceptions import TRexTimeoutError
+
+    client = ASTFClient(server=job["host"], sync_port=job["sync_port"], async_port=job["async_port"],
+                        username=job.get("username") or "ntg-testbed", verbose_level="error",
+                        sync_timeout=job.get("rpc_timeout"), async_timeout=job.get("rpc_timeout"))
+    ours = client.ctx.api_ver
+    api = "{name} {major}.{minor}".format(**ours)
+    if job.get("api_override"):
+        client.ctx.api_ver = dict(ours, **job["api_override"])
+        api += " (claiming {name} {major}.{minor})".format(**client.ctx.api_ver)
+    stage = "connect"
+    acquired = False
+    status = "failed"
+    try:
+        client.connect()
+        version = client.get_server_version()
+        emit("connected", server_version=version.get("version"), mode=version.get("mode"),
+             client_api=api, ports=client.get_port_count())
+        if version.get("mode") not in (None, "ASTF"):
+            raise TRexError(f"the server runs in {version.get('mode')} mode; ASTF profiles need a "
+                            f"server started with --astf")
+        stage = "acquire"
+        client.acquire(force=False)
+        acquired = True
+        stage = "reset"
+        client.reset()
+        stage = "load_profile"
+        profile = ASTFProfile.load_py(job["profile"])
+        client.load_profile(profile)
+        client.clear_stats()
+        stage = "ready"
+        emit("ready", templates=len(profile.to_json().get("templates", [])))
+        waited = time.monotonic() + job.get("ready_timeout_s", 3600)
+        while not _go and not _stop:
+            if time.monotonic() > waited:
+                raise TRexError("start was not asked for within ready_timeout_s; gave up")
+            time.sleep(0.005)
+        stage = "start"
+        if _stop:
+            raise KeyboardInterrupt
+        # new connections for duration_s (each template stops at its `limit`), then TRex waits
+        # for every open flow to close before the profile is back in its loaded state
+        client.start(mult=1, duration=job["duration_s"], nc=False, block=True)
+        t0 = time.monotonic()
+        emit("started")
+        stage = "traffic"
+        deadline = t0 + job["expected_s"] + job["max_overrun_s"]
+        status = "completed"
+        while True:
+            try:
+                client.wait_on_traffic(timeout=job.get("poll_s", 0.2))
+                break
+            except TRexTimeoutError:
+                pass
+            now = time.monotonic()
+            traffic = client.get_traffic_stats(skip_zero=False)
+            emit("progress", t=round(now - t0, 3),
+                 opackets=int(traffic.get("client", {}).get("tcps_sndtotal", 0)),
+                 connections=int(traffic.get("client", {}).get("tcps_connattempt", 0)))
+            if _stop:
+                status = "stopped"
+                break
+            if now > deadline:
+                status = "overrun"
+                break
+        seconds = time.monotonic() - t0
+        stage = "stop"
+        client.stop()
+        time.sleep(0.3)  # the last counters reach the server's stats
+        stats = client.get_stats(skip_zero=False)
+        traffic = stats.get("traffic", {})
+        groups = {}
+        try:
+            names = client.get_tg_names()
+            if names:
+                for name, st in client.get_traffic_tg_stats(names, skip_zero=False).items():
+                    groups[name] = {side: _tcp_counters(st.get(side, {})) for side in ("client", "server")}
+        except Exception as exc:  # per-template counters are extra: never fail the run on them
+            groups = {"error": f"{type(exc).__name__}: {exc}"}
+        emit("stats", port=0, seconds=round(seconds, 6),
+             port_stats=_port_stats(stats, 0),
+             server_port_stats=_port_stats(stats, 1) if 1 in stats else {},
+             total=_port_stats({0: stats["total"]}, 0),
+             astf={side: _tcp_counters(traffic.get(side, {})) for side in ("client", "server")},
+             groups=groups)
+        stage = "release"
+        client.release()
+        acquired = False
+        client.disconnect()
+        emit("done", status=status)
+        return 0
+    except KeyboardInterrupt:
+        emit("done", status="stopped")
+        return 0
+    except Exception as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        if "RPC version mismatch" in text:
+            text += (f" (this client is lbr-trex-client {_client_version()}, API {api}; install the "
+                     f"lbr-trex-client release that matches the server's TRex version: 3.4.0 "
+                     f"for TRex v3.0x)")
+        text += _mode_hint(text)
+        emit("error", stage=stage, message=text)
+        return 2
+    finally:
+        try:
+            if acquired and client.is_connected():
+                client.stop()
+                client.release()
+            if client.is_connected():
+                client.disconnect(stop_traffic=False, release_ports=False)
+        except Exception as exc:
+            emit("cleanup", message=f"{type(exc).__name__}: {exc}")
 
 
 # ---- sim ------------------------------------------------------------------------------------
@@ -324,11 +484,14 @@ def main(argv: list) -> int:
             return run(argv[1])
         if len(argv) == 4 and argv[0] == "sim":
             return sim(argv[1], argv[2], argv[3])
+        if len(argv) == 3 and argv[0] == "astf-build":
+            return astf_build(argv[1], argv[2])
     except Exception as exc:
         emit("error", stage=argv[0] if argv else "?", message=f"{type(exc).__name__}: {exc}",
              trace=traceback.format_exc(limit=5))
         return 2
-    print("usage: worker.py build PROFILE.json OUTDIR | run JOB.json | sim PROFILE.py OUT.pcap SIMDIR",
+    print("usage: worker.py build PROFILE.json OUTDIR | run JOB.json | sim PROFILE.py OUT.pcap SIMDIR"
+          " | astf-build PROFILE.py OUTDIR",
           file=sys.stderr)
     return 2
 

@@ -5,6 +5,8 @@
 `write_attacks(spec, rule_paths, out_dir, ...)` writes ``attacks.pcap`` and ``attacks.json`` with
 session *k* due at ``start + k / rate`` (later only when the session before it is still running),
 over IPv6 with ``ip_version: 6``;
+`tcp_dialogues(spec, rule_paths)` gives the selected TCP rules' sessions as plain dialogues (what
+a stateful generator such as TRex's ASTF mode replays with its own TCP stack);
 `merge_pcaps(inputs, out)` merges captures by time (mergecap, nanosecond pcap) and is the one merge
 used by runs and by `testbed ids-coverage --mix`. Scoring the attack sessions of a capture with
 Suricata is `testbed.ids.coverage.attack_coverage`.
@@ -123,6 +125,43 @@ def write_attacks(spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0
     manifest.write_text(json.dumps(doc, indent=1) + "\n")
     synth.failed.update(unsynthesizable)
     return Attacks(pcap, manifest, synth, selected, problems, plan)
+
+
+def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
+    """The `attacks:` section's TCP sessions as plain data, for a generator with a TCP stack of
+    its own: one entry per selected rule that is a TCP session with a handshake, `{"sid",
+    "server_port", "messages": [(from_client, bytes), ...], "count"}` (the same dialogue the
+    attack pcap carries, `count` = its share of the `spec.count` sessions cycled over these
+    rules), and what was left out (`sid N (why)`: UDP, ICMP, flag-only TCP, IPv6, ...)."""
+    from . import synth
+
+    selected, models, _problems = load_selection(rule_paths, spec.select)
+    setters: dict[str, list[RuleModel]] = {}
+    for m in models:
+        if m.status == "supported" or (m.noalert and len(m.reasons) == 1):
+            for name in m.flowbits_set:
+                setters.setdefault(name, []).append(m)
+    usable, skipped = [], []
+    for i, m in enumerate(selected):
+        why = ("not synthesizable" if not m.supported else m.proto if m.proto != "tcp" else "IPv6"
+               if m.ipv6 else "tcp flags without a session" if m.tcp_flags is not None and not m.established
+               else None)  # fmt: skip
+        if why is None:
+            try:
+                pl = synth.plan(m, setters, i + 1)
+                _cport, sport = synth._ports(m, i)
+            except Exception as exc:  # what the attack pcap cannot write either
+                why = str(exc)
+        if why:
+            skipped.append(f"sid {m.sid} ({why})")
+            continue
+        usable.append({"sid": m.sid, "server_port": sport, "messages": [(c, d) for c, d in pl.messages if d],
+                       "count": 0, "_model": m})  # fmt: skip
+    plan = schedule([u["_model"] for u in usable], spec.count) if usable else []
+    for m in plan:
+        next(u for u in usable if u["_model"] is m)["count"] += 1
+    out = [{k: v for k, v in u.items() if k != "_model"} for u in usable if u["count"]]
+    return out, skipped
 
 
 def merge_pcaps(inputs: list[Path], out: Path) -> None:
