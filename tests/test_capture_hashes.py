@@ -27,6 +27,7 @@ CAPTURES = {
 }
 SESSIONS = {
     "seed001-comparison": "6ca99ce136c7902dc33782345aac56de38a50d1e5974c5418d0fe6a7b644a69a",
+    "seed001-comparison-trex": "542a8578b50cf95202b810d73552e283efc92d08b3adc547f62409e681bdbf86",
     "seed001-ostinato": "a8f7a4c1a4c94d23d9d36e44e6954fb2aae27ea0c8248a46cec5cf3473bea69d",
     "seed002-loss-sweep": "de344a7831ccd2a9b2a0e68465b9ac4546cea6ccb73067ff3ba76e74a0a90b4f",
     "attacks-mixed": "4054816674f145f4e4480d93e7fbfec12e9c9d5834fa6215d0a5e0207297019c",

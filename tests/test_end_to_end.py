@@ -19,6 +19,7 @@ from ntgcore.compile import expected
 from ntgcore.errors import RunSetupError
 from ntgcore.runfolder import make_run_dir
 from ntgcore.scenario import load_scenario
+from tests.conftest import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -348,6 +349,8 @@ def test_two_engine_threads_give_the_same_capture(tmp_path, flowengine_bin):
 @pytest.mark.skipif(os.geteuid() != 0, reason="live examples create network namespaces: need root")
 @pytest.mark.parametrize("scenario", _examples(live=True))
 def test_every_live_example_runs_with_short_steps(scenario, tmp_path, flowengine_bin):
+    if "name: trex" in (ROOT / "scenarios" / scenario).read_text() and not os.environ.get("NTG_TREX_DIR"):
+        skip_or_fail(f"{scenario} needs a TRex build: NTG_TREX_DIR is not set (.ci/run sets it)")
     r = run_testbed("run", str(ROOT / "scenarios" / scenario), "--out", str(tmp_path), "-q",
                     "--duration", "1s")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -1,7 +1,7 @@
 """Seed 001's comparison with TRex (issue 11, item 7), the short CI variant: scenarios/seed001-
-comparison.yaml as shipped, its generators cut to the native engine and TRex, 2 s at top speed
+comparison-trex.yaml as shipped, its generators cut to the native engine and TRex, 2 s at top speed
 each, no load steps (with them the test took 27 s here; all five generators with the load
-steps: `testbed run scenarios/seed001-comparison.yaml --duration 2s`, 2 min 25 s here). The real
+steps: `testbed run scenarios/seed001-comparison-trex.yaml --duration 2s`, 2 min 25 s here). The real
 TRex v3.08 server ($NTG_TREX_DIR) is started in the run's generator namespace (the default
 topology, tcpdump on the tap)."""
 
@@ -32,7 +32,7 @@ def test_seed001_comparison_with_trex_beside_the_native_engine(tmp_path, run_sce
         skip_or_fail("NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)")
     if "trex" not in GENERATORS:
         GENERATORS.register("trex", PLUGIN)
-    doc = yaml.safe_load((ROOT / "scenarios" / "seed001-comparison.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "scenarios" / "seed001-comparison-trex.yaml").read_text())
     shipped = [g["label"] if "label" in g else g["name"] for g in doc["testbed"]["generators"]]
     assert shipped == ["native", "tcpreplay", "ostinato", "scapy", "trex"]
     doc["testbed"]["generators"] = [g for g in doc["testbed"]["generators"] if g["name"] in ("flowengine", "trex")]
