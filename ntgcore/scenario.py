@@ -617,7 +617,8 @@ class Scenario(_Model):
     description: str = ""
     seed: int = Field(1, ge=0, lt=2**64, description="Seed of every random choice in the run.")
     generator: GeneratorName = Field(
-        "flowengine", description="Which generator produces the flows (offline: only flowengine)."
+        "flowengine", description="Which generator produces the flows (offline: flowengine, or trex "
+        "expanded by generators/trex/expand.py)."
     )
     ethernet: Ethernet = Ethernet()
     flowengine: FlowEngineOptions = FlowEngineOptions()

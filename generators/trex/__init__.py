@@ -36,6 +36,7 @@ from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin
 from ntgcore.proc import Process
 from ntgcore.scenario import GeneratorSpec
 from .astf_profile import AstfProfile, build_astf_profile, python_code
+from .offline import OfflineExpansion
 from .stl_profile import RATE_UNITS, Profile, build_profile
 from .server import ASYNC_PORT, SYNC_PORT, TrexServer, server_binary
 
@@ -124,6 +125,7 @@ class Trex(Generator):
         self._records = []
         self._on_progress: Callable[[Progress], None] | None = None
         self._log = None
+        self._offline: OfflineExpansion | None = None
 
     def version(self) -> str:
         return client_version()
@@ -135,13 +137,17 @@ class Trex(Generator):
     # ---- prepare --------------------------------------------------------------------------
 
     def prepare(self, scenario, run_dir: Path, seed: int, endpoint: Endpoint | None = None) -> None:
-        if endpoint is None:
-            raise GeneratorError(
-                "generator trex sends live through a TRex server and cannot write a pcap by "
-                "itself: the scenario needs a `testbed:` section (a live veth endpoint), or use "
-                "generator: flowengine for an offline capture")
         if importlib.util.find_spec("lbr_trex_client") is None:
             raise GeneratorError(f"trex: the TRex client is not installed; {INSTALL_HINT}")
+        if endpoint is None:  # offline: our own expansion of the profile writes capture.pcap
+            if self.mode == "astf":
+                raise GeneratorError(
+                    "trex: mode astf runs live only (TRex plays both ends of its TCP sessions); "
+                    "give the scenario a `testbed:` section with the astf topology, or use the "
+                    "stateless mode for an offline capture")
+            self.write_profile(scenario, run_dir, seed)
+            self._offline = OfflineExpansion(self.profile, Path(run_dir))
+            return
         if self.starts_server:
             self._binary = server_binary(self.trex_dir)
             if self.mode == "astf" and not self.server_iface:
@@ -315,6 +321,13 @@ class Trex(Generator):
             raise GeneratorError(self._error)
 
     def start(self, on_progress: Callable[[Progress], None] | None = None) -> None:
+        if self._offline is not None:
+            try:
+                self._status = self._offline.run(on_progress)
+            except GeneratorError as exc:
+                self._status, self._error, self._raised = "failed", str(exc), True
+                raise
+            return
         assert self.worker is not None, "prepare() first"
         self._on_progress = on_progress
         self.worker.send_signal(signal.SIGUSR1)  # go
@@ -472,6 +485,8 @@ class Trex(Generator):
         return out
 
     def counters(self) -> Counters:
+        if self._offline is not None:
+            return self._offline.counters()
         if not self._stats:
             return Counters()
         s = self._stats["port_stats"]
@@ -585,7 +600,7 @@ class TrexSpec(GeneratorSpec):
 
 PLUGIN = GeneratorPlugin(
     name="trex", options=TrexSpec, adapter=Trex,
-    capabilities=Capabilities(offline=False, live=True, port_stats=True,
+    capabilities=Capabilities(offline=True, live=True, port_stats=True,
                               counters=("packets_attempted", "packets_sent", "packets_failed",
                                         "bytes_attempted", "bytes_sent")),
     summary="Cisco TRex stateless or ASTF, through lbr-trex-client in a worker process (generators/trex/README.md)",
