@@ -87,7 +87,7 @@ def test_multi_packet_instances_are_a_multi_burst_with_a_counter_stepping_one_fi
     p = profile("  - {protocol: udp, src: {cidr: 198.18.4.1/24, mode: increment}, dst: 198.19.0.1,"
                 " src_port: 5000, dst_port: 53, rate: 10000, packets: 3, repeat: {count: 4, period: 1ms}}\n")
     (s,) = p.streams
-    assert s.mode == {"type": "multi_burst", "pkts_per_burst": 3, "ibg_us": pytest.approx(700.0), "count": 4}
+    assert s.mode == {"type": "multi_burst", "pkts_per_burst": 3, "ibg_us": pytest.approx(800.0), "count": 4}
     counter = s.vm[0]
     assert counter["name"] == "pkt_in_instance" and counter["max"] == 2 and counter["next_var"] == "ip_src"
     assert p.packets == 12
@@ -160,7 +160,7 @@ def test_shipped_scenarios_map_or_are_refused_naming_flow_and_field(path, monkey
 
 REFUSED = [
     ("  - {protocol: udp, src: 2001:db8::/48, dst: 2001:db8::1, dst_port: 9, rate: 10, packets: 1,"
-     " repeat: {count: 2, period: 1ms}}\n", r"flows\[0\]: src: .*at most 64 bits.*80 host bits"),
+     " repeat: {count: 2, period: 1ms}}\n", r"flows\[0\]: src: .*at most 63 bits.*80 host bits"),
     ("  - {name: burst, protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9, rate: 10, packets: 1,"
      " repeat: {count: 5, period: 0s}}\n", r"flows\[0\] \(burst\): repeat.period: 0 starts all 5"),
     ("  - {protocol: udp, src: 198.18.0.0/24, dst: 198.19.0.1, dst_port: 9, rate: 1000, packets: 5,"

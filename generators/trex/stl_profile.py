@@ -25,7 +25,10 @@ US_PER_NS = 1e-3
 SYN, FIN, PSH, ACK = 0x02, 0x01, 0x08, 0x10
 FCS = 4
 L1_OVERHEAD = 20  # preamble + inter-frame gap, bytes (TRex's L1 rates count them)
-MAX_VAR_BITS = 64  # the widest flow variable (size 8)
+# The widest range of a flow variable: 63 bits. A size-8 variable over all 2^64 values (a /64
+# block) makes the server compute its range as max - min + 1 = 0 in 64 bits and die dividing by
+# it (SIGFPE, seen with TRex v3.08).
+MAX_VAR_BITS = 63
 MAX_BURST = 2**32 - 1
 LINE_RATE_BPS = 10_000_000_000  # what a software-mode port reports; percent is of this
 RATE_UNITS = ("pps", "bps_L2", "percent")
@@ -76,7 +79,7 @@ class Profile:
             if m["type"] == "single_burst":
                 span = m["total_pkts"] / s.pps
             else:  # multi_burst
-                span = m["count"] * (m["pkts_per_burst"] / s.pps + m["ibg_us"] / 1e6)
+                span = m["count"] * ((m["pkts_per_burst"] - 1) / s.pps + m["ibg_us"] / 1e6)
             end = max(end, s.isg_us / 1e6 + span)
         return end
 
@@ -157,7 +160,9 @@ class _Builder:
             # packets of one instance steps the instance's field when it wraps (next_var).
             period_ns = flow.period_ns
             span_ns = (n - 1) * period_ns
-            gap_ns = flow.repeat_period_ns - n * period_ns
+            # TRex waits ibg after a burst's last packet (not after its slot): instances start
+            # every repeat.period when ibg = repeat.period - (n - 1) packet periods
+            gap_ns = flow.repeat_period_ns - span_ns
             if gap_ns < 0:
                 raise GeneratorError(
                     f"{label}: repeat.period: instances of {n} packets every "
@@ -236,8 +241,8 @@ class _Builder:
             if host_bits > MAX_VAR_BITS:
                 raise GeneratorError(
                     f"{label}: {side}: TRex's field engine varies at most {MAX_VAR_BITS} bits of "
-                    f"a field, and {addr.cidr} has {host_bits} host bits; use a /64 or a smaller "
-                    f"block")
+                    f"a field's range (its server dies on a whole 64-bit range), and {addr.cidr} "
+                    f"has {host_bits} host bits; use a /65 or a smaller block")
             pkt["ip"][side] = str(iface.ip)
             size = 4 if host_bits <= 32 else 8
             width = 8 * size
