@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import os
 import socket
 import sysconfig
@@ -201,15 +202,15 @@ def read_capture(path: str | os.PathLike) -> Capture:
 
 
 def iter_capture(path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS,
-                 reuse: bool = False) -> Iterator[Capture]:
+                 reuse: int = 0) -> Iterator[Capture]:
     """The packets of a pcap/pcapng file as Captures of at most CHUNK_PACKETS packets each, in
     file order, so that memory stays bounded whatever the file's size. Each chunk is newly
-    allocated (a consumer may keep it), or with REUSE every chunk is read into the same arrays:
-    a chunk is then valid only until the next one is read, and no new memory is touched after
-    the first chunk (faster: the kernel need not hand out and zero fresh pages for every
-    chunk). At least one chunk is yielded (empty for a capture without packets); the last one
-    carries the file's `problem`. Raises CaptureError as read_capture does, before the first
-    chunk."""
+    allocated (a consumer may keep it), or with REUSE (True, or a number k) chunks are read into
+    the same arrays, k sets of them in turn: a chunk is then valid only until k more have been
+    read (with True, until the next one), and no new memory is touched after the first k chunks
+    (faster: the kernel need not hand out and zero fresh pages for every chunk). At least one
+    chunk is yielded (empty for a capture without packets); the last one carries the file's
+    `problem`. Raises CaptureError as read_capture does, before the first chunk."""
     if chunk_packets < 1:
         raise ValueError(f"chunk_packets must be at least 1, not {chunk_packets}")
     path = Path(path)
@@ -218,10 +219,14 @@ def iter_capture(path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS,
     try:
         size = lib.pr_size(handle)
         done = 0
-        buffers = None
-        while True:
-            if buffers is None or not reuse:
+        ring: list[dict[str, np.ndarray]] = []
+        for k in itertools.count():
+            if reuse and len(ring) == int(reuse):
+                buffers = ring[k % len(ring)]
+            else:
                 buffers = {name: np.empty(chunk_packets, dtype) for name, dtype in COLUMNS.items()}
+                if reuse:
+                    ring.append(buffers)
             n = _fill(lib, handle, buffers, 0)
             arrays = {name: a[:n] for name, a in buffers.items()}
             final = n < chunk_packets or lib.pr_offset(handle) >= size

@@ -19,7 +19,7 @@ import pytest
 from analysis import analyze, flow_table, read_capture, traffic_metrics
 from analysis import metrics as metrics_module
 from analysis.capture import CaptureError, iter_capture
-from analysis.metrics import FLOW_KEY, per_second
+from analysis.metrics import FLOW_KEY, FlowAccumulator, per_second
 from analysis.stream import read_stream, run_capture_files
 from analysis.tables import read_table
 from benchmarks.pcapgen import write_pcap
@@ -121,6 +121,7 @@ def test_the_in_memory_numbers_agree_with_plain_pandas_and_numpy(unsorted_pcap):
 @pytest.mark.parametrize("chunk", [1, 5, 700, 1 << 20])
 def test_hash_collisions_are_grouped_exactly_across_chunks(unsorted_pcap, monkeypatch, chunk):
     exact = in_memory(unsorted_pcap)
+    monkeypatch.setattr(metrics_module, "NATIVE_FLOWS", False)  # the numpy grouping's hashes
     real = metrics_module.flow_hash
     monkeypatch.setattr(metrics_module, "flow_hash", lambda keys: real(keys) & np.uint64(3))
     assert len(np.unique(real({k: getattr(read_capture(unsorted_pcap), k) for k in FLOW_KEY})
@@ -128,6 +129,25 @@ def test_hash_collisions_are_grouped_exactly_across_chunks(unsorted_pcap, monkey
     got = streamed([unsorted_pcap], chunk)
     assert len(got[1]) == len(exact[1]) == 160
     assert_same(got, exact)
+
+
+@pytest.mark.parametrize("chunk", [1, 700, 1 << 20])
+def test_the_native_flow_table_equals_the_numpy_one(unsorted_pcap, tmp_path, chunk):
+    if metrics_module._flow_library() is None:
+        skip_or_fail("the loaded libntgpcap has no flow table (built before it): rebuild it")
+    mixed = tmp_path / "mixed.pcap"
+    write_pcap(mixed, 20_000, gap_ns=1000, jitter_ns=3000, flows=2000, seed=7)
+    for path in (unsorted_pcap, mixed) if chunk > 1 else (unsorted_pcap,):
+        native, numpy = FlowAccumulator(native=True), FlowAccumulator(native=False)
+        assert native._native is not None and numpy._native is None
+        for cap in iter_capture(path, chunk):
+            native.add(cap)
+            numpy.add(cap)
+        a, b = native.columns(), numpy.columns()
+        assert list(a) == list(b) and len(native) == len(numpy) > 0
+        for k in a:
+            assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), k
+        pd.testing.assert_frame_equal(native.table(), numpy.table())
 
 
 @pytest.fixture(scope="module")

@@ -77,9 +77,11 @@ def packets_in(con, out: Path, where: str = "") -> int:
                    f"hive_partitioning = true) {where}").fetchall()[0][0]
 
 
-def _addr16(version: int, text: str) -> bytes:
+def _halves(version: int, text: str) -> tuple[int, int]:
+    """An address as the export's (hi, lo) columns: IPv6 as it is, IPv4 as ::ffff:a.b.c.d."""
     a = ipaddress.ip_address(text)
-    return (b"\0" * 10 + b"\xff\xff" + a.packed) if version == 4 else a.packed
+    raw = (b"\0" * 10 + b"\xff\xff" + a.packed) if version == 4 else a.packed
+    return int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:], "big")
 
 
 def check_export(out: Path, captures: list[Path]) -> None:
@@ -106,15 +108,17 @@ def check_export(out: Path, captures: list[Path]) -> None:
                           OR hour <> hour(make_timestamp_ns(ts_ns)))""").fetchall()[0][0]
         assert bad == 0
         want_flows = flow_table(cap)
-        got = con.sql(f"""SELECT ip_version, proto, src, dst, sport, dport, packets, bytes, first_ns, last_ns
+        got = con.sql(f"""SELECT ip_version, proto, src_hi, src_lo, dst_hi, dst_lo, sport, dport, packets,
+                          bytes, first_ns, last_ns
                           FROM read_parquet('{out}/flows/**/*.parquet', hive_partitioning = true)
                           WHERE capture = '{name}'""").fetchall()
         assert info["flows"] == len(want_flows) == len(got)
         assert sorted(got) == sorted(
-            (r.ip_version, r.proto, _addr16(r.ip_version, r.src), _addr16(r.ip_version, r.dst), r.sport,
+            (r.ip_version, r.proto, *_halves(r.ip_version, r.src), *_halves(r.ip_version, r.dst), r.sport,
              r.dport, r.packets, r.bytes, r.first_ns, r.last_ns) for r in want_flows.itertuples())
-        text = con.sql(f"""SELECT ip_version, ntg_ip(src), ntg_ip(dst) FROM read_parquet('{out}/flows/**/*.parquet',
-                           hive_partitioning = true) WHERE capture = '{name}'""").fetchall()
+        text = con.sql(f"""SELECT ip_version, ntg_ip(src_hi, src_lo), ntg_ip(dst_hi, dst_lo)
+                           FROM read_parquet('{out}/flows/**/*.parquet', hive_partitioning = true)
+                           WHERE capture = '{name}'""").fetchall()
         assert sorted(text) == sorted(
             (r.ip_version, ipaddress.ip_address(r.src).exploded if r.ip_version == 6 else r.src,
              ipaddress.ip_address(r.dst).exploded if r.ip_version == 6 else r.dst)
@@ -153,9 +157,18 @@ def test_packets_over_several_hours_land_in_their_hive_partitions(tmp_path):
     con = duck()
     assert con.sql(f"SELECT typeof(date), typeof(hour) FROM read_parquet('{out}/packets/**/*.parquet', "
                    "hive_partitioning = true) LIMIT 1").fetchall() == [("DATE", "BIGINT")]
-    nonip = con.sql(f"SELECT ip_version, src, dst FROM read_parquet('{out}/packets/**/*.parquet', "
-                    "hive_partitioning = true) WHERE frame = 61").fetchall()
-    assert nonip == [(0, None, None)]
+    packets = f"read_parquet('{out}/packets/**/*.parquet', hive_partitioning = true)"
+    nonip = con.sql(f"SELECT ip_version, src_hi, src_lo, dst_hi, dst_lo FROM {packets} WHERE frame = 61")
+    assert nonip.fetchall() == [(0, None, None, None, None)]
+    types = con.sql(f"SELECT DISTINCT typeof(src_hi), typeof(dst_lo) FROM {packets}").fetchall()
+    assert types == [("UBIGINT", "UBIGINT")]
+    ipv4 = con.sql(f"""SELECT count(*), min(ntg_ip(src_hi, src_lo)), min(ntg_ip(dst_hi, dst_lo)) FROM {packets}
+                       WHERE src_hi = 0 AND src_lo = ntg_ipv4('198.18.0.1')""").fetchall()
+    assert ipv4 == [(40, "198.18.0.1", "198.19.0.1")]
+    v6 = _halves(6, "2001:db8:2::10")
+    ipv6 = con.sql(f"""SELECT count(*), min(ntg_ip(dst_hi, dst_lo)) FROM {packets}
+                       WHERE dst_hi = {v6[0]} AND dst_lo = {v6[1]}""").fetchall()
+    assert ipv6 == [(20, "2001:0db8:0002:0000:0000:0000:0000:0010")]
 
 
 def test_flows_aggregated_per_chunk_equal_the_flow_table(tmp_path):
@@ -253,5 +266,7 @@ def test_addresses_are_ipv4_mapped_and_plain_ipv6():
 
     hi = np.array([0, 0x20010DB800010000, 0], np.uint64)
     lo = np.array([0xC6120001, 1, 0], np.uint64)
-    got = addresses(np.array([4, 6, 0], np.uint8), hi, lo).to_pylist()
-    assert got == [_addr16(4, "198.18.0.1"), _addr16(6, "2001:db8:1::1"), None]
+    got_hi, got_lo = addresses(np.array([4, 6, 0], np.uint8), hi, lo)
+    assert list(zip(got_hi.to_pylist(), got_lo.to_pylist())) == \
+        [_halves(4, "198.18.0.1"), _halves(6, "2001:db8:1::1"), (None, None)]
+    assert [a.null_count for a in addresses(np.array([4, 6], np.uint8), hi[:2], lo[:2])] == [0, 0]
