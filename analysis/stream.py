@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
 from .capture import BYTES_PER_PACKET, Capture, CaptureError, CaptureProblem, iter_capture
 from .metrics import TrafficAccumulator
 
@@ -181,7 +183,7 @@ def read_stream(paths: Iterable[str | os.PathLike], memory_limit: int | None = N
     return result
 
 
-def flow_table_of(paths: Iterable[str | os.PathLike], memory_limit: int | None = None) -> "pd.DataFrame":
+def flow_table_of(paths: Iterable[str | os.PathLike], memory_limit: int | None = None) -> pd.DataFrame:
     """flow_table of one logical capture, read in chunks (bounded memory)."""
     return read_stream(paths, memory_limit).totals.flows.table()
 

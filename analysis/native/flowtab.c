@@ -2,6 +2,7 @@
  * over an array of flows in order of first appearance. */
 #include "flowtab.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,7 +81,7 @@ static int ft_grow_slots(ft_table *t)
     size_t n = (t->mask + 1) * 2;
     uint64_t *s = calloc(n, sizeof *s);
     if (!s)
-        return -1;
+        return -ENOMEM;
     unsigned shift = t->shift - 1;
     for (size_t i = 0; i < t->count; i++)
         ft_place(s, n - 1, shift, ft_flow_hash(&t->flows[i]), i);
@@ -156,7 +157,7 @@ int ft_add(ft_table *t, const ft_packets *p, size_t n)
                 }
             }
             if (!f && !(f = ft_insert(t, h, rest, sh, sl, dh, dl)))
-                return -1;
+                return -ENOMEM;
             int64_t ts = p->ts_ns[i];
             f->packets++;
             f->bytes += p->wire_len[i];

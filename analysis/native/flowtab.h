@@ -51,7 +51,7 @@ typedef struct ft_flows {
 FT_API ft_table *ft_new(void);   /* NULL when out of memory */
 FT_API void ft_free(ft_table *t);
 
-/* Count N packets. Returns 0, or -1 when out of memory (the table then holds part of the
+/* Count N packets. Returns 0, or -ENOMEM when out of memory (the table then holds part of the
  * packets: free it). */
 FT_API int ft_add(ft_table *t, const ft_packets *p, size_t n);
 
