@@ -10,14 +10,12 @@ thread that has joined the namespace (setns), so it reaches drone's 127.0.0.1 th
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
-from ntgcore.proc import Process
+from ntgcore.daemon import EndpointServer
 
 from .rpc import DroneClient, DroneError
 
@@ -84,7 +82,7 @@ def write_ini(config_home: Path, ports: list[str], rate_accuracy: str = "High") 
     return ini
 
 
-class Drone:
+class Drone(EndpointServer):
     """One drone process at `endpoint` (a network namespace made for the run), offering `ports`;
     `client()` connects to it."""
 
@@ -94,7 +92,7 @@ class Drone:
             raise GeneratorError("drone must run inside a network namespace made for the run")
         if not endpoint.exists():
             raise GeneratorError(f"{endpoint.where} does not exist")
-        self.endpoint, self.ports, self.run_dir = endpoint, ports, run_dir
+        self.ports, self.run_dir = ports, run_dir
         self.rpc_timeout = rpc_timeout
         self.binary = drone_path()
         self.config_home = run_dir / "drone-config"
@@ -102,38 +100,12 @@ class Drone:
         # port name can be answered with the list drone has.
         offered = list(dict.fromkeys(ports + endpoint_links(endpoint)))
         self.ini = write_ini(self.config_home, offered, rate_accuracy)
-        self.port = free_port(endpoint)
-        self.log_path = run_dir / "drone.log"
-        self._log = None
+        port = free_port(endpoint)
         argv = endpoint.argv("env", f"XDG_CONFIG_HOME={self.config_home}",
-                             f"HOME={self.config_home}", self.binary, "-p", str(self.port))
-        self.proc = Process("drone", argv)
-
-    def start(self, timeout: float = 15.0) -> "Drone":
-        # The namespace's loopback carries the RPC; VethPair leaves it down.
-        subprocess.run(self.endpoint.argv("ip", "link", "set", "lo", "up"), capture_output=True,
-                       timeout=10, check=True)
-        self._log = open(self.log_path, "wb")
-        self.proc.stdout = self._log
-        self.proc.stderr = subprocess.STDOUT
-        try:
-            self.proc.start()
-        except OSError as exc:
-            raise GeneratorError(f"cannot start drone: {exc}; {INSTALL_HINT}") from exc
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise GeneratorError(
-                    f"drone exited at start-up ({self.proc.record.status}); its output is in "
-                    f"{self.log_path}: {self.log_tail()}")
-            try:
-                self.endpoint.connect("127.0.0.1", self.port, 1.0).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise GeneratorError(f"drone did not listen on 127.0.0.1:{self.port} in {self.endpoint.where} "
-                             f"within {timeout:g}s; see {self.log_path}")
+                             f"HOME={self.config_home}", self.binary, "-p", str(port))
+        # drone cleans up and exits with 255 on SIGTERM
+        super().__init__("drone", "drone", self.binary, argv, endpoint, run_dir / "drone.log", port,
+                         clean_exit=255, hint=INSTALL_HINT)
 
     def client(self, version: str | None = None) -> DroneClient:
         sock = self.endpoint.connect("127.0.0.1", self.port, self.rpc_timeout)
@@ -144,32 +116,6 @@ class Drone:
             if "refused client version" not in str(exc):
                 raise
             raise DroneError(f"{exc} (the drone here is version {drone_version()})") from None
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> int | None:
-        ours = self.proc.popen is not None and self.proc.popen.poll() is None
-        code = self.proc.stop(signal.SIGTERM, grace=5)
-        if ours and code == 255 and not self.proc.record.note:
-            self.proc.record.note = "stopped with SIGTERM; drone cleans up and exits with 255"
-        if self._log:
-            self._log.close()
-            self._log = None
-        return code
-
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(text[-lines:])
-
-    def __enter__(self) -> "Drone":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 __all__ = ["Drone", "DroneError", "drone_path", "drone_version", "write_ini"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import json
-import os
 import signal
 import subprocess
 import sys

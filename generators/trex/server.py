@@ -20,14 +20,12 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
-from ntgcore.proc import Process
+from ntgcore.daemon import EndpointServer
 
 BINARY = "_t-rex-64-o"
 DPDK_RUN = Path("/var/run/dpdk")
@@ -83,7 +81,7 @@ def interface_mac(endpoint: Endpoint, iface: str) -> str:
                              f"same namespace): {proc.stderr.strip()}") from None
 
 
-class TrexServer:
+class TrexServer(EndpointServer):
     """One server process at `endpoint` (a network namespace made for the run)."""
 
     def __init__(self, binary: Path, endpoint: Endpoint, run_dir: Path, src_mac: str, dst_mac: str,
@@ -93,62 +91,27 @@ class TrexServer:
         are then the two interfaces' own."""
         if not endpoint.exists():
             raise GeneratorError(f"trex: {endpoint.where} does not exist")
-        self.binary, self.endpoint, self.run_dir = binary, endpoint, run_dir
+        self.binary, self.run_dir = binary, run_dir
         self.prefix = f"ntg{secrets.token_hex(4)}"
         self.astf = server_iface is not None
         if self.astf:
             src_mac, dst_mac = interface_mac(endpoint, endpoint.iface), interface_mac(endpoint, server_iface)
         self.config = write_config(run_dir / "trex_cfg.yaml", endpoint.iface, src_mac, dst_mac, self.prefix,
                                    server_iface)
-        self.log_path = run_dir / "trex-server.log"
-        self._log = None
         self._made_dpdk_run = not DPDK_RUN.exists()
         argv = endpoint.argv(str(binary), "-i", "--software", "--no-scapy-server", "--no-termio",
                              "--iom", "0", "--cfg", str(self.config),
                              *(["--astf"] if self.astf else []))  # fmt: skip
-        self.proc = Process("trex-server", argv, cwd=binary.parent)
-        self.started_s: float | None = None  # launch to RPC port listening
+        # the TRex server exits with 255 on SIGTERM
+        super().__init__("trex: the server", "trex-server", str(binary), argv, endpoint,
+                         run_dir / "trex-server.log", SYNC_PORT, cwd=binary.parent, clean_exit=255)
 
     def start(self, timeout: float = START_TIMEOUT_S) -> "TrexServer":
-        # The RPC is on the namespace's loopback; a topology leaves it down.
-        subprocess.run(self.endpoint.argv("ip", "link", "set", "lo", "up"), capture_output=True,
-                       timeout=10, check=True)
-        self._log = open(self.log_path, "wb")
-        self.proc.stdout = self._log
-        self.proc.stderr = subprocess.STDOUT
-        t0 = time.monotonic()
-        try:
-            self.proc.start()
-        except OSError as exc:
-            raise GeneratorError(f"trex: cannot start {self.binary}: {exc}") from exc
-        deadline = t0 + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.stop()
-                raise GeneratorError(
-                    f"trex: the server exited at start-up ({self.proc.record.status}); its output "
-                    f"is in {self.log_path}: {self.log_tail()}")
-            try:
-                self.endpoint.connect("127.0.0.1", SYNC_PORT, 1.0).close()
-                self.started_s = time.monotonic() - t0
-                return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise GeneratorError(f"trex: the server did not listen on 127.0.0.1:{SYNC_PORT} in "
-                             f"{self.endpoint.where} within {timeout:g}s; see {self.log_path}")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
+        super().start(timeout)
+        return self
 
     def stop(self) -> int | None:
-        ours = self.proc.popen is not None and self.proc.popen.poll() is None
-        code = self.proc.stop(signal.SIGTERM, grace=5)
-        if ours and code == 255 and not self.proc.record.note:
-            self.proc.record.note = "stopped with SIGTERM; the TRex server exits with 255"
-        if self._log:
-            self._log.close()
-            self._log = None
+        code = super().stop()
         self.remove_dpdk_files()
         return code
 
@@ -162,13 +125,6 @@ class TrexServer:
                 DPDK_RUN.rmdir()  # only when empty: another server may use it now
             except OSError:
                 pass
-
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(text[-lines:])
 
 
 __all__ = ["TrexServer", "server_binary", "write_config", "interface_mac", "SYNC_PORT", "ASYNC_PORT"]
