@@ -182,6 +182,30 @@ def _port_stats(stats: dict, port: int) -> dict:
     return {k: int(stats[port].get(k, 0)) for k in keys}
 
 
+def _client(client_cls, job: dict):
+    """A TRex client (STL or ASTF) for JOB's server, and the API it speaks as text."""
+    client = client_cls(server=job["host"], sync_port=job["sync_port"], async_port=job["async_port"],
+                        username=job.get("username") or "ntg-testbed", verbose_level="error",
+                        sync_timeout=job.get("rpc_timeout"), async_timeout=job.get("rpc_timeout"))
+    ours = client.ctx.api_ver
+    api = "{name} {major}.{minor}".format(**ours)
+    if job.get("api_override"):  # tests: pretend to be another client version
+        client.ctx.api_ver = dict(ours, **job["api_override"])
+        api += " (claiming {name} {major}.{minor})".format(**client.ctx.api_ver)
+    return client, api
+
+
+def _connect(client, api: str, mode: str, error, need: str) -> None:
+    """Connect (the API-version check happens here), say so, and refuse a server in another
+    mode than MODE with ERROR, NEED saying what to start instead."""
+    client.connect()
+    version = client.get_server_version()
+    emit("connected", server_version=version.get("version"), mode=version.get("mode"),
+         client_api=api, ports=client.get_port_count())
+    if version.get("mode") not in (None, mode):
+        raise error(f"the server runs in {version.get('mode')} mode; {need}")
+
+
 def run(job_path: str) -> int:
     from pathlib import Path
 
@@ -191,25 +215,12 @@ def run(job_path: str) -> int:
     if job.get("mode") == "astf":
         return run_astf(job)
     port = job["port"]
-    client = STLClient(server=job["host"], sync_port=job["sync_port"], async_port=job["async_port"],
-                       username=job.get("username") or "ntg-testbed", verbose_level="error",
-                       sync_timeout=job.get("rpc_timeout"), async_timeout=job.get("rpc_timeout"))
-    ours = client.ctx.api_ver
-    api = "{name} {major}.{minor}".format(**ours)
-    if job.get("api_override"):  # tests: pretend to be another client version
-        client.ctx.api_ver = dict(ours, **job["api_override"])
-        api += " (claiming {name} {major}.{minor})".format(**client.ctx.api_ver)
+    client, api = _client(STLClient, job)
     stage = "connect"
     acquired = False
     status = "failed"
     try:
-        client.connect()
-        version = client.get_server_version()
-        emit("connected", server_version=version.get("version"), mode=version.get("mode"),
-             client_api=api, ports=client.get_port_count())
-        if version.get("mode") not in (None, "STL"):
-            raise STLError(f"the server runs in {version.get('mode')} mode; stateless profiles "
-                           f"need a server started without --astf")
+        _connect(client, api, "STL", STLError, "stateless profiles need a server started without --astf")
         if port >= client.get_port_count():
             raise STLError(f"the server has {client.get_port_count()} port(s); port {port} is "
                            f"not one of them")
@@ -344,25 +355,12 @@ def run_astf(job: dict) -> int:
     from trex.astf.api import ASTFClient, ASTFProfile, TRexError
     from trex.common.trex_exceptions import TRexTimeoutError
 
-    client = ASTFClient(server=job["host"], sync_port=job["sync_port"], async_port=job["async_port"],
-                        username=job.get("username") or "ntg-testbed", verbose_level="error",
-                        sync_timeout=job.get("rpc_timeout"), async_timeout=job.get("rpc_timeout"))
-    ours = client.ctx.api_ver
-    api = "{name} {major}.{minor}".format(**ours)
-    if job.get("api_override"):
-        client.ctx.api_ver = dict(ours, **job["api_override"])
-        api += " (claiming {name} {major}.{minor})".format(**client.ctx.api_ver)
+    client, api = _client(ASTFClient, job)
     stage = "connect"
     acquired = False
     status = "failed"
     try:
-        client.connect()
-        version = client.get_server_version()
-        emit("connected", server_version=version.get("version"), mode=version.get("mode"),
-             client_api=api, ports=client.get_port_count())
-        if version.get("mode") not in (None, "ASTF"):
-            raise TRexError(f"the server runs in {version.get('mode')} mode; ASTF profiles need a "
-                            f"server started with --astf")
+        _connect(client, api, "ASTF", TRexError, "ASTF profiles need a server started with --astf")
         stage = "acquire"
         client.acquire(force=False)
         acquired = True
