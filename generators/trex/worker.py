@@ -195,6 +195,17 @@ def _client(client_cls, job: dict):
     return client, api
 
 
+def _error_text(exc: BaseException, api: str) -> str:
+    """TRex's error as one line (its text is what the user needs), with what to do for a client
+    of the wrong version or a server in the wrong mode."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if "RPC version mismatch" in text:
+        text += (f" (this client is lbr-trex-client {_client_version()}, API {api}; install the "
+                 f"lbr-trex-client release that matches the server's TRex version: 3.4.0 "
+                 f"for TRex v3.0x)")
+    return text + _mode_hint(text)
+
+
 def _connect(client, api: str, mode: str, error, need: str) -> None:
     """Connect (the API-version check happens here), say so, and refuse a server in another
     mode than MODE with ERROR, NEED saying what to start instead."""
@@ -286,13 +297,7 @@ def run(job_path: str) -> int:
         emit("done", status=status)
         return 0
     except (STLError, Exception) as exc:  # the TRex error text is what the user needs
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        if "RPC version mismatch" in text:
-            text += (f" (this client is lbr-trex-client {_client_version()}, API {api}; install the "
-                     f"lbr-trex-client release that matches the server's TRex version: 3.4.0 "
-                     f"for TRex v3.0x)")
-        text += _mode_hint(text)
-        emit("error", stage=stage, message=text)
+        emit("error", stage=stage, message=_error_text(exc, api))
         return 2
     except KeyboardInterrupt:
         emit("done", status="stopped")
@@ -435,13 +440,7 @@ def run_astf(job: dict) -> int:
         emit("done", status="stopped")
         return 0
     except Exception as exc:
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        if "RPC version mismatch" in text:
-            text += (f" (this client is lbr-trex-client {_client_version()}, API {api}; install the "
-                     f"lbr-trex-client release that matches the server's TRex version: 3.4.0 "
-                     f"for TRex v3.0x)")
-        text += _mode_hint(text)
-        emit("error", stage=stage, message=text)
+        emit("error", stage=stage, message=_error_text(exc, api))
         return 2
     finally:
         try:
