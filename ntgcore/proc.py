@@ -112,15 +112,30 @@ def watch_spawns(callback: Callable[["Process"], None]) -> Iterator[None]:
         _SPAWN_WATCHERS.remove(callback)
 
 
+@dataclass(frozen=True)
+class Leftover:
+    """A file or folder a process makes that outlives it when it is killed (a DPDK run folder):
+    its owner removes it on an orderly stop; `testbed cleanup` removes it after a `kill -9` of the
+    run, once the process is gone. `only_if_empty`: a shared folder, removed only when empty."""
+
+    path: str
+    only_if_empty: bool = False
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "only_if_empty": self.only_if_empty}
+
+
 @dataclass
 class Process:
-    """A child process with its own process group, so a stop reaches all of it."""
+    """A child process with its own process group, so a stop reaches all of it. `leftovers`: what
+    it leaves behind if killed (recorded in the run's mark before it starts)."""
 
     name: str
     argv: list[str]
     stdout: IO | int | None = None
     stderr: IO | int | None = None
     cwd: Path | None = None
+    leftovers: list[Leftover] = field(default_factory=list)
     record: CommandRecord = field(init=False)
     popen: subprocess.Popen | None = field(default=None, init=False)
     start_ticks: int | None = field(default=None, init=False)

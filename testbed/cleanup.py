@@ -2,13 +2,14 @@
 
 A run marks what it creates in RUN_MARKS (`/run/ntg-testbed/runs/<run-id>.<pid>.json` for root,
 else in the user's runtime directory): its own pid and start time, for a live run the back end and
-the places it makes (namespace names), every child it starts (pid, start time, command line) and
-its run folder. The mark is written before the site
+the places it makes (namespace names), every child it starts (pid, start time, command line, and
+the files it leaves behind when killed: `ntgcore.proc.Leftover`, such as a TRex server's DPDK
+folder) and its run folder. The mark is written before the site
 comes up, rewritten at every child and removed once the manifest has its final status.
 
 A run is dead when its pid is gone, or now belongs to a process that started at another time.
 Cleanup then kills the children it recorded that are still the same processes (start time and
-command line), has the back end delete the places it recorded that still exist and carry the back
+command line), removes what those children left behind once they are gone, has the back end delete the places it recorded that still exist and carry the back
 end's own mark, and rewrites the run's manifest to `abandoned`. Nothing that no mark names is
 touched. Every run cleans up first (reporting what it removed); `/run` is emptied at boot, like
 the namespaces themselves.
@@ -19,7 +20,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
+import time
 from pathlib import Path
 
 from ntgcore.proc import Process, same_process, start_ticks, utc_now
@@ -69,7 +72,8 @@ class RunMark:
     def child(self, proc: Process) -> None:
         self.procs = [p for p in self.procs if p.record.exit_code is None] + [proc]
         self.doc["children"] = [{"name": p.name, "pid": p.pid, "start_ticks": p.start_ticks,
-                                 "argv": p.record.argv} for p in self.procs]  # fmt: skip
+                                 "argv": p.record.argv,
+                                 "leftovers": [x.as_dict() for x in p.leftovers]} for p in self.procs]  # fmt: skip
         self.write()
 
     def remove(self) -> None:
@@ -92,18 +96,57 @@ def is_dead(doc: dict) -> bool:
     return ticks is None or ticks != doc.get("start_ticks")
 
 
+def _gone(child: dict, timeout: float = 5.0) -> bool:
+    """Whether the recorded child is no longer that process (waiting up to `timeout` s)."""
+    deadline = time.monotonic() + timeout
+    while same_process(child["pid"], child.get("start_ticks"), child.get("argv", [])):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _remove_leftovers(child: dict, dry_run: bool) -> list[str]:
+    """What a dead child left behind (its mark's `leftovers`, absolute paths only)."""
+    would = "would " if dry_run else ""
+    done = []
+    for x in child.get("leftovers") or []:
+        p = Path(str(x.get("path", "")))
+        if not p.is_absolute() or len(p.parts) < 3 or not (p.exists() or p.is_symlink()):
+            continue
+        if x.get("only_if_empty"):
+            if p.is_dir() and not any(p.iterdir()):
+                if not dry_run:
+                    p.rmdir()
+                done.append(f"{would}remove the empty folder {p} ({child['name']} made it)")
+            continue
+        if not dry_run:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        done.append(f"{would}remove {p}, left by {child['name']} (pid {child['pid']})")
+    return done
+
+
 def _clean_one(path: Path, doc: dict, dry_run: bool) -> list[str]:
     would = "would " if dry_run else ""
     lines = [f"run {doc['run_id']}: its process {doc['pid']} is gone; run folder {doc['run_dir']}"]
     done = []
     for c in doc.get("children", []):
-        if c.get("pid") and same_process(c["pid"], c.get("start_ticks"), c.get("argv", [])):
+        if not c.get("pid"):
+            continue
+        if same_process(c["pid"], c.get("start_ticks"), c.get("argv", [])):
             if not dry_run:
                 try:
                     os.kill(c["pid"], signal.SIGKILL)
                 except ProcessLookupError:
-                    continue
+                    pass
             done.append(f"{would}kill {c['name']} (pid {c['pid']})")
+            if not dry_run and not _gone(c):
+                done.append(f"{c['name']} (pid {c['pid']}) survived SIGKILL: what it made is left")
+                continue
+        done += _remove_leftovers(c, dry_run)
     try:
         if doc.get("backend"):  # an offline run has no back end and made no places
             done += ENDPOINTS.get(doc["backend"]).discard(doc.get("locations", []), dry_run=dry_run)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import skip_or_fail
+
 REPO = Path(__file__).resolve().parent.parent
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="mounts a tmpfs / creates network namespaces: needs root")
@@ -215,6 +217,72 @@ def test_kill_9_of_a_live_run_takes_its_children_and_cleanup_removes_the_rest(tm
         assert "Incomplete run: the run was abandoned" in (run_dir / "report.md").read_text()
     finally:
         cli("cleanup", marks=marks)
+
+
+@needs_root
+def test_kill_9_of_a_run_with_a_trex_server_and_cleanup_removes_its_dpdk_folder(tmp_path):
+    """The TRex server dies with the run (parent-death signal) but its DPDK run folder
+    (/var/run/dpdk/<prefix>) outlives it: the mark records it and `testbed cleanup` removes it."""
+    trex_dir = os.environ.get("NTG_TREX_DIR")
+    if not trex_dir or not (Path(trex_dir) / "server" / "_t-rex-64-o").is_file():
+        skip_or_fail("NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)")
+    out, marks = tmp_path / "results", tmp_path / "marks"
+    path = scenario(tmp_path, "trexlong", UDP % (1000, 60000), "capture: null")
+    path.write_text(path.read_text() + "generator: trex\n")
+    run = start_live(path, out, marks)
+    try:
+        mark = wait_sending(marks, {"trex-server", "trex-worker"}, timeout=60, settle=2)
+    except AssertionError:
+        run.kill()
+        raise AssertionError(run.communicate()[1]) from None
+    run.kill()
+    run.wait()
+    try:
+        server = next(c for c in mark["children"] if c["name"] == "trex-server")
+        folder = Path(server["leftovers"][0]["path"])
+        assert folder.parent == Path("/var/run/dpdk") and folder.name.startswith("ntg")
+        deadline = time.monotonic() + 5
+        while alive(server["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(server["pid"])
+        assert folder.is_dir()  # what DPDK made for the killed server is still there
+        res = cli("cleanup", "--dry-run", marks=marks)
+        assert f"would remove {folder}, left by trex-server" in res.stdout and folder.is_dir()
+        res = cli("cleanup", marks=marks)
+        assert res.returncode == 0, res.stderr
+        assert f"remove {folder}, left by trex-server (pid {server['pid']})" in res.stdout
+        assert not folder.exists() and manifest_of(out)["status"] == "abandoned"
+    finally:
+        cli("cleanup", marks=marks)
+
+
+def test_cleanup_removes_what_dead_children_left_and_only_that(tmp_path):
+    """A dead run's children's leftovers: a folder and a file go, a shared folder only when empty,
+    a relative path or a path near the root never; the dry run only says so."""
+    marks, run_dir, made = tmp_path / "marks", tmp_path / "run", tmp_path / "made"
+    for d in (marks, run_dir, made / "pfx" / "sub", made / "shared-busy", made / "shared-empty"):
+        d.mkdir(parents=True)
+    (made / "pfx" / "sub" / "config").write_text("x")
+    (made / "shared-busy" / "other").write_text("y")
+    (made / "file").write_text("z")
+    (run_dir / "manifest.json").write_text(json.dumps({"run_id": "run", "status": "running"}))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    left = [{"path": str(made / "pfx")}, {"path": str(made / "file")}, {"path": "relative/x"},
+            {"path": "/tmp"}, {"path": str(made / "shared-busy"), "only_if_empty": True},
+            {"path": str(made / "shared-empty"), "only_if_empty": True}]
+    dead = {"run_id": "run", "run_dir": str(run_dir), "pid": gone.pid, "start_ticks": 1, "backend": None,
+            "locations": [], "children": [{"name": "srv", "pid": gone.pid, "start_ticks": 1,
+                                            "argv": ["true"], "leftovers": left}]}  # fmt: skip
+    (marks / "run.1.json").write_text(json.dumps(dead))
+    res = cli("cleanup", "--dry-run", marks=marks)
+    assert f"would remove {made / 'pfx'}, left by srv" in res.stdout
+    assert (made / "pfx").is_dir() and (made / "shared-empty").is_dir()
+    res = cli("cleanup", marks=marks)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in made.iterdir()) == ["shared-busy"]
+    assert (made / "shared-busy" / "other").is_file() and Path("/tmp").is_dir()
+    assert f"remove the empty folder {made / 'shared-empty'}" in res.stdout
 
 
 def test_kill_9_of_an_offline_run_takes_the_engine_and_cleanup_marks_it_abandoned(tmp_path, flowengine_bin):

@@ -11,7 +11,8 @@ from the build's `server/` folder (it loads its libraries relative to it). The g
 (`trex_cfg.yaml` in the run folder) has the run's interface and a `dummy` second port, the
 scenario's MAC addresses (layer-2 mode, no ARP) and a DPDK file prefix of its own, so that two
 runs never share `/var/run/dpdk/<prefix>`; that folder (and `/var/run/dpdk` itself when this run
-made it and it is empty) is removed when the server stops. The RPC listens on port 4501 (events:
+made it and it is empty) is removed when the server stops, and by `testbed cleanup` after a
+`kill -9` of the run (the server's recorded leftovers). The RPC listens on port 4501 (events:
 4500) inside the namespace after about 1.5 s.
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
 from ntgcore.daemon import EndpointServer
+from ntgcore.proc import Leftover
 
 BINARY = "_t-rex-64-o"
 DPDK_RUN = Path("/var/run/dpdk")
@@ -99,12 +101,16 @@ class TrexServer(EndpointServer):
         self.config = write_config(run_dir / "trex_cfg.yaml", endpoint.iface, src_mac, dst_mac, self.prefix,
                                    server_iface)
         self._made_dpdk_run = not DPDK_RUN.exists()
+        leftovers = [Leftover(str(DPDK_RUN / self.prefix))]  # for `testbed cleanup` after a kill -9
+        if self._made_dpdk_run:
+            leftovers.append(Leftover(str(DPDK_RUN), only_if_empty=True))
         argv = endpoint.argv(str(binary), "-i", "--software", "--no-scapy-server", "--no-termio",
                              "--iom", "0", "--cfg", str(self.config),
                              *(["--astf"] if self.astf else []))  # fmt: skip
         # the TRex server exits with 255 on SIGTERM
         super().__init__("trex: the server", "trex-server", str(binary), argv, endpoint,
                          run_dir / "trex-server.log", SYNC_PORT, cwd=binary.parent, clean_exit=255)
+        self.proc.leftovers = leftovers
 
     def start(self, timeout: float = START_TIMEOUT_S) -> "TrexServer":
         super().start(timeout)
