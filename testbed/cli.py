@@ -7,6 +7,7 @@ import argparse
 import glob
 import json
 import os
+import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -824,6 +825,10 @@ def main(argv: list[str] | None = None) -> int:
     except NtgError as exc:  # every error of ours says what to do and carries its exit status
         _err(f"testbed {args.command}: {exc}")
         return exc.exit_status
+    except BrokenPipeError:  # `testbed results compare --json | head`: the reader has gone
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

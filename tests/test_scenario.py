@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -237,6 +238,17 @@ def test_schema_command_prints_json():
     out = run_cli("schema")
     assert out.returncode == 0
     assert json.loads(out.stdout)["title"].startswith("ntg-testbed scenario")
+
+
+def test_output_into_a_closed_pipe_ends_quietly_with_sigpipes_status():
+    """`testbed schema | head -c 10`, the reader gone before the write: exit 141, no traceback."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "schema"], cwd=ROOT, stdout=write_end,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    os.close(read_end)  # before the child has imported anything: its write meets no reader
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 141 and err == ""
 
 
 # --------------------------------------------------------------------------------------------
