@@ -17,7 +17,7 @@ def plan(scenario: Scenario) -> list[Step]:
     steps = []
     for g in gens:
         fast = g.model_copy(update={"pace": "topspeed"})
-        steps.append(Step(g.title, scenario, [fast], "topspeed", {"generator": g.title}))
+        steps.append(Step(g.title, scenario, [fast], "topspeed", {"generator": g.title, "plugin": g.name}))
     if tb.load_steps:
         ls = tb.load_steps
         template = template_flow(scenario)
@@ -29,7 +29,7 @@ def plan(scenario: Scenario) -> list[Step]:
                 rate = Decimal(load) / Decimal(frame)
                 flow = derived_flow(template, start=0, rate=rate, duration=ls.duration)
                 steps.append(Step(f"{g.title}-load-{k * ls.step_kbps}kBps", with_changes(scenario, [flow]),
-                                  [slow], "load", {"generator": g.title,
+                                  [slow], "load", {"generator": g.title, "plugin": g.name,
                                                    "offered_kBps": k * ls.step_kbps}))  # fmt: skip
     return steps
 
