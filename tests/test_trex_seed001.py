@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 from pathlib import Path
 
 import psutil
@@ -70,10 +71,16 @@ def test_seed001_comparison_of_five_generators_beside_the_seeds_numbers(tmp_path
         assert r["packets"] == sum(ps["packets"]) == loss["wire"] == loss["sent"] > 0, g
         assert r["average_packet_size"] == 60, g            # 60-byte frames from every generator
         assert r["throughput_Bps"] == pytest.approx(60 * r["mean_pps"]), g   # the seed's APS × AR
-        assert r["variance_pct"] == pytest.approx(r["std_pps"] / r["mean_pps"] * 100), g
-        assert 0 <= r["warmup_s"] < len(ps["second"]), g
+        # the seed's statistics over the complete seconds, recomputed; steady = after the warm-up
         full = ps["packets"][: len(ps["packets"]) - (1 if ps["last_partial"] else 0)]
-        assert min(full) <= r["mean_pps"] <= max(full), g
+        w = r["warmup_s"]
+        assert 0 <= w < len(full), g
+        assert r["mean_pps"] == pytest.approx(statistics.mean(full)), g
+        assert r["variance_pct"] == pytest.approx(statistics.pstdev(full) / statistics.mean(full) * 100,
+                                                  abs=1e-9), g
+        assert r["steady_mean_pps"] == pytest.approx(statistics.mean(full[w:])), g
+        assert r["steady_variance_pct"] == pytest.approx(
+            statistics.pstdev(full[w:]) / statistics.mean(full[w:]) * 100, abs=1e-9), g
         assert r["cpu_mean"] is not None and 0 < r["cpu_mean"] <= r["cpu_max"], g
         assert r["mem_pct_max"] == pytest.approx(r["rss_max"] / m["machine_memory_bytes"] * 100), g
     assert max(r["rate_ratio_to_best"] for r in rows.values()) == 1
