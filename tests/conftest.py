@@ -58,6 +58,20 @@ def pcaplib(tmp_path_factory):
     return lib
 
 
+@pytest.fixture(scope="session")
+def hashlib_path(tmp_path_factory):
+    """Path of the flow-key hash library (libntghash.so) that analysis.hashing loads: the installed
+    one, else a CMake build of generators/flowengine, exported as $NTG_HASHLIB."""
+    from analysis.hashing import LIB_ENV, LIB_NAME, library_paths
+
+    for c in library_paths():
+        if c.is_file():
+            return c
+    lib = _cmake_build(tmp_path_factory, "generators/flowengine", "ntghash") / LIB_NAME
+    os.environ[LIB_ENV] = str(lib)
+    return lib
+
+
 @pytest.fixture
 def pair():
     """A veth pair in two namespaces made for the test (testbed.topology.VethPair: veth0 in
