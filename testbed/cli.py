@@ -1,5 +1,5 @@
 """The `testbed` command line: validate, schema, run, analyze, export, export-benchmark, results,
-cleanup, translate-rules, ids-coverage, detect."""
+cleanup, translate-rules, ids-coverage, detect, hash-study."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from analysis.benchmark import benchmark_document
 from analysis.catalog import BY, Catalog, comparison_lines, list_lines, plot_comparison, text_table
 from analysis.capture import CaptureError
 from analysis.export import COMPRESSIONS, DEFAULT_COMPRESSION, export_captures
+from analysis.hashstudy import DEFAULT_FLOWS, KEYS, PREFIXES, StudyRequest, check_request, run_study, write_study
+from analysis.hashing import distinct_names
 from analysis.stream import natural_key
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, NtgError
@@ -655,7 +657,50 @@ def build_parser() -> argparse.ArgumentParser:
                    help="flows listed per sid (default: %(default)s; the report counts them all)")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     d.set_defaults(func=cmd_detect)
+
+    hs = sub.add_parser("hash-study", help="seed 002's flow-ID hash study: collisions against the birthday "
+                        "bound, spread and speed of every flow-key hash (docs/hash-study.md)")
+    hs.add_argument("--hashes", type=_names, metavar="A,B", help="hashes to study (default: every distinct "
+                    "one; an unknown name lists the known)")
+    hs.add_argument("--flows", type=_flow_counts, default=list(DEFAULT_FLOWS), metavar="N,N",
+                    help="flow counts, K and M allowed (default: 250K,500K,750K,1M; at most 16M)")
+    hs.add_argument("--prefixes", type=_ints, default=sorted(PREFIXES), metavar="8,16,24",
+                    help="source ranges by prefix length (default: %(default)s)")
+    hs.add_argument("--keys", type=_names, default=["flowid"], metavar=",".join(KEYS),
+                    help="what is hashed: seed 002's 37-byte FlowID and/or the engine's 13-byte "
+                    "5-tuple (default: flowid)")
+    hs.add_argument("--repeats", type=int, default=3, help="draws of the destinations (default: 3, as seed 002)")
+    hs.add_argument("--seed", type=int, default=2, help="random seed of the destinations (default: 2)")
+    hs.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-hash-study)")
+    hs.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    hs.set_defaults(func=cmd_hash_study)
     return p
+
+
+def _names(text: str) -> list[str]:
+    values = [t.strip() for t in text.split(",") if t.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"give names separated by commas (got {text!r})")
+    return values
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give integers separated by commas (got {text!r})") from None
+
+
+def _flow_counts(text: str) -> list[int]:
+    """"250K,1M,1500000" -> [250000, 1000000, 1500000] (the study refuses 0 and too many)."""
+    out = []
+    for t in _names(text):
+        scale = {"K": 1_000, "M": 1_000_000}.get(t[-1].upper(), 1)
+        try:
+            out.append(int(float(t[:-1] if scale > 1 else t) * scale))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a flow count: {t!r} (e.g. 250K, 1M, 2000000)") from None
+    return out
 
 
 def _count(text: str) -> int:
@@ -811,6 +856,26 @@ def cmd_detect(args: argparse.Namespace) -> int:
     for c in failed:
         _err(f"{args.expect}: {c['text']}")
     return EXIT_CHECKS_FAILED if failed else EXIT_OK
+
+
+def cmd_hash_study(args: argparse.Namespace) -> int:
+    req = check_request(StudyRequest(hashes=args.hashes or distinct_names(), flows=args.flows,
+                                     prefixes=args.prefixes, keys=args.keys, repeats=args.repeats,
+                                     seed=args.seed))
+    out = Path(args.out) if args.out else Path("results") / (
+        datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-hash-study")
+    show = not args.quiet and sys.stderr.isatty()
+    study = run_study(req, progress=(lambda msg: _err(f"hash-study: {msg}")) if show else None)
+    try:
+        paths = write_study(study, out)
+    except OSError as exc:
+        _err(f"testbed hash-study: cannot write {out}: {exc.strerror or exc}")
+        return EXIT_BAD_INPUT
+    for r in study.verdicts.itertuples():
+        print(f"{r.hash:14s} {r.key:7s} {r.verdict:16s} collisions/bound {r.collision_ratio:8.2f}  "
+              f"spread {r.spread:11s}  {r.hashes_per_s / 1e6:7.1f} M hashes/s")
+    print(f"wrote {paths['report']} (and metrics.json, rows/spread/verdicts.parquet, collisions.png, spread.png)")
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
