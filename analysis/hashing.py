@@ -25,6 +25,10 @@ from ntgcore.errors import BadInput, NtgError
 LIB_ENV = "NTG_HASHLIB"
 LIB_NAME = "libntghash.so"
 TUPLE_KEY_LEN = {4: 13, 6: 37}  # bytes of a packed 5-tuple key (hash.h, hash_tuple_key)
+# struct hash_tuple as a numpy record (40 bytes): arrays of tuples go to hash_tuple_bulk as they are.
+TUPLE_DTYPE = np.dtype([("src", np.uint8, 16), ("dst", np.uint8, 16), ("sport", "=u2"),
+                        ("dport", "=u2"), ("proto", np.uint8), ("family", np.uint8),
+                        ("pad", np.uint8, 2)])
 
 
 class HashLibraryError(NtgError):
@@ -209,12 +213,27 @@ def hash_tuple(name: str, t: HashTuple, seed: int = 0) -> int:
     return int(library().hash_tuple(_algo(name), ctypes.byref(t), seed))
 
 
-def hash_tuples(name: str, tuples: list[HashTuple], seed: int = 0) -> np.ndarray:
-    """Each tuple's value (hash_tuple_bulk)."""
-    arr = (HashTuple * len(tuples))(*tuples)
+def tuple_array(tuples: list[HashTuple]) -> np.ndarray:
+    """TUPLES as a TUPLE_DTYPE array."""
+    return np.frombuffer(bytes((HashTuple * len(tuples))(*tuples)), dtype=TUPLE_DTYPE).copy()
+
+
+def hash_tuples(name: str, tuples: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Each tuple's value: hash_tuple_bulk, one hash_tuple() (pack, then the hash through its
+    function pointer) per tuple."""
+    return timed_hash_tuples(name, tuples, seed)[0]
+
+
+def timed_hash_tuples(name: str, tuples: np.ndarray, seed: int = 0) -> tuple[np.ndarray, float]:
+    """hash_tuples, and the seconds the call took."""
+    if tuples.dtype != TUPLE_DTYPE or not tuples.flags.c_contiguous:
+        raise ValueError("tuples must be a contiguous array of hashing.TUPLE_DTYPE")
+    algo = _algo(name)
     out = np.empty(len(tuples), dtype=np.uint64)
-    library().hash_tuple_bulk(_algo(name), arr, len(tuples), seed, out.ctypes.data)
-    return out
+    ptr = ctypes.cast(tuples.ctypes.data, ctypes.POINTER(HashTuple))
+    t0 = time.perf_counter()
+    library().hash_tuple_bulk(algo, ptr, len(tuples), seed, out.ctypes.data)
+    return out, time.perf_counter() - t0
 
 
 def murmur3_128(data: bytes, seed: int = 0) -> tuple[int, int]:

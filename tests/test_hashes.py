@@ -263,7 +263,7 @@ def test_a_tuple_is_hashed_as_its_packed_network_order_key():
     for name in ("lookup3", "crc32c", "wyhash"):
         for t in (v4, v6):
             assert hashing.hash_tuple(name, t, 5) == h(name, hashing.tuple_key(t), 5)
-        assert hashing.hash_tuples(name, [v4, v6], 5).tolist() == [
+        assert hashing.hash_tuples(name, hashing.tuple_array([v4, v6]), 5).tolist() == [
             hashing.hash_tuple(name, v4, 5), hashing.hash_tuple(name, v6, 5)]
 
 
@@ -288,3 +288,12 @@ def test_the_library_path_comes_from_the_environment_first(monkeypatch, tmp_path
     with pytest.raises(hashing.HashLibraryError, match="not found"):
         hashing.library()
     assert os.environ[hashing.LIB_ENV].endswith("missing.so")
+
+
+def test_the_numpy_tuple_record_is_the_c_struct():
+    import ctypes
+
+    assert hashing.TUPLE_DTYPE.itemsize == ctypes.sizeof(hashing.HashTuple) == 40
+    t = hashing.make_tuple(_addr("198.18.0.9"), _addr("198.19.1.1"), 40000, 53, 17)
+    arr = hashing.tuple_array([t])
+    assert arr["sport"][0] == 40000 and arr["family"][0] == 4
