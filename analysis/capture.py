@@ -7,7 +7,6 @@ import functools
 import itertools
 import os
 import socket
-import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ntgcore import nativelib
 from ntgcore.errors import BadInput, NtgError
 
 LIB_ENV = "NTG_PCAPLIB"
@@ -112,9 +112,7 @@ class Capture:
 
 def library_paths() -> list[Path]:
     """Where the native reader is looked for, in order."""
-    if os.environ.get(LIB_ENV):
-        return [Path(os.environ[LIB_ENV])]
-    return [Path(sysconfig.get_path("platlib")) / "ntg_native" / LIB_NAME]
+    return nativelib.library_paths(LIB_ENV, LIB_NAME)
 
 
 @functools.cache
@@ -146,18 +144,10 @@ def _load(path: Path) -> ctypes.CDLL:
 
 def library() -> ctypes.CDLL:
     """The loaded native reader: $NTG_PCAPLIB if set, else the one installed with the package."""
-    tried = library_paths()
-    for path in tried:
-        if path.is_file():
-            try:
-                return _load(path.resolve())
-            except OSError as e:
-                raise CaptureLibraryError(f"{path}: cannot load the capture reader: {e}") from e
-    raise CaptureLibraryError(
-        f"capture reader {LIB_NAME} not found (looked at {', '.join(map(str, tried))}); "
-        f"install the project with `pip install .`, or build it with "
-        f"`cmake -S analysis/native -B build/native && cmake --build build/native` "
-        f"and set {LIB_ENV}=build/native/{LIB_NAME}")
+    return nativelib.load_library(
+        LIB_ENV, LIB_NAME, _load, CaptureLibraryError, "capture reader",
+        build="cmake -S analysis/native -B build/native && cmake --build build/native",
+        built=f"build/native/{LIB_NAME}")
 
 
 def _open(lib: ctypes.CDLL, path: Path) -> int:

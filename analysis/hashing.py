@@ -12,14 +12,13 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
-import os
-import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ntgcore import nativelib
 from ntgcore.errors import BadInput, NtgError
 
 LIB_ENV = "NTG_HASHLIB"
@@ -69,9 +68,7 @@ class HashTuple(ctypes.Structure):
 
 def library_paths() -> list[Path]:
     """Where the library is looked for, in order: $NTG_HASHLIB, else the installed one."""
-    if os.environ.get(LIB_ENV):
-        return [Path(os.environ[LIB_ENV])]
-    return [Path(sysconfig.get_path("platlib")) / "ntg_native" / LIB_NAME]
+    return nativelib.library_paths(LIB_ENV, LIB_NAME)
 
 
 @functools.cache
@@ -99,18 +96,10 @@ def _load(path: Path) -> ctypes.CDLL:
 
 def library() -> ctypes.CDLL:
     """The loaded hash library: $NTG_HASHLIB if set, else the one installed with the package."""
-    tried = library_paths()
-    for path in tried:
-        if path.is_file():
-            try:
-                return _load(path.resolve())
-            except OSError as e:
-                raise HashLibraryError(f"{path}: cannot load the hash library: {e}") from e
-    raise HashLibraryError(
-        f"hash library {LIB_NAME} not found (looked at {', '.join(map(str, tried))}); install the "
-        f"project with `pip install .`, or build it with `cmake -S . -B build/native && "
-        f"cmake --build build/native` and set "
-        f"{LIB_ENV}=build/native/generators/flowengine/{LIB_NAME}")
+    return nativelib.load_library(
+        LIB_ENV, LIB_NAME, _load, HashLibraryError, "hash library",
+        build="cmake -S . -B build/native && cmake --build build/native",
+        built=f"build/native/generators/flowengine/{LIB_NAME}")
 
 
 def algorithms() -> list[HashInfo]:

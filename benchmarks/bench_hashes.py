@@ -2,7 +2,8 @@
 5-tuples, one core, three ways: per tuple (hash_tuple_bulk: each struct hash_tuple packed, then
 hashed through the registry's function pointer, what a caller holding tuples pays), bulk over
 packed IPv4 keys (hash_bulk, 13-byte keys 16 bytes apart) and bulk over packed IPv6 keys (37
-bytes, 40 apart). Random tuples; best of --repeat runs; the peer is seed 002's SuperFastHash rate
+bytes, 40 apart). Random tuples; best of --repeat runs, by wall time and by the thread's CPU
+time (on a shared machine the CPU time is the steadier figure); the peer is seed 002's SuperFastHash rate
 (2.5 M hashes/s, FlowID construction included). Prints a Markdown table and writes
 benchmarks/out/hashes.json. Results are written, not asserted (target: CRC32C >= 500 M/s).
 
@@ -18,6 +19,7 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -56,14 +58,20 @@ def packed(t: np.ndarray, family: int, stride: int) -> np.ndarray:
     return rows[:, :length]
 
 
-def best_rate(fn, n: int, repeat: int) -> float:
-    return n / min(fn()[1] for _ in range(repeat))
+def best_rates(fn, n: int, repeat: int) -> tuple[float, float]:
+    """Keys per second of FN's best run, by wall time (FN's own timing) and by thread CPU time."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        c0 = time.thread_time()
+        wall.append(fn()[1])
+        cpu.append(time.thread_time() - c0)
+    return n / min(wall), n / max(min(cpu), 1e-9)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=4_000_000)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--hashes", default=",".join(hashing.names()))
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "hashes.json")
     args = ap.parse_args()
@@ -79,27 +87,27 @@ def main() -> None:
             assert np.array_equal(hashing.hash_keys(name, k4[:1000]), hashing.hash_tuples(name, t4[:1000]))
     rows = []
     for name in names:
-        row = {
-            "hash": name,
-            "per_tuple_v4": best_rate(lambda: hashing.timed_hash_tuples(name, t4), args.keys, args.repeat),
-            "bulk_v4": best_rate(lambda: hashing.timed_hash_keys(name, k4), args.keys, args.repeat),
-            "bulk_v6": best_rate(lambda: hashing.timed_hash_keys(name, k6), args.keys, args.repeat),
-        }
-        row["bulk_v4_vs_seed002"] = row["bulk_v4"] / SEED_002["hashes_per_s"]
+        row = {"hash": name}
+        for col, fn in (("per_tuple_v4", lambda: hashing.timed_hash_tuples(name, t4)),
+                        ("bulk_v4", lambda: hashing.timed_hash_keys(name, k4)),
+                        ("bulk_v6", lambda: hashing.timed_hash_keys(name, k6))):
+            row[col], row[col + "_cpu"] = best_rates(fn, args.keys, args.repeat)
         rows.append(row)
-        print(f"{name}: {row['bulk_v4'] / 1e6:.0f} M/s bulk", file=sys.stderr)
+        print(f"{name}: {row['bulk_v4_cpu'] / 1e6:.0f} M/s bulk", file=sys.stderr)
 
-    print(f"\n{args.keys:,} random 5-tuples, best of {args.repeat}, one core, M hashes/s\n")
+    print(f"\n{args.keys:,} random 5-tuples, best of {args.repeat}, one core, M hashes/s by CPU "
+          f"time (by wall time)\n")
     print("| hash | per tuple, IPv4 | bulk, IPv4 (13 B) | bulk, IPv6 (37 B) | bulk IPv4 ÷ seed 002 |")
     print("|---|---:|---:|---:|---:|")
+    m = lambda r, c: f"{r[c + '_cpu'] / 1e6:.0f} ({r[c] / 1e6:.0f})"  # noqa: E731
     for r in rows:
-        print(f"| {r['hash']} | {r['per_tuple_v4'] / 1e6:.0f} | {r['bulk_v4'] / 1e6:.0f} | "
-              f"{r['bulk_v6'] / 1e6:.0f} | {r['bulk_v4_vs_seed002']:,.0f}× |")
+        print(f"| {r['hash']} | {m(r, 'per_tuple_v4')} | {m(r, 'bulk_v4')} | {m(r, 'bulk_v6')} | "
+              f"{r['bulk_v4_cpu'] / SEED_002['hashes_per_s']:,.0f}× |")
     crc = next((r for r in rows if r["hash"] == "crc32c"), None)
     if crc:
-        met = "met" if crc["bulk_v4"] >= TARGET_CRC32C else "NOT met"
+        met = "met" if crc["bulk_v4_cpu"] >= TARGET_CRC32C else "NOT met"
         print(f"\ntarget CRC32C >= {TARGET_CRC32C / 1e6:.0f} M/s on 5-tuples: {met} "
-              f"({crc['bulk_v4'] / 1e6:.0f} M/s bulk)")
+              f"({crc['bulk_v4_cpu'] / 1e6:.0f} M/s bulk by CPU time, {crc['bulk_v4'] / 1e6:.0f} by wall)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"keys": args.keys, "repeat": args.repeat, "rows": rows, "seed_002": SEED_002,
            "target_crc32c": TARGET_CRC32C, "machine": machine(),

@@ -44,32 +44,33 @@ def flowengine_bin(tmp_path_factory):
     return binary
 
 
+def _installed_or_built(tmp_path_factory, loader, source: str, what: str) -> Path:
+    """A native library that LOADER (a module with library_paths, LIB_NAME, LIB_ENV) loads: the
+    installed one, else a CMake build of SOURCE, exported as $LIB_ENV."""
+    for c in loader.library_paths():
+        if c.is_file():
+            return c
+    lib = _cmake_build(tmp_path_factory, source, what) / loader.LIB_NAME
+    os.environ[loader.LIB_ENV] = str(lib)
+    return lib
+
+
 @pytest.fixture(scope="session")
 def pcaplib(tmp_path_factory):
     """Path of the native capture reader (libntgpcap.so) that analysis.capture loads: the installed
     one, else a CMake build of analysis/native, exported as $NTG_PCAPLIB."""
-    from analysis.capture import LIB_ENV, LIB_NAME, library_paths
+    from analysis import capture
 
-    for c in library_paths():
-        if c.is_file():
-            return c
-    lib = _cmake_build(tmp_path_factory, "analysis/native", "ntgpcap") / LIB_NAME
-    os.environ[LIB_ENV] = str(lib)
-    return lib
+    return _installed_or_built(tmp_path_factory, capture, "analysis/native", "ntgpcap")
 
 
 @pytest.fixture(scope="session")
 def hashlib_path(tmp_path_factory):
     """Path of the flow-key hash library (libntghash.so) that analysis.hashing loads: the installed
     one, else a CMake build of generators/flowengine, exported as $NTG_HASHLIB."""
-    from analysis.hashing import LIB_ENV, LIB_NAME, library_paths
+    from analysis import hashing
 
-    for c in library_paths():
-        if c.is_file():
-            return c
-    lib = _cmake_build(tmp_path_factory, "generators/flowengine", "ntghash") / LIB_NAME
-    os.environ[LIB_ENV] = str(lib)
-    return lib
+    return _installed_or_built(tmp_path_factory, hashing, "generators/flowengine", "ntghash")
 
 
 @pytest.fixture

@@ -1,0 +1,37 @@
+"""Finding and loading the project's native libraries with ctypes: $ENV when set, else the copy
+`pip install .` put in <platlib>/ntg_native/ (the top-level CMakeLists.txt installs them there).
+analysis/capture.py (libntgpcap) and analysis/hashing.py (libntghash) load theirs through here."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import NtgError
+
+
+def library_paths(env: str, name: str) -> list[Path]:
+    """Where library NAME is looked for, in order: $ENV if set, else the installed one."""
+    if os.environ.get(env):
+        return [Path(os.environ[env])]
+    return [Path(sysconfig.get_path("platlib")) / "ntg_native" / name]
+
+
+def load_library(env: str, name: str, load: Callable[[Path], ctypes.CDLL], error: type[NtgError],
+                 what: str, build: str, built: str) -> ctypes.CDLL:
+    """The first of library_paths(ENV, NAME) that exists, loaded by LOAD (which declares the
+    functions' types); ERROR, naming WHAT, when it cannot be loaded or none exists (then saying
+    how to BUILD it and that the result is at BUILT)."""
+    tried = library_paths(env, name)
+    for path in tried:
+        if path.is_file():
+            try:
+                return load(path.resolve())
+            except OSError as e:
+                raise error(f"{path}: cannot load the {what}: {e}") from e
+    raise error(
+        f"{what} {name} not found (looked at {', '.join(map(str, tried))}); install the project "
+        f"with `pip install .`, or build it with `{build}` and set {env}={built}")
