@@ -91,6 +91,7 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.hash_toeplitz_ref.argtypes = [ctypes.c_char_p, ctypes.c_char_p, sz]
     lib.hash_toeplitz_ref.restype = u32
     lib.hash_crc32c_hw_ok.argtypes, lib.hash_crc32c_hw_ok.restype = [], ctypes.c_int
+    lib.hash_names.argtypes, lib.hash_names.restype = [ctypes.c_char_p, sz], sz
     return lib
 
 
@@ -116,6 +117,15 @@ def names() -> list[str]:
     return [a.name for a in algorithms()]
 
 
+def names_text() -> str:
+    """The known names as the library lists them in its errors (hash_names())."""
+    lib = library()
+    need = lib.hash_names(None, 0)
+    buf = ctypes.create_string_buffer(need + 1)
+    lib.hash_names(buf, len(buf))
+    return buf.value.decode()
+
+
 def distinct_names() -> list[str]:
     """One name per hash function (entries that repeat another's values left out)."""
     return [a.name for a in algorithms() if a.same_as is None]
@@ -130,7 +140,7 @@ def _algo(name: str) -> ctypes._Pointer:
     out = ctypes.POINTER(_Algo)()
     rc = lib.hash_find(name.encode(), ctypes.byref(out))
     if rc == -errno.ENOENT:
-        raise UnknownHash(f"unknown hash {name!r}; known: {', '.join(names())}")
+        raise UnknownHash(f"unknown hash {name!r}; known: {names_text()}")
     if rc == -errno.ENOTSUP:
         raise BadInput(f"hash {name!r} needs CPU instructions this machine lacks (SSE4.2); "
                        f"use crc32c (it picks the portable path)")
@@ -163,7 +173,8 @@ def hash_keys(name: str, keys: np.ndarray, seed: int = 0) -> np.ndarray:
 
 def timed_hash_keys(name: str, keys: np.ndarray, seed: int = 0) -> tuple[np.ndarray, float]:
     """hash_keys, and the seconds the bulk call took (the hashing alone)."""
-    if keys.dtype != np.uint8 or keys.ndim != 2 or (keys.shape[1] > 1 and keys.strides[1] != 1):
+    rows_split = keys.ndim == 2 and keys.size > 0 and keys.shape[1] > 1 and keys.strides[1] != 1
+    if keys.dtype != np.uint8 or keys.ndim != 2 or rows_split:
         raise ValueError("keys must be a 2-D uint8 array whose rows are contiguous")
     algo = _algo(name)
     n, length = keys.shape

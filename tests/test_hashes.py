@@ -297,3 +297,15 @@ def test_the_numpy_tuple_record_is_the_c_struct():
     t = hashing.make_tuple(_addr("198.18.0.9"), _addr("198.19.1.1"), 40000, 53, 17)
     arr = hashing.tuple_array([t])
     assert arr["sport"][0] == 40000 and arr["family"][0] == 4
+
+
+def test_the_library_lists_its_names_in_registry_order_for_errors():
+    assert hashing.names_text() == ", ".join(hashing.names())
+
+
+def test_bulk_refuses_rows_that_overlap_and_takes_none():
+    base = np.zeros(64, dtype=np.uint8)
+    overlapping = np.lib.stride_tricks.as_strided(base, shape=(4, 13), strides=(8, 1))
+    with pytest.raises(ValueError, match="stride 8 < length 13"):
+        hashing.hash_keys("crc32c", overlapping)
+    assert hashing.hash_keys("crc32c", np.zeros((0, 13), dtype=np.uint8)).size == 0

@@ -73,6 +73,7 @@ HASH_API uint64_t hash_tuple(const struct hash_algo *a, const struct hash_tuple 
                     uint64_t seed);
 
 /* N keys of LEN bytes, STRIDE bytes apart from KEYS, hashed into OUT[0..N).
+ * A must be an entry of the registry (hash_find() or hash_algos()).
  * STRIDE >= LEN. The loop is specialized for the tuple lengths (12, 13, 36,
  * 37), so a packed array of tuples costs no per-key call. Returns 0 or
  * -EINVAL (stride < len). */
