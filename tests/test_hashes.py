@@ -309,3 +309,13 @@ def test_bulk_refuses_rows_that_overlap_and_takes_none():
     with pytest.raises(ValueError, match="stride 8 < length 13"):
         hashing.hash_keys("crc32c", overlapping)
     assert hashing.hash_keys("crc32c", np.zeros((0, 13), dtype=np.uint8)).size == 0
+
+
+def test_hash_names_truncates_into_a_short_buffer_and_says_what_it_needs():
+    import ctypes
+
+    lib = hashing.library()
+    full = hashing.names_text()
+    buf = ctypes.create_string_buffer(10)
+    assert lib.hash_names(buf, len(buf)) == len(full)
+    assert buf.value.decode() == full[:9]

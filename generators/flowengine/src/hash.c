@@ -1,8 +1,8 @@
 /* hash.c - the registry, the tuple key and the bulk loops of hash.h. The
- * algorithms are in hashfn.h (inline, so each bulk loop gets its own copy
- * with the key length a constant), crc32c.c and toeplitz.c. */
+ * algorithms are in hash_fn.h (inline, so each bulk loop gets its own copy
+ * with the key length a constant), hash_crc32c.c and hash_toeplitz.c. */
 #include "hash.h"
-#include "hashfn.h"
+#include "hash_fn.h"
 
 #include <errno.h>
 #include <stdio.h>

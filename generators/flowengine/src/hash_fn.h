@@ -1,12 +1,12 @@
-/* hashfn.h - the hash algorithms as static inline bodies (private to hash.c,
- * crc32c.c and toeplitz.c): hash.c instantiates each in its bulk loops with a
- * constant key length, which is where their speed comes from. The public
- * functions and their contract are in hash.h.
+/* hash_fn.h - the hash algorithms as static inline bodies (hf_*), private to
+ * hash.c, hash_crc32c.c and hash_toeplitz.c: hash.c instantiates each in its
+ * bulk loops with a constant key length, which is where their speed comes
+ * from. The public functions and their contract are in hash.h.
  *
  * Multi-byte reads are little-endian (the algorithms are defined that way),
  * done with memcpy so unaligned keys are fine. */
-#ifndef FE_HASHFN_H
-#define FE_HASHFN_H
+#ifndef FE_HASH_FN_H
+#define FE_HASH_FN_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -314,7 +314,7 @@ static inline uint64_t hf_wyhash(const uint8_t *p, size_t len, uint64_t seed)
 }
 
 /* CRC32C, reflected polynomial 0x82f63b78. The table is filled at load time
- * (crc32c.c). */
+ * (hash_crc32c.c). */
 extern uint32_t hf_crc32c_table[256];
 
 static inline uint32_t hf_crc32c_sw(const uint8_t *p, size_t len, uint32_t seed)
@@ -345,7 +345,7 @@ static inline uint32_t hf_crc32c_hw(const uint8_t *p, size_t len, uint32_t seed)
 #endif
 
 /* Toeplitz: for each input byte position and byte value, the XOR of the
- * 32-bit key windows its set bits select (toeplitz.c fills them at load time
+ * 32-bit key windows its set bits select (hash_toeplitz.c fills them at load time
  * for positions 0..39; the key repeats after 40 bytes, and so do the
  * tables). */
 #define HF_TOEPLITZ_KEY 40

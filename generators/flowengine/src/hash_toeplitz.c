@@ -1,7 +1,7 @@
-/* toeplitz.c - the Toeplitz (RSS) hash: per-byte tables for the two keys,
+/* hash_toeplitz.c - the Toeplitz (RSS) hash: per-byte tables for the two keys,
  * filled at load time, and the bit-by-bit reference (hash.h). */
 #include "hash.h"
-#include "hashfn.h"
+#include "hash_fn.h"
 
 uint32_t hf_toeplitz_sym_tab[HF_TOEPLITZ_KEY][256];
 uint32_t hf_toeplitz_ms_tab[HF_TOEPLITZ_KEY][256];

@@ -1,7 +1,7 @@
-/* crc32c.c - CRC32C (Castagnoli): the portable table-driven path, the SSE4.2
+/* hash_crc32c.c - CRC32C (Castagnoli): the portable table-driven path, the SSE4.2
  * one, and the run-time choice between them (hash.h). */
 #include "hash.h"
-#include "hashfn.h"
+#include "hash_fn.h"
 
 uint32_t hf_crc32c_table[256];
 
