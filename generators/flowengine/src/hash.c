@@ -91,8 +91,6 @@ static void bulk_crc32c(const uint8_t *p, size_t len, size_t stride, size_t n,
         bulk_crc32c_sw(p, len, stride, n, seed, out);
 }
 
-enum { HW_NONE, HW_SSE42 };
-
 static const struct hash_algo algos[] = {
     {"coralreef", 32, 0, hash_coralreef,
      "CoralReef-style XOR folding of the key's 32-bit words (no mixing)", NULL},
@@ -115,13 +113,14 @@ static const struct hash_algo algos[] = {
 };
 #define NALGOS (sizeof algos / sizeof algos[0])
 
-static const bulk_fn bulks[NALGOS] = {
+/* bulks[i] is algos[i]'s loop: same order. */
+static const bulk_fn bulks[] = {
     bulk_coralreef, bulk_lookup3, bulk_murmur3_32, bulk_murmur3_128,
     bulk_superfast, bulk_fnv1a_32, bulk_fnv1a_64, bulk_crc32c,
     bulk_crc32c_sw, bulk_crc32c_hw, bulk_toeplitz_sym, bulk_toeplitz_ms,
     bulk_wyhash,
 };
-static const unsigned needs[NALGOS] = {[9] = HW_SSE42};
+_Static_assert(sizeof bulks / sizeof bulks[0] == NALGOS, "one bulk loop per algorithm");
 
 const struct hash_algo *hash_algos(size_t *n)
 {
@@ -134,7 +133,7 @@ int hash_find(const char *name, const struct hash_algo **out)
     for (size_t i = 0; i < NALGOS; i++) {
         if (strcmp(algos[i].name, name) != 0)
             continue;
-        if (needs[i] == HW_SSE42 && !hash_crc32c_hw_ok())
+        if (algos[i].fn == hash_crc32c_hw && !hash_crc32c_hw_ok())
             return -ENOTSUP;
         *out = &algos[i];
         return 0;
