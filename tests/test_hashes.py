@@ -155,6 +155,56 @@ def test_wyhash_matches_its_test_vectors(seed, vector):
     assert h("wyhash", data, seed) == want
 
 
+# XXH3-64, seeded: xxHash's own sanity table (cli/xsum_sanity_check.c, XSUM_XXH3_testdata: the
+# sanity buffer, byte i = the top byte of PRIME32 * PRIME64**i, with seeds 0 and PRIME64), every
+# length class from empty to three 1024-byte blocks with an overlapping last stripe.
+XSUM_PRIME32, XSUM_PRIME64 = 2654435761, 0x9E3779B185EBCA8D
+XXH3_SANITY = [
+    (0, 0, 0x2D06800538D394C2), (0, XSUM_PRIME64, 0xA8A6B918B2F0364A),
+    (1, 0, 0xC44BDFF4074EECDB), (1, XSUM_PRIME64, 0x032BE332DD766EF8),
+    (6, 0, 0x27B56A84CD2D7325), (6, XSUM_PRIME64, 0x84589C116AB59AB9),
+    (12, 0, 0xA713DAF0DFBB77E7), (12, XSUM_PRIME64, 0xE7303E1B2336DE0E),
+    (24, 0, 0xA3FE70BF9D3510EB), (24, XSUM_PRIME64, 0x850E80FC35BDD690),
+    (48, 0, 0x397DA259ECBA1F11), (48, XSUM_PRIME64, 0xADC2CBAA44ACC616),
+    (80, 0, 0xBCDEFBBB2C47C90A), (80, XSUM_PRIME64, 0xC6DD0CB699532E73),
+    (195, 0, 0xCD94217EE362EC3A), (195, XSUM_PRIME64, 0xBA68003D370CB3D9),
+    (403, 0, 0xCDEB804D65C6DEA4), (403, XSUM_PRIME64, 0x6259F6ECFD6443FD),
+    (512, 0, 0x617E49599013CB6B), (512, XSUM_PRIME64, 0x3CE457DE14C27708),
+    (2048, 0, 0xDD59E2C3A5F038E0), (2048, XSUM_PRIME64, 0x66F81670669ABABC),
+    (2099, 0, 0xC6B9D9B3FC9AC765), (2099, XSUM_PRIME64, 0x184F316843663974),
+    (2240, 0, 0x6E73A90539CF2948), (2240, XSUM_PRIME64, 0x757BA8487D1B5247),
+    (2367, 0, 0xCB37AEB9E5D361ED), (2367, XSUM_PRIME64, 0xD2DB3415B942B42A),
+]
+
+
+def xsum_buffer(n: int) -> bytes:
+    out, g = bytearray(), XSUM_PRIME32
+    for _ in range(n):
+        out.append(g >> 56)
+        g = (g * XSUM_PRIME64) % 2**64
+    return bytes(out)
+
+
+@pytest.mark.parametrize("length,seed,want", XXH3_SANITY)
+def test_xxh3_matches_xxhash_sanity_table(length, seed, want):
+    assert h("xxh3", xsum_buffer(length), seed) == want
+
+
+def test_xxh3_matches_llvms_vectors_and_short_strings():
+    # LLVM's unittests/Support/xxhashTest.cpp (xxh3 test): a xorshift64 buffer, prefixes of it.
+    buf, x = bytearray(), 1
+    for _ in range(2243):
+        x ^= (x << 13) % 2**64
+        x ^= x >> 7
+        x ^= (x << 17) % 2**64
+        buf.append(x & 0xFF)
+    for length, want in [(3, 0x6EA2D59ACA5C3778), (8, 0xABC1413DA6CD0209),
+                         (9, 0x8BC89400BFED51F6), (17, 0xED4BE912BA5F836D),
+                         (129, 0xBC7138129BF065DA), (2243, 0x0979F786A24EDDE7)]:
+        assert h("xxh3", bytes(buf[:length])) == want, length
+    assert h("xxh3", b"a") == 0xE6C632B61E964E1F and h("xxh3", b"abc") == 0x78AF5F94892F3950
+
+
 # --- Toeplitz ------------------------------------------------------------------------------------
 
 MS_KEY = bytes.fromhex("6d5a56da255b0ec24167253d43a38fb0d0ca2bcbae7b30b477cb2da38030f20c"
@@ -228,7 +278,8 @@ def test_the_symmetric_toeplitz_key_gives_both_directions_the_same_value(family)
 def test_the_registry_lists_every_hash_of_the_issue():
     assert set(hashing.names()) >= {"coralreef", "lookup3", "murmur3_32", "murmur3_128",
                                     "superfasthash", "fnv1a_32", "fnv1a_64", "crc32c",
-                                    "crc32c_sw", "crc32c_hw", "toeplitz", "toeplitz_ms", "wyhash"}
+                                    "crc32c_sw", "crc32c_hw", "toeplitz", "toeplitz_ms", "wyhash",
+                                    "xxh3"}
     assert "crc32c_sw" not in hashing.distinct_names()
 
 
@@ -241,7 +292,7 @@ def test_an_unknown_hash_name_is_refused_with_the_known_ones_listed():
 
 @pytest.mark.parametrize("name", ["coralreef", "lookup3", "murmur3_32", "murmur3_128",
                                   "superfasthash", "fnv1a_32", "fnv1a_64", "crc32c", "toeplitz",
-                                  "toeplitz_ms", "wyhash"])
+                                  "toeplitz_ms", "wyhash", "xxh3"])
 def test_the_bulk_call_gives_each_keys_single_value(name):
     rng = np.random.default_rng(11)
     for length in (5, 12, 13, 36, 37):  # the specialized lengths and a generic one
@@ -271,7 +322,7 @@ def test_a_tuple_is_hashed_as_its_packed_network_order_key():
 def test_the_seed_changes_the_value_of_seeded_hashes():
     data = b"198.18.0.1 -> 198.19.0.2"
     for name in ("lookup3", "murmur3_32", "murmur3_128", "superfasthash", "fnv1a_32",
-                 "fnv1a_64", "crc32c", "wyhash", "coralreef"):
+                 "fnv1a_64", "crc32c", "wyhash", "xxh3", "coralreef"):
         assert h(name, data, 1) != h(name, data, 2), name
     assert h("toeplitz", data, 1) == h("toeplitz", data, 2)  # the key is its seed
 

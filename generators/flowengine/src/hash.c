@@ -22,6 +22,7 @@ static inline uint64_t a_superfast(const uint8_t *k, size_t n, uint64_t s) { ret
 static inline uint64_t a_fnv1a_32(const uint8_t *k, size_t n, uint64_t s) { return hf_fnv1a_32(k, n, (uint32_t)s); }
 static inline uint64_t a_fnv1a_64(const uint8_t *k, size_t n, uint64_t s) { return hf_fnv1a_64(k, n, s); }
 static inline uint64_t a_wyhash(const uint8_t *k, size_t n, uint64_t s) { return hf_wyhash(k, n, s); }
+static inline uint64_t a_xxh3(const uint8_t *k, size_t n, uint64_t s) { return hf_xxh3(k, n, s); }
 static inline uint64_t a_crc32c_sw(const uint8_t *k, size_t n, uint64_t s) { return hf_crc32c_sw(k, n, (uint32_t)s); }
 static inline uint64_t a_toeplitz_sym(const uint8_t *k, size_t n, uint64_t s) { (void)s; return hf_toeplitz(hf_toeplitz_sym_tab, k, n); }
 static inline uint64_t a_toeplitz_ms(const uint8_t *k, size_t n, uint64_t s) { (void)s; return hf_toeplitz(hf_toeplitz_ms_tab, k, n); }
@@ -42,6 +43,7 @@ uint64_t hash_superfast(const void *key, size_t len, uint64_t seed) { return a_s
 uint64_t hash_fnv1a_32(const void *key, size_t len, uint64_t seed) { return a_fnv1a_32(key, len, seed); }
 uint64_t hash_fnv1a_64(const void *key, size_t len, uint64_t seed) { return a_fnv1a_64(key, len, seed); }
 uint64_t hash_wyhash(const void *key, size_t len, uint64_t seed) { return a_wyhash(key, len, seed); }
+uint64_t hash_xxh3(const void *key, size_t len, uint64_t seed) { return a_xxh3(key, len, seed); }
 
 /* One bulk loop per algorithm; the switch gives the compiler a constant
  * length for the tuple keys (IPv4/IPv6, with and without the protocol). */
@@ -73,6 +75,7 @@ DEFINE_BULK(superfast, )
 DEFINE_BULK(fnv1a_32, )
 DEFINE_BULK(fnv1a_64, )
 DEFINE_BULK(wyhash, )
+DEFINE_BULK(xxh3, )
 DEFINE_BULK(crc32c_sw, )
 DEFINE_BULK(toeplitz_sym, )
 DEFINE_BULK(toeplitz_ms, )
@@ -109,7 +112,8 @@ static const struct hash_algo algos[] = {
      "Toeplitz (RSS) with the symmetric key 0x6d5a repeated: both directions hash the same", NULL},
     {"toeplitz_ms", 32, 1, hash_toeplitz_ms,
      "Toeplitz (RSS) with Microsoft's default key (the NIC's RSS value)", NULL},
-    {"wyhash", 64, 0, hash_wyhash, "wyhash (final 4) with its default secret", NULL},
+    {"wyhash", 64, 0, hash_wyhash, "wyhash (final 4.2) with its default secret", NULL},
+    {"xxh3", 64, 0, hash_xxh3, "XXH3-64 (xxHash 0.8) with its default secret", NULL},
 };
 #define NALGOS (sizeof algos / sizeof algos[0])
 
@@ -118,7 +122,7 @@ static const bulk_fn bulks[] = {
     bulk_coralreef, bulk_lookup3, bulk_murmur3_32, bulk_murmur3_128,
     bulk_superfast, bulk_fnv1a_32, bulk_fnv1a_64, bulk_crc32c,
     bulk_crc32c_sw, bulk_crc32c_hw, bulk_toeplitz_sym, bulk_toeplitz_ms,
-    bulk_wyhash,
+    bulk_wyhash, bulk_xxh3,
 };
 _Static_assert(sizeof bulks / sizeof bulks[0] == NALGOS, "one bulk loop per algorithm");
 

@@ -95,6 +95,7 @@ HASH_API uint64_t hash_superfast(const void *key, size_t len, uint64_t seed);
 HASH_API uint64_t hash_fnv1a_32(const void *key, size_t len, uint64_t seed);
 HASH_API uint64_t hash_fnv1a_64(const void *key, size_t len, uint64_t seed);
 HASH_API uint64_t hash_wyhash(const void *key, size_t len, uint64_t seed);
+HASH_API uint64_t hash_xxh3(const void *key, size_t len, uint64_t seed);
 
 /* CRC32C (Castagnoli): SEED is the CRC of the bytes before (0 to start), so
  * hash_crc32c(b, n, hash_crc32c(a, m, 0)) is the CRC of a then b. The

@@ -313,6 +313,166 @@ static inline uint64_t hf_wyhash(const uint8_t *p, size_t len, uint64_t seed)
     return hf_wymix(a ^ s[0] ^ len, b ^ s[1]);
 }
 
+/* XXH3-64 (Yann Collet's xxHash 0.8), seeded, with its default 192-byte
+ * secret. Short inputs take one of five closed forms; longer than 240 bytes,
+ * eight accumulators eat 64-byte stripes, scrambled every 16 stripes. */
+static const uint8_t hf_xxh3_secret[192] = {
+    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+    0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb, 0x88, 0xd0, 0x65, 0x8b, 0x1b, 0x53, 0x2e, 0xa3,
+    0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
+    0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
+    0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
+    0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3, 0xc5, 0x81, 0xa0, 0xff, 0xfa, 0x13, 0x63, 0xeb,
+    0x17, 0x0d, 0xdd, 0x51, 0xb7, 0xf0, 0xda, 0x49, 0xd3, 0x16, 0x55, 0x26, 0x29, 0xd4, 0x68, 0x9e,
+    0x2b, 0x16, 0xbe, 0x58, 0x7d, 0x47, 0xa1, 0xfc, 0x8f, 0xf8, 0xb8, 0xd1, 0x7a, 0xd0, 0x31, 0xce,
+    0x45, 0xcb, 0x3a, 0x8f, 0x95, 0x16, 0x04, 0x28, 0xaf, 0xd7, 0xfb, 0xca, 0xbb, 0x4b, 0x40, 0x7e,
+};
+#define HF_P32_1 0x9e3779b1ull
+#define HF_P32_2 0x85ebca77ull
+#define HF_P32_3 0xc2b2ae3dull
+#define HF_P64_1 0x9e3779b185ebca87ull
+#define HF_P64_2 0xc2b2ae3d27d4eb4full
+#define HF_P64_3 0x165667b19e3779f9ull
+#define HF_P64_4 0x85ebca77c2b2ae63ull
+#define HF_P64_5 0x27d4eb2f165667c5ull
+
+static inline uint64_t hf_fold64(uint64_t a, uint64_t b)
+{
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+static inline uint64_t hf_xxh64_avalanche(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= HF_P64_2;
+    h ^= h >> 29;
+    h *= HF_P64_3;
+    return h ^ (h >> 32);
+}
+
+static inline uint64_t hf_xxh3_avalanche(uint64_t h)
+{
+    h ^= h >> 37;
+    h *= 0x165667919e3779f9ull;
+    return h ^ (h >> 32);
+}
+
+static inline uint64_t hf_xxh3_mix16(const uint8_t *p, const uint8_t *s, uint64_t seed)
+{
+    return hf_fold64(hf_rd64(p) ^ (hf_rd64(s) + seed), hf_rd64(p + 8) ^ (hf_rd64(s + 8) - seed));
+}
+
+/* One 64-byte stripe into the accumulators, with the secret at S. */
+static inline void hf_xxh3_stripe(uint64_t acc[8], const uint8_t *p, const uint8_t *s)
+{
+    for (int i = 0; i < 8; i++) {
+        uint64_t v = hf_rd64(p + 8 * i), k = v ^ hf_rd64(s + 8 * i);
+        acc[i ^ 1] += v;
+        acc[i] += (k & 0xffffffffull) * (k >> 32);
+    }
+}
+
+static inline uint64_t hf_xxh3_long(const uint8_t *p, size_t len, uint64_t seed)
+{
+    uint8_t own[192];
+    const uint8_t *s = hf_xxh3_secret;
+    if (seed) {  /* the secret shifted by the seed, 16 bytes at a time */
+        for (int i = 0; i < 12; i++) {
+            uint64_t lo = hf_rd64(hf_xxh3_secret + 16 * i) + seed;
+            uint64_t hi = hf_rd64(hf_xxh3_secret + 16 * i + 8) - seed;
+            for (int b = 0; b < 8; b++) {
+                own[16 * i + b] = (uint8_t)(lo >> (8 * b));
+                own[16 * i + 8 + b] = (uint8_t)(hi >> (8 * b));
+            }
+        }
+        s = own;
+    }
+    uint64_t acc[8] = {HF_P32_3, HF_P64_1, HF_P64_2, HF_P64_3,
+                       HF_P64_4, HF_P32_2, HF_P64_5, HF_P32_1};
+    const size_t stripes = (192 - 64) / 8, block = 64 * stripes;
+    size_t nblocks = (len - 1) / block;
+    for (size_t b = 0; b < nblocks; b++) {
+        for (size_t i = 0; i < stripes; i++)
+            hf_xxh3_stripe(acc, p + b * block + 64 * i, s + 8 * i);
+        for (int i = 0; i < 8; i++) {  /* scramble */
+            uint64_t a = acc[i];
+            a ^= a >> 47;
+            a ^= hf_rd64(s + 192 - 64 + 8 * i);
+            acc[i] = a * HF_P32_1;
+        }
+    }
+    size_t last = ((len - 1) - block * nblocks) / 64;
+    for (size_t i = 0; i < last; i++)
+        hf_xxh3_stripe(acc, p + nblocks * block + 64 * i, s + 8 * i);
+    hf_xxh3_stripe(acc, p + len - 64, s + 192 - 64 - 7);
+    uint64_t r = (uint64_t)len * HF_P64_1;
+    for (int i = 0; i < 4; i++)
+        r += hf_fold64(acc[2 * i] ^ hf_rd64(s + 11 + 16 * i),
+                       acc[2 * i + 1] ^ hf_rd64(s + 11 + 16 * i + 8));
+    return hf_xxh3_avalanche(r);
+}
+
+static inline uint64_t hf_xxh3(const uint8_t *p, size_t len, uint64_t seed)
+{
+    const uint8_t *s = hf_xxh3_secret;
+    if (len == 0)
+        return hf_xxh64_avalanche(seed ^ hf_rd64(s + 56) ^ hf_rd64(s + 64));
+    if (len <= 3) {
+        uint32_t c = ((uint32_t)p[0] << 16) | ((uint32_t)p[len >> 1] << 24) | p[len - 1]
+                     | ((uint32_t)len << 8);
+        uint64_t flip = (uint64_t)(hf_rd32(s) ^ hf_rd32(s + 4)) + seed;
+        return hf_xxh64_avalanche((uint64_t)c ^ flip);
+    }
+    if (len <= 8) {
+        seed ^= (uint64_t)__builtin_bswap32((uint32_t)seed) << 32;
+        uint64_t in = hf_rd32(p + len - 4) + ((uint64_t)hf_rd32(p) << 32);
+        uint64_t h = in ^ ((hf_rd64(s + 8) ^ hf_rd64(s + 16)) - seed);
+        h ^= hf_rotl64(h, 49) ^ hf_rotl64(h, 24);
+        h *= 0x9fb21c651e98df25ull;
+        h ^= (h >> 35) + len;
+        h *= 0x9fb21c651e98df25ull;
+        return h ^ (h >> 28);
+    }
+    if (len <= 16) {
+        uint64_t lo = hf_rd64(p) ^ ((hf_rd64(s + 24) ^ hf_rd64(s + 32)) + seed);
+        uint64_t hi = hf_rd64(p + len - 8) ^ ((hf_rd64(s + 40) ^ hf_rd64(s + 48)) - seed);
+        return hf_xxh3_avalanche(len + __builtin_bswap64(lo) + hi + hf_fold64(lo, hi));
+    }
+    uint64_t acc = (uint64_t)len * HF_P64_1;
+    if (len <= 128) {
+        if (len > 32) {
+            if (len > 64) {
+                if (len > 96) {
+                    acc += hf_xxh3_mix16(p + 48, s + 96, seed);
+                    acc += hf_xxh3_mix16(p + len - 64, s + 112, seed);
+                }
+                acc += hf_xxh3_mix16(p + 32, s + 64, seed);
+                acc += hf_xxh3_mix16(p + len - 48, s + 80, seed);
+            }
+            acc += hf_xxh3_mix16(p + 16, s + 32, seed);
+            acc += hf_xxh3_mix16(p + len - 32, s + 48, seed);
+        }
+        acc += hf_xxh3_mix16(p, s, seed);
+        acc += hf_xxh3_mix16(p + len - 16, s + 16, seed);
+        return hf_xxh3_avalanche(acc);
+    }
+    if (len <= 240) {
+        size_t rounds = len / 16;
+        for (size_t i = 0; i < 8; i++)
+            acc += hf_xxh3_mix16(p + 16 * i, s + 16 * i, seed);
+        acc = hf_xxh3_avalanche(acc);
+        for (size_t i = 8; i < rounds; i++)
+            acc += hf_xxh3_mix16(p + 16 * i, s + 16 * (i - 8) + 3, seed);
+        acc += hf_xxh3_mix16(p + len - 16, s + 136 - 17, seed);
+        return hf_xxh3_avalanche(acc);
+    }
+    return hf_xxh3_long(p, len, seed);
+}
+
 /* CRC32C, reflected polynomial 0x82f63b78. The table is filled at load time
  * (hash_crc32c.c). */
 extern uint32_t hf_crc32c_table[256];
