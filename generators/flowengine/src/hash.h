@@ -15,6 +15,9 @@
  * the NIC's value. A symmetric hash (both directions the same) is the
  * "toeplitz" entry: its key repeats 0x6d5a, whose 16-bit period makes swapping
  * src/dst (32 or 128 bits apart) and sport/dport (16 bits apart) a no-op.
+ * The same period makes its value depend only on the XOR of the input's 16-bit
+ * words: at most 65,536 values, a queue selector and not a table hash
+ * (docs/hash-study.md measures it).
  *
  * Thread safety: every function here is pure; the CRC32C and Toeplitz tables
  * are filled by a constructor when the program or library is loaded, before
