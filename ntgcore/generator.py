@@ -89,6 +89,12 @@ class Generator(abc.ABC):
         """The generator's own view of its ports (Ostinato's getStats), when it has one."""
         return None
 
+    def give_attack_sessions(self, sessions: list[dict], skipped: list[str]) -> None:
+        """Before `prepare`: the scenario's `attacks:` TCP sessions as dialogues (the
+        orchestration reads the rules: testbed.ids.rules.attacks.tcp_dialogues), for an adapter
+        whose options say it plays them (`GeneratorSpec.plays_attacks`); `skipped`: the rules left out."""
+        raise GeneratorError(f"{self.name} does not play attack sessions")
+
 
 class ProcessGenerator(Generator):
     """A generator that is one child process (plus helpers): start, watch, stop, exit status.

@@ -441,6 +441,12 @@ class GeneratorSpec(_Model):
     def title(self) -> str:
         return self.label or self.name
 
+    def plays_attacks(self) -> bool:
+        """True when this generator, so configured, plays the scenario's `attacks:` TCP sessions
+        over a TCP stack of its own: a live run then hands it their dialogues
+        (`Generator.give_attack_sessions`) instead of replaying the attack pcap."""
+        return False
+
 
 def generator_spec(data: dict | GeneratorSpec) -> GeneratorSpec:
     """`data` as the options model of the generator it names (a registered plugin's)."""
@@ -466,6 +472,10 @@ class CaptureSpec(_Model):
     at: Place = Field("tap:tap0", description="Interface to capture on (`ROLE:IFACE`).")
     snaplen: int = Field(128, ge=64, le=65535, description="Bytes kept of every frame.")
     buffer_kib: int = Field(65536, ge=1, le=4_194_304, description="Kernel buffer, tcpdump -B (KiB).")
+    also_at: list[Place] = Field(
+        [], max_length=8, description="More interfaces captured the same way, each into "
+        "capture-ROLE-IFACE.pcap (TRex ASTF: `gen:gen0`, the server side's segments); only "
+        "`at`'s capture.pcap counts in the rates and checks.")
 
 
 class DutSpec(_Model):

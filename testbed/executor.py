@@ -1,6 +1,6 @@
 """The step executor: one step of a run, every part started in order under one exit stack.
 
-    capture on -> DUT on -> monitor on -> generators prepared and started -> until they finish,
+    captures on -> DUT on -> monitor on -> generators prepared and started -> until they finish,
     the deadline passes, a part fails or the user interrupts -> stop in reverse -> counters
 
 A live generator with a `start` is started that long after the others (the attack replay's
@@ -25,7 +25,7 @@ from ntgcore.errors import NtgError
 from ntgcore.generator import Progress, get_generator
 from ntgcore.proc import CommandRecord, Interrupts, utc_now
 from ntgcore.registry import GENERATORS
-from ntgcore.scenario import TestbedSpec
+from ntgcore.scenario import CaptureSpec, TestbedSpec
 
 from .methods import Step
 from .parts import DUT_KINDS, CapturePart, Dut, GeneratorPart, MonitorPart, Part
@@ -53,7 +53,7 @@ def wire_points(step: Step, tb: TestbedSpec) -> list[str]:
     if tb.dut.kind != "none":
         points.append(tb.dut.at)
     if tb.capture is not None:
-        points.append(tb.capture.at)
+        points += [tb.capture.at, *tb.capture.also_at]
     return list(dict.fromkeys(points))
 
 
@@ -116,6 +116,22 @@ class StepExecutor:
     def records(self) -> list[CommandRecord]:
         return [r for p in self.parts for r in p.records()]
 
+    def _start_captures(self, stack: ExitStack, spec: CaptureSpec, site: Site) -> None:
+        """capture.pcap at `capture.at` (its statistics: the entry's `capture`), and one more per
+        `capture.also_at`; the entry's `captures` lists them all: file, place, statistics and
+        whether it is `counted` (only capture.pcap is, in the rates and checks)."""
+        listed = self.entry.setdefault("captures", [])
+        for place in [None, *spec.also_at]:
+            part = CapturePart(spec, site.endpoint(place or spec.at), self.dir, also_at=place)
+            row = {"file": part.file, "at": place or spec.at, "counted": place is None}
+            listed.append(row)
+
+            def on_stop(stats: dict, row=row) -> None:
+                row.update(stats)
+                if row["counted"]:
+                    self.entry["capture"] = stats
+            self._start(stack, part, on_stop)
+
     def _prepare_generators(self, stack: ExitStack) -> None:
         step, ctx, tb = self.step, self.ctx, self.step.scenario.testbed
         for spec in step.generators:
@@ -129,6 +145,8 @@ class StepExecutor:
                 folder.mkdir(exist_ok=True)
                 duration = (tb.duration / 1e9) if spec.pace == "topspeed" else None
                 endpoint = ctx.site.endpoint(spec.at, spec.pace, duration)
+            if spec.title in step.attack_sessions:  # it plays the `attacks:` TCP sessions itself
+                gen.give_attack_sessions(*step.attack_sessions[spec.title])
             part = GeneratorPart(spec, gen, endpoint, folder)
             if not self.gens:  # after the generators stop: let the last frames reach the capture
                 stack.callback(lambda: time.sleep(STOP_DRAIN_S if ctx.site is not None else 0))
@@ -152,8 +170,7 @@ class StepExecutor:
         try:
             with ExitStack() as stack:
                 if site is not None and tb.capture is not None:
-                    capture = CapturePart(tb.capture, site.endpoint(tb.capture.at), self.dir)
-                    self._start(stack, capture, lambda s: self.entry.__setitem__("capture", s))
+                    self._start_captures(stack, tb.capture, site)
                 if site is not None and tb.dut.kind != "none":
                     dut: Dut = DUT_KINDS[tb.dut.kind](tb.dut, site.endpoint(tb.dut.at), self.dir,
                                                       ctx.scenario_dir)  # fmt: skip

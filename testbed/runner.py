@@ -43,17 +43,19 @@ from ntgcore.generator import Progress
 from ntgcore.proc import Interrupts, Tool, watch_spawns
 from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS
 from ntgcore.runfolder import RunFolder, git_info, host_info, tool_versions
-from ntgcore.scenario import LoadedScenario, Scenario, attack_rule_paths, generator_spec
+from ntgcore.scenario import GeneratorSpec, LoadedScenario, Scenario, attack_rule_paths, generator_spec
 
 from .cleanup import RunMark, cleanup
 from .executor import StepContext, StepExecutor
 from .parts import DUT_KINDS, CapturePart
-from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, write_attacks
-from .ids.coverage import attack_coverage, gate_lines, sid_change_lines
+from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
+from .ids.coverage import attack_coverage, gate_lines, played_coverage, sid_change_lines
 from .ids.coverage import blocking as coverage_blocking
 from .ids.regression import Baseline
 from .ids.suricata import SuricataError, SuricataMissing
 from .methods import NS, Step, with_changes
+
+FULL_FRAME = 1514  # bytes of an Ethernet frame at MTU 1500: a snaplen that keeps every payload
 
 
 @dataclass
@@ -87,6 +89,7 @@ def check_places(scenario: Scenario, site: Site) -> str | None:
     places = [("generators", g.at) for g in scenario.live_generators()]
     places += [("dut.at", tb.dut.at)] if tb.dut.kind != "none" else []
     places += [("capture.at", tb.capture.at)] if tb.capture else []
+    places += [("capture.also_at", p) for p in tb.capture.also_at] if tb.capture else []
     have = site.places()
     for field_name, place in places:
         if place not in have:
@@ -108,11 +111,33 @@ def required_tools(scenario: Scenario) -> list[Tool]:
         tools += CapturePart.tools
     if tb.dut.kind != "none":
         tools += DUT_KINDS[tb.dut.kind].tools
-    if scenario.attacks is not None:  # the attack sessions are replayed by tcpreplay
-        tools += GENERATORS.get("tcpreplay").tools
+    if scenario.attacks is not None and not attack_player(scenario.live_generators()):
+        tools += GENERATORS.get("tcpreplay").tools  # the attack sessions are replayed by tcpreplay
     for g in scenario.live_generators():
         tools += GENERATORS.get(g.name).tools
     return list({t.command: t for t in tools}.values())
+
+
+def attack_player(generators: list[GeneratorSpec]) -> GeneratorSpec | None:
+    """The first generator that plays the `attacks:` TCP sessions itself (GeneratorSpec.plays_attacks)."""
+    return next((g for g in generators if g.plays_attacks()), None)
+
+
+def played_attacks_problem(scenario: Scenario) -> str | None:
+    """Why a live scenario whose generator plays the attack sessions cannot score them with
+    `attacks.ids: suricata` (None when it can): Suricata reads the captures of both directions."""
+    tb = scenario.testbed
+    if (tb is None or scenario.attacks is None or scenario.attacks.ids != "suricata"
+            or attack_player(scenario.live_generators()) is None):
+        return None
+    if tb.capture is None or not tb.capture.also_at:
+        return ("attacks.ids: suricata with a generator that plays the attack sessions reads the "
+                "capture of both directions: give `testbed.capture.also_at` (TRex ASTF on the astf "
+                "topology: `capture: {at: 'gen:gen1', also_at: ['gen:gen0'], snaplen: 2048}`)")
+    if tb.capture.snaplen < FULL_FRAME:
+        return (f"attacks.ids: suricata reads the payloads: testbed.capture.snaplen "
+                f"{tb.capture.snaplen} cuts them; give at least {FULL_FRAME}")
+    return None
 
 
 def check_live_prerequisites(scenario: Scenario) -> None:
@@ -245,6 +270,7 @@ class Run:
         self.steps: list[Step] = []
         self.messages: list[str] = []  # for the user, printed after the run
         self._records: list = []
+        self.attack_dialogues: tuple[list[dict], list[str]] = ([], [])  # what a generator plays
         if self.live:
             self.steps = plan_steps(scenario)
             if scenario.attacks is not None:
@@ -330,14 +356,27 @@ class Run:
     # -- live: the method's steps on a site ------------------------------------------------
 
     def _add_attacks(self, scenario: Scenario) -> None:
-        """`attacks:` live: the attack sessions are synthesized into attacks/attacks.pcap and
-        replayed (realtime) by an extra tcpreplay generator on the first generator's interface,
-        alongside the benign generators, in every step that runs the scenario's flows; the
-        replay is started `attacks.start` after the benign generators (tcpreplay sends the
-        pcap's first packet at once, whatever its time stamp)."""
-        rules = attack_rule_paths(scenario.attacks, self.loaded.path)
+        """`attacks:` live: the attack sessions are synthesized into attacks/attacks.pcap. In a
+        `run` step with a generator that plays them itself (GeneratorSpec.plays_attacks: TRex
+        ASTF), that generator is given their TCP dialogues (tcp_dialogues) and plays them over
+        its own TCP stack; the pcap is then not replayed (the manifest says so, and which rules
+        are not played). Otherwise it is replayed (realtime) by an extra tcpreplay generator on
+        the first generator's interface, alongside the benign generators, started
+        `attacks.start` after them (tcpreplay sends the pcap's first packet at once, whatever
+        its time stamp)."""
+        spec = scenario.attacks
+        rules = attack_rule_paths(spec, self.loaded.path)
+        problem = played_attacks_problem(scenario)
         try:
-            attacks = write_attacks(scenario.attacks, rules, self.run_dir / "attacks")
+            if problem:
+                raise AttackError(problem)
+            attacks = write_attacks(spec, rules, self.run_dir / "attacks")
+            player = attack_player(scenario.live_generators())
+            if player is not None:
+                self.attack_dialogues = tcp_dialogues(spec, rules)
+                if not self.attack_dialogues[0]:
+                    raise AttackError(f"attacks: {player.title} plays the attack TCP sessions, and no "
+                                      f"selected rule is one: {'; '.join(self.attack_dialogues[1][:5])}")
         except AttackError as exc:
             self.manifest["error"] = str(exc)
             self._finish("failed")
@@ -349,12 +388,30 @@ class Run:
         first = scenario.live_generators()[0]
         replay = generator_spec({"name": "tcpreplay", "label": "attacks", "at": first.at,
                                  "pace": "realtime", "pcap": str(attacks.pcap.resolve()),
-                                 "start": f"{scenario.attacks.start}ns"})
+                                 "start": f"{spec.start}ns"})
         span_s = ((info["last_ns"] or 0) - (info["first_ns"] or 0)) / NS
         for step in self.steps:
-            if step.kind == "run":
+            if step.kind != "run":
+                continue
+            player = attack_player(step.generators)
+            if player is None:
                 step.generators = [*step.generators, replay]
                 step.params["attacks_last_s"] = span_s
+                info["replayed_by"] = "tcpreplay (generator `attacks`)"
+                continue
+            sessions, skipped = self.attack_dialogues
+            step.attack_sessions[player.title] = (sessions, skipped)
+            step.params["attacks_last_s"] = spec.count / float(spec.rate)
+            info["played_by"] = player.title
+            info["played"] = {
+                "rules": len(sessions), "sessions": sum(d["count"] for d in sessions),
+                "servers": {str(d["sid"]): f"{d['server']}:{d['server_port']}" for d in sessions},
+                "clients": {str(d["sid"]): "-".join(d["client"]) for d in sessions}}
+            info["not_played"] = skipped
+            info["pcap_note"] = (f"written for reference only (the same dialogues, the synthesis's "
+                                 f"addresses): not replayed; {player.title} plays the TCP sessions "
+                                 f"over its own TCP stack (real handshakes), on the rule's sides "
+                                 f"(`played`); the rules in `not_played` are not sent")
 
     def _execute_live(self, show_progress: bool) -> str:
         try:
@@ -462,6 +519,8 @@ def run_scenario(
     status = run.execute(show_progress)
     if status == "completed" and not run.live and loaded.scenario.attacks is not None:
         status = _mix_attacks(run, loaded, show_progress, coverage_baseline)
+    elif status == "completed" and run.attack_dialogues[0] and loaded.scenario.attacks.ids == "suricata":
+        status = _score_played_attacks(run, loaded, show_progress, coverage_baseline)
     result = RunResult(run.run_dir, status, EXIT_OK, run.manifest, messages=list(run.messages))
     if run.no_space:
         result.exit_code = EXIT_NO_SPACE
@@ -503,9 +562,10 @@ def coverage_baseline_problem(scenario: Scenario) -> str | None:
     if scenario.attacks is None or scenario.attacks.ids != "suricata":
         return ("--coverage-baseline needs coverage: a scenario with an `attacks:` section with "
                 "`ids: suricata`")
-    if scenario.testbed is not None:
-        return ("--coverage-baseline: a live run measures no per-sid coverage (only an offline run "
-                "with `attacks: {ids: suricata}` does)")
+    if scenario.testbed is not None and attack_player(scenario.live_generators()) is None:
+        return ("--coverage-baseline: a live run measures no per-sid coverage when the attack pcap "
+                "is replayed (an offline run with `attacks: {ids: suricata}` does, and a live one "
+                "whose generator plays the attack sessions: TRex ASTF)")
     return None
 
 
@@ -536,24 +596,62 @@ def _mix_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
         if spec.ids == "suricata":
             say("suricata on the mixed capture")
             doc = attack_coverage(capture, attacks, rules, run.run_dir, baseline=baseline)
-            info["coverage"] = {k: doc[k] for k in ("loaded", "alerted", "missed", "coverage",
-                                                    "extra_alert_sessions", "extra_unrelated_sessions")}
-            info["alerted_sids"] = sorted(r["sid"] for r in doc["rows"] if r["alerted"])
-            run.messages += [f"attacks: {line}" for line in doc["summary"][:3]]
-            if baseline is not None:
-                cmp = doc["baseline"]
-                info["baseline"] = {"path": cmp["path"], "allow_path": cmp["allow_path"], "counts": cmp["counts"],
-                                    "blocking": [{"what": w, "sids": s} for w, s in coverage_blocking([doc])]}
-                run.messages += [f"attacks: {line}" for line in sid_change_lines(doc)]
-                run.messages += [f"attacks: coverage gate: {line}; fix them, or list them in a "
-                                 "--coverage-allow file with the reason" for line in gate_lines(
-                                     {"blocking": coverage_blocking([doc])})]
+            _record_coverage(run, info, doc, baseline)
         run.manifest["attacks"] = info
         status = "completed"
     except (AttackError, OSError, SuricataMissing, SuricataError) as exc:  # the run failed: say why
         run.manifest["error"] = f"attacks: {exc}"
         status = "failed"
     return run.folder.finish(status)
+
+
+def _record_coverage(run: Run, info: dict, doc: dict, baseline: Baseline | None) -> None:
+    """The coverage document's counts, alerted sids and baseline gate into the manifest's
+    `attacks` (`info`) and the run's messages."""
+    info["coverage"] = {k: doc[k] for k in ("loaded", "alerted", "missed", "coverage",
+                                            "extra_alert_sessions", "extra_unrelated_sessions")}
+    info["alerted_sids"] = sorted(r["sid"] for r in doc["rows"] if r["alerted"])
+    run.messages += [f"attacks: {line}" for line in doc["summary"][:3]]
+    if baseline is not None:
+        cmp = doc["baseline"]
+        info["baseline"] = {"path": cmp["path"], "allow_path": cmp["allow_path"], "counts": cmp["counts"],
+                            "blocking": [{"what": w, "sids": s} for w, s in coverage_blocking([doc])]}
+        run.messages += [f"attacks: {line}" for line in sid_change_lines(doc)]
+        run.messages += [f"attacks: coverage gate: {line}; fix them, or list them in a "
+                         "--coverage-allow file with the reason" for line in gate_lines(
+                             {"blocking": coverage_blocking([doc])})]
+
+
+def _score_played_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
+                          baseline: Baseline | None = None) -> str:
+    """Live `attacks:` played by a generator, with `ids: suricata`: the captures of the (first)
+    step that played them (capture.pcap and every `also_at` one: each direction once) are merged
+    by time into attacks/both-sides.pcap, Suricata reads it, and the played sessions (found by
+    their rule's server address and port) are scored as offline: coverage.json/md/html,
+    tables/coverage.parquet, the manifest's `attacks.coverage` and `alerted_sids`."""
+    spec = loaded.scenario.attacks
+    say = stage_printer(show_progress)
+    rules = attack_rule_paths(spec, loaded.path)
+    info = run.manifest["attacks"]
+    step = next(e for e in run.manifest["steps"] if e.get("kind") == "run")
+    step_dir = run.run_dir / step["dir"]
+    files = [step_dir / c["file"] for c in step.get("captures", [])]
+    merged = run.run_dir / "attacks" / "both-sides.pcap"
+    try:
+        say("merging the captures of both directions")
+        merge_pcaps(files, merged)
+        info["ids_capture"] = {"file": str(merged.relative_to(run.run_dir)),
+                               "from": [{"file": str(f.relative_to(run.run_dir)), "at": c["at"]}
+                                        for f, c in zip(files, step["captures"])]}
+        say("suricata on the captures")
+        doc = played_coverage(merged, spec, rules, run.attack_dialogues[0], run.run_dir, baseline=baseline)
+        info["played"]["sessions_seen"] = doc["played_sessions"]
+        _record_coverage(run, info, doc, baseline)
+        status = "completed"
+    except (AttackError, OSError, SuricataMissing, SuricataError) as exc:
+        run.manifest["error"] = f"attacks: {exc}"
+        status = "failed"
+    return run.folder.finish(status, recursive=True)
 
 
 __all__ = ["Run", "RunResult", "analyze_live_run", "check_live_prerequisites", "check_places",

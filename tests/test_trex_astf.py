@@ -68,9 +68,11 @@ def test_tcp_flows_and_attack_rules_become_templates():
     assert web.request_bytes == 77 and web.response_bytes == 112
     assert bytes.fromhex(web.messages[0][1]).startswith(b"GET / HTTP/1.1\0")
     # the demo file's four TCP rules (the two UDP ones stay in the attack pcap), 12 sessions cycled
+    # on the rules' sides ($EXTERNAL_NET clients 198.19.254.x -> $HOME_NET servers 198.18.255.k)
     assert [(t.sid, t.port, t.limit, t.server[0]) for t in attacks] == [
-        (9100001, 80, 3, "198.19.255.1"), (9100002, 80, 3, "198.19.255.2"),
-        (9100003, 80, 3, "198.19.255.3"), (9100004, 7777, 3, "198.19.255.4")]
+        (9100001, 80, 3, "198.18.255.1"), (9100002, 80, 3, "198.18.255.2"),
+        (9100003, 80, 3, "198.18.255.3"), (9100004, 7777, 3, "198.18.255.4")]
+    assert {t.client for t in attacks} == {("198.19.254.1", "198.19.254.254")}
     assert sum(t.cps for t in attacks) == 20.0 and p.connections == 212
     first = bytes.fromhex(attacks[0].messages[0][1])
     assert first.startswith(b"GET /ntg-demo/admin") and b"debug=1" in first

@@ -47,7 +47,6 @@ BUILD_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
 STARTUP_TIMEOUT_S = 30.0  # worker start-up (TRex's client imports in ~1 s) to streams added
 READY_WAIT_S = 3600.0  # a prepared worker waits this long for `start` at most, then gives up  # the worker stops the traffic, reads the counters and releases the port
-ASTF_OPEN_MARGIN_S = 1.0  # ASTF: new connections are opened this long after the last one is due
 MODES = ("stl", "astf")
 
 
@@ -128,6 +127,12 @@ class Trex(Generator):
 
     def version(self) -> str:
         return client_version()
+
+    def give_attack_sessions(self, sessions: list[dict], skipped: list[str]) -> None:
+        """ASTF: the `attacks:` TCP sessions become templates of the profile (astf_profile.py)."""
+        if self.mode != "astf":
+            raise GeneratorError("trex: attack sessions are played in mode astf only")
+        self.attack_sessions = (sessions, skipped)
 
     @property
     def starts_server(self) -> bool:
@@ -263,6 +268,7 @@ class Trex(Generator):
             job = {"host": host, "sync_port": sync, "async_port": asyn, "port": self.port,
                    "mode": self.mode, "profile": str(self.profile_file),
                    "duration_s": self._duration_s(), "expected_s": self.expected_seconds,
+                   "connections": self.astf.connections if self.astf is not None else None,
                    "max_overrun_s": MAX_OVERRUN_S,
                    "ready_timeout_s": READY_WAIT_S, "rpc_timeout": self.rpc_timeout,
                    "stream_stats": self.stream_stats,
@@ -296,13 +302,13 @@ class Trex(Generator):
     @property
     def expected_seconds(self) -> float:
         if self.astf is not None:
-            return self.astf.expected_seconds + ASTF_OPEN_MARGIN_S
+            return self.astf.open_seconds  # at most (the worker ends when all have closed)
         assert self.profile is not None
         return self.profile.expected_seconds
 
     def _duration_s(self) -> float | None:
         if self.astf is not None:  # TRex opens new connections this long (each template to its limit)
-            return self.astf.expected_seconds + ASTF_OPEN_MARGIN_S
+            return self.astf.open_seconds
         assert self.profile is not None
         return self.profile.duration_s if self.profile.continuous else None
 
@@ -595,6 +601,9 @@ class TrexSpec(GeneratorSpec):
                                      "generator's veth in its namespace.")
     response_bytes: int | None = Field(None, ge=0, le=1_000_000, description="trex, mode astf: "
                                        "bytes the server answers every TCP flow's request with.")
+
+    def plays_attacks(self) -> bool:
+        return self.mode == "astf"  # the `attacks:` TCP sessions on TRex's own TCP stack
 
 
 PLUGIN = GeneratorPlugin(

@@ -20,8 +20,9 @@ The rules (README.md, "ASTF mode"):
   `response_bytes` (the generator option; 0: no answer) and both close.
 - an attack session (`attacks:`, TCP rules with a handshake, given to the adapter as plain
   dialogues by testbed.ids.rules.attacks.tcp_dialogues: the same bytes the attack pcap carries,
-  the server port the synthesis picks), client 198.18.255.1-254, each rule its own server address 198.19.255.N;
-  `attacks.count` connections cycled over the rules, at `attacks.rate` connections/s in all.
+  the server port the synthesis picks, the client range and the server address on the rule's
+  sides, each rule its own server address); `attacks.count` connections cycled over the rules,
+  at `attacks.rate` connections/s in all.
 Refused, naming the flow: other protocols, IPv6, a `dst_port` range, flows sent for a duration
 (no instance count), more than MAX_CONNECTIONS connections, more than MAX_SESSION_BYTES in one
 connection, two templates on one server port with overlapping server addresses (TRex's server
@@ -34,6 +35,7 @@ boundaries (TRex's TCP stack segments the request by its MSS).
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import asdict, dataclass, field
 
 from ntgcore.errors import GeneratorError
@@ -42,8 +44,6 @@ NS = 1_000_000_000
 MAX_CONNECTIONS = 10_000_000
 MAX_SESSION_BYTES = 1_000_000
 MAX_TEMPLATES = 250
-ATTACK_CLIENTS = ("198.18.255.1", "198.18.255.254")
-ATTACK_SERVER_NET = "198.19.255.0"
 
 
 @dataclass
@@ -78,12 +78,22 @@ class AstfProfile:
 
     @property
     def expected_seconds(self) -> float:
-        """When the last connection has been opened (TRex's duration: new flows until then)."""
+        """When the last connection is due, were they opened one every 1/cps."""
         return max(((t.limit - 1) / t.cps for t in self.templates), default=0.0)
+
+    @property
+    def open_seconds(self) -> float:
+        """How long TRex is given to open every connection (its `duration`). TRex opens a
+        template's connections at random times, `cps` a second on average, not one every 1/cps
+        (measured: the 2 connections of a template at 2.5/s within 0.11 s, or the second after
+        0.77 s), so opening `limit` of them takes as long as `limit` events of a Poisson process;
+        (limit + 5·√limit + 12)/cps falls short with a probability below 1e-7 per template. The
+        worker ends the traffic as soon as every connection has closed on both sides."""
+        return max(((t.limit + 5 * math.sqrt(t.limit) + 12) / t.cps for t in self.templates), default=0.0)
 
     def as_dict(self) -> dict:
         return {"mode": "astf", "connections": self.connections,
-                "expected_seconds": self.expected_seconds,
+                "expected_seconds": self.expected_seconds, "open_seconds": self.open_seconds,
                 "templates": [asdict(t) for t in self.templates],
                 "approximations": self.approximations}  # fmt: skip
 
@@ -161,9 +171,10 @@ def flow_template(i: int, flow, response_bytes: int, notes: list[str]) -> Templa
 def attack_templates(sessions: list[dict], rate: float, skipped: list[str],
                      notes: list[str]) -> list[TemplateSpec]:
     """One template per attack rule: `sessions` as testbed.ids.rules.attacks.tcp_dialogues gives
-    them ({sid, server_port, messages: [(from_client, bytes)], count}), at `rate` sessions/s in all."""
+    them ({sid, client: (first, last), server, server_port, messages: [(from_client, bytes)],
+    count}), at `rate` sessions/s in all."""
     if skipped:
-        notes.append("attacks: not TCP sessions, left to the attack pcap: " + "; ".join(skipped[:20]))
+        notes.append("attacks: not TCP sessions, not played by TRex: " + "; ".join(skipped[:20]))
     if not sessions:
         raise GeneratorError("trex: attacks: no selected rule is a TCP session with a handshake "
                              "(what ASTF replays); widen attacks.select")
@@ -171,21 +182,19 @@ def attack_templates(sessions: list[dict], rate: float, skipped: list[str],
         raise GeneratorError(f"trex: attacks: {len(sessions)} TCP rules selected, ASTF mode takes at "
                              f"most {MAX_TEMPLATES} (one server address each)")
     total = sum(x["count"] for x in sessions)
-    base = ipaddress.ip_address(ATTACK_SERVER_NET)
     out = []
-    for k, x in enumerate(sessions):
+    for x in sessions:
         size = sum(len(d) for _c, d in x["messages"])
         if size > MAX_SESSION_BYTES:
             raise GeneratorError(f"trex: attacks: sid {x['sid']}: {size:,} bytes in one session, "
                                  f"more than {MAX_SESSION_BYTES:,}")
-        server = str(base + k + 1)
-        out.append(TemplateSpec(f"attacks sid {x['sid']}", f"sid{x['sid']}", ATTACK_CLIENTS, (server, server),
-                                int(x["server_port"]), float(rate) * x["count"] / total, int(x["count"]),
+        out.append(TemplateSpec(f"attacks sid {x['sid']}", f"sid{x['sid']}", tuple(x["client"]),
+                                (x["server"], x["server"]), int(x["server_port"]),
+                                float(rate) * x["count"] / total, int(x["count"]),
                                 [(bool(c), bytes(d).hex()) for c, d in x["messages"]], sid=x["sid"]))  # fmt: skip
     notes.append(f"attacks: {total} sessions of {len(out)} rule(s) at {float(rate):g}/s in all, each "
                  f"rule's share at its own rate (TRex interleaves them; the attack pcap orders them "
-                 f"by rule); clients {ATTACK_CLIENTS[0]}-{ATTACK_CLIENTS[1]}, rule k served from "
-                 f"198.19.255.k")
+                 f"by rule); every rule served from its own address")
     return out
 
 
@@ -201,12 +210,12 @@ def build_astf_profile(scenario, *, response_bytes: int = 0,
             notes.append("attacks: not part of the ASTF profile (no attack sessions given to the "
                          "adapter); the run's attack pcap carries them")
         else:
+            if scenario.attacks.ip_version != 4:
+                raise GeneratorError("trex: attacks.ip_version: ASTF mode maps IPv4 sessions only")
             templates += attack_templates(attack_sessions[0], float(scenario.attacks.rate),
                                           attack_sessions[1], notes)
             if scenario.attacks.start:
                 notes.append("attacks: start: the attack templates start with the traffic")
-            if scenario.attacks.ip_version != 4:
-                raise GeneratorError("trex: attacks.ip_version: ASTF mode maps IPv4 sessions only")
     if len(templates) > MAX_TEMPLATES + len(scenario.flows):
         raise GeneratorError(f"trex: {len(templates)} ASTF templates, more than the adapter takes")
     for a in range(len(templates)):

@@ -410,6 +410,9 @@ def run_astf(job: dict) -> int:
             if now > deadline:
                 status = "overrun"
                 break
+            if job.get("connections") and all(int(traffic.get(side, {}).get("tcps_closed", 0)) >= job["connections"]
+                                              for side in ("client", "server")):
+                break  # every connection opened and closed on both sides: no need to wait for `duration`
         seconds = time.monotonic() - t0
         stage = "stop"
         client.stop()

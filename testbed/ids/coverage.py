@@ -26,7 +26,10 @@ alerted / (loaded rules that can alert); with `exclude_unloadable` ``coverage`` 
 `score(models, synth, suri, *, exclude_unloadable=False) -> dict` is that count for any synthesis
 result and Suricata run;
 `attack_coverage(pcap, attacks, rule_paths, out_dir, baseline=None)` scores the attack sessions
-of a run's capture (`testbed.ids.rules.attacks`) the same way. `--mix` adds benign background load from the
+of a run's capture (`testbed.ids.rules.attacks`) the same way; `played_coverage(pcap, spec,
+rule_paths, dialogues, out_dir, baseline=None)` does it for attack sessions a generator played
+over its own TCP stack (TRex ASTF), the sessions found in the capture by their rule's server
+address and port (`played_sessions`). `--mix` adds benign background load from the
 flowengine generator (through the generator registry), merged by time with the attack sessions.
 """
 
@@ -39,7 +42,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.capture import read_capture
+from analysis.capture import address_text, read_capture
 from analysis.tables import write_table
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
@@ -49,9 +52,9 @@ from .regression import Baseline, compare_coverage
 from .regression import markdown_lines as baseline_markdown
 from .regression import summary_lines as comparison_summary
 from .report import markdown_html
-from .rules.attacks import Attacks, merge_pcaps
+from .rules.attacks import Attacks, load_selection, merge_pcaps
 from .rules.semantics import RuleModel, load_rules
-from .rules.synth import SESSION_GAP_NS, T0_NS, SynthResult, synthesize
+from .rules.synth import SESSION_GAP_NS, T0_NS, Session, SynthResult, synthesize
 from .suricata import Dut, SuricataResult, run_offline
 
 BENIGN_NET = ("198.18.240.0/24", "198.19.240.0/24")
@@ -379,6 +382,54 @@ def attack_coverage(pcap: Path, attacks: Attacks, rule_paths: list[Path], out_di
                        "total": round(time.monotonic() - t, 3)}
     write_reports(doc, out_dir)
     doc["summary"] = summary_lines(doc)
+    return doc
+
+
+def played_sessions(pcap: Path, dialogues: list[dict]) -> SynthResult:
+    """The attack sessions a generator played (`dialogues` as tcp_dialogues gives them), as
+    `pcap` shows them: one session per client SYN to a rule's server address and port (a
+    retransmitted SYN is the same session), with the rule's sid and related sids. `synthesized`:
+    the sids with a session; `failed`: the played sids without one."""
+    cap = read_capture(pcap)
+    res = SynthResult(Path(pcap), packets=len(cap), bytes=int(cap.wire_len.sum()))
+    rule_of = {(d["server"], int(d["server_port"])): d for d in dialogues}
+    syn = (cap.proto == 6) & ((cap.tcp_flags & 0x12) == 0x02)
+    idx = syn.nonzero()[0]
+    src = address_text(cap.ip_version[idx], cap.src_hi[idx], cap.src_lo[idx])
+    dst = address_text(cap.ip_version[idx], cap.dst_hi[idx], cap.dst_lo[idx])
+    seen: set[tuple] = set()
+    for j, i in enumerate(idx.tolist()):
+        d = rule_of.get((dst[j], int(cap.dport[i])))
+        key = (src[j], int(cap.sport[i]), dst[j], int(cap.dport[i]))
+        if d is None or key in seen:
+            continue
+        seen.add(key)
+        res.sessions.append(Session(d["sid"], list(d.get("related", [])), "tcp", key[0], key[1], key[2],
+                                    key[3], start_ns=int(cap.ts_ns[i])))
+        res.synthesized[d["sid"]] = "ok"
+    for d in dialogues:
+        if d["sid"] not in res.synthesized:
+            res.failed[d["sid"]] = "played, but no session of it in the capture"
+    return res
+
+
+def played_coverage(pcap: Path, spec, rule_paths: list[Path], dialogues: list[dict], out_dir: Path,
+                    baseline: Baseline | None = None) -> dict:
+    """`attack_coverage` of the attack sessions a generator played (`dialogues`, from
+    tcp_dialogues(spec, rule_paths)) in `pcap`, a capture of both directions; the sessions found
+    are listed in out_dir/attacks/played.json (the document's `played_sessions`: how many)."""
+    selected, _models, problems = load_selection(rule_paths, spec.select)
+    played = {d["sid"] for d in dialogues}
+    models = [m for m in selected if m.sid in played]
+    synth = played_sessions(pcap, dialogues)
+    listing = out_dir / "attacks" / "played.json"
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.write_text(json.dumps({"capture": str(pcap), "packets": synth.packets,
+                                   "sessions": [s.as_dict() for s in synth.sessions],
+                                   "no_session": {str(k): v for k, v in synth.failed.items()}}, indent=1) + "\n")
+    attacks = Attacks(Path(pcap), listing, synth, models, problems, models)
+    doc = attack_coverage(Path(pcap), attacks, rule_paths, out_dir, baseline=baseline)
+    doc["played_sessions"] = len(synth.sessions)
     return doc
 
 

@@ -24,6 +24,8 @@ class Step:
     generators: list[GeneratorSpec]
     kind: str = "run"  # run | topspeed | load | rate | hosts
     params: dict[str, Any] = field(default_factory=dict)
+    # generator title -> the `attacks:` TCP dialogues it plays (GeneratorSpec.plays_attacks)
+    attack_sessions: dict[str, tuple[list[dict], list[str]]] = field(default_factory=dict)
 
     def deadline_s(self) -> float:
         """Wall seconds after which the step is over whatever the generators say."""

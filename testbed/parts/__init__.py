@@ -46,15 +46,23 @@ def _live(records: list[CommandRecord], label: Callable[[CommandRecord], str]) -
     return {label(r): r.pid for r in records if r.pid and r.exit_code is None}
 
 
+def capture_file(place: str | None = None) -> str:
+    """The file of the capture at `place`: capture.pcap for `capture.at` (None), else
+    capture-ROLE-IFACE.pcap (`capture.also_at`)."""
+    return "capture.pcap" if place is None else f"capture-{place.replace(':', '-')}.pcap"
+
+
 class CapturePart(Part):
-    """tcpdump on one interface: what was seen on the wire (capture.pcap)."""
+    """tcpdump on one interface: what was seen on the wire (capture.pcap; `also_at`: the same
+    on another interface, into capture-ROLE-IFACE.pcap)."""
 
     key = "capture"
     tools = (Tool("tcpdump", "tcpdump"),)
 
-    def __init__(self, spec: CaptureSpec, endpoint: Endpoint, step_dir: Path) -> None:
-        self.tcpdump = Tcpdump(endpoint.argv(), endpoint.iface, step_dir / "capture.pcap",
-                               snaplen=spec.snaplen, buffer_kib=spec.buffer_kib, name="capture")
+    def __init__(self, spec: CaptureSpec, endpoint: Endpoint, step_dir: Path, also_at: str | None = None) -> None:
+        self.file = capture_file(also_at)
+        self.tcpdump = Tcpdump(endpoint.argv(), endpoint.iface, step_dir / self.file, snaplen=spec.snaplen,
+                               buffer_kib=spec.buffer_kib, name=self.file.removesuffix(".pcap"))
 
     def start(self, abort) -> None:
         self.tcpdump.start()

@@ -26,10 +26,13 @@ from ntgcore.errors import NtgError
 from ntgcore.proc import Process, Tool
 
 from .semantics import RuleModel, load_rules
-from .synth import SynthResult, synthesize
+from .synth import SynthResult, session_ports, session_sides, synthesize
+from .synth import plan as session_plan
 
 NS = 1_000_000_000
 MERGECAP = Tool("mergecap", "wireshark-common")
+PLAYED_NETS = {"home": "198.18", "external": "198.19"}  # tcp_dialogues' addresses, by the rule's side
+MAX_PLAYED_RULES = 254
 
 
 class AttackError(NtgError):
@@ -130,11 +133,14 @@ def write_attacks(spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0
 def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
     """The `attacks:` section's TCP sessions as plain data, for a generator with a TCP stack of
     its own: one entry per selected rule that is a TCP session with a handshake, `{"sid",
-    "server_port", "messages": [(from_client, bytes), ...], "count"}` (the same dialogue the
-    attack pcap carries, `count` = its share of the `spec.count` sessions cycled over these
-    rules), and what was left out (`sid N (why)`: UDP, ICMP, flag-only TCP, IPv6, ...)."""
-    from . import synth
-
+    "related", "client": (first, last), "server", "server_port", "messages": [(from_client,
+    bytes), ...], "count"}` (the same dialogue and server port the attack pcap carries, `related`
+    the flowbits setters whose messages it includes, `count` = its share of the `spec.count`
+    sessions cycled over these rules), and what was left out (`sid N (why)`: UDP, ICMP,
+    flag-only TCP, IPv6, ...). The addresses are on the rule's sides as the attack pcap's
+    ($HOME_NET 198.18/16, $EXTERNAL_NET 198.19/16): clients x.x.254.1-254 of the client's side,
+    rule k (from 1) served from x.x.255.k of the server's side, so that a session's server address
+    names its rule (`played_sessions`)."""
     selected, models, _problems = load_selection(rule_paths, spec.select)
     setters: dict[str, list[RuleModel]] = {}
     for m in models:
@@ -144,21 +150,27 @@ def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
     usable, skipped = [], []
     for i, m in enumerate(selected):
         why = ("not synthesizable" if not m.supported else m.proto if m.proto != "tcp" else "IPv6"
-               if m.ipv6 else "tcp flags without a session" if m.tcp_flags is not None and not m.established
-               else None)  # fmt: skip
+               if m.ipv6 or spec.ip_version == 6 else "tcp flags without a session"
+               if m.tcp_flags is not None and not m.established else None)  # fmt: skip
+        if why is None and len(usable) == MAX_PLAYED_RULES:
+            why = f"more than {MAX_PLAYED_RULES} TCP rules: one server address each"
         if why is None:
             try:
-                pl = synth.plan(m, setters, i + 1)
-                _cport, sport = synth._ports(m, i)
+                pl = session_plan(m, setters, i + 1)
+                _cport, sport = session_ports(m, i)
+                cside, sside = session_sides(m)
             except Exception as exc:  # what the attack pcap cannot write either
                 why = str(exc)
         if why:
             skipped.append(f"sid {m.sid} ({why})")
             continue
-        usable.append({"sid": m.sid, "server_port": sport, "messages": [(c, d) for c, d in pl.messages if d],
-                       "count": 0, "_model": m})  # fmt: skip
-    plan = schedule([u["_model"] for u in usable], spec.count) if usable else []
-    for m in plan:
+        k = len(usable) + 1
+        usable.append({"sid": m.sid, "related": list(pl.related),
+                       "client": (f"{PLAYED_NETS[cside]}.254.1", f"{PLAYED_NETS[cside]}.254.254"),
+                       "server": f"{PLAYED_NETS[sside]}.255.{k}", "server_port": sport,
+                       "messages": [(c, d) for c, d in pl.messages if d], "count": 0, "_model": m})
+    order = schedule([u["_model"] for u in usable], spec.count) if usable else []
+    for m in order:
         next(u for u in usable if u["_model"] is m)["count"] += 1
     out = [{k: v for k, v in u.items() if k != "_model"} for u in usable if u["count"]]
     return out, skipped

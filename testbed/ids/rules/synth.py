@@ -758,7 +758,8 @@ def icmpv4_only(model: RuleModel) -> bool:
     return model.proto == "icmp" and model.itype is not None and not model.ipv6
 
 
-def _ports(model: RuleModel, index: int) -> tuple[int, int]:
+def session_ports(model: RuleModel, index: int) -> tuple[int, int]:
+    """(client port, server port) of the session of `model`, the `index`-th rule written."""
     server_spec = model.dst_ports if model.src_is_client else model.src_ports
     client_spec = model.src_ports if model.src_is_client else model.dst_ports
     pref = [APP_PORTS[model.app]] if model.app in APP_PORTS else []
@@ -768,6 +769,18 @@ def _ports(model: RuleModel, index: int) -> tuple[int, int]:
     if cport == sport:
         cport = choose_port(client_spec, [cport + 1, 40000])
     return cport, sport
+
+
+def session_sides(model: RuleModel) -> tuple[str, str]:
+    """The sides (`home` or `external`, as $HOME_NET and $EXTERNAL_NET) of the client and the
+    server of `model`'s session: the rule's own, `any` becoming the other side's opposite."""
+    cside = address_side(model.src_addr if model.src_is_client else model.dst_addr)
+    sside = address_side(model.dst_addr if model.src_is_client else model.src_addr)
+    if cside == "any":
+        cside = "external" if sside != "external" else "home"
+    if sside == "any":
+        sside = "home" if cside != "home" else "external"
+    return cside, sside
 
 
 def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: str | Path | None = None,
@@ -799,16 +812,11 @@ def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: st
             try:
                 with _time_limit(RULE_TIME_LIMIT_S):
                     pl = plan(model, setters, i + 1)
-                cport, sport = _ports(model, i)
-                cside = address_side(model.src_addr if model.src_is_client else model.dst_addr)
-                sside = address_side(model.dst_addr if model.src_is_client else model.src_addr)
+                cport, sport = session_ports(model, i)
+                cside, sside = session_sides(model)
             except (SynthError, LayoutError, RegexUnsupported, ValueError) as exc:
                 res.failed[model.sid] = str(exc)
                 continue
-            if cside == "any":
-                cside = "external" if sside != "external" else "home"
-            if sside == "any":
-                sside = "home" if cside != "home" else "external"
             v6 = (ip_version == 6 or model.ipv6) and not icmpv4_only(model)
             client, server = addrs.take(cside, v6), addrs.take(sside, v6)
             if starts_ns is not None:
