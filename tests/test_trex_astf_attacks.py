@@ -27,6 +27,7 @@ from ntgcore.scenario import load_scenario, parse_scenario
 from generators.trex import PLUGIN, Trex
 from testbed.executor import wire_points
 from testbed.ids.coverage import run_coverage
+from testbed.ids.detect import resolve_inputs
 from testbed.ids.rules.attacks import tcp_dialogues
 from testbed.ids.suricata import run_offline
 from testbed.runner import Run, check_places, coverage_baseline_problem, open_site, required_tools
@@ -206,3 +207,5 @@ def test_web_attacks_played_by_trex_astf_are_detected_by_suricata(tmp_path, run_
     # the server side's capture matters: the client side's segments alone make no session for Suricata
     one_side = run_offline(run.run_dir / "capture.pcap", [str(DEMO), str(et)], tmp_path / "one-side")
     assert TO_CLIENT not in {x.sid for x in one_side.alerts}
+    # `testbed detect RUN` reads both captures too
+    assert resolve_inputs([run.run_dir], None).captures == [run.run_dir / f for f in caps]

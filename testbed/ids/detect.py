@@ -1,7 +1,8 @@
 """What an IDS detects in a capture the user already has: `testbed detect`.
 
 `resolve_inputs(paths, rules) -> DetectInput` takes capture files or one run folder (its
-capture.pcap, and the rule files of its `attacks:` unless rules are given);
+capture.pcap with the captures of its `capture.also_at`, and the rule files of its `attacks:`
+unless rules are given);
 `address_group(text, flag)` checks a ``--home-net``/``--external-net`` value;
 `run_detect(inputs, out_dir, ...) -> dict` runs Suricata once on the capture (``--runmode
 single``, so that the checksum auto mode decides the same way every time) (several captures are
@@ -86,7 +87,7 @@ def resolve_inputs(paths: list[str | Path], rules: list[str | Path] | None) -> D
         capture = run_dir / "capture.pcap"
         if not capture.is_file():
             raise BadInput(f"{run_dir}: a folder without capture.pcap; give capture files or a run folder")
-        captures = [capture]
+        captures = [capture, *more_captures(run_dir)]
     else:
         for p in paths:
             if p.is_dir():
@@ -104,6 +105,17 @@ def resolve_inputs(paths: list[str | Path], rules: list[str | Path] | None) -> D
         if not r.is_file():
             raise BadInput(f"{r}: no such rule file; give paths of .rules files")
     return DetectInput(captures, rule_paths, run_dir)
+
+
+def more_captures(run_dir: Path) -> list[Path]:
+    """A live run's other captures in its folder (`capture.also_at`: the other directions, the
+    manifest's step `captures` not `counted`), read with capture.pcap."""
+    try:
+        steps = json.loads((run_dir / "manifest.json").read_text()).get("steps") or []
+    except (OSError, ValueError):
+        return []
+    listed = steps[0].get("captures", []) if len(steps) == 1 and steps[0].get("dir") == "." else []
+    return [run_dir / c["file"] for c in listed if not c.get("counted") and (run_dir / c["file"]).is_file()]
 
 
 def run_rule_files(run_dir: Path) -> list[Path]:
