@@ -113,6 +113,8 @@ def required_tools(scenario: Scenario) -> list[Tool]:
         tools += DUT_KINDS[tb.dut.kind].tools
     if scenario.attacks is not None and not attack_player(scenario.live_generators()):
         tools += GENERATORS.get("tcpreplay").tools  # the attack sessions are replayed by tcpreplay
+    elif scenario.attacks is not None and scenario.attacks.ids == "suricata":
+        tools += DUT_KINDS["suricata"].tools  # Suricata scores the sessions a generator played
     for g in scenario.live_generators():
         tools += GENERATORS.get(g.name).tools
     return list({t.command: t for t in tools}.values())
