@@ -31,11 +31,11 @@ from .ids import detect
 from .ids.coverage import gate_lines, run_coverage_duts, sid_change_lines, summary_lines
 from .ids.expect import ExpectError, load_expect
 from .ids.regression import load_allow, load_baseline
-from .ids.rules.attacks import load_selection
+from .ids.rules.attacks import load_selection, tcp_dialogues
 from .ids.rules.translate import report_json
 from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, make_duts, translate_file
-from .runner import (analyze_live_run, check_places, coverage_baseline_problem, open_site, plan_steps, run_scenario,
-                     stage_printer)
+from .runner import (analyze_live_run, attack_player, check_places, coverage_baseline_problem, open_site,
+                     plan_steps, played_attacks_problem, run_scenario, stage_printer)
 
 
 def _err(message: str) -> None:
@@ -84,6 +84,12 @@ def _validate_attacks(file: str, loaded) -> None:
     print(f"{file}: attacks: {len(selected):,} of {len(models):,} rules selected "
           f"({len(problems)} malformed, skipped); {spec.count:,} attack sessions at {float(spec.rate):g}/s"
           + ("" if selected else " -- the selection is empty: widen attacks.select"))
+    player = attack_player(loaded.scenario.live_generators())
+    if player is not None and selected:
+        sessions, skipped = tcp_dialogues(spec, attack_rule_paths(spec, loaded.path))
+        print(f"{file}: attacks: played by {player.title} over its own TCP stack: {len(sessions):,} TCP "
+              f"rule(s); not played: {', '.join(skipped[:10]) or 'none'}{', ...' if len(skipped) > 10 else ''}"
+              + (f" -- {problem}" if (problem := played_attacks_problem(loaded.scenario)) else ""))
 
 
 def _validate_live(loaded) -> tuple[int, str | None]:

@@ -656,5 +656,5 @@ def _score_played_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
     return run.folder.finish(status, recursive=True)
 
 
-__all__ = ["Run", "RunResult", "analyze_live_run", "check_live_prerequisites", "check_places",
-           "coverage_baseline_problem", "plan_steps", "run_scenario", "stage_printer"]
+__all__ = ["Run", "RunResult", "analyze_live_run", "attack_player", "check_live_prerequisites", "check_places",
+           "coverage_baseline_problem", "plan_steps", "played_attacks_problem", "run_scenario", "stage_printer"]

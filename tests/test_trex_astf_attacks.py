@@ -23,6 +23,7 @@ from ntgcore.errors import GeneratorError, RunSetupError
 from ntgcore.registry import GENERATORS
 from ntgcore.scenario import load_scenario, parse_scenario
 from generators.trex import PLUGIN, Trex
+from testbed.cli import main as cli_main
 from testbed.executor import wire_points
 from testbed.ids.coverage import run_coverage
 from testbed.ids.detect import resolve_inputs
@@ -121,6 +122,14 @@ def test_scoring_played_attacks_needs_both_directions_whole(tmp_path, capture, m
     loaded = load_scenario(scenario(tmp_path, DEMO_ATTACKS, testbed=ASTF + capture))
     with pytest.raises(RunSetupError, match=message):
         Run(loaded, tmp_path / "runs")
+
+
+def test_validate_says_who_plays_the_attacks_and_what_is_missing(tmp_path, capsys):
+    one_side = ASTF + "  capture: {at: 'gen:gen1'}\n"
+    assert cli_main(["validate", str(scenario(tmp_path, DEMO_ATTACKS, testbed=one_side))]) == 0
+    out = capsys.readouterr().out
+    assert ("attacks: played by trex over its own TCP stack: 4 TCP rule(s); not played: sid 9100005 "
+            "(udp), sid 9100006 (udp) -- attacks.ids: suricata with a generator that plays") in out
 
 
 def test_a_capture_place_that_is_not_in_the_topology_is_named(tmp_path):
