@@ -627,7 +627,7 @@ def _record_coverage(run: Run, info: dict, doc: dict, baseline: Baseline | None)
 def _score_played_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
                           baseline: Baseline | None = None) -> str:
     """Live `attacks:` played by a generator, with `ids: suricata`: the captures of the (first)
-    step that played them (capture.pcap and every `also_at` one: each direction once) are merged
+    step in which it played them (capture.pcap and every `also_at` one: each direction once) are merged
     by time into attacks/both-sides.pcap, Suricata reads it, and the played sessions (found by
     their rule's server address and port) are scored as offline: coverage.json/md/html,
     tables/coverage.parquet, the manifest's `attacks.coverage` and `alerted_sids`."""
@@ -635,7 +635,7 @@ def _score_played_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
     say = stage_printer(show_progress)
     rules = attack_rule_paths(spec, loaded.path)
     info = run.manifest["attacks"]
-    step = next(e for e in run.manifest["steps"] if e.get("kind") == "run")
+    step = next(e for e in run.manifest["steps"] if info["played_by"] in e.get("generators", {}))
     step_dir = run.run_dir / step["dir"]
     files = [step_dir / c["file"] for c in step.get("captures", [])]
     merged = run.run_dir / "attacks" / "both-sides.pcap"
