@@ -36,7 +36,8 @@ from ntgcore.proc import Process
 from ntgcore.scenario import GeneratorSpec
 from .astf_profile import AstfProfile, build_astf_profile, python_code
 from .offline import OfflineExpansion
-from .stl_profile import RATE_UNITS, Profile, build_profile
+from .stl_profile import (MAX_LATENCY_PPS, RATE_UNITS, Profile, build_profile, check_latency_pps,
+                          latency_by_label)
 from .server import ASYNC_PORT, SYNC_PORT, TrexServer, server_binary
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -76,7 +77,8 @@ def _loopback(host: str) -> bool:
 
 class Trex(Generator):
     """`spec` (optional; a dict or a TrexSpec) may give: `server` ("start" or {host, sync_port,
-    async_port}), `trex_dir`, `port`, `rate_unit`, `topspeed_pps`, `rpc_timeout`, `stream_stats`;
+    async_port}), `trex_dir`, `port`, `rate_unit`, `topspeed_pps`, `rpc_timeout`, `stream_stats`,
+    `latency_pps` (with `server_iface`: TRex's receiving port);
     ASTF: `mode: astf`, `server_iface`, `response_bytes` (and the keyword `attack_sessions`: the
     `attacks:` section's TCP dialogues from testbed.ids.rules.attacks.tcp_dialogues)."""
 
@@ -100,6 +102,12 @@ class Trex(Generator):
             raise GeneratorError(f"trex: mode {self.mode!r}: one of {', '.join(MODES)}")
         self.server_iface: str | None = opt("server_iface", None)
         self.response_bytes = int(opt("response_bytes", 0))
+        self.latency_pps: float | None = opt("latency_pps", None)
+        if self.latency_pps is not None:
+            check_latency_pps(self.latency_pps, 0)
+            if self.mode == "astf":
+                raise GeneratorError("trex: latency_pps: latency probes are stateless streams; "
+                                     "mode astf has none (its sessions are TRex's TCP stack's)")
         self.attack_sessions: tuple[list[dict], list[str]] | None = options.get("attack_sessions")
         self.astf: AstfProfile | None = None
         self.api_override: dict | None = options.get("api_override")  # tests only
@@ -154,6 +162,11 @@ class Trex(Generator):
             return
         if self.starts_server:
             self._binary = server_binary(self.trex_dir)
+            if self.latency_pps is not None and not self.server_iface:
+                raise GeneratorError(
+                    f"trex: latency_pps with `server: start` needs `server_iface`: TRex times the "
+                    f"probes it receives on its own port 1, the other end of {endpoint.iface}'s "
+                    f"veth in the same namespace (the packaged topology `astf`: gen0 and gen1)")
             if self.mode == "astf" and not self.server_iface:
                 raise GeneratorError(
                     f"trex: mode astf with `server: start` needs `server_iface`: TRex's server "
@@ -174,7 +187,7 @@ class Trex(Generator):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.profile = build_profile(scenario, seed, pace=pace, duration_s=duration_s,
                                      rate_unit=self.rate_unit, topspeed_pps=self.topspeed_pps,
-                                     stream_stats=self.stream_stats)
+                                     stream_stats=self.stream_stats, latency_pps=self.latency_pps)
         self._mac = (scenario.ethernet.src, scenario.ethernet.dst)
         spec_path = self.run_dir / "trex-profile-spec.json"
         spec_path.write_text(json.dumps(self.profile.as_dict(), indent=1) + "\n")
@@ -251,8 +264,10 @@ class Trex(Generator):
         try:
             if self.starts_server:
                 assert self._binary is not None
+                two_ports = self.mode == "astf" or self.latency_pps is not None
                 self.server = TrexServer(self._binary, self.endpoint, self.run_dir, *self._mac,
-                                         server_iface=self.server_iface if self.mode == "astf" else None)
+                                         server_iface=self.server_iface if two_ports else None,
+                                         astf=self.mode == "astf")
                 self.server.start()
                 host, sync, asyn = "127.0.0.1", SYNC_PORT, ASYNC_PORT
                 at_endpoint = True
@@ -272,6 +287,8 @@ class Trex(Generator):
                    "max_overrun_s": MAX_OVERRUN_S,
                    "ready_timeout_s": READY_WAIT_S, "rpc_timeout": self.rpc_timeout,
                    "stream_stats": self.stream_stats,
+                   "latency_pg_ids": [s.pg_id for s in self.profile.streams if s.latency] if self.profile else [],
+                   "server_port": bool(self.server_iface and self.latency_pps is not None),
                    "api_override": self.api_override}  # fmt: skip
             job_path = self.run_dir / "trex-job.json"
             job_path.write_text(json.dumps(job, indent=1) + "\n")
@@ -479,6 +496,11 @@ class Trex(Generator):
                                               trex_port=1)
             out["astf"] = astf_summary(self._stats.get("astf", {}), self.astf.connections)
             out["astf"]["templates"] = self._stats.get("groups", {})
+        if self.astf is None and self.server_iface and self._stats.get("server_port_stats"):
+            out[self.server_iface] = dict(self._stats["server_port_stats"], seconds=self._stats["seconds"],
+                                          trex_port=1)  # STL: the latency probes' receiving port
+        if self._stats.get("latency") and self.profile is not None:
+            out["latency"] = latency_by_label(self.profile, self._stats["latency"])
         if self._stats.get("streams") and self.profile is not None:
             by_pg = {str(st.pg_id): st for st in self.profile.streams if st.pg_id}
             out["streams"] = {by_pg[pg].label: dict(v, name=by_pg[pg].name, pg_id=int(pg))
@@ -601,6 +623,11 @@ class TrexSpec(GeneratorSpec):
                                      "generator's veth in its namespace.")
     response_bytes: int | None = Field(None, ge=0, le=1_000_000, description="trex, mode astf: "
                                        "bytes the server answers every TCP flow's request with.")
+    latency_pps: float | None = Field(None, gt=0, le=MAX_LATENCY_PPS, description="trex, stl: one "
+                                      "latency probe per flow at this rate (STLFlowLatencyStats): "
+                                      "min/avg/max latency, jitter, histogram, sequence errors into "
+                                      "port_stats.latency; TRex receives them on port 1 "
+                                      "(`server_iface`).")
 
     def plays_attacks(self) -> bool:
         return self.mode == "astf"  # the `attacks:` TCP sessions on TRex's own TCP stack

@@ -32,7 +32,7 @@ share is a prefix sum of the template), so any range of packets is expanded inde
 the whole thing runs at numpy speed (see benchmarks/bench_trex_expand.py).
 
 Not expanded (refused with the reason): streams with `pg_id` (TRex rewrites the IPv4 ID and TOS
-for its per-stream counters), a `random_seed` of 0 (TRex seeds from the clock), several
+for its per-stream counters; a latency probe carries TRex's send time), a `random_seed` of 0 (TRex seeds from the clock), several
 data-plane cores.
 """
 
@@ -278,6 +278,9 @@ class Program:
 
 def compile_stream(s: dict) -> Program:
     """A stream's spec -> the program as TRex compiles it (trim clamps, offsets, the seed)."""
+    if s.get("latency"):
+        raise ExpandError(f"{s['label']}: latency_pps: a latency probe carries TRex's sequence "
+                          f"number and send time in its last 16 bytes; not expanded")
     if s.get("pg_id"):
         raise ExpandError(f"{s['label']}: stream_stats: TRex rewrites the IPv4 ID and TOS of a "
                           f"counted stream (pg_id); not expanded")

@@ -6,6 +6,7 @@ engine's offline captures. The profile itself is still built and dumped by the w
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -28,7 +29,8 @@ class OfflineExpansion:
         try:
             with open(self.path, "wb") as out:
                 out.write(PCAP_HEADER)
-                for c in expand(self.profile, headroom=16):
+                # the latency probes are left out (their bytes carry TRex's send times)
+                for c in expand(replace(self.profile, streams=self.profile.traffic), headroom=16):
                     out.write(pcap_records(c).data)
                     self.packets += len(c.lengths)
                     self.bytes += int(c.lengths.sum())

@@ -51,9 +51,10 @@ def server_binary(trex_dir: str | None) -> Path:
 
 def write_config(path: Path, iface: str, src_mac: str, dst_mac: str, prefix: str,
                  server_iface: str | None = None) -> Path:
-    """trex_cfg.yaml for one Linux interface in layer-2 mode (port 0) plus a dummy port 1; in
-    ASTF mode both ends of one veth pair (port 0: client side, port 1: server side), each port
-    sending to the other end's MAC address."""
+    """trex_cfg.yaml for one Linux interface in layer-2 mode (port 0) plus a dummy port 1; with
+    `server_iface` both ends of one veth pair (ASTF: port 0 the client side, port 1 the server
+    side; STL: port 0 sends, port 1 receives the latency probes), each port sending to the other
+    end's MAC address."""
     second = server_iface or "dummy"
     path.write_text(
         "# written by ntg-testbed for one run (generators/trex/server.py)\n"
@@ -78,8 +79,8 @@ def interface_mac(endpoint: Endpoint, iface: str) -> str:
     try:
         return json.loads(proc.stdout)[0]["address"]
     except (ValueError, IndexError, KeyError):
-        raise GeneratorError(f"trex: ASTF mode: no interface {iface} in {endpoint.where} (TRex's "
-                             f"server side must be the other end of {endpoint.iface}'s veth, in the "
+        raise GeneratorError(f"trex: server_iface: no interface {iface} in {endpoint.where} (TRex's "
+                             f"port 1 must be the other end of {endpoint.iface}'s veth, in the "
                              f"same namespace): {proc.stderr.strip()}") from None
 
 
@@ -87,16 +88,17 @@ class TrexServer(EndpointServer):
     """One server process at `endpoint` (a network namespace made for the run)."""
 
     def __init__(self, binary: Path, endpoint: Endpoint, run_dir: Path, src_mac: str, dst_mac: str,
-                 server_iface: str | None = None) -> None:
-        """`server_iface`: ASTF mode (`--astf`): TRex's server side (port 1) on this interface
-        of the same namespace, the other end of the endpoint's veth; the ports' MAC addresses
-        are then the two interfaces' own."""
+                 server_iface: str | None = None, astf: bool | None = None) -> None:
+        """`server_iface`: TRex's port 1 on this interface of the same namespace, the other end
+        of the endpoint's veth (the ports' MAC addresses are then the two interfaces' own): the
+        server side in ASTF mode, the receiving port of the latency probes in STL mode. `astf`
+        (`--astf`; default: when `server_iface` is given)."""
         if not endpoint.exists():
             raise GeneratorError(f"trex: {endpoint.where} does not exist")
         self.binary, self.run_dir = binary, run_dir
         self.prefix = f"ntg{secrets.token_hex(4)}"
-        self.astf = server_iface is not None
-        if self.astf:
+        self.astf = server_iface is not None if astf is None else astf
+        if server_iface is not None:
             src_mac, dst_mac = interface_mac(endpoint, endpoint.iface), interface_mac(endpoint, server_iface)
         self.config = write_config(run_dir / "trex_cfg.yaml", endpoint.iface, src_mac, dst_mac, self.prefix,
                                    server_iface)

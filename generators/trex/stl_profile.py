@@ -14,6 +14,7 @@ GeneratorError naming the flow and the field; what is expressed only approximate
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from dataclasses import asdict, dataclass, field
 
@@ -34,6 +35,12 @@ LINE_RATE_BPS = 10_000_000_000  # what a software-mode port reports; percent is 
 RATE_UNITS = ("pps", "bps_L2", "percent")
 MAX_INSTANCE_STREAMS = 1000  # streams one meta-flow may become (one per instance)
 MAX_STREAMS = 5000  # streams of one profile
+# Latency probes (`latency_pps`): TRex keeps at most 128 payload-type (latency) packet groups
+# (MAX_FLOW_STATS_PAYLOAD in trex-core's trex_defs.h); its receive side reads every probe in
+# software, so the probes together are kept to a rate that leaves the traffic its core.
+MAX_LATENCY_STREAMS = 128
+MAX_LATENCY_PPS = 100_000  # all probes together
+LATENCY_TRAILER = 16  # bytes TRex writes at the end of a probe (magic, group, sequence, time stamp)
 
 
 @dataclass
@@ -53,6 +60,7 @@ class StreamSpec:
     pps: float  # its packet rate, whatever unit TRex is given
     frame_bytes: tuple[int, int]  # frame length without FCS: min, max
     pg_id: int | None = None  # TRex's per-stream statistics (STLFlowStats), when asked for
+    latency: bool = False  # a latency probe (STLFlowLatencyStats with pg_id), not the flow's traffic
 
 
 @dataclass
@@ -73,20 +81,27 @@ class Profile:
         """When the last stream ends (from TRex's start), or the duration of a continuous run."""
         if self.duration_s is not None:
             return self.duration_s
-        end = 0.0
-        for s in self.streams:
-            m = s.mode
-            if m["type"] == "single_burst":
-                span = m["total_pkts"] / s.pps
-            else:  # multi_burst
-                span = m["count"] * ((m["pkts_per_burst"] - 1) / s.pps + m["ibg_us"] / 1e6)
-            end = max(end, s.isg_us / 1e6 + span)
-        return end
+        return max((stream_end_s(s) for s in self.streams), default=0.0)
+
+    @property
+    def traffic(self) -> list[StreamSpec]:
+        """The streams that carry the scenario's flows (without the latency probes)."""
+        return [s for s in self.streams if not s.latency]
 
     def as_dict(self) -> dict:
         return {"continuous": self.continuous, "duration_s": self.duration_s,
                 "approximations": list(self.approximations),
                 "streams": [asdict(s) for s in self.streams]}  # fmt: skip
+
+
+def stream_end_s(s: StreamSpec) -> float:
+    """When a burst stream sends its last packet, in seconds from TRex's start."""
+    m = s.mode
+    if m["type"] == "single_burst":
+        span = m["total_pkts"] / s.pps
+    else:  # multi_burst
+        span = m["count"] * ((m["pkts_per_burst"] - 1) / s.pps + m["ibg_us"] / 1e6)
+    return s.isg_us / 1e6 + span
 
 
 def _label(i: int, flow) -> str:
@@ -399,14 +414,17 @@ class _Builder:
 
 def build_profile(scenario, seed: int, *, pace: str = "realtime", duration_s: float | None = None,
                   rate_unit: str = "pps", topspeed_pps: float = 300_000.0,
-                  stream_stats: bool = False) -> Profile:
+                  stream_stats: bool = False, latency_pps: float | None = None) -> Profile:
     """The profile for `scenario` on one TRex port, or a GeneratorError saying what cannot be sent.
 
     `pace` topspeed (with `duration_s`): every stream continuous, together at `topspeed_pps`
     (an explicit rate: TRex's "100 %" is the nominal 10 Gbit/s of a software-mode port and would
-    be scheduled as such), stopped by the adapter after the duration."""
+    be scheduled as such), stopped by the adapter after the duration.
+
+    `latency_pps`: one latency probe stream per flow beside its traffic (`latency_probe`)."""
     if rate_unit not in RATE_UNITS:
         raise GeneratorError(f"rate_unit {rate_unit!r}: expected one of {', '.join(RATE_UNITS)}")
+    check_latency_pps(latency_pps, len(scenario.flows))
     flows = list(scenario.flows)
     topspeed = pace == "topspeed"
     if topspeed and duration_s is None:
@@ -431,7 +449,8 @@ def build_profile(scenario, seed: int, *, pace: str = "realtime", duration_s: fl
                f"all: TRex's top speed is the nominal 10 Gbit/s line rate of a software-mode "
                f"port, not what a veth carries), stopped after {duration_s:g}s; flow start "
                f"times are not used")
-        return Profile(streams, True, duration_s, b.approx)
+        return Profile(streams + latency_probes(b, flows, streams, latency_pps, True),
+                       True, duration_s, b.approx)
     if any(f.start for f in flows):
         b.note("flow start times are the streams' inter-stream gaps (isg): every stream starts "
                "when the traffic starts and waits its flow's start before its first packet")
@@ -445,7 +464,76 @@ def build_profile(scenario, seed: int, *, pace: str = "realtime", duration_s: fl
     if total > 450_000:
         b.note(f"the streams add up to {total:,.0f} pps; a software-mode TRex on a veth tops out "
                f"at about 430-480 kpps of 64-byte frames (../shared/trex/README.md)")
-    return Profile(streams, False, None, b.approx)
+    return Profile(streams + latency_probes(b, flows, streams, latency_pps, False), False, None, b.approx)
+
+
+def check_latency_pps(latency_pps: float | None, flows: int) -> None:
+    """`latency_pps` refused unless it is a rate TRex's receive side can time: > 0, and the
+    probes (one per flow) together at most MAX_LATENCY_PPS, at most MAX_LATENCY_STREAMS of them."""
+    if latency_pps is None:
+        return
+    if isinstance(latency_pps, bool) or not isinstance(latency_pps, (int, float)) or not latency_pps > 0:
+        raise GeneratorError(f"latency_pps: {latency_pps!r}: the latency probes' rate in packets "
+                             f"per second of each flow's probe; give a number > 0 (e.g. 1000)")
+    if flows > MAX_LATENCY_STREAMS:
+        raise GeneratorError(f"latency_pps: one latency probe per flow, and TRex times at most "
+                             f"{MAX_LATENCY_STREAMS} latency streams; the scenario has {flows} flows")
+    flows = max(flows, 1)
+    if latency_pps * flows > MAX_LATENCY_PPS:
+        raise GeneratorError(
+            f"latency_pps: {latency_pps:g} pps for each of {flows} flow(s) is "
+            f"{latency_pps * flows:,.0f} probes/s; TRex reads and times every probe in software "
+            f"on its receive side, so the probes together are kept to {MAX_LATENCY_PPS:,} pps; "
+            f"give at most {MAX_LATENCY_PPS / flows:g}")
+
+
+def latency_probes(b: _Builder, flows: list, streams: list[StreamSpec], latency_pps: float | None,
+                   continuous: bool) -> list[StreamSpec]:
+    """One latency probe per flow (`latency_pps`): the flow's first packet as its first stream
+    builds it (fixed fields: no field engine), at `latency_pps` from the flow's first packet to
+    its last (continuous with the traffic at pace topspeed), counted by TRex with
+    STLFlowLatencyStats; its pg_id follows the traffic's (stream_stats) ones."""
+    if latency_pps is None:
+        return []
+    first_pg = max((s.pg_id or 0 for s in streams), default=0) + 1
+    probes = []
+    for i, flow in enumerate(flows):
+        mine = [s for s in streams if s.flow_index == i]
+        head = mine[0]
+        pkt = dict(head.packet, payload_len=max(head.packet["payload_len"], LATENCY_TRAILER))
+        header = flow.header_bytes
+        frame = (header + pkt["payload_len"],) * 2
+        if continuous:
+            mode, packets, isg = {"type": "continuous"}, None, 0.0
+        else:
+            isg = min(s.isg_us for s in mine)
+            span = max(stream_end_s(s) for s in mine) - isg / 1e6
+            packets = max(1, math.ceil(span * latency_pps))
+            mode = {"type": "single_burst", "total_pkts": packets}
+        label = _label(i, flow) + " latency"
+        probes.append(StreamSpec(i, label, (flow.name or f"flow{i}")[:40] + "-latency", pkt, [], mode,
+                                 {"pps": float(latency_pps)}, isg, stream_seed(b.seed, -1 - i),
+                                 packets, float(latency_pps), frame, pg_id=first_pg + i, latency=True))
+    b.note(f"latency_pps: one latency probe per flow beside its traffic ({len(probes)} in all, "
+           f"{latency_pps:g} pps each, in pps whatever rate_unit says), its flow's first packet "
+           f"with fixed fields, at least {LATENCY_TRAILER} payload bytes; TRex writes its sequence "
+           f"number and send time over the last {LATENCY_TRAILER} payload bytes (the L4 checksum "
+           f"is not updated) and times the probe on the TRex port that receives it; the probes' "
+           f"packets are sent on the same port as the traffic and counted with it (packets_sent, "
+           f"the capture); the offline expansion (capture.pcap, expand.py) leaves them out: "
+           f"their bytes carry TRex's send times")
+    return probes
+
+
+def latency_by_label(profile: Profile, by_pg: dict) -> dict:
+    """The worker's latency numbers (by pg_id) under the probes' labels, each with its name,
+    pg_id and flow index; `global` as TRex gave it."""
+    probes = {str(s.pg_id): s for s in profile.streams if s.latency}
+    out = {probes[pg].label: dict(v, name=probes[pg].name, pg_id=int(pg), flow=probes[pg].flow_index)
+           for pg, v in by_pg.items() if pg in probes}
+    if "global" in by_pg:
+        out["global"] = by_pg["global"]
+    return out
 
 
 def icmp_checksum(l4: dict, content: bytes, payload_len: int) -> int:
@@ -461,4 +549,5 @@ def icmp_checksum(l4: dict, content: bytes, payload_len: int) -> int:
     return ~total & 0xFFFF
 
 
-__all__ = ["Profile", "StreamSpec", "build_profile", "stream_seed", "RATE_UNITS"]
+__all__ = ["Profile", "StreamSpec", "build_profile", "check_latency_pps", "latency_by_label", "latency_probes", "stream_end_s",
+           "stream_seed", "RATE_UNITS", "MAX_LATENCY_PPS", "MAX_LATENCY_STREAMS"]

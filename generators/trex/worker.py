@@ -86,8 +86,8 @@ def build_packet(p: dict):
 
 
 def build_stream(s: dict):
-    from trex.stl.api import (STLFlowStats, STLPktBuilder, STLStream, STLTXCont, STLTXMultiBurst,
-                              STLTXSingleBurst, STLVM, CTRexVmInsFixHwCs)
+    from trex.stl.api import (STLFlowLatencyStats, STLFlowStats, STLPktBuilder, STLStream, STLTXCont,
+                              STLTXMultiBurst, STLTXSingleBurst, STLVM, CTRexVmInsFixHwCs)
 
     pkt = build_packet(s["packet"])
     vm = STLVM()
@@ -120,9 +120,11 @@ def build_stream(s: dict):
     else:
         mode = STLTXMultiBurst(pkts_per_burst=m["pkts_per_burst"], ibg=m["ibg_us"], count=m["count"],
                                **rate)
+    counted = None
+    if s.get("pg_id"):  # a latency probe: TRex's latency, jitter and sequence checks too
+        counted = (STLFlowLatencyStats if s.get("latency") else STLFlowStats)(pg_id=s["pg_id"])
     return STLStream(name=s["name"], packet=STLPktBuilder(pkt=pkt, vm=vm), mode=mode,
-                     isg=s["isg_us"], random_seed=s["random_seed"],
-                     flow_stats=STLFlowStats(pg_id=s["pg_id"]) if s.get("pg_id") else None,
+                     isg=s["isg_us"], random_seed=s["random_seed"], flow_stats=counted,
                      mac_src_override_by_pkt=True, mac_dst_override_mode=1)
 
 
@@ -180,6 +182,42 @@ def _without_ids(data: list) -> list:
 def _port_stats(stats: dict, port: int) -> dict:
     keys = ("opackets", "obytes", "oerrors", "ipackets", "ibytes", "ierrors")
     return {k: int(stats[port].get(k, 0)) for k in keys}
+
+
+SEQ_ERRORS = ("dropped", "out_of_order", "dup", "seq_too_high", "seq_too_low")
+
+
+def latency_stats(pgid: dict, probes: set, port: int) -> dict:
+    """The latency probes' numbers from get_pgid_stats, by pg_id: tx (on PORT) and rx (on every
+    port) packets and bytes, TRex's min / average / max latency and jitter (microseconds), its
+    histogram ({lower bound in µs: packets}) and its sequence errors; `global`: TRex's latency
+    packets it could not place (old_flow, bad_hdr)."""
+    out: dict = {}
+    flow, lat = pgid.get("flow_stats", {}), pgid.get("latency", {})
+    for pg in sorted(probes, key=int):
+        f = flow.get(int(pg), flow.get(pg, {}))
+        l_ = lat.get(int(pg), lat.get(pg, {}))
+        inner, err = l_.get("latency", {}), l_.get("err_cntrs", {})
+        out[pg] = {"tx_pkts": _number((f.get("tx_pkts") or {}).get(port)),
+                   "tx_bytes": _number((f.get("tx_bytes") or {}).get(port)),
+                   "rx_pkts": _number((f.get("rx_pkts") or {}).get("total")),  # all ports
+                   "rx_bytes": _number((f.get("rx_bytes") or {}).get("total")),
+                   "min_us": _number(inner.get("total_min")), "avg_us": _number(inner.get("average")),
+                   "max_us": _number(inner.get("total_max")), "jitter_us": _number(inner.get("jitter")),
+                   "histogram": {str(k): int(v) for k, v in sorted((inner.get("histogram") or {}).items(),
+                                                                    key=lambda kv: float(kv[0]))},
+                   "seq_errors": {k: int(err.get(k, 0)) for k in SEQ_ERRORS}}  # fmt: skip
+    if probes:
+        out["global"] = {k: int(v) for k, v in (lat.get("global") or {}).items()
+                         if isinstance(v, (int, float))}
+    return out
+
+
+def _number(value):
+    """TRex's number, or None where it says "not available" (StatNotAvailable, no packet yet)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if float(value).is_integer() else float(value)
 
 
 def _client(client_cls, job: dict):
@@ -256,6 +294,7 @@ def run(job_path: str) -> int:
             raise KeyboardInterrupt
         client.start(ports=[port], force=False)
         t0 = time.monotonic()
+        probe_ids = [int(pg) for pg in job.get("latency_pg_ids") or ()]
         emit("started")
         stage = "traffic"
         deadline = t0 + job["expected_s"] + job["max_overrun_s"]
@@ -265,6 +304,10 @@ def run(job_path: str) -> int:
             time.sleep(job.get("poll_s", 0.2))
             now = time.monotonic()
             stats = client.get_stats(ports=[port])
+            if probe_ids:
+                # TRex's client keeps a probe's maximum latency from the server's last_max (its
+                # 0.5 s window) at each read after clear_stats: read more often than the window
+                client.get_pgid_stats(probe_ids)
             emit("progress", t=round(now - t0, 3), opackets=int(stats[port]["opackets"]))
             if _stop:
                 status = "stopped"
@@ -281,15 +324,19 @@ def run(job_path: str) -> int:
         seconds = time.monotonic() - t0
         time.sleep(0.3)  # the last counters reach the server's stats
         stats = client.get_stats(ports=[port])
-        streams = {}
-        if job.get("stream_stats"):  # TRex's per-stream counters (STLFlowStats), by pg_id
-            flow = client.get_pgid_stats().get("flow_stats", {})
-            for pg, st in flow.items():
-                if pg != "global":
+        streams, latency = {}, {}
+        probes = {str(pg) for pg in job.get("latency_pg_ids") or ()}
+        if job.get("stream_stats") or probes:
+            pgid = client.get_pgid_stats()
+            for pg, st in pgid.get("flow_stats", {}).items():  # TRex's per-stream counters, by pg_id
+                if pg != "global" and str(pg) not in probes:
                     streams[str(pg)] = {k: int(st.get(k, {}).get(port, 0)) for k in ("tx_pkts", "tx_bytes")}
+            latency = latency_stats(pgid, probes, port)
+        server_port = stats.get(1) if job.get("server_port") else None
         emit("stats", port=port, seconds=round(seconds, 6), port_stats=_port_stats(stats, port),
+             server_port_stats=_port_stats(stats, 1) if server_port else {},
              total=_port_stats({0: stats["total"]}, 0), global_=stats.get("global", {}),
-             streams=streams)
+             streams=streams, latency=latency)
         stage = "release"
         client.release(ports=[port])
         acquired = False
