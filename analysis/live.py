@@ -20,7 +20,7 @@ import pandas as pd
 
 from .capture import CaptureError
 from .metrics import plain
-from .plots import BLUE, GREY, ORANGE
+from .plots import BLUE, GREY, ORANGE, figure, legend
 from .report import fmt_number, to_html, to_markdown, unfinished_run
 from .runtables import write_live_tables
 from .stream import read_stream
@@ -168,6 +168,7 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
         doc.update(method.analyze(steps))
     say("plots and report")
     plots = method.plots(run, doc, manifest) if method is not None else {}
+    plots.update(latency_plots(run, manifest))
     blocks = report_blocks(doc, manifest, plots, method)
     (run / "report.md").write_text(to_markdown(blocks, run))
     (run / "report.html").write_text(to_html(blocks))
@@ -238,6 +239,53 @@ def astf_blocks(manifest: dict[str, Any]) -> list:
             ("table", ["step", "generator", *(c for c, _ in ASTF_COLUMNS), "errors"], rows)]
 
 
+LATENCY_COLUMNS = (("sent", "tx_pkts"), ("received", "rx_pkts"), ("min µs", "min_us"),
+                   ("avg µs", "avg_us"), ("max µs", "max_us"), ("jitter µs", "jitter_us"))
+LATENCY_PLOT = "TRex latency probes: packets per latency range (TRex's histogram, per probe)"
+
+
+def latency_probes(manifest: dict[str, Any]):
+    """(step, generator, probe label, its numbers) of every TRex latency probe
+    (port_stats.latency of generators with `latency_pps`)."""
+    for s in manifest.get("steps") or []:
+        for title, g in (s.get("generators") or {}).items():
+            for label, v in ((g.get("port_stats") or {}).get("latency") or {}).items():
+                if label != "global":
+                    yield s.get("name", ""), title, label, v
+
+
+def latency_blocks(manifest: dict[str, Any]) -> list:
+    """TRex's latency probes, per step: sent/received, min/avg/max latency, jitter, sequence errors."""
+    rows = []
+    for step, title, label, v in latency_probes(manifest):
+        seq = v.get("seq_errors") or {}
+        errors = ", ".join(f"{k} {n}" for k, n in seq.items() if n) or "none"
+        rows.append([step, title, label, *(fmt_count(v.get(k)) for _, k in LATENCY_COLUMNS), errors])
+    if not rows:
+        return []
+    return [("h2", "Latency (TRex latency probes): timed by TRex on its own receiving port"),
+            ("table", ["step", "generator", "probe", *(c for c, _ in LATENCY_COLUMNS), "sequence errors"], rows)]
+
+
+def latency_plots(run: Path, manifest: dict[str, Any]) -> dict[str, Path]:
+    """TRex's latency histograms (buckets by their lower bound, µs), one line per probe."""
+    probes = [(f"{step} {title} {label}", v.get("histogram") or {})
+              for step, title, label, v in latency_probes(manifest)]
+    probes = [(name, h) for name, h in probes if h]
+    if not probes:
+        return {}
+    bounds = sorted({float(k) for _, h in probes for k in h})
+    fig, ax = figure("Latency of the TRex probes (TRex's histogram)",
+                     "latency from (µs; TRex's ranges: 10 µs wide below 100, 100 µs below 1000, …)", "packets")
+    for i, (name, h) in enumerate(probes):
+        counts = {float(k): n for k, n in h.items()}
+        ax.plot(range(len(bounds)), [counts.get(b, 0) for b in bounds], marker="o", ms=3,
+                color=PALETTE[i % len(PALETTE)], label=name)
+    ax.set_xticks(range(len(bounds)), [f"{b:g}" for b in bounds], rotation=60, fontsize=8)
+    legend(ax)
+    return {LATENCY_PLOT: save_figure(fig, run / "latency-histogram.png")}
+
+
 def report_blocks(doc: dict[str, Any], manifest: dict[str, Any], plots: dict[str, Path],
                   method: MethodAnalysis | None = None) -> list:
     b: list = [("h1", f"Live run {doc['run_id']}")]
@@ -263,6 +311,7 @@ def report_blocks(doc: dict[str, Any], manifest: dict[str, Any], plots: dict[str
     b.append(("table", ["step", "status", "sent", "wire", "DUT", "loss", "captured",
                         "capture drops"], rows))
     b += astf_blocks(manifest)
+    b += latency_blocks(manifest)
     overheads = [(s["monitor"] or {}).get("overhead_percent") for s in doc["steps"] if s.get("monitor")]
     overheads = [o for o in overheads if o is not None]
     if overheads:

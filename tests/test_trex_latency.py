@@ -215,3 +215,35 @@ def test_latency_probes_live_timed_on_trex_own_receiving_port(pair_ns, tmp_path)
     print(f"\nlatency live: probes {u['tx_pkts']} sent, {u['rx_pkts']} received; min/avg/max "
           f"{u['min_us']}/{u['avg_us']}/{u['max_us']} µs, jitter {u['jitter_us']} µs; "
           f"histogram {u['histogram']}; port 1 {rx['ipackets']} of {total}, ierrors {rx['ierrors']}")
+
+
+@needs_client
+def test_latency_through_testbed_run_with_the_astf_topology(tmp_path, run_scenario):
+    """`latency_pps` in a scenario on the packaged `astf` topology (TRex sends on gen0, receives
+    and times on gen1, the capture on gen1): the probes' numbers in the manifest, the latency
+    table and the histogram plot in the report; the probes are on the wire and counted as sent."""
+    if os.geteuid() != 0:
+        pytest.skip("live tests create network namespaces: need root")
+    d = os.environ.get("NTG_TREX_DIR")
+    if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
+        skip_or_fail("NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)")
+    path = tmp_path / "latency.yaml"
+    path.write_text(HEAD + UDP % 10000 + "generator: trex\ntestbed:\n  topology: astf\n"
+                    "  generators: [{name: trex, at: 'gen:gen0', server_iface: gen1, latency_pps: 2000}]\n"
+                    "  capture: {at: 'gen:gen1', snaplen: 128}\n")
+    run = run_scenario(path)
+    assert run.ok, run.messages
+    step = run.manifest["steps"][0]
+    g = step["generators"]["trex"]
+    lat = g["port_stats"]["latency"]
+    check_latency(lat["flows[0] (u) latency"], 2000)
+    assert g["packets_sent"] == g["port_stats"]["gen0"]["opackets"] == 10000 + 2000 == step["loss"]["wire"]
+    assert step["loss"]["loss_rate"] == 0
+    report = (run.run_dir / "report.md").read_text()
+    assert "Latency (TRex latency probes): timed by TRex on its own receiving port" in report
+    u = lat["flows[0] (u) latency"]
+    row = (f"| run | trex | flows[0] (u) latency | 2,000 | {u['rx_pkts']:,} | {u['min_us']:,} | {u['avg_us']:,} "
+           f"| {u['max_us']:,} | {u['jitter_us']:,} |")
+    assert row in report, report
+    assert (run.run_dir / "latency-histogram.png").stat().st_size > 5000
+    assert "TRex latency probes: packets per latency range" in (run.run_dir / "report.html").read_text()
