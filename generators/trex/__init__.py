@@ -618,9 +618,10 @@ class TrexSpec(GeneratorSpec):
     mode: Literal[MODES] | None = Field(  # type: ignore[valid-type]
         None, description="trex: `stl` (default): flows as stateless streams; `astf`: TCP flows "
         "and `attacks:` TCP sessions as TRex's own TCP connections (generators/trex/README.md).")
-    server_iface: str | None = Field(None, description="trex, mode astf with server: start: "
-                                     "TRex's server side (port 1), the other end of the "
-                                     "generator's veth in its namespace.")
+    server_iface: str | None = Field(None, description="trex, with server: start: TRex's port 1, "
+                                     "the other end of the generator's veth in its namespace: "
+                                     "the server side (mode astf) or the latency probes' receiver "
+                                     "(latency_pps).")
     response_bytes: int | None = Field(None, ge=0, le=1_000_000, description="trex, mode astf: "
                                        "bytes the server answers every TCP flow's request with.")
     latency_pps: float | None = Field(None, gt=0, le=MAX_LATENCY_PPS, description="trex, stl: one "

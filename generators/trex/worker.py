@@ -12,7 +12,9 @@ adapter (generators/trex/__init__.py) in JSON lines on stdout, one event per lin
   run JOB.json                connect (API-version check), acquire, reset, add the streams of the
                               dumped .py, then (SIGUSR1 from the adapter's start) start, poll,
                               stop, stats, release, disconnect. Events: connected | ready |
-                              started | progress | stats | done | error.
+                              started | progress | stats | done | error. With the job's
+                              `latency_pg_ids` (latency probes), `stats` has their latency,
+                              histogram, sequence errors and rx/tx counts (`latency_stats`).
   sim PROFILE.py OUT.pcap DIR the stateless simulator (DIR holds bp-sim-64) expands the profile.
   astf-build PROFILE.py OUTDIR  an ASTF profile file (astf_profile.python_code) loaded with
                               ASTFProfile.load_py; writes OUTDIR/trex-astf-profile.json.
