@@ -240,7 +240,8 @@ def astf_blocks(manifest: dict[str, Any]) -> list:
 
 
 LATENCY_COLUMNS = (("sent", "tx_pkts"), ("received", "rx_pkts"), ("min µs", "min_us"),
-                   ("avg µs", "avg_us"), ("max µs", "max_us"), ("jitter µs", "jitter_us"))
+                   ("avg µs", "avg_us"), ("max µs", "max_us"),
+                   ("highest range from µs", "histogram_max_from_us"), ("jitter µs", "jitter_us"))
 LATENCY_PLOT = "TRex latency probes: packets per latency range (TRex's histogram, per probe)"
 
 

@@ -58,7 +58,9 @@ def test_one_probe_per_flow_beside_its_traffic():
     # from the flow's first packet to its last: 2 s of the UDP flow, 0.5 s of the TCP one at its start
     assert (u.mode, u.isg_us, u.rate, u.vm) == ({"type": "single_burst", "total_pkts": 2000}, 0.0, {"pps": 1000.0}, [])
     assert (t.mode["total_pkts"], t.isg_us) == (500, 500_000.0)
-    assert u.packet["ip"] == traffic[0].packet["ip"] and u.packet["l4"] == traffic[0].packet["l4"]
+    # the flow's first packet; UDP over IPv4 without a checksum (TRex's trailer would break it)
+    assert u.packet["ip"] == traffic[0].packet["ip"] and u.packet["l4"] == dict(traffic[0].packet["l4"], chksum=0)
+    assert t.packet["l4"] == traffic[1].packet["l4"]
     # TRex's 16-byte trailer needs payload: the TCP flow's empty payload becomes 16 bytes
     assert (u.frame_bytes, t.frame_bytes) == ((60, 60), (70, 70))
     assert p.expected_seconds == 2.0 and p.packets == 20000 + 500 + 2000 + 500
@@ -152,10 +154,11 @@ def check_latency(lat: dict, sent: int) -> None:
     assert lat["jitter_us"] is not None and lat["jitter_us"] >= 0, lat
     hist = lat["histogram"]
     assert hist and all(int(v) > 0 for v in hist.values()), lat
-    # TRex's histogram: lower bounds in µs (the "0" range: under 10 µs); it counts every probe
-    # received, and the largest range's lower bound is not above the maximum
-    assert sum(hist.values()) == lat["rx_pkts"], lat
-    assert max(float(k) for k in hist) <= lat["max_us"], lat
+    # TRex's histogram: lower bounds in µs (the "0" range: under 10 µs) of (nearly: its "0" range
+    # is folded in per sampling period) every probe received; TRex's total_max can miss a probe's
+    # last sampling period, so the highest range is reported beside it, not checked against it
+    assert 0.99 * lat["rx_pkts"] <= sum(hist.values()) <= lat["rx_pkts"], lat
+    assert lat["histogram_max_from_us"] == max(float(k) for k in hist) >= lat["min_us"] - 10, lat
     seq = lat["seq_errors"]
     assert set(seq) == {"dropped", "out_of_order", "dup", "seq_too_high", "seq_too_low"}
     # TRex's loss estimate from the sequence numbers: at most what did not arrive (a lost last
@@ -226,7 +229,7 @@ def test_latency_through_testbed_run_with_the_astf_topology(tmp_path, run_scenar
     assert "Latency (TRex latency probes): timed by TRex on its own receiving port" in report
     u = lat["flows[0] (u) latency"]
     row = (f"| run | trex | flows[0] (u) latency | 2,000 | {u['rx_pkts']:,} | {u['min_us']:,} | {u['avg_us']:,} "
-           f"| {u['max_us']:,} | {u['jitter_us']:,} |")
+           f"| {u['max_us']:,} | {u['histogram_max_from_us']:,} | {u['jitter_us']:,} |")
     assert row in report, report
     assert (run.run_dir / "latency-histogram.png").stat().st_size > 5000
     assert "TRex latency probes: packets per latency range" in (run.run_dir / "report.html").read_text()

@@ -501,6 +501,10 @@ def latency_probes(b: _Builder, flows: list, streams: list[StreamSpec], latency_
         mine = [s for s in streams if s.flow_index == i]
         head = mine[0]
         pkt = dict(head.packet, payload_len=max(head.packet["payload_len"], LATENCY_TRAILER))
+        if flow.protocol == "udp" and flow.ip_version == 4:
+            # TRex writes its trailer after the checksum is computed: UDP over IPv4 says "no
+            # checksum" (0) instead, which stays right on the wire
+            pkt["l4"] = dict(pkt["l4"], chksum=0)
         header = flow.header_bytes
         frame = (header + pkt["payload_len"],) * 2
         if continuous:
@@ -517,8 +521,10 @@ def latency_probes(b: _Builder, flows: list, streams: list[StreamSpec], latency_
     b.note(f"latency_pps: one latency probe per flow beside its traffic ({len(probes)} in all, "
            f"{latency_pps:g} pps each, in pps whatever rate_unit says), its flow's first packet "
            f"with fixed fields, at least {LATENCY_TRAILER} payload bytes; TRex writes its sequence "
-           f"number and send time over the last {LATENCY_TRAILER} payload bytes (the L4 checksum "
-           f"is not updated) and times the probe on the TRex port that receives it; the probes' "
+           f"number and send time over the last {LATENCY_TRAILER} payload bytes, marks the IPv4 "
+           f"header (ID 0xFFFF, the TOS field's lowest bit; its checksum fixed) and leaves the L4 "
+           f"checksum as the template had it (wrong for TCP, ICMP and IPv6 UDP; IPv4 UDP probes "
+           f"carry 0, no checksum), and times the probe on the TRex port that receives it; the probes' "
            f"packets are sent on the same port as the traffic and counted with it (packets_sent, "
            f"the capture); the offline expansion (capture.pcap, expand.py) leaves them out: "
            f"their bytes carry TRex's send times")
