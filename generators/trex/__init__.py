@@ -287,7 +287,8 @@ class Trex(Generator):
                    "max_overrun_s": MAX_OVERRUN_S,
                    "ready_timeout_s": READY_WAIT_S, "rpc_timeout": self.rpc_timeout,
                    "stream_stats": self.stream_stats,
-                   "latency_pg_ids": [s.pg_id for s in self.profile.streams if s.latency] if self.profile else [],
+                   "latency_pg_ids": [s.pg_id for s in (self.profile.streams if self.profile else ())
+                                      if s.latency],
                    "server_port": bool(self.server_iface and self.latency_pps is not None),
                    "api_override": self.api_override}  # fmt: skip
             job_path = self.run_dir / "trex-job.json"

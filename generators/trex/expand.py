@@ -32,8 +32,8 @@ share is a prefix sum of the template), so any range of packets is expanded inde
 the whole thing runs at numpy speed (see benchmarks/bench_trex_expand.py).
 
 Not expanded (refused with the reason): streams with `pg_id` (TRex rewrites the IPv4 ID and TOS
-for its per-stream counters; a latency probe carries TRex's send time), a `random_seed` of 0 (TRex seeds from the clock), several
-data-plane cores.
+for its per-stream counters; a latency probe carries TRex's send time), a `random_seed` of 0
+(TRex seeds from the clock), several data-plane cores.
 """
 
 from __future__ import annotations

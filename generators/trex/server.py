@@ -10,11 +10,11 @@ interfaces, `low_end` (the only mode that starts on 2 cores), no Scapy server, n
 from the build's `server/` folder (it loads its libraries relative to it). The generated CFG
 (`trex_cfg.yaml` in the run folder) has the run's interface and a `dummy` second port (or, with
 `server_iface`, the other end of its veth: ASTF's server side, STL's latency receiver), the
-scenario's MAC addresses (with `server_iface`: the two interfaces' own; layer-2 mode, no ARP) and a DPDK file prefix of its own, so that two
-runs never share `/var/run/dpdk/<prefix>`; that folder (and `/var/run/dpdk` itself when this run
-made it and it is empty) is removed when the server stops, and by `testbed cleanup` after a
-`kill -9` of the run (the server's recorded leftovers). The RPC listens on port 4501 (events:
-4500) inside the namespace after about 1.5 s.
+scenario's MAC addresses (with `server_iface`: the two interfaces' own; layer-2 mode, no ARP)
+and a DPDK file prefix of its own, so that two runs never share `/var/run/dpdk/<prefix>`; that
+folder (and `/var/run/dpdk` itself when this run made it and it is empty) is removed when the
+server stops, and by `testbed cleanup` after a `kill -9` of the run (the server's recorded
+leftovers). The RPC listens on port 4501 (events: 4500) inside the namespace after about 1.5 s.
 """
 
 from __future__ import annotations

@@ -555,5 +555,6 @@ def icmp_checksum(l4: dict, content: bytes, payload_len: int) -> int:
     return ~total & 0xFFFF
 
 
-__all__ = ["Profile", "StreamSpec", "build_profile", "check_latency_pps", "latency_by_label", "latency_probes", "stream_end_s",
-           "stream_seed", "RATE_UNITS", "MAX_LATENCY_PPS", "MAX_LATENCY_STREAMS"]
+__all__ = ["Profile", "StreamSpec", "build_profile", "check_latency_pps", "latency_by_label",
+           "latency_probes", "stream_end_s", "stream_seed", "RATE_UNITS", "MAX_LATENCY_PPS",
+           "MAX_LATENCY_STREAMS"]
