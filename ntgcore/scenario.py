@@ -621,6 +621,63 @@ class AttacksSpec(_Model):
         return v
 
 
+MULTIPLY_MAX_COPIES = 1024  # the engine's bound (generators/flowengine/src/mult.h)
+MULTIPLY_MAX_RANGES = 16
+
+
+def _networks(v: list[str]) -> list[str]:
+    nets = []
+    for text in v:
+        try:
+            nets.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv4 or IPv6 CIDR range (198.18.0.0/16, 2001:db8:1::/48)")
+    for i, a in enumerate(nets):
+        for b in nets[i + 1:]:
+            if a.version == b.version and a.overlaps(b):
+                raise ValueError(f"{a} and {b} overlap")
+    return v
+
+
+class MultiplySpec(_Model):
+    """The traffic multiplier (seed 003, docs/multiplier.md): `testbed multiply RUN` rewrites the
+    run's capture into T shadow copies of every packet plus the original."""
+
+    copies: int = Field(ge=1, le=MULTIPLY_MAX_COPIES, description="T: shadow copies of every packet; "
+                        "egress = (T+1) x ingress.")
+    ranges: list[str] = Field(min_length=1, max_length=MULTIPLY_MAX_RANGES, description="Shadow address "
+                              "ranges (CIDR, IPv4 and/or IPv6), disjoint and holding no original address.")
+    original: list[str] = Field([], max_length=MULTIPLY_MAX_RANGES, description="The originals' own "
+                                "ranges: every original address must lie in them, no shadow range may overlap them.")
+    order: Literal["spfo", "interleaved"] = Field("spfo", description="spfo: the T copies, then the "
+                                                  "original; interleaved: the original's place rotates.")
+    ports: Literal["keep", "shift"] = Field("keep", description="shift: a flow's ephemeral port "
+                                            "(>= 1024, the higher) moves by a per-copy offset.")
+    urls: str | None = Field(None, description="File of request targets, one a line (relative to the "
+                             "scenario): copy c's HTTP requests get line (c-1) mod n.")
+    mtu: int = Field(1500, ge=68, le=65535, description="Largest IP packet a substituted request may become.")
+    seed: int | None = Field(None, ge=0, lt=2**64, description="Seed of the plan; default the scenario's.")
+
+    @field_validator("ranges")
+    @classmethod
+    def _ranges(cls, v: list[str]) -> list[str]:
+        return _networks(v)
+
+    @field_validator("original")
+    @classmethod
+    def _original(cls, v: list[str]) -> list[str]:
+        return _networks(v)
+
+    @model_validator(mode="after")
+    def _apart(self) -> "MultiplySpec":
+        shadow = [ipaddress.ip_network(t, strict=False) for t in self.ranges]
+        for o in (ipaddress.ip_network(t, strict=False) for t in self.original):
+            for r in shadow:
+                if r.version == o.version and r.overlaps(o):
+                    raise ValueError(f"the shadow range {r} overlaps the original range {o}")
+        return self
+
+
 class Scenario(_Model):
     version: Literal[1] = Field(description="Scenario format version; this is 1.")
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
@@ -638,6 +695,9 @@ class Scenario(_Model):
     )
     attacks: AttacksSpec | None = Field(
         None, description="Attack sessions from IDS rules mixed with the flows (docs/ids-coverage.md)."
+    )
+    multiply: MultiplySpec | None = Field(
+        None, description="The traffic multiplier applied to the run's capture (docs/multiplier.md)."
     )
 
     @model_validator(mode="after")

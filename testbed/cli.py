@@ -1,5 +1,5 @@
 """The `testbed` command line: validate, schema, run, analyze, export, export-benchmark, results,
-cleanup, translate-rules, ids-coverage, detect, hash-study."""
+cleanup, translate-rules, ids-coverage, detect, hash-study, multiply."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from .ids.expect import ExpectError, load_expect
 from .ids.regression import load_allow, load_baseline
 from .ids.rules.attacks import load_selection, tcp_dialogues
 from .ids.rules.translate import report_json
+from .multiply import MultiplyParams, multiply_capture, multiply_run_folder, scenario_params
 from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, make_duts, translate_file
 from .runner import (analyze_live_run, attack_player, check_places, coverage_baseline_problem, open_site,
                      plan_steps, played_attacks_problem, run_scenario, stage_printer)
@@ -489,6 +490,39 @@ def cmd_translate_rules(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_multiply(args: argparse.Namespace) -> int:
+    src = Path(args.input)
+    given = args.copies is not None or args.ranges is not None
+    if given and (args.copies is None or args.ranges is None):
+        _err("testbed multiply: give both -T and --ranges (or neither, to take them from a scenario's multiply: section)")
+        return EXIT_BAD_INPUT
+    params = None
+    if given:
+        params = MultiplyParams(copies=args.copies, ranges=tuple(args.ranges.split(",")), seed=args.seed,
+                                order=args.order, ports=args.ports, urls=Path(args.urls) if args.urls else None,
+                                mtu=args.mtu, original=tuple(args.original.split(",")) if args.original else (),
+                                max_flows=args.max_flows, max_seconds=args.max_seconds, upto_damage=args.upto_damage)
+    elif args.scenario:
+        params = scenario_params(Path(args.scenario))
+    if src.is_dir():
+        doc = multiply_run_folder(src, params)
+        where = f"{src} (multiplied.pcap, shadow_plan.csv, multiply.json)"
+    else:
+        if not args.output or params is None:
+            _err("testbed multiply: a capture needs -o OUT.pcap and the parameters (-T and --ranges, or --scenario)")
+            return EXIT_BAD_INPUT
+        out = Path(args.output)
+        plan = Path(args.plan) if args.plan else out.with_suffix(".plan.csv")
+        doc = multiply_capture(src, out, plan, out.with_suffix(".multiply.json"), params)
+        where = f"{out} (plan {plan})"
+    for line in doc.get("warning", "").splitlines():
+        _err(line)
+    passed = sum(doc["passthrough"].values())
+    print(f"{doc['packets_in']:,} packets in, {doc['packets_out']:,} out ({doc['rewritten']:,} x "
+          f"{doc['copies'] + 1}, {passed:,} passed through alone), {doc['flows']:,} flows: {where}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="testbed",
@@ -639,6 +673,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "--suricata (as many of each pair up in order, one goes with all of the other)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     c.set_defaults(func=cmd_ids_coverage)
+
+    m = sub.add_parser("multiply", help="copy every packet of a capture T times with shadow addresses "
+                       "(seed 003's traffic multiplier, docs/multiplier.md)")
+    m.add_argument("input", metavar="IN", help="a pcap/pcapng, or a run folder (its capture.pcap; parameters "
+                   "from its scenario's multiply: section unless given)")
+    m.add_argument("-o", "--output", metavar="OUT", help="the multiplied capture (for a capture IN)")
+    m.add_argument("-T", "--copies", type=int, metavar="N", help="shadow copies of every packet (1..1024)")
+    m.add_argument("--ranges", metavar="CIDR,...", help="shadow address ranges, IPv4 and/or IPv6")
+    m.add_argument("--original", metavar="CIDR,...", help="the originals' own ranges (checked)")
+    m.add_argument("--seed", type=int, default=1, help="seed of the plan (default 1)")
+    m.add_argument("--order", choices=("spfo", "interleaved"), default="spfo")
+    m.add_argument("--ports", choices=("keep", "shift"), default="keep")
+    m.add_argument("--urls", metavar="FILE", help="request targets, one a line, substituted per copy")
+    m.add_argument("--mtu", type=int, default=1500, help="largest IP packet a substituted request may become")
+    m.add_argument("--plan", metavar="FILE", help="the shadow plan, .csv or .json (default OUT.plan.csv)")
+    m.add_argument("--scenario", metavar="FILE", help="take the parameters from this scenario's multiply: section")
+    m.add_argument("--max-flows", type=int, help="flow-table bound (default: half the free memory)")
+    m.add_argument("--max-seconds", type=int, help="refuse a run estimated longer (default 3600)")
+    m.add_argument("--upto-damage", action="store_true", help="multiply a damaged capture up to the damage")
+    m.set_defaults(func=cmd_multiply)
 
     d = sub.add_parser("detect", help="run a capture (or a run folder) and rules through Suricata and report the alerts")
     d.add_argument("paths", nargs="+", metavar="PCAP|RUN_DIR",

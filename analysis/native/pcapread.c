@@ -82,6 +82,7 @@ struct pr_reader {
     uint64_t released;   /* the map before this offset is dropped from the process (pr_release) */
     int failed;
     uint64_t fail_off;
+    uint64_t nexts;      /* pr_next calls, for its page release */
     char why[320];
 };
 
@@ -725,6 +726,33 @@ size_t pr_read(pr_reader *r, const pr_columns *c, size_t capacity)
         if (got < want) break;
     }
     return n;
+}
+
+int pr_next(pr_reader *r, pr_packet *p)
+{
+    /* Release before moving: the previous packet's pages may go, this one's stay mapped. */
+    if (++r->nexts % PR_RELEASE_EVERY == 0) pr_release(r);
+    if (r->format == PR_FORMAT_PCAP) {
+        uint64_t off = r->cur.off;
+        int64_t caplen = pcap_check(r, &r->cur, off);
+        if (caplen < 0) return 0;
+        const uint8_t *h = r->map + off;
+        p->data = h + PCAP_REC_LEN;
+        p->cap_len = (uint32_t)caplen;
+        p->wire_len = rd32(h + 12, r->swap);
+        p->ts_ns = (int64_t)rd32(h, r->swap) * 1000000000 + (int64_t)rd32(h + 4, r->swap) * r->frac_ns;
+        p->link_type = (uint16_t)r->link;
+        r->cur.off = off + PCAP_REC_LEN + (uint64_t)caplen;
+        return 1;
+    }
+    pr_rec rec;
+    if (png_next(r, &r->cur, &rec) != 1) return 0;
+    p->data = rec.data;
+    p->cap_len = rec.caplen;
+    p->wire_len = rec.wirelen;
+    p->ts_ns = rec.ts;
+    p->link_type = rec.link;
+    return 1;
 }
 
 const char *pr_problem(const pr_reader *r, uint64_t *offset)

@@ -83,6 +83,19 @@ PR_API size_t pr_read(pr_reader *r, const pr_columns *c, size_t capacity);
 PR_API uint64_t pr_offset(const pr_reader *r);      /* byte offset of the next record to read */
 PR_API void pr_rewind(pr_reader *r);                /* back to the first record */
 
+/* One packet's bytes, for a caller that rewrites packets rather than reading columns. */
+typedef struct pr_packet {
+    const uint8_t *data;  /* cap_len bytes inside the mapping: valid until the next pr_next,
+                             pr_read, pr_rewind or pr_close on this reader */
+    uint32_t cap_len, wire_len;
+    int64_t ts_ns;
+    uint16_t link_type;
+} pr_packet;
+
+/* The packet at the read position into *P, and moves past it. Returns 1, or 0 at the end of the
+ * file or at a problem (see pr_problem). Pages behind the cursor are dropped as in pr_read. */
+PR_API int pr_next(pr_reader *r, pr_packet *p);
+
 /* NULL when the file read cleanly so far; else what is wrong, with the byte offset of the
  * record or block where it starts in *OFFSET (if OFFSET is not NULL). */
 PR_API const char *pr_problem(const pr_reader *r, uint64_t *offset);

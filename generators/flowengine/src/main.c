@@ -10,6 +10,7 @@
 #include "afpacket.h"
 #include "engine.h"
 #include "halt.h"
+#include "mult_cmd.h"
 #include "packet.h"
 #include "session.h"
 #include "workers.h"
@@ -23,6 +24,7 @@ static const char usage_text[] =
     "                      [--tx ring|sendmmsg] [--tx-batch N] [--ring-frames N]\n"
     "                      [--no-qdisc-bypass]\n"
     "                      [--planner exact|stochastic] [--threads N]\n"
+    "       flowengine multiply IN.pcap -o OUT.pcap -T N --ranges CIDR[,...] (see multiply -h)\n"
     "       flowengine version\n";
 
 /* MemAvailable from /proc/meminfo in bytes, 0 when it cannot be read (then no check is made). */
@@ -238,6 +240,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "gen"))
         return cmd_gen(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "multiply"))
+        return mult_cmd(argc - 2, argv + 2);
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fputs(usage_text, stdout);
         return 0;

@@ -1,0 +1,139 @@
+"""`testbed multiply`: the offline traffic multiplier (seed 003, docs/multiplier.md).
+
+The rewriting is the native engine's (`flowengine multiply`); this module chooses the inputs and
+outputs, takes the parameters from the command line or a scenario's `multiply:` section, and
+records the result: the multiplied capture, the shadow plan (every shadow flow and its original)
+and the engine's counters. Given a run folder, all three go into it and its manifest says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import ipaddress
+import json
+import subprocess
+from pathlib import Path
+
+from generators.flowengine import engine_path
+from ntgcore.errors import BadInput, NtgError
+from ntgcore.proc import Process
+from ntgcore.runfolder import RunFolder
+from ntgcore.scenario import MultiplySpec, ScenarioError, load_scenario
+from ntgcore.yamlread import yaml_lines
+
+PLAN_NAME = "shadow_plan.csv"
+OUTPUT_NAME = "multiplied.pcap"
+SUMMARY_NAME = "multiply.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiplyParams:
+    copies: int
+    ranges: tuple[str, ...]
+    seed: int = 1
+    order: str = "spfo"
+    ports: str = "keep"
+    urls: Path | None = None
+    mtu: int = 1500
+    original: tuple[str, ...] = ()
+    max_flows: int | None = None
+    max_seconds: int | None = None
+    upto_damage: bool = False
+
+
+def params_from_spec(spec: MultiplySpec, scenario_path: Path, scenario_seed: int, text: str) -> MultiplyParams:
+    urls = None
+    if spec.urls is not None:
+        urls = scenario_path.parent / spec.urls
+        if not urls.is_file():
+            line = yaml_lines(text).get(("multiply", "urls"))
+            where = f"{scenario_path}:{line}" if line else str(scenario_path)
+            raise ScenarioError([f"{where}: multiply.urls: no such file {urls} (paths are relative to the scenario)"])
+    return MultiplyParams(copies=spec.copies, ranges=tuple(spec.ranges), seed=spec.seed if spec.seed is not None
+                          else scenario_seed, order=spec.order, ports=spec.ports, urls=urls, mtu=spec.mtu,
+                          original=tuple(spec.original))
+
+
+def scenario_params(path: Path) -> MultiplyParams:
+    """The `multiply:` section of a scenario file (errors as FILE:LINE: field: message)."""
+    loaded = load_scenario(path)
+    if loaded.scenario.multiply is None:
+        raise ScenarioError([f"{path}: no `multiply:` section (docs/multiplier.md shows one)"])
+    return params_from_spec(loaded.scenario.multiply, loaded.path, loaded.scenario.seed, loaded.text)
+
+
+def engine_argv(binary: Path, inp: Path, out: Path, plan: Path, summary: Path, p: MultiplyParams) -> list[str]:
+    argv = [str(binary), "multiply", str(inp), "-o", str(out), "-T", str(p.copies),
+            "--ranges", ",".join(p.ranges), "--seed", str(p.seed), "--order", p.order, "--ports", p.ports,
+            "--mtu", str(p.mtu), "--plan", str(plan), "--summary", str(summary)]
+    if p.urls is not None:
+        argv += ["--urls", str(p.urls)]
+    if p.original:
+        argv += ["--original", ",".join(p.original)]
+    if p.max_flows is not None:
+        argv += ["--max-flows", str(p.max_flows)]
+    if p.max_seconds is not None:
+        argv += ["--max-seconds", str(p.max_seconds)]
+    if p.upto_damage:
+        argv.append("--upto-damage")
+    return argv
+
+
+def multiply_capture(inp: Path, out: Path, plan: Path, summary: Path, p: MultiplyParams) -> dict:
+    """Runs the engine; returns its counters. Bad input (exit 2: nothing written) raises BadInput
+    with the engine's explanation; a failure while writing raises NtgError."""
+    proc = Process("flowengine multiply", engine_argv(engine_path(), inp, out, plan, summary, p),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
+    _, err = proc.popen.communicate()
+    code = proc.wait()
+    text = err.decode(errors="replace").strip()
+    if code == 2:
+        raise BadInput(text.removeprefix("flowengine multiply: ") or "flowengine multiply refused the input")
+    if code != 0:
+        raise NtgError(f"flowengine multiply failed (exit status {code}): {text}")
+    doc = json.loads(summary.read_text())
+    if text:
+        doc["warning"] = text
+    return doc
+
+
+def multiply_run_folder(run_dir: Path, p: MultiplyParams | None) -> dict:
+    """Multiplies a run folder's capture.pcap into it, with its scenario's `multiply:` section
+    unless parameters are given; the manifest records the outputs."""
+    capture = run_dir / "capture.pcap"
+    if not capture.is_file():
+        raise BadInput(f"{run_dir}: no capture.pcap in this run folder (an offline run writes one)")
+    if p is None:
+        p = scenario_params(run_dir / "scenario.yaml")
+    doc = multiply_capture(capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, run_dir / SUMMARY_NAME, p)
+    folder = RunFolder.open(run_dir)
+    folder.manifest["multiply"] = {"input": "capture.pcap", "output": OUTPUT_NAME, "plan": PLAN_NAME,
+                                   "summary": SUMMARY_NAME, "parameters": params_dict(p),
+                                   "packets_in": doc["packets_in"], "packets_out": doc["packets_out"]}
+    folder.write()
+    return doc
+
+
+def params_dict(p: MultiplyParams) -> dict:
+    d = dataclasses.asdict(p)
+    d["ranges"], d["original"] = list(p.ranges), list(p.original)
+    d["urls"] = str(p.urls) if p.urls is not None else None
+    return d
+
+
+ShadowKey = tuple[int, str, int, str, int]  # proto, address, port, address, port (one direction)
+
+
+def read_plan(path: Path) -> dict[ShadowKey, tuple[int, int]]:
+    """The plan as a map from either direction of a flow (original or shadow) to (flow, copy);
+    copy 0 is the original. Addresses are normalised (ipaddress) so any reader's text matches."""
+    found: dict[ShadowKey, tuple[int, int]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            a, b = str(ipaddress.ip_address(row["a_addr"])), str(ipaddress.ip_address(row["b_addr"]))
+            pa, pb, proto = int(row["a_port"]), int(row["b_port"]), int(row["proto"])
+            at = (int(row["flow"]), int(row["copy"]))
+            found[(proto, a, pa, b, pb)] = at
+            found[(proto, b, pb, a, pa)] = at
+    return found
