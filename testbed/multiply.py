@@ -125,15 +125,16 @@ def params_dict(p: MultiplyParams) -> dict:
 ShadowKey = tuple[int, str, int, str, int]  # proto, address, port, address, port (one direction)
 
 
-def read_plan(path: Path) -> dict[ShadowKey, tuple[int, int]]:
-    """The plan as a map from either direction of a flow (original or shadow) to (flow, copy);
-    copy 0 is the original. Addresses are normalised (ipaddress) so any reader's text matches."""
-    found: dict[ShadowKey, tuple[int, int]] = {}
+def read_plan(path: Path) -> dict[ShadowKey, tuple[int, int, int]]:
+    """The plan as a map from either direction of a flow (original or shadow) to (flow, copy,
+    direction); copy 0 is the original, direction 0 is a -> b. Addresses are normalised
+    (ipaddress) so any reader's text matches."""
+    found: dict[ShadowKey, tuple[int, int, int]] = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             a, b = str(ipaddress.ip_address(row["a_addr"])), str(ipaddress.ip_address(row["b_addr"]))
             pa, pb, proto = int(row["a_port"]), int(row["b_port"]), int(row["proto"])
-            at = (int(row["flow"]), int(row["copy"]))
-            found[(proto, a, pa, b, pb)] = at
-            found[(proto, b, pb, a, pa)] = at
+            flow, copy = int(row["flow"]), int(row["copy"])
+            found[(proto, b, pb, a, pa)] = (flow, copy, 1)
+            found[(proto, a, pa, b, pb)] = (flow, copy, 0)
     return found

@@ -1,0 +1,368 @@
+"""The traffic multiplier (`flowengine multiply`, `testbed multiply`; seed 003, docs/multiplier.md).
+
+Every output is checked by tshark with checksum validation on, and counted from the output
+capture, not from the multiplier's own counters."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from scapy.all import (ARP, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6EchoReply, ICMPv6EchoRequest, IPv6,
+                       IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting, Raw,
+                       fragment, fragment6, rdpcap, wrpcap)
+
+from tests.conftest import skip_or_fail
+from testbed.multiply import read_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+RANGES = "198.18.0.0/16,2001:db8:100::/48"
+C4, S4, C6, S6 = "10.1.0.1", "10.2.0.1", "2001:db8:a::1", "2001:db8:b::1"
+MAC = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+TSHARK = shutil.which("tshark")
+
+
+def http_session(ip, c, s, sport, path=b"/index.html", requests=1):
+    """A complete HTTP exchange (handshake, requests and answers, closing ACKs)."""
+    cseq, sseq = 1000, 5000
+    pk = [MAC / ip(src=c, dst=s) / TCP(sport=sport, dport=80, flags="S", seq=cseq),
+          MAC / ip(src=s, dst=c) / TCP(sport=80, dport=sport, flags="SA", seq=sseq, ack=cseq + 1)]
+    cseq, sseq = cseq + 1, sseq + 1
+    pk.append(MAC / ip(src=c, dst=s) / TCP(sport=sport, dport=80, flags="A", seq=cseq, ack=sseq))
+    for i in range(requests):
+        req = b"GET " + path + b"?n=%d HTTP/1.1\r\nHost: example.test\r\n\r\n" % i
+        ans = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        pk.append(MAC / ip(src=c, dst=s) / TCP(sport=sport, dport=80, flags="PA", seq=cseq, ack=sseq) / req)
+        cseq += len(req)
+        pk.append(MAC / ip(src=s, dst=c) / TCP(sport=80, dport=sport, flags="PA", seq=sseq, ack=cseq) / ans)
+        sseq += len(ans)
+        pk.append(MAC / ip(src=c, dst=s) / TCP(sport=sport, dport=80, flags="A", seq=cseq, ack=sseq))
+    return pk
+
+
+def mixed_packets():
+    """IPv4 and IPv6: TCP, UDP, ICMP, ICMPv6, VLAN (one and two tags), IPv6 extension headers,
+    IPv4 and IPv6 fragments, an ICMP error. Every one of them is rewritable."""
+    pk = http_session(IP, C4, S4, 40000) + http_session(IPv6, C6, S6, 40001)
+    pk += [MAC / IP(src=C4, dst=S4) / UDP(sport=5353, dport=53) / b"query",
+           MAC / IP(src=S4, dst=C4) / UDP(sport=53, dport=5353) / b"answer",
+           MAC / IPv6(src=C6, dst=S6) / UDP(sport=5353, dport=53) / b"query6",
+           MAC / IP(src=C4, dst=S4) / ICMP(type=8, id=7) / b"ping",
+           MAC / IP(src=S4, dst=C4) / ICMP(type=0, id=7) / b"ping",
+           MAC / IPv6(src=C6, dst=S6) / ICMPv6EchoRequest(id=9) / b"ping6",
+           MAC / IPv6(src=S6, dst=C6) / ICMPv6EchoReply(id=9) / b"ping6",
+           Ether() / Dot1Q(vlan=10) / IP(src=C4, dst=S4) / UDP(sport=1111, dport=2222) / b"vlan",
+           Ether() / Dot1Q(vlan=10) / Dot1Q(vlan=20) / IPv6(src=C6, dst=S6) / TCP(sport=1234, dport=443, flags="S"),
+           MAC / IPv6(src=C6, dst=S6) / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / UDP(sport=7, dport=7) / b"ext",
+           MAC / IP(src=S4, dst=C4) / ICMP(type=3, code=3) / IP(src=C4, dst=S4) / UDP(sport=5353, dport=53)]
+    pk += [MAC / f for f in fragment(IP(src=C4, dst=S4) / UDP(sport=9, dport=9) / (b"x" * 3000), fragsize=1000)]
+    pk += [MAC / f for f in fragment6(IPv6(src=C6, dst=S6) / IPv6ExtHdrFragment() / UDP(sport=10, dport=10)
+                                      / (b"y" * 3000), 1280)]
+    return pk
+
+
+@pytest.fixture(scope="module")
+def engine(flowengine_bin):
+    r = subprocess.run([str(flowengine_bin), "multiply", "--help"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"{flowengine_bin} has no `multiply`: build generators/flowengine and set NTG_FLOWENGINE")
+    return flowengine_bin
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("mult") / "mixed.pcap"
+    wrpcap(str(path), mixed_packets())
+    return path
+
+
+def multiply(engine, inp: Path, out: Path, *args, check=True) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(engine), "multiply", str(inp), "-o", str(out), *args], capture_output=True, text=True)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def checksum_status(capture: Path) -> Counter:
+    """(protocol, status) counted by tshark with every checksum validated: 0 bad, 1 good."""
+    if TSHARK is None:
+        skip_or_fail("tshark is not installed")
+    fields = ["ip.checksum.status", "tcp.checksum.status", "udp.checksum.status", "icmp.checksum.status",
+              "icmpv6.checksum.status"]
+    cmd = [TSHARK, "-n", "-r", str(capture), "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
+           "-o", "udp.check_checksum:TRUE", "-T", "fields", "-E", "separator=|"]
+    for f in fields:
+        cmd += ["-e", f]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    counts: Counter = Counter()
+    for line in out.splitlines():
+        for name, value in zip(fields, line.split("|")):
+            for v in filter(None, value.split(",")):
+                counts[(name.split(".")[0], int(v))] += 1
+    return counts
+
+
+def frame_count(capture: Path) -> int:
+    out = subprocess.run([TSHARK or "tshark", "-n", "-r", str(capture), "-T", "fields", "-e", "frame.number"],
+                         capture_output=True, text=True, check=True).stdout
+    return len(out.split())
+
+
+def shadow_key(p):
+    """(proto, src, sport, dst, dport) as the plan writes it."""
+    if IP in p:
+        ip = p[IP]
+        proto, later, layer = ip.proto, ip.frag > 0, ip.payload
+    elif IPv6 in p:
+        ip = p[IPv6]
+        proto, later, layer = ip.nh, False, ip.payload
+        while isinstance(layer, (IPv6ExtHdrHopByHop, IPv6ExtHdrDestOpt, IPv6ExtHdrRouting, IPv6ExtHdrFragment)):
+            later |= isinstance(layer, IPv6ExtHdrFragment) and layer.offset > 0
+            proto, layer = layer.nh, layer.payload
+    else:
+        return None
+    sport = dport = 0
+    if not later and proto in (6, 17):
+        sport, dport = layer.sport, layer.dport
+    elif not later and ((proto == 1 and layer.type in (0, 8)) or (proto == 58 and layer.type in (128, 129))):
+        sport = dport = layer.id
+    return (proto, ip.src, sport, ip.dst, dport)
+
+
+def test_every_checksum_validates_for_every_protocol(engine, mixed, tmp_path):
+    out = tmp_path / "out.pcap"
+    multiply(engine, mixed, out, "-T", "5", "--ranges", RANGES, "--seed", "1", "--ports", "shift")
+    status = checksum_status(out)
+    assert not [k for k in status if k[1] == 0], status
+    for proto in ("ip", "tcp", "udp", "icmp", "icmpv6"):
+        assert status[(proto, 1)] >= 6, (proto, status)
+
+
+def test_real_captures_keep_their_checksums(engine, tmp_path):
+    """Real traffic: every checksum stays what it was (captures taken on a sending host hold some
+    offloaded, wrong ones: each copy keeps exactly those wrong, none more)."""
+    data = os.environ.get("NTG_SHARED_DATA")
+    if not data or not (Path(data) / "pcaps").is_dir():
+        skip_or_fail("NTG_SHARED_DATA (with pcaps/) is not set")
+    captures = sorted((Path(data) / "pcaps").glob("*.pcap"))
+    assert captures
+    for cap in captures:
+        out = tmp_path / (cap.stem + ".out.pcap")
+        r = multiply(engine, cap, out, "-T", "4", "--ranges", "198.18.0.0/15,2001:db8:100::/40", "--seed", "2")
+        summary = json.loads(r.stdout)
+        before, after = checksum_status(cap), checksum_status(out)
+        assert after[("tcp", 1)] + after[("udp", 1)] > 0, cap
+        passed = sum(summary["passthrough"].values())
+        assert frame_count(out) == 5 * (summary["packets_in"] - passed) + passed, cap
+        if passed == 0:
+            assert after == Counter({k: 5 * n for k, n in before.items()}), cap
+
+
+def test_egress_is_exactly_T_plus_1_times_ingress(engine, mixed, tmp_path):
+    n = frame_count(mixed)
+    for t in (1, 10, 22):
+        out = tmp_path / f"t{t}.pcap"
+        multiply(engine, mixed, out, "-T", str(t), "--ranges", RANGES)
+        assert frame_count(out) == (t + 1) * n
+
+
+def test_both_directions_of_a_shadow_session_share_one_pair(engine, mixed, tmp_path):
+    out, plan = tmp_path / "out.pcap", tmp_path / "plan.csv"
+    t = 3
+    multiply(engine, mixed, out, "-T", str(t), "--ranges", RANGES, "--ports", "shift", "--plan", str(plan))
+    known = read_plan(plan)
+    counts: Counter = Counter()
+    for p in rdpcap(str(out)):
+        key = shadow_key(p)
+        assert key in known, f"a frame of no planned flow: {key}"
+        counts[known[key]] += 1
+    flows = {f for f, _, _ in counts}
+    for f in flows:
+        for d in (0, 1):
+            originals = counts[(f, 0, d)]
+            assert [counts[(f, c, d)] for c in range(1, t + 1)] == [originals] * t, (f, d)
+    # one shadow pair per copy and flow: the plan's rows are distinct
+    shadows = [k for k, v in known.items() if v[1] > 0]
+    assert len(shadows) == len(set(shadows))
+    # a request and its response map to the same shadow pair
+    req = next(v for k, v in known.items() if k[0] == 6 and k[4] == 80 and v[1] == 2)
+    resp = [v for k, v in known.items() if v[:2] == req[:2] and v[2] != req[2]]
+    assert resp
+
+
+def test_spfo_puts_the_copies_first_and_the_original_last(engine, mixed, tmp_path):
+    t = 4
+    originals = {C4, S4, C6, S6}
+    for order in ("spfo", "interleaved"):
+        out = tmp_path / f"{order}.pcap"
+        multiply(engine, mixed, out, "-T", str(t), "--ranges", RANGES, "--order", order)
+        frames = rdpcap(str(out))
+        for i in range(0, len(frames), t + 1):
+            group = frames[i:i + t + 1]
+            is_orig = [shadow_key(p)[1] in originals for p in group]
+            k = i // (t + 1)
+            where = t if order == "spfo" else (k + 1) % (t + 1)
+            assert is_orig == [j == where for j in range(t + 1)], (order, k)
+
+
+def test_a_seed_gives_the_same_bytes_and_another_seed_other_ones(engine, mixed, tmp_path):
+    a, b, c = (tmp_path / f"{n}.pcap" for n in "abc")
+    multiply(engine, mixed, a, "-T", "3", "--ranges", RANGES, "--seed", "7")
+    multiply(engine, mixed, b, "-T", "3", "--ranges", RANGES, "--seed", "7")
+    multiply(engine, mixed, c, "-T", "3", "--ranges", RANGES, "--seed", "8")
+    assert a.read_bytes() == b.read_bytes()
+    assert a.read_bytes() != c.read_bytes()
+
+
+def test_urls_of_other_lengths_give_consistent_tcp_streams(engine, tmp_path):
+    inp, out = tmp_path / "http.pcap", tmp_path / "out.pcap"
+    wrpcap(str(inp), http_session(IP, C4, S4, 40000, requests=3) + http_session(IPv6, C6, S6, 40001, requests=3))
+    urls = ["/a", "/a-much-longer-request-target/with/a/path?and=query", "/same-length"]
+    (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
+    r = multiply(engine, inp, out, "-T", "3", "--ranges", RANGES, "--urls", str(tmp_path / "urls.txt"))
+    assert json.loads(r.stdout)["url_requests"] == 6
+    assert not [k for k in checksum_status(out) if k[1] == 0]
+    fields = subprocess.run([TSHARK, "-n", "-r", str(out), "-Y", "http.request", "-T", "fields",
+                             "-e", "http.request.uri"], capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(Counter(fields).items()) == sorted(
+        Counter(urls * 6 + [f"/index.html?n={i}" for i in range(3)] * 2).items())
+    # tshark finds no gap, overlap or unseen-segment ACK in any stream: the shifted sequence numbers hold
+    bad = subprocess.run([TSHARK, "-n", "-r", str(out), "-Y", "tcp.analysis.flags && !tcp.analysis.window_update",
+                          "-T", "fields", "-e", "frame.number"], capture_output=True, text=True, check=True).stdout
+    assert bad.split() == []
+    # the reassembled stream of a shadow session holds its new URL, every request of it
+    streams = subprocess.run([TSHARK, "-n", "-r", str(out), "-q", "-z", "follow,tcp,ascii,1"],
+                             capture_output=True, text=True, check=True).stdout
+    assert streams.count("GET " + urls[1]) == 3
+
+
+def test_a_url_too_long_for_the_packet_is_refused(engine, tmp_path):
+    inp, out = tmp_path / "http.pcap", tmp_path / "out.pcap"
+    wrpcap(str(inp), http_session(IP, C4, S4, 40000))
+    (tmp_path / "urls.txt").write_text("/" + "x" * 1600 + "\n")
+    r = multiply(engine, inp, out, "-T", "2", "--ranges", RANGES, "--urls", str(tmp_path / "urls.txt"), check=False)
+    assert r.returncode == 2
+    assert "--mtu 1500" in r.stderr
+    assert not out.exists() and list(tmp_path.glob("out.pcap*")) == []
+
+
+def test_ipv6_routing_headers_pass_through_once_unchanged_and_counted(engine, tmp_path):
+    inp, out = tmp_path / "rh.pcap", tmp_path / "out.pcap"
+    rh = MAC / IPv6(src=C6, dst=S6) / IPv6ExtHdrRouting(addresses=["2001:db8:c::1"], segleft=1) / UDP(sport=8, dport=8)
+    wrpcap(str(inp), [rh, MAC / IP(src=C4, dst=S4) / UDP(sport=1, dport=2), MAC / ARP()])
+    r = multiply(engine, inp, out, "-T", "3", "--ranges", RANGES)
+    summary = json.loads(r.stdout)
+    assert summary["passthrough"]["routing"] == 1 and summary["passthrough"]["not_ip"] == 1
+    frames = rdpcap(str(out))
+    assert len(frames) == 1 + 4 + 1
+    assert bytes(frames[0]) == bytes(rh)
+
+
+@pytest.mark.parametrize("ranges, says", [
+    ("198.18.0.0/16,198.18.4.0/24", "overlap"),
+    ("10.0.0.0/8,2001:db8:100::/48", "original address 10.1.0.1 lies in the shadow range 10.0.0.0/8"),
+    ("198.18.0.0/30,2001:db8:100::/48", "hold 4 addresses; T=3 copies of 2 original addresses need 6"),
+    ("198.18.0.0/16", "no IPv6 range"),
+    ("198.18.0.0/33", "not an IPv4 or IPv6 CIDR range"),
+])
+def test_bad_ranges_are_refused_and_nothing_is_written(engine, mixed, tmp_path, ranges, says):
+    out = tmp_path / "out.pcap"
+    r = multiply(engine, mixed, out, "-T", "3", "--ranges", ranges, check=False)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ranges_overlapping_the_originals_range_are_refused(engine, mixed, tmp_path):
+    r = multiply(engine, mixed, tmp_path / "o.pcap", "-T", "2", "--ranges", "198.18.0.0/16,2001:db8:100::/48",
+                 "--original", "198.16.0.0/13", check=False)
+    assert r.returncode == 2 and "overlaps the original range 198.16.0.0/13" in r.stderr
+
+
+@pytest.mark.parametrize("t, says", [("0", "must be 1..1024"), ("100000", "must be 1..1024")])
+def test_a_number_of_copies_out_of_bounds_is_refused(engine, mixed, tmp_path, t, says):
+    r = multiply(engine, mixed, tmp_path / "o.pcap", "-T", t, "--ranges", RANGES, check=False)
+    assert r.returncode == 2 and says in r.stderr
+
+
+def test_an_egress_too_long_for_the_time_allowed_is_refused_with_the_numbers(engine, mixed, tmp_path):
+    n = frame_count(mixed)
+    r = multiply(engine, mixed, tmp_path / "o.pcap", "-T", "1000", "--ranges", "198.18.0.0/15,2001:db8:100::/48",
+                 "--max-seconds", "0", check=False)
+    assert r.returncode == 2
+    assert f"{n} packets x 1001 = {n * 1001} frames" in r.stderr and "--max-seconds 0" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_flow_table_bound_is_refused_before_writing(engine, mixed, tmp_path):
+    r = multiply(engine, mixed, tmp_path / "o.pcap", "-T", "2", "--ranges", RANGES, "--max-flows", "3", check=False)
+    assert r.returncode == 2 and "more than 3 flows" in r.stderr and "bytes a flow" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_damaged_capture_is_reported_at_its_offset(engine, mixed, tmp_path):
+    data = mixed.read_bytes()
+    frames = rdpcap(str(mixed))
+    good = 5
+    cut = 24 + sum(16 + len(bytes(f)) for f in frames[:good]) + 16 + 10  # inside record 6's bytes
+    bad = tmp_path / "in" / "damaged.pcap"
+    bad.parent.mkdir()
+    bad.write_bytes(data[:cut])
+    out = tmp_path / "out" / "o.pcap"
+    out.parent.mkdir()
+    r = multiply(engine, bad, out, "-T", "2", "--ranges", RANGES, check=False)
+    offset = cut - 26
+    assert r.returncode == 2 and f"damaged at byte offset {offset}" in r.stderr and f"{good} packets" in r.stderr
+    assert list(out.parent.iterdir()) == []
+    r = multiply(engine, bad, out, "-T", "2", "--ranges", RANGES, "--upto-damage")
+    assert f"damaged at byte offset {offset}" in r.stderr
+    assert frame_count(out) == 3 * good
+
+
+def test_testbed_multiply_records_the_plan_in_a_run_folder(engine, tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("""version: 1
+name: mult
+seed: 5
+flows:
+  - protocol: udp
+    src: 10.0.0.1
+    dst: {cidr: 10.0.1.0/24, mode: increment}
+    dst_port: 53
+    packets: 4
+    period: 1ms
+    repeat: {count: 5, period: 1ms}
+multiply:
+  copies: 3
+  ranges: [198.18.0.0/16]
+""")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "testbed", "run", str(scenario), "--out", str(tmp_path / "runs"), "-q"],
+                       cwd=ROOT, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    r = subprocess.run([sys.executable, "-m", "testbed", "multiply", str(run)], cwd=ROOT, capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["multiply"]["packets_out"] == 4 * 20 == frame_count(run / "multiplied.pcap")
+    known = read_plan(run / "shadow_plan.csv")
+    assert {v[1] for v in known.values()} == {0, 1, 2, 3} and len({v[0] for v in known.values()}) == 5
+    for p in rdpcap(str(run / "multiplied.pcap")):
+        assert shadow_key(p) in known
+
+
+def test_a_bad_multiply_section_names_its_line_and_field(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("version: 1\nname: m\nflows:\n  - {protocol: udp, src: 10.0.0.1, dst: 10.0.0.2, "
+                        "dst_port: 53, packets: 1, rate: 1}\nmultiply:\n  copies: 2\n"
+                        "  ranges: [198.18.0.0/16]\n  original: [198.0.0.0/8]\n")
+    r = subprocess.run([sys.executable, "-m", "testbed", "validate", str(scenario)], cwd=ROOT,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2
+    assert f"{scenario}:6: multiply: " in r.stderr and "overlaps the original range 198.0.0.0/8" in r.stderr
