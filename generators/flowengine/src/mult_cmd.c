@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -487,7 +488,8 @@ int mult_cmd(int argc, char **argv)
         char dir[4096];
         struct statvfs vfs;
         mult_dir(o.out, dir, sizeof dir);
-        if (!statvfs(dir, &vfs)) {
+        struct stat ost0;
+        if ((stat(o.out, &ost0) || S_ISREG(ost0.st_mode)) && !statvfs(dir, &vfs)) {
             uint64_t freeb = (uint64_t)vfs.f_bavail * vfs.f_frsize;
             if (out_bytes > freeb) {
                 rc = mult_fail("the output would take %" PRIu64 " bytes (%" PRIu64 " packets x "
@@ -506,7 +508,13 @@ int mult_cmd(int argc, char **argv)
     }
 
     /* pass 2: the rewrite, into a temporary file renamed into place at the end */
-    if (o.out) {
+    struct stat ost;
+    if (o.out && !stat(o.out, &ost) && !S_ISREG(ost.st_mode)) { /* /dev/null, a FIFO: as it is */
+        if ((rc = pcapfile_open(&s, o.out))) {
+            rc = mult_fail("%s: %s", o.out, strerror(-rc));
+            goto out;
+        }
+    } else if (o.out) {
         size_t n = strlen(o.out) + 32;
         tmp = malloc(n);
         snprintf(tmp, n, "%s.tmp.%ld", o.out, (long)getpid());
@@ -572,7 +580,7 @@ int mult_cmd(int argc, char **argv)
         int crc = sink_close(&s);
         if (crc || s.err) {
             rc = 1;
-            fprintf(stderr, "flowengine multiply: writing %s: %s\n", tmp, strerror(-(crc ? crc : s.err)));
+            fprintf(stderr, "flowengine multiply: writing %s: %s\n", tmp ? tmp : o.out, strerror(-(crc ? crc : s.err)));
             goto out;
         }
     }
