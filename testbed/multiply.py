@@ -15,9 +15,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from generators.flowengine import engine_path
 from ntgcore.errors import BadInput, NtgError
 from ntgcore.proc import Process
+from ntgcore.registry import GENERATORS
 from ntgcore.runfolder import RunFolder
 from ntgcore.scenario import MultiplySpec, ScenarioError, load_scenario
 from ntgcore.yamlread import yaml_lines
@@ -83,7 +83,8 @@ def engine_argv(binary: Path, inp: Path, out: Path, plan: Path, summary: Path, p
 def multiply_capture(inp: Path, out: Path, plan: Path, summary: Path, p: MultiplyParams) -> dict:
     """Runs the engine; returns its counters. Bad input (exit 2: nothing written) raises BadInput
     with the engine's explanation; a failure while writing raises NtgError."""
-    proc = Process("flowengine multiply", engine_argv(engine_path(), inp, out, plan, summary, p),
+    binary = GENERATORS.get("flowengine").adapter.executable()  # the engine's adapter knows where it is
+    proc = Process("flowengine multiply", engine_argv(binary, inp, out, plan, summary, p),
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
     _, err = proc.popen.communicate()
     code = proc.wait()

@@ -67,6 +67,11 @@ class FlowEngine(ProcessGenerator):
     def version(self) -> str:
         return engine_version(self._binary)
 
+    @staticmethod
+    def executable() -> Path:
+        """The engine's executable, for its other subcommands (`flowengine multiply`)."""
+        return engine_path()
+
     def prepare(self, scenario, run_dir: Path, seed: int, endpoint: Endpoint | None = None) -> None:
         self._binary = engine_path()
         self._run_dir = run_dir

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,6 +42,10 @@ struct mult_opts {
     uint64_t copies, seed, mtu, max_flows, max_seconds;
     int order, ports, null, upto_damage;
 };
+
+/* Set by SIGINT/SIGTERM: the rewrite stops, the temporary files go, nothing is left behind. */
+static volatile sig_atomic_t mult_stop;
+static void mult_on_signal(int sig) { mult_stop = sig; }
 
 static int mult_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int mult_fail(const char *fmt, ...)
@@ -541,11 +546,15 @@ int mult_cmd(int argc, char **argv)
         rc = mult_fail("out of memory");
         goto out;
     }
+    struct sigaction sa = {0};
+    sa.sa_handler = mult_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     pr_rewind(r);
     pr_packet p;
     uint64_t k = 0;
     double t0 = mult_now();
-    while (k < npk && pr_next(r, &p)) {
+    while (k < npk && !mult_stop && pr_next(r, &p)) {
         size_t room = mult_room(m, p.cap_len, SINK_PCAP_REC);
         uint8_t *dst;
         size_t cap;
@@ -576,6 +585,12 @@ int mult_cmd(int argc, char **argv)
         k++;
     }
     double secs = mult_now() - t0;
+    if (mult_stop) {
+        fprintf(stderr, "flowengine multiply: interrupted at packet %" PRIu64 " of %" PRIu64
+                        "; nothing written\n", k, npk);
+        rc = 128 + mult_stop;
+        goto out;
+    }
     if (o.out) {
         int crc = sink_close(&s);
         if (crc || s.err) {
