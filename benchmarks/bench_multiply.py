@@ -161,7 +161,7 @@ def main() -> None:
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "multiply.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"| case | frames out | Mpps per core (CPU time) | Mpps (wall) |\n|---|---:|---:|---:|")
+    print("| case | frames out | Mpps per core (CPU time) | Mpps (wall) |\n|---|---:|---:|---:|")
     for c in cases:
         if "skipped" in c:
             print(f"| {c['case']} | – | skipped: {c['skipped']} | |")
