@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "halt.h"
 #include "mult.h"
 #include "pcapfile.h"
 #include "pcapread.h"
@@ -42,10 +43,6 @@ struct mult_opts {
     uint64_t copies, seed, mtu, max_flows, max_seconds;
     int order, ports, null, upto_damage;
 };
-
-/* Set by SIGINT/SIGTERM: the rewrite stops, the temporary files go, nothing is left behind. */
-static volatile sig_atomic_t mult_stop;
-static void mult_on_signal(int sig) { mult_stop = sig; }
 
 static int mult_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int mult_fail(const char *fmt, ...)
@@ -546,15 +543,16 @@ int mult_cmd(int argc, char **argv)
         rc = mult_fail("out of memory");
         goto out;
     }
+    /* SIGINT/SIGTERM (halt.h): the rewrite stops, the temporary files go, nothing is left */
     struct sigaction sa = {0};
-    sa.sa_handler = mult_on_signal;
+    sa.sa_handler = halt_request;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     pr_rewind(r);
     pr_packet p;
     uint64_t k = 0;
     double t0 = mult_now();
-    while (k < npk && !mult_stop && pr_next(r, &p)) {
+    while (k < npk && !halt_signal && pr_next(r, &p)) {
         size_t room = mult_room(m, p.cap_len, SINK_PCAP_REC);
         uint8_t *dst;
         size_t cap;
@@ -585,10 +583,10 @@ int mult_cmd(int argc, char **argv)
         k++;
     }
     double secs = mult_now() - t0;
-    if (mult_stop) {
+    if (halt_signal) {
         fprintf(stderr, "flowengine multiply: interrupted at packet %" PRIu64 " of %" PRIu64
                         "; nothing written\n", k, npk);
-        rc = 128 + mult_stop;
+        rc = 128 + halt_signal;
         goto out;
     }
     if (o.out) {
