@@ -196,6 +196,20 @@ def test_both_directions_of_a_shadow_session_share_one_pair(engine, mixed, tmp_p
     assert resp
 
 
+def test_the_json_plan_holds_the_same_flows_as_the_csv_plan(engine, mixed, tmp_path):
+    for ext in ("csv", "json"):
+        multiply(engine, mixed, tmp_path / f"{ext}.pcap", "-T", "2", "--ranges", RANGES, "--plan",
+                 str(tmp_path / f"plan.{ext}"))
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert doc["copies"] == 2 and doc["order"] == "spfo"
+    rows = {}
+    for f in doc["flows"]:
+        for c, (a, pa, b, pb) in enumerate(f["copies"]):
+            rows[(f["proto"], a, pa, b, pb)] = (f["flow"], c, 0)
+            rows[(f["proto"], b, pb, a, pa)] = (f["flow"], c, 1)
+    assert read_plan(tmp_path / "plan.csv") == rows
+
+
 def test_spfo_puts_the_copies_first_and_the_original_last(engine, mixed, tmp_path):
     t = 4
     originals = {C4, S4, C6, S6}
@@ -297,6 +311,21 @@ def test_an_egress_too_long_for_the_time_allowed_is_refused_with_the_numbers(eng
     assert r.returncode == 2
     assert f"{n} packets x 1001 = {n * 1001} frames" in r.stderr and "--max-seconds 0" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_egress_larger_than_the_free_disk_is_refused_with_the_numbers(engine, mixed, tmp_path):
+    """On a 1 MiB tmpfs mounted in a mount namespace of the test's own."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        skip_or_fail("needs root and unshare (a private 1 MiB tmpfs)")
+    small = tmp_path / "small"
+    small.mkdir()
+    script = (f"mount -t tmpfs -o size=1m ntg-mult-test {small} && "
+              f"{engine} multiply {mixed} -o {small}/o.pcap -T 200 --ranges 198.18.0.0/15,2001:db8:100::/48; "
+              f"echo rc=$?; ls -A {small}")
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], capture_output=True,
+                       text=True)
+    assert "rc=2" in r.stdout and "bytes free" in r.stderr and "frames)" in r.stderr, r.stdout + r.stderr
+    assert r.stdout.split("rc=2")[1].split() == []  # nothing written there
 
 
 def test_a_flow_table_bound_is_refused_before_writing(engine, mixed, tmp_path):

@@ -24,8 +24,8 @@ struct mult_shadow {
  * byte streams shift by (URL length - original length) after each. */
 struct mult_req {
     uint32_t seq;     /* sequence number of the request's first byte */
+    uint32_t ip_len;  /* the original packet's IP length */
     uint16_t olen;    /* length of the original request target */
-    uint16_t ip_len;  /* the original packet's IP length */
     uint8_t dir;      /* 0: a -> b */
 };
 struct mult_reqs {
@@ -595,7 +595,7 @@ int mult_scan(struct mult *m, const uint8_t *frame, uint32_t len, uint32_t *need
     struct mult_flow *fl = mult_flow_get_or_add(m, frame, &h, &dir, &rc);
     if (!fl) return rc;
     uint32_t pay, at, n;
-    if (m->p.nurls && (pay = mult_tcp_payload(frame, &h)) &&
+    if (m->p.nurls && (pay = mult_tcp_payload(frame, &h)) && h.end == h.l3 + mult_ip_len(frame, &h) &&
         mult_http_target(frame, pay, h.end, &at, &n) == 1) {
         uint32_t want = mult_ip_len(frame, &h) - n + m->maxulen;
         if (need && want > *need) *need = want;
@@ -745,8 +745,8 @@ int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf
             if (i < rq->n) {
                 req = 1; /* a retransmission: the same substitution again */
             } else if (rq->n < MULT_MAX_REQUESTS && tgt_n <= 0xffff) {
-                rq->r[rq->n++] = (struct mult_req){seq, (uint16_t)tgt_n,
-                                                   (uint16_t)mult_ip_len(frame, &h), (uint8_t)dir};
+                rq->r[rq->n++] = (struct mult_req){.seq = seq, .ip_len = mult_ip_len(frame, &h),
+                                                   .olen = (uint16_t)tgt_n, .dir = (uint8_t)dir};
                 req = 1;
                 m->st.url_requests++;
             } else {
@@ -773,7 +773,7 @@ int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf
         } else {
             int subst = 0;
             if (req) {
-                struct mult_req q = {0, (uint16_t)tgt_n, (uint16_t)mult_ip_len(frame, &h), 0};
+                struct mult_req q = {.ip_len = mult_ip_len(frame, &h), .olen = (uint16_t)tgt_n};
                 subst = mult_fits(m, &q, c);
             }
             n = mult_copy(m, frame, len, &h, fl, dir, c, dst, tgt_at, tgt_n, subst);

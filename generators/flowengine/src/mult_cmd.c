@@ -186,8 +186,8 @@ static void mult_endpoint(FILE *f, int json, int family, const uint8_t *a, uint1
 /* Every flow with its T shadows: copy 0 is the original. */
 static int mult_plan_write(const struct mult *m, const struct mult_opts *o, const char *path)
 {
-    size_t pl = strlen(path);
-    int json = pl > 5 && !strcmp(path + pl - 5, ".json");
+    size_t pl = strlen(o->plan); /* the name asked for: path is its temporary twin */
+    int json = pl > 5 && !strcmp(o->plan + pl - 5, ".json");
     FILE *f = fopen(path, "w");
     if (!f) return -errno;
     const uint32_t T = (uint32_t)o->copies, n = mult_flow_count(m);
