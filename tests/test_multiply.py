@@ -256,6 +256,31 @@ def test_urls_of_other_lengths_give_consistent_tcp_streams(engine, tmp_path):
     assert streams.count("GET " + urls[1]) == 3
 
 
+def test_urls_substituted_in_a_real_web_capture_keep_its_streams_as_they_were(engine, tmp_path):
+    """A real page load (31 requests on several connections): every shadow stream has exactly the
+    TCP anomalies of its original (tshark's analysis flags), no more, and the new targets."""
+    data = os.environ.get("NTG_SHARED_DATA")
+    cap = Path(data or "/nonexistent") / "pcaps" / "zeek__http_bro.org.pcap"
+    if not cap.is_file():
+        skip_or_fail("NTG_SHARED_DATA/pcaps/zeek__http_bro.org.pcap is missing")
+    out, urls = tmp_path / "out.pcap", tmp_path / "urls.txt"
+    urls.write_text("/x\n/a-longer-target/y?z=1\n")
+    t = 3
+    r = multiply(engine, cap, out, "-T", str(t), "--ranges", "198.18.0.0/15", "--urls", str(urls))
+    requests = json.loads(r.stdout)["url_requests"]
+    assert requests > 10
+
+    def tshark(path, *args):
+        return subprocess.run([TSHARK, "-n", "-r", str(path), *args], capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    flags = ["-Y", "tcp.analysis.flags && !tcp.analysis.window_update", "-T", "fields", "-e", "frame.number"]
+    assert len(tshark(out, *flags)) == (t + 1) * len(tshark(cap, *flags))
+    uris = Counter(tshark(out, "-Y", "http.request", "-T", "fields", "-e", "http.request.uri"))
+    assert uris["/x"] == 2 * requests and uris["/a-longer-target/y?z=1"] == requests
+    assert not [k for k in checksum_status(out) if k[1] == 0]
+
+
 def test_a_url_too_long_for_the_packet_is_refused(engine, tmp_path):
     inp, out = tmp_path / "http.pcap", tmp_path / "out.pcap"
     wrpcap(str(inp), http_session(IP, C4, S4, 40000))

@@ -431,6 +431,10 @@ int mult_cmd(int argc, char **argv)
     uint32_t nurls = 0;
     if (o.urls && (rc = mult_urls_read(o.urls, &urls, &nurls))) return rc;
 
+    struct stat ist, ost1;
+    if (o.out && !stat(o.in, &ist) && !stat(o.out, &ost1) && ist.st_dev == ost1.st_dev &&
+        ist.st_ino == ost1.st_ino)
+        return mult_fail("-o %s is the input itself; choose another output", o.out);
     char err[512];
     pr_reader *r = pr_open(o.in, err, sizeof err);
     if (!r) return mult_fail("%s", err);
