@@ -14,7 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from scapy.all import (ARP, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6EchoReply, ICMPv6EchoRequest, IPv6,
+from scapy.all import (ARP, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6DestUnreach, ICMPv6EchoReply, ICMPv6EchoRequest,
+                       IPerror, IPerror6, IPv6, UDPerror,
                        IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting,
                        fragment, fragment6, rdpcap, wrpcap)
 
@@ -60,7 +61,8 @@ def mixed_packets():
            Ether() / Dot1Q(vlan=10) / IP(src=C4, dst=S4) / UDP(sport=1111, dport=2222) / b"vlan",
            Ether() / Dot1Q(vlan=10) / Dot1Q(vlan=20) / IPv6(src=C6, dst=S6) / TCP(sport=1234, dport=443, flags="S"),
            MAC / IPv6(src=C6, dst=S6) / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / UDP(sport=7, dport=7) / b"ext",
-           MAC / IP(src=S4, dst=C4) / ICMP(type=3, code=3) / IP(src=C4, dst=S4) / UDP(sport=5353, dport=53)]
+           MAC / IP(src=S4, dst=C4) / ICMP(type=3, code=3) / IP(src=C4, dst=S4) / UDP(sport=5353, dport=53),
+           MAC / IPv6(src=S6, dst=C6) / ICMPv6DestUnreach(code=4) / IPv6(src=C6, dst=S6) / UDP(sport=5353, dport=53)]
     pk += [MAC / f for f in fragment(IP(src=C4, dst=S4) / UDP(sport=9, dport=9) / (b"x" * 3000), fragsize=1000)]
     pk += [MAC / f for f in fragment6(IPv6(src=C6, dst=S6) / IPv6ExtHdrFragment() / UDP(sport=10, dport=10)
                                       / (b"y" * 3000), 1280)]
@@ -208,6 +210,24 @@ def test_the_json_plan_holds_the_same_flows_as_the_csv_plan(engine, mixed, tmp_p
             rows[(f["proto"], a, pa, b, pb)] = (f["flow"], c, 0)
             rows[(f["proto"], b, pb, a, pa)] = (f["flow"], c, 1)
     assert read_plan(tmp_path / "plan.csv") == rows
+
+
+def test_an_icmp_error_quotes_the_shadow_packet_of_its_own_copy(engine, mixed, tmp_path):
+    out, plan = tmp_path / "out.pcap", tmp_path / "plan.csv"
+    multiply(engine, mixed, out, "-T", "3", "--ranges", RANGES, "--ports", "shift", "--plan", str(plan))
+    known = read_plan(plan)
+    errors = 0
+    for p in rdpcap(str(out)):
+        outer = shadow_key(p)
+        quoted = p.getlayer(UDPerror)
+        if outer[0] not in (1, 58) or quoted is None:
+            continue
+        inner = p.getlayer(IPerror) or p.getlayer(IPerror6)
+        key = (17, inner.src, quoted.sport, inner.dst, quoted.dport)
+        assert known[key][1] == known[outer][1], (outer, key)
+        errors += 1
+    assert errors == 2 * 4
+    assert not [k for k in checksum_status(out) if k[1] == 0]
 
 
 def test_spfo_puts_the_copies_first_and_the_original_last(engine, mixed, tmp_path):

@@ -83,6 +83,11 @@ struct mult_hdr {
     uint16_t sport, dport;
     uint32_t csum_off;    /* offset of the L4 checksum, 0: none to update */
     int has_ports;        /* TCP/UDP/UDP-Lite/DCCP/SCTP */
+    /* an ICMP error's quoted packet: its IP header (0: none whole in the capture), its L4
+     * header (0: not rewritten), the offset of its L4 checksum (0: none to update), its ports */
+    uint32_t in3, in4, in_csum;
+    uint8_t in_proto, in_ports;
+    uint16_t in_sport, in_dport;
 };
 
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
@@ -114,6 +119,40 @@ static inline uint16_t mult_csum_apply(uint16_t hc, uint64_t d)
 
 /* ---- parsing ---------------------------------------------------------------------------- */
 
+/* The packet an ICMP error quotes, when its IP header is whole in the capture: rewritten like
+ * the packets of its own flow, so a shadow error speaks of a shadow packet. */
+static void mult_quoted(struct mult_hdr *h, const uint8_t *f)
+{
+    const uint32_t q = h->l4 + 8, end = h->end;
+    uint32_t q4;
+    uint8_t pr;
+    if (h->proto == 1) {
+        if (q + 20 > end || (f[q] >> 4) != 4) return;
+        uint32_t ihl = (f[q] & 15u) * 4;
+        if (ihl < 20 || q + ihl > end) return;
+        pr = f[q + 9];
+        q4 = (rd16(f + q + 6) & 0x1fff) ? 0 : q + ihl;
+    } else {
+        if (q + 40 > end || (f[q] >> 4) != 6) return;
+        pr = f[q + 6];
+        /* behind extension headers the quoted upper layer keeps its bytes */
+        q4 = (pr == 0 || pr == 43 || pr == 44 || pr == 60 || pr == 51 || pr == 50 || pr == 135) ? 0 : q + 40;
+    }
+    h->in3 = q;
+    h->in_proto = pr;
+    h->csum_off = h->l4 + 2; /* the ICMP checksum covers the quoted bytes */
+    if (!q4) return;
+    h->in4 = q4;
+    if ((pr == 6 || pr == 17) && q4 + 4 <= end) {
+        h->in_ports = 1;
+        h->in_sport = rd16(f + q4);
+        h->in_dport = rd16(f + q4 + 2);
+    }
+    if (pr == 17 && q4 + 8 <= end && !(h->family == 4 && rd16(f + q4 + 6) == 0)) h->in_csum = q4 + 6;
+    else if (pr == 6 && q4 + 18 <= end) h->in_csum = q4 + 16;
+    else if (pr == 58 && q4 + 4 <= end) h->in_csum = q4 + 2;
+}
+
 static int mult_l4(struct mult_hdr *h, const uint8_t *f)
 {
     const uint32_t l4 = h->l4, room = h->end - l4;
@@ -144,6 +183,7 @@ static int mult_l4(struct mult_hdr *h, const uint8_t *f)
         h->icmp_err = pr == 1 ? (t == 3 || t == 4 || t == 5 || t == 11 || t == 12)
                               : (t >= 1 && t <= 4);
         if (pr == 58) h->csum_off = l4 + 2;
+        if (h->icmp_err) mult_quoted(h, f);
     }
     return 0;
 }
@@ -587,6 +627,22 @@ static int32_t mult_shift(const struct mult *m, const struct mult_reqs *rq, int 
     return d;
 }
 
+/* The address indexes of an ICMP error's quoted packet (added when new). 0, or -1 when one is
+ * not planned (offline: unseen by the scan; live: the table is full). */
+static int mult_quoted_index(struct mult *m, const uint8_t *f, const struct mult_hdr *h, uint32_t qi[2])
+{
+    struct mult_family *fm = &m->fam[h->family == 6];
+    const uint32_t al = h->family == 4 ? 4 : 16, so = h->family == 4 ? 12 : 8;
+    for (int k = 0; k < 2; k++) {
+        uint8_t a16[16] = {0};
+        memcpy(a16, f + h->in3 + so + (uint32_t)k * al, al);
+        int64_t i = mult_addr_get(m, fm, a16);
+        if (i < 0 || !fm->shadow || (uint32_t)i >= fm->m) return -1;
+        qi[k] = (uint32_t)i;
+    }
+    return 0;
+}
+
 int mult_scan(struct mult *m, const uint8_t *frame, uint32_t len, uint32_t *need)
 {
     struct mult_hdr h;
@@ -594,7 +650,8 @@ int mult_scan(struct mult *m, const uint8_t *frame, uint32_t len, uint32_t *need
     int dir, rc = 0;
     struct mult_flow *fl = mult_flow_get_or_add(m, frame, &h, &dir, &rc);
     if (!fl) return rc;
-    uint32_t pay, at, n;
+    uint32_t pay, at, n, qi[2];
+    if (h.in3) mult_quoted_index(m, frame, &h, qi); /* learns the quoted addresses */
     if (m->p.nurls && (pay = mult_tcp_payload(frame, &h)) && h.end == h.l3 + mult_ip_len(frame, &h) &&
         mult_http_target(frame, pay, h.end, &at, &n) == 1) {
         uint32_t want = mult_ip_len(frame, &h) - n + m->maxulen;
@@ -610,11 +667,49 @@ size_t mult_room(const struct mult *m, uint32_t len, uint32_t gap)
     return (size_t)(m->T + 1) * (gap + len + m->maxulen);
 }
 
+/* Rewrites an ICMP error's quoted packet in copy c; returns the one's complement difference
+ * this makes to the ICMP message's sum. */
+static uint64_t mult_copy_quoted(const struct mult *m, const uint8_t *f, const struct mult_hdr *h,
+                                 uint8_t *dst, uint32_t c, const uint32_t qi[2])
+{
+    const struct mult_family *fm = &m->fam[h->family == 6];
+    const struct mult_shadow *qs = &fm->shadow[(size_t)qi[0] * m->T + c - 1];
+    const struct mult_shadow *qd = &fm->shadow[(size_t)qi[1] * m->T + c - 1];
+    const uint32_t q = h->in3, al = h->family == 4 ? 4 : 16, so = h->family == 4 ? 12 : 8;
+    const uint64_t dq = (uint64_t)qs->delta + qd->delta;
+    uint64_t d = dq;
+    memcpy(dst + q + so, qs->a, al);
+    memcpy(dst + q + so + al, qd->a, al);
+    if (h->family == 4) {
+        uint16_t old = rd16(f + q + 10), neu = mult_csum_apply(old, dq);
+        wr16(dst + q + 10, neu);
+        d += mult_d16(old, neu);
+    }
+    uint64_t dp = 0;
+    if (h->in_ports && m->p.ports == MULT_PORTS_SHIFT) {
+        int sp_hi = h->in_sport > h->in_dport;
+        uint16_t p = sp_hi ? h->in_sport : h->in_dport;
+        uint16_t np = mult_shadow_port(m, p, sp_hi ? h->in_dport : h->in_sport, c);
+        if (np != p) {
+            wr16(dst + h->in4 + (sp_hi ? 0 : 2), np);
+            dp = mult_d16(p, np);
+            d += dp;
+        }
+    }
+    if (h->in_csum) {
+        uint16_t old = rd16(f + h->in_csum), neu = mult_csum_apply(old, dq + dp);
+        if (h->in_proto == 17 && neu == 0) neu = 0xffff;
+        wr16(dst + h->in_csum, neu);
+        d += mult_d16(old, neu);
+    }
+    return d;
+}
+
 /* Writes copy c of the parsed frame f at dst, with the URL substituted when tgt_n > 0.
  * Returns the copy's length. */
 static uint32_t mult_copy(struct mult *m, const uint8_t *f, uint32_t len, const struct mult_hdr *h,
                           const struct mult_flow *fl, int dir, uint32_t c, uint8_t *dst,
-                          uint32_t tgt_at, uint32_t tgt_n, int subst)
+                          uint32_t tgt_at, uint32_t tgt_n, int subst, const uint32_t qi[2])
 {
     const struct mult_family *fm = &m->fam[h->family == 6];
     const struct mult_shadow *sa = &fm->shadow[(size_t)fl->ia * m->T + c - 1];
@@ -652,7 +747,8 @@ static uint32_t mult_copy(struct mult *m, const uint8_t *f, uint32_t len, const 
     }
     if (!h->l4) return out;
     const uint32_t l4 = h->l4;
-    uint64_t d4 = dl;
+    uint64_t d4 = h->proto == 1 ? 0 : dl; /* ICMPv4 has no pseudo-header */
+    if (h->in3) d4 += mult_copy_quoted(m, f, h, dst, c, qi);
     if (m->p.ports == MULT_PORTS_SHIFT && h->has_ports && h->proto != 132) {
         /* the flow's higher port, the ephemeral side, moves inside 1024..65535 */
         int sp_hi = h->sport > h->dport;
@@ -728,6 +824,11 @@ int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf
     }
     if (cap < mult_room(m, len, gap)) return -ENOBUFS;
     fl->packets[dir]++;
+    uint32_t qi[2] = {0, 0};
+    if (h.in3 && mult_quoted_index(m, frame, &h, qi) < 0) {
+        h.in3 = 0; /* the quoted packet stays as it is */
+        if (h.proto == 1) h.csum_off = 0;
+    }
 
     /* an HTTP request: remember it so the shadow streams shift after it */
     uint32_t tgt_at = 0, tgt_n = 0;
@@ -776,7 +877,7 @@ int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf
                 struct mult_req q = {.ip_len = mult_ip_len(frame, &h), .olen = (uint16_t)tgt_n};
                 subst = mult_fits(m, &q, c);
             }
-            n = mult_copy(m, frame, len, &h, fl, dir, c, dst, tgt_at, tgt_n, subst);
+            n = mult_copy(m, frame, len, &h, fl, dir, c, dst, tgt_at, tgt_n, subst, qi);
             fr[k] = (struct mult_frame){(uint32_t)(pos + gap), n, (uint16_t)c};
             c++;
         }
