@@ -166,7 +166,7 @@ def main() -> None:
         if "skipped" in c:
             print(f"| {c['case']} | – | skipped: {c['skipped']} | |")
             continue
-        extra = f" (loop alone {c['mpps_rewrite_loop']:.1f})" if "mpps_rewrite_loop" in c else ""
+        extra = f" (loop timer, wall: {c['mpps_rewrite_loop']:.1f})" if "mpps_rewrite_loop" in c else ""
         print(f"| {c['case']} | {c['frames_out']:,} | {c['mpps_per_core']:.2f}{extra} | {c['mpps_wall']:.2f} |")
     print(f"\nours / tcprewrite, both to /dev/null: {result['ratio_vs_tcprewrite_per_core']:.1f}x per core, "
           f"{result['ratio_vs_tcprewrite_wall']:.1f}x by wall time; to tmpfs files "
