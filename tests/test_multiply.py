@@ -19,6 +19,8 @@ from scapy.all import (ARP, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6DestUnreach,
                        IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, IPv6ExtHdrRouting,
                        fragment, fragment6, rdpcap, wrpcap)
 
+from scapy.layers.ipsec import AH
+
 from tests.conftest import skip_or_fail
 from testbed.multiply import read_plan
 
@@ -311,16 +313,25 @@ def test_a_url_too_long_for_the_packet_is_refused(engine, tmp_path):
     assert not out.exists() and list(tmp_path.glob("out.pcap*")) == []
 
 
-def test_ipv6_routing_headers_pass_through_once_unchanged_and_counted(engine, tmp_path):
+def test_routing_headers_and_ah_pass_through_once_unchanged_and_counted(engine, tmp_path):
     inp, out = tmp_path / "rh.pcap", tmp_path / "out.pcap"
     rh = MAC / IPv6(src=C6, dst=S6) / IPv6ExtHdrRouting(addresses=["2001:db8:c::1"], segleft=1) / UDP(sport=8, dport=8)
-    wrpcap(str(inp), [rh, MAC / IP(src=C4, dst=S4) / UDP(sport=1, dport=2), MAC / ARP()])
+    ah = MAC / IP(src=C4, dst=S4) / AH(spi=1, icv=b"\0" * 12) / UDP(sport=3, dport=4)
+    wrpcap(str(inp), [rh, ah, MAC / IP(src=C4, dst=S4) / UDP(sport=1, dport=2), MAC / ARP()])
     r = multiply(engine, inp, out, "-T", "3", "--ranges", RANGES)
     summary = json.loads(r.stdout)
-    assert summary["passthrough"]["routing"] == 1 and summary["passthrough"]["not_ip"] == 1
+    assert summary["passthrough"] == {"not_ip": 1, "truncated": 0, "routing": 1, "auth": 1, "table_full": 0,
+                                      "no_range": 0}
     frames = rdpcap(str(out))
-    assert len(frames) == 1 + 4 + 1
-    assert bytes(frames[0]) == bytes(rh)
+    assert len(frames) == 1 + 1 + 4 + 1
+    assert bytes(frames[0]) == bytes(rh) and bytes(frames[1]) == bytes(ah)
+
+
+def test_a_capture_that_is_not_ethernet_is_refused(engine, tmp_path):
+    inp = tmp_path / "raw.pcap"
+    wrpcap(str(inp), [IP(src=C4, dst=S4) / UDP(sport=1, dport=2)], linktype=101)
+    r = multiply(engine, inp, tmp_path / "o.pcap", "-T", "2", "--ranges", RANGES, check=False)
+    assert r.returncode == 2 and "link type 101; only Ethernet (1)" in r.stderr
 
 
 @pytest.mark.parametrize("ranges, says", [
@@ -429,6 +440,23 @@ multiply:
     assert {v[1] for v in known.values()} == {0, 1, 2, 3} and len({v[0] for v in known.values()}) == 5
     for p in rdpcap(str(run / "multiplied.pcap")):
         assert shadow_key(p) in known
+
+
+def test_testbed_multiply_takes_a_capture_and_refuses_half_parameters(engine, mixed, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cli = [sys.executable, "-m", "testbed", "multiply", str(mixed)]
+    r = subprocess.run(cli + ["-o", str(tmp_path / "o.pcap"), "-T", "2"], cwd=ROOT, capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 2 and "give both -T and --ranges" in r.stderr
+    r = subprocess.run(cli + ["-o", str(tmp_path / "o.pcap"), "-T", "2", "--ranges", RANGES], cwd=ROOT,
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert frame_count(tmp_path / "o.pcap") == 3 * frame_count(mixed)
+    assert read_plan(tmp_path / "o.plan.csv") and json.loads((tmp_path / "o.multiply.json").read_text())["copies"] == 2
+    r = subprocess.run(cli + ["-o", str(tmp_path / "p.pcap"), "-T", "2", "--ranges", "10.0.0.0/8," + RANGES], cwd=ROOT,
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "testbed multiply: " in r.stderr and "lies in the shadow range 10.0.0.0/8" in r.stderr
+    assert not (tmp_path / "p.pcap").exists()
 
 
 def test_a_bad_multiply_section_names_its_line_and_field(tmp_path):
