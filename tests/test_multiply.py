@@ -20,6 +20,7 @@ from scapy.all import (ARP, ICMP, IP, TCP, UDP, Dot1Q, Ether, ICMPv6DestUnreach,
                        fragment, fragment6, rdpcap, wrpcap)
 
 from scapy.layers.ipsec import AH
+from scapy.layers.sctp import SCTP, SCTPChunkData
 
 from tests.conftest import skip_or_fail
 from testbed.multiply import read_plan
@@ -61,6 +62,7 @@ def mixed_packets():
            MAC / IPv6(src=C6, dst=S6) / ICMPv6EchoRequest(id=9) / b"ping6",
            MAC / IPv6(src=S6, dst=C6) / ICMPv6EchoReply(id=9) / b"ping6",
            Ether() / Dot1Q(vlan=10) / IP(src=C4, dst=S4) / UDP(sport=1111, dport=2222) / b"vlan",
+           MAC / IP(src=C4, dst=S4) / SCTP(sport=40002, dport=2905) / SCTPChunkData(data=b"sctp"),
            Ether() / Dot1Q(vlan=10) / Dot1Q(vlan=20) / IPv6(src=C6, dst=S6) / TCP(sport=1234, dport=443, flags="S"),
            MAC / IPv6(src=C6, dst=S6) / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / UDP(sport=7, dport=7) / b"ext",
            MAC / IP(src=S4, dst=C4) / ICMP(type=3, code=3) / IP(src=C4, dst=S4) / UDP(sport=5353, dport=53),
@@ -98,9 +100,9 @@ def checksum_status(capture: Path) -> Counter:
     if TSHARK is None:
         skip_or_fail("tshark is not installed")
     fields = ["ip.checksum.status", "tcp.checksum.status", "udp.checksum.status", "icmp.checksum.status",
-              "icmpv6.checksum.status"]
+              "icmpv6.checksum.status", "sctp.checksum.status"]
     cmd = [TSHARK, "-n", "-r", str(capture), "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
-           "-o", "udp.check_checksum:TRUE", "-T", "fields", "-E", "separator=|"]
+           "-o", "udp.check_checksum:TRUE", "-o", "sctp.checksum:CRC-32C", "-T", "fields", "-E", "separator=|"]
     for f in fields:
         cmd += ["-e", f]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -132,7 +134,7 @@ def shadow_key(p):
     else:
         return None
     sport = dport = 0
-    if not later and proto in (6, 17):
+    if not later and proto in (6, 17, 132):
         sport, dport = layer.sport, layer.dport
     elif not later and ((proto == 1 and layer.type in (0, 8)) or (proto == 58 and layer.type in (128, 129))):
         sport = dport = layer.id
@@ -144,7 +146,7 @@ def test_every_checksum_validates_for_every_protocol(engine, mixed, tmp_path):
     multiply(engine, mixed, out, "-T", "5", "--ranges", RANGES, "--seed", "1", "--ports", "shift")
     status = checksum_status(out)
     assert not [k for k in status if k[1] == 0], status
-    for proto in ("ip", "tcp", "udp", "icmp", "icmpv6"):
+    for proto in ("ip", "tcp", "udp", "icmp", "icmpv6", "sctp"):
         assert status[(proto, 1)] >= 6, (proto, status)
 
 

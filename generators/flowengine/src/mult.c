@@ -689,7 +689,7 @@ static uint64_t mult_copy_quoted(const struct mult *m, const uint8_t *f, const s
     if (h->in_ports && m->p.ports == MULT_PORTS_SHIFT) {
         int sp_hi = h->in_sport > h->in_dport;
         uint16_t p = sp_hi ? h->in_sport : h->in_dport;
-        uint16_t np = mult_shadow_port(m, p, sp_hi ? h->in_dport : h->in_sport, c);
+        uint16_t np = mult_shadow_port(m, h->in_proto, p, sp_hi ? h->in_dport : h->in_sport, c);
         if (np != p) {
             wr16(dst + h->in4 + (sp_hi ? 0 : 2), np);
             dp = mult_d16(p, np);
@@ -749,12 +749,12 @@ static uint32_t mult_copy(struct mult *m, const uint8_t *f, uint32_t len, const 
     const uint32_t l4 = h->l4;
     uint64_t d4 = h->proto == 1 ? 0 : dl; /* ICMPv4 has no pseudo-header */
     if (h->in3) d4 += mult_copy_quoted(m, f, h, dst, c, qi);
-    if (m->p.ports == MULT_PORTS_SHIFT && h->has_ports && h->proto != 132) {
+    if (m->p.ports == MULT_PORTS_SHIFT && h->has_ports) {
         /* the flow's higher port, the ephemeral side, moves inside 1024..65535 */
         int sp_hi = h->sport > h->dport;
         uint16_t p = sp_hi ? h->sport : h->dport;
-        if (p >= 1024 && h->sport != h->dport) {
-            uint16_t np = mult_shadow_port(m, p, sp_hi ? h->dport : h->sport, c);
+        uint16_t np = mult_shadow_port(m, h->proto, p, sp_hi ? h->dport : h->sport, c);
+        if (np != p) {
             wr16(dst + l4 + (sp_hi ? 0 : 2), np);
             d4 += mult_d16(p, np);
         }
@@ -922,9 +922,12 @@ const uint8_t *mult_shadow_addr(const struct mult *m, int family, const uint8_t 
     return fm->shadow[(size_t)(*s - 1) * m->T + c - 1].a;
 }
 
-uint16_t mult_shadow_port(const struct mult *m, uint16_t port, uint16_t other, uint32_t c)
+uint16_t mult_shadow_port(const struct mult *m, uint8_t proto, uint16_t port, uint16_t other, uint32_t c)
 {
-    if (m->p.ports != MULT_PORTS_SHIFT || port < 1024 || port <= other) return port;
+    /* SCTP's CRC32c covers its ports: they are kept */
+    if (m->p.ports != MULT_PORTS_SHIFT || port < 1024 || port <= other ||
+        !(proto == 6 || proto == 17 || proto == 136 || proto == 33))
+        return port;
     return (uint16_t)(1024 + ((uint32_t)(port - 1024) + m->port_off[c]) % 64512);
 }
 

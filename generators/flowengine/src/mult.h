@@ -146,9 +146,11 @@ uint32_t mult_flow_count(const struct mult *m);
 /* Flow i (0 .. count-1, in order of first appearance). */
 void mult_flow_get(const struct mult *m, uint32_t i, struct mult_flow_view *v);
 /* The shadow of one endpoint address of a family in copy c (1..T); NULL when
- * the address is not planned. Port: the shadow of a flow's port. */
+ * the address is not planned. */
 const uint8_t *mult_shadow_addr(const struct mult *m, int family, const uint8_t *addr, uint32_t c);
-uint16_t mult_shadow_port(const struct mult *m, uint16_t port, uint16_t other, uint32_t c);
+/* The shadow in copy c of the port of a flow of protocol proto whose other
+ * port is other (only TCP, UDP, UDP-Lite and DCCP ports move). */
+uint16_t mult_shadow_port(const struct mult *m, uint8_t proto, uint16_t port, uint16_t other, uint32_t c);
 /* Bytes of table memory per tracked flow and per tracked address (with T copies). */
 size_t mult_flow_bytes(void);
 size_t mult_addr_bytes(uint32_t copies);

@@ -209,8 +209,8 @@ static int mult_plan_write(const struct mult *m, const struct mult_opts *o, cons
         for (uint32_t c = 0; c <= T; c++) {
             const uint8_t *a = c ? mult_shadow_addr(m, v.family, v.addr_a, c) : v.addr_a;
             const uint8_t *b = c ? mult_shadow_addr(m, v.family, v.addr_b, c) : v.addr_b;
-            uint16_t pa = c ? mult_shadow_port(m, v.port_a, v.port_b, c) : v.port_a;
-            uint16_t pb = c ? mult_shadow_port(m, v.port_b, v.port_a, c) : v.port_b;
+            uint16_t pa = c ? mult_shadow_port(m, v.proto, v.port_a, v.port_b, c) : v.port_a;
+            uint16_t pb = c ? mult_shadow_port(m, v.proto, v.port_b, v.port_a, c) : v.port_b;
             if (!a || !b) continue;
             if (json) {
                 fputs(c ? ", [" : "[", f);
