@@ -46,6 +46,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -305,7 +306,9 @@ def run_trafgen(ns: VethPair, tmp: Path, seconds: float, pps: int | None) -> dic
     if pps is not None:
         argv += ["-b", f"{pps}pps", "-n", str(int(pps * seconds))]
     res, text = run_process(ns, tmp, "trafgen", argv, seconds if pps is None else None, seconds * 3 + 30)
-    res["own"] = {"output": " | ".join(ln.strip() for ln in text.splitlines() if ln.strip())[-400:]}
+    sent = re.search(r"(\d+) packets outgoing", text)
+    res["own"] = {"sent": int(sent.group(1)) if sent else None,
+                  "output": " | ".join(ln.strip() for ln in text.splitlines() if ln.strip())[-400:]}
     return res
 
 
@@ -510,6 +513,11 @@ def print_tables(result: dict) -> None:
     for case, s in t.items():
         th = ", ".join(f"{x['name']} {x['cpu_percent']:.0f}" for x in s["runs"][0]["cpu"]["threads"])
         print(f"- {case}: {th}")
+    print("\nThe sender's own count against the peer's (all rounds):")
+    for case, s in t.items():
+        pairs = [(r["own"].get("sent"), r["rx"]["packets"]) for r in s["runs"]]
+        same = sum(1 for own, rx in pairs if own == rx)
+        print(f"- {case}: {same} of {len(pairs)} equal" + ("" if same == len(pairs) else f" {pairs}"))
     print("\nRatios: " + ", ".join(f"{k} {v:.2f}" for k, v in result["ratios"].items() if v is not None))
 
 
