@@ -190,7 +190,8 @@ def cpu_profile(csv: Path, t0: float, start: float, end: float, top: int = 4) ->
 
 
 def core_split(before, after) -> dict:
-    """Each core's user, system, softirq (+irq) and busy time in % of the wall time between two
+    """Each core's user, system, softirq (+irq), steal (the VM's host ran something else) and
+    busy time in % of the wall time between two
     psutil.cpu_times(percpu=True) snapshots (busy as testbed.parts.monitor counts it)."""
     out = {}
     for i, (a, b) in enumerate(zip(before, after)):
@@ -201,6 +202,7 @@ def core_split(before, after) -> dict:
             out[f"cpu{i}"] = {"user": round((d["user"] + d["nice"]) / total * 100, 1),
                               "system": round(d["system"] / total * 100, 1),
                               "softirq": round((d.get("softirq", 0.0) + d.get("irq", 0.0)) / total * 100, 1),
+                              "steal": round(d.get("steal", 0.0) / total * 100, 1),
                               "busy": round((total - idle) / total * 100, 1)}
     return out
 
@@ -393,7 +395,7 @@ def summarise(runs: list[dict]) -> dict:
     cores = sorted({c for r in runs for c in r["cpu"]["per_core"]})
     out["per_core"] = {c: stat(lambda r, c=c: r["cpu"]["per_core"].get(c)) for c in cores}
     out["core_split"] = {c: {k: stat(lambda r, c=c, k=k: r["core_split"].get(c, {}).get(k))
-                             for k in ("user", "system", "softirq", "busy")}
+                             for k in ("user", "system", "softirq", "steal", "busy")}
                          for c in sorted({c for r in runs for c in r["core_split"]})}
     labels = sorted({lb for r in runs for lb in r["cpu"]["process"]})
     out["process_cpu"] = {lb: stat(lambda r, lb=lb: r["cpu"]["process"].get(lb)) for lb in labels}
@@ -492,13 +494,13 @@ def print_tables(result: dict) -> None:
           f"{result['repeat']}; TRex top rate {result['trex_top_pps']} pps; load average "
           f"{lb[0]:.2f} before, {la[0]:.2f} after\n")
     print("| sender | kpps on the wire (per s) | 100-ms bins cv | cpu0 busy % | cpu1 busy % | "
-          "cpu0 user/sys/softirq % | sender's processes, % of a core | sender CPU µs/packet | "
+          "cpu0 user/sys/softirq/steal % | sender's processes, % of a core | sender CPU µs/packet | "
           "launch → first packet (ms) | launch → 90 % of rate (ms) |")
     print("|---|---:|---:|---:|---:|---|---|---:|---:|---:|")
     for case, s in t.items():
         procs = ", ".join(f"{k} {v['median']:.0f}" for k, v in s["process_cpu"].items() if v)
         pc, sp = s["per_core"], s["core_split"].get("cpu0", {})
-        split = "/".join(f"{sp[k]['median']:.0f}" if sp.get(k) else "-" for k in ("user", "system", "softirq"))
+        split = "/".join(f"{sp[k]['median']:.0f}" if sp.get(k) else "-" for k in ("user", "system", "softirq", "steal"))
         print(f"| {case} | {f(s['pps'], 1e-3, '{:.1f}')} | {f(s['cv'], 1, '{:.2f}')} | {f(pc.get('cpu0'))} | "
               f"{f(pc.get('cpu1'))} | {split} | {procs} | {f(s['cpu_us_per_packet'], 1, '{:.2f}')} | "
               f"{f(s['first_packet_s'], 1e3)} | {f(s['t90_s'], 1e3)} |")

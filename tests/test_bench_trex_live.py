@@ -54,4 +54,5 @@ def test_core_split_is_a_share_of_the_wall_time():
     T = namedtuple("T", "user nice system idle iowait irq softirq steal guest guest_nice")
     a = [T(10, 0, 5, 100, 0, 0, 1, 0, 0, 0)]
     b = [T(30, 0, 35, 120, 0, 0, 21, 0, 0, 0)]  # +20 user, +30 system, +20 idle, +20 softirq
-    assert core_split(a, b) == {"cpu0": {"user": 22.2, "system": 33.3, "softirq": 22.2, "busy": 77.8}}
+    assert core_split(a, b) == {"cpu0": {"user": 22.2, "system": 33.3, "softirq": 22.2, "steal": 0.0,
+                                          "busy": 77.8}}
