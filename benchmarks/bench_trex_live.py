@@ -16,20 +16,24 @@ same 64-byte IPv4/UDP frame (198.18.0.1:40000 -> 198.18.0.2:9, 22 bytes of zeros
 - TRex v3.08 through the project's adapter (generators/trex: its server started in the gen
   namespace from $NTG_TREX_DIR, software mode, low_end; the worker with lbr-trex-client), pace
   topspeed at an explicit pps (`topspeed_pps`) for --seconds; at its highest explicit rate that
-  works (a probe before the rounds: rates up from 300 kpps in 2 s runs, the highest at which
-  the peer saw >= 95 % of it; or --trex-pps) and at the fixed target (--target-pps).
+  works (a probe before the rounds: 3 s runs from 300 kpps up, the highest at which the peer saw
+  >= 90 % of it, until two rates in a row fall short; or --trex-pps) and at the fixed target
+  (--target-pps). TRex pins all its threads to core 0 (low_end_core: 0), hence the taskset of
+  the other two.
 
 Each case runs --repeat rounds, interleaved (native, trafgen, TRex at top rate, then the three at
 the target rate). Counting is the same for all: the peer veth's kernel counters (rx_packets,
-rx_bytes of veth1), read every 10 ms by a small process inside the peer namespace. From them:
-the first packet's time, the rate in 100 ms windows, the steady rate (median of the 100 ms bins
-between first and last packet), the time to reach 90 % of it, and the mean rate over first to last
-packet ("pps on the wire"). CPU: testbed.parts.monitor.Sampler at 10 Hz (like top -H: the
-sender's processes and threads, and every core's busy share from /proc/stat), averaged over the
-sending window. Start-up is measured from the launch: the process start (native, trafgen), and
-for TRex the adapter's prepare() (profile build, server launch, client connect, streams added):
-server launch to its RPC port listening, server launch to the worker ready, and start() (the
-"go") to the first packet and to 90 % of the rate.
+rx_bytes of veth1), read every 10 ms by a small process inside the peer namespace. From them
+(`rate_profile`): the first packet's time; "pps on the wire", the median of the complete seconds
+from the first packet; the rates in 100 ms bins (median, coefficient of variation: a bursty
+sender has a large one); the time from which the next 100 ms carry >= 90 % of the rate. CPU:
+testbed.parts.monitor.Sampler at 10 Hz (like top -H: the sender's processes and threads, and
+every core's busy share), averaged over first to last packet; each core's user/system/softirq/
+steal split from /proc/stat over the sending time; the sender's CPU per packet. Start-up is
+measured from the launch: the process start (native, trafgen), and for TRex the adapter's
+prepare() (profile build, server launch, client connect, streams added): server launch to its
+RPC port listening, server launch to the worker ready, and start() (the "go") to the first
+packet and to 90 % of the rate.
 
 Results: benchmarks/out/trex_live.json and Markdown tables on stdout. Needs root, netsniff-ng,
 lbr-trex-client and a TRex build:
