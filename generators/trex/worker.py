@@ -330,9 +330,13 @@ def run(job_path: str) -> int:
         probes = {str(pg) for pg in job.get("latency_pg_ids") or ()}
         if job.get("stream_stats") or probes:
             pgid = client.get_pgid_stats()
+            receiver = 1 if job.get("server_port") else None  # TRex's port 1 receives what port 0 sent
             for pg, st in pgid.get("flow_stats", {}).items():  # TRex's per-stream counters, by pg_id
                 if pg != "global" and str(pg) not in probes:
                     streams[str(pg)] = {k: int(st.get(k, {}).get(port, 0)) for k in ("tx_pkts", "tx_bytes")}
+                    if receiver is not None:
+                        streams[str(pg)].update({k: int(st.get(k, {}).get(receiver, 0))
+                                                 for k in ("rx_pkts", "rx_bytes")})
             latency = latency_stats(pgid, probes, port)
         server_port = stats.get(1) if job.get("server_port") else None
         emit("stats", port=port, seconds=round(seconds, 6), port_stats=_port_stats(stats, port),
