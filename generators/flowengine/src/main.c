@@ -11,6 +11,7 @@
 #include "engine.h"
 #include "halt.h"
 #include "mult_cmd.h"
+#include "match.h"
 #include "packet.h"
 #include "session.h"
 #include "workers.h"
@@ -25,6 +26,7 @@ static const char usage_text[] =
     "                      [--no-qdisc-bypass]\n"
     "                      [--planner exact|stochastic] [--threads N]\n"
     "       flowengine multiply IN.pcap -o OUT.pcap -T N --ranges CIDR[,...] (see multiply -h)\n"
+    "       flowengine match --struct NAME --size N --feed KIND[:ARGS] ... (match --help)\n"
     "       flowengine version\n";
 
 /* MemAvailable from /proc/meminfo in bytes, 0 when it cannot be read (then no check is made). */
@@ -242,6 +244,8 @@ int main(int argc, char **argv)
         return cmd_gen(argc - 2, argv + 2);
     if (!strcmp(argv[1], "multiply"))
         return mult_cmd(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "match"))
+        return match_main(argc - 2, argv + 2, mem_available());
     if (!strcmp(argv[1], "help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fputs(usage_text, stdout);
         return 0;

@@ -1,0 +1,253 @@
+/* match_cuckoo.c - see match_cuckoo.h. */
+#include "match_cuckoo.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigmem.h"
+#include "rng.h"
+
+#define CUCKOO_SLOTS 8
+#define CUCKOO_MAX_WALK 128
+
+struct cuckoo_bucket {
+    uint16_t sig[CUCKOO_SLOTS];
+    uint32_t idx[CUCKOO_SLOTS]; /* into the store; 0: free slot */
+} __attribute__((aligned(64)));
+
+struct cuckoo {
+    struct cuckoo_bucket *buckets;
+    struct match_flow *store;   /* entries 1..size */
+    uint32_t *free_idx;         /* stack of free store entries */
+    uint64_t size, nbuckets, flows, held, free_top, rng;
+};
+
+static uint16_t cuckoo_sig(uint64_t hash)
+{
+    return (uint16_t)(hash ^ (hash >> 16) ^ (hash >> 32) ^ (hash >> 48));
+}
+
+static uint64_t cuckoo_alt(const struct cuckoo *c, uint64_t bucket, uint16_t sig)
+{
+    /* off(sig) by multiply-shift, the subtraction mod B by one compare: no division */
+    uint64_t off = match_line((uint32_t)(sig * 0x9e3779b1u), c->nbuckets);
+    uint64_t alt = off + c->nbuckets - bucket;
+    return alt >= c->nbuckets ? alt - c->nbuckets : alt;
+}
+
+static int cuckoo_footprint(uint64_t size, uint64_t *fixed, uint64_t *per_flow)
+{
+    if (!size || size > UINT32_MAX - 1)
+        return -EINVAL;
+    uint64_t nb = (size + CUCKOO_SLOTS - 1) / CUCKOO_SLOTS;
+    *fixed = nb * sizeof(struct cuckoo_bucket) + (size + 1) * sizeof(struct match_flow) +
+             size * sizeof(uint32_t);
+    *per_flow = 0;
+    return 0;
+}
+
+static int cuckoo_create(void **table, const struct match_params *p)
+{
+    uint64_t fixed, per;
+    if (cuckoo_footprint(p->size, &fixed, &per))
+        return -EINVAL;
+    if ((p->memory_budget && fixed > p->memory_budget) || fixed > SIZE_MAX)
+        return -ENOMEM;
+    struct cuckoo *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    c->size = p->size;
+    c->nbuckets = (p->size + CUCKOO_SLOTS - 1) / CUCKOO_SLOTS;
+    c->buckets = bigmem_alloc(c->nbuckets * sizeof *c->buckets);
+    c->store = bigmem_alloc((c->size + 1) * sizeof *c->store);
+    c->free_idx = bigmem_alloc(c->size * sizeof *c->free_idx);
+    if (!c->buckets || !c->store || !c->free_idx) {
+        free(c->buckets);
+        free(c->store);
+        free(c->free_idx);
+        free(c);
+        return -ENOMEM;
+    }
+    memset(c->buckets, 0, c->nbuckets * sizeof *c->buckets);
+    /* Handed out from 1 upwards: the store fills from its start. */
+    for (uint64_t i = 0; i < c->size; i++)
+        c->free_idx[i] = (uint32_t)(c->size - i);
+    c->free_top = c->size;
+    c->held = fixed;
+    c->rng = rng_seed(p->size, 0);
+    *table = c;
+    return 0;
+}
+
+static void cuckoo_destroy(void *table)
+{
+    struct cuckoo *c = table;
+    if (!c)
+        return;
+    free(c->buckets);
+    free(c->store);
+    free(c->free_idx);
+    free(c);
+}
+
+static void cuckoo_prefetch(void *table, uint64_t hash)
+{
+    struct cuckoo *c = table;
+    uint64_t b = match_line(hash, c->nbuckets);
+    __builtin_prefetch(&c->buckets[b]);
+    __builtin_prefetch(&c->buckets[cuckoo_alt(c, b, cuckoo_sig(hash))]);
+}
+
+/* The slot of KEY in bucket B, or -1. */
+static int bucket_search(const struct cuckoo *c, const struct cuckoo_bucket *b, uint16_t sig,
+                         const struct match_key *key)
+{
+    unsigned hits = 0;
+    for (unsigned j = 0; j < CUCKOO_SLOTS; j++)
+        hits |= (unsigned)(b->sig[j] == sig && b->idx[j]) << j;
+    while (hits) {
+        int j = __builtin_ctz(hits);
+        if (match_key_eq(&c->store[b->idx[j]].key, key))
+            return j;
+        hits &= hits - 1;
+    }
+    return -1;
+}
+
+static int free_slot(const struct cuckoo_bucket *b)
+{
+    for (int j = 0; j < CUCKOO_SLOTS; j++)
+        if (!b->idx[j])
+            return j;
+    return -1;
+}
+
+/* Put (SIG, IDX) in bucket B1 or B2, moving others along a random walk when
+ * both are full. 0, or -ENOSPC with the table as it was. */
+static int cuckoo_place(struct cuckoo *c, uint64_t b1, uint64_t b2, uint16_t sig, uint32_t idx)
+{
+    struct cuckoo_bucket *first = &c->buckets[b1];
+    int j = free_slot(first);
+    if (j < 0 && b2 != b1) {
+        first = &c->buckets[b2];
+        j = free_slot(first);
+    }
+    if (j >= 0) {
+        first->sig[j] = sig;
+        first->idx[j] = idx;
+        return 0;
+    }
+    uint64_t path_b[CUCKOO_MAX_WALK];
+    uint8_t path_j[CUCKOO_MAX_WALK];
+    uint64_t b = (rng_next(&c->rng) & 1) ? b2 : b1;
+    uint16_t csig = sig;
+    uint32_t cidx = idx;
+    for (int step = 0; step < CUCKOO_MAX_WALK; step++) {
+        struct cuckoo_bucket *bk = &c->buckets[b];
+        int v = (int)(rng_next(&c->rng) % CUCKOO_SLOTS);
+        path_b[step] = b;
+        path_j[step] = (uint8_t)v;
+        uint16_t s = bk->sig[v];
+        uint32_t x = bk->idx[v];
+        bk->sig[v] = csig;
+        bk->idx[v] = cidx;
+        csig = s;
+        cidx = x;
+        b = cuckoo_alt(c, b, csig);
+        if ((j = free_slot(&c->buckets[b])) >= 0) {
+            c->buckets[b].sig[j] = csig;
+            c->buckets[b].idx[j] = cidx;
+            return 0;
+        }
+    }
+    /* Undo the walk from its end: every displaced entry goes back. */
+    for (int step = CUCKOO_MAX_WALK - 1; step >= 0; step--) {
+        struct cuckoo_bucket *bk = &c->buckets[path_b[step]];
+        int v = path_j[step];
+        uint16_t s = bk->sig[v];
+        uint32_t x = bk->idx[v];
+        bk->sig[v] = csig;
+        bk->idx[v] = cidx;
+        csig = s;
+        cidx = x;
+    }
+    return -ENOSPC;
+}
+
+static int cuckoo_find(void *table, const struct match_key *key, uint64_t hash, int insert,
+                       struct match_flow **out)
+{
+    struct cuckoo *c = table;
+    uint16_t sig = cuckoo_sig(hash);
+    uint64_t b1 = match_line(hash, c->nbuckets);
+    int j = bucket_search(c, &c->buckets[b1], sig, key);
+    if (j >= 0) {
+        *out = &c->store[c->buckets[b1].idx[j]];
+        return 1;
+    }
+    uint64_t b2 = cuckoo_alt(c, b1, sig);
+    if (b2 != b1 && (j = bucket_search(c, &c->buckets[b2], sig, key)) >= 0) {
+        *out = &c->store[c->buckets[b2].idx[j]];
+        return 2;
+    }
+    if (!insert)
+        return -ENOENT;
+    if (!c->free_top)
+        return -ENOSPC;
+    uint32_t idx = c->free_idx[c->free_top - 1];
+    if (cuckoo_place(c, b1, b2, sig, idx))
+        return -ENOSPC;
+    c->free_top--;
+    struct match_flow *f = &c->store[idx];
+    memset(f, 0, sizeof *f);
+    f->key = *key;
+    c->flows++;
+    *out = f;
+    return b2 != b1 ? 2 : 1;
+}
+
+static int cuckoo_remove(void *table, const struct match_key *key, uint64_t hash)
+{
+    struct cuckoo *c = table;
+    uint16_t sig = cuckoo_sig(hash);
+    uint64_t b = match_line(hash, c->nbuckets);
+    int j = bucket_search(c, &c->buckets[b], sig, key);
+    if (j < 0) {
+        b = cuckoo_alt(c, b, sig);
+        j = bucket_search(c, &c->buckets[b], sig, key);
+    }
+    if (j < 0)
+        return -ENOENT;
+    c->free_idx[c->free_top++] = c->buckets[b].idx[j];
+    c->buckets[b].idx[j] = 0;
+    c->flows--;
+    return 0;
+}
+
+static void cuckoo_walk(void *table, void (*fn)(const struct match_flow *, void *), void *arg)
+{
+    struct cuckoo *c = table;
+    for (uint64_t b = 0; b < c->nbuckets; b++)
+        for (int j = 0; j < CUCKOO_SLOTS; j++)
+            if (c->buckets[b].idx[j])
+                fn(&c->store[c->buckets[b].idx[j]], arg);
+}
+
+static uint64_t cuckoo_flows(const void *table) { return ((const struct cuckoo *)table)->flows; }
+static uint64_t cuckoo_memory(const void *table) { return ((const struct cuckoo *)table)->held; }
+
+const struct match_ops match_cuckoo_ops = {
+    .name = "cuckoo",
+    .what = "bucketized cuckoo, 8 slots of 16-bit signatures per 64-byte bucket",
+    .footprint = cuckoo_footprint,
+    .create = cuckoo_create,
+    .destroy = cuckoo_destroy,
+    .prefetch = cuckoo_prefetch,
+    .find = cuckoo_find,
+    .remove = cuckoo_remove,
+    .walk = cuckoo_walk,
+    .flows = cuckoo_flows,
+    .used_lines = cuckoo_flows,
+    .memory = cuckoo_memory,
+};

@@ -1,0 +1,228 @@
+/* match_engine.c - see match_engine.h. */
+#include "match_engine.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WHEEL_SLOTS 1024
+#define NO_CURSOR UINT64_MAX
+
+struct wheel_slot {
+    struct match_key *keys;
+    uint32_t n, cap;
+};
+
+struct match_engine {
+    struct match_engine_params p;
+    void *table;
+    struct match_stats st;
+    struct wheel_slot *wheel;   /* NULL without timeouts */
+    int64_t granule;
+    uint64_t cursor;            /* granule of the next slot to sweep */
+    uint64_t wheel_bytes;
+};
+
+int match_engine_create(struct match_engine **out, const struct match_engine_params *p)
+{
+    if (!p->ops || !p->hash || p->idle_ns < 0 || p->active_ns < 0 ||
+        ((p->idle_ns || p->active_ns) && !p->budget))
+        return -EINVAL;
+    struct match_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return -ENOMEM;
+    e->p = *p;
+    int rc = p->ops->create(&e->table, &p->table);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    if (p->idle_ns || p->active_ns) {
+        int64_t shortest = !p->idle_ns ? p->active_ns
+                           : !p->active_ns ? p->idle_ns
+                           : (p->idle_ns < p->active_ns ? p->idle_ns : p->active_ns);
+        e->granule = shortest / 128 > 0 ? shortest / 128 : 1;
+        e->wheel = calloc(WHEEL_SLOTS, sizeof *e->wheel);
+        if (!e->wheel) {
+            match_engine_free(e);
+            return -ENOMEM;
+        }
+    }
+    e->cursor = NO_CURSOR;
+    *out = e;
+    return 0;
+}
+
+void match_engine_free(struct match_engine *e)
+{
+    if (!e)
+        return;
+    if (e->wheel)
+        for (int i = 0; i < WHEEL_SLOTS; i++)
+            free(e->wheel[i].keys);
+    free(e->wheel);
+    e->p.ops->destroy(e->table);
+    free(e);
+}
+
+static int64_t flow_due(const struct match_engine *e, const struct match_flow *f)
+{
+    int64_t due = INT64_MAX;
+    if (e->p.idle_ns)
+        due = f->last_ns + e->p.idle_ns;
+    if (e->p.active_ns && f->first_ns + e->p.active_ns < due)
+        due = f->first_ns + e->p.active_ns;
+    return due;
+}
+
+/* File KEY under DUE: never in the slot being swept, never beyond the wheel's
+ * turn (a far record comes round early and is put back). */
+static int wheel_add(struct match_engine *e, const struct match_key *key, int64_t due)
+{
+    uint64_t g = due > 0 ? (uint64_t)(due / e->granule) : 0;
+    if (g <= e->cursor)
+        g = e->cursor + 1;
+    if (g - e->cursor >= WHEEL_SLOTS)
+        g = e->cursor + WHEEL_SLOTS - 1;
+    struct wheel_slot *s = &e->wheel[g % WHEEL_SLOTS];
+    if (s->n == s->cap) {
+        uint32_t cap = s->cap ? 2 * s->cap : 16;
+        struct match_key *k = realloc(s->keys, (size_t)cap * sizeof *k);
+        if (!k)
+            return -ENOMEM;
+        e->wheel_bytes += (uint64_t)(cap - s->cap) * sizeof *k;
+        s->keys = k;
+        s->cap = cap;
+    }
+    s->keys[s->n++] = *key;
+    e->st.wheel_records++;
+    return 0;
+}
+
+static void close_flow(struct match_engine *e, const struct match_flow *f)
+{
+    if (e->p.on_close)
+        e->p.on_close(f, e->p.on_close_arg);
+}
+
+/* At most BUDGET steps of the sweep up to NOW; returns the probes spent. */
+static uint64_t sweep(struct match_engine *e, int64_t now, uint64_t *steps_out)
+{
+    uint64_t target = now > 0 ? (uint64_t)(now / e->granule) : 0, steps = 0, probes = 0;
+    if (e->cursor == NO_CURSOR)
+        e->cursor = target;
+    while (steps < e->p.budget && e->cursor <= target) {
+        struct wheel_slot *s = &e->wheel[e->cursor % WHEEL_SLOTS];
+        steps++;
+        if (!s->n) {
+            e->cursor++;
+            continue;
+        }
+        struct match_key key = s->keys[--s->n];
+        e->st.wheel_records--;
+        uint64_t h = e->p.hash(&key, sizeof key, e->p.seed);
+        struct match_flow *f;
+        int rc = e->p.ops->find(e->table, &key, h, 0, &f);
+        if (rc < 0)
+            continue; /* cannot happen: a live flow has exactly one record */
+        probes += (uint64_t)rc;
+        int64_t due = flow_due(e, f);
+        if (due <= now) {
+            close_flow(e, f);
+            e->p.ops->remove(e->table, &key, h);
+            e->st.expired_sweep++;
+        } else {
+            wheel_add(e, &key, due);
+        }
+    }
+    *steps_out = steps;
+    return probes;
+}
+
+static int packet_hashed(struct match_engine *e, const struct match_key *key, uint64_t h,
+                         uint32_t len, int64_t ts)
+{
+    uint64_t steps = 0, work = 0;
+    e->st.packets++;
+    if (e->wheel)
+        work = sweep(e, ts, &steps);
+    struct match_flow *f;
+    int rc = e->p.ops->find(e->table, key, h, 1, &f);
+    if (rc < 0) {
+        e->st.refused++;
+        return rc;
+    }
+    uint64_t probes = (uint64_t)rc;
+    e->st.hist[probes < MATCH_HIST ? probes : MATCH_HIST]++;
+    e->st.probe_sum += probes;
+    if (probes > e->st.probe_max)
+        e->st.probe_max = probes;
+    work += probes;
+    if (work > e->st.work_max)
+        e->st.work_max = work;
+    if (steps > e->st.steps_max)
+        e->st.steps_max = steps;
+    int fresh = !f->packets; /* inserted just now */
+    if (fresh) {
+        e->st.inserts++;
+    } else if (e->wheel && ts >= flow_due(e, f)) {
+        close_flow(e, f); /* the same key starts again in place; its wheel record stays */
+        f->packets = f->bytes = 0;
+        e->st.expired_on_hit++;
+    }
+    if (!f->packets) {
+        f->first_ns = f->last_ns = ts;
+        if (fresh && e->wheel)
+            wheel_add(e, key, flow_due(e, f)); /* -ENOMEM: the flow ends on a hit only */
+    } else {
+        if (ts < f->first_ns)
+            f->first_ns = ts;
+        if (ts > f->last_ns)
+            f->last_ns = ts;
+    }
+    f->packets++;
+    f->bytes += len;
+    return 0;
+}
+
+int match_engine_packet(struct match_engine *e, const struct match_key *key, uint32_t len,
+                        int64_t ts_ns)
+{
+    return packet_hashed(e, key, e->p.hash(key, sizeof *key, e->p.seed), len, ts_ns);
+}
+
+void match_engine_bulk(struct match_engine *e, const struct match_key *keys, const uint32_t *len,
+                       const int64_t *ts_ns, size_t n)
+{
+    uint64_t h[MATCH_BULK];
+    for (size_t i = 0; i < n; i += MATCH_BULK) {
+        size_t m = n - i < MATCH_BULK ? n - i : MATCH_BULK;
+        for (size_t j = 0; j < m; j++) {
+            h[j] = e->p.hash(&keys[i + j], sizeof keys[i + j], e->p.seed);
+            e->p.ops->prefetch(e->table, h[j]);
+        }
+        for (size_t j = 0; j < m; j++)
+            packet_hashed(e, &keys[i + j], h[j], len[i + j], ts_ns[i + j]);
+    }
+}
+
+void match_engine_walk(struct match_engine *e, void (*fn)(const struct match_flow *, void *),
+                       void *arg)
+{
+    e->p.ops->walk(e->table, fn, arg);
+}
+
+const struct match_stats *match_engine_stats(const struct match_engine *e) { return &e->st; }
+void match_engine_reset_stats(struct match_engine *e)
+{
+    uint64_t records = e->st.wheel_records;
+    memset(&e->st, 0, sizeof e->st);
+    e->st.wheel_records = records;
+}
+
+void *match_engine_table(const struct match_engine *e) { return e->table; }
+
+uint64_t match_engine_memory(const struct match_engine *e)
+{
+    return e->p.ops->memory(e->table) + e->wheel_bytes;
+}

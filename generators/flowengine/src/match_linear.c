@@ -1,0 +1,142 @@
+/* match_linear.c - see match_linear.h. */
+#include "match_linear.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigmem.h"
+
+struct linear_slot {
+    struct match_flow f;    /* f.key.ip_version == 0: empty */
+    uint64_t hash;
+};
+
+struct linear {
+    struct linear_slot *slots;
+    uint64_t size, flows, held;
+};
+
+static int linear_footprint(uint64_t size, uint64_t *fixed, uint64_t *per_flow)
+{
+    if (!size)
+        return -EINVAL;
+    *fixed = match_mul_bytes(size, sizeof(struct linear_slot));
+    *per_flow = 0;
+    return 0;
+}
+
+static int linear_create(void **table, const struct match_params *p)
+{
+    uint64_t fixed, per;
+    if (linear_footprint(p->size, &fixed, &per))
+        return -EINVAL;
+    if ((p->memory_budget && fixed > p->memory_budget) || fixed > SIZE_MAX)
+        return -ENOMEM;
+    struct linear *l = calloc(1, sizeof *l);
+    if (!l || !(l->slots = bigmem_alloc(fixed))) {
+        free(l);
+        return -ENOMEM;
+    }
+    memset(l->slots, 0, fixed);
+    l->size = p->size;
+    l->held = fixed;
+    *table = l;
+    return 0;
+}
+
+static void linear_destroy(void *table)
+{
+    struct linear *l = table;
+    if (l)
+        free(l->slots);
+    free(l);
+}
+
+static void linear_prefetch(void *table, uint64_t hash)
+{
+    struct linear *l = table;
+    __builtin_prefetch(&l->slots[match_line(hash, l->size)]);
+}
+
+static int linear_find(void *table, const struct match_key *key, uint64_t hash, int insert,
+                       struct match_flow **out)
+{
+    struct linear *l = table;
+    uint64_t i = match_line(hash, l->size);
+    for (uint64_t probes = 1; probes <= l->size; probes++) {
+        struct linear_slot *s = &l->slots[i];
+        if (!s->f.key.ip_version) {
+            if (!insert)
+                return -ENOENT;
+            memset(&s->f, 0, sizeof s->f);
+            s->f.key = *key;
+            s->hash = hash;
+            l->flows++;
+            *out = &s->f;
+            return (int)(probes < INT32_MAX ? probes : INT32_MAX);
+        }
+        if (s->hash == hash && match_key_eq(&s->f.key, key)) {
+            *out = &s->f;
+            return (int)(probes < INT32_MAX ? probes : INT32_MAX);
+        }
+        if (++i == l->size)
+            i = 0;
+    }
+    return insert ? -ENOSPC : -ENOENT;
+}
+
+static int linear_remove(void *table, const struct match_key *key, uint64_t hash)
+{
+    struct linear *l = table;
+    struct match_flow *f;
+    if (linear_find(table, key, hash, 0, &f) < 0)
+        return -ENOENT;
+    uint64_t hole = (uint64_t)((struct linear_slot *)(void *)f - l->slots);
+    /* Backward shift: an entry after the hole moves into it unless its home
+     * lies cyclically in (hole, here], where it would no longer be found. The
+     * hole is marked empty first, so even a full table's scan ends there. */
+    l->slots[hole].f.key.ip_version = 0;
+    for (uint64_t k = hole;;) {
+        if (++k == l->size)
+            k = 0;
+        struct linear_slot *s = &l->slots[k];
+        if (!s->f.key.ip_version)
+            break;
+        uint64_t home = match_line(s->hash, l->size);
+        int stays = hole <= k ? (hole < home && home <= k) : (hole < home || home <= k);
+        if (stays)
+            continue;
+        l->slots[hole] = *s;
+        s->f.key.ip_version = 0;
+        hole = k;
+    }
+    l->flows--;
+    return 0;
+}
+
+static void linear_walk(void *table, void (*fn)(const struct match_flow *, void *), void *arg)
+{
+    struct linear *l = table;
+    for (uint64_t i = 0; i < l->size; i++)
+        if (l->slots[i].f.key.ip_version)
+            fn(&l->slots[i].f, arg);
+}
+
+static uint64_t linear_flows(const void *table) { return ((const struct linear *)table)->flows; }
+static uint64_t linear_memory(const void *table) { return ((const struct linear *)table)->held; }
+
+const struct match_ops match_linear_ops = {
+    .name = "linear",
+    .what = "open addressing, linear probing, backward-shift removal",
+    .footprint = linear_footprint,
+    .create = linear_create,
+    .destroy = linear_destroy,
+    .prefetch = linear_prefetch,
+    .find = linear_find,
+    .remove = linear_remove,
+    .walk = linear_walk,
+    .flows = linear_flows,
+    .used_lines = linear_flows,
+    .memory = linear_memory,
+};

@@ -1,0 +1,45 @@
+/* match_table.c - see match_table.h: the registry of structures. */
+#include "match_table.h"
+
+#include <string.h>
+
+#include "match_chain.h"
+#include "match_cuckoo.h"
+#include "match_linear.h"
+#include "match_robin.h"
+#include "match_tree.h"
+
+const struct match_ops *const match_tables[] = {
+    &match_chain_ops, &match_tree_ops, &match_linear_ops, &match_robin_ops, &match_cuckoo_ops,
+    NULL,
+};
+
+const struct match_ops *match_table_find_ops(const char *name)
+{
+    for (const struct match_ops *const *o = match_tables; *o; o++)
+        if (!strcmp((*o)->name, name))
+            return *o;
+    return NULL;
+}
+
+int match_key_cmp(const struct match_key *a, const struct match_key *b)
+{
+#define MATCH_CMP(f) if (a->f != b->f) return a->f < b->f ? -1 : 1
+    MATCH_CMP(src_lo);
+    MATCH_CMP(dst_lo);
+    MATCH_CMP(sport);
+    MATCH_CMP(dport);
+    MATCH_CMP(src_hi);
+    MATCH_CMP(dst_hi);
+    MATCH_CMP(proto);
+    MATCH_CMP(ip_version);
+#undef MATCH_CMP
+    return 0;
+}
+
+uint64_t match_mul_bytes(uint64_t n, uint64_t size)
+{
+    if (size && n > UINT64_MAX / size)
+        return UINT64_MAX;
+    return n * size;
+}

@@ -1,0 +1,107 @@
+/* match_table.h - the common interface of the flow tables of `flowengine match`.
+ *
+ * A flow table maps a 5-tuple key to a flow record (packets, bytes, first and
+ * last time stamp). Every structure (match_chain.h, match_tree.h,
+ * match_linear.h, match_robin.h, match_cuckoo.h) fills one struct match_ops;
+ * the emulator (match.c) and the tests reach a structure only through it, so a
+ * new structure is one file, one header and one line in match_table.c.
+ *
+ * SIZE means the lines of the structure: chain heads and tree roots for the
+ * bucketed ones, slots for open addressing, flow entries for cuckoo. Any size
+ * from 1 works (powers of two or not: the line is the hash reduced by a
+ * multiply-shift, never a mask).
+ *
+ * Memory: match_table_footprint() tells, before anything is allocated, the
+ * bytes a structure takes at creation and what each stored flow may add; a
+ * table never allocates past params.memory_budget (an insert that would is
+ * refused with -ENOMEM and counted by the caller).
+ *
+ * Returns: negative errno (-EINVAL, -ENOMEM, -ENOSPC, -ENOENT), 0 or a count.
+ * Thread safety: none; a table belongs to one thread. */
+#ifndef FE_MATCH_TABLE_H
+#define FE_MATCH_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The unidirectional flow key of analysis/native/flowtab.h: addresses as
+ * big-endian numbers split in two (IPv4 in the low 32 bits of *_lo, *_hi = 0).
+ * 40 bytes; PAD must be zero (the whole struct is hashed and compared). */
+struct match_key {
+    uint64_t src_hi, src_lo, dst_hi, dst_lo;
+    uint16_t sport, dport;
+    uint8_t proto, ip_version;
+    uint8_t pad[2];
+};
+
+struct match_flow {
+    struct match_key key;
+    uint64_t packets, bytes;
+    int64_t first_ns, last_ns;
+};
+
+/* A hash of LEN bytes at DATA with SEED. The tables take the line from the
+ * low 32 bits (multiply-shift reduction, so a 32-bit hash in the low half
+ * works) and, for cuckoo, the signature from all 64 folded to 16. Registry:
+ * match_hash.h. */
+typedef uint64_t (*match_hash_fn)(const void *data, size_t len, uint64_t seed);
+
+struct match_params {
+    uint64_t size;          /* lines, see above; >= 1 */
+    size_t memory_budget;   /* bytes this table may hold in all; 0 = no limit */
+};
+
+struct match_ops {
+    const char *name;
+    const char *what;       /* one line for --help and the JSON */
+    /* Bytes taken at creation for SIZE lines, and added by each stored flow
+     * (0 when flows live in the lines). -EINVAL for a size that cannot be. */
+    int (*footprint)(uint64_t size, uint64_t *fixed, uint64_t *per_flow);
+    int (*create)(void **table, const struct match_params *p);
+    void (*destroy)(void *table);
+    /* Bring the line of HASH into the cache (no effect on the contents). */
+    void (*prefetch)(void *table, uint64_t hash);
+    /* Find KEY (whose hash is HASH). Absent and INSERT: add it with zero
+     * counters. Returns the probes (keys or signatures compared, >= 1) with the
+     * flow in *OUT (valid until the next insert or remove), or -ENOENT (absent,
+     * !INSERT), -ENOSPC (no room), -ENOMEM (memory budget). */
+    int (*find)(void *table, const struct match_key *key, uint64_t hash, int insert,
+                struct match_flow **out);
+    /* 0, or -ENOENT when KEY is absent. */
+    int (*remove)(void *table, const struct match_key *key, uint64_t hash);
+    /* Call FN on every flow (any order; FN must not change the table). */
+    void (*walk)(void *table, void (*fn)(const struct match_flow *, void *), void *arg);
+    uint64_t (*flows)(const void *table);
+    uint64_t (*used_lines)(const void *table);  /* lines holding at least one flow */
+    uint64_t (*memory)(const void *table);      /* bytes held now */
+};
+
+/* The line of HASH among N: the low 32 bits scaled to [0, N) (a multiply and
+ * a shift instead of a division; the high bits of the 32 choose) for
+ * N <= 2^32, else the 64 bits modulo N. */
+static inline uint64_t match_line(uint64_t hash, uint64_t n)
+{
+    if (n <= (uint64_t)UINT32_MAX + 1)
+        return ((hash & UINT32_MAX) * n) >> 32;
+    return hash % n;
+}
+
+static inline int match_key_eq(const struct match_key *a, const struct match_key *b)
+{
+    return a->src_lo == b->src_lo && a->dst_lo == b->dst_lo && a->src_hi == b->src_hi &&
+           a->dst_hi == b->dst_hi && a->sport == b->sport && a->dport == b->dport &&
+           a->proto == b->proto && a->ip_version == b->ip_version;
+}
+
+/* Total order of keys (the trees): <0, 0, >0. */
+int match_key_cmp(const struct match_key *a, const struct match_key *b);
+
+/* The structures known, NULL-terminated; match_table_find_ops by name (NULL
+ * when unknown). */
+extern const struct match_ops *const match_tables[];
+const struct match_ops *match_table_find_ops(const char *name);
+
+/* Saturating bytes of N elements of SIZE bytes (UINT64_MAX on overflow). */
+uint64_t match_mul_bytes(uint64_t n, uint64_t size);
+
+#endif
