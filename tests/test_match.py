@@ -190,6 +190,19 @@ def test_adversarial_feed_puts_every_flow_in_one_line_and_counts_right(match_bin
         assert report["probe_max"] <= 2   # cuckoo: spills into the alternative buckets
 
 
+@pytest.mark.parametrize("hash_name", ["coralreef", "lookup3", "murmur3_32", "superfasthash", "fnv1a_64",
+                                       "crc32c", "toeplitz", "toeplitz_ms", "wyhash", "xxh3"])
+def test_any_hash_of_the_registry_plugs_in(match_bin, tmp_path, hash_name):
+    packets = random_packets(random.Random(hash_name), 2000, 400)
+    write_feed(tmp_path / "feed.csv", packets)
+    for struct in ("chain", "cuckoo"):
+        run_match(match_bin, "--struct", struct, "--hash", hash_name, "--size", "997", "--feed",
+                  f"file:{tmp_path / 'feed.csv'}", "--timeout-idle", "1", "--dump", str(tmp_path / "dump.csv"),
+                  "--json", str(tmp_path / "out.json"))
+        assert read_records(tmp_path / "dump.csv") == reference_records(packets, idle_ns=1_000_000_000)
+        assert json.loads((tmp_path / "out.json").read_text())["hash"] == hash_name
+
+
 @pytest.mark.parametrize("kind", ["det", "uniform:5000", "zipf:5000:1.1", "netscan:300", "portscan:300"])
 def test_synthetic_feeds_have_their_flows(match_bin, tmp_path, kind):
     run_match(match_bin, "--struct", "chain", "--size", "1000003", "--feed", kind, "--packets", "20000",
@@ -262,7 +275,7 @@ def test_damaged_pcap_is_analysed_up_to_the_damage_with_its_offset(match_bin, tm
 @pytest.mark.parametrize("args,message", [
     (["--struct", "list", "--size", "10", "--feed", "det"],
      "unknown structure (known: chain, tree, linear, robin, cuckoo)"),
-    (["--struct", "chain", "--hash", "md5", "--size", "10", "--feed", "det"], "unknown hash (known: "),
+    (["--struct", "chain", "--hash", "md5", "--size", "10", "--feed", "det"], "unknown hash (known: coralreef, lookup3, "),
     (["--struct", "chain", "--size", "0", "--feed", "det"], "--size 0: expected a number of lines >= 1"),
     (["--struct", "chain", "--size", "10", "--feed", "zipf:100:0"], "needs ALPHA > 0 (got 0)"),
     (["--struct", "chain", "--size", "10", "--feed", "zipf:100:-1.5"], "needs ALPHA > 0 (got -1.5)"),

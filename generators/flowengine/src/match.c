@@ -9,9 +9,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "hash.h"
 #include "match_engine.h"
 #include "match_feed.h"
-#include "match_hash.h"
 #include "match_table.h"
 
 #define DEFAULT_PACKETS 1000000
@@ -23,7 +23,7 @@ static const char match_usage[] =
     "                        [--timeout-idle S] [--timeout-active S] [--expire-budget K]\n"
     "                        [--memory BYTES] [--warmup] [--json OUT] [--dump CSV]\n"
     "                        [--save-feed CSV]\n"
-    "  N may be written 2^K. Feeds: det, uniform:N, zipf:N:ALPHA, netscan:N, portscan:N,\n"
+    "  --hash: a name of the hash registry (default crc32c). N may be written 2^K. Feeds: det, uniform:N, zipf:N:ALPHA, netscan:N, portscan:N,\n"
     "  adversarial:N, pcap (with --pcap), file:CSV. See docs/flow-match.md.\n";
 
 struct match_opts {
@@ -41,16 +41,12 @@ static int fail(const char *fmt, const char *a, const char *b)
     return 2;
 }
 
-static void list_names(char *buf, size_t len, int hashes)
+static void table_names(char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = 0;
-    if (hashes)
-        for (const struct match_hash *h = match_hashes; h->name && used < len; h++)
-            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", h->name);
-    else
-        for (const struct match_ops *const *o = match_tables; *o && used < len; o++)
-            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", (*o)->name);
+    for (const struct match_ops *const *o = match_tables; *o && used < len; o++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", (*o)->name);
 }
 
 /* A count: digits, or 2^K. */
@@ -315,21 +311,25 @@ static double now_s(void)
 
 int match_main(int argc, char **argv, uint64_t mem_available)
 {
-    struct match_opts o = { .hash = "mix64", .rate = 1e7, .budget = DEFAULT_BUDGET };
+    struct match_opts o = { .hash = "crc32c", .rate = 1e7, .budget = DEFAULT_BUDGET };
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
     char names[512], err[512];
     const struct match_ops *ops = match_table_find_ops(o.structure);
     if (!ops) {
-        list_names(names, sizeof names, 0);
+        table_names(names, sizeof names);
         return fail("--struct %s: unknown structure (known: %s)", o.structure, names);
     }
-    match_hash_fn hash = match_hash_find(o.hash);
-    if (!hash) {
-        list_names(names, sizeof names, 1);
+    const struct hash_algo *algo;
+    rc = hash_find(o.hash, &algo);
+    if (rc == -ENOTSUP)
+        return fail("--hash %s: this CPU lacks the instructions it needs%s", o.hash, "");
+    if (rc) {
+        hash_names(names, sizeof names);
         return fail("--hash %s: unknown hash (known: %s)", o.hash, names);
     }
+    hash_fn hash = algo->fn;
     uint64_t fixed, per_flow;
     if (ops->footprint(o.size, &fixed, &per_flow)) {
         snprintf(err, sizeof err, "%llu", (unsigned long long)o.size);

@@ -1,5 +1,5 @@
 /* match.h - `flowengine match`: the flow-matching emulator of seed 000. One
- * structure (match_table.h), one hash (match_hash.h), one feed (match_feed.h):
+ * structure (match_table.h), one hash (the registry of hash.h), one feed (match_feed.h):
  * the feed is materialised, then the timed loop matches every packet to its
  * flow (match_engine.h) and the run is reported on stdout and in --json.
  * Usage and fields: docs/flow-match.md. */

@@ -37,7 +37,7 @@
 struct match_engine_params {
     const struct match_ops *ops;
     struct match_params table;
-    match_hash_fn hash;
+    hash_fn hash;
     uint64_t seed;
     int64_t idle_ns, active_ns;
     unsigned budget;        /* expiry steps per packet, >= 1 when a timeout is set */

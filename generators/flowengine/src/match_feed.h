@@ -37,7 +37,7 @@ struct match_feed_params {
     double rate_pps;        /* synthetic time stamps */
     int ipv6;
     uint64_t seed;
-    match_hash_fn hash;     /* adversarial: the hash, its seed and the lines to attack */
+    hash_fn hash;     /* adversarial: the hash, its seed and the lines to attack */
     uint64_t hash_seed;
     uint64_t lines;
 };

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hash.h"
+
 /* The unidirectional flow key of analysis/native/flowtab.h: addresses as
  * big-endian numbers split in two (IPv4 in the low 32 bits of *_lo, *_hi = 0).
  * 40 bytes; PAD must be zero (the whole struct is hashed and compared). */
@@ -40,11 +42,10 @@ struct match_flow {
     int64_t first_ns, last_ns;
 };
 
-/* A hash of LEN bytes at DATA with SEED. The tables take the line from the
- * low 32 bits (multiply-shift reduction, so a 32-bit hash in the low half
- * works) and, for cuckoo, the signature from all 64 folded to 16. Registry:
- * match_hash.h. */
-typedef uint64_t (*match_hash_fn)(const void *data, size_t len, uint64_t seed);
+/* The hash of a key is any hash_fn of the registry (hash.h), over the 40
+ * bytes of struct match_key. The tables take the line from its low 32 bits
+ * (multiply-shift reduction: a 32-bit hash, whose upper half is zero, works)
+ * and, for cuckoo, the signature from all 64 folded to 16. */
 
 struct match_params {
     uint64_t size;          /* lines, see above; >= 1 */
