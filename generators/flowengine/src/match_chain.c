@@ -35,16 +35,12 @@ static int chain_footprint(uint64_t size, uint64_t *fixed, uint64_t *per_flow)
 
 static int chain_create(void **table, const struct match_params *p)
 {
-    uint64_t fixed, per;
-    if (chain_footprint(p->size, &fixed, &per))
-        return -EINVAL;
-    if ((p->memory_budget && fixed > p->memory_budget) || fixed > SIZE_MAX)
-        return -ENOMEM;
+    uint64_t fixed;
+    int rc = match_table_check(&match_chain_ops, p, &fixed);
+    if (rc)
+        return rc;
     struct chain *c = calloc(1, sizeof *c);
-    if (!c)
-        return -ENOMEM;
-    c->lines = bigmem_alloc(fixed);
-    if (!c->lines) {
+    if (!c || !(c->lines = bigmem_alloc(fixed))) {
         free(c);
         return -ENOMEM;
     }

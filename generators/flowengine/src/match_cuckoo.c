@@ -49,18 +49,17 @@ static int cuckoo_footprint(uint64_t size, uint64_t *fixed, uint64_t *per_flow)
 
 static int cuckoo_create(void **table, const struct match_params *p)
 {
-    uint64_t fixed, per;
-    if (cuckoo_footprint(p->size, &fixed, &per))
-        return -EINVAL;
-    if ((p->memory_budget && fixed > p->memory_budget) || fixed > SIZE_MAX)
-        return -ENOMEM;
+    uint64_t fixed;
+    int rc = match_table_check(&match_cuckoo_ops, p, &fixed);
+    if (rc)
+        return rc;
     struct cuckoo *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
     c->size = p->size;
     c->nbuckets = (p->size + CUCKOO_SLOTS - 1) / CUCKOO_SLOTS;
-    c->buckets = bigmem_alloc(c->nbuckets * sizeof *c->buckets);
-    c->store = bigmem_alloc((c->size + 1) * sizeof *c->store);
+    c->buckets = match_table_zalloc(c->nbuckets * sizeof *c->buckets);
+    c->store = match_table_zalloc((c->size + 1) * sizeof *c->store); /* touched now, not in the timed loop */
     c->free_idx = bigmem_alloc(c->size * sizeof *c->free_idx);
     if (!c->buckets || !c->store || !c->free_idx) {
         free(c->buckets);
@@ -69,7 +68,6 @@ static int cuckoo_create(void **table, const struct match_params *p)
         free(c);
         return -ENOMEM;
     }
-    memset(c->buckets, 0, c->nbuckets * sizeof *c->buckets);
     /* Handed out from 1 upwards: the store fills from its start. */
     for (uint64_t i = 0; i < c->size; i++)
         c->free_idx[i] = (uint32_t)(c->size - i);
@@ -123,6 +121,17 @@ static int free_slot(const struct cuckoo_bucket *b)
     return -1;
 }
 
+/* Exchange (*SIG, *IDX) with slot V of bucket B. */
+static void swap_slot(struct cuckoo_bucket *b, int v, uint16_t *sig, uint32_t *idx)
+{
+    uint16_t s = b->sig[v];
+    uint32_t x = b->idx[v];
+    b->sig[v] = *sig;
+    b->idx[v] = *idx;
+    *sig = s;
+    *idx = x;
+}
+
 /* Put (SIG, IDX) in bucket B1 or B2, moving others along a random walk when
  * both are full. 0, or -ENOSPC with the table as it was. */
 static int cuckoo_place(struct cuckoo *c, uint64_t b1, uint64_t b2, uint16_t sig, uint32_t idx)
@@ -144,16 +153,10 @@ static int cuckoo_place(struct cuckoo *c, uint64_t b1, uint64_t b2, uint16_t sig
     uint16_t csig = sig;
     uint32_t cidx = idx;
     for (int step = 0; step < CUCKOO_MAX_WALK; step++) {
-        struct cuckoo_bucket *bk = &c->buckets[b];
         int v = (int)(rng_next(&c->rng) % CUCKOO_SLOTS);
         path_b[step] = b;
         path_j[step] = (uint8_t)v;
-        uint16_t s = bk->sig[v];
-        uint32_t x = bk->idx[v];
-        bk->sig[v] = csig;
-        bk->idx[v] = cidx;
-        csig = s;
-        cidx = x;
+        swap_slot(&c->buckets[b], v, &csig, &cidx);
         b = cuckoo_alt(c, b, csig);
         if ((j = free_slot(&c->buckets[b])) >= 0) {
             c->buckets[b].sig[j] = csig;
@@ -162,41 +165,47 @@ static int cuckoo_place(struct cuckoo *c, uint64_t b1, uint64_t b2, uint16_t sig
         }
     }
     /* Undo the walk from its end: every displaced entry goes back. */
-    for (int step = CUCKOO_MAX_WALK - 1; step >= 0; step--) {
-        struct cuckoo_bucket *bk = &c->buckets[path_b[step]];
-        int v = path_j[step];
-        uint16_t s = bk->sig[v];
-        uint32_t x = bk->idx[v];
-        bk->sig[v] = csig;
-        bk->idx[v] = cidx;
-        csig = s;
-        cidx = x;
-    }
+    for (int step = CUCKOO_MAX_WALK - 1; step >= 0; step--)
+        swap_slot(&c->buckets[path_b[step]], path_j[step], &csig, &cidx);
     return -ENOSPC;
+}
+
+/* The bucket and slot of KEY: 0 with *B, *J and the buckets read in *PROBES,
+ * or -ENOENT with the key's two buckets in *B and *B2. */
+static int cuckoo_locate(const struct cuckoo *c, const struct match_key *key, uint64_t hash,
+                         uint64_t *b, uint64_t *b2, int *j, int *probes)
+{
+    uint16_t sig = cuckoo_sig(hash);
+    *b = match_line(hash, c->nbuckets);
+    *b2 = cuckoo_alt(c, *b, sig);
+    *probes = 1;
+    if ((*j = bucket_search(c, &c->buckets[*b], sig, key)) >= 0)
+        return 0;
+    if (*b2 == *b)
+        return -ENOENT;
+    *probes = 2;
+    if ((*j = bucket_search(c, &c->buckets[*b2], sig, key)) < 0)
+        return -ENOENT;
+    *b = *b2;
+    return 0;
 }
 
 static int cuckoo_find(void *table, const struct match_key *key, uint64_t hash, int insert,
                        struct match_flow **out)
 {
     struct cuckoo *c = table;
-    uint16_t sig = cuckoo_sig(hash);
-    uint64_t b1 = match_line(hash, c->nbuckets);
-    int j = bucket_search(c, &c->buckets[b1], sig, key);
-    if (j >= 0) {
+    uint64_t b1, b2;
+    int j, probes;
+    if (!cuckoo_locate(c, key, hash, &b1, &b2, &j, &probes)) {
         *out = &c->store[c->buckets[b1].idx[j]];
-        return 1;
-    }
-    uint64_t b2 = cuckoo_alt(c, b1, sig);
-    if (b2 != b1 && (j = bucket_search(c, &c->buckets[b2], sig, key)) >= 0) {
-        *out = &c->store[c->buckets[b2].idx[j]];
-        return 2;
+        return probes;
     }
     if (!insert)
         return -ENOENT;
     if (!c->free_top)
         return -ENOSPC;
     uint32_t idx = c->free_idx[c->free_top - 1];
-    if (cuckoo_place(c, b1, b2, sig, idx))
+    if (cuckoo_place(c, b1, b2, cuckoo_sig(hash), idx))
         return -ENOSPC;
     c->free_top--;
     struct match_flow *f = &c->store[idx];
@@ -204,20 +213,15 @@ static int cuckoo_find(void *table, const struct match_key *key, uint64_t hash, 
     f->key = *key;
     c->flows++;
     *out = f;
-    return b2 != b1 ? 2 : 1;
+    return probes;
 }
 
 static int cuckoo_remove(void *table, const struct match_key *key, uint64_t hash)
 {
     struct cuckoo *c = table;
-    uint16_t sig = cuckoo_sig(hash);
-    uint64_t b = match_line(hash, c->nbuckets);
-    int j = bucket_search(c, &c->buckets[b], sig, key);
-    if (j < 0) {
-        b = cuckoo_alt(c, b, sig);
-        j = bucket_search(c, &c->buckets[b], sig, key);
-    }
-    if (j < 0)
+    uint64_t b, b2;
+    int j, probes;
+    if (cuckoo_locate(c, key, hash, &b, &b2, &j, &probes))
         return -ENOENT;
     c->free_idx[c->free_top++] = c->buckets[b].idx[j];
     c->buckets[b].idx[j] = 0;

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bigmem.h"
 
 struct linear_slot {
     struct match_flow f;    /* f.key.ip_version == 0: empty */
@@ -28,17 +27,15 @@ static int linear_footprint(uint64_t size, uint64_t *fixed, uint64_t *per_flow)
 
 static int linear_create(void **table, const struct match_params *p)
 {
-    uint64_t fixed, per;
-    if (linear_footprint(p->size, &fixed, &per))
-        return -EINVAL;
-    if ((p->memory_budget && fixed > p->memory_budget) || fixed > SIZE_MAX)
-        return -ENOMEM;
+    uint64_t fixed;
+    int rc = match_table_check(&match_linear_ops, p, &fixed);
+    if (rc)
+        return rc;
     struct linear *l = calloc(1, sizeof *l);
-    if (!l || !(l->slots = bigmem_alloc(fixed))) {
+    if (!l || !(l->slots = match_table_zalloc(fixed))) {
         free(l);
         return -ENOMEM;
     }
-    memset(l->slots, 0, fixed);
     l->size = p->size;
     l->held = fixed;
     *table = l;

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bigmem.h"
 
 struct robin_slot {
     struct match_flow f;    /* f.key.ip_version == 0: empty */
@@ -31,17 +30,15 @@ static int robin_footprint(uint64_t size, uint64_t *fixed, uint64_t *per_flow)
 
 static int robin_create(void **table, const struct match_params *p)
 {
-    uint64_t fixed, per;
-    if (robin_footprint(p->size, &fixed, &per))
-        return -EINVAL;
-    if ((p->memory_budget && fixed > p->memory_budget) || fixed > SIZE_MAX)
-        return -ENOMEM;
+    uint64_t fixed;
+    int rc = match_table_check(&match_robin_ops, p, &fixed);
+    if (rc)
+        return rc;
     struct robin *r = calloc(1, sizeof *r);
-    if (!r || !(r->slots = bigmem_alloc(fixed))) {
+    if (!r || !(r->slots = match_table_zalloc(fixed))) {
         free(r);
         return -ENOMEM;
     }
-    memset(r->slots, 0, fixed);
     r->size = p->size;
     r->held = fixed;
     *table = r;

@@ -1,8 +1,10 @@
 /* match_table.c - see match_table.h: the registry of structures. */
 #include "match_table.h"
 
+#include <errno.h>
 #include <string.h>
 
+#include "bigmem.h"
 #include "match_chain.h"
 #include "match_cuckoo.h"
 #include "match_linear.h"
@@ -42,4 +44,22 @@ uint64_t match_mul_bytes(uint64_t n, uint64_t size)
     if (size && n > UINT64_MAX / size)
         return UINT64_MAX;
     return n * size;
+}
+
+int match_table_check(const struct match_ops *ops, const struct match_params *p, uint64_t *fixed)
+{
+    uint64_t per_flow;
+    if (ops->footprint(p->size, fixed, &per_flow))
+        return -EINVAL;
+    if ((p->memory_budget && *fixed > p->memory_budget) || *fixed > SIZE_MAX)
+        return -ENOMEM;
+    return 0;
+}
+
+void *match_table_zalloc(uint64_t bytes)
+{
+    void *p = bigmem_alloc((size_t)bytes);
+    if (p)
+        memset(p, 0, (size_t)bytes);
+    return p;
 }

@@ -102,6 +102,12 @@ int match_key_cmp(const struct match_key *a, const struct match_key *b);
 extern const struct match_ops *const match_tables[];
 const struct match_ops *match_table_find_ops(const char *name);
 
+/* For a structure's create: the bytes OPS takes at creation for P in *FIXED;
+ * 0, -EINVAL (a size it cannot have) or -ENOMEM (over P's budget or SIZE_MAX). */
+int match_table_check(const struct match_ops *ops, const struct match_params *p, uint64_t *fixed);
+/* BYTES zeroed, from bigmem_alloc (NULL: out of memory; free with free()). */
+void *match_table_zalloc(uint64_t bytes);
+
 /* Saturating bytes of N elements of SIZE bytes (UINT64_MAX on overflow). */
 uint64_t match_mul_bytes(uint64_t n, uint64_t size);
 

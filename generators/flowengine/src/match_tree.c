@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bigmem.h"
 
 #define TREE_MALLOC_HEADER 16
 
@@ -125,20 +124,15 @@ static int tree_footprint(uint64_t size, uint64_t *fixed, uint64_t *per_flow)
 
 static int tree_create(void **table, const struct match_params *p)
 {
-    uint64_t fixed, per;
-    if (tree_footprint(p->size, &fixed, &per))
-        return -EINVAL;
-    if ((p->memory_budget && fixed > p->memory_budget) || fixed > SIZE_MAX)
-        return -ENOMEM;
+    uint64_t fixed;
+    int rc = match_table_check(&match_tree_ops, p, &fixed);
+    if (rc)
+        return rc;
     struct tree *t = calloc(1, sizeof *t);
-    if (!t)
-        return -ENOMEM;
-    t->roots = bigmem_alloc(fixed);
-    if (!t->roots) {
+    if (!t || !(t->roots = match_table_zalloc(fixed))) {
         free(t);
         return -ENOMEM;
     }
-    memset(t->roots, 0, fixed);
     t->size = p->size;
     t->held = fixed;
     t->budget = p->memory_budget ? p->memory_budget : UINT64_MAX;

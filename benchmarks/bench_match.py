@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Issue 12 / seed 000: packets matched to flows per second by `flowengine match`, per structure.
+
+Cases (one core, the timed loop of the emulator only: the feed is built before it):
+- random: uniform over 4M flows (2^22), all lookups hit (--warmup inserts every flow first);
+  tables sized for it: chain and tree 2^22 lines, linear and Robin Hood 2^23 slots (half full),
+  cuckoo 5,242,880 entries (80 % full).
+- deterministic: one 5-tuple over and over (seed 000's upper bound: 58.1 Mpps lists, 44.6 trees).
+- trace: the largest real pcap of $NTG_SHARED_DATA/pcaps (a few hundred packets: a check, not a
+  speed: seed 000's 14.6/19.7 Mpps came from 150M packets of a CAIDA trace, which we do not have).
+- churn: every packet a new flow at 1 M packets/s of feed time with a 1 s idle timeout, so about
+  1 M inserts and 1 M expiries a second of feed time; reports inserts and expiries per second of
+  wall time and the worst packet's cost (probes of its lookup and expiry steps).
+The median of --repeat runs. The DPDK rte_hash peer is not run: libdpdk-dev is not installed
+here (see docs/flow-match.md).
+
+Results go to benchmarks/out/match.json; a Markdown table goes to stdout.
+
+    python benchmarks/bench_match.py [--repeat R] [--packets N] [--hash NAME] [--bin PATH]
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import OUT, find_binary  # noqa: E402
+
+RANDOM_FLOWS = 1 << 22
+RANDOM_SIZES = {"chain": "2^22", "tree": "2^22", "linear": "2^23", "robin": "2^23", "cuckoo": "5242880"}
+STRUCTS = list(RANDOM_SIZES)
+
+
+def run(binary, args):
+    with tempfile.NamedTemporaryFile(prefix="fe-match-", suffix=".json", delete=False) as f:
+        path = Path(f.name)
+    try:
+        r = subprocess.run([str(binary), "match", *args, "--json", str(path)], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"flowengine match {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
+        return json.loads(path.read_text())
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def median_run(binary, args, repeat):
+    runs = [run(binary, args) for _ in range(repeat)]
+    runs.sort(key=lambda r: r["mpps"])
+    best = runs[len(runs) // 2]
+    best["mpps_runs"] = [r["mpps"] for r in runs]
+    return best
+
+
+def largest_pcap():
+    root = os.environ.get("NTG_SHARED_DATA")
+    pcaps = sorted((Path(root) / "pcaps").glob("*.pcap"), key=lambda p: p.stat().st_size) if root else []
+    return pcaps[-1] if pcaps else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--packets", type=int, default=8_000_000, help="packets of the random and churn cases")
+    ap.add_argument("--det-packets", type=int, default=16_000_000)
+    ap.add_argument("--hash", default="crc32c")
+    ap.add_argument("--bin")
+    a = ap.parse_args()
+    binary = find_binary(a.bin)
+    results = {"machine": platform.node(), "cpu": platform.processor(), "hash": a.hash,
+               "repeat": a.repeat, "cases": []}
+    pcap = largest_pcap()
+    for struct in STRUCTS:
+        common = ["--struct", struct, "--hash", a.hash]
+        cases = {
+            "random 4M flows, hits": common + ["--size", RANDOM_SIZES[struct], "--feed",
+                                               f"uniform:{RANDOM_FLOWS}", "--packets", str(a.packets),
+                                               "--warmup"],
+            "deterministic": common + ["--size", "2^20", "--feed", "det", "--packets", str(a.det_packets)],
+            "churn 1M new flows/s, idle 1 s": common + [
+                "--size", "2^22" if struct in ("chain", "tree") else "4194304", "--feed",
+                f"netscan:{a.packets}", "--packets", str(a.packets), "--rate", "1e6",
+                "--timeout-idle", "1"],
+        }
+        if pcap:
+            cases[f"trace {pcap.name}"] = common + ["--size", "2^16", "--feed", "pcap", "--pcap", str(pcap)]
+        for name, args in cases.items():
+            r = median_run(binary, args, a.repeat)
+            r["case"] = name
+            r["args"] = args
+            results["cases"].append(r)
+            print(f"{struct:7} {name:32} {r['mpps']:8.2f} Mpps", file=sys.stderr)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "match.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(f"| structure | case | Mpps (median of {a.repeat}) | P(L=1) | mean probes | bytes/flow | "
+          "inserts/s | expiries/s | worst packet (probes, expiry steps) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results["cases"]:
+        print(f"| {r['struct']} | {r['case']} | {r['mpps']:.1f} | {r['p_l1']:.3f} | {r['probe_mean']:.2f} | "
+              f"{r['bytes_per_flow']:.0f} | {r['inserts_per_s']:.3g} | {r['expiries_per_s']:.3g} | "
+              f"{r['worst_packet']['probes']}, {r['worst_packet']['expiry_steps']} |")
+
+
+if __name__ == "__main__":
+    main()
