@@ -97,6 +97,16 @@ static void cuckoo_prefetch(void *table, uint64_t hash)
     __builtin_prefetch(&c->buckets[cuckoo_alt(c, b, cuckoo_sig(hash))]);
 }
 
+static void cuckoo_prefetch_next(void *table, uint64_t hash)
+{
+    struct cuckoo *c = table;
+    uint16_t sig = cuckoo_sig(hash);
+    const struct cuckoo_bucket *b = &c->buckets[match_line(hash, c->nbuckets)];
+    for (unsigned j = 0; j < CUCKOO_SLOTS; j++)
+        if (b->sig[j] == sig)
+            __builtin_prefetch(&c->store[b->idx[j]]);
+}
+
 /* The slot of KEY in bucket B, or -1. */
 static int bucket_search(const struct cuckoo *c, const struct cuckoo_bucket *b, uint16_t sig,
                          const struct match_key *key)
@@ -248,6 +258,7 @@ const struct match_ops match_cuckoo_ops = {
     .create = cuckoo_create,
     .destroy = cuckoo_destroy,
     .prefetch = cuckoo_prefetch,
+    .prefetch_next = cuckoo_prefetch_next,
     .find = cuckoo_find,
     .remove = cuckoo_remove,
     .walk = cuckoo_walk,

@@ -194,15 +194,22 @@ int match_engine_packet(struct match_engine *e, const struct match_key *key, uin
 void match_engine_bulk(struct match_engine *e, const struct match_key *keys, const uint32_t *len,
                        const int64_t *ts_ns, size_t n)
 {
-    uint64_t h[MATCH_BULK];
-    for (size_t i = 0; i < n; i += MATCH_BULK) {
-        size_t m = n - i < MATCH_BULK ? n - i : MATCH_BULK;
-        for (size_t j = 0; j < m; j++) {
-            h[j] = e->p.hash(&keys[i + j], sizeof keys[i + j], e->p.seed);
-            e->p.ops->prefetch(e->table, h[j]);
+    uint64_t h[MATCH_AHEAD]; /* the hash of packet i in h[i % MATCH_AHEAD] */
+    void (*next)(void *, uint64_t) = e->p.ops->prefetch_next;
+    for (size_t i = 0; i < n && i < MATCH_AHEAD; i++) {
+        h[i] = e->p.hash(&keys[i], sizeof keys[i], e->p.seed);
+        e->p.ops->prefetch(e->table, h[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t hi = h[i % MATCH_AHEAD];
+        if (next && i + MATCH_AHEAD / 2 < n)
+            next(e->table, h[(i + MATCH_AHEAD / 2) % MATCH_AHEAD]);
+        if (i + MATCH_AHEAD < n) {
+            uint64_t ha = e->p.hash(&keys[i + MATCH_AHEAD], sizeof *keys, e->p.seed);
+            h[i % MATCH_AHEAD] = ha;
+            e->p.ops->prefetch(e->table, ha);
         }
-        for (size_t j = 0; j < m; j++)
-            packet_hashed(e, &keys[i + j], h[j], len[i + j], ts_ns[i + j]);
+        packet_hashed(e, &keys[i], hi, len[i], ts_ns[i]);
     }
 }
 

@@ -18,8 +18,10 @@
  *   allows the sweep lags (the table holds more flows) but never stalls.
  * Each closed flow is passed to on_close (when set) before it leaves.
  *
- * Bulk: match_engine_bulk hashes a batch of keys and prefetches their lines
- * before the first lookup, so the cache misses of a batch overlap.
+ * Bulk: match_engine_bulk hashes each key MATCH_AHEAD packets before its
+ * lookup and prefetches its line then (and, for a structure with a second
+ * level, what the line points to MATCH_AHEAD / 2 packets before), so the
+ * cache misses of consecutive packets overlap.
  *
  * Returns negative errno. Thread safety: none; an engine belongs to one
  * thread. */
@@ -32,7 +34,7 @@
 #include "match_table.h"
 
 #define MATCH_HIST 64  /* probe lengths 1..63 counted one by one, 64 and more together */
-#define MATCH_BULK 16
+#define MATCH_AHEAD 16  /* a power of two */
 
 struct match_engine_params {
     const struct match_ops *ops;

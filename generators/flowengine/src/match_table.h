@@ -62,6 +62,10 @@ struct match_ops {
     void (*destroy)(void *table);
     /* Bring the line of HASH into the cache (no effect on the contents). */
     void (*prefetch)(void *table, uint64_t hash);
+    /* Optional (NULL: none), called some packets after prefetch when the line
+     * should be in cache: prefetch what the line points to (cuckoo: the
+     * stored flows whose signature matches). */
+    void (*prefetch_next)(void *table, uint64_t hash);
     /* Find KEY (whose hash is HASH). Absent and INSERT: add it with zero
      * counters. Returns the probes (keys or signatures compared, >= 1) with the
      * flow in *OUT (valid until the next insert or remove), or -ENOENT (absent,
