@@ -181,16 +181,17 @@ static int cuckoo_place(struct cuckoo *c, uint64_t b1, uint64_t b2, uint16_t sig
 }
 
 /* The bucket and slot of KEY: 0 with *B, *J and the buckets read in *PROBES,
- * or -ENOENT with the key's two buckets in *B and *B2. */
+ * or -ENOENT with the key's two buckets in *B and *B2 (*B2 is left as it was
+ * on a hit in the first bucket). */
 static int cuckoo_locate(const struct cuckoo *c, const struct match_key *key, uint64_t hash,
                          uint64_t *b, uint64_t *b2, int *j, int *probes)
 {
     uint16_t sig = cuckoo_sig(hash);
     *b = match_line(hash, c->nbuckets);
-    *b2 = cuckoo_alt(c, *b, sig);
     *probes = 1;
     if ((*j = bucket_search(c, &c->buckets[*b], sig, key)) >= 0)
-        return 0;
+        return 0; /* *B2 not needed: not computed */
+    *b2 = cuckoo_alt(c, *b, sig);
     if (*b2 == *b)
         return -ENOENT;
     *probes = 2;
