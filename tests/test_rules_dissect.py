@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import skip_or_fail
-from testbed.ids.rules import packets as P
+from ntgcore import packets as P
 from testbed.ids.rules.dissect import dissect, dissect_manifest, problems_by_sid
 from testbed.ids.rules.semantics import load_rules
 from testbed.ids.rules.synth import Session, synthesize

@@ -31,11 +31,11 @@ from pathlib import Path
 
 from analysis.capture import read_capture
 from ntgcore.errors import BadInput
+from ntgcore.packets import short_address
 
 from .expect import ExpectFile, evaluate
 from .report import markdown_html
 from .rules.attacks import merge_pcaps
-from .rules.packets import short_address
 from .rules.variables import EXTERNAL_NET, HOME_NET
 from .suricata import read_eve, run_offline, suricata_version
 

@@ -53,9 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ntgcore.errors import BadInput, NtgError, ToolMissing
+from ntgcore.packets import short_address
 from ntgcore.proc import Process
 
-from .rules.packets import short_address
 from .rules.translate import LoadCheck, TranslationReport, translate_rules_file
 from .rules.variables import EXTERNAL_NET, HOME_NET, PORT_GROUPS, SERVER_VARS
 

@@ -29,8 +29,7 @@ from pathlib import Path
 import pyshark
 
 from ntgcore.errors import NtgError, ToolMissing
-
-from .packets import short_address
+from ntgcore.packets import short_address
 
 # our application names -> Wireshark's protocol (layer) names
 DISSECTORS = {"http": "http", "ftp": "ftp", "smtp": "smtp", "pop3": "pop", "imap": "imap", "sip": "sip",

@@ -34,9 +34,9 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ntgcore import packets as P
 from ntgcore.errors import NtgError
 
-from . import packets as P
 from .dialogue import (
     TEXT_APPS, dialogue, dns_tcp, pinned_to_start, sip_method_of, sip_request, sip_response,
     smtp_envelope,
@@ -505,37 +505,10 @@ class _Emitter:
 
 def _tcp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]], *,
                  handshake: bool = True, flags: int | None = None, seed: int = 0) -> None:
-    c, sv = P.addr(s.client), P.addr(s.server)
-    cseq = (seed * 2654435761) & 0xFFFFFFFF
-    sseq = (cseq ^ 0x5A5A5A5A) & 0xFFFFFFFF
-    ident = [seed & 0xFFFF]
-
-    def send(from_client: bool, fl: int, data: bytes = b"") -> None:
-        nonlocal cseq, sseq
-        ident[0] += 1
-        if from_client:
-            seg = P.tcp(c, sv, s.cport, s.sport, cseq, sseq if fl & P.ACK else 0, fl, data)
-            em.emit(P.ether(P.ip(c, sv, 6, seg, ident[0]), True))
-            cseq += len(data) + (1 if fl & (P.SYN | P.FIN) else 0)
-        else:
-            seg = P.tcp(sv, c, s.sport, s.cport, sseq, cseq if fl & P.ACK else 0, fl, data)
-            em.emit(P.ether(P.ip(sv, c, 6, seg, ident[0]), False))
-            sseq += len(data) + (1 if fl & (P.SYN | P.FIN) else 0)
-
-    if not handshake:
-        for from_client, data in messages:
-            send(from_client, flags if flags is not None else P.ACK | P.PSH, data)
-        return
-    send(True, P.SYN)
-    send(False, P.SYN | P.ACK)
-    send(True, P.ACK)
-    for from_client, data in messages:
-        for i in range(0, max(len(data), 1), MSS):
-            send(from_client, P.ACK | P.PSH, data[i:i + MSS])
-            send(not from_client, P.ACK)
-    send(True, P.FIN | P.ACK)
-    send(False, P.FIN | P.ACK)
-    send(True, P.ACK)
+    for _from_client, frame in P.tcp_session(P.addr(s.client), P.addr(s.server), s.cport, s.sport,
+                                             messages, mss=MSS, seed=seed, handshake=handshake,
+                                             flags=flags):
+        em.emit(frame)
 
 
 def _udp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]]) -> None:

@@ -1,5 +1,7 @@
 """Struct-based packet builders (Ethernet, IPv4, IPv6, TCP, UDP, ICMP, ICMPv6) with correct
-checksums, and a microsecond pcap writer. Headers are declared as tables of (format, field) and
+checksums, a TCP session as frames (`tcp_session`: handshake, MSS-sized data segments each ACKed,
+FIN both ways) and a pcap writer (microsecond, or nanosecond). Used by the rule-derived attack
+sessions (testbed.ids.rules.synth) and TRex's ASTF offline expansion (generators/trex). Headers are declared as tables of (format, field) and
 packed in one go. `ip(src, dst, proto, payload, ident)` picks IPv4 or IPv6 by the address length;
 `tcp`/`udp` take 4- or 16-byte addresses: below 64 KiB the IPv6 pseudo header (length as 32 bits,
 next header last) has the same 16-bit sum as the IPv4 one (RFC 8200, 8.1)."""
@@ -11,7 +13,7 @@ import socket
 import struct
 import sys
 from array import array
-from typing import BinaryIO
+from typing import BinaryIO, Iterator, Sequence
 
 ETH_HDR = struct.Struct("!6s6sH")                 # dst, src, ethertype
 IP4_HDR = struct.Struct("!BBHHHBBH4s4s")          # ver/ihl, tos, total len, id, frag, ttl, proto, csum, src, dst
@@ -94,11 +96,64 @@ def icmpv6(src: bytes, dst: bytes, itype: int, code: int, ident: int, seq: int, 
     return hdr[:2] + struct.pack("!H", c) + hdr[4:] + payload
 
 
-def ether(ip_packet: bytes, from_client: bool) -> bytes:
+def ether(ip_packet: bytes, from_client: bool, macs: tuple[bytes, bytes] = (MAC_CLIENT, MAC_SERVER)) -> bytes:
+    """`ip_packet` in an Ethernet frame between `macs` (the client's, the server's)."""
     etype = ETH_IPV6 if ip_packet[0] >> 4 == 6 else ETH_IPV4
+    client, server = macs
     if from_client:
-        return ETH_HDR.pack(MAC_SERVER, MAC_CLIENT, etype) + ip_packet
-    return ETH_HDR.pack(MAC_CLIENT, MAC_SERVER, etype) + ip_packet
+        return ETH_HDR.pack(server, client, etype) + ip_packet
+    return ETH_HDR.pack(client, server, etype) + ip_packet
+
+
+def mac(text: str) -> bytes:
+    """`02:00:00:00:00:01` -> its 6 bytes."""
+    return bytes.fromhex(text.replace(":", "").replace("-", ""))
+
+
+def tcp_session(client: bytes, server: bytes, cport: int, sport: int,
+                messages: Sequence[tuple[bool, bytes]], *, mss: int = 1400, seed: int = 0,
+                handshake: bool = True, flags: int | None = None, window: int = 65535,
+                macs: tuple[bytes, bytes] = (MAC_CLIENT, MAC_SERVER)) -> Iterator[tuple[bool, bytes]]:
+    """The frames of one TCP session, in order, as (from the client, Ethernet frame): SYN,
+    SYN-ACK, ACK; each message `(from_client, data)` cut into segments of at most `mss` bytes
+    (PSH|ACK), each answered by an ACK from the other side (an empty message: one empty
+    segment); FIN|ACK from the client, FIN|ACK from the server, the client's last ACK.
+
+    `client`/`server`: 4- or 16-byte addresses (IPv4 or IPv6). The initial sequence numbers
+    and the IPv4 ids come from `seed` (the same seed, the same bytes). Without `handshake`
+    each message is one segment with `flags` (default PSH|ACK) and no close: a packet with
+    flags, no conversation. Nothing is timed: the caller stamps the frames."""
+    cseq = (seed * 2654435761) & 0xFFFFFFFF
+    sseq = (cseq ^ 0x5A5A5A5A) & 0xFFFFFFFF
+    ident = seed & 0xFFFF
+
+    def seg(from_client: bool, fl: int, data: bytes = b"") -> tuple[bool, bytes]:
+        nonlocal cseq, sseq, ident
+        ident += 1
+        if from_client:
+            t = tcp(client, server, cport, sport, cseq, sseq if fl & ACK else 0, fl, data, window)
+            frame = ether(ip(client, server, 6, t, ident), True, macs)
+            cseq += len(data) + (1 if fl & (SYN | FIN) else 0)
+        else:
+            t = tcp(server, client, sport, cport, sseq, cseq if fl & ACK else 0, fl, data, window)
+            frame = ether(ip(server, client, 6, t, ident), False, macs)
+            sseq += len(data) + (1 if fl & (SYN | FIN) else 0)
+        return from_client, frame
+
+    if not handshake:
+        for from_client, data in messages:
+            yield seg(from_client, flags if flags is not None else ACK | PSH, data)
+        return
+    yield seg(True, SYN)
+    yield seg(False, SYN | ACK)
+    yield seg(True, ACK)
+    for from_client, data in messages:
+        for i in range(0, max(len(data), 1), mss):
+            yield seg(from_client, ACK | PSH, data[i:i + mss])
+            yield seg(not from_client, ACK)
+    yield seg(True, FIN | ACK)
+    yield seg(False, FIN | ACK)
+    yield seg(True, ACK)
 
 
 def addr(text: str) -> bytes:
@@ -117,18 +172,19 @@ def short_address(text: str | None) -> str:
 
 
 class PcapWriter:
-    """Microsecond pcap, Ethernet link type."""
+    """Microsecond pcap (nanosecond with `nanosecond`), Ethernet link type."""
 
-    def __init__(self, f: BinaryIO, snaplen: int = 262144) -> None:
+    def __init__(self, f: BinaryIO, snaplen: int = 262144, nanosecond: bool = False) -> None:
         self.f = f
         self.packets = 0
         self.bytes = 0
-        f.write(PCAP_GLOBAL.pack(0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1))
+        self.unit = 1 if nanosecond else 1000
+        f.write(PCAP_GLOBAL.pack(0xA1B23C4D if nanosecond else 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1))
 
     def write(self, ts_ns: int, frame: bytes) -> None:
         sec, rem = divmod(ts_ns, 1_000_000_000)
         n = len(frame)
-        self.f.write(PCAP_REC.pack(sec, rem // 1000, n, n))
+        self.f.write(PCAP_REC.pack(sec, rem // self.unit, n, n))
         self.f.write(frame)
         self.packets += 1
         self.bytes += n
