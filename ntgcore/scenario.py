@@ -447,6 +447,13 @@ class GeneratorSpec(_Model):
         (`Generator.give_attack_sessions`) instead of replaying the attack pcap."""
         return False
 
+    def offline_expected(self, scenario: "Scenario") -> dict | None:
+        """What this generator, so configured, writes offline for `scenario` when that is not
+        the flows as ntgcore.compile.expected counts them: that function's keys (packets, bytes,
+        flows, first_ns, last_ns) and `what`, one line for `testbed validate`; the run's
+        manifest `expected` then. A GeneratorError: what it refuses. None: the scenario's counts."""
+        return None
+
 
 def generator_spec(data: dict | GeneratorSpec) -> GeneratorSpec:
     """`data` as the options model of the generator it names (a registered plugin's)."""
@@ -687,6 +694,10 @@ class Scenario(_Model):
         "flowengine", description="Which generator produces the flows (offline: flowengine, or trex "
         "expanded by generators/trex/expand.py)."
     )
+    generator_options: dict[str, Any] | None = Field(
+        None, description="Options of `generator` for an offline run, as in a `testbed.generators` "
+        "entry (e.g. trex: {mode: astf, response_bytes: 112}); live, the default generator's too."
+    )
     ethernet: Ethernet = Ethernet()
     flowengine: FlowEngineOptions = FlowEngineOptions()
     flows: list[Flow] = Field(min_length=1)
@@ -704,12 +715,24 @@ class Scenario(_Model):
     def _offline_generator(self) -> "Scenario":
         if self.testbed is None and not GENERATORS.get(self.generator).capabilities.offline:
             raise ValueError(f"generator `{self.generator}` sends live: add a `testbed:` section")
+        if self.generator_options is not None:
+            if "name" in self.generator_options:
+                raise ValueError("generator_options: `name` is `generator`'s")
+            try:
+                self.offline_generator()  # its model's checks
+            except ValidationError as exc:
+                raise ValueError("generator_options: " + "; ".join(
+                    f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())) from None
         return self
+
+    def offline_generator(self) -> GeneratorSpec:
+        """`generator` with its `generator_options`: what an offline run runs."""
+        return generator_spec({"name": self.generator, **(self.generator_options or {})})
 
     def live_generators(self) -> list[GeneratorSpec]:
         if self.testbed is None:
             return []
-        return list(self.testbed.generators) or [generator_spec({"name": self.generator})]
+        return list(self.testbed.generators) or [self.offline_generator()]
 
 
 # --------------------------------------------------------------------------------------------

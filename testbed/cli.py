@@ -59,6 +59,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
             if code != EXIT_OK:
                 status = code
                 continue
+        else:  # what the offline generator writes, when it is not the flows as counted below
+            try:
+                live_line = (loaded.scenario.offline_generator().offline_expected(loaded.scenario) or {}).get("what")
+            except NtgError as exc:
+                _err(f"{file}: {exc}")
+                status = EXIT_BAD_INPUT
+                continue
         e = expected(loaded.scenario)
         peak = peak_concurrent_flows(loaded.scenario)
         size = f"{e.bytes:,} bytes" if e.bytes is not None else "random sizes"

@@ -252,7 +252,7 @@ class Run:
             "host": host_info(),
             "git": git_info(),
             "tools": tool_versions(),
-            "expected": expected(scenario).as_dict(),
+            "expected": self._expected(scenario),
             "commands": [],
             "generators": {},
             "files": {},
@@ -305,6 +305,19 @@ class Run:
             self.manifest["cleanup"] = cleaned
             print("\n".join(["cleaning up after runs that died:", *cleaned]), file=sys.stderr, flush=True)
 
+    @staticmethod
+    def _expected(scenario: Scenario) -> dict:
+        """The scenario's counts; offline, the generator's own when it writes something else
+        (GeneratorSpec.offline_expected; its refusals come at `prepare`)."""
+        if scenario.testbed is None:
+            try:
+                own = scenario.offline_generator().offline_expected(scenario)
+            except NtgError:
+                own = None
+            if own is not None:
+                return {k: v for k, v in own.items() if k != "what"}
+        return expected(scenario).as_dict()
+
     # -- offline: one step, no site -----------------------------------------------------------
 
     def _execute_offline(self, show_progress: bool) -> str:
@@ -324,7 +337,7 @@ class Run:
             mark.remove()  # the manifest is final now
 
     def _run_offline(self, show_progress: bool) -> str:
-        step = Step("run", self.scenario, [generator_spec({"name": self.scenario.generator})])
+        step = Step("run", self.scenario, [self.scenario.offline_generator()])
         bar = VirtualTimeBar(show_progress)
 
         def started(records) -> None:

@@ -34,6 +34,7 @@ from ntgcore.errors import GeneratorError
 from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin, Progress
 from ntgcore.proc import Process
 from ntgcore.scenario import GeneratorSpec
+from .astf_offline import AstfOfflineExpansion, expected_capture
 from .astf_profile import AstfProfile, build_astf_profile, python_code
 from .offline import OfflineExpansion
 from .stl_profile import (MAX_LATENCY_PPS, RATE_UNITS, Profile, build_profile, check_latency_pps,
@@ -131,7 +132,7 @@ class Trex(Generator):
         self._records = []
         self._on_progress: Callable[[Progress], None] | None = None
         self._log = None
-        self._offline: OfflineExpansion | None = None
+        self._offline: OfflineExpansion | AstfOfflineExpansion | None = None
 
     def version(self) -> str:
         return client_version()
@@ -152,11 +153,10 @@ class Trex(Generator):
         if importlib.util.find_spec("lbr_trex_client") is None:
             raise GeneratorError(f"trex: the TRex client is not installed; {INSTALL_HINT}")
         if endpoint is None:  # offline: our own expansion of the profile writes capture.pcap
-            if self.mode == "astf":
-                raise GeneratorError(
-                    "trex: mode astf runs live only (TRex plays both ends of its TCP sessions); "
-                    "give the scenario a `testbed:` section with the astf topology, or use the "
-                    "stateless mode for an offline capture")
+            if self.mode == "astf":  # its TCP connections as TRex would play them (astf_offline.py)
+                self.write_astf_profile(scenario, run_dir)
+                self._offline = AstfOfflineExpansion(self.astf, Path(run_dir), seed, self._mac)
+                return
             self.write_profile(scenario, run_dir, seed)
             self._offline = OfflineExpansion(self.profile, Path(run_dir))
             return
@@ -633,6 +633,12 @@ class TrexSpec(GeneratorSpec):
 
     def plays_attacks(self) -> bool:
         return self.mode == "astf"  # the `attacks:` TCP sessions on TRex's own TCP stack
+
+    def offline_expected(self, scenario) -> dict | None:
+        """Mode astf offline writes the profile's TCP connections (refusals: GeneratorError)."""
+        if self.mode != "astf":
+            return None
+        return expected_capture(build_astf_profile(scenario, response_bytes=self.response_bytes or 0))
 
 
 PLUGIN = GeneratorPlugin(
