@@ -1,5 +1,7 @@
 """Adapter for Cisco TRex (`generator: trex`), stateless (STL) and, with `mode: astf`, advanced
 stateful (TCP sessions on TRex's own stack, astf_profile.py); the mappings: README.md here.
+Offline (no endpoint) no server runs: STL profiles are expanded by offline.py/expand.py, ASTF
+profiles' connections written by astf_offline.py, into capture.pcap.
 
 The TRex client (`lbr-trex-client`) bundles its own old Scapy, which must be the first Scapy of
 its process, so this process never imports it. `prepare` maps the scenario to a profile as plain
