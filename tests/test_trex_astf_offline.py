@@ -5,43 +5,35 @@ checked; and live, the same profile's offline capture against what the real TRex
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
 import sys
-import time
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from ntgcore.errors import GeneratorError
-from ntgcore.registry import GENERATORS
 from ntgcore.scenario import ScenarioError, load_scenario, parse_scenario
-from generators.trex import PLUGIN, Trex
-from generators.trex.astf_offline import CLIENT_PORT_FIRST, MSS
+from generators.trex import Trex
+from generators.trex.astf_offline import CLIENT_PORT_FIRST, MSS, astf_frames
+from generators.trex.astf_profile import MAX_CONNECTIONS, build_astf_profile
 
 from conftest import skip_or_fail
-from test_trex_astf import Tcpdump, astf_ns  # noqa: F401 (the fixture)
+from test_trex_astf import Tcpdump, astf_ns, needs_client, registered  # noqa: F401 (the fixtures)
 
 TSHARK = shutil.which("tshark")
 HEAD = "version: 1\nname: astf-offline\nseed: 5\ngenerator: trex\ngenerator_options: {mode: astf%s}\nflows:\n"
-# web: 3 payloads of 700 bytes as one 2100-byte request (two segments), a 3000-byte answer (three);
-# ssh: one 10-byte request, four server addresses in turn, no answer
+# web: 3 payloads of 700 bytes as one 2100-byte request (two segments) to one server, 40 connections
+# from six client addresses; ssh: one 10-byte request, 9 connections over six server addresses (.1-.6);
+# both answered with `response_bytes` (3000: three segments) when the options give it
 FLOWS = ("  - {name: web, protocol: tcp, src: 198.18.0.0/29, dst: 198.19.0.1, dst_port: 80, rate: 1000,"
          " packets: 3, payload: {text: 'GET / HTTP/1.1', size: 700}, repeat: {count: 40, period: 2ms}}\n"
          "  - {name: ssh, protocol: tcp, src: 198.18.1.1, dst: 198.19.0.0/29, dst_port: 22, rate: 1000,"
          " packets: 1, payload: {size: 10}, repeat: {count: 9, period: 7ms}}\n")
-needs_client = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import importlib.util as u; "
-                    "raise SystemExit(u.find_spec('lbr_trex_client') is None)"]).returncode != 0,
-    reason="lbr-trex-client is not installed")  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def registered():
-    if "trex" not in GENERATORS:
-        GENERATORS.register("trex", PLUGIN)
 
 
 def offline(tmp_path: Path, text: str) -> tuple[Trex, Path]:
@@ -119,6 +111,27 @@ def test_offline_capture_is_deterministic_and_seeded(tmp_path):
     # no answer: only the request each way (2100 bytes in two segments), the server's ACKs
     conns = connections(a)
     assert {(c["req"], c["resp"]) for c in conns.values()} == {(2100, 0), (10, 0)}
+
+
+def test_the_expansion_streams_holding_only_the_open_connections():
+    """MAX_CONNECTIONS connections, 2 µs apart (about 80 open at once): the first 100,000 frames
+    come with under 1 MB allocated, not the connections' state."""
+    s = parse_scenario(HEAD % "" + f"  - {{protocol: tcp, src: 198.18.0.0/16, dst: 198.19.0.1, dst_port: 80,"
+                       f" rate: 1000, packets: 1, repeat: {{count: {MAX_CONNECTIONS}, period: 2us}}}}\n")
+    p = build_astf_profile(s, response_bytes=100)
+    assert p.connections == MAX_CONNECTIONS
+    tracemalloc.start()
+    try:
+        last = None
+        for t, frame in itertools.islice(astf_frames(p, 1, (bytes(6), bytes(6))), 100_000):
+            assert last is None or t >= last
+            last = t
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # no request (no payload), a 100-byte answer: 8 frames a connection, 12,500 connections opened
+    assert last is not None and 12_000 < last / 2000 < 13_000
+    assert peak < 1_000_000, peak
 
 
 def test_testbed_run_and_validate_of_an_offline_astf_scenario(tmp_path, run_scenario):
