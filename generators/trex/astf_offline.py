@@ -6,10 +6,10 @@ Per template (astf_profile.TemplateSpec): `limit` connections, the k-th opened a
 (TRex opens them at random times, `cps` a second on average: ours is that mean schedule,
 deterministic); client and server addresses taken in turn over their ranges (TRex's `seq`
 distribution); the client port CLIENT_PORT_FIRST + (how many connections that client address
-opened before) over TRex's range; each connection a full session: handshake, the template's
-messages in order cut into MSS-sized segments, each ACKed, FIN both ways. Within a session the
-segments follow each other SEGMENT_GAP_NS apart; sessions overlap in time and their packets are
-merged in time order. Streaming: a heap holds the sessions open at the current time and one next
+opened before), wrapping after 65535 (TRex's stack picks its own: 10942-63162 seen for 49
+connections); each connection a full session: handshake, the template's messages in order cut
+into MSS-sized segments, each ACKed, FIN both ways. Within a session the segments follow each
+other SEGMENT_GAP_NS apart; sessions overlap in time and their packets are merged in time order. Streaming: a heap holds the sessions open at the current time and one next
 start per template, never all connections (a template may have MAX_CONNECTIONS)."""
 
 from __future__ import annotations
