@@ -535,6 +535,138 @@ class LoadStepsSpec(_Model):
     duration: Duration = Field(2_000_000_000, description="How long each load step lasts.")
 
 
+FAULT_KINDS = ("kill", "stop", "link-down", "netem", "power-off")
+_PROCESS_LABEL = re.compile(r"^[A-Za-z0-9_.:*?-]{1,64}$")
+
+
+class FaultSpec(_Model):
+    """A fault the step injects on a schedule (testbed/parts/fault.py, docs/failover.md): the time
+    counts from the start of the step's generators, like a generator's `start`."""
+
+    kind: Literal["kill", "stop", "link-down", "netem", "power-off"] = Field(
+        description="`kill`: SIGKILL a process of the run; `stop`: SIGSTOP it (SIGCONT when undone); "
+        "`link-down`: `ip link set down` on an interface of the run (up when undone); `netem`: loss "
+        "and/or delay on an interface (removed when undone); `power-off`: a VM's power (VM back end).")
+    process: str | None = Field(None, description="kill, stop: the label of a process of the run, "
+                                "as the step's parts name them (`vrrp:master`); * and ? match.")
+    at: Place | None = Field(None, description="link-down, netem, power-off: `ROLE:IFACE` of the topology.")
+    start: Duration = Field(description="When, after the step's generators start: 2s, 500ms.")
+    duration: Duration | None = Field(None, description="How long until it is undone (stop, link-down, "
+                                      "netem, power-off); default: at the end of the step. Not for kill.")
+    repeat: Repeat | None = Field(None, description="`{count, period}`: the fault again every period.")
+    loss: float | None = Field(None, ge=0, le=100, description="netem: packets lost, in percent.")
+    delay: Duration | None = Field(None, description="netem: added delay.")
+    jitter: Duration | None = Field(None, description="netem: delay variation (needs delay).")
+
+    @field_validator("process")
+    @classmethod
+    def _label(cls, v: str | None) -> str | None:
+        if v is not None and not _PROCESS_LABEL.match(v):
+            raise ValueError("a process label is 1-64 of A-Z a-z 0-9 _ . : - (and * ? to match)")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "FaultSpec":
+        k = self.kind
+        if k in ("kill", "stop") and (self.process is None or self.at is not None):
+            raise ValueError(f"`{k}` needs `process` (the label of a process of the run) and no `at`")
+        if k in ("link-down", "netem", "power-off") and (self.at is None or self.process is not None):
+            raise ValueError(f"`{k}` needs `at` (ROLE:IFACE of the topology) and no `process`")
+        if k == "kill" and self.duration is not None:
+            raise ValueError("a killed process cannot be brought back: remove `duration`")
+        netem = (self.loss, self.delay, self.jitter)
+        if k == "netem" and self.loss is None and self.delay is None:
+            raise ValueError("`netem` needs `loss` (percent) or `delay`, or both")
+        if k != "netem" and any(x is not None for x in netem):
+            raise ValueError("`loss`, `delay` and `jitter` belong to kind `netem`")
+        if self.jitter is not None and self.delay is None:
+            raise ValueError("`jitter` needs `delay`")
+        if self.repeat is not None and self.repeat.count > 1:
+            if self.duration is None and k != "kill":
+                raise ValueError("a repeated fault needs `duration`: each one is undone before the next")
+            if self.duration is not None and self.duration >= self.repeat.period:
+                raise ValueError(f"`duration` ({self.duration / 1e9:g} s) must be shorter than "
+                                 f"`repeat.period` ({self.repeat.period / 1e9:g} s)")
+        return self
+
+    def times_ns(self) -> list[int]:
+        """When each repetition is applied, from the step's start."""
+        reps = self.repeat.count if self.repeat else 1
+        period = self.repeat.period if self.repeat else 0
+        return [self.start + i * period for i in range(reps)]
+
+    @property
+    def target(self) -> str:
+        return self.process or self.at or ""
+
+
+class FailoverSpec(_Model):
+    """Method `failover` (seed 002's CARP test, with VRRP): two DUTs running keepalived share a
+    virtual address on a bridged segment; a probe stream goes to it while a fault hits the master."""
+
+    master: Place = Field("master:m0", description="The master DUT's interface on the shared segment.")
+    backup: Place = Field("backup:b0", description="The backup DUT's interface on the shared segment.")
+    lan: str = Field("lan", pattern=r"^[a-z0-9][a-z0-9-]{0,15}$",
+                     description="Role of the namespace whose interfaces are bridged into the segment.")
+    vip: str = Field("198.18.1.1/24", description="The virtual address with prefix (198.18.0.0/15).")
+    vrid: int = Field(51, ge=1, le=255, description="VRRP virtual router id.")
+    version: Literal[2, 3] | None = Field(None, description="VRRP version; default 2, or 3 when an "
+                                          "advertisement interval is below 1 s or not whole seconds.")
+    advert_int: list[Duration] = Field([1_000_000_000], min_length=1, max_length=8,
+                                       description="Advertisement interval(s) (keepalived's default "
+                                       "1s); several: each one's trials in turn.")
+    master_priority: int = Field(200, ge=1, le=254, description="VRRP priority of the master.")
+    backup_priority: int = Field(100, ge=1, le=254, description="VRRP priority of the backup.")
+    fault: list[Literal["kill", "stop", "link-down"]] = Field(
+        ["link-down"], min_length=1, max_length=3,
+        description="`link-down`: the master's interface on the segment down (the device gone, as "
+        "when powered off); `kill`: SIGKILL the master's keepalived; `stop`: SIGSTOP it. Several: "
+        "each one's trials in turn.")
+    fault_at: Duration = Field(2_000_000_000, description="When the fault hits, after the probes start.")
+    trials: int = Field(3, ge=1, le=100, description="Repetitions per advertisement interval.")
+    udp_port: int = Field(7777, ge=1, le=65535, description="Port the DUTs' UDP echo listens on.")
+    ready_timeout: Duration = Field(15_000_000_000, description="How long keepalived may take to "
+                                    "reach MASTER (master) and BACKUP (backup) before the step fails.")
+
+    @field_validator("advert_int", "fault", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return v if isinstance(v, list) else [v]
+
+    @field_validator("vip")
+    @classmethod
+    def _vip(cls, v: str) -> str:
+        try:
+            iface = ipaddress.ip_interface(v.strip())
+        except ValueError:
+            raise ValueError("expected an IPv4 address with prefix, like 198.18.1.1/24") from None
+        if iface.version != 4 or "/" not in v or _outside(iface.network):
+            raise ValueError("the virtual address is IPv4 with a prefix inside 198.18.0.0/15")
+        return str(iface)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "FailoverSpec":
+        for a in self.advert_int:
+            if a < 10_000_000 or a > 40_950_000_000 or a % 10_000_000:
+                raise ValueError(f"advert_int {a / 1e9:g} s: VRRP counts 10 ms steps from 10 ms to 40.95 s")
+            if self.version == 2 and a % 1_000_000_000:
+                raise ValueError(f"advert_int {a / 1e9:g} s: VRRPv2 counts whole seconds; use `version: 3`")
+        for name in ("advert_int", "fault"):
+            if len(set(getattr(self, name))) != len(getattr(self, name)):
+                raise ValueError(f"`{name}` lists a value twice")
+        if self.master_priority <= self.backup_priority:
+            raise ValueError("`master_priority` must be higher than `backup_priority`")
+        if self.master.split(":")[0] == self.backup.split(":")[0]:
+            raise ValueError("`master` and `backup` must be different namespaces")
+        return self
+
+    @property
+    def vrrp_version(self) -> int:
+        if self.version is not None:
+            return self.version
+        return 2 if all(a % 1_000_000_000 == 0 for a in self.advert_int) else 3
+
+
 class TestbedSpec(_Model):
     """Live run: topology, generators, capture point, device under test, monitor, method."""
 
@@ -542,9 +674,10 @@ class TestbedSpec(_Model):
         "default", description="A packaged topology name, a YAML file (relative to the scenario) "
         "or the topology itself as a mapping."
     )
-    method: Literal["run", "comparison", "loss-sweep"] = Field(
+    method: Literal["run", "comparison", "loss-sweep", "failover"] = Field(
         "run", description="`run`: the generators send the scenario together; `comparison`: "
-        "seed 001, each generator in turn; `loss-sweep`: seed 002 against the DUT."
+        "seed 001, each generator in turn; `loss-sweep`: seed 002 against the DUT; `failover`: "
+        "seed 002's redundancy test (a VRRP pair, a fault on the master, the outage measured)."
     )
     duration: Duration | None = Field(None, description="How long topspeed generators send.")
     generators: list["AnyGeneratorSpec"] = Field([], max_length=MAX_ITEMS, description="Default: the scenario's `generator`.")
@@ -553,9 +686,15 @@ class TestbedSpec(_Model):
     monitor: MonitorSpec = MonitorSpec()
     sweep: SweepSpec | None = None
     load_steps: LoadStepsSpec | None = None
+    faults: list[FaultSpec] = Field([], max_length=100, description="Faults injected in every step "
+                                    "on a schedule (docs/failover.md).")
+    failover: FailoverSpec | None = Field(None, description="Method `failover`: the VRRP pair and the fault.")
 
     @model_validator(mode="after")
     def _consistent(self) -> "TestbedSpec":
+        if (self.method == "failover") != (self.failover is not None):
+            raise ValueError("method `failover` needs a `failover` section, and `failover` belongs "
+                             "to method `failover`")
         if self.method == "loss-sweep":
             if self.sweep is None:
                 raise ValueError("method `loss-sweep` needs a `sweep` section")

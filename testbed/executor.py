@@ -29,6 +29,8 @@ from ntgcore.scenario import CaptureSpec, TestbedSpec
 
 from .methods import Step
 from .parts import DUT_KINDS, CapturePart, Dut, GeneratorPart, MonitorPart, Part
+from .parts.fault import FaultPart
+from .parts.vrrp import VrrpPair
 
 STOP_DRAIN_S = 0.5  # frames still in flight when the generators stop reach the capture
 
@@ -175,10 +177,16 @@ class StepExecutor:
                     dut: Dut = DUT_KINDS[tb.dut.kind](tb.dut, site.endpoint(tb.dut.at), self.dir,
                                                       ctx.scenario_dir)  # fmt: skip
                     self._start(stack, dut, lambda s: self.entry.__setitem__("dut", s))
+                if site is not None and tb.failover is not None:  # method failover's VRRP pair
+                    pair = VrrpPair(tb.failover, site, self.dir)
+                    self._start(stack, pair, lambda s: self.entry.__setitem__("vrrp", s))
                 if site is not None:
                     monitor = MonitorPart(self.dir / "samples.csv", tb.monitor.hz, self._pids)
                     self._start(stack, monitor, lambda s: self.entry.__setitem__("monitor", s))
                 self._prepare_generators(stack)
+                if site is not None and tb.faults:  # last on, first off: undone before the rest stops
+                    faults = FaultPart(tb.faults, site, self._pids)
+                    self._start(stack, faults, lambda s: self.entry.__setitem__("faults", s))
                 self._wait()
         except NtgError as exc:
             self.status, self.error = "failed", str(exc)
@@ -197,7 +205,7 @@ class StepExecutor:
             stats = quietly(g.gen.port_stats) if GENERATORS.get(g.spec.name).capabilities.port_stats else None
             if stats:
                 self.entry["generators"][g.spec.title]["port_stats"] = stats
-        if site is not None:
+        if site is not None and tb.failover is None:  # failover: request/reply, its analysis counts
             self.entry["loss"] = loss_accounting(self.entry, tb)
         if self.status == "failed" and ctx.interrupts.received is not None:
             self.status = "interrupted"  # the failure came from stopping on the user's request

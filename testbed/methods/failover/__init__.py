@@ -1,0 +1,47 @@
+"""Method `failover` (seed 002 IV, "performance with power failover"): a redundant DUT pair
+sharing a virtual address (VRRP, keepalived), a numbered probe stream to that address, and a
+fault on the master at `failover.fault_at`; `trials` steps per advertisement interval. The pair
+is the executor's VrrpPair part (testbed.failover), the fault its FaultPart (testbed.faults),
+the probes generator `probe`; analysis.py reads the outage from the client's capture."""
+
+from __future__ import annotations
+
+from ntgcore.scenario import FailoverSpec, FaultSpec, Scenario
+
+from . import analysis
+from .. import NS, Method, Step, with_changes
+
+MASTER_PROCESS = "vrrp:master"
+
+
+def fault_for(fo: FailoverSpec, kind: str) -> FaultSpec:
+    """The fault of one trial: on the master's link to the segment, or on its keepalived."""
+    if kind == "link-down":
+        return FaultSpec(kind="link-down", at=fo.master, start=f"{fo.fault_at}ns")
+    return FaultSpec(kind=kind, process=MASTER_PROCESS, start=f"{fo.fault_at}ns")
+
+
+def interval_name(ns: int) -> str:
+    return f"{ns // NS}s" if ns % NS == 0 else f"{ns // 1_000_000}ms"
+
+
+def plan(scenario: Scenario) -> list[Step]:
+    tb = scenario.testbed
+    assert tb is not None and tb.failover is not None
+    fo = tb.failover
+    gens = scenario.live_generators()
+    steps = []
+    for adv in fo.advert_int:
+        for kind in fo.fault:
+            one = fo.model_copy(update={"advert_int": [adv], "fault": [kind], "version": fo.vrrp_version})
+            fault = fault_for(one, kind)
+            for k in range(1, fo.trials + 1):
+                steps.append(Step(f"adv{interval_name(adv)}-{kind}-{k}",
+                                  with_changes(scenario, failover=one, faults=[*tb.faults, fault]), gens,
+                                  "failover", {"advert_int_s": adv / NS, "vrrp_version": one.vrrp_version,
+                                               "trial": k, "fault": kind, "fault_at_s": fo.fault_at / NS}))
+    return steps
+
+
+METHOD = Method("failover", plan, analysis,
+                summary="seed 002: a VRRP pair, a fault on the master, the outage in the probe stream")
