@@ -13,7 +13,7 @@ mode=${1:-quickstart}
 # Debian packages: to build and run every shipped scenario (the generators' and parts' tools, see
 # testbed.runner.required_tools), and (test) the real tools the tests check our output with.
 APT_RUN=(python3 python3-venv python3-dev build-essential cmake git
-         tcpdump iproute2 ethtool tcpreplay ostinato wireshark-common)
+         tcpdump iproute2 ethtool tcpreplay ostinato wireshark-common keepalived)
 APT_TEST=(tshark)
 APT_BENCH=(netsniff-ng tcpreplay)
 # Suricata 7 comes from bookworm-backports of the Debian archive this machine already uses.

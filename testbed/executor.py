@@ -205,8 +205,11 @@ class StepExecutor:
             stats = quietly(g.gen.port_stats) if GENERATORS.get(g.spec.name).capabilities.port_stats else None
             if stats:
                 self.entry["generators"][g.spec.title]["port_stats"] = stats
-        if site is not None and tb.failover is None:  # failover: request/reply, its analysis counts
+        if site is not None:
             self.entry["loss"] = loss_accounting(self.entry, tb)
+            if tb.failover is not None:  # request and reply: no one-way wire count; the method counts
+                self.entry["loss"].update(wire=None, loss_rate=None)
+                self.entry["loss"].pop("lost_on_wire", None)
         if self.status == "failed" and ctx.interrupts.received is not None:
             self.status = "interrupted"  # the failure came from stopping on the user's request
         self.entry["status"] = self.status
