@@ -600,6 +600,14 @@ class FaultSpec(_Model):
         return self.process or self.at or ""
 
 
+def _one_or_many_schema(item: dict) -> WithJsonSchema:
+    """The JSON schema of a list field that also takes one value (`advert_int: 1s`)."""
+    return WithJsonSchema({"anyOf": [item, {"type": "array", "items": item, "minItems": 1}]})
+
+
+FaultKind = Literal["kill", "stop", "link-down"]
+
+
 class FailoverSpec(_Model):
     """Method `failover` (seed 002's CARP test, with VRRP): two DUTs running keepalived share a
     virtual address on a bridged segment; a probe stream goes to it while a fault hits the master."""
@@ -612,12 +620,15 @@ class FailoverSpec(_Model):
     vrid: int = Field(51, ge=1, le=255, description="VRRP virtual router id.")
     version: Literal[2, 3] | None = Field(None, description="VRRP version; default 2, or 3 when an "
                                           "advertisement interval is below 1 s or not whole seconds.")
-    advert_int: list[Duration] = Field([1_000_000_000], min_length=1, max_length=8,
+    advert_int: Annotated[list[Duration], _one_or_many_schema(
+        {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}]})] = Field(
+                                       [1_000_000_000], min_length=1, max_length=8,
                                        description="Advertisement interval(s) (keepalived's default "
                                        "1s); several: each one's trials in turn.")
     master_priority: int = Field(200, ge=1, le=254, description="VRRP priority of the master.")
     backup_priority: int = Field(100, ge=1, le=254, description="VRRP priority of the backup.")
-    fault: list[Literal["kill", "stop", "link-down"]] = Field(
+    fault: Annotated[list[FaultKind], _one_or_many_schema(
+        {"type": "string", "enum": ["kill", "stop", "link-down"]})] = Field(
         ["link-down"], min_length=1, max_length=3,
         description="`link-down`: the master's interface on the segment down (the device gone, as "
         "when powered off); `kill`: SIGKILL the master's keepalived; `stop`: SIGSTOP it. Several: "

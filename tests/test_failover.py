@@ -36,6 +36,8 @@ def scenario_text(failover_section: str, duration: str = "1500ms") -> str:
           - {{name: ping, protocol: icmp, src: 198.18.1.10, dst: 198.18.1.1, rate: 1000, duration: {duration}}}
           - {{name: udp, protocol: udp, src: 198.18.1.10, dst: 198.18.1.1, dst_port: 7777, rate: 1000,
               duration: {duration}}}
+          - {{name: tcp, protocol: tcp, src: 198.18.1.10, dst: 198.18.1.1, dst_port: 7777, rate: 100,
+              duration: {duration}, payload: {{size: 16}}}}
         testbed:
           topology: failover
           method: failover
@@ -65,11 +67,11 @@ def test_the_plan_is_one_step_per_interval_fault_and_trial():
 
 
 @pytest.mark.parametrize("section, line, words", [
-    ("advert_int: 150ms\nversion: 2\n", 13, "VRRPv2 counts whole seconds"),   # the section's line
-    ("advert_int: 5ms\n", 13, "10 ms steps"),
-    ("master_priority: 50\n", 13, "higher than `backup_priority`"),
-    ("trials: 2\nvip: 10.0.0.1/24\n", 14, "198.18.0.0/15"),                 # the field's line
-    ("fault: power-off\n", 13, "fault"),
+    ("advert_int: 150ms\nversion: 2\n", 15, "VRRPv2 counts whole seconds"),   # the section's line
+    ("advert_int: 5ms\n", 15, "10 ms steps"),
+    ("master_priority: 50\n", 15, "higher than `backup_priority`"),
+    ("trials: 2\nvip: 10.0.0.1/24\n", 16, "198.18.0.0/15"),                 # the field's line
+    ("fault: power-off\n", 15, "fault"),
 ])
 def test_bad_failover_settings_are_refused_with_file_and_line(section, line, words):
     with pytest.raises(ScenarioError) as err:
@@ -133,6 +135,9 @@ def test_a_link_down_on_the_master_is_an_outage_the_backup_ends(live, run_scenar
         udp = rows[(f"adv100ms-link-down-{k}", "udp")]
         assert udp["master_answered_before"] and udp["backup_answered"], udp
         assert abs(udp["fault_to_first_backup_reply_s"] - udp["fault_to_recovery_s"]) < 0.01, udp
+        # the backup has no state of the TCP session: it resets it once the address is its own
+        tcp = rows[(f"adv100ms-link-down-{k}", "tcp")]
+        assert tcp["tcp_survived"] is False and tcp["tcp_reset_after_s"] >= udp["fault_to_recovery_s"] - 0.01, tcp
     # kill -9 of the master's keepalived: the backup takes over, yet the master's kernel still
     # holds the address and answers, so the probes hardly notice
     kill = rows[("adv100ms-kill-1", "udp")]

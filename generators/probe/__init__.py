@@ -1,5 +1,6 @@
 """Generator `probe`: a sequence-numbered probe stream through the kernel's IP stack (method
-`failover`, docs/failover.md): ICMP echo requests and UDP datagrams at each flow's rate.
+`failover`, docs/failover.md): ICMP echo requests and UDP datagrams at each flow's rate, and a
+TCP session that carries one numbered message per packet (does it survive a fail-over?).
 
 Unlike the other generators it does not write frames onto the interface: it sends from sockets
 at the endpoint, so the kernel resolves the destination's MAC address and follows a virtual
@@ -45,8 +46,8 @@ def probe_flows(scenario) -> list[dict]:
     out = []
     for i, f in enumerate(scenario.flows):
         where = f"flows[{i}]" + (f" ({f.name})" if f.name else "")
-        if f.protocol not in ("icmp", "udp") or f.ip_version != 4:
-            raise GeneratorError(f"probe: {where}: the probe sends IPv4 icmp or udp, not "
+        if f.protocol not in ("icmp", "udp", "tcp") or f.ip_version != 4:
+            raise GeneratorError(f"probe: {where}: the probe sends IPv4 icmp, udp or tcp, not "
                                  f"{f.protocol} over IPv{f.ip_version}")
         if not (f.src.is_single and f.dst.is_single) or f.repeat is not None:
             raise GeneratorError(f"probe: {where}: single addresses and no `repeat`, please")
@@ -96,7 +97,7 @@ PLUGIN = GeneratorPlugin(
     name="probe", options=ProbeSpec, adapter=Probe,
     capabilities=Capabilities(offline=False, live=True,
                               counters=("packets_attempted", "packets_sent", "packets_failed", "bytes_sent")),
-    summary="numbered ICMP echo and UDP probes through the kernel's stack (method failover)",
+    summary="numbered ICMP echo, UDP and TCP probes through the kernel's stack (method failover)",
 )
 
 __all__ = ["PLUGIN", "Probe", "ProbeSpec", "probe_flows"]

@@ -8,6 +8,9 @@ address from one device to another, as a host's would), each packet numbered:
     udp   datagrams from `ports` sockets bound to base_port, base_port+1, ...: packet n leaves
           from base_port + n mod ports, so a reply's destination port names its request; the
           payload as for icmp
+    tcp   one connection, made before the first packet is due, carrying the same payload as one
+          message per packet (a session in flight); the echo is read and dropped; the first
+          error (a reset once another device owns the address) ends it and is reported
 
 Replies are not read here: the capture on the client's interface is what counts. Writes the
 summary (sent, failed, bytes, per flow) at exit; SIGTERM/SIGINT end it early (status 143/130).
@@ -44,9 +47,23 @@ class Flow:
     def __init__(self, f: dict, plan: dict) -> None:
         self.f = f
         self.sent = self.failed = self.bytes = 0
+        self.tcp: dict = {}
         if f["protocol"] == "icmp":
             self.socks = [socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)]
             self.socks[0].bind((f["src"], 0))
+        elif f["protocol"] == "tcp":
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((f["src"], 0))
+            s.settimeout(2.0)
+            self.socks = [s]
+            self.tcp = {"connected": False, "ended": None, "echoed_bytes": 0}
+            try:
+                s.connect((f["dst"], f["dport"]))
+                s.setblocking(False)
+                self.tcp["connected"] = True
+                self.tcp["local_port"] = s.getsockname()[1]
+            except OSError as exc:
+                self.tcp["ended"] = f"could not connect: {exc.strerror or exc}"
         else:
             self.socks = []
             for k in range(plan["ports"]):
@@ -58,6 +75,9 @@ class Flow:
     def send(self, n: int) -> None:
         f = self.f
         data = payload(n, f["size"])
+        if f["protocol"] == "tcp":
+            self.send_tcp(data)
+            return
         try:
             if f["protocol"] == "icmp":
                 code = n & 0xFFFF
@@ -72,6 +92,31 @@ class Flow:
             self.bytes += nbytes + 20
         except OSError:
             self.failed += 1  # no neighbour answered (EHOSTUNREACH): counted, and on to the next
+
+    def send_tcp(self, data: bytes) -> None:
+        if self.tcp["ended"] is not None:
+            self.failed += 1
+            return
+        s = self.socks[0]
+        try:
+            while True:  # the echo so far
+                got = s.recv(65536)
+                if not got:
+                    raise ConnectionResetError(0, "closed by the peer")
+                self.tcp["echoed_bytes"] += len(got)
+        except BlockingIOError:
+            pass
+        except OSError as exc:
+            self.tcp["ended"], self.tcp["ended_realtime_ns"] = exc.strerror or str(exc), time.time_ns()
+            self.failed += 1
+            return
+        try:
+            s.sendall(data)
+            self.sent += 1
+            self.bytes += len(data) + 40
+        except OSError as exc:
+            self.tcp["ended"], self.tcp["ended_realtime_ns"] = exc.strerror or str(exc), time.time_ns()
+            self.failed += 1
 
 
 def main(path: str) -> int:
@@ -102,7 +147,7 @@ def main(path: str) -> int:
     summary = {"sent": sum(f.sent for f in flows), "failed": sum(f.failed for f in flows),
                "bytes": sum(f.bytes for f in flows),
                "flows": [{"name": f.f["name"], "protocol": f.f["protocol"], "sent": f.sent,
-                          "failed": f.failed} for f in flows]}
+                          "failed": f.failed, **({"tcp": f.tcp} if f.tcp else {})} for f in flows]}
     with open(plan["summary"], "w") as out:
         json.dump(summary, out, indent=1)
     return status["code"]

@@ -1,9 +1,9 @@
 """A redundant device under test: two namespaces running keepalived (VRRP) that share a virtual
-address on one bridged segment, each with a UDP echo (method `failover`, docs/failover.md).
+address on one bridged segment, each with a UDP and TCP echo (method `failover`, docs/failover.md).
 
 `start` bridges the interfaces of the `lan` namespace (a bridge inside it: it goes with the
 namespace), writes one keepalived configuration per DUT into `<step>/vrrp/`, starts keepalived
-(VRRP only, in the foreground, logging to its pipe) and the UDP echo in each DUT's namespace
+(VRRP only, in the foreground, logging to its pipe) and the echo (echo.py) in each DUT's namespace
 through ntgcore.proc.Process, and returns once the master says MASTER and the backup BACKUP, or
 fails the step. keepalived's state changes are read from its log, each stamped on arrival with
 CLOCK_REALTIME and CLOCK_MONOTONIC in ns (the clocks of the capture and of the fault part).
@@ -33,7 +33,7 @@ from ntgcore.scenario import FailoverSpec
 from . import Part
 
 BRIDGE = "ntgbr0"
-ECHO = Path(__file__).resolve().parent / "udp_echo.py"
+ECHO = Path(__file__).resolve().parent / "echo.py"
 _STATE = re.compile(r"\((\S+)\) Entering (MASTER|BACKUP|FAULT|STOP) STATE")
 ROLES = ("master", "backup")
 
@@ -174,7 +174,7 @@ class VrrpPair(Part):
         for i, role in enumerate(ROLES):
             ep = self.site.endpoint(self.places[role])
             self.macs[role] = self._run(ep, "cat", f"/sys/class/net/{ep.iface}/address").strip()
-            echo = Process(f"udp-echo-{role}", ep.argv(sys.executable, str(ECHO), "--bind", self.vip_ip,
+            echo = Process(f"echo-{role}", ep.argv(sys.executable, str(ECHO), "--bind", self.vip_ip,
                                                        "--port", str(port), "--reply-port", str(port + 1 + i),
                                                        "--name", role),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -182,7 +182,7 @@ class VrrpPair(Part):
             echo.start()
             line = echo.popen.stdout.readline().decode(errors="replace").strip()  # type: ignore[union-attr]
             if line != "ready":
-                raise VrrpError(f"the UDP echo of the {role} did not start: {line or echo.record.status}")
+                raise VrrpError(f"the echo of the {role} did not start: {line or echo.record.status}")
         t0 = time.monotonic()
         for role in ROLES:
             ep = self.site.endpoint(self.places[role])

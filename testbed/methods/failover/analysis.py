@@ -45,8 +45,35 @@ def _plan(step_dir: Path) -> list[dict]:
     return []
 
 
+def tcp_outcome(cap, flow: dict, fault_ns: int | None) -> dict[str, Any]:
+    """Whether the TCP session in flight survived the fault, from the capture: a reset from the
+    virtual address after the fault (the backup knows no such session) ends it; data echoed from
+    the address after the fault with no reset means it survived."""
+    client = int(ipaddress.ip_address(flow["src"]))
+    vip = int(ipaddress.ip_address(flow["dst"]))
+    tcp = cap.proto == 6
+    to_vip = tcp & (cap.src_lo == client) & (cap.dst_lo == vip) & (cap.dport == flow["dport"])
+    back = tcp & (cap.src_lo == vip) & (cap.dst_lo == client) & (cap.sport == flow["dport"])
+    rst = back & ((cap.tcp_flags & 0x04) != 0)
+    data = back & ~rst & (cap.wire_len >= 14 + 20 + 20 + flow["size"])  # a segment with an echo in it
+    out: dict[str, Any] = {"protocol": "tcp", "interval_ms": flow["period_ns"] / 1e6,
+                           "requests": int(to_vip.sum()), "replies": int(back.sum())}
+    if fault_ns is None or not to_vip.any():
+        return out
+    after = cap.ts_ns > fault_ns
+    resets = cap.ts_ns[rst & after]
+    out["tcp_reset_after_s"] = float(resets[0] - fault_ns) / 1e9 if len(resets) else None
+    echoed = cap.ts_ns[data & after]
+    out["tcp_echo_after_fault_s"] = float(echoed[-1] - fault_ns) / 1e9 if len(echoed) else None
+    out["tcp_survived"] = not len(resets) and bool(len(echoed)) and bool((data & after & (
+        cap.ts_ns >= cap.ts_ns[to_vip].max() - 200_000_000)).any())
+    return out
+
+
 def flow_outage(cap, flow: dict, vrrp: dict, fault_ns: int | None) -> dict[str, Any]:
     """The numbers of one probe flow of one trial (see the module's text)."""
+    if flow["protocol"] == "tcp":
+        return tcp_outcome(cap, flow, fault_ns)
     client = int(ipaddress.ip_address(flow["src"]))
     vip = int(ipaddress.ip_address(flow["dst"]))
     if flow["protocol"] == "icmp":  # echo request and reply have the probe's length; errors do not
@@ -141,7 +168,8 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     **{m: _spread([g.get(m) for g in group]) for m in
                        ("lost", "max_gap_s", "loss_outage_s", "fault_to_recovery_s",
                         "fault_to_first_backup_reply_s", "backup_master_after_s")},
-                    "backup_answered": all(g.get("backup_answered") for g in group) if key[2] == "udp" else None})
+                    "backup_answered": all(g.get("backup_answered") for g in group) if key[2] == "udp" else None,
+                    "tcp_survived": sum(bool(g.get("tcp_survived")) for g in group) if key[2] == "tcp" else None})
     return out
 
 
@@ -202,25 +230,42 @@ def _mean(s: dict, digits: int) -> str:
 def report(doc: dict[str, Any]) -> list:
     if not doc.get("failover"):
         return []
+    probes = [r for r in doc["failover"] if r.get("protocol") != "tcp"]
     rows = [[r["step"], r.get("protocol", "–"), fmt_count(r.get("requests")), fmt_count(r.get("replies")),
              fmt_count(r.get("lost")), fmt_count(r.get("max_gap_s"), 3), fmt_count(r.get("loss_outage_s"), 3),
              fmt_count(r.get("fault_to_recovery_s"), 3), fmt_count(r.get("fault_to_first_backup_reply_s"), 3),
-             fmt_count(r.get("backup_master_after_s"), 3)] for r in doc["failover"]]
+             fmt_count(r.get("backup_master_after_s"), 3)] for r in probes]
     summary = [[f"{s['advert_int_s']:g}", s["fault"], s["protocol"], str(s["trials"]), f"{s['interval_ms']:g}",
                 _mean(s["lost"], 1), _mean(s["max_gap_s"], 3), _mean(s["loss_outage_s"], 3),
                 _mean(s["fault_to_recovery_s"], 3), _mean(s["backup_master_after_s"], 3)]
-               for s in doc["failover_summary"]]
-    summary.append(["1 (CARP advbase)", "power off", "icmp", "5", "5", f"{SEED['lost_mean']}", f"{SEED['max_gap_mean_s']}",
-                    f"{SEED['lost_mean'] * 0.005:.2f}", "~3", "–"])
-    return [
+               for s in doc["failover_summary"] if s["protocol"] != "tcp"]
+    summary.append(["1 (CARP advbase)", "power off", "icmp", "5", "5", f"{SEED['lost_mean']}",
+                    f"{SEED['max_gap_mean_s']}", f"{SEED['lost_mean'] * 0.005:.2f}", "~3", "–"])
+    blocks = [
         ("h2", "Fail-over (seed 002's redundancy test, with VRRP)"),
         ("p", "Per trial, from the client's capture: a reply names its request by the ICMP identifier "
               "or the UDP port; the outage is the longest gap between replies, and lost x probe "
               "interval (loss-derived, RFC 6412/6413). Times are from the fault (CLOCK_REALTIME, the "
-              "capture's clock)."),
+              "capture's clock); \"backup MASTER\" is when the backup's keepalived logged it."),
         ("table", ["step", "probe", "requests", "replies", "lost", "longest gap s", "lost x interval s",
                    "fault → recovery s", "fault → backup reply s", "backup MASTER after s"], rows),
         ("h2", "Fail-over: mean ± standard deviation over the trials, beside seed 002"),
         ("table", ["advert interval s", "fault", "probe", "trials", "probe interval ms", "lost", "longest gap s",
                    "lost x interval s", "fault → recovery s", "backup MASTER after s"], summary),
     ]
+    tcp = [r for r in doc["failover"] if r.get("protocol") == "tcp"]
+    if tcp:
+        blocks += [
+            ("h2", "Fail-over: the TCP session in flight"),
+            ("p", "One TCP connection to the virtual address per trial, one message per probe interval, "
+                  "echoed by the DUT. The backup knows no such session: a reset from the address after "
+                  "the fault ends it (keepalived moves the address, not connection state). Data from the "
+                  "address after a reset are the old master's retransmissions, when it still holds the "
+                  "address (kill, stop)."),
+            ("table", ["step", "segments sent", "segments back", "survived", "reset after s",
+                       "last data from the address after s"],
+             [[r["step"], fmt_count(r.get("requests")), fmt_count(r.get("replies")),
+               {True: "yes", False: "no"}.get(r.get("tcp_survived"), "–"), fmt_count(r.get("tcp_reset_after_s"), 3),
+               fmt_count(r.get("tcp_echo_after_fault_s"), 3)] for r in tcp]),
+        ]
+    return blocks
