@@ -130,7 +130,7 @@ def test_a_link_down_on_the_master_is_an_outage_the_backup_ends(live, run_scenar
             # the outage is the backup's master-down interval, measured to the ms by the probes
             assert master_down - 0.05 < row["max_gap_s"] < master_down + 0.5, row
             assert abs(row["loss_outage_s"] - row["max_gap_s"]) < 0.05, row
-            assert -0.01 < row["gap_start_s"] < 0.02 and row["fault_to_recovery_s"] > master_down - 0.05, row
+            assert -0.03 < row["gap_start_s"] < 0.005 and row["fault_to_recovery_s"] > master_down - 0.05, row
             assert 0 < row["backup_master_after_s"] < row["fault_to_recovery_s"] + 0.05, row
         udp = rows[(f"adv100ms-link-down-{k}", "udp")]
         assert udp["master_answered_before"] and udp["backup_answered"], udp
@@ -145,7 +145,7 @@ def test_a_link_down_on_the_master_is_an_outage_the_backup_ends(live, run_scenar
     manifest = r.manifest
     for step in manifest["steps"]:
         (ev,) = step["faults"]["events"]
-        assert ev["kind"] == step["params"]["fault"] and ev["applied_realtime_ns"] > 0
+        assert ev["kind"] == step["params"]["fault"] and 0 < ev["applied_realtime_ns"] <= ev["in_effect_realtime_ns"]
         assert ev["undone"] is (True if ev["kind"] == "link-down" else None)
         assert step["vrrp"]["macs"]["master"] != step["vrrp"]["macs"]["backup"]
         expected = "killed by SIGKILL" if ev["kind"] == "kill" else "exit status 0"

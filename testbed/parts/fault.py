@@ -14,9 +14,10 @@ which the executor's exit stack calls on every path (the end of the step, a fail
 
 Only what the run made is touched: processes are the step's own parts' (by the labels their
 `pids()` give), interfaces are places of the run's site. The manifest entry (`faults`) lists
-every event with the time it was applied and undone on two clocks: CLOCK_REALTIME in ns, the
-clock of tcpdump's nanosecond time stamps (so a fault lines up with the capture), and
-CLOCK_MONOTONIC in ns.
+every event with the time it was issued (`applied_*`), in effect (`in_effect_*`: the signal
+sent, the command returned; `ip` takes about 10 ms) and undone (`undone_*`: the undoing had
+returned), each on two clocks: CLOCK_REALTIME in ns, the clock of tcpdump's nanosecond time
+stamps (so a fault lines up with the capture), and CLOCK_MONOTONIC in ns.
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ class FaultEvent:
     target: str
     n: int
     planned_s: float
-    applied_realtime_ns: int | None = None
+    applied_realtime_ns: int | None = None      # when it was issued
     applied_mono_ns: int | None = None
-    applied_took_ns: int | None = None
+    in_effect_realtime_ns: int | None = None    # when the signal or command had returned
+    in_effect_mono_ns: int | None = None
     undone: bool | None = False          # None: cannot be undone (kill)
     undone_realtime_ns: int | None = None
     undone_mono_ns: int | None = None
@@ -170,7 +172,7 @@ class FaultPart(Part):
             action, ev.undo = self._actions(spec, ev)
             ev.applied_realtime_ns, ev.applied_mono_ns = _now()
             action()
-            ev.applied_took_ns = time.monotonic_ns() - ev.applied_mono_ns
+            ev.in_effect_realtime_ns, ev.in_effect_mono_ns = _now()
             if ev.undo is None:
                 ev.undone = None
         except (OSError, NtgError) as exc:

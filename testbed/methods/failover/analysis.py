@@ -36,7 +36,6 @@ CAPTIONS = {"failover_seq": "Reply sequence around the fault (seed 002, figure 2
             "failover_gap": "Outage per trial"}
 SEED = {"protocol": "icmp", "interval_ms": 5.0, "trials": 5, "lost_mean": 512, "max_gap_mean_s": 2.88,
         "handover_s": 3.0, "what": "seed 002: CARP (advbase 1 s, advskew 100), master powered off"}
-WINDOW_S = (-1.0, 1.0)  # the figure: from 1 s before the fault to 1 s after the gap
 
 
 def _plan(step_dir: Path) -> list[dict]:
@@ -104,7 +103,8 @@ def flow_outage(cap, flow: dict, vrrp: dict, fault_ns: int | None) -> dict[str, 
     out["lost"] = int(len(req_ts) - len(answered))
     out["unmatched_replies"] = int((~ok).sum())
     out["loss_outage_s"] = out["lost"] * flow["period_ns"] / 1e9
-    out["_rep_ts"], out["_rep_seq"] = rep_ts, rep_seq
+    out["_req_ts"], out["_rep_seq"] = req_ts, rep_seq
+    out["max_request_gap_s"] = float(np.diff(req_ts).max()) / 1e9 if len(req_ts) > 1 else None  # sender stalls
     if len(rep_ts) > 1:
         gaps = np.diff(rep_ts)
         i = int(np.argmax(gaps))
@@ -112,7 +112,8 @@ def flow_outage(cap, flow: dict, vrrp: dict, fault_ns: int | None) -> dict[str, 
         if fault_ns is not None:
             out["gap_start_s"] = float(rep_ts[i] - fault_ns) / 1e9
             out["gap_end_s"] = float(rep_ts[i + 1] - fault_ns) / 1e9
-            out["fault_to_recovery_s"] = out["gap_end_s"] if out["gap_end_s"] > 0 else None
+            # an outage the fault caused: probes were lost and the longest gap ends after the fault
+            out["fault_to_recovery_s"] = out["gap_end_s"] if out["lost"] and out["gap_end_s"] > 0 else None
     if flow["protocol"] == "udp" and fault_ns is not None:
         backup_port = (vrrp.get("reply_ports") or {}).get("backup")
         who = cap.sport[rep]
@@ -130,8 +131,8 @@ def trial_rows(run: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]
             continue
         step_dir = run / entry.get("dir", ".")
         params, vrrp = entry.get("params") or {}, entry.get("vrrp") or {}
-        events = [e for e in (entry.get("faults") or {}).get("events", []) if e.get("applied_realtime_ns")]
-        fault_ns = events[-1]["applied_realtime_ns"] if events else None
+        events = [e for e in (entry.get("faults") or {}).get("events", []) if e.get("in_effect_realtime_ns")]
+        fault_ns = events[-1]["in_effect_realtime_ns"] if events else None  # the fault's time: in effect
         promoted = [t for t in vrrp.get("transitions", []) if t["role"] == "backup" and t["state"] == "MASTER"
                     and fault_ns is not None and t["realtime_ns"] >= fault_ns]
         base = {"step": entry["name"], "status": entry.get("status"), "advert_int_s": params.get("advert_int_s"),
@@ -145,7 +146,7 @@ def trial_rows(run: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]
         cap = read_capture(pcap)
         for flow in _plan(step_dir):
             o = flow_outage(cap, flow, vrrp, fault_ns)
-            series[(entry["name"], o["protocol"])] = (o.pop("_rep_ts", None), o.pop("_rep_seq", None), fault_ns)
+            series[(entry["name"], o["protocol"])] = (o.pop("_req_ts", None), o.pop("_rep_seq", None), fault_ns)
             rows.append({**base, **o})
     return rows, series
 
@@ -188,26 +189,7 @@ def plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dict[str,
     if not drawn:
         drawn = [(k, v) for k, v in series.items() if v[0] is not None and v[2] is not None]
     if drawn:
-        fig, ax = figure("Replies around the fault (seed 002, figure 23 redrawn)",
-                         "time since the fault (s)", "reply sequence number (from the fault)")
-        gaps = [r.get("gap_end_s") or 0 for r in rows]
-        hi = max(gaps + [0]) + WINDOW_S[1]
-        for j, ((step, proto), (ts, seq, fault_ns)) in enumerate(drawn):
-            t = (ts - fault_ns) / 1e9
-            keep = (t >= WINDOW_S[0]) & (t <= hi) & (seq >= 0)
-            at_fault = seq[np.searchsorted(ts, fault_ns)] if np.searchsorted(ts, fault_ns) < len(seq) else 0
-            ax.plot(t[keep], seq[keep] - at_fault, ".", ms=2, color=PALETTE[j % len(PALETTE)],
-                    label=f"{step} ({proto})")
-        ax.axvline(0, color="black", lw=0.8, ls="--")
-        ours = [s for s in doc["failover_summary"]]
-        text = [f"seed 002 (CARP, power off, ping every 5 ms, 5 trials): ~3 s, {SEED['lost_mean']} lost, "
-                f"longest gap {SEED['max_gap_mean_s']} s"]
-        for s in ours:
-            text.append(f"ours: adv {s['advert_int_s']:g} s, {s['fault']}, {s['protocol']} every {s['interval_ms']:g} ms: "
-                        f"{_mean(s['lost'], 0)} lost, longest gap {_mean(s['max_gap_s'], 3)} s")
-        ax.text(0.01, 0.99, "\n".join(text), transform=ax.transAxes, va="top", fontsize=7)
-        ax.legend(loc="lower right", fontsize=7, frameon=False)
-        out["failover_seq"] = save_figure(fig, run / "failover-sequence.png")
+        out["failover_seq"] = sequence_figure(run, drawn, rows, doc["failover_summary"])
     trials = [r for r in rows if r.get("max_gap_s") is not None]
     if trials:
         fig, ax = figure("Longest reply gap and loss-derived outage per trial", "", "seconds")
@@ -221,6 +203,34 @@ def plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dict[str,
     return out
 
 
+def sequence_figure(run: Path, drawn: list, rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> Path:
+    """Seed 002's figure 23 redrawn: one row per trial, a mark for every answered probe at the
+    time it was sent (from the fault); the probes lost in the fail-over leave the gap."""
+    ends = [r["gap_end_s"] for r in rows if r.get("fault_to_recovery_s") is not None]
+    hi = max(ends + [0.5]) + 0.5
+    fig, ax = figure("Answered probes around the fault, one row per trial (seed 002, figure 23 redrawn)",
+                     "time the probe was sent, from the fault (s)", "")
+    labels = []
+    for j, ((step, proto), (req_ts, seq, fault_ns)) in enumerate(drawn):
+        t = (req_ts[seq[seq >= 0]] - fault_ns) / 1e9
+        t = t[(t >= -0.5) & (t <= hi)]
+        ax.plot(t, np.full(len(t), j), "|", ms=6, mew=0.6, color=PALETTE[j % len(PALETTE)])
+        labels.append(f"{step} ({proto})")
+    ax.axvline(0, color="black", lw=0.8, ls="--")
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    text = [f"seed 002 (CARP advbase 1 s, power off, a ping every 5 ms, 5 trials): ~3 s, "
+            f"{SEED['lost_mean']} replies lost, longest gap {SEED['max_gap_mean_s']} s on average"]
+    for s in summary:
+        if s["protocol"] == "icmp" and (s["lost"].get("mean") or 0) > 0:
+            text.append(f"ours (keepalived advert_int {s['advert_int_s']:g} s, {s['fault']}, a ping every "
+                        f"{s['interval_ms']:g} ms, {s['trials']} trials): {_mean(s['lost'], 0)} lost, "
+                        f"longest gap {_mean(s['max_gap_s'], 3)} s")
+    ax.text(0.01, 0.99, "\n".join(text), transform=ax.transAxes, va="top", fontsize=7)
+    ax.set_ylim(len(labels) - 0.5, -0.6 - 0.75 * len(text))
+    fig.set_size_inches(9, 2.2 + 0.22 * len(labels))
+    return save_figure(fig, run / "failover-sequence.png")
+
+
 def _mean(s: dict, digits: int) -> str:
     if s.get("mean") is None:
         return "–"
@@ -232,7 +242,8 @@ def report(doc: dict[str, Any]) -> list:
         return []
     probes = [r for r in doc["failover"] if r.get("protocol") != "tcp"]
     rows = [[r["step"], r.get("protocol", "–"), fmt_count(r.get("requests")), fmt_count(r.get("replies")),
-             fmt_count(r.get("lost")), fmt_count(r.get("max_gap_s"), 3), fmt_count(r.get("loss_outage_s"), 3),
+             fmt_count(r.get("lost")), fmt_count(r.get("max_gap_s"), 3), fmt_count(r.get("max_request_gap_s"), 3),
+             fmt_count(r.get("loss_outage_s"), 3),
              fmt_count(r.get("fault_to_recovery_s"), 3), fmt_count(r.get("fault_to_first_backup_reply_s"), 3),
              fmt_count(r.get("backup_master_after_s"), 3)] for r in probes]
     summary = [[f"{s['advert_int_s']:g}", s["fault"], s["protocol"], str(s["trials"]), f"{s['interval_ms']:g}",
@@ -245,10 +256,13 @@ def report(doc: dict[str, Any]) -> list:
         ("h2", "Fail-over (seed 002's redundancy test, with VRRP)"),
         ("p", "Per trial, from the client's capture: a reply names its request by the ICMP identifier "
               "or the UDP port; the outage is the longest gap between replies, and lost x probe "
-              "interval (loss-derived, RFC 6412/6413). Times are from the fault (CLOCK_REALTIME, the "
-              "capture's clock); \"backup MASTER\" is when the backup's keepalived logged it."),
-        ("table", ["step", "probe", "requests", "replies", "lost", "longest gap s", "lost x interval s",
-                   "fault → recovery s", "fault → backup reply s", "backup MASTER after s"], rows),
+              "interval (loss-derived, RFC 6412/6413); a long gap between requests is the sender stalling, "
+              "not an outage. Times are from the fault (CLOCK_REALTIME, the capture's clock); "
+              "\"fault → recovery\" is the end of the longest gap when probes were lost; \"backup "
+              "MASTER\" is when the backup's keepalived logged it."),
+        ("table", ["step", "probe", "requests", "replies", "lost", "longest gap s", "longest request gap s",
+                   "lost x interval s", "fault → recovery s", "fault → backup reply s", "backup MASTER after s"],
+         rows),
         ("h2", "Fail-over: mean ± standard deviation over the trials, beside seed 002"),
         ("table", ["advert interval s", "fault", "probe", "trials", "probe interval ms", "lost", "longest gap s",
                    "lost x interval s", "fault → recovery s", "backup MASTER after s"], summary),
