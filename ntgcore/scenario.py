@@ -634,6 +634,10 @@ class FailoverSpec(_Model):
         "when powered off); `kill`: SIGKILL the master's keepalived; `stop`: SIGSTOP it. Several: "
         "each one's trials in turn.")
     fault_at: Duration = Field(2_000_000_000, description="When the fault hits, after the probes start.")
+    fault_phase: Literal["random", "fixed"] = Field(
+        "random", description="`random`: each trial adds a random part of one advertisement interval "
+        "to `fault_at` (drawn from the scenario's seed), so the trials meet the VRRP cycle at "
+        "different points, as a power cut does; `fixed`: exactly `fault_at`.")
     trials: int = Field(3, ge=1, le=100, description="Repetitions per advertisement interval.")
     udp_port: int = Field(7777, ge=1, le=65535, description="Port the DUTs' UDP echo listens on.")
     ready_timeout: Duration = Field(15_000_000_000, description="How long keepalived may take to "

@@ -2,9 +2,14 @@
 sharing a virtual address (VRRP, keepalived), a numbered probe stream to that address, and a
 fault on the master at `failover.fault_at`; `trials` steps per advertisement interval. The pair
 is the executor's VrrpPair part (testbed.failover), the fault its FaultPart (testbed.faults),
-the probes generator `probe`; analysis.py reads the outage from the client's capture."""
+the probes generator `probe`; analysis.py reads the outage from the client's capture. With
+`fault_phase: random` (the default) each trial's fault comes a random part of one advertisement
+interval after `fault_at` (seeded: the same scenario plans the same times), since the outage
+depends on how long before the fault the master's last advertisement left."""
 
 from __future__ import annotations
+
+import random
 
 from ntgcore.scenario import FailoverSpec, FaultSpec, Scenario
 
@@ -14,11 +19,11 @@ from .. import NS, Method, Step, with_changes
 MASTER_PROCESS = "vrrp:master"
 
 
-def fault_for(fo: FailoverSpec, kind: str) -> FaultSpec:
+def fault_for(fo: FailoverSpec, kind: str, at_ns: int) -> FaultSpec:
     """The fault of one trial: on the master's link to the segment, or on its keepalived."""
     if kind == "link-down":
-        return FaultSpec(kind="link-down", at=fo.master, start=f"{fo.fault_at}ns")
-    return FaultSpec(kind=kind, process=MASTER_PROCESS, start=f"{fo.fault_at}ns")
+        return FaultSpec(kind="link-down", at=fo.master, start=f"{at_ns}ns")
+    return FaultSpec(kind=kind, process=MASTER_PROCESS, start=f"{at_ns}ns")
 
 
 def interval_name(ns: int) -> str:
@@ -31,15 +36,17 @@ def plan(scenario: Scenario) -> list[Step]:
     fo = tb.failover
     gens = scenario.live_generators()
     steps = []
+    rng = random.Random(scenario.seed)  # the fault's phase in the VRRP cycle, per trial
     for adv in fo.advert_int:
         for kind in fo.fault:
             one = fo.model_copy(update={"advert_int": [adv], "fault": [kind], "version": fo.vrrp_version})
-            fault = fault_for(one, kind)
             for k in range(1, fo.trials + 1):
+                at = fo.fault_at + (int(rng.random() * adv) // 1000 * 1000 if fo.fault_phase == "random" else 0)
+                fault = fault_for(one, kind, at)
                 steps.append(Step(f"adv{interval_name(adv)}-{kind}-{k}",
                                   with_changes(scenario, failover=one, faults=[*tb.faults, fault]), gens,
                                   "failover", {"advert_int_s": adv / NS, "vrrp_version": one.vrrp_version,
-                                               "trial": k, "fault": kind, "fault_at_s": fo.fault_at / NS}))
+                                               "trial": k, "fault": kind, "fault_at_s": at / NS}))
     return steps
 
 
