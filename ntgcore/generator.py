@@ -14,6 +14,7 @@ one entry point in pyproject.toml (group `ntg_testbed.generators`) or by `GENERA
 from __future__ import annotations
 
 import abc
+import json
 import signal
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -124,6 +125,13 @@ class ProcessGenerator(Generator):
             return (self._run_dir / name).read_text(errors="replace")  # type: ignore[operator]
         except (OSError, TypeError):
             return ""
+
+    def read_json(self, name: str) -> dict:
+        """A JSON file the process wrote into the run folder (its summary), or {} if none yet."""
+        try:
+            return json.loads((self._run_dir / name).read_text())  # type: ignore[operator]
+        except (OSError, ValueError, TypeError):
+            return {}
 
     def start(self, on_progress: Callable[[Progress], None] | None = None) -> None:
         assert self._proc is not None, "prepare() first"

@@ -81,14 +81,8 @@ class Probe(ProcessGenerator):
         if self.status() == "failed" and not self._proc.record.note:
             self._proc.record.note = self.last_log_line(LOG)
 
-    def summary(self) -> dict:
-        try:
-            return json.loads((self._run_dir / SUMMARY).read_text())  # type: ignore[operator]
-        except (OSError, ValueError, TypeError):
-            return {}
-
     def counters(self) -> Counters:
-        s = self.summary()
+        s = self.read_json(SUMMARY)
         sent, failed, nbytes = s.get("sent", 0), s.get("failed", 0), s.get("bytes", 0)
         return Counters(sent + failed, sent, failed, nbytes, nbytes, 0)
 
