@@ -68,7 +68,7 @@ def test_an_unknown_generator_lists_the_registered_ones():
     with pytest.raises(ScenarioError) as e:
         parse_scenario(OFFLINE.replace("countgen", "nosuch"), "s.yaml")
     assert "s.yaml:3: generator: unknown generator 'nosuch'" in e.value.problems[0]
-    with pytest.raises(PluginError, match="available: flowengine, ostinato, scapy, tcpreplay"):
+    with pytest.raises(PluginError, match="available: flowengine, ostinato, probe, scapy, tcpreplay"):
         get_generator("nosuch")
 
 
@@ -80,7 +80,7 @@ def test_once_unregistered_the_generator_is_gone_again(countgen):
 
 
 def test_methods_are_registered_and_plan_without_root():
-    assert METHODS.names() == ["comparison", "loss-sweep", "run"]
+    assert METHODS.names() == ["comparison", "failover", "loss-sweep", "run"]
     comparison = plan_steps(load_scenario(REPO / "scenarios/seed001-comparison.yaml").scenario)
     assert [s.kind for s in comparison].count("topspeed") == 4
     assert all(s.kind == "load" for s in comparison[4:]) and len(comparison) == 4 + 4 * 3
@@ -90,6 +90,8 @@ def test_methods_are_registered_and_plan_without_root():
     sweep = plan_steps(load_scenario(REPO / "scenarios/seed002-loss-sweep.yaml").scenario)
     assert [s.name for s in sweep][:2] == ["rate-1000pps", "rate-5000pps"]
     assert sweep[-1].kind == "hosts" and sweep[-1].params["hosts"] == len(sweep[-1].scenario.flows)
+    failover = plan_steps(load_scenario(REPO / "scenarios/seed002-failover.yaml").scenario)
+    assert len(failover) == 2 * 3 * 3 and {s.kind for s in failover} == {"failover"}
 
 
 @pytest.mark.skipif(not shutil.which("lint-imports", path=str(Path(sys.executable).parent)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -194,6 +195,17 @@ DRIVER = ("import sys\n"
 REPO = Path(__file__).resolve().parent.parent
 
 
+def running_children(marks: Path) -> tuple[set[str], dict | None]:
+    """The names of the children the live run's mark lists so far, and the mark."""
+    for p in marks.glob("*.json"):
+        try:
+            doc = json.loads(p.read_text())
+        except ValueError:  # being written
+            continue
+        return {c["name"] for c in doc["children"]}, doc
+    return set(), None
+
+
 def cli(*args: str, marks: Path) -> subprocess.Popen:
     env = {**os.environ, "NTG_RUN_MARKS": str(marks),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -213,10 +225,9 @@ def test_kill_9_of_the_testbed_leaves_no_keepalived_after_cleanup(live):
     deadline, mark = time.monotonic() + 30, None
     try:
         while time.monotonic() < deadline and mark is None:
-            for p in marks.glob("*.json"):
-                doc = json.loads(p.read_text())
-                if {"keepalived-master", "keepalived-backup", "probe"} <= {c["name"] for c in doc["children"]}:
-                    mark = doc
+            names, doc = running_children(marks)
+            if {"keepalived-master", "keepalived-backup", "probe"} <= names:
+                mark = doc
             time.sleep(0.1)
         assert mark is not None, run.communicate(timeout=60)
     finally:
@@ -232,3 +243,37 @@ def test_kill_9_of_the_testbed_leaves_no_keepalived_after_cleanup(live):
         time.sleep(0.1)
     assert not keepalived_pids(), "keepalived left running after cleanup"
     assert not set(mark["locations"]) & namespaces()
+
+
+@ROOT
+def test_ctrl_c_undoes_the_fault_and_stops_keepalived(live):
+    """Ctrl-C while the master's keepalived is frozen (SIGSTOP) and its link is down: the run ends
+    `interrupted`, both faults are undone (SIGCONT, link up) before the pair stops, nothing stays."""
+    marks, out = live / "marks", live / "out"
+    path = live / "fo.yaml"
+    path.write_text(scenario_text("advert_int: 100ms\ntrials: 1\nfault: stop\nfault_at: 200ms\nfault_phase: fixed\n",
+                                  duration="30s")
+                    + '  faults:\n    - {kind: link-down, at: "master:m0", start: 300ms}\n')
+    run = cli("run", str(path), "--out", str(out), "--no-analyze", marks=marks)
+    try:
+        deadline, sending = time.monotonic() + 30, False
+        while time.monotonic() < deadline and not sending:
+            sending = "probe" in running_children(marks)[0]
+            time.sleep(0.1)
+        assert sending, run.communicate(timeout=60)
+        time.sleep(1.5)  # both faults applied
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, stderr
+    (manifest,) = [json.loads(p.read_text()) for p in out.glob("*/manifest.json")]
+    assert manifest["status"] == "interrupted"
+    step = manifest["steps"][0]
+    events = step["faults"]["events"]
+    assert sorted(e["kind"] for e in events) == ["link-down", "stop"]
+    assert all(e["undone"] is True and e["undone_realtime_ns"] > e["in_effect_realtime_ns"] for e in events)
+    assert step["vrrp"]["keepalived"] == {"master": "exit status 0", "backup": "exit status 0"}  # continued, then SIGTERM
+    assert not keepalived_pids()
+    assert not set(manifest["testbed"]["namespaces"]) & namespaces()
