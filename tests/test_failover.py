@@ -143,7 +143,7 @@ def test_a_link_down_on_the_master_is_an_outage_the_backup_ends(live, run_scenar
             # last advertisement (up to one interval), measured to the ms by the probes
             assert master_down - 0.1 - 0.05 < row["max_gap_s"] < master_down + 0.5, row
             assert abs(row["loss_outage_s"] - row["max_gap_s"]) < 0.05, row
-            assert -0.03 < row["gap_start_s"] < 0.005 and row["fault_to_recovery_s"] > master_down - 0.15, row
+            assert -0.2 < row["gap_start_s"] < 0.005 and row["fault_to_recovery_s"] > master_down - 0.15, row
             assert 0 < row["backup_master_after_s"] < row["fault_to_recovery_s"] + 0.05, row
         udp = rows[(f"adv100ms-link-down-{k}", "udp")]
         assert udp["master_answered_before"] and udp["backup_answered"], udp
