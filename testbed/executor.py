@@ -1,7 +1,8 @@
 """The step executor: one step of a run, every part started in order under one exit stack.
 
-    captures on -> DUT on -> monitor on -> generators prepared and started -> until they finish,
-    the deadline passes, a part fails or the user interrupts -> stop in reverse -> counters
+    captures on -> DUT on -> (VRRP pair on) -> monitor on -> generators prepared -> (faults armed)
+    -> generators started -> until they finish, the deadline passes, a part fails or the user
+    interrupts -> stop in reverse (faults undone first) -> counters
 
 A live generator with a `start` is started that long after the others (the attack replay's
 `attacks.start`); until then it counts as running. The entry's `generators_started_utc` is when
