@@ -191,13 +191,15 @@ def plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dict[str,
     if drawn:
         out["failover_seq"] = sequence_figure(run, drawn, rows, doc["failover_summary"])
     trials = [r for r in rows if r.get("max_gap_s") is not None]
+    first = trials[0]["protocol"] if trials else None   # one probe per trial: they agree closely
+    trials = [r for r in trials if r["protocol"] == first]
     if trials:
         fig, ax = figure("Longest reply gap and loss-derived outage per trial", "", "seconds")
         x = np.arange(len(trials))
         ax.bar(x - 0.2, [r["max_gap_s"] for r in trials], 0.4, label="longest reply gap", color=PALETTE[0])
         ax.bar(x + 0.2, [r.get("loss_outage_s") or 0 for r in trials], 0.4, label="lost x interval",
                color=PALETTE[1])
-        ax.set_xticks(x, [f"{r['step']} {r['protocol']}" for r in trials], rotation=45, ha="right")
+        ax.set_xticks(x, [f"{r['step']} ({r['protocol']})" for r in trials], rotation=45, ha="right")
         ax.legend(fontsize=8, frameon=False)
         out["failover_gap"] = save_figure(fig, run / "failover-outage.png")
     return out
