@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from analysis.capture import read_capture
 from ntgcore.proc import Process
 from ntgcore.scenario import FaultSpec, ScenarioError, parse_scenario
 from testbed.endpoints.netns import NetnsSite
@@ -219,3 +220,36 @@ def test_what_is_not_the_runs_is_refused_before_anything_happens(site, sleeper):
     with pytest.raises(FaultError, match=r"no process `keepalived` in this step \(its processes: sleeper\)"):
         part.start(lambda: False)
     assert link_up(site, "a:va") and state(sleeper.pid) == "S"
+
+
+@ROOT
+def test_any_method_can_inject_faults_and_the_loss_lines_up_with_them(tmp_path, run_scenario, flowengine_bin):
+    """Method `run` with a link-down of the DUT's interface for 0.5 s while the native engine sends
+    1,000 pps: the generator's interface drops what it sends meanwhile (the engine sends each frame
+    again until it leaves), and the gap in the capture is the recorded fault, to a few ms
+    (CLOCK_REALTIME on both sides)."""
+    path = tmp_path / "run-faults.yaml"
+    path.write_text(textwrap.dedent("""\
+        version: 1
+        name: run-faults
+        flows:
+          - {protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, dst_port: 9, rate: 1000, packets: 2000}
+        testbed:
+          capture: {at: "tap:tap0"}
+          faults:
+            - {kind: link-down, at: "dut:dut0", start: 700ms, duration: 500ms}
+    """))
+    run = run_scenario(str(path))
+    assert run.ok, run.messages
+    step = run.manifest["steps"][0]
+    (ev,) = step["faults"]["events"]
+    assert ev["undone"] is True and step["faults"]["all_undone"]
+    down_s = (ev["undone_realtime_ns"] - ev["in_effect_realtime_ns"]) / 1e9
+    assert step["loss"]["sent"] == step["loss"]["wire"] == 2000
+    assert step["wire"]["gen:gen0"]["tx_dropped"] > 0  # what the kernel refused while the link was down
+    ts = read_capture(run.run_dir / "capture.pcap").ts_ns
+    gaps = ts[1:] - ts[:-1]
+    i = int(gaps.argmax())
+    assert abs(gaps[i] / 1e9 - down_s) < 0.05, (gaps[i], down_s)
+    assert ev["applied_realtime_ns"] - 5_000_000 <= ts[i] <= ev["in_effect_realtime_ns"] + 1_000_000
+    assert ev["undone_realtime_ns"] - 50_000_000 <= ts[i + 1] <= ev["undone_realtime_ns"] + 20_000_000
