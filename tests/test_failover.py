@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import skip_or_fail
+from generators.probe import probe_flows
+from ntgcore.errors import GeneratorError
 from ntgcore.registry import GENERATORS, METHODS
 from ntgcore.scenario import ScenarioError, parse_scenario
 
@@ -277,3 +279,17 @@ def test_ctrl_c_undoes_the_fault_and_stops_keepalived(live):
     assert step["vrrp"]["keepalived"] == {"master": "exit status 0", "backup": "exit status 0"}  # continued, then SIGTERM
     assert not keepalived_pids()
     assert not set(manifest["testbed"]["namespaces"]) & namespaces()
+
+
+def test_the_probe_refuses_what_it_cannot_number(tmp_path):
+    two = scenario_text("trials: 1\n").replace(
+        "testbed:", "  - {protocol: udp, src: 198.18.1.10, dst: 198.18.1.1, dst_port: 9, rate: 10, packets: 5}\ntestbed:")
+    with pytest.raises(GeneratorError, match="at most one udp flow"):
+        probe_flows(parse_scenario(two, "fo.yaml"))
+    v6 = scenario_text("trials: 1\n").replace(
+        "testbed:", "  - {protocol: icmpv6, src: '2001:db8::1', dst: '2001:db8::2', rate: 10, packets: 5}\ntestbed:")
+    with pytest.raises(GeneratorError, match="IPv4 icmp, udp or tcp, not icmpv6 over IPv6"):
+        probe_flows(parse_scenario(v6, "fo.yaml"))
+    flows = probe_flows(parse_scenario(scenario_text("trials: 1\n"), "fo.yaml"))
+    assert [(f["protocol"], f["dport"], f["period_ns"], f["packets"]) for f in flows] == \
+        [("icmp", 0, 1_000_000, 1500), ("udp", 7777, 1_000_000, 1500), ("tcp", 7777, 10_000_000, 150)]

@@ -42,8 +42,13 @@ class ProbeSpec(GeneratorSpec):
 
 
 def probe_flows(scenario) -> list[dict]:
-    """The worker's flows; refuses what it cannot send (IPv6, blocks, meta-flows, TCP)."""
+    """The worker's flows; refuses what it cannot send (IPv6, blocks, meta-flows, SCTP) and a
+    second icmp or udp flow, whose replies could not be told from the first's."""
     out = []
+    for proto in ("icmp", "udp"):
+        if sum(f.protocol == proto for f in scenario.flows) > 1:
+            raise GeneratorError(f"probe: at most one {proto} flow: replies name their request by "
+                                 f"{'identifier' if proto == 'icmp' else 'port'}, shared by every {proto} flow")
     for i, f in enumerate(scenario.flows):
         where = f"flows[{i}]" + (f" ({f.name})" if f.name else "")
         if f.protocol not in ("icmp", "udp", "tcp") or f.ip_version != 4:
