@@ -1096,6 +1096,14 @@ def _live_address_problems(scenario: Scenario, file: str, lines: _LazyLines) -> 
                 line = lines.get(("flows", i, key, "__value__")) or lines.get(("flows", i), 1)
                 out.append(f"{file}:{line}: flows[{i}].{key}: a live run sends only inside "
                            f"198.18.0.0/15 and 2001:db8::/32 (got {getattr(flow, key).cidr})")
+    fo = scenario.testbed.failover
+    if fo is not None:  # the probes go to the virtual address, from its segment
+        vip = ipaddress.ip_interface(fo.vip)
+        for i, flow in enumerate(scenario.flows):
+            if flow.dst.interface.ip != vip.ip or flow.src.interface.ip not in vip.network:
+                line = lines.get(("flows", i, "dst", "__value__")) or lines.get(("flows", i), 1)
+                out.append(f"{file}:{line}: flows[{i}].dst: method failover probes the virtual address "
+                           f"{vip.ip} from {vip.network} (got {flow.src.cidr} -> {flow.dst.cidr})")
     sweep = scenario.testbed.sweep
     if sweep is not None and sweep.hosts:
         first = scenario.flows[0].src.interface.ip

@@ -86,12 +86,13 @@ def test_the_plan_is_one_step_per_interval_fault_and_trial():
     ("master_priority: 50\n", 15, "higher than `backup_priority`"),
     ("trials: 2\nvip: 10.0.0.1/24\n", 16, "198.18.0.0/15"),                 # the field's line
     ("fault: power-off\n", 15, "fault"),
+    ("vip: 198.18.2.1/24\n", 4, "probes the virtual address 198.18.2.1 from 198.18.2.0/24"),
 ])
 def test_bad_failover_settings_are_refused_with_file_and_line(section, line, words):
     with pytest.raises(ScenarioError) as err:
         parse_scenario(scenario_text(section), "fo.yaml")
     text = "\n".join(err.value.problems)
-    assert text.startswith(f"fo.yaml:{line}: testbed.failover"), text
+    assert text.startswith(f"fo.yaml:{line}: testbed.failover" if line > 4 else f"fo.yaml:{line}: flows[0].dst"), text
     assert words in text
 
 
@@ -286,8 +287,12 @@ def test_the_probe_refuses_what_it_cannot_number(tmp_path):
         "testbed:", "  - {protocol: udp, src: 198.18.1.10, dst: 198.18.1.1, dst_port: 9, rate: 10, packets: 5}\ntestbed:")
     with pytest.raises(GeneratorError, match="at most one udp flow"):
         probe_flows(parse_scenario(two, "fo.yaml"))
-    v6 = scenario_text("trials: 1\n").replace(
-        "testbed:", "  - {protocol: icmpv6, src: '2001:db8::1', dst: '2001:db8::2', rate: 10, packets: 5}\ntestbed:")
+    v6 = textwrap.dedent("""\
+        version: 1
+        name: v6
+        flows: [{protocol: icmpv6, src: "2001:db8::1", dst: "2001:db8::2", rate: 10, packets: 5}]
+        testbed: {generators: [{name: probe, at: "gen:gen0"}]}
+    """)
     with pytest.raises(GeneratorError, match="IPv4 icmp, udp or tcp, not icmpv6 over IPv6"):
         probe_flows(parse_scenario(v6, "fo.yaml"))
     flows = probe_flows(parse_scenario(scenario_text("trials: 1\n"), "fo.yaml"))
