@@ -48,6 +48,7 @@ from ntgcore.scenario import GeneratorSpec, LoadedScenario, Scenario, attack_rul
 from .cleanup import RunMark, cleanup
 from .executor import StepContext, StepExecutor
 from .parts import DUT_KINDS, CapturePart
+from .parts.vrrp import VrrpPair
 from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
 from .ids.coverage import attack_coverage, gate_lines, played_coverage, sid_change_lines
 from .ids.coverage import blocking as coverage_blocking
@@ -111,6 +112,8 @@ def required_tools(scenario: Scenario) -> list[Tool]:
         tools += CapturePart.tools
     if tb.dut.kind != "none":
         tools += DUT_KINDS[tb.dut.kind].tools
+    if tb.failover is not None:  # method failover's keepalived pair
+        tools += VrrpPair.tools
     if scenario.attacks is not None and not attack_player(scenario.live_generators()):
         tools += GENERATORS.get("tcpreplay").tools  # the attack sessions are replayed by tcpreplay
     elif scenario.attacks is not None and scenario.attacks.ids == "suricata":
