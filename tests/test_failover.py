@@ -226,8 +226,8 @@ def cli(*args: str, marks: Path) -> subprocess.Popen:
 
 @ROOT
 def test_kill_9_of_the_testbed_leaves_no_keepalived_after_cleanup(live):
-    """keepalived's VRRP child does not end with the testbed (it outlives its parent, adopted by
-    init); after `testbed cleanup` deleted the run's namespaces no keepalived of the run is left."""
+    """keepalived's VRRP child may outlive the testbed (adopted by init when its parent ended);
+    after `testbed cleanup` deleted the run's namespaces no keepalived of the run is left."""
     marks, out = live / "marks", live / "out"
     path = live / "fo.yaml"
     path.write_text(scenario_text("trials: 1\nfault_at: 25s\n", duration="30s"))
