@@ -256,6 +256,36 @@ def test_kill_9_of_a_run_with_a_trex_server_and_cleanup_removes_its_dpdk_folder(
         cli("cleanup", marks=marks)
 
 
+@needs_root
+def test_cleanup_kills_what_is_left_inside_a_dead_runs_namespace(tmp_path):
+    """A process inside a namespace of a dead run that no mark names (a daemon's child without the
+    parent-death signal) is killed before the namespace goes: nothing outlives the run's places."""
+    marks, netns_marks, run_dir = tmp_path / "marks", tmp_path / "netns-marks", tmp_path / "run"
+    for d in (marks, netns_marks, run_dir):
+        d.mkdir()
+    (run_dir / "manifest.json").write_text(json.dumps({"run_id": "run", "status": "running"}))
+    ns = f"ntgorph{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    (netns_marks / ns).write_text("{}")
+    orphan = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "300"], start_new_session=True)
+    try:
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        dead = {"run_id": "run", "run_dir": str(run_dir), "pid": gone.pid, "start_ticks": 1,
+                "backend": "netns", "locations": [ns], "children": []}
+        (marks / "run.1.json").write_text(json.dumps(dead))
+        e = {**env(marks), "NTG_NETNS_MARKS": str(netns_marks)}
+        time.sleep(0.3)  # `ip netns exec` has exec'd sleep
+        res = subprocess.run([sys.executable, "-m", "testbed", "cleanup"], cwd=REPO, env=e,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert f"killed 1 process(es) left in namespace {ns} (sleep)" in res.stdout, res.stdout
+        assert orphan.wait(10) == -9 and ns not in namespaces()
+    finally:
+        orphan.kill()
+        subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+
+
 def test_cleanup_removes_what_dead_children_left_and_only_that(tmp_path):
     """A dead run's children's leftovers: a folder and a file go, a shared folder only when empty,
     a relative path or a path near the root never; the dry run only says so."""

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -642,11 +643,31 @@ def discard_namespaces(names: list[str], dry_run: bool = False) -> list[str]:
         if not (MARKS / ns).exists():
             steps.append(f"namespace {ns} was not made by ntg-testbed (no mark in {MARKS}): left alone")
             continue
+        # processes still inside it (a daemon's child that lost the parent-death signal, such as
+        # keepalived's VRRP process): ours, since the namespace is; they would outlive its name
+        pids = [int(p) for p in _cmd(None, "ip", "netns", "pids", ns, check=False).split() if p.isdigit()]
+        if pids:
+            names = sorted({_comm(p) for p in pids} - {""})
+            steps.append(f"{'would kill' if dry_run else 'killed'} {len(pids)} process(es) left in "
+                         f"namespace {ns}" + (f" ({', '.join(names)})" if names else ""))
+            if not dry_run:
+                for p in pids:
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
         steps.append(f"{'would delete' if dry_run else 'deleted'} namespace {ns}")
         if not dry_run:
             _cmd(None, "ip", "netns", "del", ns)
             (MARKS / ns).unlink(missing_ok=True)
     return steps
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 # --------------------------------------------------------------------------------------------
