@@ -15,7 +15,7 @@ mode=${1:-quickstart}
 APT_RUN=(python3 python3-venv python3-dev build-essential cmake git
          tcpdump iproute2 ethtool tcpreplay ostinato wireshark-common keepalived)
 APT_TEST=(tshark)
-APT_BENCH=(netsniff-ng tcpreplay)
+APT_BENCH=(netsniff-ng tcpreplay libdpdk-dev pkg-config)
 # Suricata 7 comes from bookworm-backports of the Debian archive this machine already uses.
 APT_BACKPORTS=(suricata)
 

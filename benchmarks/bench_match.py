@@ -37,11 +37,13 @@ RANDOM_SIZES = {"chain": "2^22", "tree": "2^22", "linear": "2^23", "robin": "2^2
 STRUCTS = list(RANDOM_SIZES)
 
 
-def run(binary, args):
+def run(binary, args, pin=None):
+    """`flowengine match ARGS --json`, its JSON; PIN: the core to run it on (taskset -c)."""
     with tempfile.NamedTemporaryFile(prefix="fe-match-", suffix=".json", delete=False) as f:
         path = Path(f.name)
     try:
-        r = subprocess.run([str(binary), "match", *args, "--json", str(path)], capture_output=True,
+        prefix = ["taskset", "-c", str(pin)] if pin is not None else []
+        r = subprocess.run([*prefix, str(binary), "match", *args, "--json", str(path)], capture_output=True,
                            text=True)
         if r.returncode != 0:
             raise RuntimeError(f"flowengine match {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")

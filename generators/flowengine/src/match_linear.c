@@ -53,7 +53,9 @@ static void linear_destroy(void *table)
 static void linear_prefetch(void *table, uint64_t hash)
 {
     struct linear *l = table;
-    __builtin_prefetch(&l->slots[match_line(hash, l->size)]);
+    const char *s = (const char *)&l->slots[match_line(hash, l->size)];
+    __builtin_prefetch(s);
+    __builtin_prefetch(s + sizeof(struct linear_slot) - 1); /* a slot may straddle two lines */
 }
 
 static int linear_find(void *table, const struct match_key *key, uint64_t hash, int insert,

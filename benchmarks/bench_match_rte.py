@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Issue 12: `flowengine match` against DPDK rte_hash, random lookups over 4M flows, all hits.
+
+Both run in the same invocation, one after the other, pinned to the same core (taskset -c CPU):
+- rte_hash: benchmarks/native/rte_hash_bench.c, built here with pkg-config libdpdk (Debian
+  libdpdk-dev, installed by `./bootstrap.sh bench`); skipped with a note when it is missing.
+  4M keys inserted, then a feed of --packets keys drawn uniformly among them, looked up one by one
+  (rte_hash_lookup), 64 at a time (rte_hash_lookup_bulk) and 64 at a time with data
+  (rte_hash_lookup_bulk_data); each hit adds to a per-flow counter. Key lengths 16 (a packed IPv4
+  5-tuple) and 40 (our struct match_key, the bytes our tables hash and compare). Hash: rte_hash_crc
+  (CRC32C), as our default crc32c.
+- ours: `flowengine match --feed uniform:4194304 --warmup` per structure (the sizes of
+  bench_match.py), the same feed shape and size.
+Reports, per structure, ours / rte_hash bulk (40-byte keys, the same key as ours; and 16-byte
+keys, DPDK's usual flow key) and the median of --repeat runs of each.
+
+Results go to benchmarks/out/match_rte.json; a Markdown table goes to stdout.
+
+    python benchmarks/bench_match_rte.py [--repeat R] [--packets N] [--cpu C] [--bin PATH]
+"""
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import OUT, REPO, find_binary  # noqa: E402
+from bench_match import RANDOM_FLOWS, RANDOM_SIZES, run  # noqa: E402
+
+# the EAL arguments that start here without hugepages (docs/flow-match.md); -l: the core
+EAL = ["--no-huge", "--no-pci", "-m", "512", "--no-shconf", "--no-telemetry", "--log-level=error"]
+RTE_SOURCE = REPO / "benchmarks" / "native" / "rte_hash_bench.c"
+RTE_KEYS = (16, 40)
+RTE_RATES = ("single_mpps", "bulk_mpps", "bulk_data_mpps")
+
+
+def build_rte():
+    """The rte_hash peer's binary in benchmarks/out, or (None, why) when DPDK is not installed."""
+    if not shutil.which("pkg-config") or subprocess.run(
+            ["pkg-config", "--exists", "libdpdk"]).returncode != 0:
+        return None, "pkg-config libdpdk not found (apt-get install libdpdk-dev pkg-config)"
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libdpdk"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    out = OUT / "rte_hash_bench"
+    OUT.mkdir(parents=True, exist_ok=True)
+    cc = shutil.which("cc") or shutil.which("gcc")
+    r = subprocess.run([cc, "-O2", "-Wall", "-o", str(out), str(RTE_SOURCE), *flags, "-march=native"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, f"building {RTE_SOURCE.name} failed: {r.stderr.strip()[-500:]}"
+    return out, None
+
+
+def run_rte(binary, cpu, keylen, packets):
+    r = subprocess.run(["taskset", "-c", str(cpu), str(binary), *EAL, "-l", str(cpu), "--", "--flows",
+                        str(RANDOM_FLOWS), "--packets", str(packets), "--keylen", str(keylen)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"rte_hash_bench exited {r.returncode}: {r.stderr.strip()[-500:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def median_by(runs, key):
+    runs = sorted(runs, key=lambda r: r[key])
+    best = dict(runs[len(runs) // 2])
+    best[key + "_runs"] = [r[key] for r in runs]
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--packets", type=int, default=8_000_000)
+    ap.add_argument("--cpu", type=int, default=0, help="the core both run on (taskset -c)")
+    ap.add_argument("--hash", default="crc32c")
+    ap.add_argument("--bin")
+    a = ap.parse_args()
+    ours_bin = find_binary(a.bin)
+    rte_bin, why = build_rte()
+    results = {"machine": platform.node(), "cpu": platform.processor(), "core": a.cpu,
+               "packets": a.packets, "flows": RANDOM_FLOWS, "repeat": a.repeat, "hash": a.hash,
+               "eal": EAL, "rte_hash": {}, "ours": [], "rte_hash_missing": why}
+    for keylen in RTE_KEYS if rte_bin else ():
+        runs = [run_rte(rte_bin, a.cpu, keylen, a.packets) for _ in range(a.repeat)]
+        med = {k: statistics.median(r[k] for r in runs) for k in RTE_RATES}
+        results["rte_hash"][str(keylen)] = {**runs[0], **med,
+                                            "runs": {k: [r[k] for r in runs] for k in RTE_RATES}}
+        print(f"rte_hash key {keylen}: " + ", ".join(f"{k} {med[k]:.2f}" for k in RTE_RATES),
+              file=sys.stderr)
+    for struct, size in RANDOM_SIZES.items():
+        args = ["--struct", struct, "--hash", a.hash, "--size", size, "--feed",
+                f"uniform:{RANDOM_FLOWS}", "--packets", str(a.packets), "--warmup"]
+        runs = [run(ours_bin, args, pin=a.cpu) for _ in range(a.repeat)]
+        r = median_by(runs, "mpps")
+        row = {"struct": struct, "size": size, "mpps": r["mpps"], "mpps_runs": r["mpps_runs"],
+               "p_l1": r["p_l1"], "bytes_per_flow": r["bytes_per_flow"]}
+        for keylen, peer in results["rte_hash"].items():
+            row[f"ratio_bulk_key{keylen}"] = r["mpps"] / peer["bulk_mpps"]
+            row[f"ratio_bulk_data_key{keylen}"] = r["mpps"] / peer["bulk_data_mpps"]
+        results["ours"].append(row)
+        print(f"{struct:7} {r['mpps']:8.2f} Mpps", file=sys.stderr)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "match_rte.json").write_text(json.dumps(results, indent=1) + "\n")
+    if why:
+        print(f"rte_hash not run: {why}")
+    for keylen, p in results["rte_hash"].items():
+        print(f"rte_hash ({p['dpdk']}), {keylen}-byte keys, median of {a.repeat}: single "
+              f"{p['single_mpps']:.1f}, bulk {p['bulk_mpps']:.1f}, bulk_data {p['bulk_data_mpps']:.1f} M/s")
+    keys = [k for k in results["rte_hash"]]
+    print("| structure | Mpps | " + " | ".join(f"ours / bulk (key {k})" for k in keys) + " |")
+    print("|---|---|" + "---|" * len(keys))
+    for row in results["ours"]:
+        print(f"| {row['struct']} | {row['mpps']:.1f} | " +
+              " | ".join(f"{row[f'ratio_bulk_key{k}']:.2f}" for k in keys) + " |")
+
+
+if __name__ == "__main__":
+    main()
