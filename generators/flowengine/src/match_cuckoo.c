@@ -101,10 +101,21 @@ static void cuckoo_prefetch_next(void *table, uint64_t hash)
 {
     struct cuckoo *c = table;
     uint16_t sig = cuckoo_sig(hash);
-    const struct cuckoo_bucket *b = &c->buckets[match_line(hash, c->nbuckets)];
+    uint64_t b1 = match_line(hash, c->nbuckets);
+    const struct cuckoo_bucket *b = &c->buckets[b1];
+    unsigned seen = 0;
     for (unsigned j = 0; j < CUCKOO_SLOTS; j++)
-        if (b->sig[j] == sig)
-            __builtin_prefetch(&c->store[b->idx[j]]);
+        if (b->sig[j] == sig && b->idx[j]) {
+            match_prefetch_span(&c->store[b->idx[j]], sizeof *c->store); /* 72 bytes: may straddle */
+            seen++;
+        }
+    if (seen)
+        return;
+    /* not in the first bucket: the flow is in the alternative one */
+    b = &c->buckets[cuckoo_alt(c, b1, sig)];
+    for (unsigned j = 0; j < CUCKOO_SLOTS; j++)
+        if (b->sig[j] == sig && b->idx[j])
+            match_prefetch_span(&c->store[b->idx[j]], sizeof *c->store);
 }
 
 /* The slot of KEY in bucket B, or -1. */

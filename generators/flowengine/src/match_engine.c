@@ -139,20 +139,11 @@ static uint64_t sweep(struct match_engine *e, int64_t now, uint64_t *steps_out)
     return probes;
 }
 
-static int packet_hashed(struct match_engine *e, const struct match_key *key, uint64_t h,
-                         uint32_t len, int64_t ts)
+/* Count the packet (LEN, TS) in F, found by a lookup of PROBES probes after
+ * STEPS expiry steps that took WORK probes. */
+static void count_packet(struct match_engine *e, const struct match_key *key, struct match_flow *f,
+                         uint64_t probes, uint64_t work, uint64_t steps, uint32_t len, int64_t ts)
 {
-    uint64_t steps = 0, work = 0;
-    e->st.packets++;
-    if (e->wheel)
-        work = sweep(e, ts, &steps);
-    struct match_flow *f;
-    int rc = e->p.ops->find(e->table, key, h, 1, &f);
-    if (rc < 0) {
-        e->st.refused++;
-        return rc;
-    }
-    uint64_t probes = (uint64_t)rc;
     e->st.hist[probes < MATCH_HIST ? probes : MATCH_HIST]++;
     e->st.probe_sum += probes;
     if (probes > e->st.probe_max)
@@ -182,7 +173,36 @@ static int packet_hashed(struct match_engine *e, const struct match_key *key, ui
     }
     f->packets++;
     f->bytes += len;
+}
+
+/* One packet whose key hashes to H; the flow it was counted in (NULL:
+ * refused) in *OUT and its lookup's probes in *PROBES. */
+static int packet_found(struct match_engine *e, const struct match_key *key, uint64_t h,
+                        uint32_t len, int64_t ts, struct match_flow **out, int *probes)
+{
+    uint64_t steps = 0, work = 0;
+    e->st.packets++;
+    if (e->wheel)
+        work = sweep(e, ts, &steps);
+    struct match_flow *f;
+    int rc = e->p.ops->find(e->table, key, h, 1, &f);
+    *out = NULL;
+    if (rc < 0) {
+        e->st.refused++;
+        return rc;
+    }
+    count_packet(e, key, f, (uint64_t)rc, work, steps, len, ts);
+    *out = f;
+    *probes = rc;
     return 0;
+}
+
+static int packet_hashed(struct match_engine *e, const struct match_key *key, uint64_t h,
+                         uint32_t len, int64_t ts)
+{
+    struct match_flow *f;
+    int probes;
+    return packet_found(e, key, h, len, ts, &f, &probes);
 }
 
 int match_engine_packet(struct match_engine *e, const struct match_key *key, uint32_t len,
@@ -195,21 +215,48 @@ void match_engine_bulk(struct match_engine *e, const struct match_key *keys, con
                        const int64_t *ts_ns, size_t n)
 {
     uint64_t h[MATCH_AHEAD]; /* the hash of packet i in h[i % MATCH_AHEAD] */
+    uint8_t again[MATCH_AHEAD]; /* packet i has the key of packet i - 1 */
     void (*next)(void *, uint64_t) = e->p.ops->prefetch_next;
+    /* The last packet's flow and probes: a packet of the same key as the one
+     * before it is counted there without a lookup when nothing can have moved
+     * or removed that flow in between (no expiry: no wheel). Its hash is the
+     * one before too, and its line is not prefetched again. Not after an
+     * insert, whose probes may differ from a later lookup's. */
+    struct match_flow *last = NULL;
+    int last_probes = 0;
     for (size_t i = 0; i < n && i < MATCH_AHEAD; i++) {
+        again[i] = i && match_key_eq(&keys[i], &keys[i - 1]);
+        if (again[i]) {
+            h[i] = h[i - 1];
+            continue;
+        }
         h[i] = e->p.hash(&keys[i], sizeof keys[i], e->p.seed);
         e->p.ops->prefetch(e->table, h[i]);
     }
     for (size_t i = 0; i < n; i++) {
         uint64_t hi = h[i % MATCH_AHEAD];
-        if (next && i + MATCH_AHEAD / 2 < n)
+        int repeat = again[i % MATCH_AHEAD];
+        if (next && i + MATCH_AHEAD / 2 < n && !again[(i + MATCH_AHEAD / 2) % MATCH_AHEAD])
             next(e->table, h[(i + MATCH_AHEAD / 2) % MATCH_AHEAD]);
         if (i + MATCH_AHEAD < n) {
-            uint64_t ha = e->p.hash(&keys[i + MATCH_AHEAD], sizeof *keys, e->p.seed);
-            h[i % MATCH_AHEAD] = ha;
-            e->p.ops->prefetch(e->table, ha);
+            size_t a = i + MATCH_AHEAD;
+            again[i % MATCH_AHEAD] = (uint8_t)match_key_eq(&keys[a], &keys[a - 1]);
+            if (again[i % MATCH_AHEAD]) {
+                h[i % MATCH_AHEAD] = h[(a - 1) % MATCH_AHEAD];
+            } else {
+                uint64_t ha = e->p.hash(&keys[a], sizeof *keys, e->p.seed);
+                h[i % MATCH_AHEAD] = ha;
+                e->p.ops->prefetch(e->table, ha);
+            }
         }
-        packet_hashed(e, &keys[i], hi, len[i], ts_ns[i]);
+        if (last && repeat && !e->wheel) {
+            e->st.packets++;
+            count_packet(e, &keys[i], last, (uint64_t)last_probes, 0, 0, len[i], ts_ns[i]);
+            continue;
+        }
+        packet_found(e, &keys[i], hi, len[i], ts_ns[i], &last, &last_probes);
+        if (last && last->packets == 1)
+            last = NULL; /* inserted now: a lookup of it may take other probes than the insert */
     }
 }
 

@@ -56,7 +56,8 @@ static void robin_destroy(void *table)
 static void robin_prefetch(void *table, uint64_t hash)
 {
     struct robin *r = table;
-    __builtin_prefetch(&r->slots[match_line(hash, r->size)]);
+    /* the home slot and the next one (the second probe), as linear */
+    match_prefetch_span(&r->slots[match_line(hash, r->size)], 2 * sizeof(struct robin_slot));
 }
 
 static int robin_find(void *table, const struct match_key *key, uint64_t hash, int insert,

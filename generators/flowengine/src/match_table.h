@@ -91,6 +91,17 @@ static inline uint64_t match_line(uint64_t hash, uint64_t n)
     return hash % n;
 }
 
+/* Prefetch every cache line of the BYTES bytes at P (a record that straddles
+ * lines, or the next probes of an open-addressing table: a probe that reaches
+ * a line not prefetched stalls the packets behind it too). */
+static inline void match_prefetch_span(const void *p, size_t bytes)
+{
+    const char *c = (const char *)p;
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(c + o);
+    __builtin_prefetch(c + bytes - 1);
+}
+
 static inline int match_key_eq(const struct match_key *a, const struct match_key *b)
 {
     return a->src_lo == b->src_lo && a->dst_lo == b->dst_lo && a->src_hi == b->src_hi &&
