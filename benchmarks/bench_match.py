@@ -11,8 +11,8 @@ Cases (one core, the timed loop of the emulator only: the feed is built before i
 - churn: every packet a new flow at 1 M packets/s of feed time with a 1 s idle timeout, so about
   1 M inserts and 1 M expiries a second of feed time; reports inserts and expiries per second of
   wall time and the worst packet's cost (probes of its lookup and expiry steps).
-The median of --repeat runs. The DPDK rte_hash peer is not run: libdpdk-dev is not installed
-here (see docs/flow-match.md).
+The median of --repeat runs. The DPDK rte_hash peer on the random case is
+benchmarks/bench_match_rte.py (see docs/flow-match.md).
 
 Results go to benchmarks/out/match.json; a Markdown table goes to stdout.
 
