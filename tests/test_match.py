@@ -220,6 +220,21 @@ def test_synthetic_feeds_have_their_flows(match_bin, tmp_path, kind):
         assert 1000 < distinct <= 5000
 
 
+@pytest.mark.parametrize("struct", STRUCTS)
+def test_runs_of_one_key_are_counted_as_lookups(match_bin, tmp_path, struct):
+    """A packet with the key of the one before is counted without a lookup (no timeout set): the
+    counters still equal the reference, and the probe histogram still has one entry a packet."""
+    run_match(match_bin, "--struct", struct, "--size", "64", "--feed", "zipf:40:2", "--packets", "20000",
+              "--save-feed", str(tmp_path / "feed.csv"), "--dump", str(tmp_path / "dump.csv"),
+              "--json", str(tmp_path / "out.json"))
+    packets = read_feed(tmp_path / "feed.csv")
+    assert sum(a[:8] == b[:8] for a, b in zip(packets, packets[1:])) > 1000  # the feed has runs
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert read_records(tmp_path / "dump.csv") == reference_records(packets)
+    assert sum(report["probe_hist"]) == report["packets"] == len(packets)
+    assert report["inserts"] == len({p[:8] for p in packets})
+
+
 def pcaps() -> list[Path]:
     root = os.environ.get("NTG_SHARED_DATA")
     if not root or not (Path(root) / "pcaps").is_dir():
