@@ -345,3 +345,26 @@ def test_the_simulator_expands_the_dumped_profile(built, tmp_path, pcaplib):
     subprocess.run([sys.executable, "-W", "ignore", str(WORKER), "sim", str(d / "trex-profile.py"),
                     str(again), str(sim)], capture_output=True, timeout=120)
     assert read_capture(again).src_lo.tolist() == c.src_lo.tolist()
+
+
+EXAMPLES = sorted((ROOT / "generators" / "trex" / "examples").glob("*.yaml"))
+
+
+@needs_client
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_the_offline_examples_validate_and_run_without_a_server(path, tmp_path):
+    """The README's TRex examples: `testbed validate` and an offline `testbed run` (STL: our own
+    field-engine expansion; ASTF: the profile's TCP connections), no TRex build involved."""
+    env = {k: v for k, v in os.environ.items() if k != "NTG_TREX_DIR"}
+    env["PYTHONPATH"] = str(ROOT)
+    run = [sys.executable, "-m", "testbed"]
+    res = subprocess.run(run + ["validate", str(path)], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert res.returncode == 0 and ": ok: " in res.stdout, res.stdout + res.stderr
+    res = subprocess.run(run + ["run", str(path), "--out", str(tmp_path), "-q"], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    run_dir = next(tmp_path.glob("*/manifest.json")).parent
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["packets"] > 1000 and all(c["ok"] for c in metrics["checks"]), metrics["checks"]
+    profile = "trex-astf-profile.py" if "astf" in path.name else "trex-profile.py"
+    assert (run_dir / profile).is_file()  # what trex-console loads
