@@ -1,5 +1,5 @@
 """The `testbed` command line: validate, schema, run, analyze, export, export-benchmark, results,
-cleanup, translate-rules, ids-coverage, detect, hash-study, multiply."""
+cleanup, translate-rules, ids-coverage, detect, hash-study, match-sweep, multiply."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from analysis.benchmark import benchmark_document
 from analysis.catalog import BY, Catalog, comparison_lines, list_lines, plot_comparison, text_table
 from analysis.capture import CaptureError
 from analysis.export import COMPRESSIONS, DEFAULT_COMPRESSION, export_captures
+from analysis.hashstudy import machine as hashstudy_machine
 from analysis.hashstudy import DEFAULT_FLOWS, KEYS, PREFIXES, StudyRequest, check_request, run_study, write_study
 from analysis.hashing import distinct_names
+from analysis.matchsweep import write_results as write_match_sweep
 from analysis.stream import natural_key
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, NtgError
@@ -33,6 +35,8 @@ from .ids.expect import ExpectError, load_expect
 from .ids.regression import load_allow, load_baseline
 from .ids.rules.attacks import load_selection, tcp_dialogues
 from .ids.rules.translate import report_json
+from .matchsweep import (DEFAULT_FEEDS, DEFAULT_HASHES, DEFAULT_STRUCTS, SweepRequest, parse_sizes,
+                         run_sweep)
 from .multiply import MultiplyParams, multiply_capture, multiply_run_folder, scenario_params
 from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, make_duts, translate_file
 from .runner import (analyze_live_run, attack_player, check_places, coverage_baseline_problem, open_site,
@@ -741,6 +745,24 @@ def build_parser() -> argparse.ArgumentParser:
     hs.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-hash-study)")
     hs.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     hs.set_defaults(func=cmd_hash_study)
+
+    ms = sub.add_parser("match-sweep", help="seed 000's flow-matching grid with `flowengine match`: "
+                        "Parquet rows, Figs. 2-5 and Table 1 beside the seed's (docs/flow-match.md)")
+    ms.add_argument("--structs", type=_names, default=DEFAULT_STRUCTS, metavar="A,B",
+                    help="chain, tree, linear, robin, cuckoo (default: chain,tree)")
+    ms.add_argument("--hashes", type=_names, default=DEFAULT_HASHES, metavar="A,B",
+                    help="hashes of the registry (default: coralreef,lookup3,murmur3_32)")
+    ms.add_argument("--sizes", default="2^14..2^24", metavar="2^A..2^B,N",
+                    help="table sizes: ranges of powers of two and single sizes (default: %(default)s)")
+    ms.add_argument("--feeds", type=_names, default=DEFAULT_FEEDS, metavar="det,uniform:N,pcap:FILE",
+                    help="feeds of flowengine match (default: det,uniform:1000000)")
+    ms.add_argument("--packets", type=int, default=1_000_000, help="packets a cell (default: 10^6)")
+    ms.add_argument("--repeats", type=int, default=1, help="runs a cell (default: 1)")
+    ms.add_argument("--cell-timeout", type=float, default=120.0, metavar="S",
+                    help="a cell running longer is stopped and kept as timed out (default: 120)")
+    ms.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-match-sweep)")
+    ms.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    ms.set_defaults(func=cmd_match_sweep)
     return p
 
 
@@ -942,6 +964,19 @@ def cmd_hash_study(args: argparse.Namespace) -> int:
         print(f"{r.hash:14s} {r.key:7s} {r.verdict:16s} collisions/bound {r.collision_ratio:8.2f}  "
               f"spread {r.spread:11s}  {r.hashes_per_s / 1e6:7.1f} M hashes/s")
     print(f"wrote {paths['report']} (and metrics.json, rows/spread/verdicts.parquet, collisions.png, spread.png)")
+    return EXIT_OK
+
+
+def cmd_match_sweep(args: argparse.Namespace) -> int:
+    req = SweepRequest(structs=args.structs, hashes=args.hashes, sizes=parse_sizes(args.sizes),
+                       feeds=args.feeds, packets=args.packets, repeats=args.repeats,
+                       cell_timeout_s=args.cell_timeout)
+    out = Path(args.out) if args.out else Path("results") / (
+        datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-match-sweep")
+    progress = None if args.quiet else (lambda msg: _err(f"match-sweep: {msg}"))
+    rows = run_sweep(req, out, progress=progress)
+    paths = write_match_sweep(rows, out, request=vars(req), machine=hashstudy_machine())
+    print(f"wrote {paths['report']} (and rows.parquet, metrics.json, {len(rows)} rows, the figures)")
     return EXIT_OK
 
 
