@@ -39,6 +39,11 @@ def feed_class(feed: str) -> str:
     return {"det": "deterministic", "pcap": "trace"}.get(kind, "random" if kind == "uniform" else kind)
 
 
+def short(feed: str) -> str:
+    """pcap:/a/b/c.pcap -> pcap:c.pcap (titles and legends)."""
+    return "pcap:" + Path(feed[5:]).name if feed.startswith("pcap:") else feed
+
+
 def means(rows: pd.DataFrame) -> pd.DataFrame:
     ok = rows[~rows["timed_out"].astype(bool)]
     return ok.groupby(["feed", "struct", "hash", "size"], as_index=False).agg(
@@ -85,14 +90,18 @@ def plot_fig2(rows: pd.DataFrame, path: Path) -> Path:
             occ = ax.twinx()
             for k, struct in enumerate(dict.fromkeys(rows["struct"])):
                 g = m[(m["feed"] == feed) & (m["hash"] == h) & (m["struct"] == struct)].sort_values("size")
+                pow2 = (g["size"].astype("int64") & (g["size"].astype("int64") - 1)) == 0
+                odd, g = g[~pow2], g[pow2]  # non-powers of two: Fig. 5, marks here
                 ax.plot(g["size"], g["mpps"], ls=STYLE.get(struct, "-"), marker="o", ms=3,
                         color=COLORS[k % len(COLORS)], label=struct)
+                ax.plot(odd["size"], odd["mpps"], ls="none", marker="s", ms=4, mfc="none",
+                        color=COLORS[k % len(COLORS)])
                 ax.fill_between(g["size"], g["mpps_min"], g["mpps_max"], alpha=0.2,
                                 color=COLORS[k % len(COLORS)])
                 occ.plot(g["size"], g["occupancy"], ":", color="grey", lw=1)
             ax.axvline(2**seed000.FIG2_THRESHOLD_LOG2, color="k", lw=0.8, ls=":")
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{feed}, {h}", fontsize=9, loc="left")
+            ax.set_title(f"{short(feed)}, {h}", fontsize=9, loc="left")
             ax.grid(alpha=0.3)
             occ.set_ylim(0, 1.05)
             occ.tick_params(labelsize=7)
@@ -101,8 +110,8 @@ def plot_fig2(rows: pd.DataFrame, path: Path) -> Path:
             if i == len(feeds) - 1:
                 ax.set_xlabel("table size (lines, slots or flows)")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Fig. 2: matching rate against size (dotted grey, right: used lines / lines); "
-                 "seed 000's threshold ~2^22 (CAIDA) marked", x=0.01, ha="left", fontsize=10)
+    fig.suptitle("Fig. 2: matching rate against size (open squares: sizes that are not powers of two; dotted "
+                 "grey, right: used lines / lines); seed 000's threshold ~2^22 (CAIDA) marked", x=0.01, ha="left", fontsize=10)
     fig.savefig(path)
     return path
 
@@ -118,7 +127,7 @@ def plot_fig3(rows: pd.DataFrame, path: Path) -> Path:
             g = m[(m["feed"] == feed) & (m["hash"] == h)].pivot(index="size", columns="struct", values="mpps")
             if {"chain", "tree"} <= set(g.columns):
                 ax.plot(g.index, g["tree"] / g["chain"], marker="o", ms=3, color=COLORS[k % len(COLORS)],
-                        label=f"{feed}, {h}")
+                        label=f"{short(feed)}, {h}")
                 k += 1
     for lg, ratio, text in seed000.FIG3_POINTS:
         ax.plot([2**lg], [ratio], "k*", ms=10)
@@ -172,8 +181,8 @@ def loss_table(rows: pd.DataFrame) -> pd.DataFrame:
     m = means(rows)
     out = []
     for (feed, struct, h), g in m.groupby(["feed", "struct", "hash"]):
-        pow2 = g[g["size"].map(lambda s: s & (s - 1) == 0)]
-        odd = g[g["size"].map(lambda s: s & (s - 1) != 0)]
+        is_pow2 = (g["size"].astype("int64") & (g["size"].astype("int64") - 1)) == 0
+        pow2, odd = g[is_pow2], g[~is_pow2]
         for r in pow2.itertuples():
             if not len(odd):
                 break
@@ -194,7 +203,7 @@ def plot_fig5(rows: pd.DataFrame, path: Path) -> Path:
     ax = axes[0][0]
     for k, ((feed, struct, h), g) in enumerate(lt.groupby(["feed", "struct", "hash"])):
         ax.plot(g["size"], g["loss"], ls=STYLE.get(struct, "-"), marker="o", ms=3,
-                color=COLORS[k % len(COLORS)], label=f"{struct}, {h}, {feed}")
+                color=COLORS[k % len(COLORS)], label=f"{struct}, {h}, {short(feed)}")
     for struct, loss in seed000.FIG5_LOSS.items():
         ax.axhline(loss, color="k", lw=0.8, ls=STYLE.get(struct, "-"))
         ax.annotate(f"seed 000, {struct} (CoralReef): up to x{loss}", (2**14, loss), fontsize=7,
@@ -259,7 +268,8 @@ def write_results(rows: pd.DataFrame, out: Path, request: dict[str, Any], machin
              "|---|---|---:|---:|---|"]
     for r in t1.itertuples():
         ours = "n/a" if r.mpps is None or pd.isna(r.mpps) else f"{r.mpps:.1f}"
-        lines.append(f"| {r.struct} | {r.feed_class} | {r.seed_mpps} | {ours} | {r.feed}, {r.size}, {r.hash} |")
+        where = "not measured (or every cell timed out)" if r.feed is None or pd.isna(r.size) else f"{r.feed}, {int(r.size):,}, {r.hash}"
+        lines.append(f"| {r.struct} | {r.feed_class} | {r.seed_mpps} | {ours} | {where} |")
     lines += ["", f"Seed 000's trace: {seed000.TRACE}.", ""]
     lines += [f"![{k}]({p.name})" for k, p in paths.items()] + [""]
     (out / "report.md").write_text("\n".join(lines))

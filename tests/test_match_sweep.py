@@ -1,0 +1,86 @@
+"""`testbed match-sweep` (testbed/matchsweep.py, analysis/matchsweep.py) end to end with the real
+`flowengine match`: the grid's rows, one cell against a direct run, the figures, the refusals and
+an interrupted sweep."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from testbed.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = ["--structs", "chain,tree", "--hashes", "lookup3,murmur3_32", "--sizes", "2^8,2^10",
+        "--feeds", "det,uniform:500", "--packets", "5000", "-q"]
+
+
+def test_a_tiny_sweep_writes_one_row_a_cell_equal_to_a_direct_run(tmp_path, flowengine_bin):
+    out = tmp_path / "sweep"
+    assert main(["match-sweep", *TINY, "--out", str(out)]) == 0
+    rows = pd.read_parquet(out / "rows.parquet")
+    assert len(rows) == 2 * 2 * 2 * 2
+    assert set(map(tuple, rows[["struct", "hash", "size", "feed"]].values)) == {
+        (s, h, z, f) for s in ("chain", "tree") for h in ("lookup3", "murmur3_32")
+        for z in (256, 1024) for f in ("det", "uniform:500")}
+    assert (rows["mpps"] > 0).all() and not rows["timed_out"].any()
+    # one cell by hand: the same probes for the same (seeded) packets
+    direct = tmp_path / "direct.json"
+    subprocess.run([str(flowengine_bin), "match", "--struct", "tree", "--hash", "murmur3_32",
+                    "--size", "256", "--feed", "uniform:500", "--packets", "5000", "--json",
+                    str(direct)], check=True, capture_output=True)
+    doc = json.loads(direct.read_text())
+    cell = rows[(rows["struct"] == "tree") & (rows["hash"] == "murmur3_32") & (rows["size"] == 256)
+                & (rows["feed"] == "uniform:500")].iloc[0]
+    assert cell["p_l1"] == pytest.approx(doc["p_l1"])
+    assert list(cell["probe_hist"]) == doc["probe_hist"]
+    assert cell["occupancy"] == pytest.approx(doc["occupancy"])
+    det = rows[rows["feed"] == "det"]
+    assert (det["p_l1"] == 1.0).all()  # one flow: every lookup finds it first
+    for name in ("match-fig2-rate.png", "match-fig3-ratio.png", "match-fig4-pdf.png",
+                 "match-fig5-loss.png", "match-table1.png"):
+        assert (out / name).stat().st_size > 1000, name
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["rows"] == 16
+    seeds = {(r["struct"], r["feed_class"]): r["seed_mpps"] for r in metrics["table1"]}
+    assert seeds[("chain", "deterministic")] == 58.1 and seeds[("tree", "random")] == 4.6
+    assert "58.1" in (out / "report.md").read_text()
+
+
+def test_refusals_come_before_anything_is_written(tmp_path, flowengine_bin, capsys):
+    out = tmp_path / "sweep"
+    assert main(["match-sweep", *TINY, "--structs", "chain,list", "--out", str(out)]) == 2
+    assert "chain, tree, linear, robin, cuckoo" in capsys.readouterr().err
+    assert main(["match-sweep", *TINY, "--hashes", "nohash", "--out", str(out)]) == 2
+    assert "crc32c" in capsys.readouterr().err
+    assert main(["match-sweep", *TINY, "--sizes", "2^10,2^33", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--sizes 8589934592" in err and "GiB" in err and "available" in err
+    assert main(["match-sweep", *TINY, "--feeds", "zipf:100:0", "--out", str(out)]) == 2
+    assert "zipf" in capsys.readouterr().err.lower()
+    assert not out.exists()
+
+
+def test_an_interrupted_sweep_keeps_the_rows_it_measured(tmp_path, flowengine_bin):
+    out = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "match-sweep", "--structs", "chain",
+                             "--hashes", "lookup3", "--sizes", "2^12..2^20", "--feeds",
+                             "uniform:20000", "--packets", "2000000", "--repeats", "3",
+                             "--out", str(out)], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # the second progress line: two rows are in the Parquet
+        if "[2/27" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    rows = pd.read_parquet(out / "rows.parquet")
+    assert 2 <= len(rows) < 27
+    assert list(rows["size"][:2]) == [4096, 8192] and (rows["mpps"] > 0).all()
+    assert not list(out.glob("*.tmp"))
