@@ -84,3 +84,23 @@ def test_an_interrupted_sweep_keeps_the_rows_it_measured(tmp_path, flowengine_bi
     assert 2 <= len(rows) < 27
     assert list(rows["size"][:2]) == [4096, 8192] and (rows["mpps"] > 0).all()
     assert not list(out.glob("*.tmp"))
+
+
+def test_the_notebook_redraws_the_figures_from_a_real_sweep(tmp_path, flowengine_bin, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    out = tmp_path / "sweep"
+    assert main(["match-sweep", *TINY, "--sizes", "2^8,2^10,1031", "--out", str(out)]) == 0
+    monkeypatch.setenv("NTG_MATCH_SWEEP", str(out))
+    monkeypatch.setenv("NTG_PLOTS_DIR", str(tmp_path / "plots"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(REPO / "notebooks" / "flow_match_sweep.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(REPO)}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in outputs)
+    assert f"24 cells from {out}" in text and "58.1" in text
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(
+        ["match-fig2-rate.png", "match-fig3-ratio.png", "match-fig4-pdf.png", "match-fig5-loss.png",
+         "match-table1.png"])
