@@ -90,13 +90,15 @@ def test_seed001_comparison_of_five_generators_beside_the_seeds_numbers(tmp_path
     assert steps["trex"]["loss"]["wire"] == trex["packets_sent"]  # every TRex packet on the tap
 
     # the load steps: 500 kB/s of 60-byte frames for 1 s = 8,333.3 packets, all of them on the wire;
-    # Ostinato's drone paces on its own clock and stops at the step's end, sending up to that
-    # (8,271 in a 1 s step here, 65,201 of 83,334 in a 10 s step: docs/benchmarks.md)
+    # Ostinato's drone paces on its own clock: a flow with a duration is a looping stream the adapter
+    # stops after the duration (generators/ostinato/README.md), so it sends about rate x the time it
+    # ran: a little less when drone falls behind (8,271 in a 1 s step here, 65,201 of 83,334 in a
+    # 10 s step: docs/benchmarks.md), a little more when the stop lands late (8,452 in a CI run)
     for g in FIVE:
         loss = steps[f"{g}-load-500kBps"]["loss"]
         assert loss["wire"] == loss["sent"] > 0, (g, loss)
         if g == "ostinato":
-            assert loss["sent"] <= 8334, loss
+            assert loss["sent"] <= 1.1 * 8334, loss  # the stop within 100 ms of the step's end
         else:
             assert loss["sent"] == 8334, (g, loss)  # the schedule's packets at 0, 1/8333.3 s, ... 1 s
 
