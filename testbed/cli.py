@@ -37,7 +37,8 @@ from .ids.rules.attacks import load_selection, tcp_dialogues
 from .ids.rules.translate import report_json
 from .matchsweep import (DEFAULT_FEEDS, DEFAULT_HASHES, DEFAULT_STRUCTS, SweepRequest, parse_sizes,
                          run_sweep)
-from .multiply import MultiplyParams, multiply_capture, multiply_run_folder, scenario_params
+from .multiply import (MultiplyParams, analyze_multiplied, multiply_capture, multiply_run_folder, rerun_report,
+                       scenario_params)
 from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, make_duts, translate_file
 from .runner import (analyze_live_run, attack_player, check_places, coverage_baseline_problem, open_site,
                      plan_steps, played_attacks_problem, run_scenario, stage_printer)
@@ -262,6 +263,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     where = metrics.get("report_dir")
     if where:
         print(f"report: {Path(where) / 'report.html'}")
+    multiplied = rerun_report(run_dir) if len(paths) == 1 and run_dir.is_dir() else None
+    if multiplied is not None:   # a run folder that `testbed multiply` multiplied
+        _print_multiply_report(multiplied)
+        print(f"multiplied: {run_dir / 'multiply_report.md'} (also .json, .png)")
+        if not multiplied["ok"]:
+            return EXIT_CHECKS_FAILED
     problem = metrics.get("capture_problem")
     if problem:
         _err(
@@ -526,12 +533,29 @@ def cmd_multiply(args: argparse.Namespace) -> int:
         plan = Path(args.plan) if args.plan else out.with_suffix(".plan.csv")
         doc = multiply_capture(src, out, plan, out.with_suffix(".multiply.json"), params)
         where = f"{out} (plan {plan})"
+        if out.is_file():   # not /dev/null: the analysis of the output beside it
+            doc["report"] = analyze_multiplied(src, out, plan, params.copies, out.parent, out.stem + ".report")
     for line in doc.get("warning", "").splitlines():
         _err(line)
     passed = sum(doc["passthrough"].values())
     print(f"{doc['packets_in']:,} packets in, {doc['packets_out']:,} out ({doc['rewritten']:,} x "
           f"{doc['copies'] + 1}, {passed:,} passed through alone), {doc['flows']:,} flows: {where}")
+    report = doc.get("report")
+    if report is not None:
+        _print_multiply_report(report)
+        return EXIT_OK if report["ok"] else EXIT_CHECKS_FAILED
     return EXIT_OK
+
+
+def _print_multiply_report(r: dict) -> None:
+    """The capture-counted lines of analysis.multiply's report."""
+    spread = ", ".join(f"{k} x {v}" for k, v in r["shadow_flows_per_original"].items())
+    print(f"from the captures: egress/ingress {r['packet_ratio']:.4f} ({r['egress_packets']:,} of "
+          f"{r['expected_egress_packets']:,} expected), shadow flows per original: {spread or '-'}, "
+          f"{r['shadow_directions_equal']:,} of {r['shadow_directions']:,} shadow flow directions equal to their "
+          f"original in packets and bytes: {'as planned' if r['ok'] else 'NOT as planned'}")
+    if not r["ok"]:
+        _err("testbed multiply: the output is not as planned (see the report's table)")
 
 
 def build_parser() -> argparse.ArgumentParser:

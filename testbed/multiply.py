@@ -8,13 +8,12 @@ and the engine's counters. Given a run folder, all three go into it and its mani
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import ipaddress
 import json
 import subprocess
 from pathlib import Path
 
+from analysis.multiply import REPORT_STEM, multiplied_report, read_plan, write_report
 from ntgcore.errors import BadInput, NtgError
 from ntgcore.proc import Process
 from ntgcore.registry import GENERATORS
@@ -25,6 +24,8 @@ from ntgcore.yamlread import yaml_lines
 PLAN_NAME = "shadow_plan.csv"
 OUTPUT_NAME = "multiplied.pcap"
 SUMMARY_NAME = "multiply.json"
+__all__ = ["MultiplyParams", "analyze_multiplied", "multiply_capture", "multiply_run_folder", "read_plan", "rerun_report",
+           "scenario_params"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,12 +109,37 @@ def multiply_run_folder(run_dir: Path, p: MultiplyParams | None) -> dict:
     if p is None:
         p = scenario_params(run_dir / "scenario.yaml")
     doc = multiply_capture(capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, run_dir / SUMMARY_NAME, p)
+    report = multiplied_report(capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, p.copies)
+    paths = write_report(report, run_dir, REPORT_STEM)
     folder = RunFolder.open(run_dir)
     folder.manifest["multiply"] = {"input": "capture.pcap", "output": OUTPUT_NAME, "plan": PLAN_NAME,
                                    "summary": SUMMARY_NAME, "parameters": params_dict(p),
-                                   "packets_in": doc["packets_in"], "packets_out": doc["packets_out"]}
+                                   "packets_in": doc["packets_in"], "packets_out": doc["packets_out"],
+                                   "report": {k: v.name for k, v in paths.items()},
+                                   "egress_ratio": report["packet_ratio"], "as_planned": report["ok"]}
     folder.write()
+    doc["report"] = report
     return doc
+
+
+def analyze_multiplied(inp: Path, out: Path, plan: Path, copies: int, report_dir: Path, stem: str) -> dict:
+    """The analysis of a multiplication (analysis.multiply) written beside its output."""
+    report = multiplied_report(inp, out, plan, copies)
+    write_report(report, report_dir, stem)
+    return report
+
+
+def rerun_report(run_dir: Path) -> dict | None:
+    """The multiply report of a run folder that `testbed multiply` multiplied, written anew from
+    its captures and plan; None for any other folder."""
+    manifest = run_dir / "manifest.json"
+    if not manifest.is_file():
+        return None
+    rec = json.loads(manifest.read_text()).get("multiply")
+    if not rec or not (run_dir / rec["output"]).is_file():
+        return None
+    return analyze_multiplied(run_dir / rec["input"], run_dir / rec["output"], run_dir / rec["plan"],
+                              int(rec["parameters"]["copies"]), run_dir, REPORT_STEM)
 
 
 def params_dict(p: MultiplyParams) -> dict:
@@ -121,21 +147,3 @@ def params_dict(p: MultiplyParams) -> dict:
     d["ranges"], d["original"] = list(p.ranges), list(p.original)
     d["urls"] = str(p.urls) if p.urls is not None else None
     return d
-
-
-ShadowKey = tuple[int, str, int, str, int]  # proto, address, port, address, port (one direction)
-
-
-def read_plan(path: Path) -> dict[ShadowKey, tuple[int, int, int]]:
-    """The plan as a map from either direction of a flow (original or shadow) to (flow, copy,
-    direction); copy 0 is the original, direction 0 is a -> b. Addresses are normalised
-    (ipaddress) so any reader's text matches."""
-    found: dict[ShadowKey, tuple[int, int, int]] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            a, b = str(ipaddress.ip_address(row["a_addr"])), str(ipaddress.ip_address(row["b_addr"]))
-            pa, pb, proto = int(row["a_port"]), int(row["b_port"]), int(row["proto"])
-            flow, copy = int(row["flow"]), int(row["copy"])
-            found[(proto, b, pb, a, pa)] = (flow, copy, 1)
-            found[(proto, a, pa, b, pb)] = (flow, copy, 0)
-    return found
