@@ -83,10 +83,15 @@ def _locate(key: tuple, plan: dict, by_addr: dict) -> tuple[int, int, int] | Non
     """The plan entry of a flow of the capture; a flow whose ports the reader and the plan
     spell differently (ICMP echo identifiers, later fragments) by its protocol and addresses
     when those name one flow of the plan."""
-    hit = plan.get((key[0], str(ipaddress.ip_address(key[1])), key[2], str(ipaddress.ip_address(key[3])), key[4]))
-    if hit is not None:
-        return hit
-    cands = by_addr.get((key[0], str(ipaddress.ip_address(key[1])), str(ipaddress.ip_address(key[3]))), ())
+    proto, src, dst = key[0], str(ipaddress.ip_address(key[1])), str(ipaddress.ip_address(key[3]))
+    ports = [(key[2], key[4])]
+    if proto in (1, 58):   # the reader gives an ICMP echo's identifier as sport, the plan as both ports
+        ports += [(key[2], key[2]), (0, 0)]
+    for sport, dport in ports:
+        hit = plan.get((proto, src, sport, dst, dport))
+        if hit is not None:
+            return hit
+    cands = by_addr.get((proto, src, dst), ())
     return cands[0] if len(cands) == 1 else None
 
 

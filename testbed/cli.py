@@ -32,6 +32,7 @@ from .cleanup import cleanup
 from .ids import detect
 from .ids.coverage import gate_lines, run_coverage_duts, sid_change_lines, summary_lines
 from .ids.expect import ExpectError, load_expect
+from .ids.multiplied import MAX_COPIES
 from .ids.regression import load_allow, load_baseline
 from .ids.rules.attacks import load_selection, tcp_dialogues
 from .ids.rules.translate import report_json
@@ -706,6 +707,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a suricata.yaml to use instead of ours (HOME_NET, EXTERNAL_NET and checksum "
                         "checks are still set to the testbed's); twice or more: DUTs compared as with "
                         "--suricata (as many of each pair up in order, one goes with all of the other)")
+    c.add_argument("--multiply", type=_copies_list, default=(), metavar="T1,T2",
+                   help="also run the attack sessions multiplied T times (each session and T shadow sessions, "
+                        "seed 003's multiplier) and report per sid whether the alerts are (T+1)x; e.g. 3,10")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     c.set_defaults(func=cmd_ids_coverage)
 
@@ -851,6 +855,16 @@ def _fractions(text: str) -> tuple[float, ...]:
     return values
 
 
+def _copies_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers of copies separated by commas, e.g. 3,10") from None
+    if not values or any(not 1 <= v <= MAX_COPIES for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each number of copies must be 1..{MAX_COPIES}")
+    return values
+
+
 def cmd_ids_coverage(args: argparse.Namespace) -> int:
     for f in args.rules:
         if not Path(f).is_file():
@@ -876,6 +890,7 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
     result = run_coverage_duts(args.rules, out, duts, ids=args.ids, mixes=args.mix,
                                ip_version=6 if args.ipv6 else 4, exclude_unloadable=args.exclude_unloadable,
                                baseline=baseline, allowed=allowed, allow_path=args.allow,
+                               multiply=args.multiply,
                                progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
     docs = result["duts"]
     problems = docs[0]["problems"]

@@ -31,6 +31,9 @@ rule_paths, dialogues, out_dir, baseline=None)` does it for attack sessions a ge
 over its own TCP stack (TRex ASTF), the sessions found in the capture by their rule's server
 address and port (`played_sessions`). `--mix` adds benign background load from the
 flowengine generator (through the generator registry), merged by time with the attack sessions.
+`multiply=(T, ...)` also runs the attack sessions multiplied T times (`testbed.ids.multiplied`:
+each session and T shadow sessions) through each DUT and adds, per T, the per-sid alert counts
+against (T+1)x the unmultiplied ones (the document's `multiplied` section).
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ from ntgcore.scenario import parse_scenario
 from .regression import Baseline, compare_coverage
 from .regression import markdown_lines as baseline_markdown
 from .regression import summary_lines as comparison_summary
+from .multiplied import MAX_COPIES, MultipliedCapture, multiplied_home_net, multiply_attacks, score_multiplied
+from .multiplied import markdown_lines as multiplied_markdown
+from .multiplied import summary_line as multiplied_summary
 from .report import markdown_html
 from .rules.attacks import Attacks, load_selection, merge_pcaps
 from .rules.semantics import RuleModel, load_rules
@@ -232,7 +238,7 @@ def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: l
                       ids: str = "suricata", mixes: tuple[float, ...] = (), progress=None,
                       ip_version: int = 4, exclude_unloadable: bool = False,
                       baseline: Baseline | None = None, allowed: dict[int, str] | None = None,
-                      allow_path: str | None = None) -> dict:
+                      allow_path: str | None = None, multiply: tuple[int, ...] = ()) -> dict:
     """The sessions synthesized once (and the mixed captures made once), read by every DUT.
 
     One DUT writes its reports into `out_dir`; several each into `out_dir/NAME/`, compared per sid
@@ -245,6 +251,8 @@ def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: l
         raise ValueError(f"IDS {ids!r} is not supported; use --ids suricata")
     if not duts:
         raise ValueError("run_coverage_duts needs at least one DUT")
+    if any(not 1 <= t <= MAX_COPIES for t in multiply):
+        raise ValueError(f"multiply: the number of copies must be 1..{MAX_COPIES} (got {multiply})")
     if allowed is None and baseline is not None:
         allowed, allow_path = baseline.allowed, baseline.allow_path
     allowed = allowed or {}
@@ -264,6 +272,10 @@ def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: l
     for frac in mixes:
         say(f"mixing with benign load: attacks {frac:.0%} of packets")
         mixed.append(_mix_capture(models, out, frac, synth.packets, ip_version))
+    multiplied: list[MultipliedCapture] = []
+    for copies in multiply:
+        say(f"multiplying the attack sessions: T = {copies}")
+        multiplied.append(multiply_attacks(out / "attacks.pcap", copies, out / f"multiply-{copies}"))
     several = len(duts) > 1
     docs: list[dict] = []
     for dut in duts:
@@ -293,6 +305,14 @@ def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: l
             suri_m = run_offline(mc.pcap, list(rule_files), folder / "suricata", binary=dut.binary,
                                  config=dut.config)
             doc["mixes"][mc.key] = _mix_result(models, mc, suri_m, exclude_unloadable)
+        if multiplied:
+            doc["multiplied"] = {}
+        for mt in multiplied:
+            say(f"suricata on the attacks multiplied T = {mt.copies}" + (f" ({dut.name})" if several else ""))
+            folder = where / mt.folder.name if several else mt.folder
+            suri_t = run_offline(mt.pcap, list(rule_files), folder / "suricata", binary=dut.binary,
+                                 config=dut.config, home_net=multiplied_home_net(mt))
+            doc["multiplied"][str(mt.copies)] = score_multiplied(mt, suri, suri_t, models)
         if baseline is not None:
             doc["baseline"] = _compared(baseline.doc, doc, allowed, path=baseline.path, allow_path=allow_path)
         if docs:
@@ -542,6 +562,8 @@ def summary_lines(doc: dict) -> list[str]:
         lines.append(f"mixed at {_pct(mx['attack_fraction'])} attack packets ({mx['benign_packets']:,} benign): "
                      f"coverage {_pct(mx['coverage'])}, extra {_pct(mx['extra_fraction'])} "
                      f"(unrelated {_pct(mx.get('extra_unrelated_fraction', 0))})")
+    for mt in doc.get("multiplied", {}).values():
+        lines.append(multiplied_summary(mt))
     t = doc["timing_s"]
     lines.append(f"time: parse+synthesize {t['parse_and_synthesize']:.2f} s, suricata {t['suricata']:.2f} s, "
                  f"total {t.get('total', 0):.2f} s")
@@ -620,6 +642,8 @@ def gate_lines(result: dict) -> list[str]:
 def markdown(doc: dict) -> str:
     out = ["# IDS detection coverage", "", *[f"- {x}" for x in summary_lines(doc)], ""]
     out += _comparison_markdown(doc)
+    for mt in doc.get("multiplied", {}).values():
+        out += multiplied_markdown(mt)
     out += ["## Why rules were missed", "", "| reason | rules |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in doc["missed_reasons"].items()]
     out += ["", "## Per keyword", "", "| keyword | rules | alerted | coverage |", "|---|---|---|---|"]

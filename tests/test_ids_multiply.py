@@ -1,0 +1,100 @@
+"""Rule-derived attack sessions multiplied T times into Suricata (seed 003's IDS use): every
+session and its T shadow sessions alert alike, so the alerts are (T+1)x per sid.
+
+Real Suricata, real rules (the protocol cases' and a threshold tracked by rule, which cannot
+scale), the real multiplier; the alert counts are read from both runs' eve.json here, not taken
+from the report, and the multiplied capture is checked by tshark (every checksum, every stream)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import skip_or_fail
+from testbed.cli import main
+from testbed.ids.rules.variables import HOME_NET
+from testbed.ids.suricata import run_offline
+from tests.test_multiply import checksum_status, frame_count
+
+CASES = Path(__file__).parent / "rules_cases"
+RULE_CASES = ("http_request", "flowbits_threshold", "dns_tls", "packet_keywords", "ipv6_rules", "smtp_dialogue")
+BY_RULE_SID = 1009901
+BY_RULE = (f'alert tcp $EXTERNAL_NET any -> $HOME_NET 7300 (msg:"limit by rule"; flow:established,to_server; '
+           f'content:"once"; threshold:type limit, track by_rule, count 1, seconds 60; sid:{BY_RULE_SID}; rev:1;)\n')
+
+
+@pytest.fixture(scope="module")
+def coverage(tmp_path_factory, flowengine_bin) -> Path:
+    if shutil.which("suricata") is None:
+        skip_or_fail("suricata not installed (./bootstrap.sh test)")
+    if shutil.which("tshark") is None:
+        skip_or_fail("tshark not installed (./bootstrap.sh test)")
+    out = tmp_path_factory.mktemp("idsmult")
+    extra = out / "by_rule.rules"
+    extra.write_text(BY_RULE)
+    rules = [str(CASES / c / "rules.rules") for c in RULE_CASES] + [str(extra)]
+    assert main(["ids-coverage", *rules, "--multiply", "3,2", "--out", str(out / "cov"), "-q"]) == 0
+    return out / "cov"
+
+
+def eve_sids(eve: Path) -> Counter:
+    counts: Counter = Counter()
+    for line in eve.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event_type") == "alert":
+            counts[e["alert"]["signature_id"]] += 1
+    return counts
+
+
+@pytest.mark.parametrize("copies", [3, 2])
+def test_every_sid_alerts_T_plus_1_times_as_often(coverage, copies):
+    base = eve_sids(coverage / "suricata" / "eve.json")
+    mult = eve_sids(coverage / f"multiply-{copies}" / "suricata" / "eve.json")
+    assert len(base) >= 25 and BY_RULE_SID in base
+    scaling = {sid: n for sid, n in base.items() if sid != BY_RULE_SID}
+    assert {sid: mult[sid] for sid in scaling} == {sid: (copies + 1) * n for sid, n in scaling.items()}
+    assert set(mult) == set(base)
+    # a threshold tracked by rule has one counter for the original and every copy: it cannot scale
+    assert mult[BY_RULE_SID] == base[BY_RULE_SID] == 1
+    doc = json.loads((coverage / "coverage.json").read_text())["multiplied"][str(copies)]
+    rows = {r["sid"]: r for r in doc["rows"]}
+    assert doc["not_scaling"] == [BY_RULE_SID] and "by_rule" in rows[BY_RULE_SID]["reason"]
+    assert all(r["per_copy"] == [base[sid]] * (copies + 1) for sid, r in rows.items() if sid != BY_RULE_SID)
+    assert f"multiplied T={copies}" in (coverage / "coverage.md").read_text()
+
+
+@pytest.mark.parametrize("copies", [3, 2])
+def test_the_multiplied_attacks_are_whole_sessions_with_good_checksums(coverage, copies):
+    src, out = coverage / "attacks.pcap", coverage / f"multiply-{copies}" / "attacks.pcap"
+    assert frame_count(out) == (copies + 1) * frame_count(src)
+    status = checksum_status(out)
+    assert not [k for k in status if k[1] == 0] and status[("tcp", 1)] > 0, status
+    # tshark's TCP analysis finds no lost, out-of-order or retransmitted segment in any stream
+    flags = subprocess.run(["tshark", "-n", "-r", str(out), "-Y", "tcp.analysis.flags && !tcp.analysis.window_update",
+                            "-T", "fields", "-e", "frame.number"], capture_output=True, text=True, check=True)
+    flags_src = subprocess.run(["tshark", "-n", "-r", str(src), "-Y", "tcp.analysis.flags && !tcp.analysis.window_update",
+                                "-T", "fields", "-e", "frame.number"], capture_output=True, text=True, check=True)
+    assert len(flags.stdout.split()) == (copies + 1) * len(flags_src.stdout.split())
+
+
+def test_shadow_sessions_alert_only_with_the_shadows_of_home_in_home_net(coverage, tmp_path):
+    """Without the shadows of the home addresses in HOME_NET, the directional rules
+    ($EXTERNAL_NET -> $HOME_NET) do not fire on the shadow sessions: the (T+1)x needs it."""
+    rules = sorted(str(p) for p in (coverage.parent).glob("*.rules")) + [str(CASES / c / "rules.rules")
+                                                                         for c in RULE_CASES]
+    suri = run_offline(coverage / "multiply-3" / "attacks.pcap", rules, tmp_path / "suricata", home_net=HOME_NET)
+    plain = Counter(a.sid for a in suri.alerts)
+    base = eve_sids(coverage / "suricata" / "eve.json")
+    short = [sid for sid, n in base.items() if plain[sid] < 4 * n]
+    assert len(short) >= 10, plain
+
+
+def test_a_bad_number_of_copies_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["ids-coverage", str(CASES / "http_request" / "rules.rules"), "--multiply", "0", "--out", str(tmp_path)])
+    assert exc.value.code == 2 and "1..64" in capsys.readouterr().err
