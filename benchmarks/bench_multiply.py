@@ -14,6 +14,11 @@ system: what one core delivers however busy the shared machine is) and by wall t
 --repeat runs. Results go to benchmarks/out/multiply.json; a Markdown table goes to stdout.
 
     python benchmarks/bench_multiply.py [--packets N] [--copies T] [--repeat R] [--bin PATH] [--dir DIR]
+                                        [--before OLD_PATH]
+
+`--before OLD_PATH`: another flowengine build (the engine before a change) runs the same two
+multiply cases (null sink, /dev/null) in the same run, right after ours; the JSON gets their
+rates and the ratio after / before.
 """
 
 from __future__ import annotations
@@ -116,6 +121,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bin")
+    ap.add_argument("--before", metavar="OLD_PATH", help="a flowengine before a change: same cases, same run")
     ap.add_argument("--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else None,
                     help="where the input and the file outputs go (default tmpfs /dev/shm)")
     args = ap.parse_args()
@@ -135,6 +141,15 @@ def main() -> None:
         cases = [
             case("multiply, null sink", ours + ["--null"], (t + 1) * n, args.repeat, engine=True),
             case("multiply -o /dev/null", ours + ["-o", "/dev/null"], (t + 1) * n, args.repeat, engine=True),
+        ]
+        if args.before:
+            old = [args.before] + ours[1:]
+            cases += [
+                case("before: multiply, null sink", old + ["--null"], (t + 1) * n, args.repeat, engine=True),
+                case("before: multiply -o /dev/null", old + ["-o", "/dev/null"], (t + 1) * n, args.repeat,
+                     engine=True),
+            ]
+        cases += [
             case("multiply -o tmpfs file", ours + ["-o", str(out_file)], (t + 1) * n, args.repeat, out_file,
                  engine=True),
             case("tcprewrite --pnat -o /dev/null", peer + ["-o", "/dev/null"], n, args.repeat),
@@ -159,6 +174,11 @@ def main() -> None:
         "ratio_vs_tcprewrite_file_per_core": ours_file["mpps_per_core"] / peer_file_c["mpps_per_core"],
         "targets": {"mpps_per_core": 20, "ratio_vs_tcprewrite": 5},
     }
+    if args.before:
+        result["before"] = args.before
+        result["ratio_vs_before_per_core"] = {
+            k: by[k]["mpps_per_core"] / by["before: " + k]["mpps_per_core"]
+            for k in ("multiply, null sink", "multiply -o /dev/null")}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "multiply.json").write_text(json.dumps(result, indent=2) + "\n")
     print("| case | frames out | Mpps per core (CPU time) | Mpps (wall) |\n|---|---:|---:|---:|")
@@ -171,6 +191,9 @@ def main() -> None:
     print(f"\nours / tcprewrite, both to /dev/null: {result['ratio_vs_tcprewrite_per_core']:.1f}x per core, "
           f"{result['ratio_vs_tcprewrite_wall']:.1f}x by wall time; to tmpfs files "
           f"{result['ratio_vs_tcprewrite_file_per_core']:.1f}x per core (load average {result['load_avg'][0]:.1f})")
+    if args.before:
+        print("after / before, per core: " + ", ".join(f"{k} {v:.3f}x"
+                                                       for k, v in result["ratio_vs_before_per_core"].items()))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "csum.h"
+#include "hash.h"
 #include "rng.h"
 
 __extension__ typedef unsigned __int128 mult_u128;
@@ -262,21 +263,6 @@ static int mult_parse(const uint8_t *f, uint32_t len, struct mult_hdr *h)
 
 /* ---- tables ----------------------------------------------------------------------------- */
 
-static inline uint64_t mult_hash(const uint8_t *k, size_t n)
-{
-    uint64_t h = 0x6d756c74ull;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, k, 8);
-        h = rng_mix(h ^ w);
-        k += 8;
-        n -= 8;
-    }
-    uint64_t w = 0;
-    memcpy(&w, k, n);
-    return rng_mix(h ^ w ^ ((uint64_t)n << 56));
-}
-
 static int mult_index_init(struct mult_index *ix, uint32_t entries)
 {
     uint32_t cap = 16;
@@ -300,7 +286,7 @@ static inline uint32_t *mult_index_find(const struct mult_index *ix, const void 
                                         const uint8_t *(*at)(const void *, uint32_t),
                                         const uint8_t *key, size_t n)
 {
-    uint32_t i = (uint32_t)mult_hash(key, n) & ix->mask;
+    uint32_t i = (uint32_t)hash_crc32c(key, n, 0) & ix->mask; /* the project's one hash (hash.h) */
     for (;;) {
         uint32_t *s = &ix->slot[i];
         if (!*s || !memcmp(at(base, *s - 1), key, n)) return s;
