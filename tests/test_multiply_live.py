@@ -26,6 +26,7 @@ def driver(tmp_path_factory) -> Path:
     exe = tmp_path_factory.mktemp("multlive") / "test_mult_live"
     subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(SRC), "-I", str(NATIVE),
                     str(REPO / "tests" / "native" / "test_mult_live.c"), str(SRC / "mult.c"), str(SRC / "csum.c"),
+                    str(SRC / "hash_crc32c.c"),
                     str(NATIVE / "pcapread.c"), "-o", str(exe)], check=True)
     return exe
 
