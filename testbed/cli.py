@@ -535,7 +535,8 @@ def cmd_multiply(args: argparse.Namespace) -> int:
         doc = multiply_capture(src, out, plan, out.with_suffix(".multiply.json"), params)
         where = f"{out} (plan {plan})"
         if out.is_file():   # not /dev/null: the analysis of the output beside it
-            doc["report"] = analyze_multiplied(src, out, plan, params.copies, out.parent, out.stem + ".report")
+            doc["report"] = analyze_multiplied(src, out, plan, params.copies, out.parent, out.stem + ".report",
+                                               params.urls is None)
     for line in doc.get("warning", "").splitlines():
         _err(line)
     passed = sum(doc["passthrough"].values())

@@ -109,7 +109,7 @@ def multiply_run_folder(run_dir: Path, p: MultiplyParams | None) -> dict:
     if p is None:
         p = scenario_params(run_dir / "scenario.yaml")
     doc = multiply_capture(capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, run_dir / SUMMARY_NAME, p)
-    report = multiplied_report(capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, p.copies)
+    report = multiplied_report(capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, p.copies, p.urls is None)
     paths = write_report(report, run_dir, REPORT_STEM)
     folder = RunFolder.open(run_dir)
     folder.manifest["multiply"] = {"input": "capture.pcap", "output": OUTPUT_NAME, "plan": PLAN_NAME,
@@ -122,9 +122,11 @@ def multiply_run_folder(run_dir: Path, p: MultiplyParams | None) -> dict:
     return doc
 
 
-def analyze_multiplied(inp: Path, out: Path, plan: Path, copies: int, report_dir: Path, stem: str) -> dict:
-    """The analysis of a multiplication (analysis.multiply) written beside its output."""
-    report = multiplied_report(inp, out, plan, copies)
+def analyze_multiplied(inp: Path, out: Path, plan: Path, copies: int, report_dir: Path, stem: str,
+                       same_bytes: bool = True) -> dict:
+    """The analysis of a multiplication (analysis.multiply) written beside its output; `same_bytes`
+    false when URLs were substituted (shadow flows then compared by packets only)."""
+    report = multiplied_report(inp, out, plan, copies, same_bytes)
     write_report(report, report_dir, stem)
     return report
 
@@ -139,7 +141,8 @@ def rerun_report(run_dir: Path) -> dict | None:
     if not rec or not (run_dir / rec["output"]).is_file():
         return None
     return analyze_multiplied(run_dir / rec["input"], run_dir / rec["output"], run_dir / rec["plan"],
-                              int(rec["parameters"]["copies"]), run_dir, REPORT_STEM)
+                              int(rec["parameters"]["copies"]), run_dir, REPORT_STEM,
+                              rec["parameters"].get("urls") is None)
 
 
 def params_dict(p: MultiplyParams) -> dict:

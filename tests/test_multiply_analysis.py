@@ -95,3 +95,14 @@ multiply:
     assert "shadow flows per original: 5 x 4" in capsys.readouterr().out
     table = (folder / "multiply_report.md").read_text()
     assert "| egress / ingress (packets) | 6.0000 |" in table and "as planned" in table
+
+
+def test_substituted_urls_are_compared_by_packets_only(flowengine_bin, tmp_path, capsys):
+    cap = next(c for c in shared_captures() if "http_bro" in c.name)
+    urls = tmp_path / "urls.txt"
+    urls.write_text("/x\n/a-longer-target/y?z=1\n")
+    out = tmp_path / "out.pcap"
+    assert main(["multiply", str(cap), "-o", str(out), "-T", "2", "--ranges", RANGES, "--urls", str(urls)]) == 0
+    doc = json.loads((tmp_path / "out.report.json").read_text())
+    assert doc["ok"] and not doc["bytes_compared"] and doc["egress_bytes"] != 3 * doc["ingress_bytes"]
+    assert doc["packet_ratio"] == 3.0 and "URLs substituted" in (tmp_path / "out.report.md").read_text()
