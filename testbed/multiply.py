@@ -24,8 +24,8 @@ from ntgcore.yamlread import yaml_lines
 PLAN_NAME = "shadow_plan.csv"
 OUTPUT_NAME = "multiplied.pcap"
 SUMMARY_NAME = "multiply.json"
-__all__ = ["MultiplyParams", "analyze_multiplied", "multiply_capture", "multiply_run_folder", "read_plan", "rerun_report",
-           "scenario_params"]
+__all__ = ["MultiplyParams", "analyze_multiplied", "multiply_capture", "multiply_run_folder", "read_plan",
+           "rerun_report", "scenario_params"]
 
 
 @dataclasses.dataclass(frozen=True)
