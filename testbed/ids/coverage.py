@@ -310,9 +310,11 @@ def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: l
         for mt in multiplied:
             say(f"suricata on the attacks multiplied T = {mt.copies}" + (f" ({dut.name})" if several else ""))
             folder = where / mt.folder.name if several else mt.folder
+            t5 = time.monotonic()
             suri_t = run_offline(mt.pcap, list(rule_files), folder / "suricata", binary=dut.binary,
                                  config=dut.config, home_net=multiplied_home_net(mt))
             doc["multiplied"][str(mt.copies)] = score_multiplied(mt, suri, suri_t, models)
+            doc["multiplied"][str(mt.copies)]["suricata_s"] = round(time.monotonic() - t5, 3)
         if baseline is not None:
             doc["baseline"] = _compared(baseline.doc, doc, allowed, path=baseline.path, allow_path=allow_path)
         if docs:

@@ -157,7 +157,8 @@ def summary_line(m: dict) -> str:
             f"{m['alerts_multiplied']:,} = {m['ratio']:.2f} x {m['alerts']:,} (expected {m['expected']:,}); "
             f"{m['sids_scaling']} of {m['sids']} sids alert exactly (T+1)x"
             + (f"; not: sids {', '.join(map(str, bad[:20]))}{', ...' if len(bad) > 20 else ''} "
-               "(the report says why)" if bad else ""))
+               "(the report says why)" if bad else "")
+            + (f"; suricata {m['suricata_s']:.1f} s" if "suricata_s" in m else ""))
 
 
 def markdown_lines(m: dict) -> list[str]:
