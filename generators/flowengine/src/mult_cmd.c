@@ -18,6 +18,7 @@
 
 #include "halt.h"
 #include "mult.h"
+#include "mult_live.h"
 #include "pcapfile.h"
 #include "pcapread.h"
 #include "sink.h"
@@ -27,7 +28,6 @@
  * estimate above --max-seconds is a run that is surely too long. */
 #define MULT_EST_PPS 2e6
 #define MULT_EST_BPS 100e6
-#define MULT_EXIT_INPUT 2
 #define MULT_MAX_URLS 65536u
 
 static const char mult_usage[] =
@@ -35,7 +35,8 @@ static const char mult_usage[] =
     "                           [--seed S] [--order spfo|interleaved] [--ports keep|shift]\n"
     "                           [--urls FILE] [--mtu N] [--plan PLAN.csv|PLAN.json]\n"
     "                           [--original CIDR[,CIDR...]] [--max-flows N] [--max-seconds N]\n"
-    "                           [--upto-damage] [--summary FILE]\n";
+    "                           [--upto-damage] [--summary FILE]\n"
+    "       flowengine multiply --live IN_IFACE OUT_IFACE DUT_IFACE -T N --ranges CIDR[,...] (see --live -h)\n";
 
 struct mult_opts {
     const char *in, *out, *plan, *urls, *summary;
@@ -44,8 +45,7 @@ struct mult_opts {
     int order, ports, null, upto_damage;
 };
 
-static int mult_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int mult_fail(const char *fmt, ...)
+int mult_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -56,7 +56,7 @@ static int mult_fail(const char *fmt, ...)
     return MULT_EXIT_INPUT;
 }
 
-static int mult_u64(const char *s, uint64_t *v)
+int mult_u64(const char *s, uint64_t *v)
 {
     char *e;
     errno = 0;
@@ -89,7 +89,7 @@ static int mult_range_parse(const char *s, struct mult_range *r)
     return 0;
 }
 
-static int mult_range_list(const char *list, struct mult_range *r, uint32_t *n, const char *what)
+int mult_range_list(const char *list, struct mult_range *r, uint32_t *n, const char *what)
 {
     char *copy = strdup(list), *save = NULL;
     int rc = 0;
@@ -110,7 +110,7 @@ static int mult_range_list(const char *list, struct mult_range *r, uint32_t *n, 
     return rc;
 }
 
-static int mult_in_range(const struct mult_range *r, int family, const uint8_t *a)
+int mult_in_range(const struct mult_range *r, int family, const uint8_t *a)
 {
     if (r->family != family) return 0;
     for (unsigned b = 0; b < r->plen; b++)
@@ -118,7 +118,7 @@ static int mult_in_range(const struct mult_range *r, int family, const uint8_t *
     return 1;
 }
 
-static int mult_overlap(const struct mult_range *x, const struct mult_range *y)
+int mult_overlap(const struct mult_range *x, const struct mult_range *y)
 {
     return x->plen <= y->plen ? mult_in_range(x, y->family, y->addr)
                               : mult_in_range(y, x->family, x->addr);
@@ -129,7 +129,7 @@ static const char *mult_ntop(int family, const uint8_t *a, char *buf)
     return inet_ntop(family == 4 ? AF_INET : AF_INET6, a, buf, INET6_ADDRSTRLEN);
 }
 
-static const char *mult_range_str(const struct mult_range *r, char *buf)
+const char *mult_range_str(const struct mult_range *r, char *buf)
 {
     char a[INET6_ADDRSTRLEN];
     snprintf(buf, 64, "%s/%u", mult_ntop(r->family, r->addr, a), r->plen);
@@ -318,7 +318,7 @@ static int mult_args(int argc, char **argv, struct mult_opts *o)
     return 0;
 }
 
-static uint64_t mult_mem_available(void)
+uint64_t mult_mem_available(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
@@ -408,6 +408,7 @@ static int mult_check_plan(struct mult *m, const struct mult_opts *o, const stru
 
 int mult_cmd(int argc, char **argv)
 {
+    if (argc > 0 && !strcmp(argv[0], "--live")) return mult_live_cmd(argc - 1, argv + 1);
     struct mult_opts o;
     int rc = mult_args(argc, argv, &o);
     if (rc) return rc;

@@ -1,0 +1,375 @@
+/* mult_live.c - the inline multiplier: AF_PACKET in, mult.c's rewrite, AF_PACKET out. */
+#define _GNU_SOURCE
+#include "mult_live.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "halt.h"
+#include "mult.h"
+#include "mult_cmd.h"
+
+#ifndef PACKET_IGNORE_OUTGOING
+#define PACKET_IGNORE_OUTGOING 23
+#endif
+
+#define LIVE_BATCH 64u          /* frames received per recvmmsg */
+#define LIVE_SNAP 65536u        /* receive buffer per frame */
+#define LIVE_MAX_FRAME 9216u    /* larger frames are forwarded, never multiplied */
+
+static const char live_usage[] =
+    "usage: flowengine multiply --live IN_IFACE OUT_IFACE DUT_IFACE -T N --ranges CIDR[,CIDR...]\n"
+    "                           [--both] [--seed S] [--order spfo|interleaved] [--ports keep|shift]\n"
+    "                           [--original CIDR[,CIDR...]] [--max-flows N] [--max-addrs N (default 256)]\n"
+    "                           [--summary FILE]\n"
+    "  IN -> OUT frames are forwarded and multiplied (T copies on DUT, before the original);\n"
+    "  OUT -> IN frames are forwarded (and multiplied too with --both). Runs until SIGINT/SIGTERM.\n";
+
+struct live_opts {
+    const char *ifn[3]; /* in, out, dut */
+    const char *ranges, *original, *summary;
+    uint64_t copies, seed, max_flows, max_addrs;
+    int order, ports, both;
+};
+
+/* One direction's receive side: a socket and its batch of buffers. */
+struct live_port {
+    int fd, ifindex;
+    const char *name;
+};
+
+struct live_dir {
+    uint64_t in, multiplied, copies_sent, originals_sent, send_failed, oversize;
+};
+
+static int live_args(int argc, char **argv, struct live_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_flows = 65536;
+    int pos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(live_usage, stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--both")) { o->both = 1; continue; }
+        if (a[0] != '-') {
+            if (pos >= 3) return mult_fail("--live: more than three interfaces ('%s')\n%s", a, live_usage);
+            if (strlen(a) >= IFNAMSIZ) return mult_fail("--live: '%s' is not an interface name", a);
+            o->ifn[pos++] = a;
+            continue;
+        }
+        if (i + 1 >= argc) return mult_fail("%s needs a value\n%s", a, live_usage);
+        const char *v = argv[++i];
+        uint64_t *num = NULL;
+        if (!strcmp(a, "--ranges")) o->ranges = v;
+        else if (!strcmp(a, "--original")) o->original = v;
+        else if (!strcmp(a, "--summary")) o->summary = v;
+        else if (!strcmp(a, "-T")) num = &o->copies;
+        else if (!strcmp(a, "--seed")) num = &o->seed;
+        else if (!strcmp(a, "--max-flows")) num = &o->max_flows;
+        else if (!strcmp(a, "--max-addrs")) num = &o->max_addrs;
+        else if (!strcmp(a, "--order")) {
+            if (!strcmp(v, "spfo")) o->order = MULT_ORDER_SPFO;
+            else if (!strcmp(v, "interleaved")) o->order = MULT_ORDER_INTERLEAVED;
+            else return mult_fail("--order: expected spfo or interleaved (got '%s')", v);
+        } else if (!strcmp(a, "--ports")) {
+            if (!strcmp(v, "keep")) o->ports = MULT_PORTS_KEEP;
+            else if (!strcmp(v, "shift")) o->ports = MULT_PORTS_SHIFT;
+            else return mult_fail("--ports: expected keep or shift (got '%s')", v);
+        } else {
+            return mult_fail("unknown option '%s'\n%s", a, live_usage);
+        }
+        if (num && mult_u64(v, num)) return mult_fail("%s: expected a non-negative integer (got '%s')", a, v);
+    }
+    if (pos != 3) return mult_fail("--live needs three interfaces: IN OUT DUT\n%s", live_usage);
+    if (!strcmp(o->ifn[0], o->ifn[1]) || !strcmp(o->ifn[0], o->ifn[2]) || !strcmp(o->ifn[1], o->ifn[2]))
+        return mult_fail("--live: IN, OUT and DUT must be three different interfaces");
+    if (!o->ranges) return mult_fail("missing --ranges (the shadow address ranges)");
+    if (o->copies < 1 || o->copies > MULT_MAX_COPIES)
+        return mult_fail("-T %" PRIu64 ": the number of copies must be 1..%u", o->copies, MULT_MAX_COPIES);
+    if (o->max_flows < 1 || o->max_flows > UINT32_MAX / 4)
+        return mult_fail("--max-flows %" PRIu64 ": expected 1..%u", o->max_flows, UINT32_MAX / 4);
+    if (!o->max_addrs) o->max_addrs = o->max_flows * 2 < 256 ? o->max_flows * 2 : 256;
+    if (o->max_addrs > UINT32_MAX / 4)
+        return mult_fail("--max-addrs %" PRIu64 ": expected 1..%u", o->max_addrs, UINT32_MAX / 4);
+    return 0;
+}
+
+/* A raw socket on one interface: promiscuous, blind to its own sends; proto 0 sends only. */
+static int live_open(struct live_port *p, const char *name, int receive)
+{
+    p->name = name;
+    p->ifindex = (int)if_nametoindex(name);
+    if (!p->ifindex)
+        return mult_fail("--live: no interface '%s' here (run it inside the namespace that has it)", name);
+    p->fd = socket(AF_PACKET, SOCK_RAW, receive ? htons(ETH_P_ALL) : 0);
+    if (p->fd < 0)
+        return mult_fail("--live %s: AF_PACKET socket: %s (needs CAP_NET_RAW: run as root)", name,
+                         strerror(errno));
+    struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_ifindex = p->ifindex,
+                              .sll_protocol = receive ? htons(ETH_P_ALL) : 0};
+    if (bind(p->fd, (struct sockaddr *)&sll, sizeof sll))
+        return mult_fail("--live %s: bind: %s", name, strerror(errno));
+    struct ifreq ifr = {0};
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", name);
+    if (ioctl(p->fd, SIOCGIFFLAGS, &ifr) == 0 && !(ifr.ifr_flags & IFF_UP))
+        return mult_fail("--live %s: the interface is down (ip link set %s up)", name, name);
+    int one = 1, big = 8 << 20;
+    setsockopt(p->fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+    if (receive) {
+        struct packet_mreq mr = {.mr_ifindex = p->ifindex, .mr_type = PACKET_MR_PROMISC};
+        if (setsockopt(p->fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr))
+            return mult_fail("--live %s: promiscuous mode: %s", name, strerror(errno));
+        if (setsockopt(p->fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one))
+            return mult_fail("--live %s: PACKET_IGNORE_OUTGOING: %s (Linux 4.20 or later)", name,
+                             strerror(errno));
+        setsockopt(p->fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    }
+    return 0;
+}
+
+/* Sends n frames on fd (blocking: a full queue waits rather than drops); returns the failures. */
+static uint64_t live_send(int fd, struct mmsghdr *mh, struct iovec *iov, unsigned n)
+{
+    uint64_t failed = 0;
+    unsigned done = 0;
+    for (unsigned i = 0; i < n; i++) {
+        memset(&mh[i].msg_hdr, 0, sizeof mh[i].msg_hdr);
+        mh[i].msg_hdr.msg_iov = &iov[i];
+        mh[i].msg_hdr.msg_iovlen = 1;
+    }
+    while (done < n) {
+        int r = sendmmsg(fd, mh + done, n - done, 0);
+        if (r < 0) {
+            if (errno == EINTR && !halt_signal) continue;
+            if (errno == EINTR) return failed + (n - done);
+            failed++; /* this frame is lost (ENOBUFS, EMSGSIZE, ENXIO...): go on with the next */
+            done++;
+            continue;
+        }
+        done += (unsigned)r;
+    }
+    return failed;
+}
+
+struct live {
+    struct mult *m;
+    uint32_t T;
+    uint8_t *rx;             /* LIVE_BATCH x LIVE_SNAP */
+    uint8_t *tx;             /* rewrite buffer for one batch */
+    size_t txcap;
+    struct mult_frame *fr;   /* T+1 */
+    struct mmsghdr *rmh, *smh;
+    struct iovec *riov, *civ, *oiv;
+    size_t nciv_cap;
+};
+
+/* One batch from port `from`: originals to `to`, copies (when multiplied) to dut. */
+static void live_batch(struct live *L, const struct live_port *from, const struct live_port *to,
+                       const struct live_port *dut, int multiply, struct live_dir *d)
+{
+    for (unsigned i = 0; i < LIVE_BATCH; i++) {
+        L->riov[i].iov_base = L->rx + (size_t)i * LIVE_SNAP;
+        L->riov[i].iov_len = LIVE_SNAP;
+        memset(&L->rmh[i].msg_hdr, 0, sizeof L->rmh[i].msg_hdr);
+        L->rmh[i].msg_hdr.msg_iov = &L->riov[i];
+        L->rmh[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(from->fd, L->rmh, LIVE_BATCH, MSG_DONTWAIT, NULL);
+    if (n <= 0) return;
+    unsigned nc = 0, no = 0;
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        uint8_t *f = L->rx + (size_t)i * LIVE_SNAP;
+        uint32_t len = L->rmh[i].msg_len;
+        d->in++;
+        if (!multiply || len > LIVE_MAX_FRAME) {
+            if (multiply) d->oversize++;
+            L->oiv[no].iov_base = f;
+            L->oiv[no++].iov_len = len;
+            continue;
+        }
+        int nf = mult_packet(L->m, f, len, L->tx + used, L->txcap - used, 0, L->fr);
+        if (nf < 0) { /* cannot happen: the buffer holds a whole batch; forward it as it is */
+            L->oiv[no].iov_base = f;
+            L->oiv[no++].iov_len = len;
+            continue;
+        }
+        size_t end = used;
+        for (int k = 0; k < nf; k++) {
+            uint8_t *p = L->tx + used + L->fr[k].off;
+            if (L->fr[k].copy) {
+                L->civ[nc].iov_base = p;
+                L->civ[nc++].iov_len = L->fr[k].len;
+            } else {
+                L->oiv[no].iov_base = p;
+                L->oiv[no++].iov_len = L->fr[k].len;
+            }
+            if (used + L->fr[k].off + L->fr[k].len > end) end = used + L->fr[k].off + L->fr[k].len;
+        }
+        if (nf > 1) d->multiplied++;
+        used = end;
+    }
+    /* SPFO: the copies of the batch first, then its originals */
+    if (nc) {
+        uint64_t f = live_send(dut->fd, L->smh, L->civ, nc);
+        d->copies_sent += nc - f;
+        d->send_failed += f;
+    }
+    if (no) {
+        uint64_t f = live_send(to->fd, L->smh, L->oiv, no);
+        d->originals_sent += no - f;
+        d->send_failed += f;
+    }
+}
+
+static void live_summary(FILE *f, const struct live_opts *o, const struct mult *m,
+                         const struct live_dir d[2], double secs)
+{
+    const struct mult_stats *s = mult_stats(m);
+    static const char *const why[MULT_PASS_REASONS] = {"not_ip", "truncated", "routing",
+                                                       "auth", "table_full", "no_range"};
+    fprintf(f, "{\"mode\": \"live\", \"copies\": %" PRIu64 ", \"both\": %s, \"seconds\": %.3f",
+            o->copies, o->both ? "true" : "false", secs);
+    static const char *const dn[2] = {"forward", "reverse"};
+    for (int k = 0; k < 2; k++)
+        fprintf(f, ", \"%s\": {\"received\": %" PRIu64 ", \"multiplied\": %" PRIu64
+                   ", \"copies_sent\": %" PRIu64 ", \"originals_sent\": %" PRIu64
+                   ", \"send_failed\": %" PRIu64 ", \"oversize\": %" PRIu64 "}",
+                dn[k], d[k].in, d[k].multiplied, d[k].copies_sent, d[k].originals_sent,
+                d[k].send_failed, d[k].oversize);
+    fprintf(f, ", \"flows\": %u, \"max_flows\": %" PRIu64 ", \"max_addrs\": %" PRIu64
+               ", \"bytes_per_flow\": %zu, \"bytes_per_address\": %zu, \"passthrough\": {",
+            mult_flow_count(m), o->max_flows, o->max_addrs, mult_flow_bytes(),
+            mult_addr_bytes((uint32_t)o->copies));
+    for (int i = 0; i < MULT_PASS_REASONS; i++)
+        fprintf(f, "%s\"%s\": %" PRIu64, i ? ", " : "", why[i], s->pass[i]);
+    fputs("}}\n", f);
+}
+
+static double live_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int mult_live_cmd(int argc, char **argv)
+{
+    struct live_opts o;
+    int rc = live_args(argc, argv, &o);
+    if (rc) return rc;
+    struct mult_range rg[MULT_MAX_RANGES], og[MULT_MAX_RANGES];
+    uint32_t nr = 0, no = 0;
+    char b1[64], b2[64];
+    if ((rc = mult_range_list(o.ranges, rg, &nr, "--ranges"))) return rc;
+    if (o.original && (rc = mult_range_list(o.original, og, &no, "--original"))) return rc;
+    for (uint32_t i = 0; i < nr; i++) {
+        for (uint32_t j = i + 1; j < nr; j++)
+            if (mult_overlap(&rg[i], &rg[j]))
+                return mult_fail("--ranges: %s and %s overlap", mult_range_str(&rg[i], b1),
+                                 mult_range_str(&rg[j], b2));
+        for (uint32_t j = 0; j < no; j++)
+            if (mult_overlap(&rg[i], &og[j]))
+                return mult_fail("--ranges %s overlaps the original range %s",
+                                 mult_range_str(&rg[i], b1), mult_range_str(&og[j], b2));
+    }
+    /* the table bound, refused up front */
+    const uint64_t tables = o.max_flows * mult_flow_bytes() +
+                            2 * o.max_addrs * (16 + mult_addr_bytes((uint32_t)o.copies));
+    const uint64_t avail = mult_mem_available();
+    if (avail && tables > avail / 2)
+        return mult_fail("--max-flows %" PRIu64 " and --max-addrs %" PRIu64 " with T=%" PRIu64
+                         " need %" PRIu64 " bytes of tables (%zu a flow, %zu an address), more than "
+                         "half the %" PRIu64 " bytes available: lower them",
+                         o.max_flows, o.max_addrs, o.copies, tables, mult_flow_bytes(),
+                         mult_addr_bytes((uint32_t)o.copies), avail);
+    struct mult_params mp = {
+        .copies = (uint32_t)o.copies, .seed = o.seed, .order = o.order, .ports = o.ports,
+        .ranges = rg, .nranges = nr, .max_ip_len = 65535, .max_flows = (uint32_t)o.max_flows,
+        .max_addrs = (uint32_t)o.max_addrs, .live = 1,
+    };
+    struct live L = {0};
+    L.T = (uint32_t)o.copies;
+    if ((rc = mult_create(&L.m, &mp))) {
+        if (rc == -ENOSPC)
+            return mult_fail("--ranges: T=%" PRIu64 " copies of up to --max-addrs %" PRIu64 " addresses "
+                             "a family need %" PRIu64 " shadow addresses; a family's ranges hold fewer "
+                             "(widen --ranges or lower --max-addrs)", o.copies, o.max_addrs,
+                             o.copies * o.max_addrs);
+        return mult_fail("cannot set up the multiplier: %s", strerror(-rc));
+    }
+    struct live_port port[3] = {{-1, 0, NULL}, {-1, 0, NULL}, {-1, 0, NULL}};
+    struct live_dir d[2] = {{0}, {0}};
+    for (int k = 0; k < 3 && !rc; k++) rc = live_open(&port[k], o.ifn[k], k < 2);
+    if (!rc) {
+        L.txcap = LIVE_BATCH * mult_room(L.m, LIVE_MAX_FRAME, 0);
+        L.rx = malloc((size_t)LIVE_BATCH * LIVE_SNAP);
+        L.tx = malloc(L.txcap);
+        L.fr = malloc((L.T + 1) * sizeof *L.fr);
+        L.rmh = calloc(LIVE_BATCH, sizeof *L.rmh);
+        L.riov = calloc(LIVE_BATCH, sizeof *L.riov);
+        size_t nmax = (size_t)LIVE_BATCH * (L.T + 1);
+        L.smh = calloc(nmax, sizeof *L.smh);
+        L.civ = calloc(nmax, sizeof *L.civ);
+        L.oiv = calloc(nmax, sizeof *L.oiv);
+        if (!L.rx || !L.tx || !L.fr || !L.rmh || !L.riov || !L.smh || !L.civ || !L.oiv)
+            rc = mult_fail("out of memory");
+    }
+    if (!rc) {
+        struct sigaction sa = {0};
+        sa.sa_handler = halt_request;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        printf("ready %s -> %s, T=%" PRIu64 " copies -> %s%s\n", o.ifn[0], o.ifn[1], o.copies,
+               o.ifn[2], o.both ? " (both directions)" : "");
+        fflush(stdout);
+        double t0 = live_now();
+        struct pollfd pf[2] = {{.fd = port[0].fd, .events = POLLIN}, {.fd = port[1].fd, .events = POLLIN}};
+        while (!halt_signal) {
+            int pr = poll(pf, 2, 200);
+            if (pr < 0 && errno != EINTR) {
+                fprintf(stderr, "flowengine multiply --live: poll: %s\n", strerror(errno));
+                rc = 1;
+                break;
+            }
+            if (pr <= 0) continue;
+            if (pf[0].revents & POLLIN) live_batch(&L, &port[0], &port[1], &port[2], 1, &d[0]);
+            if (pf[1].revents & POLLIN) live_batch(&L, &port[1], &port[0], &port[2], o.both, &d[1]);
+            if ((pf[0].revents | pf[1].revents) & (POLLERR | POLLNVAL)) {
+                fprintf(stderr, "flowengine multiply --live: an interface went away\n");
+                rc = 1;
+                break;
+            }
+        }
+        double secs = live_now() - t0;
+        FILE *sf = o.summary ? fopen(o.summary, "w") : stdout;
+        if (!sf) {
+            fprintf(stderr, "flowengine multiply --live: --summary %s: %s\n", o.summary, strerror(errno));
+            rc = 1;
+        } else {
+            live_summary(sf, &o, L.m, d, secs);
+            if (sf != stdout) fclose(sf);
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        if (port[k].fd >= 0) close(port[k].fd);
+    free(L.rx); free(L.tx); free(L.fr); free(L.rmh); free(L.riov); free(L.smh); free(L.civ); free(L.oiv);
+    mult_free(L.m);
+    return rc;
+}
