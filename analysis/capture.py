@@ -110,6 +110,11 @@ class Capture:
         return pd.DataFrame(cols, copy=False)
 
 
+class _Packet(ctypes.Structure):  # struct pr_packet (native/pcapread.h)
+    _fields_ = [("data", ctypes.POINTER(ctypes.c_uint8)), ("cap_len", ctypes.c_uint32),
+                ("wire_len", ctypes.c_uint32), ("ts_ns", ctypes.c_int64), ("link_type", ctypes.c_uint16)]
+
+
 def library_paths() -> list[Path]:
     """Where the native reader is looked for, in order."""
     return nativelib.library_paths(LIB_ENV, LIB_NAME)
@@ -135,6 +140,8 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.pr_offset.restype = u64
     lib.pr_count.argtypes = [p]
     lib.pr_count.restype = i64
+    lib.pr_next.argtypes = [p, ctypes.POINTER(_Packet)]
+    lib.pr_next.restype = ctypes.c_int
     lib.pr_read.argtypes = [p, ctypes.POINTER(_Columns), sz]
     lib.pr_read.restype = sz
     lib.pr_problem.argtypes = [p, ctypes.POINTER(u64)]
@@ -280,4 +287,19 @@ def address_text(version: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> list[st
 
 __all__ = ["Capture", "CaptureError", "CaptureLibraryError", "CaptureProblem", "read_capture",
            "iter_capture", "CHUNK_PACKETS", "BYTES_PER_PACKET",
-           "address_text", "library", "library_paths"]
+           "address_text", "library", "library_paths", "iter_frames"]
+
+
+def iter_frames(path: str | os.PathLike) -> Iterator[tuple[int, int, bytes]]:
+    """Every frame of a capture as (ts_ns, wire_len, captured bytes), in file order, for an
+    analysis that compares frames by content (the inline multiplier's latency). Stops at damage
+    (as read_capture does)."""
+    path = Path(path)
+    lib = library()
+    handle = _open(lib, path)
+    p = _Packet()
+    try:
+        while lib.pr_next(handle, ctypes.byref(p)):
+            yield p.ts_ns, p.wire_len, ctypes.string_at(p.data, p.cap_len)
+    finally:
+        lib.pr_close(handle)

@@ -689,10 +689,11 @@ class TestbedSpec(_Model):
         "default", description="A packaged topology name, a YAML file (relative to the scenario) "
         "or the topology itself as a mapping."
     )
-    method: Literal["run", "comparison", "loss-sweep", "failover"] = Field(
+    method: Literal["run", "comparison", "loss-sweep", "failover", "multiply"] = Field(
         "run", description="`run`: the generators send the scenario together; `comparison`: "
         "seed 001, each generator in turn; `loss-sweep`: seed 002 against the DUT; `failover`: "
-        "seed 002's redundancy test (a VRRP pair, a fault on the master, the outage measured)."
+        "seed 002's redundancy test (a VRRP pair, a fault on the master, the outage measured); "
+        "`multiply`: seed 003's inline multiplier, one step per T (docs/multiplier.md)."
     )
     duration: Duration | None = Field(None, description="How long topspeed generators send.")
     generators: list["AnyGeneratorSpec"] = Field([], max_length=MAX_ITEMS, description="Default: the scenario's `generator`.")
@@ -704,12 +705,17 @@ class TestbedSpec(_Model):
     faults: list[FaultSpec] = Field([], max_length=100, description="Faults injected in every step "
                                     "on a schedule (docs/failover.md).")
     failover: FailoverSpec | None = Field(None, description="Method `failover`: the VRRP pair and the fault.")
+    inline: "InlineMultiplySpec | None" = Field(None, description="Method `multiply`: the inline "
+                                                "multiplier, its real sessions and its T values.")
 
     @model_validator(mode="after")
     def _consistent(self) -> "TestbedSpec":
         if (self.method == "failover") != (self.failover is not None):
             raise ValueError("method `failover` needs a `failover` section, and `failover` belongs "
                              "to method `failover`")
+        if (self.method == "multiply") != (self.inline is not None):
+            raise ValueError("method `multiply` needs an `inline` section, and `inline` belongs "
+                             "to method `multiply`")
         if self.method == "loss-sweep":
             if self.sweep is None:
                 raise ValueError("method `loss-sweep` needs a `sweep` section")
@@ -837,6 +843,45 @@ class MultiplySpec(_Model):
                 if r.version == o.version and r.overlaps(o):
                     raise ValueError(f"the shadow range {r} overlaps the original range {o}")
         return self
+
+
+
+class InlineMultiplySpec(_Model):
+    """Method `multiply` (seed 003, Fig. 6): real HTTP sessions from `client` to a server at
+    `server` pass through `flowengine multiply --live` in the multiplier's namespace, which
+    forwards them both ways (`at` <-> `out`) and sends T shadow copies to `dut`; one step per T."""
+
+    copies: Annotated[list[Annotated[int, Field(ge=1, le=MULTIPLY_MAX_COPIES)]], _one_or_many_schema(
+        {"type": "integer", "minimum": 1})] = Field(
+        [1, 10, 22], min_length=1, max_length=16, description="T of each step (the seed: 1, 10, 22).")
+    ranges: list[str] = Field(min_length=1, max_length=MULTIPLY_MAX_RANGES, description="Shadow address "
+                              "ranges (CIDR), disjoint, holding no original address.")
+    original: list[str] = Field([], max_length=MULTIPLY_MAX_RANGES, description="The originals' own ranges.")
+    both: bool = Field(False, description="Multiply the server->client direction too.")
+    order: Literal["spfo", "interleaved"] = Field("spfo", description="spfo: copies first, original last.")
+    ports: Literal["keep", "shift"] = Field("keep", description="shift: the ephemeral port moves per copy.")
+    seed: int | None = Field(None, ge=0, lt=2**64, description="Seed of the plan; default the scenario's.")
+    max_flows: int = Field(65536, ge=1, le=2**30, description="Flow table bound (refused up front "
+                           "when the tables would exceed half the free memory).")
+    max_addrs: int = Field(256, ge=1, le=2**30, description="Address table bound per family; the "
+                           "ranges must hold T x max_addrs addresses.")
+    at: Place = Field("mult:m-in", description="The multiplier's ingress (client side).")
+    out: Place = Field("mult:m-out", description="The multiplier's egress towards the server.")
+    dut: Place = Field("mult:m-dut", description="Where the shadow copies leave, towards the DUT.")
+    client: Place = Field("client:cl0", description="The client's interface.")
+    server: Place = Field("server:sv0", description="The server's interface.")
+    server_address: str = Field("198.18.3.2", description="The server's address (in 198.18.0.0/15).")
+    port: int = Field(8080, ge=1, le=65535, description="The HTTP server's port.")
+    pages: list[Annotated[int, Field(ge=0, le=100_000_000)]] = Field(
+        [512, 4096, 65536, 1_000_000], min_length=1, max_length=64,
+        description="Sizes of the pages served (bytes); the client fetches each in turn.")
+    rounds: int = Field(5, ge=1, le=100_000, description="How many times the client fetches every page.")
+    parallel: int = Field(1, ge=1, le=64, description="Clients fetching at the same time.")
+
+    @field_validator("ranges", "original")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        return _networks(v)
 
 
 class Scenario(_Model):

@@ -31,6 +31,7 @@ from ntgcore.scenario import CaptureSpec, TestbedSpec
 from .methods import Step
 from .parts import DUT_KINDS, CapturePart, Dut, GeneratorPart, MonitorPart, Part
 from .parts.fault import FaultPart
+from .parts.multiplier import InlineMultiplier
 from .parts.vrrp import VrrpPair
 
 STOP_DRAIN_S = 0.5  # frames still in flight when the generators stop reach the capture
@@ -181,6 +182,9 @@ class StepExecutor:
                 if site is not None and tb.failover is not None:  # method failover's VRRP pair
                     pair = VrrpPair(tb.failover, site, self.dir)
                     self._start(stack, pair, lambda s: self.entry.__setitem__("vrrp", s))
+                if site is not None and tb.inline is not None:  # method multiply: server, multiplier, client
+                    mult = InlineMultiplier(tb.inline, step.params["copies"], ctx.seed, site, self.dir)
+                    self._start(stack, mult, lambda s: self.entry.__setitem__("multiplier", s))
                 if site is not None:
                     monitor = MonitorPart(self.dir / "samples.csv", tb.monitor.hz, self._pids)
                     self._start(stack, monitor, lambda s: self.entry.__setitem__("monitor", s))
@@ -208,7 +212,7 @@ class StepExecutor:
                 self.entry["generators"][g.spec.title]["port_stats"] = stats
         if site is not None:
             self.entry["loss"] = loss_accounting(self.entry, tb)
-            if tb.failover is not None:  # request and reply: no one-way wire count; the method counts
+            if tb.failover is not None or tb.inline is not None:  # no generator's one-way count: the method counts
                 self.entry["loss"].update(wire=None, loss_rate=None)
                 self.entry["loss"].pop("lost_on_wire", None)
         if self.status == "failed" and ctx.interrupts.received is not None:
@@ -248,9 +252,10 @@ class StepExecutor:
             if due:
                 ctx.on_started(self.records())
             running = [g for g in self.gens if g not in later and not g.gen.wait(0.05 if live else 0.1)]
+            busy = [p for p in watched if p.busy()]  # a part with work of its own (the multiplier's client)
             if ctx.bar is not None and total is not None:
                 ctx.bar.update(time.monotonic() - started)
-            if not running and not later:
+            if not running and not later and not busy:
                 break
             if not running:
                 time.sleep(0.05)              # only generators still to start: nothing to wait on

@@ -48,6 +48,7 @@ from ntgcore.scenario import GeneratorSpec, LoadedScenario, Scenario, attack_rul
 from .cleanup import RunMark, cleanup
 from .executor import StepContext, StepExecutor
 from .parts import DUT_KINDS, CapturePart
+from .parts.multiplier import InlineMultiplier
 from .parts.vrrp import VrrpPair
 from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
 from .ids.coverage import attack_coverage, gate_lines, played_coverage, sid_change_lines
@@ -87,7 +88,8 @@ def stage_printer(enabled: bool):
 def check_places(scenario: Scenario, site: Site) -> str | None:
     """Why a place (`ROLE:IFACE`) of the scenario is not one of the site's, or None."""
     tb = scenario.testbed
-    places = [("generators", g.at) for g in scenario.live_generators()]
+    places = [("generators", g.at) for g in scenario.live_generators()] if tb.inline is None else [
+        (f"inline.{k}", getattr(tb.inline, k)) for k in ("at", "out", "dut", "client", "server")]  # runs no generator
     places += [("dut.at", tb.dut.at)] if tb.dut.kind != "none" else []
     places += [("capture.at", tb.capture.at)] if tb.capture else []
     places += [("capture.also_at", p) for p in tb.capture.also_at] if tb.capture else []
@@ -114,6 +116,8 @@ def required_tools(scenario: Scenario) -> list[Tool]:
         tools += DUT_KINDS[tb.dut.kind].tools
     if tb.failover is not None:  # method failover's keepalived pair
         tools += VrrpPair.tools
+    if tb.inline is not None:  # method multiply: its server, multiplier and client, no generator
+        return list({t.command: t for t in [*tools, *InlineMultiplier.tools]}.values())
     if scenario.attacks is not None and not attack_player(scenario.live_generators()):
         tools += GENERATORS.get("tcpreplay").tools  # the attack sessions are replayed by tcpreplay
     elif scenario.attacks is not None and scenario.attacks.ids == "suricata":

@@ -41,6 +41,11 @@ class Part(abc.ABC):
         """Live processes to sample, by label."""
         return {}
 
+    def busy(self) -> bool:
+        """True while the part still has work the step waits for (the inline multiplier's
+        client), like a running generator."""
+        return False
+
 
 def _live(records: list[CommandRecord], label: Callable[[CommandRecord], str]) -> dict[str, int]:
     return {label(r): r.pid for r in records if r.pid and r.exit_code is None}
