@@ -71,3 +71,73 @@ def test_a_flow_past_the_live_bound_goes_out_alone_and_is_counted(driver, tmp_pa
     counts = run(driver, inp, out, 3, 3)
     assert counts == {"in": 6, "out": 3 * 4 + 3, "table_full": 3}
     assert frame_count(out) == 15
+
+
+# ---- the inline multiplier on real namespaces (method multiply) ------------------------------
+
+import os  # noqa: E402
+import textwrap  # noqa: E402
+
+from ntgcore.registry import METHODS  # noqa: E402
+from tests.test_multiply import engine  # noqa: E402,F401  (the fixture)
+
+import testbed.methods.multiply as multiply_method  # noqa: E402
+
+# The entry point of pyproject.toml registers it; a venv installed before it existed has not.
+if "multiply" not in METHODS:
+    METHODS.register("multiply", multiply_method.METHOD)
+
+INLINE = """\
+version: 1
+name: inline-test
+flows:
+  - {{name: http, protocol: tcp, src: 198.18.3.1, dst: 198.18.3.2, dst_port: 8080, rate: 1, duration: 1s}}
+testbed:
+  topology: multiply
+  method: multiply
+  capture: {{at: "mult:m-in", also_at: ["mult:m-out", "mult:m-dut"], snaplen: 2048}}
+  inline:
+    copies: [3]
+    ranges: [198.19.0.0/16]
+    original: [198.18.3.0/24]
+    both: {both}
+    pages: [300, 20000, 150000]
+    rounds: 2
+"""
+
+
+@pytest.mark.parametrize("both", [False, True])
+def test_inline_multiplier_with_a_real_server_gives_exact_egress_and_valid_checksums(both, engine, tmp_path,
+                                                                                    run_scenario):
+    if os.geteuid() != 0:
+        pytest.skip("the inline multiplier runs in network namespaces: need root")
+    path = tmp_path / "inline.yaml"
+    path.write_text(INLINE.format(both=str(both).lower()))
+    r = run_scenario(str(path))
+    assert r.ok, r.messages
+    (row,) = r.metrics["multiply"]
+    # the original sessions completed: every page fetched whole with HTTP 200
+    assert row["fetches"] == row["fetches_ok"] == 6 and row["client_bytes"] == 2 * (300 + 20000 + 150000), row
+    # counted from the captures: egress is exactly (T+1) x ingress, nothing lost
+    assert row["ingress"] > 20 and row["egress"] == 4 * row["ingress"] and row["loss"] == 0 and row["exact"], row
+    assert row["latency_median_us"] > 0 and row["latency_p99_us"] >= row["latency_median_us"]
+    step = Path(r.run_dir) / r.manifest["steps"][0]["dir"]
+    engine_counts = r.manifest["steps"][0]["multiplier"]["engine"]
+    reverse = engine_counts["reverse"]
+    assert (reverse["copies_sent"] > 0) is both
+    for name in ("capture-mult-m-out.pcap", "capture-mult-m-dut.pcap", "capture.pcap"):
+        status = checksum_status(step / name)
+        assert not [k for k in status if k[1] == 0], (name, status)
+        assert status[("tcp", 1)] > 0, (name, status)
+
+
+def test_inline_multiplier_refuses_bad_bounds_before_opening_anything(engine):
+    def refused(*args: str) -> str:
+        p = subprocess.run([str(engine), "multiply", "--live", "no-in", "no-out", "no-dut", *args],
+                           capture_output=True, text=True)
+        assert p.returncode == 2, p
+        return p.stderr
+    assert "need 90112 shadow addresses" in refused("-T", "22", "--ranges", "198.19.0.0/16", "--max-addrs", "4096")
+    assert "more than half" in refused("-T", "2", "--ranges", "198.19.0.0/8", "--max-flows", "1000000000")
+    assert "overlaps the original" in refused("-T", "2", "--ranges", "198.18.0.0/16", "--original", "198.18.3.0/24")
+    assert "no interface 'no-in'" in refused("-T", "2", "--ranges", "198.19.0.0/16")
