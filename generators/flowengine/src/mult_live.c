@@ -131,6 +131,7 @@ static int live_open(struct live_port *p, const char *name, int receive)
         return mult_fail("--live %s: the interface is down (ip link set %s up)", name, name);
     int one = 1, big = 8 << 20;
     setsockopt(p->fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+    setsockopt(p->fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one); /* as the engine's sender */
     if (receive) {
         struct packet_mreq mr = {.mr_ifindex = p->ifindex, .mr_type = PACKET_MR_PROMISC};
         if (setsockopt(p->fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr))

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""The inline multiplier's egress packet rate on veth against the engine's own live sender on
+the same veth, in one run (issue 13's target: within 10 %).
+
+Brings up the `multiply` topology under a random name (namespaces ntgbm<hex>-client, -mult,
+-server, -dut; NETWORK-SAFETY.md) and removes it at the end, also on failure. 64-byte UDP frames:
+
+- peer: `flowengine gen --iface m-dut --pace topspeed` in the multiplier's namespace, the
+  frames counted by d0's rx counter in the DUT namespace;
+- inline: `flowengine multiply --live m-in m-out m-dut -T T` in the multiplier's namespace, fed
+  by `flowengine gen --iface cl0 --pace topspeed` from the client's namespace; the egress is
+  the rx counters of sv0 (the originals) and d0 (the copies), over the time they kept rising.
+
+Results: benchmarks/out/multiply_live.json and a Markdown table on stdout. Needs root.
+
+    python benchmarks/bench_multiply_live.py [--packets N] [-T 10] [--repeat R] [--bin PATH]
+"""
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import find_binary  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "benchmarks" / "out"
+TOPOLOGY = REPO / "testbed" / "endpoints" / "netns" / "topologies" / "multiply.yaml"
+FLOW = ("flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
+        "src=198.18.3.1/32 src_mode=fixed dst=198.18.3.2/32 dst_mode=fixed "
+        "sport=1024-1279 sport_mode=random dport=9-9 dport_mode=fixed "
+        "start=0 period=1 packets={packets} size=22-22 payload=- reps=1 rep_period=0")
+
+
+def sh(*args, timeout=120, check=True):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def rx(ns: str, iface: str) -> int:
+    return int(sh("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{iface}/statistics/rx_packets").stdout)
+
+
+def settle(count, start: float, quiet: float = 0.5) -> tuple[int, float]:
+    """Polls count() until it stops rising for `quiet` s; returns its last value and when it last rose."""
+    last, when = count(), time.monotonic()
+    while time.monotonic() - when < quiet:
+        time.sleep(0.02)
+        now = count()
+        if now != last:
+            last, when = now, time.monotonic()
+    return last, when - start
+
+
+def peer(name, engine, sess):
+    before = rx(f"{name}-dut", "d0")
+    t0 = time.monotonic()
+    sh("ip", "netns", "exec", f"{name}-mult", engine, "gen", sess, "--iface", "m-dut", "--pace", "topspeed",
+       "--stats", os.devnull)
+    got, wall = settle(lambda: rx(f"{name}-dut", "d0") - before, t0)
+    return {"egress": got, "seconds": wall, "pps": got / wall}
+
+
+def inline(name, engine, sess, copies, tmp):
+    summary = tmp / "mult.json"
+    mult = subprocess.Popen(["ip", "netns", "exec", f"{name}-mult", str(engine), "multiply", "--live", "m-in", "m-out",
+                             "m-dut", "-T", str(copies), "--ranges", "198.19.0.0/16", "--original", "198.18.3.0/24",
+                             "--summary", str(summary)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert mult.stdout.readline().startswith("ready"), mult.stderr.read()
+        before = rx(f"{name}-server", "sv0") + rx(f"{name}-dut", "d0")
+        t0 = time.monotonic()
+        sh("ip", "netns", "exec", f"{name}-client", engine, "gen", sess, "--iface", "cl0", "--pace", "topspeed",
+           "--stats", os.devnull)
+        got, wall = settle(lambda: rx(f"{name}-server", "sv0") + rx(f"{name}-dut", "d0") - before, t0)
+    finally:
+        mult.send_signal(signal.SIGTERM)
+        mult.wait(timeout=10)
+    doc = json.loads(summary.read_text())
+    return {"egress": got, "seconds": wall, "pps": got / wall, "ingress": doc["forward"]["received"],
+            "engine": doc["forward"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--packets", type=int, default=2_000_000, help="frames the peer sends")
+    ap.add_argument("-T", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bin")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench_multiply_live.py needs root (ip netns add)")
+    engine = find_binary(args.bin)
+    name = f"ntgbm{secrets.token_hex(2)}"
+    runs = {"peer": [], "inline": []}
+    with tempfile.TemporaryDirectory(prefix="bench-mlive-") as tmp:
+        tmp = Path(tmp)
+        psess, isess = tmp / "p.txt", tmp / "i.txt"
+        psess.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=args.packets)}\n")
+        isess.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=args.packets // (args.T + 1))}\n")
+        sh(sys.executable, "-m", "testbed.topology", "up", TOPOLOGY, "--name", name)
+        try:
+            for _ in range(args.repeat):  # interleaved, so drift hits both alike
+                runs["peer"].append(peer(name, engine, psess))
+                runs["inline"].append(inline(name, engine, isess, args.T, tmp))
+        finally:
+            sh("python3" if not sys.executable else sys.executable, "-m", "testbed.topology", "down", TOPOLOGY,
+               "--name", name, check=False)
+    med = {k: statistics.median(r["pps"] for r in v) for k, v in runs.items()}
+    doc = {"host": platform.node(), "cpus": os.cpu_count(), "copies": args.T, "packets": args.packets,
+           "runs": runs, "median_pps": med, "ratio_inline_to_peer": med["inline"] / med["peer"],
+           "command": "python benchmarks/bench_multiply_live.py " + " ".join(sys.argv[1:])}
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "multiply_live.json").write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"| egress on veth, 64-byte frames, T={args.T} | median pps |\n|---|---|")
+    print(f"| flowengine gen --iface (peer) | {med['peer']:,.0f} |")
+    print(f"| flowengine multiply --live | {med['inline']:,.0f} |")
+    print(f"| ratio inline / peer | {doc['ratio_inline_to_peer']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
