@@ -13,7 +13,7 @@ Brings up the `multiply` topology under a random name (namespaces ntgbm<hex>-cli
 
 Results: benchmarks/out/multiply_live.json and a Markdown table on stdout. Needs root.
 
-    python benchmarks/bench_multiply_live.py [--packets N] [-T 10] [--repeat R] [--bin PATH]
+    python benchmarks/bench_multiply_live.py [--packets N] [-T 10] [--repeat R] [--seconds S] [--bin PATH]
 """
 
 import argparse
@@ -38,7 +38,9 @@ TOPOLOGY = REPO / "testbed" / "endpoints" / "netns" / "topologies" / "multiply.y
 FLOW = ("flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
         "src=198.18.3.1/32 src_mode=fixed dst=198.18.3.2/32 dst_mode=fixed "
         "sport=1024-1279 sport_mode=random dport=9-9 dport_mode=fixed "
-        "start=0 period=1 packets={packets} size=22-22 payload=- reps=1 rep_period=0")
+        "start=0 period={period} packets={packets} size=22-22 payload=- reps=1 rep_period=0")
+# paced ingress rates tried, as fractions of peer pps / (T+1): the egress they ask for vs the peer's
+LOADS = (0.5, 0.7, 0.8, 0.9, 1.0, 1.1)
 
 
 def sh(*args, timeout=120, check=True):
@@ -63,30 +65,52 @@ def settle(count, start: float, quiet: float = 0.5) -> tuple[int, float]:
 def peer(name, engine, sess):
     before = rx(f"{name}-dut", "d0")
     t0 = time.monotonic()
-    sh("ip", "netns", "exec", f"{name}-mult", engine, "gen", sess, "--iface", "m-dut", "--pace", "topspeed",
+    sh("ip", "netns", "exec", f"{name}-mult", "taskset", "-c", "1", engine, "gen", sess, "--iface", "m-dut",
+       "--pace", "topspeed",
        "--stats", os.devnull)
     got, wall = settle(lambda: rx(f"{name}-dut", "d0") - before, t0)
     return {"egress": got, "seconds": wall, "pps": got / wall}
 
 
-def inline(name, engine, sess, copies, tmp):
+VARIANTS = {"ring": ["--tx", "ring"], "ring+bypass": ["--tx", "ring", "--qdisc-bypass"],
+            "sendmmsg": ["--tx", "sendmmsg"], "sendmmsg+bypass": ["--tx", "sendmmsg", "--qdisc-bypass"]}
+
+
+def inline(name, engine, sess, copies, tmp, pace="topspeed", variant=("--tx", "ring")):
     summary = tmp / "mult.json"
-    mult = subprocess.Popen(["ip", "netns", "exec", f"{name}-mult", str(engine), "multiply", "--live", "m-in", "m-out",
+    mult = subprocess.Popen(["ip", "netns", "exec", f"{name}-mult", "taskset", "-c", "1", str(engine), "multiply", "--live", "m-in", "m-out",
                              "m-dut", "-T", str(copies), "--ranges", "198.19.0.0/16", "--original", "198.18.3.0/24",
-                             "--summary", str(summary)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--summary", str(summary), *variant], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert mult.stdout.readline().startswith("ready"), mult.stderr.read()
         before = rx(f"{name}-server", "sv0") + rx(f"{name}-dut", "d0")
         t0 = time.monotonic()
-        sh("ip", "netns", "exec", f"{name}-client", engine, "gen", sess, "--iface", "cl0", "--pace", "topspeed",
-           "--stats", os.devnull)
+        sh("ip", "netns", "exec", f"{name}-client", "taskset", "-c", "0", engine, "gen", sess, "--iface", "cl0",
+           "--pace", pace, "--stats", os.devnull)
         got, wall = settle(lambda: rx(f"{name}-server", "sv0") + rx(f"{name}-dut", "d0") - before, t0)
     finally:
         mult.send_signal(signal.SIGTERM)
         mult.wait(timeout=10)
     doc = json.loads(summary.read_text())
-    return {"egress": got, "seconds": wall, "pps": got / wall, "ingress": doc["forward"]["received"],
-            "engine": doc["forward"]}
+    return {"egress": got, "seconds": wall, "pps": got / wall, "received": doc["forward"]["received"],
+            "engine": doc["forward"], "dropped_by_socket": doc["ingress_dropped_by_socket"], "tx": doc["dut_tx"]}
+
+
+def paced(name, engine, copies, tmp, peer_pps, seconds, variant):
+    """Ingress paced at fractions of what the peer's rate allows; the highest egress rate with
+    every ingress frame received (none lost in the multiplier's socket buffer)."""
+    rows = []
+    for load in LOADS:
+        rate = load * peer_pps / (copies + 1)
+        n = int(rate * seconds)
+        sess = tmp / f"paced-{load}.txt"
+        sess.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=n, period=int(1e9 / rate))}\n")
+        r = inline(name, engine, sess, copies, tmp, pace="realtime", variant=variant)
+        egress_pps = r["egress"] / seconds  # the sender's pace sets the span
+        rows.append({"load": load, "ingress_pps": rate, "sent": n, "received": r["received"],
+                     "lost_in": n - r["received"], "egress": r["egress"], "egress_pps": egress_pps,
+                     "exact": r["egress"] == (copies + 1) * n})
+    return rows
 
 
 def main():
@@ -94,36 +118,53 @@ def main():
     ap.add_argument("--packets", type=int, default=2_000_000, help="frames the peer sends")
     ap.add_argument("-T", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=2.0, help="length of each paced run")
     ap.add_argument("--bin")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_multiply_live.py needs root (ip netns add)")
     engine = find_binary(args.bin)
     name = f"ntgbm{secrets.token_hex(2)}"
-    runs = {"peer": [], "inline": []}
+    runs = {"peer": [], **{k: [] for k in VARIANTS}}
     with tempfile.TemporaryDirectory(prefix="bench-mlive-") as tmp:
         tmp = Path(tmp)
         psess, isess = tmp / "p.txt", tmp / "i.txt"
-        psess.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=args.packets)}\n")
-        isess.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=args.packets // (args.T + 1))}\n")
+        psess.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=args.packets, period=1)}\n")
+        isess.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=args.packets // (args.T + 1), period=1)}\n")
         sh(sys.executable, "-m", "testbed.topology", "up", TOPOLOGY, "--name", name)
         try:
             for _ in range(args.repeat):  # interleaved, so drift hits both alike
                 runs["peer"].append(peer(name, engine, psess))
-                runs["inline"].append(inline(name, engine, isess, args.T, tmp))
+                for k, v in VARIANTS.items():
+                    runs[k].append(inline(name, engine, isess, args.T, tmp, variant=v))
+            peer_pps = statistics.median(r["pps"] for r in runs["peer"])
+            best_variant = max(VARIANTS, key=lambda k: statistics.median(r["pps"] for r in runs[k]))
+            sweep = paced(name, engine, args.T, tmp, peer_pps, args.seconds, VARIANTS[best_variant])
+            runs["peer_after"] = [peer(name, engine, psess)]  # the peer again, after the sweep
         finally:
-            sh("python3" if not sys.executable else sys.executable, "-m", "testbed.topology", "down", TOPOLOGY,
+            sh(sys.executable, "-m", "testbed.topology", "down", TOPOLOGY,
                "--name", name, check=False)
     med = {k: statistics.median(r["pps"] for r in v) for k, v in runs.items()}
-    doc = {"host": platform.node(), "cpus": os.cpu_count(), "copies": args.T, "packets": args.packets,
-           "runs": runs, "median_pps": med, "ratio_inline_to_peer": med["inline"] / med["peer"],
+    clean = [r for r in sweep if r["lost_in"] == 0 and r["exact"]]
+    best = max((r["egress_pps"] for r in clean), default=None)
+    doc = {"host": platform.node(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "copies": args.T,
+           "packets": args.packets, "runs": runs, "median_pps": med, "best_variant": best_variant,
+           "ratio_inline_to_peer": {k: med[k] / med["peer"] for k in VARIANTS}, "paced": sweep,
+           "best_lossless_egress_pps": best, "ratio_lossless_to_peer": best / med["peer"] if best else None,
            "command": "python benchmarks/bench_multiply_live.py " + " ".join(sys.argv[1:])}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "multiply_live.json").write_text(json.dumps(doc, indent=1) + "\n")
     print(f"| egress on veth, 64-byte frames, T={args.T} | median pps |\n|---|---|")
     print(f"| flowengine gen --iface (peer) | {med['peer']:,.0f} |")
-    print(f"| flowengine multiply --live | {med['inline']:,.0f} |")
-    print(f"| ratio inline / peer | {doc['ratio_inline_to_peer']:.2f} |")
+    for k in VARIANTS:
+        print(f"| flowengine multiply --live --tx {k} | {med[k]:,.0f} ({doc['ratio_inline_to_peer'][k]:.2f} of the peer) |")
+    print(f"| peer again after the sweep | {med['peer_after']:,.0f} |")
+    print(f"\npaced, --tx {best_variant}:")
+    print("\n| paced ingress pps | received / sent | egress pps | exact (T+1)x |\n|---|---|---|---|")
+    for r in sweep:
+        print(f"| {r['ingress_pps']:,.0f} | {r['received']:,} / {r['sent']:,} | {r['egress_pps']:,.0f} | {r['exact']} |")
+    if best:
+        print(f"\nhighest lossless egress: {best:,.0f} pps = {doc['ratio_lossless_to_peer']:.2f} of the peer")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,12 +30,18 @@
 #define LIVE_BATCH 64u          /* frames received per recvmmsg */
 #define LIVE_SNAP 65536u        /* receive buffer per frame */
 #define LIVE_MAX_FRAME 9216u    /* larger frames are forwarded, never multiplied */
+#define RING_FRAME 2048u        /* TX ring slot; longer copies go through sendmmsg */
+#define RING_BLOCK (1u << 16)
+#define RING_BLOCKS 64u         /* 2048 slots */
+#define RING_FLUSH 256u         /* slots filled between two kicks of the ring */
 
 static const char live_usage[] =
     "usage: flowengine multiply --live IN_IFACE OUT_IFACE DUT_IFACE -T N --ranges CIDR[,CIDR...]\n"
     "                           [--both] [--seed S] [--order spfo|interleaved] [--ports keep|shift]\n"
     "                           [--original CIDR[,CIDR...]] [--max-flows N] [--max-addrs N (default 256)]\n"
-    "                           [--summary FILE]\n"
+    "                           [--tx ring|sendmmsg] [--qdisc-bypass] [--summary FILE]\n"
+    "  --tx: how the copies leave (ring: a TPACKET_V2 TX ring, the default); --qdisc-bypass: as the\n"
+    "  engine's live sender, but then a capture on OUT or DUT no longer sees what leaves there.\n"
     "  IN -> OUT frames are forwarded and multiplied (T copies on DUT, before the original);\n"
     "  OUT -> IN frames are forwarded (and multiplied too with --both). Runs until SIGINT/SIGTERM.\n";
 
@@ -42,13 +49,21 @@ struct live_opts {
     const char *ifn[3]; /* in, out, dut */
     const char *ranges, *original, *summary;
     uint64_t copies, seed, max_flows, max_addrs;
-    int order, ports, both;
+    int order, ports, both, bypass, ring;
 };
 
 /* One direction's receive side: a socket and its batch of buffers. */
 struct live_port {
     int fd, ifindex;
     const char *name;
+};
+
+/* The copies' TX ring on the DUT interface (TPACKET_V2), as the engine's live sender uses. */
+struct live_ring {
+    uint8_t *map;
+    size_t len;
+    unsigned frames, head, pending;
+    int fd;
 };
 
 struct live_dir {
@@ -59,6 +74,7 @@ static int live_args(int argc, char **argv, struct live_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->max_flows = 65536;
+    o->ring = 1;
     int pos = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -67,6 +83,7 @@ static int live_args(int argc, char **argv, struct live_opts *o)
             exit(0);
         }
         if (!strcmp(a, "--both")) { o->both = 1; continue; }
+        if (!strcmp(a, "--qdisc-bypass")) { o->bypass = 1; continue; }
         if (a[0] != '-') {
             if (pos >= 3) return mult_fail("--live: more than three interfaces ('%s')\n%s", a, live_usage);
             if (strlen(a) >= IFNAMSIZ) return mult_fail("--live: '%s' is not an interface name", a);
@@ -83,7 +100,11 @@ static int live_args(int argc, char **argv, struct live_opts *o)
         else if (!strcmp(a, "--seed")) num = &o->seed;
         else if (!strcmp(a, "--max-flows")) num = &o->max_flows;
         else if (!strcmp(a, "--max-addrs")) num = &o->max_addrs;
-        else if (!strcmp(a, "--order")) {
+        else if (!strcmp(a, "--tx")) {
+            if (!strcmp(v, "ring")) o->ring = 1;
+            else if (!strcmp(v, "sendmmsg")) o->ring = 0;
+            else return mult_fail("--tx: expected ring or sendmmsg (got '%s')", v);
+        } else if (!strcmp(a, "--order")) {
             if (!strcmp(v, "spfo")) o->order = MULT_ORDER_SPFO;
             else if (!strcmp(v, "interleaved")) o->order = MULT_ORDER_INTERLEAVED;
             else return mult_fail("--order: expected spfo or interleaved (got '%s')", v);
@@ -111,7 +132,7 @@ static int live_args(int argc, char **argv, struct live_opts *o)
 }
 
 /* A raw socket on one interface: promiscuous, blind to its own sends; proto 0 sends only. */
-static int live_open(struct live_port *p, const char *name, int receive)
+static int live_open(struct live_port *p, const char *name, int receive, int bypass)
 {
     p->name = name;
     p->ifindex = (int)if_nametoindex(name);
@@ -130,8 +151,12 @@ static int live_open(struct live_port *p, const char *name, int receive)
     if (ioctl(p->fd, SIOCGIFFLAGS, &ifr) == 0 && !(ifr.ifr_flags & IFF_UP))
         return mult_fail("--live %s: the interface is down (ip link set %s up)", name, name);
     int one = 1, big = 8 << 20;
-    setsockopt(p->fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
-    setsockopt(p->fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one); /* as the engine's sender */
+    /* FORCE (root, which AF_PACKET needs anyway): past net.core.[rw]mem_max, so a burst
+     * waits in the buffer instead of being dropped */
+    if (setsockopt(p->fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big))
+        setsockopt(p->fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+    if (bypass) /* as the engine's sender; frames sent so are invisible to a capture on this interface */
+        setsockopt(p->fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
     if (receive) {
         struct packet_mreq mr = {.mr_ifindex = p->ifindex, .mr_type = PACKET_MR_PROMISC};
         if (setsockopt(p->fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr))
@@ -139,7 +164,8 @@ static int live_open(struct live_port *p, const char *name, int receive)
         if (setsockopt(p->fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one))
             return mult_fail("--live %s: PACKET_IGNORE_OUTGOING: %s (Linux 4.20 or later)", name,
                              strerror(errno));
-        setsockopt(p->fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+        if (setsockopt(p->fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big))
+            setsockopt(p->fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
     }
     return 0;
 }
@@ -168,8 +194,61 @@ static uint64_t live_send(int fd, struct mmsghdr *mh, struct iovec *iov, unsigne
     return failed;
 }
 
+static int live_ring_open(struct live_ring *r, int fd)
+{
+    int v = TPACKET_V2;
+    struct tpacket_req req = {.tp_block_size = RING_BLOCK, .tp_block_nr = RING_BLOCKS,
+                              .tp_frame_size = RING_FRAME,
+                              .tp_frame_nr = RING_BLOCKS * (RING_BLOCK / RING_FRAME)};
+    memset(r, 0, sizeof *r);
+    r->fd = fd;
+    if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof v) ||
+        setsockopt(fd, SOL_PACKET, PACKET_TX_RING, &req, sizeof req))
+        return -errno;
+    r->len = (size_t)RING_BLOCK * RING_BLOCKS;
+    r->map = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (r->map == MAP_FAILED) {
+        r->map = NULL;
+        return -errno;
+    }
+    r->frames = req.tp_frame_nr;
+    return 0;
+}
+
+/* Hands the filled slots to the kernel and waits until they are sent (blocking send). */
+static void live_ring_kick(struct live_ring *r)
+{
+    if (!r->pending) return;
+    while (send(r->fd, NULL, 0, 0) < 0 && errno == EINTR && !halt_signal) {}
+    r->pending = 0;
+}
+
+/* Queues one frame; returns 0, or 1 when it was lost (a slot the kernel refused). */
+static int live_ring_put(struct live_ring *r, const uint8_t *f, uint32_t len)
+{
+    struct tpacket2_hdr *h = (struct tpacket2_hdr *)(r->map + (size_t)r->head * RING_FRAME);
+    int lost = 0;
+    while (__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) != TP_STATUS_AVAILABLE) {
+        if (h->tp_status & TP_STATUS_WRONG_FORMAT) {
+            lost = 1;
+            break;
+        }
+        live_ring_kick(r);
+        struct pollfd pf = {.fd = r->fd, .events = POLLOUT};
+        poll(&pf, 1, 10);
+        if (halt_signal) return 1;
+    }
+    memcpy((uint8_t *)h + TPACKET2_HDRLEN - sizeof(struct sockaddr_ll), f, len);
+    h->tp_len = len;
+    __atomic_store_n(&h->tp_status, TP_STATUS_SEND_REQUEST, __ATOMIC_RELEASE);
+    r->head = (r->head + 1) % r->frames;
+    if (++r->pending >= RING_FLUSH) live_ring_kick(r);
+    return lost;
+}
+
 struct live {
     struct mult *m;
+    struct live_ring ring;   /* map NULL: the copies go through sendmmsg */
     uint32_t T;
     uint8_t *rx;             /* LIVE_BATCH x LIVE_SNAP */
     uint8_t *tx;             /* rewrite buffer for one batch */
@@ -227,7 +306,21 @@ static void live_batch(struct live *L, const struct live_port *from, const struc
         used = end;
     }
     /* SPFO: the copies of the batch first, then its originals */
-    if (nc) {
+    if (nc && L->ring.map) {
+        uint64_t f = 0;
+        unsigned big = 0;
+        for (unsigned i = 0; i < nc; i++) {
+            if (L->civ[i].iov_len > RING_FRAME - TPACKET2_HDRLEN) { /* too long for a slot */
+                L->civ[big++] = L->civ[i];
+                continue;
+            }
+            f += (uint64_t)live_ring_put(&L->ring, L->civ[i].iov_base, (uint32_t)L->civ[i].iov_len);
+        }
+        live_ring_kick(&L->ring); /* every copy sent before the originals */
+        if (big) f += live_send(dut->fd, L->smh, L->civ, big);
+        d->copies_sent += nc - f;
+        d->send_failed += f;
+    } else if (nc) {
         uint64_t f = live_send(dut->fd, L->smh, L->civ, nc);
         d->copies_sent += nc - f;
         d->send_failed += f;
@@ -240,13 +333,14 @@ static void live_batch(struct live *L, const struct live_port *from, const struc
 }
 
 static void live_summary(FILE *f, const struct live_opts *o, const struct mult *m,
-                         const struct live_dir d[2], double secs)
+                         const struct live_dir d[2], double secs, const char *dut_tx, uint64_t in_dropped)
 {
     const struct mult_stats *s = mult_stats(m);
     static const char *const why[MULT_PASS_REASONS] = {"not_ip", "truncated", "routing",
                                                        "auth", "table_full", "no_range"};
-    fprintf(f, "{\"mode\": \"live\", \"copies\": %" PRIu64 ", \"both\": %s, \"seconds\": %.3f",
-            o->copies, o->both ? "true" : "false", secs);
+    fprintf(f, "{\"mode\": \"live\", \"copies\": %" PRIu64 ", \"both\": %s, \"seconds\": %.3f"
+               ", \"dut_tx\": \"%s\", \"ingress_dropped_by_socket\": %" PRIu64,
+            o->copies, o->both ? "true" : "false", secs, dut_tx, in_dropped);
     static const char *const dn[2] = {"forward", "reverse"};
     for (int k = 0; k < 2; k++)
         fprintf(f, ", \"%s\": {\"received\": %" PRIu64 ", \"multiplied\": %" PRIu64
@@ -317,7 +411,7 @@ int mult_live_cmd(int argc, char **argv)
     }
     struct live_port port[3] = {{-1, 0, NULL}, {-1, 0, NULL}, {-1, 0, NULL}};
     struct live_dir d[2] = {{0}, {0}};
-    for (int k = 0; k < 3 && !rc; k++) rc = live_open(&port[k], o.ifn[k], k < 2);
+    for (int k = 0; k < 3 && !rc; k++) rc = live_open(&port[k], o.ifn[k], k < 2, o.bypass);
     if (!rc) {
         L.txcap = LIVE_BATCH * mult_room(L.m, LIVE_MAX_FRAME, 0);
         L.rx = malloc((size_t)LIVE_BATCH * LIVE_SNAP);
@@ -331,6 +425,8 @@ int mult_live_cmd(int argc, char **argv)
         L.oiv = calloc(nmax, sizeof *L.oiv);
         if (!L.rx || !L.tx || !L.fr || !L.rmh || !L.riov || !L.smh || !L.civ || !L.oiv)
             rc = mult_fail("out of memory");
+        else if (!o.ring || live_ring_open(&L.ring, port[2].fd))
+            L.ring.map = NULL; /* no ring here: sendmmsg, slower */
     }
     if (!rc) {
         struct sigaction sa = {0};
@@ -364,10 +460,17 @@ int mult_live_cmd(int argc, char **argv)
             fprintf(stderr, "flowengine multiply --live: --summary %s: %s\n", o.summary, strerror(errno));
             rc = 1;
         } else {
-            live_summary(sf, &o, L.m, d, secs);
+            uint64_t dropped = 0;
+            for (int k = 0; k < 2; k++) {
+                struct tpacket_stats st;
+                socklen_t sl = sizeof st;
+                if (!getsockopt(port[k].fd, SOL_PACKET, PACKET_STATISTICS, &st, &sl)) dropped += st.tp_drops;
+            }
+            live_summary(sf, &o, L.m, d, secs, L.ring.map ? "ring" : "sendmmsg", dropped);
             if (sf != stdout) fclose(sf);
         }
     }
+    if (L.ring.map) munmap(L.ring.map, L.ring.len);
     for (int k = 0; k < 3; k++)
         if (port[k].fd >= 0) close(port[k].fd);
     free(L.rx); free(L.tx); free(L.fr); free(L.rmh); free(L.riov); free(L.smh); free(L.civ); free(L.oiv);
