@@ -72,8 +72,9 @@ def peer(name, engine, sess):
     return {"egress": got, "seconds": wall, "pps": got / wall}
 
 
-VARIANTS = {"ring": ["--tx", "ring"], "ring+bypass": ["--tx", "ring", "--qdisc-bypass"],
-            "sendmmsg": ["--tx", "sendmmsg"], "sendmmsg+bypass": ["--tx", "sendmmsg", "--qdisc-bypass"]}
+VARIANTS = {"ring": ["--tx", "ring"], "ring --spfo-scope batch": ["--tx", "ring", "--spfo-scope", "batch"],
+            "ring --spfo-scope batch --qdisc-bypass": ["--tx", "ring", "--spfo-scope", "batch", "--qdisc-bypass"],
+            "sendmmsg --spfo-scope batch": ["--tx", "sendmmsg", "--spfo-scope", "batch"]}
 
 
 def inline(name, engine, sess, copies, tmp, pace="topspeed", variant=("--tx", "ring")):

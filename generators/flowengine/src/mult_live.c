@@ -39,9 +39,12 @@ static const char live_usage[] =
     "usage: flowengine multiply --live IN_IFACE OUT_IFACE DUT_IFACE -T N --ranges CIDR[,CIDR...]\n"
     "                           [--both] [--seed S] [--order spfo|interleaved] [--ports keep|shift]\n"
     "                           [--original CIDR[,CIDR...]] [--max-flows N] [--max-addrs N (default 256)]\n"
-    "                           [--tx ring|sendmmsg] [--qdisc-bypass] [--summary FILE]\n"
+    "                           [--tx ring|sendmmsg] [--qdisc-bypass] [--spfo-scope packet|batch]\n"
+    "                           [--summary FILE]\n"
     "  --tx: how the copies leave (ring: a TPACKET_V2 TX ring, the default); --qdisc-bypass: as the\n"
-    "  engine's live sender, but then a capture on OUT or DUT no longer sees what leaves there.\n"
+    "  engine's live sender, but then a capture on OUT or DUT no longer sees what leaves there;\n"
+    "  --spfo-scope: each original right after its own copies (packet, the default), or a received\n"
+    "  batch's originals after all the batch's copies (batch: fewer system calls).\n"
     "  IN -> OUT frames are forwarded and multiplied (T copies on DUT, before the original);\n"
     "  OUT -> IN frames are forwarded (and multiplied too with --both). Runs until SIGINT/SIGTERM.\n";
 
@@ -49,7 +52,7 @@ struct live_opts {
     const char *ifn[3]; /* in, out, dut */
     const char *ranges, *original, *summary;
     uint64_t copies, seed, max_flows, max_addrs;
-    int order, ports, both, bypass, ring;
+    int order, ports, both, bypass, ring, batch;
 };
 
 /* One direction's receive side: a socket and its batch of buffers. */
@@ -100,7 +103,11 @@ static int live_args(int argc, char **argv, struct live_opts *o)
         else if (!strcmp(a, "--seed")) num = &o->seed;
         else if (!strcmp(a, "--max-flows")) num = &o->max_flows;
         else if (!strcmp(a, "--max-addrs")) num = &o->max_addrs;
-        else if (!strcmp(a, "--tx")) {
+        else if (!strcmp(a, "--spfo-scope")) {
+            if (!strcmp(v, "packet")) o->batch = 0;
+            else if (!strcmp(v, "batch")) o->batch = 1;
+            else return mult_fail("--spfo-scope: expected packet or batch (got '%s')", v);
+        } else if (!strcmp(a, "--tx")) {
             if (!strcmp(v, "ring")) o->ring = 1;
             else if (!strcmp(v, "sendmmsg")) o->ring = 0;
             else return mult_fail("--tx: expected ring or sendmmsg (got '%s')", v);
@@ -249,6 +256,7 @@ static int live_ring_put(struct live_ring *r, const uint8_t *f, uint32_t len)
 struct live {
     struct mult *m;
     struct live_ring ring;   /* map NULL: the copies go through sendmmsg */
+    int per_packet;          /* SPFO per packet (else per batch) */
     uint32_t T;
     uint8_t *rx;             /* LIVE_BATCH x LIVE_SNAP */
     uint8_t *tx;             /* rewrite buffer for one batch */
@@ -260,52 +268,10 @@ struct live {
 };
 
 /* One batch from port `from`: originals to `to`, copies (when multiplied) to dut. */
-static void live_batch(struct live *L, const struct live_port *from, const struct live_port *to,
-                       const struct live_port *dut, int multiply, struct live_dir *d)
+/* Sends what is queued: the copies (civ[0..nc)) first, then the originals (oiv[0..no)). */
+static void live_flush(struct live *L, const struct live_port *to, const struct live_port *dut,
+                       unsigned nc, unsigned no, struct live_dir *d)
 {
-    for (unsigned i = 0; i < LIVE_BATCH; i++) {
-        L->riov[i].iov_base = L->rx + (size_t)i * LIVE_SNAP;
-        L->riov[i].iov_len = LIVE_SNAP;
-        memset(&L->rmh[i].msg_hdr, 0, sizeof L->rmh[i].msg_hdr);
-        L->rmh[i].msg_hdr.msg_iov = &L->riov[i];
-        L->rmh[i].msg_hdr.msg_iovlen = 1;
-    }
-    int n = recvmmsg(from->fd, L->rmh, LIVE_BATCH, MSG_DONTWAIT, NULL);
-    if (n <= 0) return;
-    unsigned nc = 0, no = 0;
-    size_t used = 0;
-    for (int i = 0; i < n; i++) {
-        uint8_t *f = L->rx + (size_t)i * LIVE_SNAP;
-        uint32_t len = L->rmh[i].msg_len;
-        d->in++;
-        if (!multiply || len > LIVE_MAX_FRAME) {
-            if (multiply) d->oversize++;
-            L->oiv[no].iov_base = f;
-            L->oiv[no++].iov_len = len;
-            continue;
-        }
-        int nf = mult_packet(L->m, f, len, L->tx + used, L->txcap - used, 0, L->fr);
-        if (nf < 0) { /* cannot happen: the buffer holds a whole batch; forward it as it is */
-            L->oiv[no].iov_base = f;
-            L->oiv[no++].iov_len = len;
-            continue;
-        }
-        size_t end = used;
-        for (int k = 0; k < nf; k++) {
-            uint8_t *p = L->tx + used + L->fr[k].off;
-            if (L->fr[k].copy) {
-                L->civ[nc].iov_base = p;
-                L->civ[nc++].iov_len = L->fr[k].len;
-            } else {
-                L->oiv[no].iov_base = p;
-                L->oiv[no++].iov_len = L->fr[k].len;
-            }
-            if (used + L->fr[k].off + L->fr[k].len > end) end = used + L->fr[k].off + L->fr[k].len;
-        }
-        if (nf > 1) d->multiplied++;
-        used = end;
-    }
-    /* SPFO: the copies of the batch first, then its originals */
     if (nc && L->ring.map) {
         uint64_t f = 0;
         unsigned big = 0;
@@ -332,6 +298,67 @@ static void live_batch(struct live *L, const struct live_port *from, const struc
     }
 }
 
+/* One batch from port `from`: originals to `to`, copies (when multiplied) to dut. SPFO per
+ * packet (the default): each multiplied frame's copies, then that original, before the next
+ * frame; per batch (--spfo-scope batch): all the batch's copies, then all its originals. */
+static void live_batch(struct live *L, const struct live_port *from, const struct live_port *to,
+                       const struct live_port *dut, int multiply, struct live_dir *d)
+{
+    for (unsigned i = 0; i < LIVE_BATCH; i++) {
+        L->riov[i].iov_base = L->rx + (size_t)i * LIVE_SNAP;
+        L->riov[i].iov_len = LIVE_SNAP;
+        memset(&L->rmh[i].msg_hdr, 0, sizeof L->rmh[i].msg_hdr);
+        L->rmh[i].msg_hdr.msg_iov = &L->riov[i];
+        L->rmh[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(from->fd, L->rmh, LIVE_BATCH, MSG_DONTWAIT, NULL);
+    if (n <= 0) return;
+    unsigned nc = 0, no = 0;
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        uint8_t *f = L->rx + (size_t)i * LIVE_SNAP;
+        uint32_t len = L->rmh[i].msg_len;
+        d->in++;
+        if (!multiply || len > LIVE_MAX_FRAME) {
+            if (multiply) d->oversize++;
+            L->oiv[no].iov_base = f;
+            L->oiv[no++].iov_len = len;
+            continue;
+        }
+        if (L->per_packet && no) { /* what is queued has no copies: it goes before this frame */
+            live_flush(L, to, dut, nc, no, d);
+            nc = no = 0;
+            used = 0;
+        }
+        int nf = mult_packet(L->m, f, len, L->tx + used, L->txcap - used, 0, L->fr);
+        if (nf < 0) { /* cannot happen: the buffer holds a whole batch; forward it as it is */
+            L->oiv[no].iov_base = f;
+            L->oiv[no++].iov_len = len;
+            continue;
+        }
+        size_t end = used;
+        for (int k = 0; k < nf; k++) {
+            uint8_t *p = L->tx + used + L->fr[k].off;
+            if (L->fr[k].copy) {
+                L->civ[nc].iov_base = p;
+                L->civ[nc++].iov_len = L->fr[k].len;
+            } else {
+                L->oiv[no].iov_base = p;
+                L->oiv[no++].iov_len = L->fr[k].len;
+            }
+            if (used + L->fr[k].off + L->fr[k].len > end) end = used + L->fr[k].off + L->fr[k].len;
+        }
+        if (nf > 1) d->multiplied++;
+        used = end;
+        if (L->per_packet) {
+            live_flush(L, to, dut, nc, no, d);
+            nc = no = 0;
+            used = 0;
+        }
+    }
+    live_flush(L, to, dut, nc, no, d);
+}
+
 static void live_summary(FILE *f, const struct live_opts *o, const struct mult *m,
                          const struct live_dir d[2], double secs, const char *dut_tx, uint64_t in_dropped)
 {
@@ -339,8 +366,8 @@ static void live_summary(FILE *f, const struct live_opts *o, const struct mult *
     static const char *const why[MULT_PASS_REASONS] = {"not_ip", "truncated", "routing",
                                                        "auth", "table_full", "no_range"};
     fprintf(f, "{\"mode\": \"live\", \"copies\": %" PRIu64 ", \"both\": %s, \"seconds\": %.3f"
-               ", \"dut_tx\": \"%s\", \"ingress_dropped_by_socket\": %" PRIu64,
-            o->copies, o->both ? "true" : "false", secs, dut_tx, in_dropped);
+               ", \"dut_tx\": \"%s\", \"spfo_scope\": \"%s\", \"ingress_dropped_by_socket\": %" PRIu64,
+            o->copies, o->both ? "true" : "false", secs, dut_tx, o->batch ? "batch" : "packet", in_dropped);
     static const char *const dn[2] = {"forward", "reverse"};
     for (int k = 0; k < 2; k++)
         fprintf(f, ", \"%s\": {\"received\": %" PRIu64 ", \"multiplied\": %" PRIu64
@@ -401,6 +428,7 @@ int mult_live_cmd(int argc, char **argv)
     };
     struct live L = {0};
     L.T = (uint32_t)o.copies;
+    L.per_packet = !o.batch;
     if ((rc = mult_create(&L.m, &mp))) {
         if (rc == -ENOSPC)
             return mult_fail("--ranges: T=%" PRIu64 " copies of up to --max-addrs %" PRIu64 " addresses "

@@ -3,9 +3,14 @@
  * (OUT) like a two-port bridge: every frame from IN goes to OUT unchanged and
  * every frame from OUT to IN; each IP frame of a multiplied direction (IN->OUT,
  * and OUT->IN with --both) also gives T shadow copies (mult.c, live planning)
- * sent on DUT. SPFO: a received batch's copies leave before its originals.
- * AF_PACKET sockets, promiscuous, own frames ignored; runs until SIGINT or
- * SIGTERM, then writes its counters (--summary, JSON) and exits 0.
+ * sent on DUT. SPFO: each original leaves right after its own T copies
+ * (--spfo-scope batch: a received batch's originals after all its copies).
+ * AF_PACKET sockets, promiscuous, own frames ignored; the copies go through a
+ * TPACKET_V2 TX ring (--tx sendmmsg: sendmmsg), the originals through
+ * sendmmsg; the qdisc is bypassed only with --qdisc-bypass (a capture on OUT
+ * or DUT then misses what the multiplier sends). Runs until SIGINT or SIGTERM,
+ * then writes its counters (--summary, JSON, with the sockets' ingress drops)
+ * and exits 0.
  *
  * The flow table's bound (--max-flows, --max-addrs) is checked before any
  * socket opens: tables larger than half the available memory, or ranges too
