@@ -9,7 +9,9 @@ appearance), the earlier of the two is its arrival and the later its departure, 
 direction (client->server when first seen on the ingress) and the added latency (departure -
 arrival: with SPFO the original waits for its copies). IP frames of a multiplied direction are the
 ingress; the egress is their originals as forwarded plus every IP frame on the DUT side (the
-copies). Loss = (T+1) x ingress - egress.
+copies). Loss = (T+1) x ingress - egress. An original that arrived while the frame before it was
+still inside the multiplier waited for that one too (queueing, in a burst); one that found it
+idle shows the multiplier's own latency: both are reported, per frame size.
 """
 
 from __future__ import annotations
@@ -52,6 +54,24 @@ def forwarded(client_side: Path, server_side: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["t_in", "t_out", "size", "direction", "ip"])
 
 
+def idle(fw: pd.DataFrame, orig: pd.DataFrame) -> pd.Series:
+    """True for the originals that arrived after every earlier frame had left the multiplier."""
+    order = fw.sort_values("t_in", kind="stable")
+    left = order["t_out"].cummax().shift(1, fill_value=0)
+    return (order["t_in"] >= left).reindex(orig.index)
+
+
+def size_table(orig: pd.DataFrame, lat: pd.Series) -> list[dict[str, Any]]:
+    if not len(orig):
+        return []
+    rows = []
+    bins = pd.cut(orig["size"], SIZE_BINS, right=False, labels=SIZE_LABELS)
+    for label, grp in lat.groupby(bins, observed=True):
+        rows.append({"size": str(label), "packets": int(len(grp)), "median_us": float(grp.median()),
+                     "p99_us": float(np.percentile(grp, 99)), "max_us": float(grp.max())})
+    return rows
+
+
 def count_ip(path: Path) -> tuple[int, list[int]]:
     """IP frames in a capture and their timestamps."""
     ts = [t for t, _, data in iter_frames(path) if is_ip(data)]
@@ -72,12 +92,7 @@ def step_result(step_dir: Path, copies: int, both: bool, files: dict[str, str]) 
     dut_ip, dut_ts = count_ip(cdut)
     egress = ingress + dut_ip
     lat = (orig["t_out"] - orig["t_in"]) / 1e3  # µs
-    by_size = []
-    if ingress:
-        bins = pd.cut(orig["size"], SIZE_BINS, right=False, labels=SIZE_LABELS)
-        for label, grp in lat.groupby(bins, observed=True):
-            by_size.append({"size": str(label), "packets": int(len(grp)), "median_us": float(grp.median()),
-                            "p99_us": float(np.percentile(grp, 99)), "max_us": float(grp.max())})
+    by_size, idle_by_size = size_table(orig, lat), size_table(orig[idle(fw, orig)], lat[idle(fw, orig)])
     seconds = []
     if ingress:
         t0 = int(orig["t_in"].min())
@@ -95,7 +110,8 @@ def step_result(step_dir: Path, copies: int, both: bool, files: dict[str, str]) 
             "ingress_pps": ingress / span if span else None, "egress_pps": egress / span if span else None,
             "latency_median_us": float(lat.median()) if ingress else None,
             "latency_p99_us": float(np.percentile(lat, 99)) if ingress else None,
-            "latency_by_size": by_size, "per_second": seconds}
+            "latency_by_size": by_size, "latency_idle_by_size": idle_by_size,
+            "idle_originals": sum(r["packets"] for r in idle_by_size), "per_second": seconds}
 
 
 __all__ = ["SEED", "SIZE_LABELS", "forwarded", "step_result", "is_ip"]

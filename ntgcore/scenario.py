@@ -877,6 +877,10 @@ class InlineMultiplySpec(_Model):
         description="Sizes of the pages served (bytes); the client fetches each in turn.")
     rounds: int = Field(5, ge=1, le=100_000, description="How many times the client fetches every page.")
     parallel: int = Field(1, ge=1, le=64, description="Clients fetching at the same time.")
+    request_pad: list[Annotated[int, Field(ge=0, le=1300)]] = Field(
+        [0, 100, 300, 800, 1200], max_length=16, description="Bytes of query string padding the "
+        "requests' URLs, one value per fetch in turn: requests of several frame sizes, for the "
+        "latency per size (seed 003 Figs. 14 and 16).")
 
     @field_validator("ranges", "original")
     @classmethod

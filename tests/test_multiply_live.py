@@ -121,6 +121,7 @@ def test_inline_multiplier_with_a_real_server_gives_exact_egress_and_valid_check
     # counted from the captures: egress is exactly (T+1) x ingress, nothing lost
     assert row["ingress"] > 20 and row["egress"] == 4 * row["ingress"] and row["loss"] == 0 and row["exact"], row
     assert row["latency_median_us"] > 0 and row["latency_p99_us"] >= row["latency_median_us"]
+    assert 0 < row["idle_originals"] <= row["ingress"]
     step = Path(r.run_dir) / r.manifest["steps"][0]["dir"]
     engine_counts = r.manifest["steps"][0]["multiplier"]["engine"]
     reverse = engine_counts["reverse"]

@@ -1,10 +1,12 @@
 """The client of the inline multiplier's real sessions, run as a script inside its namespace
 (stdlib only):
 
-    python httpclient.py --url http://198.18.3.2:8080/ --page page-0.bin:512 ... --rounds 5 --parallel 1
+    python httpclient.py --url http://198.18.3.2:8080/ --page page-0.bin:512 ... --rounds 5 --parallel 1 \
+        [--pad 0 --pad 800 ...]
 
 Fetches every page `rounds` times (each fetch one TCP session: a new connection), `parallel`
-clients at once, and prints one JSON line per fetch: page, HTTP status, bytes received, bytes
+clients at once; fetch k's URL carries a query of `pad[k mod n]` bytes (the server ignores it),
+so the requests come in several frame sizes; and prints one JSON line per fetch: page, HTTP status, bytes received, bytes
 expected, seconds. Exit status 0 when every fetch gave 200 and the whole page, 1 otherwise;
 ends early on SIGTERM or SIGINT (status 1: not everything was fetched).
 """
@@ -37,6 +39,7 @@ def main() -> int:
     ap.add_argument("--page", action="append", required=True, help="NAME:BYTES")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--parallel", type=int, default=1)
+    ap.add_argument("--pad", type=int, action="append", default=[])
     args = ap.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -53,7 +56,8 @@ def main() -> int:
                 return
             name, size = work[i]
             t0 = time.monotonic()
-            status, got = fetch(args.url + name)
+            pad = args.pad[i % len(args.pad)] if args.pad else 0
+            status, got = fetch(args.url + name + ("?" + "p" * pad if pad else ""))
             row = {"page": name, "status": status, "bytes": got, "expected": size,
                    "seconds": round(time.monotonic() - t0, 6)}
             with lock:

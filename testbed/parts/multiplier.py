@@ -118,6 +118,8 @@ class InlineMultiplier(Part):
                 "--rounds", str(spec.rounds), "--parallel", str(spec.parallel)]
         for name, size in pages:
             argv += ["--page", f"{name}:{size}"]
+        for pad in spec.request_pad:
+            argv += ["--pad", str(pad)]
         self.client = Process("http-client", argv, stdout=clog, stderr=subprocess.DEVNULL).start()
 
     def busy(self) -> bool:
