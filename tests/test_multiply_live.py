@@ -1,8 +1,11 @@
 """The multiplier's core driven one packet at a time with live planning, as the inline multiplier
-will drive it (tests/native/test_mult_live.c): no scan pass, tables sized up front."""
+drives it (tests/native/test_mult_live.c): no scan pass, tables sized up front; and the inline
+multiplier itself (`flowengine multiply --live`, method `multiply`) on real namespaces with a real
+HTTP server."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections import defaultdict
@@ -11,7 +14,14 @@ from pathlib import Path
 import pytest
 from scapy.all import IP, UDP, Ether, IPv6, rdpcap, wrpcap
 
-from tests.test_multiply import C4, C6, checksum_status, frame_count, mixed_packets, shadow_key
+import testbed.methods.multiply as multiply_method
+from ntgcore.registry import METHODS
+from ntgcore.scenario import ScenarioError, parse_scenario
+from tests.test_multiply import C4, C6, checksum_status, engine, frame_count, mixed_packets, shadow_key  # noqa: F401
+
+# The entry point of pyproject.toml registers it; a venv installed before it existed has not.
+if "multiply" not in METHODS:
+    METHODS.register("multiply", multiply_method.METHOD)
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "generators" / "flowengine" / "src"
@@ -75,18 +85,6 @@ def test_a_flow_past_the_live_bound_goes_out_alone_and_is_counted(driver, tmp_pa
 
 # ---- the inline multiplier on real namespaces (method multiply) ------------------------------
 
-import os  # noqa: E402
-import textwrap  # noqa: E402
-
-from ntgcore.registry import METHODS  # noqa: E402
-from tests.test_multiply import engine  # noqa: E402,F401  (the fixture)
-
-import testbed.methods.multiply as multiply_method  # noqa: E402
-
-# The entry point of pyproject.toml registers it; a venv installed before it existed has not.
-if "multiply" not in METHODS:
-    METHODS.register("multiply", multiply_method.METHOD)
-
 INLINE = """\
 version: 1
 name: inline-test
@@ -142,3 +140,15 @@ def test_inline_multiplier_refuses_bad_bounds_before_opening_anything(engine):
     assert "more than half" in refused("-T", "2", "--ranges", "198.19.0.0/8", "--max-flows", "1000000000")
     assert "overlaps the original" in refused("-T", "2", "--ranges", "198.18.0.0/16", "--original", "198.18.3.0/24")
     assert "no interface 'no-in'" in refused("-T", "2", "--ranges", "198.19.0.0/16")
+
+
+def test_the_plan_is_one_step_per_t_and_the_section_belongs_to_its_method():
+    text = INLINE.format(both="false").replace("copies: [3]", "copies: [1, 10, 22]")
+    steps = multiply_method.plan(parse_scenario(text))
+    assert [(s.name, s.params["copies"], s.generators) for s in steps] == [("T1", 1, []), ("T10", 10, []),
+                                                                           ("T22", 22, [])]
+    assert all(s.deadline_s() == steps[0].params["deadline_s"] > 30 for s in steps)
+    with pytest.raises(ScenarioError, match="method `multiply` needs an `inline` section"):
+        parse_scenario(text.replace("  inline:\n", "  inlined:\n").split("  inlined:")[0])
+    with pytest.raises(ScenarioError, match="ranges"):
+        parse_scenario(text.replace("ranges: [198.19.0.0/16]", "ranges: [198.19.0.0/16, 198.19.1.0/24]"))
