@@ -26,6 +26,7 @@ static const char usage_text[] =
     "                      [--no-qdisc-bypass]\n"
     "                      [--planner exact|stochastic] [--threads N]\n"
     "       flowengine multiply IN.pcap -o OUT.pcap -T N --ranges CIDR[,...] (see multiply -h)\n"
+    "       flowengine multiply --live IN OUT DUT -T N --ranges CIDR[,...] (see multiply --live -h)\n"
     "       flowengine match --struct NAME --size N --feed KIND[:ARGS] ... (match --help)\n"
     "       flowengine version\n";
 
