@@ -716,6 +716,11 @@ class TestbedSpec(_Model):
         if (self.method == "multiply") != (self.inline is not None):
             raise ValueError("method `multiply` needs an `inline` section, and `inline` belongs "
                              "to method `multiply`")
+        if self.inline is not None and (self.capture is None or self.capture.at != self.inline.at or not {
+                self.inline.out, self.inline.dut} <= set(self.capture.also_at)):
+            raise ValueError(f"method `multiply` measures from the captures at the multiplier: set "
+                             f"`capture: {{at: \"{self.inline.at}\", also_at: [\"{self.inline.out}\", "
+                             f"\"{self.inline.dut}\"]}}`")
         if self.method == "loss-sweep":
             if self.sweep is None:
                 raise ValueError("method `loss-sweep` needs a `sweep` section")
