@@ -892,6 +892,16 @@ class InlineMultiplySpec(_Model):
     def _cidrs(cls, v: list[str]) -> list[str]:
         return _networks(v)
 
+    @model_validator(mode="after")
+    def _apart(self) -> "InlineMultiplySpec":
+        for r in self.ranges:
+            for o in self.original:
+                a, b = ipaddress.ip_network(r, strict=False), ipaddress.ip_network(o, strict=False)
+                if a.version == b.version and a.overlaps(b):
+                    raise ValueError(f"ranges: {r} overlaps the original range {o}: the shadows need "
+                                     f"addresses of their own")
+        return self
+
 
 class Scenario(_Model):
     version: Literal[1] = Field(description="Scenario format version; this is 1.")

@@ -152,5 +152,7 @@ def test_the_plan_is_one_step_per_t_and_the_section_belongs_to_its_method():
         parse_scenario(text.replace("  inline:\n", "  inlined:\n").split("  inlined:")[0])
     with pytest.raises(ScenarioError, match="measures from the captures at the multiplier"):
         parse_scenario(text.replace('also_at: ["mult:m-out", "mult:m-dut"]', 'also_at: ["mult:m-out"]'))
+    with pytest.raises(ScenarioError, match="overlaps the original range"):
+        parse_scenario(text.replace("ranges: [198.19.0.0/16]", "ranges: [198.18.3.0/25]"))
     with pytest.raises(ScenarioError, match="ranges"):
         parse_scenario(text.replace("ranges: [198.19.0.0/16]", "ranges: [198.19.0.0/16, 198.19.1.0/24]"))
