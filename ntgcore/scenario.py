@@ -682,6 +682,41 @@ class FailoverSpec(_Model):
         return 2 if all(a % 1_000_000_000 == 0 for a in self.advert_int) else 3
 
 
+class HostSpec(_Model):
+    """One generator host of a run spread over several (docs/multihost.md)."""
+
+    at: Place = Field(description="Where this host's generator sends: `ROLE:IFACE` of the topology.")
+    capture: Place | None = Field(None, description="Where this host's frames are captured on their "
+                                  "own (the receiver's port facing it): its counts and first packet.")
+
+
+class HostsSpec(_Model):
+    """Several generator hosts started together: the generator of `testbed.generators` (one
+    entry, the template) runs on every host, each sending its own share of the flows, split by
+    flow hash; all start at one agreed time (docs/multihost.md)."""
+
+    hosts: list[HostSpec] = Field(min_length=1, max_length=64, description="The hosts, in order: "
+                                  "host i sends the flows whose key hash modulo N is i.")
+    hash: str = Field("murmur3_32", pattern=r"^[a-z0-9_]{1,32}$",
+                      description="The flow-key hash of the split (`testbed hash-study --list`).")
+    start_lead: Duration = Field(1_000_000_000, description="The agreed start: this long after the "
+                                 "step begins preparing the hosts' generators.")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "HostsSpec":
+        for what, values in (("at", [h.at for h in self.hosts]),
+                             ("capture", [h.capture for h in self.hosts if h.capture])):
+            dup = sorted({v for v in values if values.count(v) > 1})
+            if dup:
+                raise ValueError(f"two hosts have the same `{what}` {dup[0]}")
+        return self
+
+    def label(self, i: int) -> str:
+        """Host i's name in reports and folders: its namespace role, or host<i> when two share one."""
+        roles = [h.at.split(":", 1)[0] for h in self.hosts]
+        return roles[i] if roles.count(roles[i]) == 1 else f"host{i}"
+
+
 class TestbedSpec(_Model):
     """Live run: topology, generators, capture point, device under test, monitor, method."""
 
@@ -707,9 +742,15 @@ class TestbedSpec(_Model):
     failover: FailoverSpec | None = Field(None, description="Method `failover`: the VRRP pair and the fault.")
     inline: "InlineMultiplySpec | None" = Field(None, description="Method `multiply`: the inline "
                                                 "multiplier, its real sessions and its T values.")
+    spread: HostsSpec | None = Field(None, description="Method `run` over several generator hosts "
+                                     "started together (docs/multihost.md).")
 
     @model_validator(mode="after")
     def _consistent(self) -> "TestbedSpec":
+        if self.spread is not None and self.method != "run":
+            raise ValueError("`spread` (several generator hosts) belongs to method `run`")
+        if self.spread is not None and len(self.generators) > 1:
+            raise ValueError("with `spread`, `generators` holds one entry: the generator every host runs")
         if (self.method == "failover") != (self.failover is not None):
             raise ValueError("method `failover` needs a `failover` section, and `failover` belongs "
                              "to method `failover`")
@@ -948,9 +989,16 @@ class Scenario(_Model):
         return generator_spec({"name": self.generator, **(self.generator_options or {})})
 
     def live_generators(self) -> list[GeneratorSpec]:
+        """The live generators; with `testbed.spread`, the template once per host (at its place,
+        labelled with its name)."""
         if self.testbed is None:
             return []
-        return list(self.testbed.generators) or [self.offline_generator()]
+        gens = list(self.testbed.generators) or [self.offline_generator()]
+        spread = self.testbed.spread
+        if spread is None:
+            return gens
+        return [gens[0].model_copy(update={"at": h.at, "label": spread.label(i)})
+                for i, h in enumerate(spread.hosts)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,10 +27,12 @@ from ntgcore.generator import Progress, get_generator
 from ntgcore.proc import CommandRecord, Interrupts, utc_now
 from ntgcore.registry import GENERATORS
 from ntgcore.scenario import CaptureSpec, TestbedSpec
+from ntgcore.startat import AtTime
 
 from .methods import Step
 from .parts import DUT_KINDS, CapturePart, Dut, GeneratorPart, MonitorPart, Part
 from .parts.fault import FaultPart
+from .parts.hosts import spread_accounting
 from .parts.multiplier import InlineMultiplier
 from .parts.vrrp import VrrpPair
 
@@ -103,6 +105,7 @@ class StepExecutor:
         self.entry: dict[str, Any] = {}
         self.status, self.error = "completed", None
         self.raised: str | None = None  # the error of an exception that ended the step
+        self.start_at_ns: int | None = None  # several hosts (testbed.spread): their agreed start
 
     # -- the parts ---------------------------------------------------------------------------
 
@@ -138,6 +141,9 @@ class StepExecutor:
 
     def _prepare_generators(self, stack: ExitStack) -> None:
         step, ctx, tb = self.step, self.ctx, self.step.scenario.testbed
+        if step.shares and ctx.site is not None:  # several hosts: one agreed start for all of them
+            self.start_at_ns = time.time_ns() + round(step.params["start_lead_s"] * 1e9)
+            self.entry["start_at_ns"] = self.start_at_ns
         for spec in step.generators:
             if getattr(spec, "pcap", None) and not Path(spec.pcap).is_absolute():
                 spec = spec.model_copy(update={"pcap": str(ctx.scenario_dir / spec.pcap)})
@@ -149,6 +155,8 @@ class StepExecutor:
                 folder.mkdir(exist_ok=True)
                 duration = (tb.duration / 1e9) if spec.pace == "topspeed" else None
                 endpoint = ctx.site.endpoint(spec.at, spec.pace, duration)
+                if self.start_at_ns is not None:
+                    endpoint = AtTime(endpoint, self.start_at_ns)
             if spec.title in step.attack_sessions:  # it plays the `attacks:` TCP sessions itself
                 gen.give_attack_sessions(*step.attack_sessions[spec.title])
             part = GeneratorPart(spec, gen, endpoint, folder)
@@ -157,7 +165,7 @@ class StepExecutor:
             self.parts.append(part)
             self.gens.append(part)
             stack.callback(lambda p=part: quietly(lambda: p.gen.stop() if p.gen.status() == "running" else None))
-            gen.prepare(step.scenario, folder, ctx.seed, endpoint)
+            gen.prepare(step.shares.get(spec.title, step.scenario), folder, ctx.seed, endpoint)
             ctx.tools.setdefault(gen.name, gen.version())
 
     # -- the step ----------------------------------------------------------------------------
@@ -215,6 +223,9 @@ class StepExecutor:
             if tb.failover is not None or tb.inline is not None:  # no generator's one-way count: the method counts
                 self.entry["loss"].update(wire=None, loss_rate=None)
                 self.entry["loss"].pop("lost_on_wire", None)
+        if site is not None and "spread" in step.params:  # several hosts: per host and merged
+            self.entry["spread"] = quietly(lambda: spread_accounting(
+                self.entry, self.dir, step.params["spread"], self.start_at_ns))
         if self.status == "failed" and ctx.interrupts.received is not None:
             self.status = "interrupted"  # the failure came from stopping on the user's request
         self.entry["status"] = self.status

@@ -1,14 +1,24 @@
-"""Method `run`: the generators send the scenario together, in one step."""
+"""Method `run`: the generators send the scenario together, in one step; with `testbed.spread`,
+one generator per host, each sending its share of the flows, all started at one agreed time."""
 
 from __future__ import annotations
 
 from ntgcore.scenario import Scenario
 
-from .. import Method, Step
+from .. import NS, Method, Step, spread_shares
 
 
 def plan(scenario: Scenario) -> list[Step]:
-    return [Step("run", scenario, scenario.live_generators())]
+    tb = scenario.testbed
+    if tb is None or tb.spread is None:
+        return [Step("run", scenario, scenario.live_generators())]
+    shares, info = spread_shares(scenario)
+    also = [h.capture for h in tb.spread.hosts if h.capture]
+    if also and tb.capture is not None:  # every host's own capture, beside the step's
+        capture = tb.capture.model_copy(update={"also_at": list(dict.fromkeys([*tb.capture.also_at, *also]))})
+        scenario = scenario.model_copy(update={"testbed": tb.model_copy(update={"capture": capture})})
+    params = {"start_lead_s": tb.spread.start_lead / NS, "spread": info}
+    return [Step("run", scenario, scenario.live_generators(), params=params, shares=shares)]
 
 
-METHOD = Method("run", plan, summary="the generators send the scenario together")
+METHOD = Method("run", plan, summary="the generators send the scenario together (on one or several hosts)")

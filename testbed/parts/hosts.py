@@ -1,0 +1,86 @@
+"""After a step spread over several generator hosts (testbed.spread): each host's counters, its
+own capture and first packet, the captures merged into one, and the start skew.
+
+Every host's frames are captured on their own (`spread.hosts[].capture`: the receiver's port
+facing the host, so every capture is taken on the receiver's one clock). Those captures are merged
+by time into hosts-merged.pcap (mergecap, as the attack mixing does); the checks are exact: the
+merged count equals the sum of the hosts' captures and the sum of the hosts' generator counters
+(`packets_sent`), and the step's own capture (when it sees every host) agrees. The start skew is
+the spread, over the hosts, of (first packet captured - agreed start - first packet's due time).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from analysis.capture import CaptureError, iter_capture
+
+from ..ids.rules.attacks import AttackError, merge_pcaps
+
+MERGED = "hosts-merged.pcap"
+
+
+def capture_span(path: Path) -> dict[str, Any]:
+    """Packets, first and last time stamp (ns since the epoch) of one capture, read in chunks."""
+    packets, first, last = 0, None, None
+    for chunk in iter_capture(path, reuse=True):
+        if len(chunk):
+            first = int(chunk.ts_ns[0]) if first is None else first
+            last = int(chunk.ts_ns[-1])
+        packets += len(chunk)
+    return {"packets": packets, "first_ns": first, "last_ns": last}
+
+
+def spread_accounting(entry: dict, step_dir: Path, info: dict, start_at_ns: int | None) -> dict:
+    """The step entry's `spread`: per host and merged counters, the checks and the start skew."""
+    out: dict[str, Any] = {k: v for k, v in info.items() if k != "hosts"}
+    out["start_at_ns"] = start_at_ns
+    captures = {c["at"]: c for c in entry.get("captures", [])}
+    gens = entry.get("generators", {})
+    hosts, files = [], []
+    for h in info["hosts"]:
+        gen = gens.get(h["name"], {})
+        row: dict[str, Any] = {**h, "status": gen.get("status"), "packets_sent": gen.get("packets_sent"),
+                               "bytes_sent": gen.get("bytes_sent")}
+        cap = captures.get(h["capture"]) if h.get("capture") else None
+        if cap is not None and (step_dir / cap["file"]).is_file():
+            try:
+                span = capture_span(step_dir / cap["file"])
+            except CaptureError as exc:
+                row["capture_problem"] = str(exc)
+            else:
+                row.update(capture_file=cap["file"], captured=span["packets"],
+                           first_packet_ns=span["first_ns"], last_packet_ns=span["last_ns"])
+                if span["packets"] and start_at_ns is not None:
+                    row["start_offset_ms"] = (span["first_ns"] - start_at_ns - h["first_due_ns"]) / 1e6
+                if span["packets"] and span["last_ns"] > span["first_ns"]:
+                    row["rate_pps"] = (span["packets"] - 1) / ((span["last_ns"] - span["first_ns"]) / 1e9)
+                files.append(step_dir / cap["file"])
+        hosts.append(row)
+    out["hosts"] = hosts
+    sent = [h["packets_sent"] for h in hosts]
+    out["packets_sent"] = sum(sent) if all(s is not None for s in sent) else None
+    offsets = [h["start_offset_ms"] for h in hosts if "start_offset_ms" in h]
+    out["start_skew_ms"] = (max(offsets) - min(offsets)) if len(offsets) == len(hosts) > 1 else None
+    if files and len(files) == len(hosts):
+        try:
+            merge_pcaps(files, step_dir / MERGED)
+            merged = capture_span(step_dir / MERGED)
+        except (AttackError, CaptureError, OSError) as exc:
+            out["merge_problem"] = str(exc)
+            return out
+        host_sum = sum(h["captured"] for h in hosts)
+        out["merged"] = {"file": MERGED, "packets": merged["packets"], "hosts_captured": host_sum,
+                         "first_ns": merged["first_ns"], "last_ns": merged["last_ns"]}
+        if merged["packets"] > 1 and merged["last_ns"] > merged["first_ns"]:
+            out["merged"]["rate_pps"] = (merged["packets"] - 1) / ((merged["last_ns"] - merged["first_ns"]) / 1e9)
+        checks = [("merged capture = sum of the hosts' captures", host_sum, merged["packets"])]
+        if out["packets_sent"] is not None:
+            checks.append(("merged capture = sum of the hosts' generator counters",
+                           out["packets_sent"], merged["packets"]))
+        counted = (entry.get("capture") or {}).get("captured")
+        if counted is not None:
+            checks.append(("step capture = merged capture", merged["packets"], counted))
+        out["checks"] = [{"name": n, "expected": e, "measured": m, "ok": e == m} for n, e, m in checks]
+    return out
