@@ -82,7 +82,7 @@ def dut_threads(samples: pd.DataFrame) -> pd.DataFrame:
 def step_metrics(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
     step_dir = run_dir / entry.get("dir", ".")
     out: dict[str, Any] = {k: entry.get(k) for k in ("name", "kind", "params", "status", "error",
-                                                      "loss", "capture", "dut", "monitor")}
+                                                      "loss", "capture", "dut", "monitor", "spread")}
     pcap = step_dir / "capture.pcap"
     if not pcap.is_file():  # no tcpdump: a generator's own capture (Ostinato's drone) stands in
         own = sorted(step_dir.glob("gen-*/drone-capture.pcap"))
@@ -130,6 +130,8 @@ def checks(step: dict[str, Any]) -> list[dict[str, Any]]:
     if seen is not None and wire is not None:  # tcpdump's kernel count = received + dropped
         out.append({"name": f"{name}: the DUT's kernel saw every frame on the wire",
                     "expected": wire, "measured": seen, "ok": seen == wire})
+    for c in (step.get("spread") or {}).get("checks", []):  # several hosts: the exact merged counts
+        out.append({**c, "name": f"{name}: {c['name']}"})
     cap = step.get("capture") or {}
     if cap and cap.get("dropped_by_kernel") == 0 and step.get("traffic") is not None:
         n = step["traffic"]["packets"]

@@ -7,10 +7,16 @@ by time into hosts-merged.pcap (mergecap, as the attack mixing does); the checks
 merged count equals the sum of the hosts' captures and the sum of the hosts' generator counters
 (`packets_sent`), and the step's own capture (when it sees every host) agrees. The start skew is
 the spread, over the hosts, of (first packet captured - agreed start - first packet's due time).
+
+When the step's own capture (`testbed.capture.at`) is one host's capture place (no tap sees every
+host: the shape of SSH hosts), the merged capture becomes the step's capture.pcap, so that the
+analysis sees one capture of every host: the host's file is kept as capture-ROLE-IFACE.pcap and
+the step's capture statistics and wire count become the sums over the hosts.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -63,15 +69,30 @@ def spread_accounting(entry: dict, step_dir: Path, info: dict, start_at_ns: int 
     out["packets_sent"] = sum(sent) if all(s is not None for s in sent) else None
     offsets = [h["start_offset_ms"] for h in hosts if "start_offset_ms" in h]
     out["start_skew_ms"] = (max(offsets) - min(offsets)) if len(offsets) == len(hosts) > 1 else None
+    counted = next((c for c in entry.get("captures", []) if c.get("counted")), None)
+    as_capture = counted is not None and any(h.get("capture") == counted["at"] for h in hosts)
     if files and len(files) == len(hosts):
+        target = step_dir / (counted["file"] if as_capture else MERGED)
         try:
-            merge_pcaps(files, step_dir / MERGED)
-            merged = capture_span(step_dir / MERGED)
+            if as_capture:  # the step's capture.pcap is one host's: keep it under the host's name
+                own = f"capture-{counted['at'].replace(':', '-')}.pcap"
+                os.replace(target, step_dir / own)
+                files = [step_dir / own if f == target else f for f in files]
+                for h in hosts:
+                    if h.get("capture_file") == counted["file"]:
+                        h["capture_file"] = own
+                counted.update(file=own, counted=False)
+            merge_pcaps(files, target)
+            merged = capture_span(target)
         except (AttackError, CaptureError, OSError) as exc:
             out["merge_problem"] = str(exc)
             return out
+        if as_capture:
+            merged_stats(entry, [c for c in entry["captures"] if c["at"] in {h.get("capture") for h in hosts}],
+                         target.name)
         host_sum = sum(h["captured"] for h in hosts)
-        out["merged"] = {"file": MERGED, "packets": merged["packets"], "hosts_captured": host_sum,
+        out["merged"] = {"file": target.name, "packets": merged["packets"], "hosts_captured": host_sum,
+                         "is_step_capture": as_capture,
                          "first_ns": merged["first_ns"], "last_ns": merged["last_ns"]}
         if merged["packets"] > 1 and merged["last_ns"] > merged["first_ns"]:
             out["merged"]["rate_pps"] = (merged["packets"] - 1) / ((merged["last_ns"] - merged["first_ns"]) / 1e9)
@@ -79,8 +100,28 @@ def spread_accounting(entry: dict, step_dir: Path, info: dict, start_at_ns: int 
         if out["packets_sent"] is not None:
             checks.append(("merged capture = sum of the hosts' generator counters",
                            out["packets_sent"], merged["packets"]))
-        counted = (entry.get("capture") or {}).get("captured")
-        if counted is not None:
-            checks.append(("step capture = merged capture", merged["packets"], counted))
+        step_count = (entry.get("capture") or {}).get("captured")
+        if step_count is not None and not as_capture:
+            checks.append(("step capture = merged capture", merged["packets"], step_count))
         out["checks"] = [{"name": n, "expected": e, "measured": m, "ok": e == m} for n, e, m in checks]
     return out
+
+
+def merged_stats(entry: dict, rows: list[dict], file: str) -> None:
+    """The merged capture as the step's capture: its statistics and the wire count are the sums
+    over the hosts' captures `rows` (the loss accounting's wire was one host's port)."""
+    stats: dict[str, Any] = {"merged_from": [r["file"] for r in rows]}
+    for key in ("captured", "received_by_filter", "dropped_by_kernel"):
+        values = [r.get(key) for r in rows]
+        stats[key] = sum(values) if all(v is not None for v in values) else None
+    entry["capture"] = stats
+    entry["captures"].append({"file": file, "at": "+".join(r["at"] for r in rows), "counted": True, **stats})
+    loss = entry.get("loss")
+    wires = [entry.get("wire", {}).get(r["at"], {}).get("rx_packets") for r in rows]
+    if loss is not None and all(w is not None for w in wires):
+        loss["wire"] = sum(wires)
+        loss["captured"], loss["capture_dropped"] = stats["captured"], stats["dropped_by_kernel"]
+        if loss.get("sent") is not None:
+            loss["lost_on_wire"] = loss["sent"] - loss["wire"]
+            last = loss["dut"] if loss.get("dut") is not None else loss["wire"]
+            loss["loss_rate"] = (1 - last / loss["sent"]) if loss["sent"] else None

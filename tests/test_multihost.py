@@ -1,0 +1,179 @@
+"""Several generator hosts started together (testbed.spread, docs/multihost.md): the split by flow
+hash (no root), the start barrier (ntgcore.startat), and real runs on the two-hosts topology: the
+merged capture's count equals the sum of the hosts' counters exactly, the start skew is reported,
+and an inventory naming a host the topology does not have fails before any traffic."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from analysis.capture import read_capture
+from analysis.hashing import hash_tuple, make_tuple
+from ntgcore.errors import BadInput, RunSetupError
+from ntgcore.scenario import ScenarioError, load_scenario, parse_scenario
+from ntgcore.startat import AtTime
+from testbed.endpoints.netns import NetnsEndpoint
+from testbed.endpoints.netns.topology import netns_argv
+from testbed.methods import PROTOCOL_NUMBERS
+from testbed.methods.run import plan
+from testbed.runner import run_scenario as run_live
+
+REPO = Path(__file__).resolve().parent.parent
+ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="multi-host runs create network namespaces: need root")
+
+
+def scenario_text(flows: int = 8, hosts: str = '[{at: "h0:eth0", capture: "rx:rx0"}, {at: "h1:eth0", capture: "rx:rx1"}]',
+                  capture: str = '{at: "tap:tap0"}', duration: str = "1s", rate: int = 1000,
+                  method: str = "run") -> str:  # fmt: skip
+    lines = [f"  - {{name: u{i}, protocol: udp, src: 198.18.20.{i + 1}, dst: 198.19.20.1, src_port: {40000 + i}, "
+             f"dst_port: 5000, rate: {rate}, duration: {duration}, payload: {{size: 100}}}}" for i in range(flows)]
+    return textwrap.dedent("""\
+        version: 1
+        name: mh-test
+        flows:
+        """) + "\n".join(lines) + textwrap.dedent(f"""
+        testbed:
+          topology: two-hosts
+          method: {method}
+          generators: [{{name: flowengine}}]
+          spread: {{hash: murmur3_32, start_lead: 500ms, hosts: {hosts}}}
+          capture: {capture}
+        """)
+
+
+# -- the split (no root) -----------------------------------------------------------------------
+
+
+def test_the_split_gives_each_flow_to_the_host_its_hash_names_and_is_stable():
+    sc = parse_scenario(scenario_text(flows=12), "mh.yaml")
+    step = plan(sc)[0]
+    hosts = step.params["spread"]["hosts"]
+    # derived again here from the hash library itself: host = murmur3_32(first 5-tuple) mod 2
+    want = [int(hash_tuple("murmur3_32", make_tuple(f.src.interface.ip.packed, f.dst.interface.ip.packed,
+                                                    f.src_port.bounds[0], f.dst_port.bounds[0],
+                                                    PROTOCOL_NUMBERS[f.protocol]))) % 2 for f in sc.flows]
+    assert [h["flows"] for h in hosts] == [[i for i, w in enumerate(want) if w == k] for k in (0, 1)]
+    assert sorted(hosts[0]["flows"] + hosts[1]["flows"]) == list(range(12))
+    assert [g.title for g in step.generators] == ["h0", "h1"]
+    assert [g.at for g in step.generators] == ["h0:eth0", "h1:eth0"]
+    assert [f.name for f in step.shares["h1"].flows] == hosts[1]["flow_names"]
+    assert hosts[0]["packets_planned"] + hosts[1]["packets_planned"] == 12 * 1000
+    assert step.scenario.testbed.capture.also_at == ["rx:rx0", "rx:rx1"]
+    assert step.params["start_lead_s"] == 0.5 and "mod 2" in step.params["spread"]["rule"]
+    assert plan(parse_scenario(scenario_text(flows=12), "mh.yaml"))[0].params == step.params
+
+
+def test_a_host_left_without_flows_or_a_bad_spread_is_refused_with_what_to_do():
+    with pytest.raises(BadInput, match=r"hosts\[\d\].*none of the 1 flows; give more flows or fewer hosts"):
+        plan(parse_scenario(scenario_text(flows=1), "mh.yaml"))
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario(scenario_text(hosts='[{at: "h0:eth0"}, {at: "h0:eth0"}]'), "mh.yaml")
+    assert "two hosts have the same `at` h0:eth0" in str(e.value)
+    with pytest.raises(ScenarioError, match="belongs to method `run`"):
+        parse_scenario(scenario_text(method="comparison").replace("testbed:\n", "testbed:\n  duration: 1s\n"),
+                       "mh.yaml")
+    with pytest.raises(BadInput, match="testbed.spread.hash"):
+        plan(parse_scenario(scenario_text().replace("murmur3_32", "nohash"), "mh.yaml"))
+
+
+def test_the_start_barrier_holds_a_command_until_the_agreed_time(tmp_path):
+    at_ns = time.time_ns() + 300_000_000
+    wrapped = AtTime(NetnsEndpoint("ntgmh-h0", "eth0"), at_ns)  # any back end's endpoint, held
+    assert wrapped.argv("x", "-y") == netns_argv("ntgmh-h0", sys.executable, "-m", "ntgcore.startat",
+                                                 str(at_ns), "--", "x", "-y")
+    assert (wrapped.iface, wrapped.pace, wrapped.where) == ("eth0", "realtime", "network namespace 'ntgmh-h0'")
+    cmd = [sys.executable, "-m", "ntgcore.startat", str(at_ns), "--",
+           sys.executable, "-c", "import time; print(time.time_ns())"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert int(out.stdout) >= at_ns
+    bad = subprocess.run([sys.executable, "-m", "ntgcore.startat", "soon", "--", "true"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+# -- live runs on the two-hosts topology --------------------------------------------------------
+
+
+def namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def run(tmp_path: Path, run_scenario, text: str):
+    path = tmp_path / "mh.yaml"
+    path.write_text(text)
+    result = run_scenario(str(path))
+    made = set(result.manifest["testbed"]["namespaces"] or [])
+    assert len(made) == 4 and not made & namespaces(), "namespaces left behind"
+    return result, Path(result.run_dir)
+
+
+@ROOT
+def test_two_hosts_merged_counts_equal_the_hosts_counters_and_the_skew_is_measured(tmp_path, run_scenario):
+    result, run_dir = run(tmp_path, run_scenario, scenario_text())
+    step = result.manifest["steps"][0]
+    spread = step["spread"]
+    assert result.manifest["status"] == "completed", result.manifest.get("error")
+    hosts = spread["hosts"]
+    for h in hosts:  # every host sent its own share, all of it
+        assert h["status"] == "completed" and h["packets_sent"] == h["packets_planned"] > 0
+        own = read_capture(run_dir / h["capture_file"])
+        assert len(own) == h["captured"] == h["packets_sent"]
+        assert int(own.ts_ns[0]) == h["first_packet_ns"]
+        share = {f"198.18.20.{i + 1}" for i in h["flows"]}
+        assert {f"198.18.20.{int(x) & 0xff}" for x in set(own.src_lo.tolist())} == share
+    merged = read_capture(run_dir / spread["merged"]["file"])
+    total = sum(h["packets_sent"] for h in hosts)
+    assert len(merged) == total == 8 * 1000 and (merged.ts_ns[1:] >= merged.ts_ns[:-1]).all()
+    assert step["capture"]["captured"] == total  # the tap sees both hosts: the analysis's capture
+    assert all(c["ok"] for c in spread["checks"]) and len(spread["checks"]) == 3
+    assert spread["start_at_ns"] == step["start_at_ns"] and spread["start_skew_ms"] >= 0
+    offsets = [h["start_offset_ms"] for h in hosts]
+    assert spread["start_skew_ms"] == pytest.approx(max(offsets) - min(offsets))
+    assert all(h["first_packet_ns"] >= spread["start_at_ns"] for h in hosts)  # no host started early
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert [r["host"] for r in metrics["spread"]] == ["h0", "h1", "merged"]
+    assert any("merged capture = sum of the hosts' generator counters" in c["name"] and c["ok"]
+               for c in metrics["checks"])
+    assert "Generator hosts" in (run_dir / "report.md").read_text()
+    assert result.exit_code == 0
+
+
+@ROOT
+def test_without_a_tap_the_merged_capture_is_the_one_the_analysis_reads(tmp_path, run_scenario):
+    result, run_dir = run(tmp_path, run_scenario, scenario_text(capture='{at: "rx:rx0"}', flows=6))
+    step = result.manifest["steps"][0]
+    spread = step["spread"]
+    assert result.manifest["status"] == "completed", result.manifest.get("error")
+    assert spread["merged"]["file"] == "capture.pcap" and spread["merged"]["is_step_capture"]
+    total = sum(h["packets_sent"] for h in spread["hosts"])
+    assert len(read_capture(run_dir / "capture.pcap")) == total == 6000
+    assert (run_dir / "capture-rx-rx0.pcap").is_file() and (run_dir / "capture-rx-rx1.pcap").is_file()
+    assert step["capture"]["captured"] == total and step["loss"]["wire"] == total
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["steps"][0]["traffic"]["packets"] == total
+    assert all(c["ok"] for c in metrics["checks"]) and result.exit_code == 0
+
+
+@ROOT
+def test_an_inventory_naming_a_host_the_topology_lacks_fails_before_traffic(tmp_path):
+    path = tmp_path / "mh.yaml"
+    path.write_text(scenario_text(hosts='[{at: "h0:eth0", capture: "rx:rx0"}, {at: "h7:eth0"}]'))
+    before = namespaces()
+    with pytest.raises(RunSetupError) as e:
+        run_live(load_scenario(path), tmp_path / "out", show_progress=False)
+    assert "testbed.generators: `h7:eth0` is not an interface of topology" in str(e.value)
+    assert e.value.exit_status == 2
+    (folder,) = (tmp_path / "out").iterdir()  # the run folder is kept, saying why
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "h7:eth0" in manifest["error"]
+    assert namespaces() == before
