@@ -31,6 +31,7 @@ SESSIONS = {
     "seed001-ostinato": "a8f7a4c1a4c94d23d9d36e44e6954fb2aae27ea0c8248a46cec5cf3473bea69d",
     "seed002-loss-sweep": "de344a7831ccd2a9b2a0e68465b9ac4546cea6ccb73067ff3ba76e74a0a90b4f",
     "seed002-failover": "6f861ac6ef253c5c5b6adb2fdb0e7b734b6295eeaaff226395eb216938978c35",  # added later
+    "two-hosts": "4c560eba96da1fb598f7a1e59deabdb04e16038ce0f697070c9141a1a61b4750",  # added later
     "attacks-mixed": "4054816674f145f4e4480d93e7fbfec12e9c9d5834fa6215d0a5e0207297019c",
     "flor-insertion-x10": "804d486018d520d6fec6b32b6671afef131543fa21083d17fb4fcaacaa643565",
     "flor-insertion": "b3e824709ee864341cb0e2a541c3923a777de4c8cf3955ca1bda55a3d3ad108f",
