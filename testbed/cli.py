@@ -1,5 +1,5 @@
 """The `testbed` command line: validate, schema, run, analyze, export, export-benchmark, results,
-cleanup, translate-rules, ids-coverage, detect, hash-study, match-sweep, multiply."""
+cleanup, translate-rules, ids-coverage, detect, hash-study, match-sweep, multiply, spread."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from analysis.hashstudy import DEFAULT_FLOWS, KEYS, PREFIXES, StudyRequest, chec
 from analysis.hashing import distinct_names
 from analysis.matchsweep import write_results as write_match_sweep
 from analysis.stream import natural_key
-from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, expected, peak_concurrent_flows
-from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, NtgError
+from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, compile_session, expected, peak_concurrent_flows
+from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_RUN_FAILED, NtgError
 from ntgcore.runfolder import testbed_version
 from ntgcore.scenario import ScenarioError, attack_rule_paths, json_schema, load_scenario
 from ntgcore.units import parse_duration_ns, parse_size_bytes
@@ -38,8 +38,10 @@ from .ids.rules.attacks import load_selection, tcp_dialogues
 from .ids.rules.translate import report_json
 from .matchsweep import (DEFAULT_FEEDS, DEFAULT_HASHES, DEFAULT_STRUCTS, SweepRequest, parse_sizes,
                          run_sweep)
+from .methods import spread_shares
 from .multiply import (MultiplyParams, analyze_multiplied, multiply_capture, multiply_run_folder, rerun_report,
                        scenario_params)
+from .parts.hosts import collect_hosts
 from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, make_duts, translate_file
 from .runner import (analyze_live_run, attack_player, check_places, coverage_baseline_problem, open_site,
                      plan_steps, played_attacks_problem, run_scenario, stage_printer)
@@ -560,6 +562,42 @@ def _print_multiply_report(r: dict) -> None:
         _err("testbed multiply: the output is not as planned (see the report's table)")
 
 
+def cmd_spread(args: argparse.Namespace) -> int:
+    """The split of a `testbed.spread` scenario for hosts started by Ansible (site.yml, tag
+    multihost): one engine session per host and spread.json; or, with --collect, the hosts'
+    fetched results summed and their captures merged (spread-collected.json)."""
+    out = Path(args.out)
+    if args.collect:
+        doc = collect_hosts(out)
+        missing = [h["name"] for h in doc["hosts"] if h.get("packets_sent") is None]
+        for h in doc["hosts"]:
+            print(f"{h['name']}: " + ("no engine-summary.json fetched (the host failed or was not reached)"
+                                      if h["name"] in missing else f"{h['packets_sent']:,} packets sent") +
+                  (f", {h['captured']:,} captured" if h.get("captured") is not None else ""))
+        skew = doc.get("start_skew_ms")
+        print(f"sum: {doc['packets_sent'] if doc['packets_sent'] is not None else 'incomplete'}; start skew "
+              f"{'n/a (needs every host captured)' if skew is None else format(skew, '.3f') + ' ms'}; "
+              f"{out / 'spread-collected.json'}")
+        if missing:
+            return EXIT_RUN_FAILED
+        return EXIT_OK if all(c["ok"] for c in doc.get("checks", [])) else EXIT_CHECKS_FAILED
+    loaded = load_scenario(args.scenario)
+    tb = loaded.scenario.testbed
+    if tb is None or tb.spread is None:
+        _err(f"{args.scenario}: no `testbed.spread` section: nothing to split (docs/multihost.md)")
+        return EXIT_BAD_INPUT
+    seed = loaded.scenario.seed if args.seed is None else args.seed
+    shares, info = spread_shares(loaded.scenario)
+    out.mkdir(parents=True, exist_ok=True)
+    for title, share in shares.items():
+        (out / f"{title}.ntg").write_text(compile_session(share, seed))
+    info["seed"] = seed
+    (out / "spread.json").write_text(json.dumps(info, indent=2) + "\n")
+    for h in info["hosts"]:
+        print(f"{h['name']}: {h['flow_count']} flows, {h['packets_planned']:,} packets -> {out / (h['name'] + '.ntg')}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="testbed",
@@ -792,6 +830,15 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-match-sweep)")
     ms.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     ms.set_defaults(func=cmd_match_sweep)
+
+    sp = sub.add_parser("spread", help="several generator hosts: one engine session per host of a "
+                        "`testbed.spread` scenario (for site.yml's multihost play), or --collect their results")
+    sp.add_argument("scenario", nargs="?", help="the scenario (not with --collect)")
+    sp.add_argument("--out", required=True, help="folder of the sessions and spread.json (with --collect: "
+                    "the folder the play fetched the hosts' results into)")
+    sp.add_argument("--seed", type=int, help="default: the scenario's")
+    sp.add_argument("--collect", action="store_true", help="sum the fetched hosts' counters, merge their captures")
+    sp.set_defaults(func=cmd_spread)
     return p
 
 

@@ -16,11 +16,13 @@ the step's capture statistics and wire count become the sums over the hosts.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from analysis.capture import CaptureError, iter_capture
+from ntgcore.errors import BadInput
 
 from ..ids.rules.attacks import AttackError, merge_pcaps
 
@@ -125,3 +127,34 @@ def merged_stats(entry: dict, rows: list[dict], file: str) -> None:
             loss["lost_on_wire"] = loss["sent"] - loss["wire"]
             last = loss["dut"] if loss.get("dut") is not None else loss["wire"]
             loss["loss_rate"] = (1 - last / loss["sent"]) if loss["sent"] else None
+
+
+def collect_hosts(folder: Path) -> dict:
+    """Hosts started by Ansible (site.yml, tag multihost): FOLDER holds spread.json (`testbed
+    spread`), start_at_ns (the agreed time) and one folder per host with what the play fetched
+    (engine-summary.json; capture.pcap when a collector captured that host's port). The same
+    accounting as a live step's, written to FOLDER/spread-collected.json."""
+    try:
+        info = json.loads((folder / "spread.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{folder}/spread.json: {exc}; run `testbed spread SCENARIO --out {folder}` first") from None
+    start = folder / "start_at_ns"
+    start_at_ns = int(start.read_text()) if start.is_file() and start.read_text().strip().isdigit() else None
+    entry: dict[str, Any] = {"generators": {}, "captures": []}
+    hosts = []
+    for h in info["hosts"]:
+        summary_file = folder / h["name"] / "engine-summary.json"
+        try:
+            summary = json.loads(summary_file.read_text())
+        except (OSError, ValueError):
+            summary = None  # not fetched: the host failed or was not reached; kept as missing
+        if summary is not None:
+            entry["generators"][h["name"]] = {"status": summary.get("status"), "packets_sent": summary.get("sent"),
+                                              "bytes_sent": summary.get("sent_bytes")}
+        capture = f"{h['name']}/capture.pcap"
+        if (folder / capture).is_file():
+            entry["captures"].append({"at": f"{h['name']}:capture", "file": capture})
+        hosts.append({**h, "capture": f"{h['name']}:capture"})
+    doc = spread_accounting(entry, folder, {**info, "hosts": hosts}, start_at_ns)
+    (folder / "spread-collected.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
