@@ -177,3 +177,79 @@ def test_an_inventory_naming_a_host_the_topology_lacks_fails_before_traffic(tmp_
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "h7:eth0" in manifest["error"]
     assert namespaces() == before
+
+
+# -- the Ansible side: site.yml's multihost plays, run for real on this machine ----------------
+
+
+def ansible_playbook() -> str:
+    path = Path(sys.executable).parent / "ansible-playbook"
+    if not path.exists():
+        pytest.skip("ansible-playbook is not installed (pip install '.[test]')")
+    return str(path)
+
+
+def play(inventory: Path, results: Path, hosts: list[str], scenario: Path = REPO / "scenarios" / "two-hosts.yaml"):
+    extra = json.dumps({"multihost_scenario": str(scenario), "multihost_results": str(results),
+                        "multihost_hosts": hosts, "multihost_start_lead_s": 1, "multihost_connect_timeout": 3})
+    # explicit: the provisioning plays before would gather facts on every host first (slow, not needed)
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "PYTHONPATH": str(REPO), "ANSIBLE_GATHERING": "explicit"}
+    return subprocess.run([ansible_playbook(), "-i", str(inventory), "playbooks/site.yml", "--tags", "multihost",
+                           "-e", extra], capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
+
+
+def inventory(tmp_path: Path, lines: list[str], engine: Path) -> Path:
+    path = tmp_path / "inventory.ini"
+    path.write_text("\n".join(["[generators]", *lines, "", "[all:vars]",
+                               f"ansible_python_interpreter={sys.executable}", f"multihost_python={sys.executable}",
+                               f"multihost_flowengine={engine}", f"multihost_pythonpath={REPO}", ""]))
+    return path
+
+
+@ROOT
+def test_site_yml_starts_two_hosts_at_one_time_and_fetches_what_collect_merges(tmp_path, topology, flowengine_bin):
+    topo = topology("two-hosts")
+    inv = inventory(tmp_path, [f"""mh{i} ansible_connection=local multihost_iface=eth0 multihost_dir={tmp_path}/host{i} """
+                               f"""multihost_exec_prefix='["ip", "netns", "exec", "{topo.netns(f"h{i}")}"]'"""
+                               for i in (0, 1)], flowengine_bin)  # fmt: skip
+    results = tmp_path / "results"
+    dumps = []
+    for share, port in (("h0", "rx0"), ("h1", "rx1")):  # the collector: the receiver's port facing each host
+        (results / share).mkdir(parents=True)
+        dumps.append(subprocess.Popen(["ip", "netns", "exec", topo.netns("rx"), "tcpdump", "-q", "-n", "-i", port,
+                                       "-s", "96", "-w", str(results / share / "capture.pcap"),
+                                       "--time-stamp-precision", "nano"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    time.sleep(1.0)  # tcpdump listening
+    try:
+        p = play(inv, results, ["mh0", "mh1"])
+    finally:
+        time.sleep(0.5)
+        for d in dumps:
+            d.send_signal(2)
+            d.wait(timeout=10)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    c = subprocess.run([sys.executable, "-m", "testbed", "spread", "--out", str(results), "--collect"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert c.returncode == 0, c.stdout + c.stderr
+    doc = json.loads((results / "spread-collected.json").read_text())
+    planned = sum(h["packets_planned"] for h in doc["hosts"])
+    assert doc["packets_sent"] == planned == 24000
+    assert doc["merged"]["packets"] == planned and all(c["ok"] for c in doc["checks"])
+    assert doc["start_skew_ms"] is not None and doc["start_at_ns"] == int((results / "start_at_ns").read_text())
+    assert all(h["first_packet_ns"] >= doc["start_at_ns"] for h in doc["hosts"])
+
+
+@ROOT
+def test_site_yml_stops_before_traffic_for_a_host_not_in_the_inventory_or_unreachable(tmp_path, flowengine_bin):
+    inv = inventory(tmp_path, ["mh0 ansible_connection=local multihost_iface=eth0",
+                               # sshd is not listening on loopback port 1: refused at once
+                               "far ansible_host=127.0.0.1 ansible_port=1 ansible_connection=ssh "
+                               "multihost_iface=eth0"], flowengine_bin)  # fmt: skip
+    p = play(inv, tmp_path / "r1", ["mh0", "ghost"])
+    assert p.returncode != 0 and "multihost_hosts names ghost that the inventory does not have" in p.stdout
+    assert not (tmp_path / "r1" / "spread.json").exists() and not (tmp_path / "r1" / "start_at_ns").exists()
+    p = play(inv, tmp_path / "r2", ["mh0", "far"])
+    assert p.returncode != 0 and "far is not usable" in p.stdout and "no host has sent anything" in p.stdout
+    assert (tmp_path / "r2" / "spread.json").is_file()  # what was done is kept
+    assert not (tmp_path / "r2" / "start_at_ns").exists()  # no start time was agreed: nothing started
