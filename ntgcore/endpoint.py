@@ -25,6 +25,9 @@ class Endpoint(abc.ABC):
     iface: str
     pace: str  # realtime | topspeed
     duration_s: float | None
+    # Several hosts started together (ntgcore.startat.AtTime): the agreed start, ns since the
+    # epoch; `argv` then holds every command until it. None: start at once.
+    start_at_ns: int | None = None
 
     @property
     @abc.abstractmethod
@@ -34,6 +37,11 @@ class Endpoint(abc.ABC):
     @abc.abstractmethod
     def argv(self, *command: str) -> list[str]:
         """`command` run at this place (an argument list, never a shell string)."""
+
+    def argv_self_held(self, *command: str) -> list[str]:
+        """`command` run at this place without being held until `start_at_ns`: for a generator
+        that waits for it itself, after its own set-up (flowengine `--start-at`)."""
+        return self.argv(*command)
 
     @abc.abstractmethod
     def exists(self) -> bool:

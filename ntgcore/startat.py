@@ -6,7 +6,9 @@ helper's stop and exit status are COMMAND's). When NS has already passed it star
 says by how much it was late on stderr. `AtTime` wraps any back end's `Endpoint` so that the
 commands it runs go through this waiter: every host's generator, prepared with the same NS, starts
 at the same moment on the hosts' clocks (one clock here; NTP/PTP-disciplined clocks for SSH hosts
-and VMs). What it reaches is measured from the captures (testbed/parts/hosts.py), not assumed.
+and VMs). A generator that can wait itself after its set-up (flowengine `--start-at`) asks for
+`argv_self_held` instead, which removes its start-up time from the skew. What it reaches is
+measured from the captures (testbed/parts/hosts.py), not assumed.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class AtTime(Endpoint):
     def __init__(self, inner: Endpoint, at_ns: int, python: str = sys.executable) -> None:
         self.inner, self.at_ns, self.python = inner, at_ns, python
         self.iface, self.pace, self.duration_s = inner.iface, inner.pace, inner.duration_s
+        self.start_at_ns = at_ns
 
     @property
     def where(self) -> str:
@@ -62,6 +65,9 @@ class AtTime(Endpoint):
 
     def argv(self, *command: str) -> list[str]:
         return self.inner.argv(self.python, "-m", "ntgcore.startat", str(self.at_ns), "--", *command)
+
+    def argv_self_held(self, *command: str) -> list[str]:
+        return self.inner.argv(*command)
 
     def exists(self) -> bool:
         return self.inner.exists()

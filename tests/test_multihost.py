@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from analysis.capture import read_capture
+from conftest import skip_or_fail
+from generators.flowengine import engine_options
+from ntgcore.compile import compile_session
 from analysis.hashing import hash_tuple, make_tuple
 from ntgcore.errors import BadInput, RunSetupError
 from ntgcore.scenario import ScenarioError, load_scenario, parse_scenario
@@ -100,6 +103,22 @@ def test_the_start_barrier_holds_a_command_until_the_agreed_time(tmp_path):
     assert bad.returncode == 2 and "usage" in bad.stderr
 
 
+def test_the_engine_waits_for_start_at_after_its_set_up(tmp_path, flowengine_bin):
+    if "--start-at" not in engine_options(Path(flowengine_bin)):
+        skip_or_fail(f"{flowengine_bin} predates `gen --start-at`: reinstall the project (pip install .)")
+    session = tmp_path / "s.ntg"
+    sc = parse_scenario(scenario_text(flows=2), "mh.yaml")
+    session.write_text(compile_session(sc.model_copy(update={"testbed": None}), 1))
+    at_ns = time.time_ns() + 300_000_000
+    out = subprocess.run([str(flowengine_bin), "gen", str(session), "--null", "--start-at", str(at_ns),
+                          "--summary", str(tmp_path / "sum.json")], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert time.time_ns() >= at_ns and json.loads((tmp_path / "sum.json").read_text())["packets"] == 2000
+    bad = subprocess.run([str(flowengine_bin), "gen", str(session), "--null", "--start-at", "soon"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "--start-at: expected ns since the epoch" in bad.stderr
+
+
 # -- live runs on the two-hosts topology --------------------------------------------------------
 
 
@@ -140,6 +159,8 @@ def test_two_hosts_merged_counts_equal_the_hosts_counters_and_the_skew_is_measur
     offsets = [h["start_offset_ms"] for h in hosts]
     assert spread["start_skew_ms"] == pytest.approx(max(offsets) - min(offsets))
     assert all(h["first_packet_ns"] >= spread["start_at_ns"] for h in hosts)  # no host started early
+    held = [c["argv"] for c in result.manifest["commands"] if any(a.endswith("flowengine") for a in c["argv"])]
+    assert len(held) == 2 and all(str(spread["start_at_ns"]) in argv for argv in held)  # engine or waiter holds it
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert [r["host"] for r in metrics["spread"]] == ["h0", "h1", "merged"]
     assert any("merged capture = sum of the hosts' generator counters" in c["name"] and c["ok"]

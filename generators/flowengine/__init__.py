@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -52,6 +53,15 @@ def engine_version(path: Path | None = None) -> str:
         return f"unavailable ({exc})"
 
 
+@functools.cache
+def engine_options(path: Path) -> str:
+    """The usage text of `flowengine gen --help` (which options this build has), or ""."""
+    try:
+        return subprocess.run([str(path), "gen", "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
 class FlowEngine(ProcessGenerator):
     name = "flowengine"
     EXIT_STATUS = EXIT_STATUS
@@ -97,7 +107,9 @@ class FlowEngine(ProcessGenerator):
             argv += ["--max-packets", str(self.max_packets)]
         if options.threads > 1:
             argv += ["--threads", str(options.threads)]
-        if endpoint is not None:
+        if endpoint is not None and endpoint.start_at_ns is not None and "--start-at" in engine_options(self._binary):
+            argv = endpoint.argv_self_held(*argv, "--start-at", str(endpoint.start_at_ns))  # waits after set-up
+        elif endpoint is not None:
             argv = endpoint.argv(*argv)
         self._proc = Process("flowengine", argv, stdout=subprocess.PIPE, stderr=self.open_log("engine.log"))
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "afpacket.h"
 #include "engine.h"
@@ -24,7 +25,7 @@ static const char usage_text[] =
     "                      [--pace realtime|topspeed] [--late-ns N] [--csum-offload]\n"
     "                      [--tx ring|sendmmsg] [--tx-batch N] [--ring-frames N]\n"
     "                      [--no-qdisc-bypass]\n"
-    "                      [--planner exact|stochastic] [--threads N]\n"
+    "                      [--planner exact|stochastic] [--threads N] [--start-at NS]\n"
     "       flowengine multiply IN.pcap -o OUT.pcap -T N --ranges CIDR[,...] (see multiply -h)\n"
     "       flowengine multiply --live IN OUT DUT -T N --ranges CIDR[,...] (see multiply --live -h)\n"
     "       flowengine match --struct NAME --size N --feed KIND[:ARGS] ... (match --help)\n"
@@ -75,8 +76,21 @@ static void on_signal(int sig)
     halt_request(sig); /* the first signal counts */
 }
 
+/* Sleeps until CLOCK_REALTIME reaches at_ns (ns since the epoch); a stop
+ * request (SIGINT/SIGTERM) ends the wait. Called after the set-up, so that
+ * hosts started together send their first packets together. */
+static void wait_until_realtime(uint64_t at_ns)
+{
+    struct timespec ts = { .tv_sec = (time_t)(at_ns / 1000000000u),
+                           .tv_nsec = (long)(at_ns % 1000000000u) };
+    while (!atomic_load(&halt_signal) &&
+           clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
 static int cmd_gen(int argc, char **argv)
 {
+    uint64_t start_at = 0;
     struct engine_opts o = { .max_packets = UINT64_MAX, .threads = 1 };
     const char *session = NULL;
     int null_sink = 0;
@@ -170,6 +184,10 @@ static int cmd_gen(int argc, char **argv)
                 return usage("--threads: expected an integer 1..256", v);
             o.threads = (unsigned)n;
             continue;
+        } else if (!strcmp(a, "--start-at")) {
+            if (session_parse_u64(v, &start_at) || start_at == 0)
+                return usage("--start-at: expected ns since the epoch (CLOCK_REALTIME)", v);
+            continue;
         } else if (!strcmp(a, "--max-packets")) {
             if (session_parse_u64(v, &o.max_packets))
                 return usage("--max-packets: expected a non-negative integer", v);
@@ -226,6 +244,8 @@ static int cmd_gen(int argc, char **argv)
         o.txs = txs;
     }
 
+    if (start_at)
+        wait_until_realtime(start_at); /* a stop while waiting: the run below ends at once */
     int rc = o.threads > 1 ? workers_run(&s, &o) : engine_run(&s, &o);
     for (unsigned i = 0; i < o.threads; i++)
         afpacket_free(txs[i]);
