@@ -9,7 +9,8 @@ receiver rx whose ports rx0/rx1 face the hosts, and a tap that sees both ports):
   the split by flow hash gives each host exactly K (each host sends R).
 The receiver's rate is the tap capture's packets over its first-to-last time span; the ratio
 two/one is the scaling (2.0: perfect). Per-host rates, the exact merged-count check and the start
-skew are recorded too. Results: benchmarks/out/multihost.json; a Markdown table on stdout. Root.
+skew are recorded too (the start held by the engine's `--start-at` when the build has it, else by
+the ntgcore.startat waiter: `held_by`). Results: benchmarks/out/multihost.json; a Markdown table on stdout. Root.
 
     python benchmarks/bench_multihost.py [--flows K] [--rate r] [--seconds S] [--repeat N]
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from analysis.capture import read_capture  # noqa: E402
+from generators.flowengine import engine_options, engine_path  # noqa: E402
 from ntgcore.scenario import load_scenario, parse_scenario  # noqa: E402
 from testbed.methods import flow_key_hash  # noqa: E402
 from testbed.runner import run_scenario  # noqa: E402
@@ -100,7 +102,10 @@ def main() -> int:
             rows["two"].append(measure(two, Path(tmp) / "runs"))
     med = {k: statistics.median(r["receiver_pps"] for r in v) for k, v in rows.items()}
     ratios = [t["receiver_pps"] / o["receiver_pps"] for o, t in zip(rows["one"], rows["two"])]
-    result = {"machine": platform.node(), "cpus": os.cpu_count(), "flows_per_host": args.flows,
+    engine = engine_path()
+    held_by = "flowengine --start-at" if "--start-at" in engine_options(engine) else "ntgcore.startat"
+    result = {"machine": platform.node(), "cpus": os.cpu_count(), "engine": str(engine), "held_by": held_by,
+              "flows_per_host": args.flows,
               "rate_per_flow": args.rate, "per_host_pps": args.flows * args.rate, "seconds": args.seconds,
               "repeat": args.repeat, "runs": rows, "median_receiver_pps": med,
               "ratio_two_over_one": ratios, "median_ratio": statistics.median(ratios),
@@ -114,7 +119,7 @@ def main() -> int:
     skews = ", ".join(f"{s:.2f}" for s in result["skew_ms_two_hosts"])
     print(f"| 2 | {2 * args.flows * args.rate:,} | {med['two']:,.0f} | {skews} |")
     print(f"\nratio two/one: {result['median_ratio']:.3f} (runs: {', '.join(f'{r:.3f}' for r in ratios)}); "
-          f"merged counts exact in every run: {result['exact_counts']}")
+          f"merged counts exact in every run: {result['exact_counts']}; start held by {held_by}")
     return 0
 
 
