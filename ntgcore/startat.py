@@ -14,6 +14,7 @@ measured from the captures (testbed/parts/hosts.py), not assumed.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -40,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) < 3 or args[1] != "--" or not args[0].isdigit():
         print("usage: python -m ntgcore.startat NS_SINCE_EPOCH -- COMMAND [ARG...]", file=sys.stderr)
         return 2
-    late = wait_until(int(args[0]))
+    # Stopped while waiting: the exit status a command stopped by that signal gives (130, 143).
+    # exec resets both handlers, so the command handles its signals its own way.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        late = wait_until(int(args[0]))
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
     if late > 10_000_000:
         print(f"startat: started {late / 1e6:.1f} ms after the agreed time", file=sys.stderr, flush=True)
     try:

@@ -87,6 +87,12 @@ def test_a_host_left_without_flows_or_a_bad_spread_is_refused_with_what_to_do():
         plan(parse_scenario(scenario_text().replace("murmur3_32", "nohash"), "mh.yaml"))
 
 
+def catches_sigterm(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:")), 16)
+    return bool(mask & (1 << (15 - 1)))
+
+
 def test_the_start_barrier_holds_a_command_until_the_agreed_time(tmp_path):
     at_ns = time.time_ns() + 300_000_000
     wrapped = AtTime(NetnsEndpoint("ntgmh-h0", "eth0"), at_ns)  # any back end's endpoint, held
@@ -98,6 +104,13 @@ def test_the_start_barrier_holds_a_command_until_the_agreed_time(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30,
                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     assert int(out.stdout) >= at_ns
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    waiting = subprocess.Popen([sys.executable, "-m", "ntgcore.startat", str(time.time_ns() + 60 * 10**9), "--", "true"],
+                               env=env)  # fmt: skip
+    while not catches_sigterm(waiting.pid):  # its handler is installed: it is waiting now
+        time.sleep(0.05)
+    waiting.terminate()  # stopped while it waits: the status of a command stopped by SIGTERM
+    assert waiting.wait(timeout=10) == 143
     bad = subprocess.run([sys.executable, "-m", "ntgcore.startat", "soon", "--", "true"],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert bad.returncode == 2 and "usage" in bad.stderr
