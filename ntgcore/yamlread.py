@@ -175,8 +175,8 @@ def read_yaml(text: str, file: str = "<yaml>") -> Any:
         return _read(text, file)
 
 
-def _read(text: str, file: str) -> Any:
-    parser = _EventSource(text)
+def _read(text: str, file: str, source: Any = _EventSource) -> Any:
+    parser = source(text)
     anchors: dict[str, tuple[Any, int]] = {}  # name -> (value, nodes it stands for)
     open_anchors: set[str] = set()
     stack: list[_Frame] = []
@@ -287,6 +287,10 @@ def _read(text: str, file: str) -> Any:
                         raise fail(event.start_mark.line + 1, "a key must be a plain value") from None
                 top.key = _NO_KEY
     except yaml.YAMLError as exc:
+        if source is not yaml.SafeLoader and "nesting depth" in _problem(exc):
+            # libyaml 0.2.6 (PyYAML 6.0.3+) stops deep nesting in its scanner, ahead of the events:
+            # the pure-Python parser reads lazily, so our own MAX_DEPTH names the path and the line.
+            return _read(text, file, yaml.SafeLoader)
         raise YamlProblem([f"{file}:{_error_line(exc, text)}: YAML syntax: {_problem(exc)}"]) from None
     if duplicates:
         raise YamlProblem(_duplicate_problems(text, file, duplicates))

@@ -80,7 +80,7 @@ def test_once_unregistered_the_generator_is_gone_again(countgen):
 
 
 def test_methods_are_registered_and_plan_without_root():
-    assert METHODS.names() == ["comparison", "failover", "loss-sweep", "run"]
+    assert METHODS.names() == ["comparison", "failover", "loss-sweep", "multiply", "run"]
     comparison = plan_steps(load_scenario(REPO / "scenarios/seed001-comparison.yaml").scenario)
     assert [s.kind for s in comparison].count("topspeed") == 4
     assert all(s.kind == "load" for s in comparison[4:]) and len(comparison) == 4 + 4 * 3
