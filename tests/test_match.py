@@ -17,10 +17,12 @@ import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
+from struct import Struct
 
 import numpy as np
 import pytest
 
+from analysis import hashing
 from analysis.capture import address_text
 from analysis.stream import flow_table_of
 from tests.conftest import skip_or_fail
@@ -317,3 +319,38 @@ def test_sizes_need_not_be_powers_of_two(match_bin, tmp_path):
         assert report["size"] == 1000003 and report["refused"] == 0
         assert report["flows_end"] == report["inserts"] > 80000  # 1 - e^-2 of 100000
         assert report["bytes_per_flow"] > 0
+
+
+MATCH_KEY = Struct("<QQQQHHBB2x")  # struct match_key (match_table.h) on this little-endian machine
+
+
+def match_key_bytes(packet: tuple[int, ...]) -> bytes:
+    """The 40 bytes of struct match_key of a feed row, as the tables hash them."""
+    ipv, proto, sh, sl, dh, dl, sport, dport = packet[:8]
+    return MATCH_KEY.pack(sh, sl, dh, dl, sport, dport, proto, ipv)
+
+
+@pytest.mark.parametrize("hash_name,size", [("crc32c", 1000003), ("coralreef", 1000003), ("lookup3", 65537),
+                                            ("murmur3_32", 2 ** 16), ("wyhash", 999983)])
+def test_the_line_of_a_hash_is_its_low_32_bits_modulo_the_size(match_bin, tmp_path, hash_name, size):
+    """The adversarial feed keeps the keys whose line is 0; hashed here by the project's hash
+    library, each of their hashes' low 32 bits must be 0 modulo the size (an exact modulo; powers
+    of two and not, 32- and 64-bit hashes)."""
+    run_match(match_bin, "--struct", "chain", "--size", str(size), "--hash", hash_name, "--feed",
+              "adversarial:12", "--packets", "12", "--save-feed", str(tmp_path / "feed.csv"),
+              "--json", str(tmp_path / "out.json"))
+    keys = {p[:8] for p in read_feed(tmp_path / "feed.csv")}
+    assert len(keys) == 12
+    assert json.loads((tmp_path / "out.json").read_text())["used_lines"] == 1
+    lines = [(hashing.hash_bytes(hash_name, match_key_bytes(k)) & 0xFFFFFFFF) % size for k in keys]
+    assert lines == [0] * 12
+
+
+def test_a_weak_hash_of_keys_that_differ_in_low_bits_spreads_under_the_modulo(match_bin, tmp_path):
+    """CoralReef's XOR fold of synthetic keys that differ in their low bits: reduced modulo the size
+    (seed 000's line), almost every lookup takes one probe; the earlier multiply-shift, which took
+    the high bits, put them in two lines (P(L=1) = 0.00006)."""
+    run_match(match_bin, "--struct", "chain", "--hash", "coralreef", "--size", "2^16", "--feed",
+              "uniform:20000", "--packets", "20000", "--json", str(tmp_path / "out.json"))
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["p_l1"] > 0.5 and report["used_lines"] > 10000

@@ -341,8 +341,8 @@ int match_main(int argc, char **argv, uint64_t mem_available)
         .spec = o.feed, .pcap = o.pcap, .packets = o.packets_set ? o.packets : 0,
         .rate_pps = o.rate, .ipv6 = o.ipv6, .seed = o.seed, .hash = hash,
         .hash_seed = o.hash_seed,
-        /* cuckoo: one line is a bucket of 8; the line-0 keys of SIZE are also
-         * in bucket 0 of SIZE/8 under the multiply-shift reduction */
+        /* cuckoo: one line is a bucket of 8; the line-0 keys of SIZE (hashes
+         * = 0 mod SIZE) are also in bucket 0 of SIZE/8 when 8 divides SIZE */
         .lines = o.size,
     };
     if (strncmp(o.feed, "pcap", 4) && strncmp(o.feed, "file", 4))

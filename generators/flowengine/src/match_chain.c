@@ -19,6 +19,7 @@ struct chain_node {
 
 struct chain {
     struct chain_node *lines;
+    struct match_mod mod; /* the line of a hash */
     uint64_t size, flows, used, held, budget;
 };
 
@@ -47,6 +48,7 @@ static int chain_create(void **table, const struct match_params *p)
     for (uint64_t i = 0; i < p->size; i++)
         c->lines[i].next = CHAIN_EMPTY;
     c->size = p->size;
+    match_mod_init(&c->mod, p->size);
     c->held = fixed;
     c->budget = p->memory_budget ? p->memory_budget : UINT64_MAX;
     *table = c;
@@ -75,14 +77,14 @@ static void chain_destroy(void *table)
 static void chain_prefetch(void *table, uint64_t hash)
 {
     struct chain *c = table;
-    __builtin_prefetch(&c->lines[match_line(hash, c->size)]);
+    __builtin_prefetch(&c->lines[match_line(&c->mod, hash)]);
 }
 
 static int chain_find(void *table, const struct match_key *key, uint64_t hash, int insert,
                       struct match_flow **out)
 {
     struct chain *c = table;
-    struct chain_node *n = &c->lines[match_line(hash, c->size)];
+    struct chain_node *n = &c->lines[match_line(&c->mod, hash)];
     if (n->next == CHAIN_EMPTY) {
         if (!insert)
             return -ENOENT;
@@ -124,7 +126,7 @@ static int chain_find(void *table, const struct match_key *key, uint64_t hash, i
 static int chain_remove(void *table, const struct match_key *key, uint64_t hash)
 {
     struct chain *c = table;
-    struct chain_node *line = &c->lines[match_line(hash, c->size)];
+    struct chain_node *line = &c->lines[match_line(&c->mod, hash)];
     if (line->next == CHAIN_EMPTY)
         return -ENOENT;
     if (match_key_eq(&line->f.key, key)) {

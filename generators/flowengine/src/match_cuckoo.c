@@ -20,6 +20,7 @@ struct cuckoo {
     struct cuckoo_bucket *buckets;
     struct match_flow *store;   /* entries 1..size */
     uint32_t *free_idx;         /* stack of free store entries */
+    struct match_mod mod; /* the first bucket of a hash */
     uint64_t size, nbuckets, flows, held, free_top, rng;
 };
 
@@ -30,8 +31,10 @@ static uint16_t cuckoo_sig(uint64_t hash)
 
 static uint64_t cuckoo_alt(const struct cuckoo *c, uint64_t bucket, uint16_t sig)
 {
-    /* off(sig) by multiply-shift, the subtraction mod B by one compare: no division */
-    uint64_t off = match_line((uint32_t)(sig * 0x9e3779b1u), c->nbuckets);
+    /* off(sig): the signature spread over 32 bits by a multiply, scaled to
+     * [0, B) by a multiply-shift (its high bits choose); the subtraction mod B
+     * by one compare: no division */
+    uint64_t off = ((uint64_t)(uint32_t)(sig * 0x9e3779b1u) * c->nbuckets) >> 32;
     uint64_t alt = off + c->nbuckets - bucket;
     return alt >= c->nbuckets ? alt - c->nbuckets : alt;
 }
@@ -58,6 +61,7 @@ static int cuckoo_create(void **table, const struct match_params *p)
         return -ENOMEM;
     c->size = p->size;
     c->nbuckets = (p->size + CUCKOO_SLOTS - 1) / CUCKOO_SLOTS;
+    match_mod_init(&c->mod, c->nbuckets);
     c->buckets = match_table_zalloc(c->nbuckets * sizeof *c->buckets);
     c->store = match_table_zalloc((c->size + 1) * sizeof *c->store); /* touched now, not in the timed loop */
     c->free_idx = bigmem_alloc(c->size * sizeof *c->free_idx);
@@ -92,7 +96,7 @@ static void cuckoo_destroy(void *table)
 static void cuckoo_prefetch(void *table, uint64_t hash)
 {
     struct cuckoo *c = table;
-    uint64_t b = match_line(hash, c->nbuckets);
+    uint64_t b = match_line(&c->mod, hash);
     __builtin_prefetch(&c->buckets[b]);
     __builtin_prefetch(&c->buckets[cuckoo_alt(c, b, cuckoo_sig(hash))]);
 }
@@ -101,7 +105,7 @@ static void cuckoo_prefetch_next(void *table, uint64_t hash)
 {
     struct cuckoo *c = table;
     uint16_t sig = cuckoo_sig(hash);
-    uint64_t b1 = match_line(hash, c->nbuckets);
+    uint64_t b1 = match_line(&c->mod, hash);
     const struct cuckoo_bucket *b = &c->buckets[b1];
     unsigned seen = 0;
     for (unsigned j = 0; j < CUCKOO_SLOTS; j++)
@@ -198,7 +202,7 @@ static int cuckoo_locate(const struct cuckoo *c, const struct match_key *key, ui
                          uint64_t *b, uint64_t *b2, int *j, int *probes)
 {
     uint16_t sig = cuckoo_sig(hash);
-    *b = match_line(hash, c->nbuckets);
+    *b = match_line(&c->mod, hash);
     *probes = 1;
     if ((*j = bucket_search(c, &c->buckets[*b], sig, key)) >= 0)
         return 0; /* *B2 not needed: not computed */

@@ -301,9 +301,11 @@ static int search_adversarial(uint64_t *ids, uint64_t n, const struct match_feed
 {
     struct match_key k;
     uint64_t found = 0, i = 0;
+    struct match_mod mod;
+    match_mod_init(&mod, p->lines);
     for (; found < n && i < ADVERSARIAL_MAX_TRIES; i++) {
         match_feed_flow_key(&k, i, p->ipv6);
-        if (match_line(p->hash(&k, sizeof k, p->hash_seed), p->lines) == 0)
+        if (match_line(&mod, p->hash(&k, sizeof k, p->hash_seed)) == 0)
             ids[found++] = i;
     }
     *tries = i;

@@ -13,6 +13,7 @@ struct linear_slot {
 
 struct linear {
     struct linear_slot *slots;
+    struct match_mod mod; /* the home slot of a hash */
     uint64_t size, flows, held;
 };
 
@@ -37,6 +38,7 @@ static int linear_create(void **table, const struct match_params *p)
         return -ENOMEM;
     }
     l->size = p->size;
+    match_mod_init(&l->mod, p->size);
     l->held = fixed;
     *table = l;
     return 0;
@@ -55,14 +57,14 @@ static void linear_prefetch(void *table, uint64_t hash)
     struct linear *l = table;
     /* The home slot and the next one (the second probe, about a third of the
      * lookups at half load): 160 bytes, three or four lines. */
-    match_prefetch_span(&l->slots[match_line(hash, l->size)], 2 * sizeof(struct linear_slot));
+    match_prefetch_span(&l->slots[match_line(&l->mod, hash)], 2 * sizeof(struct linear_slot));
 }
 
 static int linear_find(void *table, const struct match_key *key, uint64_t hash, int insert,
                        struct match_flow **out)
 {
     struct linear *l = table;
-    uint64_t i = match_line(hash, l->size);
+    uint64_t i = match_line(&l->mod, hash);
     for (uint64_t probes = 1; probes <= l->size; probes++) {
         struct linear_slot *s = &l->slots[i];
         if (!s->f.key.ip_version) {
@@ -102,7 +104,7 @@ static int linear_remove(void *table, const struct match_key *key, uint64_t hash
         struct linear_slot *s = &l->slots[k];
         if (!s->f.key.ip_version)
             break;
-        uint64_t home = match_line(s->hash, l->size);
+        uint64_t home = match_line(&l->mod, s->hash);
         int stays = hole <= k ? (hole < home && home <= k) : (hole < home || home <= k);
         if (stays)
             continue;

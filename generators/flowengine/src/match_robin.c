@@ -14,6 +14,7 @@ struct robin_slot {
 
 struct robin {
     struct robin_slot *slots;
+    struct match_mod mod; /* the home slot of a hash */
     uint64_t size, flows, held;
 };
 
@@ -40,6 +41,7 @@ static int robin_create(void **table, const struct match_params *p)
         return -ENOMEM;
     }
     r->size = p->size;
+    match_mod_init(&r->mod, p->size);
     r->held = fixed;
     *table = r;
     return 0;
@@ -57,7 +59,7 @@ static void robin_prefetch(void *table, uint64_t hash)
 {
     struct robin *r = table;
     /* the home slot and the next one (the second probe), as linear */
-    match_prefetch_span(&r->slots[match_line(hash, r->size)], 2 * sizeof(struct robin_slot));
+    match_prefetch_span(&r->slots[match_line(&r->mod, hash)], 2 * sizeof(struct robin_slot));
 }
 
 static int robin_find(void *table, const struct match_key *key, uint64_t hash, int insert,
@@ -65,7 +67,7 @@ static int robin_find(void *table, const struct match_key *key, uint64_t hash, i
 {
     struct robin *r = table;
     uint32_t tag = robin_tag(hash), dist = 0;
-    uint64_t i = match_line(hash, r->size);
+    uint64_t i = match_line(&r->mod, hash);
     struct robin_slot *s;
     for (;; dist++) {
         s = &r->slots[i];

@@ -8,8 +8,8 @@
  *
  * SIZE means the lines of the structure: chain heads and tree roots for the
  * bucketed ones, slots for open addressing, flow entries for cuckoo. Any size
- * from 1 works (powers of two or not: the line is the hash reduced by a
- * multiply-shift, never a mask).
+ * from 1 works (powers of two or not: the line is the hash modulo the size,
+ * computed without a division, see match_line).
  *
  * Memory: match_table_footprint() tells, before anything is allocated, the
  * bytes a structure takes at creation and what each stored flow may add; a
@@ -44,7 +44,7 @@ struct match_flow {
 
 /* The hash of a key is any hash_fn of the registry (hash.h), over the 40
  * bytes of struct match_key. The tables take the line from its low 32 bits
- * (multiply-shift reduction: a 32-bit hash, whose upper half is zero, works)
+ * modulo the size (match_line: a 32-bit hash, whose upper half is zero, works)
  * and, for cuckoo, the signature from all 64 folded to 16. */
 
 struct match_params {
@@ -81,14 +81,37 @@ struct match_ops {
     uint64_t (*memory)(const void *table);      /* bytes held now */
 };
 
-/* The line of HASH among N: the low 32 bits scaled to [0, N) (a multiply and
- * a shift instead of a division; the high bits of the 32 choose) for
- * N <= 2^32, else the 64 bits modulo N. */
-static inline uint64_t match_line(uint64_t hash, uint64_t n)
+/* The line of a hash among N lines, exact: the hash's low 32 bits modulo N
+ * (seed 000's `hash % size`; a 32-bit hash, whose upper half is zero, is
+ * reduced whole) for N <= 2^32, the 64 bits modulo N beyond. A division costs
+ * tens of cycles, so each table computes once, at creation, what makes it two
+ * multiplies (match_mod_init), and a power of two is a mask.
+ *
+ * Why it is exact: write h = qN + r and R = ceil(2^64 / N) = 2^64 / N + e,
+ * 0 < e < 1 (N not a power of two). Modulo 2^64, R * h is r * 2^64 / N + e * h
+ * (below 2^64 as e * h < 2^32 <= 2^64 / N); times N, the high word is
+ * r + e * h * N / 2^64, rounded down, and e * h * N < 2^64 for h < 2^32 and
+ * N <= 2^32: the remainder r. */
+struct match_mod {
+    uint64_t n;     /* lines, >= 1 */
+    uint64_t recip; /* ceil(2^64 / n) when n <= 2^32 and not a power of two, else 0 */
+};
+
+static inline void match_mod_init(struct match_mod *m, uint64_t n)
 {
-    if (n <= (uint64_t)UINT32_MAX + 1)
-        return ((hash & UINT32_MAX) * n) >> 32;
-    return hash % n;
+    m->n = n;
+    m->recip = (n & (n - 1)) && n <= (uint64_t)UINT32_MAX ? UINT64_MAX / n + 1 : 0;
+}
+
+static inline uint64_t match_line(const struct match_mod *m, uint64_t hash)
+{
+    if (m->recip) {
+        uint64_t frac = m->recip * (hash & UINT32_MAX);
+        return (uint64_t)(((unsigned __int128)frac * m->n) >> 64);
+    }
+    if (!(m->n & (m->n - 1)))
+        return hash & (m->n - 1); /* n <= 2^32: the low 32 bits' remainder too */
+    return hash % m->n;
 }
 
 /* Prefetch every cache line of the BYTES bytes at P (a record that straddles

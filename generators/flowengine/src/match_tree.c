@@ -16,6 +16,7 @@ struct tree_node {
 
 struct tree {
     struct tree_node **roots;
+    struct match_mod mod; /* the line of a hash */
     uint64_t size, flows, used, held, budget;
 };
 
@@ -134,6 +135,7 @@ static int tree_create(void **table, const struct match_params *p)
         return -ENOMEM;
     }
     t->size = p->size;
+    match_mod_init(&t->mod, p->size);
     t->held = fixed;
     t->budget = p->memory_budget ? p->memory_budget : UINT64_MAX;
     *table = t;
@@ -164,14 +166,14 @@ static void tree_destroy(void *table)
 static void tree_prefetch(void *table, uint64_t hash)
 {
     struct tree *t = table;
-    __builtin_prefetch(&t->roots[match_line(hash, t->size)]);
+    __builtin_prefetch(&t->roots[match_line(&t->mod, hash)]);
 }
 
 static int tree_find(void *table, const struct match_key *key, uint64_t hash, int insert,
                      struct match_flow **out)
 {
     struct tree *t = table;
-    struct tree_node **root = &t->roots[match_line(hash, t->size)];
+    struct tree_node **root = &t->roots[match_line(&t->mod, hash)];
     int probes = 0;
     for (struct tree_node *n = *root; n;) {
         probes++;
@@ -204,7 +206,7 @@ static int tree_find(void *table, const struct match_key *key, uint64_t hash, in
 static int tree_remove(void *table, const struct match_key *key, uint64_t hash)
 {
     struct tree *t = table;
-    struct tree_node **root = &t->roots[match_line(hash, t->size)];
+    struct tree_node **root = &t->roots[match_line(&t->mod, hash)];
     struct tree_node *gone = NULL;
     *root = avl_remove(*root, key, &gone);
     if (!gone)
