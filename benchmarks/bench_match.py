@@ -11,12 +11,15 @@ Cases (one core, the timed loop of the emulator only: the feed is built before i
 - churn: every packet a new flow at 1 M packets/s of feed time with a 1 s idle timeout, so about
   1 M inserts and 1 M expiries a second of feed time; reports inserts and expiries per second of
   wall time and the worst packet's cost (probes of its lookup and expiry steps).
-The median of --repeat runs. The DPDK rte_hash peer on the random case is
+The median of --repeat runs. --compare BIN runs another flowengine (e.g. a build of the commit before)
+on the random and deterministic cases too, alternating with ours run by run, and reports ours / it.
+The DPDK rte_hash peer on the random case is
 benchmarks/bench_match_rte.py (see docs/flow-match.md).
 
 Results go to benchmarks/out/match.json; a Markdown table goes to stdout.
 
-    python benchmarks/bench_match.py [--repeat R] [--packets N] [--hash NAME] [--bin PATH]
+    python benchmarks/bench_match.py [--repeat R] [--packets N] [--hash NAME] [--bin PATH] [--compare PATH]
+                                     [--structs a,b] [--cases random,odd,det,churn,trace]
 """
 
 import argparse
@@ -33,6 +36,9 @@ from bench_engine import OUT, find_binary  # noqa: E402
 
 RANDOM_FLOWS = 1 << 22
 RANDOM_SIZES = {"chain": "2^22", "tree": "2^22", "linear": "2^23", "robin": "2^23", "cuckoo": "5242880"}
+# the same tables a little over those sizes, not powers of two: the line is then the exact modulo by a
+# reciprocal (two multiplies), not a mask (cuckoo's 655,360 buckets are not a power of two either)
+ODD_SIZES = {"chain": "4194319", "tree": "4194319", "linear": "8388617", "robin": "8388617"}
 STRUCTS = list(RANDOM_SIZES)
 
 
@@ -51,12 +57,24 @@ def run(binary, args, pin=None):
         path.unlink(missing_ok=True)
 
 
-def median_run(binary, args, repeat):
-    runs = [run(binary, args) for _ in range(repeat)]
-    runs.sort(key=lambda r: r["mpps"])
+def median_of(runs):
+    runs = sorted(runs, key=lambda r: r["mpps"])
     best = runs[len(runs) // 2]
     best["mpps_runs"] = [r["mpps"] for r in runs]
     return best
+
+
+def median_run(binary, args, repeat):
+    return median_of([run(binary, args) for _ in range(repeat)])
+
+
+def median_pair(binary, other, args, repeat):
+    """The medians of REPEAT runs of BINARY and of OTHER, alternating run by run."""
+    ours, theirs = [], []
+    for _ in range(repeat):
+        ours.append(run(binary, args))
+        theirs.append(run(other, args))
+    return median_of(ours), median_of(theirs)
 
 
 def largest_pcap():
@@ -72,17 +90,24 @@ def main():
     ap.add_argument("--det-packets", type=int, default=16_000_000)
     ap.add_argument("--hash", default="crc32c")
     ap.add_argument("--bin")
+    ap.add_argument("--compare", help="another flowengine binary, run alternately on the random and det cases")
+    ap.add_argument("--structs", default=",".join(STRUCTS))
+    ap.add_argument("--cases", default="random,odd,det,churn,trace")
     a = ap.parse_args()
     binary = find_binary(a.bin)
+    wanted = set(a.cases.split(","))
     results = {"machine": platform.node(), "cpu": platform.processor(), "hash": a.hash,
-               "repeat": a.repeat, "cases": []}
+               "repeat": a.repeat, "binary": str(binary), "compare": a.compare, "cases": []}
     pcap = largest_pcap()
-    for struct in STRUCTS:
+    for struct in a.structs.split(","):
         common = ["--struct", struct, "--hash", a.hash]
         cases = {
             "random 4M flows, hits": common + ["--size", RANDOM_SIZES[struct], "--feed",
                                                f"uniform:{RANDOM_FLOWS}", "--packets", str(a.packets),
                                                "--warmup"],
+            "random 4M flows, hits, size not a power of two": common + [
+                "--size", ODD_SIZES.get(struct, RANDOM_SIZES[struct]), "--feed", f"uniform:{RANDOM_FLOWS}",
+                "--packets", str(a.packets), "--warmup"],
             "deterministic": common + ["--size", "2^20", "--feed", "det", "--packets", str(a.det_packets)],
             "churn 1M new flows/s, idle 1 s": common + [
                 "--size", "2^22" if struct in ("chain", "tree") else "4194304", "--feed",
@@ -91,21 +116,36 @@ def main():
         }
         if pcap:
             cases[f"trace {pcap.name}"] = common + ["--size", "2^16", "--feed", "pcap", "--pcap", str(pcap)]
+        kinds = {"random 4M flows, hits": "random", "random 4M flows, hits, size not a power of two": "odd",
+                 "deterministic": "det", "churn 1M new flows/s, idle 1 s": "churn"}
         for name, args in cases.items():
-            r = median_run(binary, args, a.repeat)
+            kind = kinds.get(name, "trace")
+            if kind not in wanted or (kind == "odd" and struct not in ODD_SIZES):
+                continue
+            if a.compare and kind in ("random", "odd", "det"):
+                r, other = median_pair(binary, a.compare, args, a.repeat)
+                r["compare_mpps"], r["compare_mpps_runs"] = other["mpps"], other["mpps_runs"]
+                r["compare_p_l1"] = other["p_l1"]
+            else:
+                r = median_run(binary, args, a.repeat)
             r["case"] = name
             r["args"] = args
             results["cases"].append(r)
-            print(f"{struct:7} {name:32} {r['mpps']:8.2f} Mpps", file=sys.stderr)
+            vs = f" (compare {r['compare_mpps']:.2f}: x{r['mpps'] / r['compare_mpps']:.2f})" \
+                if "compare_mpps" in r else ""
+            print(f"{struct:7} {name:32} {r['mpps']:8.2f} Mpps{vs}", file=sys.stderr)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "match.json").write_text(json.dumps(results, indent=1) + "\n")
-    print(f"| structure | case | Mpps (median of {a.repeat}) | P(L=1) | mean probes | bytes/flow | "
+    cmp_head, cmp_rule = (" compare Mpps | ours / compare | compare P(L=1) |", "---|---|---|") if a.compare else ("", "")
+    print(f"| structure | case | size | Mpps (median of {a.repeat}) |{cmp_head} P(L=1) | mean probes | bytes/flow | "
           "inserts/s | expiries/s | worst packet (probes, expiry steps) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|" + cmp_rule + "---|---|---|---|---|---|")
     for r in results["cases"]:
-        print(f"| {r['struct']} | {r['case']} | {r['mpps']:.1f} | {r['p_l1']:.3f} | {r['probe_mean']:.2f} | "
-              f"{r['bytes_per_flow']:.0f} | {r['inserts_per_s']:.3g} | {r['expiries_per_s']:.3g} | "
-              f"{r['worst_packet']['probes']}, {r['worst_packet']['expiry_steps']} |")
+        cmp = (f" {r['compare_mpps']:.1f} | {r['mpps'] / r['compare_mpps']:.2f} | {r['compare_p_l1']:.3f} |"
+               if "compare_mpps" in r else (" | | |" if a.compare else ""))
+        print(f"| {r['struct']} | {r['case']} | {r['size']} | {r['mpps']:.1f} |{cmp} {r['p_l1']:.3f} | "
+              f"{r['probe_mean']:.2f} | {r['bytes_per_flow']:.0f} | {r['inserts_per_s']:.3g} | "
+              f"{r['expiries_per_s']:.3g} | {r['worst_packet']['probes']}, {r['worst_packet']['expiry_steps']} |")
 
 
 if __name__ == "__main__":

@@ -173,8 +173,8 @@ static void dump_flow(const struct match_flow *f, void *arg)
     fprintf((FILE *)arg, "%u,%u,%llu,%llu,%llu,%llu,%u,%u,%llu,%llu,%lld,%lld\n", k->ip_version,
             k->proto, (unsigned long long)k->src_hi, (unsigned long long)k->src_lo,
             (unsigned long long)k->dst_hi, (unsigned long long)k->dst_lo, k->sport, k->dport,
-            (unsigned long long)f->packets, (unsigned long long)f->bytes, (long long)f->first_ns,
-            (long long)f->last_ns);
+            (unsigned long long)f->c.packets, (unsigned long long)f->c.bytes, (long long)f->c.first_ns,
+            (long long)f->c.last_ns);
 }
 
 static FILE *open_temp(const char *path, char *tmp, size_t len)

@@ -81,7 +81,7 @@ static void chain_prefetch(void *table, uint64_t hash)
 }
 
 static int chain_find(void *table, const struct match_key *key, uint64_t hash, int insert,
-                      struct match_flow **out)
+                      struct match_count **out)
 {
     struct chain *c = table;
     struct chain_node *n = &c->lines[match_line(&c->mod, hash)];
@@ -93,7 +93,7 @@ static int chain_find(void *table, const struct match_key *key, uint64_t hash, i
         n->next = NULL;
         c->used++;
         c->flows++;
-        *out = &n->f;
+        *out = &n->f.c;
         return 1;
     }
     int probes = 0;
@@ -101,7 +101,7 @@ static int chain_find(void *table, const struct match_key *key, uint64_t hash, i
     for (; n; n = n->next) {
         probes++;
         if (match_key_eq(&n->f.key, key)) {
-            *out = &n->f;
+            *out = &n->f.c;
             return probes;
         }
         last = n;
@@ -119,7 +119,7 @@ static int chain_find(void *table, const struct match_key *key, uint64_t hash, i
     last->next = n;
     c->held += chain_node_bytes;
     c->flows++;
-    *out = &n->f;
+    *out = &n->f.c;
     return probes;
 }
 

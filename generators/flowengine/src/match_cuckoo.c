@@ -217,13 +217,13 @@ static int cuckoo_locate(const struct cuckoo *c, const struct match_key *key, ui
 }
 
 static int cuckoo_find(void *table, const struct match_key *key, uint64_t hash, int insert,
-                       struct match_flow **out)
+                       struct match_count **out)
 {
     struct cuckoo *c = table;
     uint64_t b1, b2;
     int j, probes;
     if (!cuckoo_locate(c, key, hash, &b1, &b2, &j, &probes)) {
-        *out = &c->store[c->buckets[b1].idx[j]];
+        *out = &c->store[c->buckets[b1].idx[j]].c;
         return probes;
     }
     if (!insert)
@@ -238,7 +238,7 @@ static int cuckoo_find(void *table, const struct match_key *key, uint64_t hash, 
     memset(f, 0, sizeof *f);
     f->key = *key;
     c->flows++;
-    *out = f;
+    *out = &f->c;
     return probes;
 }
 

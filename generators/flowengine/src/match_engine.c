@@ -65,7 +65,7 @@ void match_engine_free(struct match_engine *e)
     free(e);
 }
 
-static int64_t flow_due(const struct match_engine *e, const struct match_flow *f)
+static int64_t flow_due(const struct match_engine *e, const struct match_count *f)
 {
     int64_t due = INT64_MAX;
     if (e->p.idle_ns)
@@ -99,10 +99,12 @@ static int wheel_add(struct match_engine *e, const struct match_key *key, int64_
     return 0;
 }
 
-static void close_flow(struct match_engine *e, const struct match_flow *f)
+static void close_flow(struct match_engine *e, const struct match_key *key, const struct match_count *c)
 {
-    if (e->p.on_close)
-        e->p.on_close(f, e->p.on_close_arg);
+    if (e->p.on_close) {
+        struct match_flow f = { .key = *key, .c = *c };
+        e->p.on_close(&f, e->p.on_close_arg);
+    }
 }
 
 /* At most BUDGET steps of the sweep up to NOW; returns the probes spent. */
@@ -121,14 +123,14 @@ static uint64_t sweep(struct match_engine *e, int64_t now, uint64_t *steps_out)
         struct match_key key = s->keys[--s->n];
         e->st.wheel_records--;
         uint64_t h = e->p.hash(&key, sizeof key, e->p.seed);
-        struct match_flow *f;
+        struct match_count *f;
         int rc = e->p.ops->find(e->table, &key, h, 0, &f);
         if (rc < 0)
             continue; /* cannot happen: a live flow has exactly one record */
         probes += (uint64_t)rc;
         int64_t due = flow_due(e, f);
         if (due <= now) {
-            close_flow(e, f);
+            close_flow(e, &key, f);
             e->p.ops->remove(e->table, &key, h);
             e->st.expired_sweep++;
         } else {
@@ -141,7 +143,7 @@ static uint64_t sweep(struct match_engine *e, int64_t now, uint64_t *steps_out)
 
 /* Count the packet (LEN, TS) in F, found by a lookup of PROBES probes after
  * STEPS expiry steps that took WORK probes. */
-static void count_packet(struct match_engine *e, const struct match_key *key, struct match_flow *f,
+static void count_packet(struct match_engine *e, const struct match_key *key, struct match_count *f,
                          uint64_t probes, uint64_t work, uint64_t steps, uint32_t len, int64_t ts)
 {
     e->st.hist[probes < MATCH_HIST ? probes : MATCH_HIST]++;
@@ -157,7 +159,7 @@ static void count_packet(struct match_engine *e, const struct match_key *key, st
     if (fresh) {
         e->st.inserts++;
     } else if (e->wheel && ts >= flow_due(e, f)) {
-        close_flow(e, f); /* the same key starts again in place; its wheel record stays */
+        close_flow(e, key, f); /* the same key starts again in place; its wheel record stays */
         f->packets = f->bytes = 0;
         e->st.expired_on_hit++;
     }
@@ -178,13 +180,13 @@ static void count_packet(struct match_engine *e, const struct match_key *key, st
 /* One packet whose key hashes to H; the flow it was counted in (NULL:
  * refused) in *OUT and its lookup's probes in *PROBES. */
 static int packet_found(struct match_engine *e, const struct match_key *key, uint64_t h,
-                        uint32_t len, int64_t ts, struct match_flow **out, int *probes)
+                        uint32_t len, int64_t ts, struct match_count **out, int *probes)
 {
     uint64_t steps = 0, work = 0;
     e->st.packets++;
     if (e->wheel)
         work = sweep(e, ts, &steps);
-    struct match_flow *f;
+    struct match_count *f;
     int rc = e->p.ops->find(e->table, key, h, 1, &f);
     *out = NULL;
     if (rc < 0) {
@@ -200,7 +202,7 @@ static int packet_found(struct match_engine *e, const struct match_key *key, uin
 static int packet_hashed(struct match_engine *e, const struct match_key *key, uint64_t h,
                          uint32_t len, int64_t ts)
 {
-    struct match_flow *f;
+    struct match_count *f;
     int probes;
     return packet_found(e, key, h, len, ts, &f, &probes);
 }
@@ -222,7 +224,7 @@ void match_engine_bulk(struct match_engine *e, const struct match_key *keys, con
      * or removed that flow in between (no expiry: no wheel). Its hash is the
      * one before too, and its line is not prefetched again. Not after an
      * insert, whose probes may differ from a later lookup's. */
-    struct match_flow *last = NULL;
+    struct match_count *last = NULL;
     int last_probes = 0;
     for (size_t i = 0; i < n && i < MATCH_AHEAD; i++) {
         again[i] = i && match_key_eq(&keys[i], &keys[i - 1]);

@@ -61,7 +61,7 @@ static void linear_prefetch(void *table, uint64_t hash)
 }
 
 static int linear_find(void *table, const struct match_key *key, uint64_t hash, int insert,
-                       struct match_flow **out)
+                       struct match_count **out)
 {
     struct linear *l = table;
     uint64_t i = match_line(&l->mod, hash);
@@ -74,11 +74,11 @@ static int linear_find(void *table, const struct match_key *key, uint64_t hash, 
             s->f.key = *key;
             s->hash = hash;
             l->flows++;
-            *out = &s->f;
+            *out = &s->f.c;
             return (int)(probes < INT32_MAX ? probes : INT32_MAX);
         }
         if (s->hash == hash && match_key_eq(&s->f.key, key)) {
-            *out = &s->f;
+            *out = &s->f.c;
             return (int)(probes < INT32_MAX ? probes : INT32_MAX);
         }
         if (++i == l->size)
@@ -90,10 +90,10 @@ static int linear_find(void *table, const struct match_key *key, uint64_t hash, 
 static int linear_remove(void *table, const struct match_key *key, uint64_t hash)
 {
     struct linear *l = table;
-    struct match_flow *f;
+    struct match_count *f;
     if (linear_find(table, key, hash, 0, &f) < 0)
         return -ENOENT;
-    uint64_t hole = (uint64_t)((struct linear_slot *)(void *)f - l->slots);
+    uint64_t hole = ((uintptr_t)f - (uintptr_t)l->slots) / sizeof *l->slots; /* the slot F is in */
     /* Backward shift: an entry after the hole moves into it unless its home
      * lies cyclically in (hole, here], where it would no longer be found. The
      * hole is marked empty first, so even a full table's scan ends there. */

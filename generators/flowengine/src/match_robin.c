@@ -63,7 +63,7 @@ static void robin_prefetch(void *table, uint64_t hash)
 }
 
 static int robin_find(void *table, const struct match_key *key, uint64_t hash, int insert,
-                      struct match_flow **out)
+                      struct match_count **out)
 {
     struct robin *r = table;
     uint32_t tag = robin_tag(hash), dist = 0;
@@ -74,7 +74,7 @@ static int robin_find(void *table, const struct match_key *key, uint64_t hash, i
         if (!s->f.key.ip_version || s->dist < dist || dist == r->size)
             break; /* the key would have been here or before (or: full, all seen) */
         if (s->tag == tag && match_key_eq(&s->f.key, key)) {
-            *out = &s->f;
+            *out = &s->f.c;
             return (int)dist + 1;
         }
         if (++i == r->size)
@@ -87,7 +87,7 @@ static int robin_find(void *table, const struct match_key *key, uint64_t hash, i
     int probes = (int)dist + 1;
     struct robin_slot carry = { .tag = tag, .dist = dist };
     carry.f.key = *key;
-    *out = &s->f; /* the new flow stays where it lands first; only others move on */
+    *out = &s->f.c; /* the new flow stays where it lands first; only others move on */
     while (s->f.key.ip_version) {
         if (s->dist < carry.dist) {
             struct robin_slot t = *s;
@@ -107,10 +107,10 @@ static int robin_find(void *table, const struct match_key *key, uint64_t hash, i
 static int robin_remove(void *table, const struct match_key *key, uint64_t hash)
 {
     struct robin *r = table;
-    struct match_flow *f;
+    struct match_count *f;
     if (robin_find(table, key, hash, 0, &f) < 0)
         return -ENOENT;
-    uint64_t hole = (uint64_t)((struct robin_slot *)(void *)f - r->slots);
+    uint64_t hole = ((uintptr_t)f - (uintptr_t)r->slots) / sizeof *r->slots; /* the slot F is in */
     r->slots[hole].f.key.ip_version = 0;
     for (uint64_t moved = 0; moved < r->size; moved++) {
         uint64_t k = hole + 1 == r->size ? 0 : hole + 1;

@@ -36,10 +36,15 @@ struct match_key {
     uint8_t pad[2];
 };
 
-struct match_flow {
-    struct match_key key;
+/* What is counted of a flow. */
+struct match_count {
     uint64_t packets, bytes;
     int64_t first_ns, last_ns;
+};
+
+struct match_flow {
+    struct match_key key;
+    struct match_count c;
 };
 
 /* The hash of a key is any hash_fn of the registry (hash.h), over the 40
@@ -68,10 +73,11 @@ struct match_ops {
     void (*prefetch_next)(void *table, uint64_t hash);
     /* Find KEY (whose hash is HASH). Absent and INSERT: add it with zero
      * counters. Returns the probes (keys or signatures compared, >= 1) with the
-     * flow in *OUT (valid until the next insert or remove), or -ENOENT (absent,
-     * !INSERT), -ENOSPC (no room), -ENOMEM (memory budget). */
+     * flow's counters in *OUT (valid until the next insert or remove; its key
+     * is KEY), or -ENOENT (absent, !INSERT), -ENOSPC (no room), -ENOMEM
+     * (memory budget). */
     int (*find)(void *table, const struct match_key *key, uint64_t hash, int insert,
-                struct match_flow **out);
+                struct match_count **out);
     /* 0, or -ENOENT when KEY is absent. */
     int (*remove)(void *table, const struct match_key *key, uint64_t hash);
     /* Call FN on every flow (any order; FN must not change the table). */

@@ -170,7 +170,7 @@ static void tree_prefetch(void *table, uint64_t hash)
 }
 
 static int tree_find(void *table, const struct match_key *key, uint64_t hash, int insert,
-                     struct match_flow **out)
+                     struct match_count **out)
 {
     struct tree *t = table;
     struct tree_node **root = &t->roots[match_line(&t->mod, hash)];
@@ -179,7 +179,7 @@ static int tree_find(void *table, const struct match_key *key, uint64_t hash, in
         probes++;
         int c = match_key_cmp(key, &n->f.key);
         if (!c) {
-            *out = &n->f;
+            *out = &n->f.c;
             return probes;
         }
         n = c < 0 ? n->left : n->right;
@@ -199,7 +199,7 @@ static int tree_find(void *table, const struct match_key *key, uint64_t hash, in
     *root = avl_insert(*root, n);
     t->held += tree_node_bytes;
     t->flows++;
-    *out = &n->f;
+    *out = &n->f.c;
     return probes ? probes : 1;
 }
 
