@@ -10,9 +10,12 @@ Both run in the same invocation, one after the other, pinned to the same core (t
   5-tuple) and 40 (our struct match_key, the bytes our tables hash and compare). Hash: rte_hash_crc
   (CRC32C), as our default crc32c.
 - ours: `flowengine match --feed uniform:4194304 --warmup` per structure (the sizes of
-  bench_match.py), the same feed shape and size.
-Reports, per structure, ours / rte_hash bulk (40-byte keys, the same key as ours; and 16-byte
-keys, DPDK's usual flow key) and the median of --repeat runs of each.
+  bench_match.py), the same feed shape and size. linear16 keeps IPv4 keys packed in 16 bytes
+  (hashed as those 16 bytes): its like-for-like peer is rte_hash with 16-byte keys; the others
+  hash and compare our 40-byte struct match_key, like rte_hash with 40-byte keys.
+Each repeat runs rte_hash (both key lengths) and then every structure, so that a change of the
+machine's load between repeats touches both sides. Reports, per structure, ours / rte_hash bulk
+(40-byte keys; and 16-byte keys, DPDK's usual flow key) and the median of --repeat runs of each.
 
 Results go to benchmarks/out/match_rte.json; a Markdown table goes to stdout.
 
@@ -30,13 +33,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import OUT, REPO, find_binary  # noqa: E402
-from bench_match import RANDOM_FLOWS, RANDOM_SIZES, run  # noqa: E402
+from bench_match import IPV4_ONLY, ODD_SIZES, RANDOM_FLOWS, RANDOM_SIZES, run  # noqa: E402
 
 # the EAL arguments that start here without hugepages (docs/flow-match.md); -l: the core
 EAL = ["--no-huge", "--no-pci", "-m", "512", "--no-shconf", "--no-telemetry", "--log-level=error"]
 RTE_SOURCE = REPO / "benchmarks" / "native" / "rte_hash_bench.c"
 RTE_KEYS = (16, 40)
-RTE_RATES = ("single_mpps", "bulk_mpps", "bulk_data_mpps")
+RTE_RATES = ("single_mpps", "bulk_mpps", "bulk_data_mpps", "bulk_cpu_mpps")
 
 
 def build_rte():
@@ -79,31 +82,49 @@ def main():
     ap.add_argument("--cpu", type=int, default=0, help="the core both run on (taskset -c)")
     ap.add_argument("--hash", default="crc32c")
     ap.add_argument("--bin")
+    ap.add_argument("--structs", default=",".join([*RANDOM_SIZES, *(f"{k}:{v}" for k, v in ODD_SIZES.items()
+                                                                   if k in ("linear", "linear16"))]),
+                    help="NAME or NAME:SIZE (default: bench_match.py's sizes, and linear and linear16 "
+                         "a little over 2^23, where the line is a modulo and not a mask)")
     a = ap.parse_args()
     ours_bin = find_binary(a.bin)
     rte_bin, why = build_rte()
     results = {"machine": platform.node(), "cpu": platform.processor(), "core": a.cpu,
                "packets": a.packets, "flows": RANDOM_FLOWS, "repeat": a.repeat, "hash": a.hash,
                "eal": EAL, "rte_hash": {}, "ours": [], "rte_hash_missing": why}
-    for keylen in RTE_KEYS if rte_bin else ():
-        runs = [run_rte(rte_bin, a.cpu, keylen, a.packets) for _ in range(a.repeat)]
+    structs = a.structs.split(",")
+    sizes = {s: s.split(":")[1] if ":" in s else RANDOM_SIZES[s] for s in structs}
+    rte_runs = {k: [] for k in (RTE_KEYS if rte_bin else ())}
+    our_runs = {s: [] for s in structs}
+    for rep in range(a.repeat):
+        for keylen in rte_runs:
+            rte_runs[keylen].append(run_rte(rte_bin, a.cpu, keylen, a.packets))
+            print(f"[{rep + 1}/{a.repeat}] rte_hash key {keylen}: bulk {rte_runs[keylen][-1]['bulk_mpps']:.2f}",
+                  file=sys.stderr)
+        for struct in structs:
+            args = ["--struct", struct.split(":")[0], "--hash", a.hash, "--size", sizes[struct], "--feed",
+                    f"uniform:{RANDOM_FLOWS}", "--packets", str(a.packets), "--warmup"]
+            our_runs[struct].append(run(ours_bin, args, pin=a.cpu))
+            print(f"[{rep + 1}/{a.repeat}] {struct:8} {our_runs[struct][-1]['mpps']:8.2f} Mpps", file=sys.stderr)
+    for keylen, runs in rte_runs.items():
         med = {k: statistics.median(r[k] for r in runs) for k in RTE_RATES}
         results["rte_hash"][str(keylen)] = {**runs[0], **med,
                                             "runs": {k: [r[k] for r in runs] for k in RTE_RATES}}
-        print(f"rte_hash key {keylen}: " + ", ".join(f"{k} {med[k]:.2f}" for k in RTE_RATES),
-              file=sys.stderr)
-    for struct, size in RANDOM_SIZES.items():
-        args = ["--struct", struct, "--hash", a.hash, "--size", size, "--feed",
-                f"uniform:{RANDOM_FLOWS}", "--packets", str(a.packets), "--warmup"]
-        runs = [run(ours_bin, args, pin=a.cpu) for _ in range(a.repeat)]
-        r = median_by(runs, "mpps")
-        row = {"struct": struct, "size": size, "mpps": r["mpps"], "mpps_runs": r["mpps_runs"],
+    for struct in structs:
+        size = sizes[struct]
+        r = median_by(our_runs[struct], "mpps")
+        row = {"struct": struct.split(":")[0], "size": size, "mpps": r["mpps"], "mpps_runs": r["mpps_runs"],
                "p_l1": r["p_l1"], "bytes_per_flow": r["bytes_per_flow"]}
+        row["mpps_cpu"] = statistics.median(x["mpps_cpu"] for x in our_runs[struct])
         for keylen, peer in results["rte_hash"].items():
             row[f"ratio_bulk_key{keylen}"] = r["mpps"] / peer["bulk_mpps"]
             row[f"ratio_bulk_data_key{keylen}"] = r["mpps"] / peer["bulk_data_mpps"]
+            # by CPU time, and repeat by repeat (the two sides of one repeat ran minutes apart at most)
+            row[f"ratio_bulk_cpu_key{keylen}"] = row["mpps_cpu"] / peer["bulk_cpu_mpps"]
+            row[f"ratio_bulk_key{keylen}_by_repeat"] = [
+                o["mpps"] / p["bulk_mpps"] for o, p in zip(our_runs[struct], rte_runs[int(keylen)])]
+        row["key_bytes"] = 16 if row["struct"] in IPV4_ONLY else 40
         results["ours"].append(row)
-        print(f"{struct:7} {r['mpps']:8.2f} Mpps", file=sys.stderr)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "match_rte.json").write_text(json.dumps(results, indent=1) + "\n")
     if why:
@@ -112,11 +133,13 @@ def main():
         print(f"rte_hash ({p['dpdk']}), {keylen}-byte keys, median of {a.repeat}: single "
               f"{p['single_mpps']:.1f}, bulk {p['bulk_mpps']:.1f}, bulk_data {p['bulk_data_mpps']:.1f} M/s")
     keys = [k for k in results["rte_hash"]]
-    print("| structure | Mpps | " + " | ".join(f"ours / bulk (key {k})" for k in keys) + " |")
-    print("|---|---|" + "---|" * len(keys))
+    print("| structure | size | key bytes | Mpps | P(L=1) | " +
+          " | ".join(f"ours / bulk (key {k}): wall, CPU time, by repeat" for k in keys) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(keys))
     for row in results["ours"]:
-        print(f"| {row['struct']} | {row['mpps']:.1f} | " +
-              " | ".join(f"{row[f'ratio_bulk_key{k}']:.2f}" for k in keys) + " |")
+        print(f"| {row['struct']} | {row['size']} | {row['key_bytes']} | {row['mpps']:.1f} | {row['p_l1']:.2f} | " +
+              " | ".join(f"{row[f'ratio_bulk_key{k}']:.2f}, {row[f'ratio_bulk_cpu_key{k}']:.2f}, "
+                         + "/".join(f"{x:.2f}" for x in row[f"ratio_bulk_key{k}_by_repeat"]) for k in keys) + " |")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ try:
 except ImportError:  # pragma: no cover - the venv has it; the property test then skips
     given = None
 
-STRUCTS = ["chain", "tree", "linear", "robin", "cuckoo"]
+STRUCTS = ["chain", "tree", "linear", "robin", "cuckoo", "linear16"]
+IPV4_ONLY = {"linear16"}  # keys packed in 16 bytes: IPv6 refused
 FEED_HEADER = "ip_version,proto,src_hi,src_lo,dst_hi,dst_lo,sport,dport,len,ts_ns"
 KEY = ("ip_version", "proto", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")
 T0 = 1_700_000_000_000_000_000
@@ -90,12 +91,12 @@ def reference_records(packets, idle_ns: int = 0, active_ns: int = 0) -> Counter:
     return Counter(closed + [k + tuple(f) for k, f in live.items()])
 
 
-def random_packets(rng: random.Random, n_packets: int, n_keys: int) -> list[tuple[int, ...]]:
-    """Packets over N_KEYS keys (IPv4 and IPv6 mixed), time going forward by gaps from 0 to 3 s
-    so that flows go idle, outlive the active timeout and come back."""
+def random_packets(rng: random.Random, n_packets: int, n_keys: int, ipv6: bool = True) -> list[tuple[int, ...]]:
+    """Packets over N_KEYS keys (IPv4 and IPv6 mixed, or IPv4 only), time going forward by gaps
+    from 0 to 3 s so that flows go idle, outlive the active timeout and come back."""
     keys = []
     for i in range(n_keys):
-        if rng.random() < 0.5:
+        if not ipv6 or rng.random() < 0.5:
             keys.append((4, rng.choice([6, 17, 1]), 0, rng.getrandbits(32), 0, rng.getrandbits(32),
                          rng.getrandbits(16), rng.getrandbits(16)))
         else:
@@ -112,7 +113,7 @@ def random_packets(rng: random.Random, n_packets: int, n_keys: int) -> list[tupl
 def room(struct: str, size: int, keys: int) -> int:
     """SIZE, or for the open tables just room for every key (full: the longest clusters, the most
     moves on removal); cuckoo gets a tenth more (its random walk may fail when nearly full)."""
-    if struct in ("linear", "robin"):
+    if struct in ("linear", "robin", "linear16"):
         return keys
     if struct == "cuckoo":
         return keys + keys // 10 + 8
@@ -123,7 +124,7 @@ def room(struct: str, size: int, keys: int) -> int:
 @pytest.mark.parametrize("size,budget", [(7, 1), (1000003, 8)])
 def test_every_structure_counts_as_the_reference_dictionary_with_expiry(match_bin, tmp_path, struct,
                                                                          size, budget):
-    packets = random_packets(random.Random(f"{struct}{size}"), 4000, 300)
+    packets = random_packets(random.Random(f"{struct}{size}"), 4000, 300, ipv6=struct not in IPV4_ONLY)
     size = room(struct, size, len({p[:8] for p in packets}))
     write_feed(tmp_path / "feed.csv", packets)
     out = run_match(match_bin, "--struct", struct, "--size", str(size), "--feed",
@@ -143,7 +144,7 @@ def test_every_structure_counts_as_the_reference_dictionary_with_expiry(match_bi
 
 @pytest.mark.parametrize("struct", STRUCTS)
 def test_without_timeouts_every_flow_stays_and_counts_every_packet(match_bin, tmp_path, struct):
-    packets = random_packets(random.Random(struct), 3000, 1000)
+    packets = random_packets(random.Random(struct), 3000, 1000, ipv6=struct not in IPV4_ONLY)
     write_feed(tmp_path / "feed.csv", packets)
     run_match(match_bin, "--struct", struct, "--size", "2^11", "--feed", f"file:{tmp_path / 'feed.csv'}",
               "--dump", str(tmp_path / "dump.csv"), "--json", str(tmp_path / "out.json"))
@@ -162,7 +163,7 @@ if given is not None:
     def test_property_any_table_any_size_equals_the_reference(match_bin, tmp_path_factory, struct, seed,
                                                               n_keys, size, idle, active, budget):
         tmp = tmp_path_factory.mktemp("prop")
-        packets = random_packets(random.Random(seed), 300, n_keys)
+        packets = random_packets(random.Random(seed), 300, n_keys, ipv6=struct not in IPV4_ONLY)
         size = room(struct, size, len({p[:8] for p in packets}))
         write_feed(tmp / "feed.csv", packets)
         run_match(match_bin, "--struct", struct, "--size", str(size), "--feed", f"file:{tmp / 'feed.csv'}",
@@ -186,7 +187,7 @@ def test_adversarial_feed_puts_every_flow_in_one_line_and_counts_right(match_bin
         assert report["used_lines"] == 1 and report["probe_max"] == 200  # a list of 200
     elif struct == "tree":
         assert report["used_lines"] == 1 and report["probe_max"] <= 12  # AVL: <= 1.44 log2(201)
-    elif struct in ("linear", "robin"):
+    elif struct in ("linear", "robin", "linear16"):
         assert report["probe_max"] >= 200  # one cluster from line 0
     else:
         assert report["probe_max"] <= 2   # cuckoo: spills into the alternative buckets
@@ -291,7 +292,8 @@ def test_damaged_pcap_is_analysed_up_to_the_damage_with_its_offset(match_bin, tm
 
 @pytest.mark.parametrize("args,message", [
     (["--struct", "list", "--size", "10", "--feed", "det"],
-     "unknown structure (known: chain, tree, linear, robin, cuckoo)"),
+     "unknown structure (known: chain, tree, linear, robin, cuckoo, linear16)"),
+    (["--struct", "linear16", "--size", "10", "--feed", "det", "--ipv6"], "keeps IPv4 keys only"),
     (["--struct", "chain", "--hash", "md5", "--size", "10", "--feed", "det"], "unknown hash (known: coralreef, lookup3, "),
     (["--struct", "chain", "--size", "0", "--feed", "det"], "--size 0: expected a number of lines >= 1"),
     (["--struct", "chain", "--size", "10", "--feed", "zipf:100:0"], "needs ALPHA > 0 (got 0)"),
@@ -322,27 +324,33 @@ def test_sizes_need_not_be_powers_of_two(match_bin, tmp_path):
 
 
 MATCH_KEY = Struct("<QQQQHHBB2x")  # struct match_key (match_table.h) on this little-endian machine
+MATCH_KEY16 = Struct("<IIHHBB2x")    # struct match_key16
 
 
-def match_key_bytes(packet: tuple[int, ...]) -> bytes:
-    """The 40 bytes of struct match_key of a feed row, as the tables hash them."""
+def match_key_bytes(packet: tuple[int, ...], key_bytes: int = 40) -> bytes:
+    """The bytes of struct match_key (or match_key16) of a feed row, as the tables hash them."""
     ipv, proto, sh, sl, dh, dl, sport, dport = packet[:8]
+    if key_bytes == 16:
+        return MATCH_KEY16.pack(sl, dl, sport, dport, proto, ipv)
     return MATCH_KEY.pack(sh, sl, dh, dl, sport, dport, proto, ipv)
 
 
-@pytest.mark.parametrize("hash_name,size", [("crc32c", 1000003), ("coralreef", 1000003), ("lookup3", 65537),
-                                            ("murmur3_32", 2 ** 16), ("wyhash", 999983)])
-def test_the_line_of_a_hash_is_its_low_32_bits_modulo_the_size(match_bin, tmp_path, hash_name, size):
+@pytest.mark.parametrize("struct,hash_name,size", [
+    ("chain", "crc32c", 1000003), ("chain", "coralreef", 1000003), ("chain", "lookup3", 65537),
+    ("chain", "murmur3_32", 2 ** 16), ("chain", "wyhash", 999983), ("linear16", "crc32c", 1000003)])
+def test_the_line_of_a_hash_is_its_low_32_bits_modulo_the_size(match_bin, tmp_path, struct, hash_name, size):
     """The adversarial feed keeps the keys whose line is 0; hashed here by the project's hash
     library, each of their hashes' low 32 bits must be 0 modulo the size (an exact modulo; powers
-    of two and not, 32- and 64-bit hashes)."""
-    run_match(match_bin, "--struct", "chain", "--size", str(size), "--hash", hash_name, "--feed",
+    of two and not, 32- and 64-bit hashes; linear16 hashes the 16 packed bytes)."""
+    run_match(match_bin, "--struct", struct, "--size", str(size), "--hash", hash_name, "--feed",
               "adversarial:12", "--packets", "12", "--save-feed", str(tmp_path / "feed.csv"),
               "--json", str(tmp_path / "out.json"))
     keys = {p[:8] for p in read_feed(tmp_path / "feed.csv")}
     assert len(keys) == 12
-    assert json.loads((tmp_path / "out.json").read_text())["used_lines"] == 1
-    lines = [(hashing.hash_bytes(hash_name, match_key_bytes(k)) & 0xFFFFFFFF) % size for k in keys]
+    key_bytes = 16 if struct == "linear16" else 40
+    if struct == "chain":
+        assert json.loads((tmp_path / "out.json").read_text())["used_lines"] == 1
+    lines = [(hashing.hash_bytes(hash_name, match_key_bytes(k, key_bytes)) & 0xFFFFFFFF) % size for k in keys]
     assert lines == [0] * 12
 
 
@@ -354,3 +362,14 @@ def test_a_weak_hash_of_keys_that_differ_in_low_bits_spreads_under_the_modulo(ma
               "uniform:20000", "--packets", "20000", "--json", str(tmp_path / "out.json"))
     report = json.loads((tmp_path / "out.json").read_text())
     assert report["p_l1"] > 0.5 and report["used_lines"] > 10000
+
+
+def test_the_16_byte_table_refuses_a_feed_with_ipv6_packets_before_it_runs(match_bin, tmp_path):
+    packets = random_packets(random.Random(6), 50, 20, ipv6=False)
+    v6 = next(p for p in random_packets(random.Random(7), 50, 20) if p[0] == 6)
+    write_feed(tmp_path / "feed.csv", packets[:30] + [v6] + packets[30:])
+    done = run_match(match_bin, "--struct", "linear16", "--size", "64", "--feed", f"file:{tmp_path / 'feed.csv'}",
+                     "--json", str(tmp_path / "out.json"), "--dump", str(tmp_path / "d.csv"), check=False)
+    assert done.returncode == 2
+    assert "keeps IPv4 keys only (16 bytes a key), but packet 31 of the feed is IPv6" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feed.csv"]

@@ -46,7 +46,8 @@ uint64_t hash_wyhash(const void *key, size_t len, uint64_t seed) { return a_wyha
 uint64_t hash_xxh3(const void *key, size_t len, uint64_t seed) { return a_xxh3(key, len, seed); }
 
 /* One bulk loop per algorithm; the switch gives the compiler a constant
- * length for the tuple keys (IPv4/IPv6, with and without the protocol). */
+ * length for the tuple keys (IPv4/IPv6, with and without the protocol) and
+ * for the flow keys of `flowengine match` (match_table.h: 16 and 40). */
 typedef void (*bulk_fn)(const uint8_t *p, size_t len, size_t stride, size_t n,
                         uint64_t seed, uint64_t *out);
 
@@ -61,8 +62,10 @@ typedef void (*bulk_fn)(const uint8_t *p, size_t len, size_t stride, size_t n,
         switch (len) { \
         case 12: BULK_LOOP(a_##NAME, 12); break; \
         case 13: BULK_LOOP(a_##NAME, 13); break; \
+        case 16: BULK_LOOP(a_##NAME, 16); break; \
         case 36: BULK_LOOP(a_##NAME, 36); break; \
         case 37: BULK_LOOP(a_##NAME, 37); break; \
+        case 40: BULK_LOOP(a_##NAME, 40); break; \
         default: BULK_LOOP(a_##NAME, len); break; \
         } \
     }

@@ -122,7 +122,7 @@ static uint64_t sweep(struct match_engine *e, int64_t now, uint64_t *steps_out)
         }
         struct match_key key = s->keys[--s->n];
         e->st.wheel_records--;
-        uint64_t h = e->p.hash(&key, sizeof key, e->p.seed);
+        uint64_t h = match_key_hash(e->p.ops, e->p.hash, e->p.seed, &key);
         struct match_count *f;
         int rc = e->p.ops->find(e->table, &key, h, 0, &f);
         if (rc < 0)
@@ -210,46 +210,66 @@ static int packet_hashed(struct match_engine *e, const struct match_key *key, ui
 int match_engine_packet(struct match_engine *e, const struct match_key *key, uint32_t len,
                         int64_t ts_ns)
 {
-    return packet_hashed(e, key, e->p.hash(key, sizeof *key, e->p.seed), len, ts_ns);
+    return packet_hashed(e, key, match_key_hash(e->p.ops, e->p.hash, e->p.seed, key), len, ts_ns);
+}
+
+/* The hashes of the N (<= MATCH_AHEAD) keys at KEYS into OUT: by the hash's
+ * bulk loop when the engine has its registry entry (one call a block, the key
+ * length a constant inside), else key by key. */
+static void hash_block(const struct match_engine *e, const struct match_key *keys, size_t n,
+                       uint64_t *out)
+{
+    if (!e->p.algo) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = match_key_hash(e->p.ops, e->p.hash, e->p.seed, &keys[i]);
+    } else if (e->p.ops->key_bytes == 16) {
+        struct match_key16 packed[MATCH_AHEAD];
+        for (size_t i = 0; i < n; i++)
+            match_key_pack16(&keys[i], &packed[i]);
+        hash_bulk(e->p.algo, packed, sizeof *packed, sizeof *packed, n, e->p.seed, out);
+    } else {
+        hash_bulk(e->p.algo, keys, sizeof *keys, sizeof *keys, n, e->p.seed, out);
+    }
 }
 
 void match_engine_bulk(struct match_engine *e, const struct match_key *keys, const uint32_t *len,
                        const int64_t *ts_ns, size_t n)
 {
-    uint64_t h[MATCH_AHEAD]; /* the hash of packet i in h[i % MATCH_AHEAD] */
+    /* The hashes of two blocks of MATCH_AHEAD packets: packet i's is
+     * h[(i / MATCH_AHEAD) % 2][i % MATCH_AHEAD]; the next block is hashed when
+     * a block starts, so packet i + MATCH_AHEAD's hash is there for its
+     * prefetch at packet i. */
+    uint64_t h[2][MATCH_AHEAD];
     uint8_t again[MATCH_AHEAD]; /* packet i has the key of packet i - 1 */
     void (*next)(void *, uint64_t) = e->p.ops->prefetch_next;
+#define HASH_OF(i) h[((i) / MATCH_AHEAD) % 2][(i) % MATCH_AHEAD]
     /* The last packet's flow and probes: a packet of the same key as the one
      * before it is counted there without a lookup when nothing can have moved
-     * or removed that flow in between (no expiry: no wheel). Its hash is the
-     * one before too, and its line is not prefetched again. Not after an
-     * insert, whose probes may differ from a later lookup's. */
+     * or removed that flow in between (no expiry: no wheel). Its line is not
+     * prefetched again. Not after an insert, whose probes may differ from a
+     * later lookup's. */
     struct match_count *last = NULL;
     int last_probes = 0;
+    hash_block(e, keys, n < MATCH_AHEAD ? n : MATCH_AHEAD, h[0]);
     for (size_t i = 0; i < n && i < MATCH_AHEAD; i++) {
         again[i] = i && match_key_eq(&keys[i], &keys[i - 1]);
-        if (again[i]) {
-            h[i] = h[i - 1];
-            continue;
-        }
-        h[i] = e->p.hash(&keys[i], sizeof keys[i], e->p.seed);
-        e->p.ops->prefetch(e->table, h[i]);
+        if (!again[i])
+            e->p.ops->prefetch(e->table, h[0][i]);
     }
     for (size_t i = 0; i < n; i++) {
-        uint64_t hi = h[i % MATCH_AHEAD];
+        if (i % MATCH_AHEAD == 0 && i + MATCH_AHEAD < n) {
+            size_t b = i + MATCH_AHEAD, m = n - b < MATCH_AHEAD ? n - b : MATCH_AHEAD;
+            hash_block(e, &keys[b], m, h[(b / MATCH_AHEAD) % 2]);
+        }
+        uint64_t hi = HASH_OF(i);
         int repeat = again[i % MATCH_AHEAD];
         if (next && i + MATCH_AHEAD / 2 < n && !again[(i + MATCH_AHEAD / 2) % MATCH_AHEAD])
-            next(e->table, h[(i + MATCH_AHEAD / 2) % MATCH_AHEAD]);
+            next(e->table, HASH_OF(i + MATCH_AHEAD / 2));
         if (i + MATCH_AHEAD < n) {
             size_t a = i + MATCH_AHEAD;
             again[i % MATCH_AHEAD] = (uint8_t)match_key_eq(&keys[a], &keys[a - 1]);
-            if (again[i % MATCH_AHEAD]) {
-                h[i % MATCH_AHEAD] = h[(a - 1) % MATCH_AHEAD];
-            } else {
-                uint64_t ha = e->p.hash(&keys[a], sizeof *keys, e->p.seed);
-                h[i % MATCH_AHEAD] = ha;
-                e->p.ops->prefetch(e->table, ha);
-            }
+            if (!again[i % MATCH_AHEAD])
+                e->p.ops->prefetch(e->table, HASH_OF(a));
         }
         if (last && repeat && !e->wheel) {
             e->st.packets++;
@@ -260,6 +280,7 @@ void match_engine_bulk(struct match_engine *e, const struct match_key *keys, con
         if (last && last->packets == 1)
             last = NULL; /* inserted now: a lookup of it may take other probes than the insert */
     }
+#undef HASH_OF
 }
 
 void match_engine_walk(struct match_engine *e, void (*fn)(const struct match_flow *, void *),

@@ -18,8 +18,8 @@
  *   allows the sweep lags (the table holds more flows) but never stalls.
  * Each closed flow is passed to on_close (when set) before it leaves.
  *
- * Bulk: match_engine_bulk hashes each key MATCH_AHEAD packets before its
- * lookup and prefetches its line then (and, for a structure with a second
+ * Bulk: match_engine_bulk hashes the keys a block of MATCH_AHEAD at a time, a
+ * block ahead, prefetches each key's line MATCH_AHEAD packets before its lookup (and, for a structure with a second
  * level, what the line points to MATCH_AHEAD / 2 packets before), so the
  * cache misses of consecutive packets overlap. A packet with the key of the
  * packet before it reuses that hash (no prefetch again) and, when no timeout
@@ -44,6 +44,8 @@ struct match_engine_params {
     const struct match_ops *ops;
     struct match_params table;
     hash_fn hash;
+    const struct hash_algo *algo; /* NULL, or HASH's registry entry: match_engine_bulk
+                                   * then hashes a block of keys at a time (hash_bulk) */
     uint64_t seed;
     int64_t idle_ns, active_ns;
     unsigned budget;        /* expiry steps per packet, >= 1 when a timeout is set */

@@ -305,7 +305,7 @@ static int search_adversarial(uint64_t *ids, uint64_t n, const struct match_feed
     match_mod_init(&mod, p->lines);
     for (; found < n && i < ADVERSARIAL_MAX_TRIES; i++) {
         match_feed_flow_key(&k, i, p->ipv6);
-        if (match_line(&mod, p->hash(&k, sizeof k, p->hash_seed)) == 0)
+        if (match_line(&mod, match_key_hash(p->ops, p->hash, p->hash_seed, &k)) == 0)
             ids[found++] = i;
     }
     *tries = i;

@@ -37,7 +37,9 @@ struct match_feed_params {
     double rate_pps;        /* synthetic time stamps */
     int ipv6;
     uint64_t seed;
-    hash_fn hash;     /* adversarial: the hash, its seed and the lines to attack */
+    hash_fn hash;     /* adversarial: the hash, its seed, the table (its key form is what
+                       * is hashed: match_key_hash) and the lines to attack */
+    const struct match_ops *ops;
     uint64_t hash_seed;
     uint64_t lines;
 };

@@ -87,6 +87,10 @@ static int linear_find(void *table, const struct match_key *key, uint64_t hash, 
     return insert ? -ENOSPC : -ENOENT;
 }
 
+static int slot_used(const void *s) { return ((const struct linear_slot *)s)->f.key.ip_version != 0; }
+static uint64_t slot_hash(const void *s) { return ((const struct linear_slot *)s)->hash; }
+static void slot_clear(void *s) { ((struct linear_slot *)s)->f.key.ip_version = 0; }
+
 static int linear_remove(void *table, const struct match_key *key, uint64_t hash)
 {
     struct linear *l = table;
@@ -94,24 +98,10 @@ static int linear_remove(void *table, const struct match_key *key, uint64_t hash
     if (linear_find(table, key, hash, 0, &f) < 0)
         return -ENOENT;
     uint64_t hole = ((uintptr_t)f - (uintptr_t)l->slots) / sizeof *l->slots; /* the slot F is in */
-    /* Backward shift: an entry after the hole moves into it unless its home
-     * lies cyclically in (hole, here], where it would no longer be found. The
-     * hole is marked empty first, so even a full table's scan ends there. */
+    /* The hole is marked empty first, so even a full table's scan ends there. */
     l->slots[hole].f.key.ip_version = 0;
-    for (uint64_t k = hole;;) {
-        if (++k == l->size)
-            k = 0;
-        struct linear_slot *s = &l->slots[k];
-        if (!s->f.key.ip_version)
-            break;
-        uint64_t home = match_line(&l->mod, s->hash);
-        int stays = hole <= k ? (hole < home && home <= k) : (hole < home || home <= k);
-        if (stays)
-            continue;
-        l->slots[hole] = *s;
-        s->f.key.ip_version = 0;
-        hole = k;
-    }
+    match_backshift(l->slots, sizeof *l->slots, l->size, hole, &l->mod, slot_used, slot_hash,
+                    slot_clear);
     l->flows--;
     return 0;
 }

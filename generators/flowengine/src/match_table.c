@@ -8,12 +8,13 @@
 #include "match_chain.h"
 #include "match_cuckoo.h"
 #include "match_linear.h"
+#include "match_linear16.h"
 #include "match_robin.h"
 #include "match_tree.h"
 
 const struct match_ops *const match_tables[] = {
     &match_chain_ops, &match_tree_ops, &match_linear_ops, &match_robin_ops, &match_cuckoo_ops,
-    NULL,
+    &match_linear16_ops, NULL,
 };
 
 const struct match_ops *match_table_find_ops(const char *name)

@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hash.h"
 
@@ -35,6 +36,36 @@ struct match_key {
     uint8_t proto, ip_version;
     uint8_t pad[2];
 };
+
+/* An IPv4 5-tuple packed in 16 bytes (the structures with key_bytes 16): the
+ * addresses and ports as in struct match_key; PAD zero. */
+struct match_key16 {
+    uint32_t src, dst;
+    uint16_t sport, dport;
+    uint8_t proto, ip_version;
+    uint8_t pad[2];
+};
+
+/* K packed in 16 bytes in *OUT: 0, or -1 (an IPv6 key, which does not fit). */
+static inline int match_key_pack16(const struct match_key *k, struct match_key16 *out)
+{
+    *out = (struct match_key16){
+        .src = (uint32_t)k->src_lo, .dst = (uint32_t)k->dst_lo, .sport = k->sport,
+        .dport = k->dport, .proto = k->proto, .ip_version = k->ip_version,
+    };
+    return k->ip_version == 4 && !k->src_hi && !k->dst_hi && !(k->src_lo >> 32) &&
+                   !(k->dst_lo >> 32)
+               ? 0
+               : -1;
+}
+
+static inline void match_key_unpack16(const struct match_key16 *p, struct match_key *k)
+{
+    *k = (struct match_key){
+        .src_lo = p->src, .dst_lo = p->dst, .sport = p->sport, .dport = p->dport,
+        .proto = p->proto, .ip_version = p->ip_version,
+    };
+}
 
 /* What is counted of a flow. */
 struct match_count {
@@ -60,6 +91,10 @@ struct match_params {
 struct match_ops {
     const char *name;
     const char *what;       /* one line for --help and the JSON */
+    /* 0: keys are struct match_key, hashed whole (40 bytes). 16: IPv4 keys
+     * only, stored and hashed as struct match_key16 (match_key_hash); find
+     * refuses another key with -EINVAL. */
+    unsigned key_bytes;
     /* Bytes taken at creation for SIZE lines, and added by each stored flow
      * (0 when flows live in the lines). -EINVAL for a size that cannot be. */
     int (*footprint)(uint64_t size, uint64_t *fixed, uint64_t *per_flow);
@@ -118,6 +153,46 @@ static inline uint64_t match_line(const struct match_mod *m, uint64_t hash)
     if (!(m->n & (m->n - 1)))
         return hash & (m->n - 1); /* n <= 2^32: the low 32 bits' remainder too */
     return hash % m->n;
+}
+
+/* Linear probing's removal without tombstones (match_linear.c,
+ * match_linear16.c): SLOT_BYTES-byte slots, SIZE of them from SLOTS; the entry
+ * at HOLE was just emptied. An entry after the hole moves into it unless its
+ * home lies cyclically in (hole, here], where it would no longer be found;
+ * the scan ends at the first empty slot. USED, HASH_OF and CLEAR read and mark
+ * a slot (static inline: the compiler folds them in). */
+static inline void match_backshift(void *slots, size_t slot_bytes, uint64_t size, uint64_t hole,
+                                   const struct match_mod *mod, int (*used)(const void *),
+                                   uint64_t (*hash_of)(const void *), void (*clear)(void *))
+{
+    char *base = (char *)slots;
+    for (uint64_t k = hole;;) {
+        if (++k == size)
+            k = 0;
+        char *s = base + k * slot_bytes;
+        if (!used(s))
+            break;
+        uint64_t home = match_line(mod, hash_of(s));
+        int stays = hole <= k ? (hole < home && home <= k) : (hole < home || home <= k);
+        if (stays)
+            continue;
+        memcpy(base + hole * slot_bytes, s, slot_bytes);
+        clear(s);
+        hole = k;
+    }
+}
+
+/* The hash of KEY for a table of OPS: HASH over the bytes the table keeps
+ * (struct match_key, or struct match_key16 for key_bytes 16). */
+static inline uint64_t match_key_hash(const struct match_ops *ops, hash_fn hash, uint64_t seed,
+                                      const struct match_key *key)
+{
+    if (ops->key_bytes == 16) {
+        struct match_key16 p;
+        match_key_pack16(key, &p);
+        return hash(&p, sizeof p, seed);
+    }
+    return hash(key, sizeof *key, seed);
 }
 
 /* Prefetch every cache line of the BYTES bytes at P (a record that straddles
