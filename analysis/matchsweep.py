@@ -17,7 +17,8 @@ from analysis.plots import mpl
 ROWS_NAME = "rows.parquet"
 FIGURES = {"fig2": "match-fig2-rate.png", "fig3": "match-fig3-ratio.png",
            "fig4": "match-fig4-pdf.png", "fig5": "match-fig5-loss.png", "table1": "match-table1.png"}
-STYLE = {"chain": "-", "tree": "--", "linear": "-.", "robin": ":", "cuckoo": (0, (5, 1, 1, 1))}
+STYLE = {"chain": "-", "tree": "--", "linear": "-.", "robin": ":", "cuckoo": (0, (5, 1, 1, 1)),
+         "linear16": (0, (3, 1, 1, 1, 1, 1))}
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
 

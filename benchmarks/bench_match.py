@@ -66,16 +66,16 @@ def median_of(runs):
     return best
 
 
-def median_run(binary, args, repeat):
-    return median_of([run(binary, args) for _ in range(repeat)])
+def median_run(binary, args, repeat, pin=None):
+    return median_of([run(binary, args, pin) for _ in range(repeat)])
 
 
-def median_pair(binary, other, args, repeat):
+def median_pair(binary, other, args, repeat, pin=None):
     """The medians of REPEAT runs of BINARY and of OTHER, alternating run by run."""
     ours, theirs = [], []
     for _ in range(repeat):
-        ours.append(run(binary, args))
-        theirs.append(run(other, args))
+        ours.append(run(binary, args, pin))
+        theirs.append(run(other, args, pin))
     return median_of(ours), median_of(theirs)
 
 
@@ -94,6 +94,7 @@ def main():
     ap.add_argument("--bin")
     ap.add_argument("--compare", help="another flowengine binary, run alternately on the random and det cases")
     ap.add_argument("--structs", default=",".join(STRUCTS))
+    ap.add_argument("--cpu", type=int, help="the core to run on (taskset -c; default: any)")
     ap.add_argument("--cases", default="random,odd,det,churn,trace")
     a = ap.parse_args()
     binary = find_binary(a.bin)
@@ -125,11 +126,11 @@ def main():
             if kind not in wanted or (kind == "odd" and struct not in ODD_SIZES):
                 continue
             if a.compare and kind in ("random", "odd", "det"):
-                r, other = median_pair(binary, a.compare, args, a.repeat)
+                r, other = median_pair(binary, a.compare, args, a.repeat, a.cpu)
                 r["compare_mpps"], r["compare_mpps_runs"] = other["mpps"], other["mpps_runs"]
                 r["compare_p_l1"] = other["p_l1"]
             else:
-                r = median_run(binary, args, a.repeat)
+                r = median_run(binary, args, a.repeat, a.cpu)
             r["case"] = name
             r["args"] = args
             results["cases"].append(r)

@@ -816,7 +816,8 @@ def build_parser() -> argparse.ArgumentParser:
     ms = sub.add_parser("match-sweep", help="seed 000's flow-matching grid with `flowengine match`: "
                         "Parquet rows, Figs. 2-5 and Table 1 beside the seed's (docs/flow-match.md)")
     ms.add_argument("--structs", type=_names, default=DEFAULT_STRUCTS, metavar="A,B",
-                    help="chain, tree, linear, robin, cuckoo (default: chain,tree)")
+                    help="chain, tree, linear, robin, cuckoo, linear16 (IPv4 feeds only) "
+                         "(default: chain,tree)")
     ms.add_argument("--hashes", type=_names, default=DEFAULT_HASHES, metavar="A,B",
                     help="hashes of the registry (default: coralreef,lookup3,murmur3_32)")
     ms.add_argument("--sizes", default="2^14..2^24", metavar="2^A..2^B,N",
