@@ -139,7 +139,8 @@ def main():
             print(f"{struct:7} {name:32} {r['mpps']:8.2f} Mpps{vs}", file=sys.stderr)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "match.json").write_text(json.dumps(results, indent=1) + "\n")
-    cmp_head, cmp_rule = (" compare Mpps | ours / compare | compare P(L=1) |", "---|---|---|") if a.compare else ("", "")
+    cmp_head, cmp_rule = ((" compare Mpps | ours / compare | compare P(L=1) |", "---|---|---|") if a.compare
+                          else ("", ""))
     print(f"| structure | case | size | Mpps (median of {a.repeat}) |{cmp_head} P(L=1) | mean probes | bytes/flow | "
           "inserts/s | expiries/s | worst packet (probes, expiry steps) |")
     print("|---|---|---|---|" + cmp_rule + "---|---|---|---|---|---|")
