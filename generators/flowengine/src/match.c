@@ -173,8 +173,8 @@ static void dump_flow(const struct match_flow *f, void *arg)
     fprintf((FILE *)arg, "%u,%u,%llu,%llu,%llu,%llu,%u,%u,%llu,%llu,%lld,%lld\n", k->ip_version,
             k->proto, (unsigned long long)k->src_hi, (unsigned long long)k->src_lo,
             (unsigned long long)k->dst_hi, (unsigned long long)k->dst_lo, k->sport, k->dport,
-            (unsigned long long)f->c.packets, (unsigned long long)f->c.bytes, (long long)f->c.first_ns,
-            (long long)f->c.last_ns);
+            (unsigned long long)f->c.packets, (unsigned long long)f->c.bytes,
+            (long long)f->c.first_ns, (long long)f->c.last_ns);
 }
 
 static FILE *open_temp(const char *path, char *tmp, size_t len)
@@ -448,7 +448,8 @@ int match_main(int argc, char **argv, uint64_t mem_available)
     void *table = match_engine_table(e);
     struct report r = {
         .o = &o, .ops = ops_used, .feed = &feed, .st = match_engine_stats(e),
-        .seconds = seconds, .cpu_seconds = cpu_seconds, .flows = ops->flows(table), .used = ops->used_lines(table),
+        .seconds = seconds, .cpu_seconds = cpu_seconds, .flows = ops->flows(table),
+        .used = ops->used_lines(table),
         .memory = match_engine_memory(e), .fixed = fixed, .per_flow = per_flow,
     };
     write_report(stdout, &r, 0);

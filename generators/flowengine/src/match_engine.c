@@ -99,7 +99,8 @@ static int wheel_add(struct match_engine *e, const struct match_key *key, int64_
     return 0;
 }
 
-static void close_flow(struct match_engine *e, const struct match_key *key, const struct match_count *c)
+static void close_flow(struct match_engine *e, const struct match_key *key,
+                       const struct match_count *c)
 {
     if (e->p.on_close) {
         struct match_flow f = { .key = *key, .c = *c };

@@ -19,13 +19,14 @@
  * Each closed flow is passed to on_close (when set) before it leaves.
  *
  * Bulk: match_engine_bulk hashes the keys a block of MATCH_AHEAD at a time, a
- * block ahead, prefetches each key's line MATCH_AHEAD packets before its lookup (and, for a structure with a second
- * level, what the line points to MATCH_AHEAD / 2 packets before), so the
- * cache misses of consecutive packets overlap. A packet with the key of the
- * packet before it reuses that hash (no prefetch again) and, when no timeout
- * is set and the packet before did not insert, is counted in that flow with
- * the same probes without a lookup (the same counters and histogram as a
- * lookup would give: nothing moves a flow between two hits).
+ * block ahead, and prefetches each key's line MATCH_AHEAD packets before its
+ * lookup (and, for a structure with a second level, what the line points to
+ * MATCH_AHEAD / 2 packets before), so the cache misses of consecutive packets
+ * overlap. A packet with the key of the packet before it is not prefetched
+ * again and, when no timeout is set and the packet before did not insert, is
+ * counted in that flow with the same probes without a lookup (the same
+ * counters and histogram as a lookup would give: nothing moves a flow between
+ * two hits).
  *
  * Returns negative errno. Thread safety: none; an engine belongs to one
  * thread. */

@@ -87,7 +87,10 @@ static int linear_find(void *table, const struct match_key *key, uint64_t hash, 
     return insert ? -ENOSPC : -ENOENT;
 }
 
-static int slot_used(const void *s) { return ((const struct linear_slot *)s)->f.key.ip_version != 0; }
+static int slot_used(const void *s)
+{
+    return ((const struct linear_slot *)s)->f.key.ip_version != 0;
+}
 static uint64_t slot_hash(const void *s) { return ((const struct linear_slot *)s)->hash; }
 static void slot_clear(void *s) { ((struct linear_slot *)s)->f.key.ip_version = 0; }
 

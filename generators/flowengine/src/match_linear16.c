@@ -100,7 +100,10 @@ static int linear16_find(void *table, const struct match_key *key, uint64_t hash
     return insert ? -ENOSPC : -ENOENT;
 }
 
-static int slot_used(const void *s) { return ((const struct linear16_slot *)s)->key.k.ip_version != 0; }
+static int slot_used(const void *s)
+{
+    return ((const struct linear16_slot *)s)->key.k.ip_version != 0;
+}
 static uint64_t slot_hash(const void *s) { return ((const struct linear16_slot *)s)->hash; }
 static void slot_clear(void *s) { ((struct linear16_slot *)s)->key.k.ip_version = 0; }
 
@@ -131,8 +134,15 @@ static void linear16_walk(void *table, void (*fn)(const struct match_flow *, voi
     }
 }
 
-static uint64_t linear16_flows(const void *table) { return ((const struct linear16 *)table)->flows; }
-static uint64_t linear16_memory(const void *table) { return ((const struct linear16 *)table)->held; }
+static uint64_t linear16_flows(const void *table)
+{
+    return ((const struct linear16 *)table)->flows;
+}
+
+static uint64_t linear16_memory(const void *table)
+{
+    return ((const struct linear16 *)table)->held;
+}
 
 const struct match_ops match_linear16_ops = {
     .name = "linear16",
