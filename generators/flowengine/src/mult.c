@@ -45,6 +45,14 @@ struct mult_flow {
 };
 #define MULT_FLOW_KEY offsetof(struct mult_flow, pad)
 
+/* One side of a sided plan (mult_params.home): its ranges, its affine map, its addresses. */
+struct mult_side {
+    const struct mult_range *r[MULT_MAX_RANGES];
+    uint64_t rsize[MULT_MAX_RANGES];
+    uint32_t nr, n, m;
+    uint64_t size, mul, add;
+};
+
 /* Open addressing over a dense array: slot holds the dense index + 1 (0: empty). */
 struct mult_index {
     uint32_t *slot;
@@ -62,6 +70,8 @@ struct mult_family {
     const struct mult_range *r[MULT_MAX_RANGES];
     uint64_t rsize[MULT_MAX_RANGES];
     uint32_t nr;
+    struct mult_side side[2];     /* sided plan: [0] the others, [1] the home side */
+    uint32_t *sidx, scap;         /* sided plan: each address's index within its side */
 };
 
 struct mult {
@@ -320,6 +330,7 @@ static int mult_grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
 }
 
 static void mult_plan_addr(struct mult *m, struct mult_family *fm, uint32_t idx);
+static int mult_home_has(const struct mult *m, const struct mult_family *fm, const uint8_t *a16);
 
 /* The index of addr in its family, adding it when new. -ENOSPC past the bound. */
 static int64_t mult_addr_get(struct mult *m, struct mult_family *fm, const uint8_t *a16)
@@ -329,9 +340,12 @@ static int64_t mult_addr_get(struct mult *m, struct mult_family *fm, const uint8
     if (fm->n >= m->p.max_addrs) return -ENOSPC;
     if (!m->p.live) {
         if (mult_grow((void **)&fm->addr, &fm->cap, 16, fm->n + 1) < 0) return -ENOMEM;
+        if (m->p.nhome && mult_grow((void **)&fm->sidx, &fm->scap, sizeof *fm->sidx, fm->n + 1) < 0)
+            return -ENOMEM;
     }
     uint32_t i = fm->n++;
     memcpy(fm->addr[i], a16, 16);
+    if (m->p.nhome) fm->sidx[i] = fm->side[mult_home_has(m, fm, a16)].n++;
     *s = i + 1;
     if (!m->p.live && mult_index_grow(&fm->ix, fm->n, fm->addr, mult_addr_key, 16) < 0)
         return -ENOMEM;
@@ -406,39 +420,85 @@ static uint64_t mult_gcd(uint64_t a, uint64_t b)
     return a;
 }
 
-static void mult_family_map(struct mult *m, struct mult_family *fm, int fi)
+/* The affine map x -> (mul * x + add) mod size of one stream of the seed. */
+static void mult_affine(uint64_t seed, uint64_t stream, uint64_t size, uint64_t *mul, uint64_t *add)
 {
-    uint64_t st = rng_seed(m->p.seed, 0x6d756c7400ull + (uint64_t)fi);
-    if (fm->size <= 1) {
-        fm->mul = 1;
-        fm->add = 0;
+    uint64_t st = rng_seed(seed, stream);
+    if (size <= 1) {
+        *mul = 1;
+        *add = 0;
         return;
     }
-    uint64_t a = (rng_next(&st) % (fm->size - 1)) + 1;
-    while (mult_gcd(a, fm->size) != 1) a = a % (fm->size - 1) + 1;
-    fm->mul = a;
-    fm->add = rng_next(&st) % fm->size;
+    uint64_t a = (rng_next(&st) % (size - 1)) + 1;
+    while (mult_gcd(a, size) != 1) a = a % (size - 1) + 1;
+    *mul = a;
+    *add = rng_next(&st) % size;
+}
+
+static void mult_family_map(struct mult *m, struct mult_family *fm, int fi)
+{
+    mult_affine(m->p.seed, 0x6d756c7400ull + (uint64_t)fi, fm->size, &fm->mul, &fm->add);
+    for (int s = 0; s < 2 && m->p.nhome; s++) /* each side a stream of its own */
+        mult_affine(m->p.seed, 0x6d756c7402ull + (uint64_t)(2 * s + fi), fm->side[s].size,
+                    &fm->side[s].mul, &fm->side[s].add);
+}
+
+int mult_range_has(const struct mult_range *r, int family, const uint8_t *a)
+{
+    if (r->family != family) return 0;
+    for (unsigned b = 0; b < r->plen; b++)
+        if ((a[b / 8] ^ r->addr[b / 8]) & (0x80u >> (b % 8))) return 0;
+    return 1;
+}
+
+/* 1 when a16 (an address of fm) is inside a home CIDR. */
+static int mult_home_has(const struct mult *m, const struct mult_family *fm, const uint8_t *a16)
+{
+    for (uint32_t i = 0; i < m->p.nhome; i++)
+        if (mult_range_has(&m->p.home[i], fm == &m->fam[0] ? 4 : 6, a16)) return 1;
+    return 0;
+}
+
+/* Shadow number off of the ranges r (sizes rs) as address idx's shadow in copy c. */
+static void mult_shadow_set(struct mult *m, struct mult_family *fm, uint32_t idx, uint32_t c,
+                            const struct mult_range *const *r, const uint64_t *rs, uint64_t off)
+{
+    const uint32_t al = fm == &m->fam[0] ? 4 : 16;
+    uint32_t k = 0;
+    while (off >= rs[k]) off -= rs[k++];
+    struct mult_shadow *sh = &fm->shadow[(size_t)idx * m->T + c - 1];
+    memset(sh->a, 0, 16);
+    memcpy(sh->a, r[k]->addr, al);
+    for (int b = (int)al - 1; b >= 0 && off; b--) { /* base (host bits zero) + off */
+        uint64_t v = sh->a[b] + (off & 0xff);
+        sh->a[b] = (uint8_t)v;
+        off = (off >> 8) + (v >> 8);
+    }
+    uint64_t old = csum_partial(fm->addr[idx], al, 0), neu = csum_partial(sh->a, al, 0);
+    sh->delta = csum_fold((uint64_t)(uint16_t)~csum_fold(old) + csum_fold(neu));
+}
+
+/* The sided plan of address idx: x = (c-1) * M_side + its index within its side. */
+static void mult_plan_side(struct mult *m, struct mult_family *fm, uint32_t idx)
+{
+    const struct mult_side *sd = &fm->side[mult_home_has(m, fm, fm->addr[idx])];
+    for (uint32_t c = 1; c <= m->T; c++) {
+        uint64_t x = (uint64_t)(c - 1) * sd->m + fm->sidx[idx];
+        mult_shadow_set(m, fm, idx, c, sd->r, sd->rsize,
+                        (uint64_t)(((mult_u128)sd->mul * x + sd->add) % sd->size));
+    }
 }
 
 static void mult_plan_addr(struct mult *m, struct mult_family *fm, uint32_t idx)
 {
-    const uint32_t T = m->T, al = fm == &m->fam[0] ? 4 : 16;
-    uint64_t old = csum_partial(fm->addr[idx], al, 0);
-    for (uint32_t c = 1; c <= T; c++) {
+    if (m->p.nhome) {
+        mult_plan_side(m, fm, idx);
+        return;
+    }
+    for (uint32_t c = 1; c <= m->T; c++) {
         uint64_t x = (uint64_t)(c - 1) * fm->m + idx;
-        uint64_t off = (uint64_t)(((mult_u128)fm->mul * x + fm->add) % fm->size);
-        uint32_t r = 0;
-        while (off >= fm->rsize[r]) off -= fm->rsize[r++];
-        struct mult_shadow *sh = &fm->shadow[(size_t)idx * T + c - 1];
-        memset(sh->a, 0, 16);
-        memcpy(sh->a, fm->r[r]->addr, al);
-        for (int b = (int)al - 1; b >= 0 && off; b--) { /* base (host bits zero) + off */
-            uint64_t v = sh->a[b] + (off & 0xff);
-            sh->a[b] = (uint8_t)v;
-            off = (off >> 8) + (v >> 8);
-        }
-        uint64_t neu = csum_partial(sh->a, al, 0);
-        sh->delta = csum_fold((uint64_t)(uint16_t)~csum_fold(old) + csum_fold(neu));
+        mult_shadow_set(m, fm, idx, c, fm->r, fm->rsize,
+                        (uint64_t)(((mult_u128)fm->mul * x + fm->add) % fm->size));
     }
 }
 
@@ -460,12 +520,33 @@ uint64_t mult_range_size(const struct mult *m, int family)
     return m->fam[family == 6].size;
 }
 
+uint64_t mult_side_need(const struct mult *m, int family, int home)
+{
+    return (uint64_t)m->T * m->fam[family == 6].side[home != 0].n;
+}
+
+uint64_t mult_side_size(const struct mult *m, int family, int home)
+{
+    return m->fam[family == 6].side[home != 0].size;
+}
+
+/* Offline sided plan: each side's M is its addresses; -ENOSPC when a side's ranges are short. */
+static int mult_sides_fit(struct mult *m, struct mult_family *fm)
+{
+    for (int s = 0; s < 2; s++) {
+        struct mult_side *sd = &fm->side[s];
+        if ((uint64_t)m->T * sd->n > sd->size) return -ENOSPC;
+        sd->m = sd->n ? sd->n : 1;
+    }
+    return 0;
+}
+
 int mult_plan(struct mult *m)
 {
     for (int fi = 0; fi < 2; fi++) {
         struct mult_family *fm = &m->fam[fi];
         if (!fm->n) continue;
-        if ((uint64_t)m->T * fm->n > fm->size) return -ENOSPC;
+        if (m->p.nhome ? mult_sides_fit(m, fm) < 0 : (uint64_t)m->T * fm->n > fm->size) return -ENOSPC;
         int rc = mult_family_alloc(m, fm, fm->n);
         if (rc) return rc;
         for (uint32_t i = 0; i < fm->n; i++) mult_plan_addr(m, fm, i);
@@ -475,11 +556,55 @@ int mult_plan(struct mult *m)
 
 /* ---- create ----------------------------------------------------------------------------- */
 
+static uint64_t mult_cidr_size(const struct mult_range *r)
+{
+    uint32_t hb = (r->family == 4 ? 32u : 128u) - r->plen;
+    return hb >= 62 ? MULT_MAX_SIZE : 1ull << hb;
+}
+
+static int mult_cidr_ok(const struct mult_range *r)
+{
+    return (r->family == 4 || r->family == 6) && r->plen <= (r->family == 4 ? 32 : 128);
+}
+
+/* Live sided plan: each side of a family with ranges has room for max_addrs addresses. */
+static int mult_sides_live(struct mult *m, struct mult_family *fm)
+{
+    if (!fm->side[0].nr && !fm->side[1].nr) return 0;
+    for (int s = 0; s < 2; s++) {
+        if ((uint64_t)m->T * m->p.max_addrs > fm->side[s].size) return -ENOSPC;
+        fm->side[s].m = m->p.max_addrs;
+    }
+    fm->sidx = malloc((size_t)m->p.max_addrs * sizeof *fm->sidx);
+    fm->scap = m->p.max_addrs;
+    return fm->sidx ? mult_family_alloc(m, fm, m->p.max_addrs) : -ENOMEM;
+}
+
+/* The sides of a sided plan: [0] the family's ranges, [1] the home ranges. -EINVAL: a bad CIDR. */
+static int mult_sides_create(struct mult *m)
+{
+    for (uint32_t i = 0; i < m->p.nhome; i++)
+        if (!mult_cidr_ok(&m->p.home[i])) return -EINVAL;
+    for (int s = 0; s < 2; s++) {
+        const struct mult_range *rg = s ? m->p.home_ranges : m->p.ranges;
+        for (uint32_t i = 0, n = s ? m->p.nhome_ranges : m->p.nranges; i < n; i++) {
+            if (!mult_cidr_ok(&rg[i])) return -EINVAL;
+            struct mult_side *sd = &m->fam[rg[i].family == 6].side[s];
+            uint64_t sz = mult_cidr_size(&rg[i]);
+            sd->r[sd->nr] = &rg[i];
+            sd->rsize[sd->nr++] = sz;
+            sd->size = sd->size + sz > MULT_MAX_SIZE ? MULT_MAX_SIZE : sd->size + sz;
+        }
+    }
+    return 0;
+}
+
 int mult_create(struct mult **out, const struct mult_params *p)
 {
     *out = NULL;
     if (p->copies < 1 || p->copies > MULT_MAX_COPIES || !p->nranges ||
-        p->nranges > MULT_MAX_RANGES || !p->max_flows || !p->max_addrs)
+        p->nranges > MULT_MAX_RANGES || !p->max_flows || !p->max_addrs ||
+        p->nhome > MULT_MAX_RANGES || p->nhome_ranges > MULT_MAX_RANGES || (p->nhome && !p->nhome_ranges))
         return -EINVAL;
     struct mult *m = calloc(1, sizeof *m);
     if (!m) return -ENOMEM;
@@ -487,16 +612,19 @@ int mult_create(struct mult **out, const struct mult_params *p)
     m->T = p->copies;
     for (uint32_t i = 0; i < p->nranges; i++) {
         const struct mult_range *r = &p->ranges[i];
-        if ((r->family != 4 && r->family != 6) || r->plen > (r->family == 4 ? 32 : 128)) {
+        if (!mult_cidr_ok(r)) {
             mult_free(m);
             return -EINVAL;
         }
         struct mult_family *fm = &m->fam[r->family == 6];
-        uint32_t hb = (r->family == 4 ? 32u : 128u) - r->plen;
-        uint64_t sz = hb >= 62 ? MULT_MAX_SIZE : 1ull << hb;
+        uint64_t sz = mult_cidr_size(r);
         fm->r[fm->nr] = r;
         fm->rsize[fm->nr++] = sz;
         fm->size = fm->size + sz > MULT_MAX_SIZE ? MULT_MAX_SIZE : fm->size + sz;
+    }
+    if (p->nhome && mult_sides_create(m) < 0) {
+        mult_free(m);
+        return -EINVAL;
     }
     m->ulen = p->nurls ? calloc(p->nurls, sizeof *m->ulen) : NULL;
     for (uint32_t i = 0; i < p->nurls; i++) {
@@ -526,6 +654,7 @@ int mult_create(struct mult **out, const struct mult_params *p)
             fm->addr = malloc((size_t)p->max_addrs * 16);
             fm->cap = p->max_addrs;
             if (!m->flows || !fm->addr) rc = -ENOMEM;
+            else if (p->nhome) rc = mult_sides_live(m, fm);
             else if (fm->nr && (uint64_t)m->T * p->max_addrs > fm->size) rc = -ENOSPC;
             else if (fm->nr) rc = mult_family_alloc(m, fm, p->max_addrs);
         }
@@ -548,6 +677,7 @@ void mult_free(struct mult *m)
         free(m->fam[fi].addr);
         free(m->fam[fi].ix.slot);
         free(m->fam[fi].shadow);
+        free(m->fam[fi].sidx);
     }
     free(m->ulen);
     free(m);
@@ -785,7 +915,7 @@ int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf
     int pass = mult_parse(frame, len, &h), dir = 0, rc = 0;
     struct mult_flow *fl = NULL;
     if (pass == 0) {
-        if (!m->fam[h.family == 6].nr) {
+        if (!m->fam[h.family == 6].nr && !m->fam[h.family == 6].side[1].nr) {
             pass = -MULT_PASS_NO_RANGE - 1;
         } else {
             fl = mult_flow_get_or_add(m, frame, &h, &dir, &rc);

@@ -83,6 +83,14 @@ struct mult_params {
     uint32_t max_flows;              /* flow table bound */
     uint32_t max_addrs;              /* address table bound, per family */
     int live;                        /* 1: plan each address when first seen (M = max_addrs) */
+    /* The sided plan (nhome > 0): an original address inside one of the home CIDRs takes its
+     * shadows from home_ranges, any other from ranges, each side with an affine map and an M
+     * of its own (its addresses in order of first appearance), so the shadows of the home
+     * side are a few CIDRs an IDS can take as HOME_NET. nhome = 0: the one plan above. */
+    const struct mult_range *home;
+    uint32_t nhome;
+    const struct mult_range *home_ranges;
+    uint32_t nhome_ranges;
 };
 
 struct mult_stats {
@@ -113,8 +121,9 @@ struct mult_frame {
 struct mult;
 
 /* Creates a multiplier. 0 or -EINVAL (bad params: T out of range, no range,
- * more than MULT_MAX_RANGES, a URL longer than MULT_MAX_URL), -ENOSPC (live:
- * a family's ranges hold fewer than T * max_addrs addresses), -ENOMEM. */
+ * more than MULT_MAX_RANGES, a URL longer than MULT_MAX_URL, home CIDRs without
+ * home ranges), -ENOSPC (live: a family's ranges, or with home CIDRs each side's,
+ * hold fewer than T * max_addrs addresses), -ENOMEM. */
 int mult_create(struct mult **out, const struct mult_params *p);
 void mult_free(struct mult *m);
 
@@ -130,6 +139,11 @@ int mult_scan(struct mult *m, const uint8_t *frame, uint32_t len, uint32_t *need
 int mult_plan(struct mult *m);
 uint64_t mult_plan_need(const struct mult *m, int family);
 uint64_t mult_range_size(const struct mult *m, int family);
+/* The same for one side of a sided plan (home: 1 the home side, 0 the others). */
+uint64_t mult_side_need(const struct mult *m, int family, int home);
+uint64_t mult_side_size(const struct mult *m, int family, int home);
+/* 1 when the address (network order, 4 or 16 bytes) of the family lies in r. */
+int mult_range_has(const struct mult_range *r, int family, const uint8_t *addr);
 
 /* The hot path: writes the T+1 frames of one ingress frame (or the original
  * alone, see enum mult_pass) into buf, each preceded by `gap` bytes left for

@@ -36,11 +36,12 @@ static const char mult_usage[] =
     "                           [--urls FILE] [--mtu N] [--plan PLAN.csv|PLAN.json]\n"
     "                           [--original CIDR[,CIDR...]] [--max-flows N] [--max-seconds N]\n"
     "                           [--upto-damage] [--summary FILE]\n"
+    "                           [--home CIDR[,CIDR...] --home-ranges CIDR[,CIDR...]]\n"
     "       flowengine multiply --live IN_IFACE OUT_IFACE DUT_IFACE -T N --ranges CIDR[,...] (see --live -h)\n";
 
 struct mult_opts {
     const char *in, *out, *plan, *urls, *summary;
-    const char *ranges, *original;
+    const char *ranges, *original, *home, *home_ranges;
     uint64_t copies, seed, mtu, max_flows, max_seconds;
     int order, ports, null, upto_damage;
 };
@@ -112,10 +113,7 @@ int mult_range_list(const char *list, struct mult_range *r, uint32_t *n, const c
 
 int mult_in_range(const struct mult_range *r, int family, const uint8_t *a)
 {
-    if (r->family != family) return 0;
-    for (unsigned b = 0; b < r->plen; b++)
-        if ((a[b / 8] ^ r->addr[b / 8]) & (0x80u >> (b % 8))) return 0;
-    return 1;
+    return mult_range_has(r, family, a);
 }
 
 int mult_overlap(const struct mult_range *x, const struct mult_range *y)
@@ -289,6 +287,8 @@ static int mult_args(int argc, char **argv, struct mult_opts *o)
         else if (!strcmp(a, "--summary")) o->summary = v;
         else if (!strcmp(a, "--ranges")) o->ranges = v;
         else if (!strcmp(a, "--original")) o->original = v;
+        else if (!strcmp(a, "--home")) o->home = v;
+        else if (!strcmp(a, "--home-ranges")) o->home_ranges = v;
         else if (!strcmp(a, "-T")) num = &o->copies;
         else if (!strcmp(a, "--seed")) num = &o->seed;
         else if (!strcmp(a, "--mtu")) num = &o->mtu;
@@ -311,6 +311,9 @@ static int mult_args(int argc, char **argv, struct mult_opts *o)
     if (!o->out == !o->null) return mult_fail("give exactly one of -o OUT.pcap and --null");
     if (!o->ranges) return mult_fail("missing --ranges (the shadow address ranges, e.g. "
                                      "--ranges 198.18.0.0/16,2001:db8:100::/48)");
+    if (!o->home != !o->home_ranges)
+        return mult_fail("give --home (the CIDRs of the original home addresses) together with "
+                         "--home-ranges (the shadow ranges of the home side), or neither");
     if (o->copies < 1 || o->copies > MULT_MAX_COPIES)
         return mult_fail("-T %" PRIu64 ": the number of copies must be 1..%u", o->copies,
                          MULT_MAX_COPIES);
@@ -371,6 +374,21 @@ static int mult_pass1(struct mult *m, pr_reader *r, const struct mult_opts *o, u
     return 0;
 }
 
+/* The sided plan's room: each side's ranges hold T shadows of each of its addresses. */
+static int mult_check_sides(const struct mult *m, const struct mult_opts *o)
+{
+    for (int fam = 4; fam <= 6; fam += 2)
+        for (int home = 0; home < 2; home++) {
+            uint64_t need = mult_side_need(m, fam, home), have = mult_side_size(m, fam, home);
+            const char *opt = home ? "--home-ranges" : "--ranges";
+            if (need > have)
+                return mult_fail("%s: the IPv%d ranges hold %" PRIu64 " addresses; T=%" PRIu64 " copies "
+                                 "of the %" PRIu64 " original %s addresses need %" PRIu64, opt, fam, have,
+                                 o->copies, need / o->copies, home ? "home (--home)" : "other", need);
+        }
+    return 0;
+}
+
 /* Checks of the input against the plan: shadow ranges vs the originals. */
 static int mult_check_plan(struct mult *m, const struct mult_opts *o, const struct mult_range *rg,
                            uint32_t nr, const struct mult_range *og, uint32_t no)
@@ -393,6 +411,7 @@ static int mult_check_plan(struct mult *m, const struct mult_opts *o, const stru
                                  mult_ntop(v.family, ep[e], a), o->original);
         }
     }
+    if (o->home) return mult_check_sides(m, o);
     for (int fam = 4; fam <= 6; fam += 2) {
         uint64_t need = mult_plan_need(m, fam), have = mult_range_size(m, fam);
         if (need && !have)
@@ -413,19 +432,28 @@ int mult_cmd(int argc, char **argv)
     int rc = mult_args(argc, argv, &o);
     if (rc) return rc;
 
-    struct mult_range rg[MULT_MAX_RANGES], og[MULT_MAX_RANGES];
-    uint32_t nr = 0, no = 0;
+    /* rg: --ranges then --home-ranges (nh), all shadow ranges, checked against each other */
+    struct mult_range rg[2 * MULT_MAX_RANGES], og[MULT_MAX_RANGES], hg[MULT_MAX_RANGES];
+    uint32_t nr = 0, no = 0, nh = 0, nhome = 0;
     char b1[64], b2[64];
     if ((rc = mult_range_list(o.ranges, rg, &nr, "--ranges"))) return rc;
     if (o.original && (rc = mult_range_list(o.original, og, &no, "--original"))) return rc;
-    for (uint32_t i = 0; i < nr; i++) {
-        for (uint32_t j = i + 1; j < nr; j++)
+    if (o.home && ((rc = mult_range_list(o.home, hg, &nhome, "--home")) ||
+                   (rc = mult_range_list(o.home_ranges, rg + nr, &nh, "--home-ranges"))))
+        return rc;
+    for (uint32_t i = 0; i < nr + nh; i++) {
+        for (uint32_t j = i + 1; j < nr + nh; j++)
             if (mult_overlap(&rg[i], &rg[j]))
-                return mult_fail("--ranges: %s and %s overlap", mult_range_str(&rg[i], b1),
+                return mult_fail("%s: %s and %s overlap", i < nr && j >= nr ? "--ranges and --home-ranges"
+                                 : i < nr ? "--ranges" : "--home-ranges", mult_range_str(&rg[i], b1),
                                  mult_range_str(&rg[j], b2));
+        for (uint32_t j = 0; j < nhome; j++)
+            if (mult_overlap(&rg[i], &hg[j]))
+                return mult_fail("%s %s overlaps the home range %s", i < nr ? "--ranges" : "--home-ranges",
+                                 mult_range_str(&rg[i], b1), mult_range_str(&hg[j], b2));
         for (uint32_t j = 0; j < no; j++)
             if (mult_overlap(&rg[i], &og[j]))
-                return mult_fail("--ranges %s overlaps the original range %s",
+                return mult_fail("%s %s overlaps the original range %s", i < nr ? "--ranges" : "--home-ranges",
                                  mult_range_str(&rg[i], b1), mult_range_str(&og[j], b2));
     }
     char **urls = NULL;
@@ -451,6 +479,7 @@ int mult_cmd(int argc, char **argv)
         .ranges = rg, .nranges = nr, .urls = (const char *const *)urls, .nurls = nurls,
         .max_ip_len = (uint32_t)o.mtu, .max_flows = (uint32_t)o.max_flows,
         .max_addrs = (uint32_t)(o.max_flows * 2 < UINT32_MAX ? o.max_flows * 2 : UINT32_MAX),
+        .home = hg, .nhome = nhome, .home_ranges = rg + nr, .nhome_ranges = nh,
     };
     struct mult *m = NULL;
     uint64_t npk = 0, nbytes = 0, damaged_at = 0;
@@ -474,7 +503,7 @@ int mult_cmd(int argc, char **argv)
                        o.in, damaged_at, damage, npk);
         goto out;
     }
-    if ((rc = mult_check_plan(m, &o, rg, nr, og, no))) goto out;
+    if ((rc = mult_check_plan(m, &o, rg, nr + nh, og, no))) goto out;
     if (need > o.mtu) {
         rc = mult_fail("--urls: a substituted request would make a %u-byte IP packet, more than "
                        "--mtu %" PRIu64 " holds (the longest request target in %s is too long "
