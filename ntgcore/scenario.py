@@ -870,6 +870,16 @@ class MultiplySpec(_Model):
                              "scenario): copy c's HTTP requests get line (c-1) mod n.")
     mtu: int = Field(1500, ge=68, le=65535, description="Largest IP packet a substituted request may become.")
     seed: int | None = Field(None, ge=0, lt=2**64, description="Seed of the plan; default the scenario's.")
+    home: list[str] = Field([], max_length=MULTIPLY_MAX_RANGES, description="The sided plan: original "
+                            "addresses in these CIDRs (the home side) take their shadows from home_ranges, "
+                            "the others from ranges; give both or neither.")
+    home_ranges: list[str] = Field([], max_length=MULTIPLY_MAX_RANGES, description="Shadow ranges of the "
+                                   "home side: the shadows of home addresses, as few CIDRs (an IDS's HOME_NET).")
+
+    @field_validator("home", "home_ranges")
+    @classmethod
+    def _home(cls, v: list[str]) -> list[str]:
+        return _networks(v)
 
     @field_validator("ranges")
     @classmethod
@@ -883,8 +893,12 @@ class MultiplySpec(_Model):
 
     @model_validator(mode="after")
     def _apart(self) -> "MultiplySpec":
-        shadow = [ipaddress.ip_network(t, strict=False) for t in self.ranges]
-        for o in (ipaddress.ip_network(t, strict=False) for t in self.original):
+        if bool(self.home) != bool(self.home_ranges):
+            raise ValueError("give home (the home side's original CIDRs) and home_ranges (its shadow ranges) "
+                             "together, or neither")
+        _networks(self.ranges + self.home_ranges)   # every shadow range apart from every other
+        shadow = [ipaddress.ip_network(t, strict=False) for t in self.ranges + self.home_ranges]
+        for o in (ipaddress.ip_network(t, strict=False) for t in self.original + self.home):
             for r in shadow:
                 if r.version == o.version and r.overlaps(o):
                     raise ValueError(f"the shadow range {r} overlaps the original range {o}")

@@ -522,7 +522,9 @@ def cmd_multiply(args: argparse.Namespace) -> int:
         params = MultiplyParams(copies=args.copies, ranges=tuple(args.ranges.split(",")), seed=args.seed,
                                 order=args.order, ports=args.ports, urls=Path(args.urls) if args.urls else None,
                                 mtu=args.mtu, original=tuple(args.original.split(",")) if args.original else (),
-                                max_flows=args.max_flows, max_seconds=args.max_seconds, upto_damage=args.upto_damage)
+                                max_flows=args.max_flows, max_seconds=args.max_seconds, upto_damage=args.upto_damage,
+                                home=tuple(args.home.split(",")) if args.home else (),
+                                home_ranges=tuple(args.home_ranges.split(",")) if args.home_ranges else ())
     elif args.scenario:
         params = scenario_params(Path(args.scenario))
     if src.is_dir():
@@ -760,6 +762,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("-T", "--copies", type=int, metavar="N", help="shadow copies of every packet (1..1024)")
     m.add_argument("--ranges", metavar="CIDR,...", help="shadow address ranges, IPv4 and/or IPv6")
     m.add_argument("--original", metavar="CIDR,...", help="the originals' own ranges (checked)")
+    m.add_argument("--home", metavar="CIDR,...", help="home side: originals in these CIDRs take their shadows "
+                   "from --home-ranges, the others from --ranges")
+    m.add_argument("--home-ranges", metavar="CIDR,...", help="the home side's shadow ranges (with --home)")
     m.add_argument("--seed", type=int, default=1, help="seed of the plan (default 1)")
     m.add_argument("--order", choices=("spfo", "interleaved"), default="spfo")
     m.add_argument("--ports", choices=("keep", "shift"), default="keep")

@@ -41,6 +41,8 @@ class MultiplyParams:
     max_flows: int | None = None
     max_seconds: int | None = None
     upto_damage: bool = False
+    home: tuple[str, ...] = ()          # the sided plan: home CIDRs' shadows in home_ranges
+    home_ranges: tuple[str, ...] = ()
 
 
 def params_from_spec(spec: MultiplySpec, scenario_path: Path, scenario_seed: int, text: str) -> MultiplyParams:
@@ -53,7 +55,8 @@ def params_from_spec(spec: MultiplySpec, scenario_path: Path, scenario_seed: int
             raise ScenarioError([f"{where}: multiply.urls: no such file {urls} (paths are relative to the scenario)"])
     return MultiplyParams(copies=spec.copies, ranges=tuple(spec.ranges), seed=spec.seed if spec.seed is not None
                           else scenario_seed, order=spec.order, ports=spec.ports, urls=urls, mtu=spec.mtu,
-                          original=tuple(spec.original))
+                          original=tuple(spec.original), home=tuple(spec.home),
+                          home_ranges=tuple(spec.home_ranges))
 
 
 def scenario_params(path: Path) -> MultiplyParams:
@@ -72,6 +75,8 @@ def engine_argv(binary: Path, inp: Path, out: Path, plan: Path, summary: Path, p
         argv += ["--urls", str(p.urls)]
     if p.original:
         argv += ["--original", ",".join(p.original)]
+    if p.home:
+        argv += ["--home", ",".join(p.home), "--home-ranges", ",".join(p.home_ranges)]
     if p.max_flows is not None:
         argv += ["--max-flows", str(p.max_flows)]
     if p.max_seconds is not None:
@@ -148,5 +153,6 @@ def rerun_report(run_dir: Path) -> dict | None:
 def params_dict(p: MultiplyParams) -> dict:
     d = dataclasses.asdict(p)
     d["ranges"], d["original"] = list(p.ranges), list(p.original)
+    d["home"], d["home_ranges"] = list(p.home), list(p.home_ranges)
     d["urls"] = str(p.urls) if p.urls is not None else None
     return d

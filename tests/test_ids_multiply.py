@@ -7,6 +7,7 @@ from the report, and the multiplied capture is checked by tshark (every checksum
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shutil
 import subprocess
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from conftest import skip_or_fail
+from analysis.multiply import shadow_addresses
 from testbed.cli import main
 from testbed.ids.rules.variables import HOME_NET
+from testbed.ids.multiplied import HOME_SHADOW_RANGES
 from testbed.ids.suricata import run_offline
 from tests.test_multiply import checksum_status, frame_count
 
@@ -86,11 +89,13 @@ def test_the_multiplied_attacks_are_whole_sessions_with_good_checksums(coverage,
 
 
 def test_shadow_sessions_alert_only_with_the_shadows_of_home_in_home_net(coverage, tmp_path):
-    """Without the shadows of the home addresses in HOME_NET, the directional rules
+    """Without the home side's shadow range in HOME_NET, the directional rules
     ($EXTERNAL_NET -> $HOME_NET) do not fire on the shadow sessions: the (T+1)x needs it."""
     rules = sorted(str(p) for p in (coverage.parent).glob("*.rules")) + [str(CASES / c / "rules.rules")
                                                                          for c in RULE_CASES]
-    suri = run_offline(coverage / "multiply-3" / "attacks.pcap", rules, tmp_path / "suricata", home_net=HOME_NET)
+    home = "[198.18.0.0/17,2001:db8::/48]"   # the testbed's HOME_NET without the home side's shadow range
+    assert HOME_NET == "[198.18.0.0/16,2001:db8::/48]" and HOME_SHADOW_RANGES[0] == "198.18.128.0/17"
+    suri = run_offline(coverage / "multiply-3" / "attacks.pcap", rules, tmp_path / "suricata", home_net=home)
     plain = Counter(a.sid for a in suri.alerts)
     base = eve_sids(coverage / "suricata" / "eve.json")
     short = [sid for sid, n in base.items() if plain[sid] < 4 * n]
@@ -101,3 +106,21 @@ def test_a_bad_number_of_copies_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["ids-coverage", str(CASES / "http_request" / "rules.rules"), "--multiply", "0", "--out", str(tmp_path)])
     assert exc.value.code == 2 and "1..64" in capsys.readouterr().err
+
+
+def test_the_multiplied_home_net_is_a_few_cidrs_holding_every_home_shadow(coverage):
+    """The sided plan: every shadow of a home address lies in the home side's shadow range, every
+    other shadow outside HOME_NET; HOME_NET of the multiplied run is the CIDRs, not a host list."""
+    doc = json.loads((coverage / "coverage.json").read_text())
+    plan = shadow_addresses(coverage / "multiply-3" / "shadow_plan.csv")
+    config = (coverage / "multiply-3" / "suricata" / "suricata.yaml").read_text()
+    home_net = json.loads(next(ln for ln in config.splitlines() if ln.strip().startswith("HOME_NET:")).split(":", 1)[1])
+    assert home_net == "[198.18.0.0/16,2001:db8::/48,2001:db8:100::/48]"
+    home = [ipaddress.ip_network(n) for n in home_net.strip("[]").split(",")]
+    shadows = [(ipaddress.ip_address(a), ipaddress.ip_address(o)) for a, (o, c) in plan.items() if c]
+    inside = lambda a, nets: any(a.version == n.version and a in n for n in nets)  # noqa: E731
+    assert len(shadows) >= 20 and doc["multiplied"]["3"]["sids_scaling"] >= 20
+    assert {inside(a, home) for a, o in shadows} == {True, False}
+    assert all(inside(a, home) == inside(o, [ipaddress.ip_network(n) for n in HOME_NET.strip("[]").split(",")])
+               for a, o in shadows)
+    assert all(inside(a, [ipaddress.ip_network(r) for r in HOME_SHADOW_RANGES]) for a, o in shadows if inside(a, home))

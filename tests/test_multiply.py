@@ -5,6 +5,8 @@ capture, not from the multiplier's own counters."""
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -23,6 +25,8 @@ from scapy.layers.ipsec import AH
 from scapy.layers.sctp import SCTP, SCTPChunkData
 
 from tests.conftest import skip_or_fail
+from analysis.multiply import shadow_addresses
+from ntgcore.scenario import MultiplySpec
 from testbed.multiply import read_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,6 +186,16 @@ def test_both_directions_of_a_shadow_session_share_one_pair(engine, mixed, tmp_p
     out, plan = tmp_path / "out.pcap", tmp_path / "plan.csv"
     t = 3
     multiply(engine, mixed, out, "-T", str(t), "--ranges", RANGES, "--ports", "shift", "--plan", str(plan))
+    known = copies_as_originals(out, plan, t)
+    # a request and its response map to the same shadow pair
+    req = next(v for k, v in known.items() if k[0] == 6 and k[4] == 80 and v[1] == 2)
+    resp = [v for k, v in known.items() if v[:2] == req[:2] and v[2] != req[2]]
+    assert resp
+
+
+def copies_as_originals(out: Path, plan: Path, t: int) -> dict:
+    """Every frame of `out` belongs to a planned flow, each copy has per flow and direction the
+    frames its original has, the plan's shadow rows are distinct; returns the plan."""
     known = read_plan(plan)
     counts: Counter = Counter()
     for p in rdpcap(str(out)):
@@ -196,10 +210,75 @@ def test_both_directions_of_a_shadow_session_share_one_pair(engine, mixed, tmp_p
     # one shadow pair per copy and flow: the plan's rows are distinct
     shadows = [k for k, v in known.items() if v[1] > 0]
     assert len(shadows) == len(set(shadows))
-    # a request and its response map to the same shadow pair
-    req = next(v for k, v in known.items() if k[0] == 6 and k[4] == 80 and v[1] == 2)
-    resp = [v for k, v in known.items() if v[:2] == req[:2] and v[2] != req[2]]
-    assert resp
+    return known
+
+
+HOME, HOME_RANGES = "10.1.0.0/16,2001:db8:a::/48", "198.19.0.0/24,2001:db8:200::/64"
+
+
+def test_the_sided_plan_keeps_the_home_sides_shadows_in_its_own_ranges(engine, mixed, tmp_path):
+    """--home/--home-ranges: the shadows of the clients (home) come from the home ranges, the
+    servers' from --ranges; sessions stay consistent, checksums good."""
+    out, plan = tmp_path / "out.pcap", tmp_path / "plan.csv"
+    t = 4
+    multiply(engine, mixed, out, "-T", str(t), "--ranges", RANGES, "--home", HOME, "--home-ranges", HOME_RANGES,
+             "--ports", "shift", "--plan", str(plan))
+    copies_as_originals(out, plan, t)
+    status = checksum_status(out)
+    assert not [k for k in status if k[1] == 0] and status[("tcp", 1)] > 0, status
+    nets = {name: [ipaddress.ip_network(n) for n in text.split(",")] for name, text in
+            (("home", HOME), ("home_ranges", HOME_RANGES), ("ranges", RANGES))}
+    inside = lambda a, name: any(ipaddress.ip_address(a) in n for n in nets[name]  # noqa: E731
+                                 if n.version == ipaddress.ip_address(a).version)
+    shadows = {a: v for a, v in shadow_addresses(plan).items() if v[1]}
+    assert {v[0] for v in shadows.values()} == {C4, S4, C6, S6}
+    for a, (orig, copy) in shadows.items():
+        assert inside(a, "home_ranges" if inside(orig, "home") else "ranges"), (a, orig, copy)
+    assert len(shadows) == 4 * t   # one shadow per address and copy, all distinct
+
+
+def test_the_default_plan_gives_the_bytes_it_gave_before_the_sided_plan(engine, tmp_path):
+    """The sided plan is additive: without --home, the output and the plan are byte for byte those
+    of the engine before it (commit b20730a, digests taken with its build)."""
+    data = os.environ.get("NTG_SHARED_DATA")
+    cap = Path(data or "/nonexistent") / "pcaps" / "zeek__wikipedia.pcap"
+    if not cap.is_file():
+        skip_or_fail("NTG_SHARED_DATA (with pcaps/zeek__wikipedia.pcap) is not set")
+    out, plan = tmp_path / "out.pcap", tmp_path / "plan.csv"
+    multiply(engine, cap, out, "-T", "3", "--ranges", RANGES, "--seed", "5", "--ports", "shift", "--order",
+             "interleaved", "--plan", str(plan))
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == \
+        "b57eb811587626495f5eb8459bc4f6eeb9449f3aae8785c306117113d5e0c804"
+    assert hashlib.sha256(plan.read_bytes()).hexdigest() == \
+        "983e81c61ed8d90ca52e8062b9a045122be14bfd9b371b23357f6ef7ea48e903"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--home", HOME], "give --home"),
+    (["--home", HOME, "--home-ranges", "198.18.5.0/24,2001:db8:200::/64"],
+     "--ranges and --home-ranges: 198.18.0.0/16 and 198.18.5.0/24 overlap"),
+    (["--home", HOME, "--home-ranges", "10.1.7.0/24,2001:db8:200::/64"],
+     "--home-ranges 10.1.7.0/24 overlaps the home range 10.1.0.0/16"),
+    (["--home", HOME, "--home-ranges", "198.19.0.0/31,2001:db8:200::/64"],
+     "--home-ranges: the IPv4 ranges hold 2 addresses; T=3 copies of the 1 original home (--home) addresses need 3"),
+    (["--home", HOME, "--home-ranges", "198.19.0.0/24"], "--home-ranges: the IPv6 ranges hold 0 addresses"),
+    (["--home", "10.2.0.0/16", "--home-ranges", "10.1.0.0/24,2001:db8:200::/64"],
+     "original address 10.1.0.1 lies in the shadow range 10.1.0.0/24"),
+])
+def test_the_sided_plan_refuses_overlaps_and_short_ranges(engine, mixed, tmp_path, args, message):
+    r = multiply(engine, mixed, tmp_path / "o.pcap", "-T", "3", "--ranges", RANGES, *args, check=False)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_multiply_section_takes_home_and_home_ranges_together_and_apart():
+    ok = MultiplySpec(copies=2, ranges=[RANGES.split(",")[0]], home=["10.1.0.0/16"], home_ranges=["198.19.0.0/24"])
+    assert ok.home_ranges == ["198.19.0.0/24"]
+    for bad, message in (({"home": ["10.1.0.0/16"]}, "together, or neither"),
+                         ({"home": ["10.1.0.0/16"], "home_ranges": ["198.18.7.0/24"]}, "overlap"),
+                         ({"home": ["198.19.0.0/16"], "home_ranges": ["198.19.0.0/24"]}, "overlaps the original")):
+        with pytest.raises(ValueError, match=message):
+            MultiplySpec(copies=2, ranges=[RANGES.split(",")[0]], **bad)
 
 
 def test_the_json_plan_holds_the_same_flows_as_the_csv_plan(engine, mixed, tmp_path):

@@ -6,9 +6,10 @@ shadow sessions with addresses of their own, complete and consistent (the same s
 same sequence numbers), and the plan maps each shadow address back to its original.
 
 `multiplied_home_net(mc)`: the IDS must see a shadow session as it sees its original, so the
-shadow of a HOME_NET address is in HOME_NET and the shadow of an external address is not:
-HOME_NET becomes the testbed's HOME_NET without the shadow ranges, plus the shadows of the home
-addresses (EXTERNAL_NET stays !$HOME_NET).
+shadow of a HOME_NET address is in HOME_NET and the shadow of an external address is not. The
+multiplier's sided plan (`--home`, `--home-ranges`) puts the shadows of home addresses into a
+range of their own: HOME_NET becomes the testbed's HOME_NET without the shadow ranges plus that
+range, a few CIDRs (EXTERNAL_NET stays !$HOME_NET).
 
 `score_multiplied(mc, base, suri, models) -> dict`: per sid, the alerts of the unmultiplied run
 (`base`) against the alerts of the multiplied run (`suri`), each alert mapped to its copy by its
@@ -31,9 +32,11 @@ from .rules.variables import HOME_NET
 from .suricata import SuricataResult
 
 # shadow ranges beside the synthesized sessions' own (198.18.0.x up, 198.19.0.x up, 2001:db8::/48,
-# 2001:db8:1::/48): the upper halves of the two IPv4 /16s and a third IPv6 /48, all in the
-# testbed's ranges (docs NETWORK-SAFETY); the engine refuses them if an original lies in one
-SHADOW_RANGES = ("198.18.128.0/17", "198.19.128.0/17", "2001:db8:100::/48")
+# 2001:db8:1::/48), all in the testbed's ranges (docs NETWORK-SAFETY): the upper half of the home
+# /16 and a third IPv6 /48 for the shadows of home addresses, the upper half of the other /16 and a
+# fourth /48 for the rest; the engine refuses them if an original lies in one
+HOME_SHADOW_RANGES = ("198.18.128.0/17", "2001:db8:100::/48")
+SHADOW_RANGES = ("198.19.128.0/17", "2001:db8:200::/48")
 MAX_COPIES = 64
 
 
@@ -47,27 +50,16 @@ class MultipliedCapture:
     plan: Path
     summary: dict
     addresses: dict[str, tuple[str, int]]   # every address -> (original address, copy)
+    home_net: str                           # HOME_NET for it: home without the shadow ranges + theirs
 
 
-def multiply_attacks(pcap: Path, copies: int, out_dir: Path, seed: int = 1) -> MultipliedCapture:
-    """out_dir/attacks.pcap, shadow_plan.csv and multiply.json: `pcap` with T = `copies`."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    params = MultiplyParams(copies=copies, ranges=SHADOW_RANGES, seed=seed)
-    out, plan = out_dir / "attacks.pcap", out_dir / "shadow_plan.csv"
-    summary = multiply_capture(Path(pcap), out, plan, out_dir / "multiply.json", params)
-    return MultipliedCapture(copies, out_dir, out, plan, summary, shadow_addresses(plan))
+def _networks(bracketed: str) -> list:
+    return [ipaddress.ip_network(x.strip()) for x in bracketed.strip("[]").split(",")]
 
 
-def _in_home(addr: str, home: list) -> bool:
-    a = ipaddress.ip_address(addr)
-    return any(a.version == n.version and a in n for n in home)
-
-
-def multiplied_home_net(mc: MultipliedCapture, home_net: str = HOME_NET) -> str:
-    """HOME_NET for the multiplied capture: `home_net` (a bracketed list of CIDRs) without the
-    shadow ranges, plus every shadow of a home address."""
-    home = [ipaddress.ip_network(x.strip()) for x in home_net.strip("[]").split(",")]
-    shadow = [ipaddress.ip_network(r) for r in SHADOW_RANGES]
+def _without_shadows(home: list) -> list:
+    """The home networks with the shadow ranges cut out."""
+    shadow = [ipaddress.ip_network(r) for r in SHADOW_RANGES + HOME_SHADOW_RANGES]
     kept: list = []
     for net in home:
         parts = [net]
@@ -82,11 +74,32 @@ def multiplied_home_net(mc: MultipliedCapture, home_net: str = HOME_NET) -> str:
                     nxt.append(p)
             parts = nxt
         kept += parts
-    hosts = sorted({addr for addr, (orig, copy) in mc.addresses.items() if copy and _in_home(orig, home)},
-                   key=lambda a: (ipaddress.ip_address(a).version, ipaddress.ip_address(a)))
-    nets = [str(n) for n in ipaddress.collapse_addresses([n for n in kept if n.version == 4])]
-    nets += [str(n) for n in ipaddress.collapse_addresses([n for n in kept if n.version == 6])]
-    return "[" + ",".join(nets + hosts) + "]"
+    return kept
+
+
+def _collapsed(nets: list) -> list[str]:
+    return [str(n) for v in (4, 6) for n in ipaddress.collapse_addresses([n for n in nets if n.version == v])]
+
+
+def multiply_attacks(pcap: Path, copies: int, out_dir: Path, seed: int = 1,
+                     home_net: str = HOME_NET) -> MultipliedCapture:
+    """out_dir/attacks.pcap, shadow_plan.csv and multiply.json: `pcap` with T = `copies`, the
+    shadows of `home_net`'s addresses (a bracketed list of CIDRs) in HOME_SHADOW_RANGES."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    home = _collapsed(_without_shadows(_networks(home_net)))
+    params = MultiplyParams(copies=copies, ranges=SHADOW_RANGES, seed=seed, home=tuple(home),
+                            home_ranges=HOME_SHADOW_RANGES)
+    out, plan = out_dir / "attacks.pcap", out_dir / "shadow_plan.csv"
+    summary = multiply_capture(Path(pcap), out, plan, out_dir / "multiply.json", params)
+    multiplied = home + list(HOME_SHADOW_RANGES)
+    return MultipliedCapture(copies, out_dir, out, plan, summary, shadow_addresses(plan),
+                             "[" + ",".join(_collapsed([ipaddress.ip_network(n) for n in multiplied])) + "]")
+
+
+def multiplied_home_net(mc: MultipliedCapture) -> str:
+    """HOME_NET for the multiplied capture: the home networks without the shadow ranges, plus the
+    home side's shadow ranges (the multiplier put every shadow of a home address there)."""
+    return mc.home_net
 
 
 def _copy_of(mc: MultipliedCapture, src: str, dst: str) -> int | None:
