@@ -7,8 +7,8 @@ table of any number of runs is one relation for DuckDB, Spark or Polars:
     SELECT run_id, avg(packets) FROM read_parquet('results/*/tables/per_second.parquet')
     GROUP BY run_id
 
-`SCHEMA_VERSION` is "MAJOR.MINOR": a new minor only adds columns (a reader of an older minor
-reads what it knows), a new major changes or removes some. It is written in the manifest
+`SCHEMA_VERSION` is "MAJOR.MINOR": a new minor only adds columns or tables (a reader of an
+older minor reads what it knows), a new major changes or removes some. It is written in the manifest
 (`schema_version`, by ntgcore.runfolder) and in each file's key-value metadata
 (`ntg.schema_version`, `ntg.table`); `read_table` refuses a file whose major it does not know,
 and a file that is not Parquet, naming it and saying what to do.
@@ -34,7 +34,8 @@ META_TABLE = b"ntg.table"
 _ID = [("run_id", pa.string()), ("step", pa.string())]
 _TS = pa.timestamp("us", tz="UTC")
 
-# name -> schema. Columns are added at the end only (a minor version); see docs/run-tables.md.
+# name -> schema. Columns are added at the end only, tables added (a minor version); see
+# docs/run-tables.md. 1.1: the table coverage_multiplied.
 SCHEMAS: dict[str, pa.Schema] = {
     # One row per run: where it came from. The numbers are in `steps`.
     "run": pa.schema([
@@ -103,6 +104,15 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("synthesized", pa.bool_()), ("alerted", pa.bool_()), ("reason", pa.string()),
         ("extra_sids", pa.list_(pa.int64())), ("extra_kind", pa.string()),
         ("mix", pa.float64()), ("ids_version", pa.string()), ("config_sha256", pa.string()),
+    ]),
+    # The attack sessions multiplied T times (testbed ids-coverage --multiply, schema 1.1): a row
+    # per DUT, T and sid; alerts unmultiplied, multiplied, expected (T+1)x, per copy (0 = the
+    # original), whether the sid scales and why not.
+    "coverage_multiplied": pa.schema([
+        *_ID, ("sid", pa.int64()), ("msg", pa.string()), ("copies", pa.int64()),
+        ("alerts", pa.int64()), ("alerts_multiplied", pa.int64()), ("expected", pa.int64()),
+        ("per_copy", pa.list_(pa.int64())), ("scales", pa.bool_()), ("reason", pa.string()),
+        ("ids_version", pa.string()), ("config_sha256", pa.string()),
     ]),
 }
 

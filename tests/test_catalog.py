@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.catalog import Catalog, CatalogError, find_run_folders
-from analysis.tables import read_table, write_table
+from analysis.tables import SCHEMA_VERSION, read_table, write_table
 from benchmarks.bench_catalog import make_runs
 from ntgcore.scenario import load_scenario
 from testbed.cli import main
@@ -112,7 +112,7 @@ def test_show_gives_the_manifest_summary_and_the_steps(runs, capsys):
     assert "steps (1 row)" in out and "per_second (" in out
     code, out, _ = cli(capsys, "show", folder.name, "--in", runs.root, "--json")
     doc = json.loads(out)
-    assert doc["summary"]["scenario"] == "quickstart" and doc["summary"]["schema_version"] == "1.0"
+    assert doc["summary"]["scenario"] == "quickstart" and doc["summary"]["schema_version"] == SCHEMA_VERSION
     assert doc["steps"][0]["mean_pps"] == pytest.approx(_metrics(folder)["mean_pps"])
     code, _, err = cli(capsys, "show", "no-such-run", "--in", runs.root)
     assert code == 2 and "no-such-run: no such run folder" in err

@@ -14,10 +14,12 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from conftest import skip_or_fail
 from analysis.multiply import shadow_addresses
+from analysis.tables import SCHEMA_VERSION, read_table
 from testbed.cli import main
 from testbed.ids.rules.variables import HOME_NET
 from testbed.ids.multiplied import HOME_SHADOW_RANGES
@@ -124,3 +126,22 @@ def test_the_multiplied_home_net_is_a_few_cidrs_holding_every_home_shadow(covera
     assert all(inside(a, home) == inside(o, [ipaddress.ip_network(n) for n in HOME_NET.strip("[]").split(",")])
                for a, o in shadows)
     assert all(inside(a, [ipaddress.ip_network(r) for r in HOME_SHADOW_RANGES]) for a, o in shadows if inside(a, home))
+
+
+def test_the_multiplied_counts_are_a_run_table_duckdb_reads(coverage):
+    """tables/coverage_multiplied.parquet: a row per T and sid, the counts of both runs' eve.json."""
+    con = duckdb.connect()
+    rows = con.sql(f"SELECT copies, sid, alerts, alerts_multiplied, expected, per_copy, scales, reason FROM "
+                   f"read_parquet('{coverage / 'tables' / 'coverage_multiplied.parquet'}') ORDER BY copies, sid"
+                   ).fetchall()
+    base = eve_sids(coverage / "suricata" / "eve.json")
+    for copies in (2, 3):
+        mult = eve_sids(coverage / f"multiply-{copies}" / "suricata" / "eve.json")
+        mine = [r for r in rows if r[0] == copies]
+        assert [r[1] for r in mine] == sorted(set(base) | set(mult))
+        for _, sid, alerts, alerts_m, expected, per_copy, scales, reason in mine:
+            assert (alerts, alerts_m, expected) == (base[sid], mult[sid], (copies + 1) * base[sid])
+            assert len(per_copy) == copies + 1 and sum(per_copy) == mult[sid]
+            assert scales == (sid != BY_RULE_SID) and (reason is None) == scales
+    meta = read_table(coverage, "coverage_multiplied").schema.metadata
+    assert meta[b"ntg.schema_version"] == SCHEMA_VERSION.encode() and SCHEMA_VERSION >= "1.1"

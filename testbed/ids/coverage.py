@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.capture import address_text, read_capture
-from analysis.tables import write_table
+from analysis.tables import table_path, write_table
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
@@ -716,9 +716,26 @@ def coverage_rows(run_id: str, step: str, doc: dict) -> list[dict]:
     return rows
 
 
+def coverage_multiplied_rows(run_id: str, step: str, doc: dict) -> list[dict]:
+    """The run table `coverage_multiplied` of one coverage document: a row per T and sid of its
+    `multiplied` section (none without --multiply)."""
+    dut = doc.get("dut") or {}
+    common = {"run_id": run_id, "step": step, "ids_version": doc.get("ids_version"),
+              "config_sha256": dut.get("config_sha256")}
+    return [{**common, "copies": int(t), "reason": r.get("reason"),
+             **{k: r[k] for k in ("sid", "msg", "alerts", "alerts_multiplied", "expected", "per_copy", "scales")}}
+            for t, m in doc.get("multiplied", {}).items() for r in m["rows"]]
+
+
 def write_coverage_table(out: Path, steps: list[tuple[str, dict]]) -> Path:
-    """out/tables/coverage.parquet: the rows of every (step, document), run_id the folder's name."""
+    """out/tables/coverage.parquet: the rows of every (step, document), run_id the folder's name;
+    with --multiply also coverage_multiplied.parquet (removed when an earlier run left one)."""
     run_id = Path(out).resolve().name
+    multiplied = [row for step, doc in steps for row in coverage_multiplied_rows(run_id, step, doc)]
+    if multiplied:
+        write_table(out, "coverage_multiplied", multiplied)
+    else:
+        table_path(out, "coverage_multiplied").unlink(missing_ok=True)
     return write_table(out, "coverage", [row for step, doc in steps for row in coverage_rows(run_id, step, doc)])
 
 
