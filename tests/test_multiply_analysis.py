@@ -1,5 +1,6 @@
 """The analysis of a multiplied capture (analysis/multiply.py): from the captures and the plan,
-on real captures (NTG_SHARED_DATA), checked against tshark's own counts and checksum validation;
+on real captures (NTG_SHARED_DATA), checked against capinfos's frame counts (their checksums are
+test_multiply.py's test_real_captures_keep_their_checksums, on the same captures);
 a damaged output is found and named; `testbed analyze` of a multiplied run folder reports it."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from analysis.multiply import multiplied_report, read_plan
 from conftest import skip_or_fail
 from testbed.cli import main
-from tests.test_multiply import checksum_status, frame_count
+from tests.test_multiply import frame_count
 
 RANGES = "198.18.0.0/15,2001:db8:100::/40"
 
@@ -41,13 +42,6 @@ def test_real_captures_are_multiplied_as_planned(flowengine_bin, tmp_path, capsy
         originals = len({v[0] for v in read_plan(tmp_path / (cap.stem + ".out.plan.csv")).values()})
         assert doc["shadow_flows_per_original"] == {"3": originals} == {"3": doc["original_flows"]}, cap
         assert doc["shadow_directions_equal"] == doc["shadow_directions"] == 3 * doc["original_directions"]
-        before, after = checksum_status(cap), checksum_status(out)
-        bad_before = sum(n for k, n in before.items() if k[1] == 0)
-        bad_after = sum(n for k, n in after.items() if k[1] == 0)
-        if doc["passed_through_packets"] == 0:
-            assert bad_after == 4 * bad_before, cap   # offloaded ones stay wrong in each copy, no new ones
-        if bad_before == 0:
-            assert bad_after == 0, cap
         for suffix in (".md", ".png"):
             assert (tmp_path / (cap.stem + ".out.report" + suffix)).stat().st_size > 0
 
