@@ -5,6 +5,7 @@ HTTP server."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -41,19 +42,21 @@ def driver(tmp_path_factory) -> Path:
     return exe
 
 
-def run(driver, inp: Path, out: Path, t: int, max_flows: int) -> dict:
-    r = subprocess.run([str(driver), str(inp), str(out), str(t), str(max_flows)], capture_output=True, text=True)
+def run(driver, inp: Path, out: Path, t: int, max_flows: int, *home: str) -> dict:
+    r = subprocess.run([str(driver), str(inp), str(out), str(t), str(max_flows), *home], capture_output=True,
+                       text=True)
     assert r.returncode == 0, r.stderr
     words = r.stdout.split()
     return dict(zip(words[::2], map(int, words[1::2])))
 
 
-def test_live_planning_gives_consistent_shadow_sessions_with_valid_checksums(driver, tmp_path):
+@pytest.mark.parametrize("home", [(), ("home",)], ids=["one-space", "sided"])
+def test_live_planning_gives_consistent_shadow_sessions_with_valid_checksums(driver, tmp_path, home):
     inp, out = tmp_path / "in.pcap", tmp_path / "out.pcap"
     packets = mixed_packets()
     wrpcap(str(inp), packets)
     t = 4
-    counts = run(driver, inp, out, t, 1000)
+    counts = run(driver, inp, out, t, 1000, *home)
     assert counts == {"in": len(packets), "out": (t + 1) * len(packets), "table_full": 0}
     assert frame_count(out) == (t + 1) * len(packets)
     assert not [k for k in checksum_status(out) if k[1] == 0]
@@ -71,6 +74,16 @@ def test_live_planning_gives_consistent_shadow_sessions_with_valid_checksums(dri
         if back:
             (rp, rs, rsp, rd, rdp) = next(iter(back))
             assert (rp, rd, rdp, rs, rsp) == shadow
+        if home:   # the sided plan: the clients' (home) shadows in the home ranges, the servers' not
+            for orig, sh in ((s, shadow[1]), (d, shadow[3])):
+                client = orig in (C4, C6)
+                assert inside(sh, ("198.19.0.0/24", "2001:db8:200::/64")) == client, (orig, sh)
+                assert inside(sh, ("198.18.0.0/16", "2001:db8:100::/48")) != client, (orig, sh)
+
+
+def inside(addr: str, nets: tuple[str, ...]) -> bool:
+    a = ipaddress.ip_address(addr)
+    return any(a.version == n.version and a in n for n in map(ipaddress.ip_network, nets))
 
 
 def test_a_flow_past_the_live_bound_goes_out_alone_and_is_counted(driver, tmp_path):

@@ -2,7 +2,9 @@
  * planning (mult_params.live), one packet at a time into a caller's buffer, no scan pass.
  *
  * Built and run by tests/test_multiply_live.py:
- *     test_mult_live IN.pcap OUT.pcap T MAX_FLOWS
+ *     test_mult_live IN.pcap OUT.pcap T MAX_FLOWS [home]
+ * (home: the sided plan, 10.1.0.0/16 and 2001:db8:a::/48 home, their shadows in 198.19.0.0/24
+ * and 2001:db8:200::/64)
  * writes the frames to OUT.pcap (microsecond pcap, written here with stdio) and prints
  * "in N out N table_full N" on stdout. */
 #include <stdint.h>
@@ -15,7 +17,7 @@
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) return 2;
+    if (argc != 5 && !(argc == 6 && !strcmp(argv[5], "home"))) return 2;
     char err[256];
     pr_reader *r = pr_open(argv[1], err, sizeof err);
     FILE *out = fopen(argv[2], "wb");
@@ -25,6 +27,16 @@ int main(int argc, char **argv)
     struct mult_params p = {.copies = (uint32_t)atoi(argv[3]), .seed = 3, .order = MULT_ORDER_SPFO,
                             .ranges = rg, .nranges = 2, .max_flows = (uint32_t)atoi(argv[4]),
                             .max_addrs = 64, .live = 1};
+    struct mult_range home[2] = {{.family = 4, .plen = 16, .addr = {10, 1}},
+                                 {.family = 6, .plen = 48, .addr = {0x20, 0x01, 0x0d, 0xb8, 0x00, 0x0a}}};
+    struct mult_range hr[2] = {{.family = 4, .plen = 24, .addr = {198, 19}},
+                               {.family = 6, .plen = 64, .addr = {0x20, 0x01, 0x0d, 0xb8, 0x02, 0x00}}};
+    if (argc == 6) {
+        p.home = home;
+        p.nhome = 2;
+        p.home_ranges = hr;
+        p.nhome_ranges = 2;
+    }
     struct mult *m;
     if (mult_create(&m, &p)) return 1;
     uint32_t hdr[6] = {0xa1b2c3d4, 0x00040002, 0, 0, 65535, 1};
