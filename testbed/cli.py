@@ -517,6 +517,10 @@ def cmd_multiply(args: argparse.Namespace) -> int:
     if given and (args.copies is None or args.ranges is None):
         _err("testbed multiply: give both -T and --ranges (or neither, to take them from a scenario's multiply: section)")
         return EXIT_BAD_INPUT
+    if bool(args.home) != bool(args.home_ranges):
+        _err("testbed multiply: give --home (the home side's original CIDRs) together with --home-ranges "
+             "(its shadow ranges), or neither")
+        return EXIT_BAD_INPUT
     params = None
     if given:
         params = MultiplyParams(copies=args.copies, ranges=tuple(args.ranges.split(",")), seed=args.seed,

@@ -27,6 +27,7 @@ from scapy.layers.sctp import SCTP, SCTPChunkData
 from tests.conftest import skip_or_fail
 from analysis.multiply import shadow_addresses
 from ntgcore.scenario import MultiplySpec
+from testbed.cli import main
 from testbed.multiply import read_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -267,6 +268,7 @@ def test_the_default_plan_gives_the_bytes_it_gave_before_the_sided_plan(engine, 
 
 @pytest.mark.parametrize("args, message", [
     (["--home", HOME], "give --home"),
+    (["--home", HOME, "--home-ranges", ""], "give --home"),
     (["--home", HOME, "--home-ranges", "198.18.5.0/24,2001:db8:200::/64"],
      "--ranges and --home-ranges: 198.18.0.0/16 and 198.18.5.0/24 overlap"),
     (["--home", HOME, "--home-ranges", "10.1.7.0/24,2001:db8:200::/64"],
@@ -281,6 +283,13 @@ def test_the_sided_plan_refuses_overlaps_and_short_ranges(engine, mixed, tmp_pat
     r = multiply(engine, mixed, tmp_path / "o.pcap", "-T", "3", "--ranges", RANGES, *args, check=False)
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_testbed_multiply_refuses_home_without_home_ranges(engine, mixed, tmp_path, capsys):
+    argv = ["multiply", str(mixed), "-o", str(tmp_path / "o.pcap"), "-T", "2", "--ranges", RANGES, "--home", HOME]
+    assert main(argv) == 2 and "together with --home-ranges" in capsys.readouterr().err
+    assert main(argv + ["--home-ranges", HOME_RANGES]) == 0
+    assert frame_count(tmp_path / "o.pcap") == 3 * frame_count(mixed)
 
 
 def test_a_multiply_section_takes_home_and_home_ranges_together_and_apart():

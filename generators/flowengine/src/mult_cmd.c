@@ -311,7 +311,7 @@ static int mult_args(int argc, char **argv, struct mult_opts *o)
     if (!o->out == !o->null) return mult_fail("give exactly one of -o OUT.pcap and --null");
     if (!o->ranges) return mult_fail("missing --ranges (the shadow address ranges, e.g. "
                                      "--ranges 198.18.0.0/16,2001:db8:100::/48)");
-    if (!o->home != !o->home_ranges)
+    if (!o->home != !o->home_ranges || (o->home && (!*o->home || !*o->home_ranges)))
         return mult_fail("give --home (the CIDRs of the original home addresses) together with "
                          "--home-ranges (the shadow ranges of the home side), or neither");
     if (o->copies < 1 || o->copies > MULT_MAX_COPIES)
