@@ -112,7 +112,7 @@ case "$mode" in
     install_apt "${APT_RUN[@]}" "${APT_TEST[@]}" "${APT_BENCH[@]}"
     install_python bench
     names=("$@")
-    [ ${#names[@]} -eq 0 ] && names=(bench_engine bench_engine_scale bench_threads bench_live bench_flor_perf flor_timing bench_ingest bench_stream bench_export bench_catalog bench_validate bench_hashes bench_multiply bench_multihost)
+    [ ${#names[@]} -eq 0 ] && names=(bench_engine bench_engine_scale bench_threads bench_live bench_flor_perf flor_timing bench_ingest bench_stream bench_export bench_catalog bench_validate bench_hashes bench_match bench_match_rte bench_multiply bench_multiply_live bench_multihost)
     for name in "${names[@]}"; do
       say "benchmarks/$name.py"
       .venv/bin/python "benchmarks/$name.py"
