@@ -3,6 +3,7 @@
 #   ./bootstrap.sh quickstart   install what is needed, build, and run scenarios/quickstart.yaml
 #   ./bootstrap.sh test         install what the tests need, build, and run the whole test suite
 #   ./bootstrap.sh bench [NAME] install the benchmarks' peers and run benchmarks/NAME.py (default: all)
+#   ./bootstrap.sh debian-uri   print the URI of this machine's Debian mirror (the VM guest image uses it)
 # Extra arguments after `test` go to pytest, after `quickstart` to `testbed run`.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -13,7 +14,8 @@ mode=${1:-quickstart}
 # Debian packages: to build and run every shipped scenario (the generators' and parts' tools, see
 # testbed.runner.required_tools), and (test) the real tools the tests check our output with.
 APT_RUN=(python3 python3-venv python3-dev build-essential cmake git
-         tcpdump iproute2 ethtool tcpreplay ostinato wireshark-common keepalived)
+         tcpdump iproute2 ethtool tcpreplay ostinato wireshark-common keepalived
+         qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client)
 APT_TEST=(tshark)
 APT_BENCH=(netsniff-ng tcpreplay libdpdk-dev pkg-config)
 # Suricata 7 comes from bookworm-backports of the Debian archive this machine already uses.
@@ -118,8 +120,11 @@ case "$mode" in
       .venv/bin/python "benchmarks/$name.py"
     done
     ;;
+  debian-uri)  # the guest image of the VM back end (testbed/endpoints/vm/image.py) uses it too
+    debian_uri
+    ;;
   *)
-    echo "usage: ./bootstrap.sh quickstart|test|bench [arguments]" >&2
+    echo "usage: ./bootstrap.sh quickstart|test|bench|debian-uri [arguments]" >&2
     exit 2
     ;;
 esac

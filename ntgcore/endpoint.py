@@ -84,6 +84,11 @@ class Site(abc.ABC):
     def counters(self, place: str) -> dict[str, int]:
         return self.endpoint(place).counters()
 
+    def facts(self) -> dict:
+        """What the places run on, for the manifest (a VM back end: per role the accelerator, CPU
+        model, vCPUs, memory, boot time); {} for places on this machine itself."""
+        return {}
+
 
 class Backend(abc.ABC):
     """An endpoint back end plugin: opens a site from the scenario's `testbed.topology`."""

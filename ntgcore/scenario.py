@@ -724,6 +724,11 @@ class TestbedSpec(_Model):
         "default", description="A packaged topology name, a YAML file (relative to the scenario) "
         "or the topology itself as a mapping."
     )
+    backend: str = Field(
+        "netns", pattern=r"^[a-z][a-z0-9_-]{0,31}$",
+        description="The endpoint back end that makes the topology's places: `netns` (namespaces "
+        "and veths) or `vm` (some roles are qemu VMs; `topology` is then a VM topology, docs/vm.md)."
+    )
     method: Literal["run", "comparison", "loss-sweep", "failover", "multiply"] = Field(
         "run", description="`run`: the generators send the scenario together; `comparison`: "
         "seed 001, each generator in turn; `loss-sweep`: seed 002 against the DUT; `failover`: "

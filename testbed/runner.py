@@ -109,7 +109,7 @@ def required_tools(scenario: Scenario) -> list[Tool]:
     tb = scenario.testbed
     if tb is None:
         return tools
-    tools += ENDPOINTS.get("netns").tools
+    tools += ENDPOINTS.get(tb.backend).tools
     if tb.capture is not None:
         tools += CapturePart.tools
     if tb.dut.kind != "none":
@@ -177,7 +177,7 @@ def plan_steps(scenario: Scenario) -> list[Step]:
 def open_site(loaded: LoadedScenario, unique: bool = True) -> Site:
     tb = loaded.scenario.testbed
     assert tb is not None
-    return ENDPOINTS.get("netns").open(tb.topology, base_dir=loaded.path.parent,
+    return ENDPOINTS.get(tb.backend).open(tb.topology, base_dir=loaded.path.parent,
                                        source=str(loaded.path), unique=unique)
 
 
@@ -450,7 +450,7 @@ class Run:
                                     "removed": None}  # fmt: skip
         self._clean_up_dead_runs()
         self.write_manifest()
-        mark = RunMark(self.run_dir, "netns", site.locations()).write()  # before anything exists
+        mark = RunMark(self.run_dir, self.scenario.testbed.backend, site.locations()).write()  # before anything exists
         try:
             return self._run_live(site, mark, show_progress)
         finally:
@@ -463,6 +463,9 @@ class Run:
                 stack.callback(self._teardown, site)
                 self.manifest["testbed"]["applied"] = site.apply()
                 self.manifest["testbed"]["namespaces"] = site.locations()
+                self.manifest["testbed"]["backend"] = self.scenario.testbed.backend
+                if site.facts():  # what the places run on (a VM's accelerator, CPU, memory)
+                    self.manifest["testbed"]["machines"] = site.facts()
                 self.write_manifest()
                 for i, step in enumerate(self.steps, 1):
                     if show_progress:

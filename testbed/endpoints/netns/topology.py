@@ -436,6 +436,12 @@ def _cmd(t: Topology | None, *argv: str, check: bool = True, timeout: float = 30
     return out.decode(errors="replace")
 
 
+def run_command(t: Topology | None, *argv: str, check: bool = True, timeout: float = 30) -> str:
+    """A short command run as the topology's own are (recorded in `t.records`, checked): for a
+    back end that adds devices to a topology's namespaces (the VM back end's taps)."""
+    return _cmd(t, *argv, check=check, timeout=timeout)
+
+
 def netns_argv(ns: str, *argv: str) -> list[str]:
     """`argv` run inside network namespace `ns` (the one spelling of `ip netns exec`)."""
     return ["ip", "netns", "exec", ns, *argv]

@@ -1,0 +1,255 @@
+"""The VM back end: some roles of a namespace topology are qemu VMs (docs/vm.md).
+
+A VM topology is a netns topology (`topology:`, any form `testbed.topology` takes) plus `vms:`,
+the roles that are VMs and their preset. The namespaces and veths are made as usual, except that
+a VM role's veth ends carry no address: inside that role's namespace each of its veth ends is
+bridged to a tap, and the guest's virtio NIC on that tap takes the end's name and addresses. qemu
+runs inside the namespace, so the VM reaches exactly the links the topology gives it, and a
+management tap (198.19.255.0/30, also only inside that namespace) carries ssh.
+
+Places are the topology's own `ROLE:IFACE`; at a VM role, an endpoint's `argv` runs the command
+in the guest over ssh (a program given by a host path runs as the guest's program of the same
+name: the `vm_guest` Ansible role installs the engine there; file arguments are copied into the
+guest at the same path first) and it is a `PowerSwitch` (power off: qemu's monitor `quit`).
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ntgcore.endpoint import Backend, Endpoint, Site
+from ntgcore.scenario import format_error
+from ntgcore.yamlread import YamlProblem, read_yaml, yaml_lines
+
+from ..netns import NetnsBackend, NetnsSite
+from ..netns.topology import (COUNTERS, Topology, TopologyCommandError, TopologyError, discard_namespaces,
+                              load_topology, netns_argv, parse_topology, run_command)  # fmt: skip
+from . import image as vm_image
+from .machine import (MGMT_GUEST, MGMT_HOST, MGMT_TAP, PRESETS, TOOLS, WORK_ROOT, Machine, Nic, Preset,
+                      VmError, default_shares, discard_workdirs, mac_for)  # fmt: skip
+
+PACKAGED = Path(__file__).resolve().parent / "topologies"
+
+
+class VmSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: Literal["seed001", "ci"] = Field("ci", description="seed001: 2 vCPUs, 4 GB; ci: 1 vCPU, 768 MB.")
+    cpus: int | None = Field(None, ge=1, le=64, description="vCPUs (default: the preset's).")
+    memory_mb: int | None = Field(None, ge=256, le=262144, description="Memory in MB (default: the preset's).")
+    boot_timeout: float = Field(90.0, gt=0, le=900, description="Seconds the guest may take to answer over ssh.")
+    engine: bool = Field(True, description="Build the native engine in the guest (playbooks/vm_guest.yml) after boot.")
+
+    def resolved(self) -> Preset:
+        base = PRESETS[self.preset]
+        return Preset(self.cpus or base.cpus, self.memory_mb or base.memory_mb)
+
+
+class VmTopology(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    topology: str | dict = Field(description="The namespaces and veths (a netns topology: name, file or mapping).")
+    vms: dict[str, VmSpec] = Field(min_length=1, description="Roles of `topology` that are VMs.")
+
+
+def load_vm_topology(ref: str | dict, base_dir: Path | None = None, source: str | None = None) -> tuple[Topology, dict[str, VmSpec]]:
+    """A VM topology from a packaged name, a YAML path (relative to `base_dir`) or a mapping."""
+    file, lines = source or "<inline VM topology>", {}
+    if isinstance(ref, str):
+        path = PACKAGED / f"{ref}.yaml" if "/" not in ref and not ref.endswith(".yaml") else Path(ref)
+        if not path.is_absolute() and base_dir is not None and path.parent != PACKAGED:
+            path = Path(base_dir) / path
+        try:
+            text = path.read_text(encoding="utf-8")
+            data = read_yaml(text, str(path))
+        except FileNotFoundError:
+            known = ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
+            raise TopologyError([f"{path}: no such file (packaged VM topologies: {known})"]) from None
+        except YamlProblem as exc:
+            raise TopologyError(exc.problems) from None
+        file, lines, base_dir = str(path), yaml_lines(text), path.parent
+    else:
+        data = ref
+    if not isinstance(data, dict):
+        raise TopologyError([f"{file}:1: (top level): expected a mapping with `topology` and `vms`"])
+    try:
+        described = VmTopology.model_validate(data)
+    except ValidationError as exc:
+        raise TopologyError([format_error(e, file, lines, VmTopology) for e in exc.errors(include_url=False)]) from None
+    topo = load_topology(described.topology, base_dir=base_dir, source=f"{file}: topology")
+    unknown = [r for r in described.vms if r not in topo.namespaces]
+    if unknown:
+        line = lines.get(("vms", unknown[0]), 1)
+        raise TopologyError([f"{file}:{line}: vms.{unknown[0]}: not a role of topology {topo.name} "
+                             f"(roles: {', '.join(topo.namespaces)})"])  # fmt: skip
+    return topo, dict(described.vms)
+
+
+def _without_addresses(topo: Topology, roles: set[str]) -> Topology:
+    """The topology with no address on the veth ends of `roles` (their guests carry them)."""
+    doc = topo.describe()
+    for link in doc["links"]:
+        for side in ("a", "b"):
+            if link[side]["ns"] in roles:
+                link[side]["address"] = []
+    return parse_topology(doc, f"topology {topo.name}")
+
+
+@dataclass(frozen=True)
+class VmEndpoint(Endpoint):
+    """Interface `iface` inside the guest of `machine`."""
+
+    machine: Machine
+    iface: str
+    pace: str = "realtime"
+    duration_s: float | None = None
+
+    @property
+    def where(self) -> str:
+        return f"VM {self.machine.name!r} (qemu in network namespace {self.machine.netns!r})"
+
+    def argv(self, *command: str) -> list[str]:
+        program, *args = command
+        if "/" in program:
+            program = Path(program).name  # the guest's own build of it, from the guest's PATH
+        for arg in args:  # an input file outside the shared folders is copied in first
+            path = Path(arg)
+            if path.is_absolute() and path.is_file() and not self.machine.shared(path):
+                self.machine.put(path)
+        return self.machine.ssh_argv(program, *args)
+
+    def exists(self) -> bool:
+        return self.machine.running()
+
+    def connect(self, host: str, port: int, timeout: float) -> socket.socket:
+        raise VmError(f"{self.where}: connecting to a server inside a VM is not supported yet "
+                      "(a generator with a server of its own, as Ostinato or TRex, runs in a namespace)")  # fmt: skip
+
+    def counters(self, iface: str | None = None) -> dict[str, int]:
+        name = iface or self.iface
+        paths = [f"/sys/class/net/{name}/statistics/{c}" for c in COUNTERS]
+        out = self.machine.run("cat", *paths, timeout=30).stdout.split()
+        return dict(zip(COUNTERS, map(int, out)))
+
+    def power_off(self) -> None:
+        self.machine.power_off()
+
+    def power_on(self) -> None:
+        self.machine.start()
+
+
+class VmSite(Site):
+    def __init__(self, topology: Topology, vms: dict[str, VmSpec]) -> None:
+        self.topology = topology
+        self.vms = vms
+        self.name = topology.name
+        self.net = NetnsSite(_without_addresses(topology, set(vms)))
+        self.machines: dict[str, Machine] = {}
+
+    def places(self) -> list[str]:
+        return self.net.places()
+
+    def _machine(self, role: str, image: vm_image.Image) -> Machine:
+        spec = self.vms[role]
+        name = self.topology.netns(role)
+        nics = [Nic(MGMT_TAP, "mgmt", mac_for(name, 0), 1500, (f"{MGMT_GUEST}/30",))]
+        for link in self.topology.links:
+            for end in (link.a, link.b):
+                if end.ns == role:
+                    nics.append(Nic(f"vt{len(nics)}", end.iface, mac_for(name, len(nics)),
+                                    link.mtu or self.topology.mtu or 1500, tuple(end.address)))  # fmt: skip
+        return Machine(name, name, image, spec.resolved(), nics, boot_timeout_s=spec.boot_timeout,
+                       shares=default_shares())
+
+    def apply(self) -> list[str]:
+        steps = self.net.apply()
+        image = vm_image.ensure_image()
+        for role in self.vms:
+            machine = self._machine(role, image)
+            self.machines[role] = machine
+            ns = machine.netns
+            cmds = [("ip", "tuntap", "add", "dev", MGMT_TAP, "mode", "tap"),
+                    ("ip", "addr", "add", MGMT_HOST, "dev", MGMT_TAP),
+                    ("ip", "link", "set", MGMT_TAP, "up")]  # fmt: skip
+            for i, nic in enumerate(machine.nics[1:], 1):
+                bridge = f"vb{i}"
+                cmds += [("ip", "tuntap", "add", "dev", nic.tap, "mode", "tap"),
+                         ("ip", "link", "set", nic.tap, "mtu", str(nic.mtu)),
+                         ("ip", "link", "add", bridge, "type", "bridge"),
+                         ("ip", "link", "set", nic.name, "master", bridge),
+                         ("ip", "link", "set", nic.tap, "master", bridge),
+                         *[("ip", "link", "set", dev, "up") for dev in (nic.tap, bridge)]]  # fmt: skip
+                steps.append(f"{ns}: bridge {bridge} joins veth {nic.name} and tap {nic.tap} (guest NIC {nic.name})")
+            for cmd in cmds:
+                _ip(self.topology, ns, *cmd)
+            machine.start()
+            steps.append(f"{ns}: booted VM ({machine.accel}, {machine.preset.cpus} vCPU, "
+                         f"{machine.preset.memory_mb} MB) ready in {machine.boot_s} s")  # fmt: skip
+            if self.vms[role].engine:
+                started = time.monotonic()
+                recap = machine.provision()
+                machine.provision_s = round(time.monotonic() - started, 1)
+                steps.append(f"{ns}: the native engine built in the guest by playbooks/vm_guest.yml in "
+                             f"{machine.provision_s} s (changed={recap.get('changed')})")  # fmt: skip
+        return steps
+
+    def remove(self) -> list[str]:
+        steps = []
+        for role, machine in self.machines.items():
+            machine.stop()
+            steps.append(f"powered off VM {machine.name}, deleted {machine.workdir}")
+        return steps + self.net.remove()
+
+    def locations(self) -> list[str]:
+        return self.net.locations() + [str(WORK_ROOT / self.topology.netns(r)) for r in self.vms]
+
+    def endpoint(self, place: str, pace: str = "realtime", duration_s: float | None = None) -> Endpoint:
+        role, iface = place.split(":", 1)
+        if role in self.vms:
+            if role not in self.machines:
+                raise VmError(f"place {place}: the VM of role {role} is not running (apply the site first)")
+            return VmEndpoint(self.machines[role], iface, pace, duration_s)
+        return self.net.endpoint(place, pace, duration_s)
+
+    def counters(self, place: str) -> dict[str, int]:
+        return self.endpoint(place).counters()
+
+    def facts(self) -> dict[str, Any]:
+        return {role: m.facts() for role, m in self.machines.items()}
+
+
+def _ip(topo: Topology, ns: str, *argv: str) -> None:
+    """One command inside namespace `ns` (as the netns back end runs them: recorded, checked)."""
+    try:
+        run_command(topo, *netns_argv(ns, *argv))
+    except TopologyCommandError as exc:
+        raise VmError(f"setting up the VM's network in {ns}: {exc}") from None
+
+
+class VmBackend(Backend):
+    name = "vm"
+    tools = (*NetnsBackend.tools, *TOOLS, *vm_image.TOOLS)
+
+    def open(self, ref, base_dir=None, source=None, unique: bool = True) -> VmSite:
+        topo, vms = load_vm_topology(ref, base_dir=base_dir, source=source)
+        if unique:
+            topo = topo.renamed(f"ntg{secrets.token_hex(3)}")
+        return VmSite(topo, vms)
+
+    def discard(self, locations: list[str], dry_run: bool = False) -> list[str]:
+        paths = [x for x in locations if x.startswith("/")]
+        spaces = [x for x in locations if not x.startswith("/")]
+        # deleting the namespace kills qemu inside it; then its work folder (overlay) goes
+        return discard_namespaces(spaces, dry_run) + discard_workdirs(paths, dry_run)
+
+
+BACKEND = VmBackend()
+
+__all__ = ["BACKEND", "VmBackend", "VmEndpoint", "VmSite", "VmSpec", "load_vm_topology"]

@@ -1,0 +1,273 @@
+"""The guest image of the VM back end: a Debian bookworm root file system built by mmdebstrap
+from Debian's packages, cached by the hash of its recipe and rebuilt only when the recipe changes.
+
+The recipe is this module's `RECIPE` (suite, packages, size) and the guest's init
+(`guest-init.sh` beside this file): their SHA-256 names the cache folder
+`<cache>/<sha>/` (`NTG_VM_CACHE`, default /var/cache/ntg-testbed/vm). A build happens in a
+temporary folder beside it and is renamed into place only when complete, so a failed or
+interrupted build leaves no half-written image; a lock lets one process build while others wait.
+
+What a built image holds: `disk.qcow2` (the root file system, ext4, never written: each boot
+gets a copy-on-write overlay, see machine.py), the kernel and initrd extracted from it (qemu boots
+them directly), and `id_ed25519` (the key root logs in with over the management NIC).
+
+The Debian mirror is the one this machine's apt already uses (`./bootstrap.sh debian-uri`), or
+`NTG_VM_MIRROR`; no host name is written here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ntgcore.errors import NtgError
+from ntgcore.proc import Process, Tool
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+INIT = HERE / "guest-init.sh"
+TOOLS = (Tool("mmdebstrap", "mmdebstrap"), Tool("mkfs.ext4", "e2fsprogs"), Tool("qemu-img", "qemu-utils"))
+
+
+class ImageError(NtgError):
+    """The guest image cannot be built; the message says which step failed and what to do."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What the guest image is made of; its hash names the cached image."""
+
+    suite: str = "bookworm"
+    # kernel, sshd (Ansible and argv reach the guest over ssh), python3 (Ansible's modules), what
+    # builds the native engine (gcc, libc6-dev, make, cmake), iproute2 (the init names the NICs)
+    # and tcpdump (a receiver or DUT inside a VM). Kept small: CI builds it.
+    packages: tuple[str, ...] = ("linux-image-amd64", "openssh-server", "python3", "gcc", "libc6-dev",
+                                 "make", "cmake", "iproute2", "kmod", "mount", "tcpdump")  # fmt: skip
+    # the initrd holds only what finds the root file system (5 MB instead of 35: a faster TCG boot)
+    initrd_modules: tuple[str, ...] = ("virtio_pci", "virtio_blk", "virtio_net", "ext4")
+    pruned_modules: tuple[str, ...] = ("drivers/gpu", "drivers/media", "drivers/net/wireless", "drivers/infiniband",
+                                       "drivers/staging", "drivers/scsi", "drivers/usb", "drivers/iio",
+                                       "drivers/bluetooth", "drivers/isdn", "sound", "net/bluetooth",
+                                       "net/wireless", "net/mac80211")  # fmt: skip
+    size_mb: int = 2048  # the ext4 file system (sparse; the qcow2 holds only what is used)
+
+    def sha(self) -> str:
+        doc = {**asdict(self), "init": INIT.read_text(), "format": 1}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+RECIPE = Recipe()
+
+
+@dataclass(frozen=True)
+class Image:
+    """A built guest image in its cache folder."""
+
+    dir: Path
+    sha: str
+
+    @property
+    def disk(self) -> Path:
+        return self.dir / "disk.qcow2"
+
+    @property
+    def kernel(self) -> Path:
+        return self.dir / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.dir / "initrd.img"
+
+    @property
+    def key(self) -> Path:
+        return self.dir / "id_ed25519"
+
+    def info(self) -> dict:
+        return json.loads((self.dir / "image.json").read_text())
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("NTG_VM_CACHE", "/var/cache/ntg-testbed/vm"))
+
+
+def debian_mirror() -> str:
+    """The Debian mirror URI for the guest: NTG_VM_MIRROR, else the one this machine's apt uses
+    (bootstrap.sh's `debian_uri`, the one place that reads the apt sources)."""
+    if os.environ.get("NTG_VM_MIRROR"):
+        return os.environ["NTG_VM_MIRROR"]
+    script = REPO / "bootstrap.sh"
+    out = subprocess.run(["bash", str(script), "debian-uri"], capture_output=True, text=True, timeout=30) \
+        if script.is_file() else None  # fmt: skip
+    if out is None or out.returncode != 0 or not out.stdout.strip():
+        raise ImageError("no Debian bookworm entry in this machine's apt sources to build the guest "
+                         "image from: set NTG_VM_MIRROR to a Debian mirror URI")  # fmt: skip
+    return out.stdout.strip().splitlines()[0]
+
+
+def cached(recipe: Recipe = RECIPE) -> Image | None:
+    """The image of `recipe` if it is built, else None."""
+    sha = recipe.sha()
+    folder = cache_root() / sha
+    return Image(folder, sha) if (folder / "image.json").is_file() else None
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_image(recipe: Recipe = RECIPE, log: Path | None = None) -> Image:
+    """The cached image of `recipe`, built first when it is not there yet (minutes; once)."""
+    found = cached(recipe)
+    if found:
+        return found
+    missing = [t for t in TOOLS if not t.found()]
+    if missing:
+        raise ImageError(f"building the guest image needs {', '.join(t.command for t in missing)}: "
+                         f"apt-get install {' '.join(dict.fromkeys(t.package for t in missing))}")  # fmt: skip
+    root = cache_root()
+    with _lock(root / f".{recipe.sha()}.lock"):
+        found = cached(recipe)  # another process built it while we waited
+        if found:
+            return found
+        return _build(recipe, root, log)
+
+
+def _run(name: str, argv: list[str], log, timeout: float) -> None:
+    proc = Process(f"vm image {name}", argv, stdout=log, stderr=subprocess.STDOUT).start()
+    try:
+        code = proc.wait(timeout)
+    except BaseException:  # Ctrl-C: mmdebstrap forks; its whole process group goes
+        proc.stop(grace=5)
+        raise
+    if code is None:
+        proc.stop(grace=5)
+        raise ImageError(f"guest image: {name} did not finish within {timeout:g} s (see {log.name})")
+    if code != 0:
+        raise ImageError(f"guest image: {name} failed ({proc.record.status}); its output is in {log.name}")
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or below `path` (mmdebstrap mounts /proc, /sys and /dev into the root it
+    builds; an interrupted build may leave them)."""
+    base = str(path.resolve())
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].replace("\\040", " ")
+            if point == base or point.startswith(base + "/"):
+                found.append(point)
+    return found
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a build folder, never through a mount: lazily unmount what is mounted below it first,
+    and leave it alone (an error) if something is still mounted there."""
+    for point in sorted(mounts_under(path), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
+    left = mounts_under(path)
+    if left:
+        raise ImageError(f"{path}: still mounted below it: {', '.join(left)}; unmount them, then delete it")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _build(recipe: Recipe, root: Path, log_path: Path | None) -> Image:
+    sha = recipe.sha()
+    final = root / sha
+    work = root / f".{sha}.build-{os.getpid()}"
+    for stale in root.glob(".*.build-*"):  # builds killed before they could clean up
+        if stale.name.startswith(f".{sha}.") or not _alive(stale.name.rsplit("-", 1)[1]):
+            remove_tree(stale)
+    work.mkdir(parents=True)
+    log_path = log_path or (root / f"{sha}.build.log")
+    started = time.monotonic()
+    try:
+        mirror = debian_mirror()
+        with open(log_path, "w") as log:
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"ntg-vm-{sha}",
+                            "-f", str(work / "id_ed25519")], check=True, timeout=30)  # fmt: skip
+            rootfs = work / "rootfs"
+            essential = [  # before the kernel's package makes the initrd
+                'mkdir -p "$1/etc/initramfs-tools/conf.d"',
+                'printf "MODULES=list\\n" > "$1/etc/initramfs-tools/conf.d/ntg.conf"',
+                'printf "%s\\n" ' + " ".join(recipe.initrd_modules) + ' >> "$1/etc/initramfs-tools/modules"',
+            ]
+            hooks = [
+                f'install -m 0755 {INIT} "$1/usr/local/sbin/ntg-init"',
+                'echo ntg-vm > "$1/etc/hostname"',
+                'printf "/dev/vda / ext4 rw 0 1\\n" > "$1/etc/fstab"',
+                f'install -d -m 0700 "$1/root/.ssh" && install -m 0600 {work}/id_ed25519.pub '
+                '"$1/root/.ssh/authorized_keys"',
+                'printf "UseDNS no\\nPermitRootLogin prohibit-password\\n" > "$1/etc/ssh/sshd_config.d/ntg.conf"',
+                'rm -rf "$1/var/cache/apt/archives/"*.deb "$1/var/lib/apt/lists/"*',
+                # drivers for hardware a qemu guest does not have (half of the kernel's modules)
+                *[f'rm -rf "$1"/lib/modules/*/kernel/{d}' for d in recipe.pruned_modules],
+            ]  # fmt: skip
+            # no documentation, manual pages or translations in the guest (a smaller, faster build)
+            excludes = [f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale", "info")]
+            argv = ["mmdebstrap", "--mode=root", "--variant=apt", "--include=" + ",".join(recipe.packages), *excludes,
+                    *[f"--essential-hook={h}" for h in essential],
+                    *[f"--customize-hook={h}" for h in hooks], recipe.suite, str(rootfs), mirror]  # fmt: skip
+            _run("mmdebstrap", argv, log, 1800)
+            kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
+            initrds = sorted((rootfs / "boot").glob("initrd.img-*"))
+            if not kernels or not initrds:
+                raise ImageError(f"guest image: no kernel or initrd in {rootfs}/boot (linux-image-amd64 "
+                                 f"not installed?); see {log_path}")  # fmt: skip
+            shutil.copy2(kernels[-1], work / "vmlinuz")
+            shutil.copy2(initrds[-1], work / "initrd.img")
+            _run("mkfs.ext4", ["mkfs.ext4", "-q", "-F", "-L", "ntgroot", "-d", str(rootfs),
+                               str(work / "disk.raw"), f"{recipe.size_mb}M"], log, 600)  # fmt: skip
+            _run("qemu-img convert", ["qemu-img", "convert", "-O", "qcow2", str(work / "disk.raw"),
+                                      str(work / "disk.qcow2")], log, 600)  # fmt: skip
+            (work / "disk.raw").unlink()
+            remove_tree(rootfs)
+            (work / "disk.qcow2").chmod(0o444)  # the cached image is never written
+            info = {"sha": sha, "recipe": asdict(recipe), "kernel": kernels[-1].name,
+                    "mirror": mirror, "build_s": round(time.monotonic() - started, 1)}  # fmt: skip
+            (work / "image.json").write_text(json.dumps(info, indent=1) + "\n")
+        os.rename(work, final)
+    except BaseException:
+        remove_tree(work)
+        raise
+    return Image(final, sha)
+
+
+def main() -> int:
+    """python -m testbed.endpoints.vm.image: build (or find) the guest image and print its folder."""
+    try:
+        image = ensure_image()
+    except NtgError as exc:
+        print(f"vm image: {exc}")
+        return exc.exit_status
+    print(image.dir)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

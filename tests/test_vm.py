@@ -1,0 +1,134 @@
+"""The VM back end (testbed/endpoints/vm, docs/vm.md) for real: the cached Debian guest image built
+by mmdebstrap, a qemu guest (TCG) booted on a copy-on-write overlay inside a test namespace, the
+native engine built in it by playbooks/vm_guest.yml (twice: the second run changes nothing), a
+short send from the guest's virtio NIC through its tap to a receiver namespace, power off, and a
+teardown that leaves no qemu, tap, namespace or overlay. Without qemu this skips outside CI and
+fails under NTG_CI=1."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ntgcore.registry import ENDPOINTS
+from testbed.endpoints.netns.topology import TopologyError
+from testbed.endpoints.vm import BACKEND, VmEndpoint, load_vm_topology
+from testbed.endpoints.vm import image as vm_image
+from testbed.endpoints.vm.machine import WORK_ROOT, VmError
+from testbed.parts.fault import PowerSwitch
+
+from conftest import skip_or_fail
+
+PAIR = {
+    "topology": {
+        "name": "ntgvmt", "mtu": 1500, "namespaces": ["gen", "rx"],
+        "links": [{"a": {"ns": "gen", "iface": "gen0", "address": "198.18.0.1/24"},
+                   "b": {"ns": "rx", "iface": "rx0", "address": "198.18.0.2/24"}}],
+    },
+    "vms": {"gen": {"preset": "ci", "engine": False}},
+}  # fmt: skip
+
+
+def test_the_back_end_is_registered_under_vm():
+    if "vm" not in ENDPOINTS:  # an installation older than the entry point (pyproject.toml)
+        ENDPOINTS.register("vm", BACKEND)
+    assert ENDPOINTS.get("vm") is BACKEND
+
+
+def test_a_vm_role_that_is_not_in_the_topology_is_named_with_its_line(tmp_path):
+    f = tmp_path / "t.yaml"
+    f.write_text("topology: pair\nvms:\n  gen: {preset: ci}\n  dut: {preset: ci}\n")
+    with pytest.raises(TopologyError) as err:
+        load_vm_topology(str(f))
+    assert err.value.problems == [f"{f}:4: vms.dut: not a role of topology ntg-pair (roles: gen, peer)"]
+
+
+def test_an_unknown_preset_is_refused_with_the_known_ones(tmp_path):
+    f = tmp_path / "t.yaml"
+    f.write_text("topology: pair\nvms:\n  gen: {preset: huge}\n")
+    with pytest.raises(TopologyError) as err:
+        load_vm_topology(str(f))
+    assert "t.yaml:3" in err.value.problems[0] and "'seed001' or 'ci'" in err.value.problems[0]
+
+
+def test_the_recipe_hash_changes_with_the_package_list():
+    other = vm_image.Recipe(packages=(*vm_image.RECIPE.packages, "ethtool"))
+    assert other.sha() != vm_image.RECIPE.sha() and vm_image.Recipe().sha() == vm_image.RECIPE.sha()
+
+
+def _qemu_of(name: str) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd and cmd[0].endswith(b"qemu-system-x86_64") and name.encode() in cmd:
+                pids.append(int(p.name))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def guest_image():
+    missing = [t.command for t in (*vm_image.TOOLS, *BACKEND.tools) if not t.found()]
+    if missing or os.geteuid() != 0:
+        skip_or_fail(f"a VM needs root and {', '.join(missing) or 'nothing more'} (./bootstrap.sh test installs them)")
+    return vm_image.ensure_image()
+
+
+def test_a_vm_boots_builds_the_engine_sends_powers_off_and_leaves_nothing(guest_image, tmp_path):
+    assert guest_image.disk.is_file() and vm_image.cached() == guest_image
+    before = guest_image.disk.stat()
+    site = BACKEND.open(PAIR)
+    vm_ns, rx_ns = site.locations()[:2]
+    try:
+        steps = site.apply()
+        assert any("booted VM (tcg, 1 vCPU, 768 MB)" in s for s in steps), steps
+        facts = site.facts()["gen"]
+        assert facts["accelerator"] == "tcg" and facts["memory_mb"] == 768 and facts["vcpus"] == 1
+        assert facts["guest_cpu_model"] and facts["boot_s"] > 0
+
+        machine = site.machines["gen"]
+        first, second = machine.provision(), machine.provision()
+        assert first["failed"] == 0 and first["changed"] >= 3, first
+        assert second["changed"] == 0 and second["failed"] == 0, second
+
+        gen = site.endpoint("gen:gen0")
+        assert isinstance(gen, VmEndpoint) and isinstance(gen, PowerSwitch) and gen.exists()
+        assert machine.run("ip", "-o", "addr", "show", "gen0").stdout.count("198.18.0.1/24") == 1
+        version = subprocess.run(gen.argv("/usr/local/bin/flowengine", "version"), capture_output=True,
+                                 text=True, timeout=60)  # fmt: skip
+        assert version.returncode == 0 and version.stdout.strip(), version.stderr
+        # five datagrams from the guest's NIC through its tap and the bridge to the receiver
+        rx_before = site.counters("rx:rx0")["rx_packets"]
+        sent = subprocess.run(gen.argv("bash", "-c", "for i in 1 2 3 4 5; do echo $i >/dev/udp/198.18.0.2/9; done"),
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        assert site.counters("rx:rx0")["rx_packets"] - rx_before >= 5
+        assert gen.counters()["tx_packets"] >= 3
+
+        gen.power_off()
+        assert not gen.exists() and not _qemu_of(machine.name)
+    finally:
+        removed = site.remove()
+    assert any("powered off VM" in s for s in removed)
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert vm_ns not in out and rx_ns not in out
+    assert not _qemu_of(vm_ns) and not (WORK_ROOT / vm_ns).exists()
+    assert guest_image.disk.stat().st_mtime == before.st_mtime  # the cached image is never written
+
+
+def test_a_guest_that_is_not_ready_in_time_shows_its_console(guest_image):
+    site = BACKEND.open({**PAIR, "vms": {"gen": {"preset": "ci", "engine": False, "boot_timeout": 2}}})
+    try:
+        with pytest.raises(VmError) as err:
+            site.apply()
+    finally:
+        site.remove()
+    assert "was not ready within 2 s (accelerator tcg); the last console lines:" in str(err.value)
+    assert not _qemu_of(site.locations()[0]) and shutil.which("qemu-system-x86_64")
