@@ -189,15 +189,20 @@ class VmSite(Site):
                 steps.append(f"{ns}: bridge {bridge} joins veth {nic.name} and tap {nic.tap} (guest NIC {nic.name})")
             for cmd in cmds:
                 _ip(self.topology, ns, *cmd)
+            layer = image.engine_layer() if self.vms[role].engine else None
+            machine.base = layer if layer is not None and layer.is_file() else None
             machine.start()
             steps.append(f"{ns}: booted VM ({machine.accel}, {machine.preset.cpus} vCPU, "
                          f"{machine.preset.memory_mb} MB) ready in {machine.boot_s} s")  # fmt: skip
-            if self.vms[role].engine:
+            if machine.base is not None:
+                steps.append(f"{ns}: the engine as built in the guest before ({layer})")
+            elif layer is not None:
                 started = time.monotonic()
                 recap = machine.provision()
+                machine.save_layer(layer)
                 machine.provision_s = round(time.monotonic() - started, 1)
                 steps.append(f"{ns}: the native engine built in the guest by playbooks/vm_guest.yml in "
-                             f"{machine.provision_s} s (changed={recap.get('changed')})")  # fmt: skip
+                             f"{machine.provision_s} s (changed={recap.get('changed')}), kept as {layer}")  # fmt: skip
         return steps
 
     def remove(self) -> list[str]:

@@ -87,12 +87,32 @@ class Image:
     def initrd(self) -> Path:
         return self.dir / "initrd.img"
 
+    def engine_layer(self) -> Path:
+        """The layer over `disk` with the engine of the current sources built (may not exist yet)."""
+        return self.dir / f"engine-{engine_sha()}.qcow2"
+
     @property
     def key(self) -> Path:
         return self.dir / "id_ed25519"
 
     def info(self) -> dict:
         return json.loads((self.dir / "image.json").read_text())
+
+
+ENGINE_SOURCES = ("generators/flowengine", "analysis/native", "playbooks/roles/vm_guest", "playbooks/vm_guest.yml")
+
+
+def engine_sha() -> str:
+    """Hash of what the guest's engine build is made from (its sources and the role that builds
+    it): names the cached layer with the engine built (`engine-<sha>.qcow2` beside the disk)."""
+    h = hashlib.sha256()
+    for top in ENGINE_SOURCES:
+        root = REPO / top
+        files = sorted(p for p in ([root] if root.is_file() else root.rglob("*"))
+                       if p.is_file() and "__pycache__" not in p.parts)  # fmt: skip
+        for f in files:
+            h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def cache_root() -> Path:

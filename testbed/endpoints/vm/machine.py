@@ -97,6 +97,7 @@ class Machine:
     nics: list[Nic]
     boot_timeout_s: float = 90.0
     shares: list[Path] = field(default_factory=list)  # host folders mounted at the same path
+    base: Path | None = None  # the overlay's backing file: the image's disk, or a saved layer of it
     accel: str = field(default_factory=accelerator)
     proc: Process | None = field(default=None, init=False)
     master: Process | None = field(default=None, init=False)  # the ssh connection commands share
@@ -146,7 +147,7 @@ class Machine:
         overlay = self.workdir / "overlay.qcow2"
         overlay.unlink(missing_ok=True)
         made = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
-                               str(self.image.disk), str(overlay)], capture_output=True, text=True,
+                               str(self.base or self.image.disk), str(overlay)], capture_output=True, text=True,
                               timeout=30)  # fmt: skip
         if made.returncode != 0:
             raise VmError(f"qemu-img could not make the overlay {overlay}: {made.stderr.strip()}")
@@ -298,6 +299,36 @@ class Machine:
         m = re.search(rf"{re.escape(MGMT_GUEST)}\s+:\s+(.*)", out)
         return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))} if m else {}
 
+    def _monitor(self, *commands: str) -> None:
+        """Send HMP commands to qemu's monitor, each answered before the next."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30.0)
+            s.connect(str(self.workdir / "monitor.sock"))
+            seen = b""
+            for command in ("", *commands):
+                if command:
+                    s.sendall(command.encode() + b"\n")
+                    seen = b""
+                while b"(qemu)" not in seen:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        return
+                    seen += chunk
+
+    def save_layer(self, dest: Path) -> None:
+        """Keep what the guest's disk holds now as `dest`, a qcow2 layer over the image (the guest
+        paused while it is copied, its writes synced first); later boots start from it."""
+        self.run("sync", timeout=120)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        self._monitor("stop")
+        try:
+            shutil.copyfile(self.workdir / "overlay.qcow2", tmp)
+            tmp.chmod(0o444)
+            os.rename(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+            self._monitor("cont")
+
     # -- power -------------------------------------------------------------------------------------
 
     def running(self) -> bool:
@@ -329,7 +360,7 @@ class Machine:
     def facts(self) -> dict:
         return {"accelerator": self.accel, "cpu": "max" + (" (TCG)" if self.accel == "tcg" else ""),
                 "guest_cpu_model": self.cpu_model, "vcpus": self.preset.cpus,
-                "memory_mb": self.preset.memory_mb, "boot_s": self.boot_s, "provision_s": self.provision_s, "image": self.image.sha,
+                "memory_mb": self.preset.memory_mb, "boot_s": self.boot_s, "provision_s": self.provision_s, "image": self.image.sha, "layer": self.base.name if self.base else None,
                 "kernel": self.image.info().get("kernel"), "nics": [n.name for n in self.nics]}  # fmt: skip
 
 
