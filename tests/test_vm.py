@@ -1,6 +1,7 @@
 """The VM back end (testbed/endpoints/vm, docs/vm.md) for real: the cached Debian guest image built
 by mmdebstrap, a qemu guest (TCG) booted on a copy-on-write overlay inside a test namespace, the
-native engine built in it by playbooks/vm_guest.yml (twice: the second run changes nothing), a
+native engine built in it by playbooks/vm_guest.yml (kept as a layer over the image; run again,
+the role changes nothing), a
 short send from the guest's virtio NIC through its tap to a receiver namespace, power off, and a
 teardown that leaves no qemu, tap, namespace or overlay. Without qemu this skips outside CI and
 fails under NTG_CI=1."""
@@ -29,7 +30,7 @@ PAIR = {
         "links": [{"a": {"ns": "gen", "iface": "gen0", "address": "198.18.0.1/24"},
                    "b": {"ns": "rx", "iface": "rx0", "address": "198.18.0.2/24"}}],
     },
-    "vms": {"gen": {"preset": "ci", "engine": False}},
+    "vms": {"gen": {"preset": "ci"}},
 }  # fmt: skip
 
 
@@ -94,9 +95,14 @@ def test_a_vm_boots_builds_the_engine_sends_powers_off_and_leaves_nothing(guest_
         assert facts["guest_cpu_model"] and facts["boot_s"] > 0
 
         machine = site.machines["gen"]
-        first, second = machine.provision(), machine.provision()
-        assert first["failed"] == 0 and first["changed"] >= 3, first
-        assert second["changed"] == 0 and second["failed"] == 0, second
+        # the engine was built in this guest by the role, or before and kept as the layer it
+        # booted from: either way the role now finds nothing to change
+        assert any("the native engine built in the guest" in s or "the engine as built in the guest before" in s
+                   for s in steps), steps  # fmt: skip
+        assert guest_image.engine_layer().is_file() and facts["layer"] == guest_image.engine_layer().name \
+            or machine.base is None  # fmt: skip
+        again = machine.provision()
+        assert again["changed"] == 0 and again["failed"] == 0 and again["ok"] >= 5, again
 
         gen = site.endpoint("gen:gen0")
         assert isinstance(gen, VmEndpoint) and isinstance(gen, PowerSwitch) and gen.exists()
@@ -124,11 +130,11 @@ def test_a_vm_boots_builds_the_engine_sends_powers_off_and_leaves_nothing(guest_
 
 
 def test_a_guest_that_is_not_ready_in_time_shows_its_console(guest_image):
-    site = BACKEND.open({**PAIR, "vms": {"gen": {"preset": "ci", "engine": False, "boot_timeout": 2}}})
+    site = BACKEND.open({**PAIR, "vms": {"gen": {"preset": "ci", "engine": False, "boot_timeout": 1}}})
     try:
         with pytest.raises(VmError) as err:
             site.apply()
     finally:
         site.remove()
-    assert "was not ready within 2 s (accelerator tcg); the last console lines:" in str(err.value)
+    assert "was not ready within 1 s (accelerator tcg); the last console lines:" in str(err.value)
     assert not _qemu_of(site.locations()[0]) and shutil.which("qemu-system-x86_64")

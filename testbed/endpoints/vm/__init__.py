@@ -9,8 +9,9 @@ management tap (198.19.255.0/30, also only inside that namespace) carries ssh.
 
 Places are the topology's own `ROLE:IFACE`; at a VM role, an endpoint's `argv` runs the command
 in the guest over ssh (a program given by a host path runs as the guest's program of the same
-name: the `vm_guest` Ansible role installs the engine there; file arguments are copied into the
-guest at the same path first) and it is a `PowerSwitch` (power off: qemu's monitor `quit`).
+name: the `vm_guest` Ansible role installs the engine there; the host's /tmp and working folder
+are mounted in the guest at the same paths, other input files are copied in) and it is a
+`PowerSwitch` (power off: qemu's monitor `quit`).
 """
 
 from __future__ import annotations
