@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,12 @@ def test_a_guest_that_is_not_ready_in_time_shows_its_console(guest_image):
         site.remove()
     assert "was not ready within 1 s (accelerator tcg); the last console lines:" in str(err.value)
     assert not _qemu_of(site.locations()[0]) and shutil.which("qemu-system-x86_64")
+
+
+def test_the_guest_playbook_passes_the_syntax_check():
+    binary = Path(sys.executable).parent / "ansible-playbook"
+    if not binary.exists():
+        skip_or_fail("ansible-playbook is not installed (pip install '.[test]')")
+    p = subprocess.run([str(binary), "--syntax-check", "-i", "198.19.255.2,", "playbooks/vm_guest.yml"],
+                       capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
