@@ -47,6 +47,8 @@ class VmSpec(BaseModel):
     memory_mb: int | None = Field(None, ge=256, le=262144, description="Memory in MB (default: the preset's).")
     boot_timeout: float = Field(90.0, gt=0, le=900, description="Seconds the guest may take to answer over ssh.")
     engine: bool = Field(True, description="Build the native engine in the guest (playbooks/vm_guest.yml) after boot.")
+    provision_timeout: float = Field(3600.0, gt=0, le=14400, description="Seconds the guest's engine build may "
+                                     "take (under TCG it is tens of minutes; once, then kept as a layer).")
 
     def resolved(self) -> Preset:
         base = PRESETS[self.preset]
@@ -60,7 +62,8 @@ class VmTopology(BaseModel):
     vms: dict[str, VmSpec] = Field(min_length=1, description="Roles of `topology` that are VMs.")
 
 
-def load_vm_topology(ref: str | dict, base_dir: Path | None = None, source: str | None = None) -> tuple[Topology, dict[str, VmSpec]]:
+def load_vm_topology(ref: str | dict, base_dir: Path | None = None,
+                     source: str | None = None) -> tuple[Topology, dict[str, VmSpec]]:
     """A VM topology from a packaged name, a YAML path (relative to `base_dir`) or a mapping."""
     file, lines = source or "<inline VM topology>", {}
     if isinstance(ref, str):
@@ -199,7 +202,7 @@ class VmSite(Site):
                 steps.append(f"{ns}: the engine as built in the guest before ({layer})")
             elif layer is not None:
                 started = time.monotonic()
-                recap = machine.provision()
+                recap = machine.provision(timeout=self.vms[role].provision_timeout)
                 machine.save_layer(layer)
                 machine.provision_s = round(time.monotonic() - started, 1)
                 steps.append(f"{ns}: the native engine built in the guest by playbooks/vm_guest.yml in "

@@ -222,7 +222,8 @@ class Machine:
             time.sleep(0.05)
 
     def ssh_options(self) -> list[str]:
-        return ["-i", str(self.image.key), "-o", f"ControlPath={self.workdir / 'ssh.sock'}", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+        return ["-i", str(self.image.key), "-o", f"ControlPath={self.workdir / 'ssh.sock'}",
+                "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
                 "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]  # fmt: skip
 
     def ssh_argv(self, *command: str) -> list[str]:
@@ -280,8 +281,9 @@ class Machine:
         env = {"TMPDIR": str(self.workdir), "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_SSH_ARGS": ssh_args, "ANSIBLE_HOST_KEY_CHECKING": "False",
                "ANSIBLE_LOCAL_TEMP": str(self.workdir / "ansible-local")}  # fmt: skip
-        argv = netns_argv(self.netns, "env", *(f"{k}={v}" for k, v in env.items()), program, "-i", f"{MGMT_GUEST},", "-u", "root", "--private-key",
-                          str(self.image.key), str(playbook))  # fmt: skip
+        argv = netns_argv(self.netns, "env", *(f"{k}={v}" for k, v in env.items()), program,
+                          "-i", f"{MGMT_GUEST},", "-u", "root", "--private-key", str(self.image.key),
+                          "-e", f"vm_guest_jobs={self.preset.cpus}", str(playbook))  # fmt: skip
         with open(self.workdir / "provision.log", "w") as log:
             proc = Process(f"ansible vm_guest {self.name}", argv, stdout=log, stderr=subprocess.STDOUT).start()
             try:
@@ -360,7 +362,8 @@ class Machine:
     def facts(self) -> dict:
         return {"accelerator": self.accel, "cpu": "max" + (" (TCG)" if self.accel == "tcg" else ""),
                 "guest_cpu_model": self.cpu_model, "vcpus": self.preset.cpus,
-                "memory_mb": self.preset.memory_mb, "boot_s": self.boot_s, "provision_s": self.provision_s, "image": self.image.sha, "layer": self.base.name if self.base else None,
+                "memory_mb": self.preset.memory_mb, "boot_s": self.boot_s, "provision_s": self.provision_s,
+                "image": self.image.sha, "layer": self.base.name if self.base else None,
                 "kernel": self.image.info().get("kernel"), "nics": [n.name for n in self.nics]}  # fmt: skip
 
 
@@ -381,7 +384,8 @@ def default_shares() -> list[Path]:
     usually is) and the folders in NTG_VM_SHARE (colon-separated); nested ones once."""
     wanted = [Path("/tmp"), Path.cwd(), *(Path(p) for p in os.environ.get("NTG_VM_SHARE", "").split(":") if p)]
     out: list[Path] = []
-    for p in sorted({w.resolve() for w in wanted if w.is_dir() and w.resolve() != Path("/")}, key=lambda x: len(x.parts)):
+    found = {w.resolve() for w in wanted if w.is_dir() and w.resolve() != Path("/")}
+    for p in sorted(found, key=lambda x: len(x.parts)):
         if not any(p == q or q in p.parents for q in out):
             out.append(p)
     return out
