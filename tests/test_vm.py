@@ -8,6 +8,7 @@ fails under NTG_CI=1."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,11 +18,13 @@ from pathlib import Path
 import pytest
 
 from ntgcore.registry import ENDPOINTS
+from ntgcore.scenario import load_scenario
 from testbed.endpoints.netns.topology import TopologyError
 from testbed.endpoints.vm import BACKEND, VmEndpoint, load_vm_topology
 from testbed.endpoints.vm import image as vm_image
 from testbed.endpoints.vm.machine import WORK_ROOT, VmError
 from testbed.parts.fault import PowerSwitch
+from testbed.runner import run_scenario
 
 from conftest import skip_or_fail
 
@@ -148,3 +151,41 @@ def test_the_guest_playbook_passes_the_syntax_check():
     p = subprocess.run([str(binary), "--syntax-check", "-i", "198.19.255.2,", "playbooks/vm_guest.yml"],
                        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_the_vm_quickstart_runs_the_same_step_in_a_vm_and_in_a_namespace(guest_image, tmp_path):
+    """scenarios/vm-quickstart.yaml through the runner with 1 s steps: the engine sends from inside
+    the VM (and then from a namespace), the capture holds both, the manifest says where it ran."""
+    if "vm" not in ENDPOINTS:
+        ENDPOINTS.register("vm", BACKEND)
+    loaded = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "vm-quickstart.yaml")
+    result = run_scenario(loaded, tmp_path, duration_ns=1_000_000_000, show_progress=False)
+    m = json.loads((result.run_dir / "manifest.json").read_text())
+    assert result.status == "completed", m.get("error")
+    assert m["testbed"]["backend"] == "vm"
+    vm = m["testbed"]["machines"]["vm"]
+    assert vm["accelerator"] == "tcg" and vm["vcpus"] == 2 and vm["memory_mb"] == 4096 and vm["boot_s"] > 0
+    steps = {s["name"]: s for s in m["steps"]}
+    assert len(steps) == 2, list(steps)
+    for entry in steps.values():  # each step's engine reported what it sent, and it arrived
+        counters = next(iter(entry["generators"].values()))
+        assert counters["packets"] > 0, entry
+    namespace = [line for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                 text=True).stdout.splitlines() if m["testbed"]["topology"] in line]  # fmt: skip
+    assert not namespace and not _qemu_of(m["testbed"]["topology"] + "-vm")
+
+
+def test_cleanup_deletes_only_marked_vm_folders(tmp_path, monkeypatch):
+    """`testbed cleanup` after a dead run: the back end's discard removes the VM work folders it
+    marked (overlay, console, sockets) and leaves any other folder alone."""
+    root = tmp_path / "vm"
+    monkeypatch.setattr("testbed.endpoints.vm.machine.WORK_ROOT", root)
+    ours, other = root / "ntgdead-gen", root / "someone-else"
+    for d in (ours, other):
+        d.mkdir(parents=True)
+        (d / "overlay.qcow2").write_bytes(b"x")
+    (ours / "made-by-ntg-testbed").write_text("VM ntgdead-gen\n")
+    assert BACKEND.discard([str(ours), str(other)], dry_run=True) == [f"would delete VM folder {ours}"]
+    assert ours.exists()
+    assert BACKEND.discard([str(ours), str(other)]) == [f"deleted VM folder {ours}"]
+    assert not ours.exists() and other.exists()
