@@ -55,6 +55,11 @@ class Endpoint(abc.ABC):
     def counters(self, iface: str | None = None) -> dict[str, int]:
         """Kernel counters of `iface` (default: this endpoint's): rx/tx packets, bytes, drops."""
 
+    def pids(self) -> dict[str, int]:
+        """Processes of this machine that do the place's work, by label (a VM's qemu): sampled
+        with the part that runs there, so its CPU counts what the place costs. {}: none."""
+        return {}
+
 
 class Site(abc.ABC):
     """The places one back end provides for a run (a topology of namespaces; VMs; hosts), each

@@ -182,4 +182,7 @@ class GeneratorPart(Part):
         return self.gen.commands()
 
     def pids(self) -> dict[str, int]:
-        return _live(self.records(), lambda r: f"gen:{self.spec.title}:{r.name}")
+        out = _live(self.records(), lambda r: f"gen:{self.spec.title}:{r.name}")
+        if self.endpoint is not None and out:  # the place's own processes (a VM's qemu) while it sends
+            out.update({f"gen:{self.spec.title}:{k}": pid for k, pid in self.endpoint.pids().items()})
+        return out

@@ -142,6 +142,10 @@ class VmEndpoint(Endpoint):
         out = self.machine.run("cat", *paths, timeout=30).stdout.split()
         return dict(zip(COUNTERS, map(int, out)))
 
+    def pids(self) -> dict[str, int]:
+        proc = self.machine.proc
+        return {"qemu": proc.pid} if proc is not None and proc.pid and self.machine.running() else {}
+
     def power_off(self) -> None:
         self.machine.power_off()
 
