@@ -17,7 +17,9 @@ are mounted in the guest at the same paths, other input files are copied in) and
 from __future__ import annotations
 
 import secrets
+import shlex
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +129,11 @@ class VmEndpoint(Endpoint):
             path = Path(arg)
             if path.is_absolute() and path.is_file() and not self.machine.shared(path):
                 self.machine.put(path)
-        return self.machine.ssh_argv(program, *args)
+        # through the relay, so that stopping this process stops the command in the guest
+        pidfile = f"/run/ntg-cmd-{secrets.token_hex(4)}.pid"
+        remote = f"echo $$ > {pidfile} && exec {shlex.join([program, *args])}"
+        return [sys.executable, "-m", "testbed.endpoints.vm.relay", pidfile, "--",
+                *self.machine.ssh_argv_raw(remote)]  # fmt: skip
 
     def exists(self) -> bool:
         return self.machine.running()

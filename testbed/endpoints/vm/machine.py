@@ -228,8 +228,11 @@ class Machine:
 
     def ssh_argv(self, *command: str) -> list[str]:
         """`command` run in the guest as root (argument list; quoted for the guest's shell)."""
-        return netns_argv(self.netns, "ssh", *self.ssh_options(), f"root@{MGMT_GUEST}", "--",
-                          shlex.join(command))  # fmt: skip
+        return self.ssh_argv_raw(shlex.join(command))
+
+    def ssh_argv_raw(self, script: str) -> list[str]:
+        """The shell text `script` run in the guest as root (its last argument)."""
+        return netns_argv(self.netns, "ssh", *self.ssh_options(), f"root@{MGMT_GUEST}", "--", script)
 
     def run(self, *command: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
         """Run `command` in the guest and wait for it (through the project's process helper)."""
