@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -283,7 +284,7 @@ def main() -> int:
     try:
         image = ensure_image()
     except NtgError as exc:
-        print(f"vm image: {exc}")
+        print(f"vm image: {exc}", file=sys.stderr)
         return exc.exit_status
     print(image.dir)
     return 0
