@@ -171,6 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         show_progress=not args.quiet and sys.stderr.isatty(),
         duration_ns=args.duration,
         coverage_baseline=baseline,
+        trials=args.trials,
     )
     counters = result.manifest.get("generators", {})
     print(f"run folder: {result.run_dir}")
@@ -629,6 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--duration", type=_duration, metavar="TIME",
                    help="live runs: how long every step sends (testbed.duration, sweep.step, "
                    "load_steps.duration), e.g. 2s for a short CI run")
+    r.add_argument("--trials", type=int, metavar="N",
+                   help="method failover: N trials of each advertisement interval and fault instead of "
+                   "testbed.failover.trials (a short run)")
     r.add_argument("--coverage-baseline", metavar="OLD.json",
                    help="scenarios with `attacks: {ids: suricata}`: compare the attack coverage per sid with "
                         "an earlier coverage.json; exit 3 when a sid that alerted there does not now")

@@ -235,8 +235,12 @@ class StepBar:
 
 class Run:
     def __init__(self, loaded: LoadedScenario, out_root: Path, seed: int | None = None,
-                 duration_ns: int | None = None):  # fmt: skip
+                 duration_ns: int | None = None, trials: int | None = None):  # fmt: skip
         scenario = loaded.scenario
+        if trials is not None:  # fewer repeated trials (short runs); checked by trials_problem
+            assert scenario.testbed is not None and scenario.testbed.failover is not None
+            scenario = with_changes(scenario, failover=scenario.testbed.failover.model_copy(update={"trials": trials}))
+            loaded = LoadedScenario(scenario, loaded.path, loaded.text)
         if duration_ns is not None and scenario.testbed is not None:  # short live runs (CI)
             tb = scenario.testbed
             changes: dict[str, Any] = {"duration": duration_ns}
@@ -520,6 +524,16 @@ class Run:
 # Run, mix attacks, analyse
 
 
+def trials_problem(scenario: Scenario, trials: int) -> str | None:
+    """Why `--trials N` cannot apply to this scenario, or None."""
+    if not 1 <= trials <= 100:
+        return f"--trials {trials}: give 1 to 100"
+    if scenario.testbed is None or scenario.testbed.failover is None:
+        return ("--trials applies to a method with repeated trials (method failover: "
+                "testbed.failover.trials); this scenario has none")
+    return None
+
+
 def run_scenario(
     loaded: LoadedScenario,
     out_root: Path,
@@ -528,9 +542,15 @@ def run_scenario(
     show_progress: bool = True,
     duration_ns: int | None = None,
     coverage_baseline: Baseline | None = None,
+    trials: int | None = None,
 ) -> RunResult:
     """`coverage_baseline`: an earlier coverage.json (and allow file) the offline attack coverage is
-    compared with per sid; a newly failing sid that is not allowed makes the exit status 3."""
+    compared with per sid; a newly failing sid that is not allowed makes the exit status 3.
+    `trials`: run this many of each repeated trial instead of the scenario's (`trials_problem`)."""
+    if trials is not None:
+        problem = trials_problem(loaded.scenario, trials)
+        if problem:
+            raise RunSetupError(f"{loaded.path}: {problem}")
     if coverage_baseline is not None:
         problem = coverage_baseline_problem(loaded.scenario)
         if problem:
@@ -540,7 +560,7 @@ def run_scenario(
         raise RunSetupError(f"{loaded.path}: {too_big}")
     if loaded.scenario.testbed is not None:
         check_live_prerequisites(loaded.scenario)
-    run = Run(loaded, out_root, seed, duration_ns)
+    run = Run(loaded, out_root, seed, duration_ns, trials)
     status = run.execute(show_progress)
     if status == "completed" and not run.live and loaded.scenario.attacks is not None:
         status = _mix_attacks(run, loaded, show_progress, coverage_baseline)

@@ -351,11 +351,22 @@ def test_two_engine_threads_give_the_same_capture(tmp_path, flowengine_bin):
 def test_every_live_example_runs_with_short_steps(scenario, tmp_path, flowengine_bin):
     if "name: trex" in (ROOT / "scenarios" / scenario).read_text() and not os.environ.get("NTG_TREX_DIR"):
         skip_or_fail(f"{scenario} needs a TRex build: NTG_TREX_DIR is not set (.ci/run sets it)")
+    trials = ["--trials", "1"] if "method: failover" in (ROOT / "scenarios" / scenario).read_text() else []
     r = run_testbed("run", str(ROOT / "scenarios" / scenario), "--out", str(tmp_path), "-q",
-                    "--duration", "1s")
+                    "--duration", "1s", *trials)
     assert r.returncode == 0, r.stdout + r.stderr
     run = only_run_dir(tmp_path)
+    if trials:  # one trial of each advertisement interval and fault
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert {s["name"].rsplit("-", 1)[1] for s in manifest["steps"]} == {"1"}
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["steps"] and all(s["status"] == "completed" for s in metrics["steps"])
     assert all(c["ok"] for c in metrics["checks"]), [c for c in metrics["checks"] if not c["ok"]]
     assert (run / "report.html").is_file()
+
+
+def test_trials_is_refused_where_no_method_repeats_trials(tmp_path):
+    r = run_testbed("run", str(QUICKSTART), "--out", str(tmp_path), "--trials", "1")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "--trials applies to a method with repeated trials" in r.stderr
+    assert not any(tmp_path.iterdir())  # nothing was written
