@@ -245,6 +245,20 @@ def pcaps() -> list[Path]:
     return sorted((Path(root) / "pcaps").glob("*.pcap"))
 
 
+def dump_flows(path: Path) -> list[tuple]:
+    """The flows of a --dump CSV as the analysis flow table has them: (ip_version, proto, src, dst,
+    sport, dport, packets, bytes, first_ns, last_ns), addresses as text."""
+    with open(path, newline="") as f:
+        rows = [{k: int(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    ver = np.array([r["ip_version"] for r in rows], np.uint8)
+    src = address_text(ver, np.array([r["src_hi"] for r in rows], np.uint64),
+                       np.array([r["src_lo"] for r in rows], np.uint64))
+    dst = address_text(ver, np.array([r["dst_hi"] for r in rows], np.uint64),
+                       np.array([r["dst_lo"] for r in rows], np.uint64))
+    return [(r["ip_version"], r["proto"], s, d, r["sport"], r["dport"], r["packets"], r["bytes"],
+             r["first_ns"], r["last_ns"]) for r, s, d in zip(rows, src, dst)]
+
+
 @pytest.mark.parametrize("struct", ["chain", "cuckoo"])
 def test_pcap_counters_equal_the_analysis_flow_table(match_bin, tmp_path, struct):
     files = pcaps()
@@ -257,19 +271,56 @@ def test_pcap_counters_equal_the_analysis_flow_table(match_bin, tmp_path, struct
         want = Counter(zip(table.ip_version.astype(int), table.proto.astype(int), table.src, table.dst,
                            table.sport.astype(int), table.dport.astype(int), table.packets.astype(int),
                            table.bytes.astype(int), table.first_ns.astype(int), table.last_ns.astype(int)))
-        with open(tmp_path / "dump.csv", newline="") as f:
-            rows = [{k: int(v) for k, v in r.items()} for r in csv.DictReader(f)]
-        ver = np.array([r["ip_version"] for r in rows], np.uint8)
-        src = address_text(ver, np.array([r["src_hi"] for r in rows], np.uint64),
-                           np.array([r["src_lo"] for r in rows], np.uint64))
-        dst = address_text(ver, np.array([r["dst_hi"] for r in rows], np.uint64),
-                           np.array([r["dst_lo"] for r in rows], np.uint64))
-        got = Counter((r["ip_version"], r["proto"], s, d, r["sport"], r["dport"], r["packets"], r["bytes"],
-                       r["first_ns"], r["last_ns"]) for r, s, d in zip(rows, src, dst))
-        assert got == want, pcap.name
+        assert Counter(dump_flows(tmp_path / "dump.csv")) == want, pcap.name
         report = json.loads((tmp_path / "out.json").read_text())
         assert report["flows_end"] == len(table)
         assert report["pcap"]["damaged"] is False
+
+
+def test_a_pcap_replayed_to_packets_counts_every_pass(match_bin, tmp_path):
+    """--packets of 3 passes + 5: against the analysis flow table of the pcap, each flow counts 3
+    times its packets and bytes plus those of its packets among the first 5, keeps its first time
+    stamp, and (if none of its packets is among the first 5) ends 2 passes' time shift after its
+    last; every pass's time stamps come after the pass before."""
+    files = pcaps()
+    if not files:
+        skip_or_fail("NTG_SHARED_DATA/pcaps has no pcap (set NTG_SHARED_DATA)")
+    pcap = next(p for p in files if p.name == "zeek__http_bro.org.pcap")
+    table = flow_table_of([pcap])
+    one = int(table.packets.sum())
+    run_match(match_bin, "--struct", "robin", "--size", "4096", "--feed", "pcap", "--pcap", str(pcap),
+              "--packets", str(3 * one + 5), "--save-feed", str(tmp_path / "feed.csv"),
+              "--dump", str(tmp_path / "dump.csv"), "--json", str(tmp_path / "out.json"))
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["packets"] == 3 * one + 5 and report["pcap"]["pass_packets"] == one
+    step = report["pcap"]["pass_step_ns"]
+    feed = read_feed(tmp_path / "feed.csv")
+    assert [p[:9] for p in feed[one:]] == [p[:9] for p in feed[:2 * one + 5]]
+    assert min(p[9] for p in feed[one:2 * one]) > max(p[9] for p in feed[:one])
+    assert [b[9] - a[9] for a, b in zip(feed, feed[one:])] == [step] * (2 * one + 5)
+    head = [p[:8] for p in feed[:5]]
+    got = {f[:6]: f[6:] for f in dump_flows(tmp_path / "dump.csv")}
+    assert len(got) == len(table)
+    heads = 0
+    for row in table.itertuples():
+        key = (int(row.ip_version), int(row.proto), row.src, row.dst, int(row.sport), int(row.dport))
+        packets, nbytes, first, last = got[key]
+        extra = [p for p in feed[:5] if address_key(p) == key]
+        heads += len(extra)
+        assert packets == 3 * int(row.packets) + len(extra)
+        assert nbytes == 3 * int(row.bytes) + sum(p[8] for p in extra)
+        assert first == int(row.first_ns)
+        if not extra:
+            assert last == int(row.last_ns) + 2 * step
+    assert heads == len(head) == 5
+
+
+def address_key(p: tuple[int, ...]) -> tuple:
+    """A feed packet's flow key with text addresses, as the analysis flow table keys a flow."""
+    ver = np.array([p[0]], np.uint8)
+    src = address_text(ver, np.array([p[2]], np.uint64), np.array([p[3]], np.uint64))[0]
+    dst = address_text(ver, np.array([p[4]], np.uint64), np.array([p[5]], np.uint64))[0]
+    return (p[0], p[1], src, dst, p[6], p[7])
 
 
 def test_damaged_pcap_is_analysed_up_to_the_damage_with_its_offset(match_bin, tmp_path):

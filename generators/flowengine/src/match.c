@@ -24,7 +24,8 @@ static const char match_usage[] =
     "                        [--memory BYTES] [--warmup] [--json OUT] [--dump CSV]\n"
     "                        [--save-feed CSV]\n"
     "  --hash: a name of the hash registry (default crc32c). N may be written 2^K. Feeds: det, uniform:N, zipf:N:ALPHA, netscan:N, portscan:N,\n"
-    "  adversarial:N, pcap (with --pcap), file:CSV. See docs/flow-match.md.\n";
+    "  adversarial:N, pcap (with --pcap; --packets beyond its packets replays it in order),\n"
+    "  file:CSV. See docs/flow-match.md.\n";
 
 struct match_opts {
     const char *structure, *hash, *feed, *pcap, *json, *dump, *save_feed;
@@ -291,8 +292,11 @@ static void write_report(FILE *out, const struct report *r, int json)
     if (r->o->pcap && !strcmp(r->feed->kind, "pcap")) {
         fprintf(out, "{\"path\": ");
         json_string(out, r->o->pcap);
-        fprintf(out, ", \"skipped_not_ip\": %llu, \"damaged\": %s",
-                (unsigned long long)r->feed->skipped, r->feed->damaged ? "true" : "false");
+        fprintf(out, ", \"skipped_not_ip\": %llu, \"pass_packets\": %llu, \"passes\": %.6f, "
+                "\"pass_step_ns\": %lld, \"damaged\": %s",
+                (unsigned long long)r->feed->skipped, (unsigned long long)r->feed->pass_packets,
+                r->feed->pass_packets ? (double)r->feed->n / (double)r->feed->pass_packets : 0.0,
+                (long long)r->feed->pass_step_ns, r->feed->damaged ? "true" : "false");
         if (r->feed->damaged) {
             fprintf(out, ", \"problem\": ");
             json_string(out, r->feed->problem);
@@ -387,7 +391,8 @@ int match_main(int argc, char **argv, uint64_t mem_available)
         fprintf(stderr,
                 "flowengine match: %s: damaged at byte %llu (%s): the %zu IP packets before it "
                 "are analysed\n",
-                o.pcap, (unsigned long long)feed.problem_offset, feed.problem, feed.n);
+                o.pcap, (unsigned long long)feed.problem_offset, feed.problem,
+                (size_t)feed.pass_packets);
 
     char tmp_dump[4096], tmp_json[4096], tmp_feed[4096];
     FILE *dump = NULL;

@@ -132,9 +132,11 @@ int match_feed_bytes(const struct match_feed_params *p, uint64_t *bytes, char *e
         /* A pcap record is at least 16 bytes of header; the columns of the
          * reader (61 bytes a packet) live while the keys are built. */
         uint64_t most = (uint64_t)st.st_size / (s.kind == FEED_PCAP ? 16 : FILE_LINE_MIN) + 1;
-        if (!packets || packets > most)
-            packets = most;
-        *bytes = packets * (MATCH_FEED_PACKET_BYTES + (s.kind == FEED_PCAP ? 61 : 0));
+        uint64_t pass = packets && packets < most ? packets : most;
+        /* pcap: --packets beyond one pass replays it (match_feed_load) */
+        uint64_t total = s.kind == FEED_PCAP && packets > pass ? packets : pass;
+        *bytes = match_mul_bytes(total, MATCH_FEED_PACKET_BYTES) +
+                 (s.kind == FEED_PCAP ? match_mul_bytes(pass, 61) : 0);
         return 0;
     }
     *bytes = match_mul_bytes(packets, MATCH_FEED_PACKET_BYTES) +
@@ -168,6 +170,48 @@ static int feed_alloc(struct match_feed *f, size_t n)
     f->len = bigmem_alloc((n ? n : 1) * sizeof *f->len);
     f->ts = bigmem_alloc((n ? n : 1) * sizeof *f->ts);
     return f->keys && f->len && f->ts ? 0 : -ENOMEM;
+}
+
+/* Repeat the F->n packets of one pass in order until TOTAL, each pass's time
+ * stamps later than the last one's by the pass's span and one mean gap (time
+ * keeps going forward, as it did when seed 000 replayed its trace). */
+static int replay(struct match_feed *f, uint64_t total)
+{
+    size_t n = f->n;
+    f->pass_packets = n;
+    if (!n || total <= n)
+        return 0;
+    struct match_key *keys = bigmem_alloc(total * sizeof *keys);
+    uint32_t *len = bigmem_alloc(total * sizeof *len);
+    int64_t *ts = bigmem_alloc(total * sizeof *ts);
+    if (!keys || !len || !ts) {
+        free(keys);
+        free(len);
+        free(ts);
+        return -ENOMEM;
+    }
+    int64_t lo = f->ts[0], hi = f->ts[0];
+    for (size_t i = 1; i < n; i++) {
+        lo = f->ts[i] < lo ? f->ts[i] : lo;
+        hi = f->ts[i] > hi ? f->ts[i] : hi;
+    }
+    int64_t gap = n > 1 ? (hi - lo) / (int64_t)(n - 1) : 0;
+    int64_t step = hi - lo + (gap > 0 ? gap : 1);
+    for (uint64_t i = 0; i < total; i++) {
+        uint64_t pass = i / n, j = i % n;
+        keys[i] = f->keys[j];
+        len[i] = f->len[j];
+        ts[i] = f->ts[j] + (int64_t)pass * step;
+    }
+    free(f->keys);
+    free(f->len);
+    free(f->ts);
+    f->keys = keys;
+    f->len = len;
+    f->ts = ts;
+    f->n = total;
+    f->pass_step_ns = step;
+    return 0;
 }
 
 static int load_pcap(struct match_feed *f, const struct match_feed_params *p, const char *path,
@@ -219,7 +263,7 @@ static int load_pcap(struct match_feed *f, const struct match_feed_params *p, co
             f->damaged = 1;
             snprintf(f->problem, sizeof f->problem, "%s", why);
         }
-        rc = 0;
+        rc = p->packets > f->n ? replay(f, p->packets) : (f->pass_packets = f->n, 0);
     }
     free(c.ts_ns); free(c.wire_len); free(c.cap_len); free(c.link_type); free(c.ip_version);
     free(c.proto); free(c.src_hi); free(c.src_lo); free(c.dst_hi); free(c.dst_lo);

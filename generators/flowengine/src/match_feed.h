@@ -12,7 +12,10 @@
  *                       (found by hashing candidates with the chosen hash and size;
  *                       about N x SIZE hashes): chaining becomes a list of N
  *   pcap                the IP packets of --pcap FILE (through analysis/native/pcapread.h);
- *                       packets that are not IP are skipped and counted
+ *                       packets that are not IP are skipped and counted. PACKETS below one
+ *                       pass: the first PACKETS; beyond it: the pass replayed in order until
+ *                       PACKETS, each pass's time stamps shifted past the last one's by the
+ *                       pass's span and one mean gap (a flow then counts every pass)
  *   file:PATH           packets from a CSV written by match_feed_save (tests)
  * Synthetic flows are IPv4 10.0.0.0/8 -> 192.0.2.1:443 TCP (2001:db8::/32 with
  * ipv6), one source address per flow; time stamps are evenly spaced at RATE
@@ -33,7 +36,8 @@
 struct match_feed_params {
     const char *spec;
     const char *pcap;       /* the file of the pcap kind */
-    uint64_t packets;       /* synthetic: how many; pcap and file: at most (0 = all) */
+    uint64_t packets;       /* synthetic: how many; pcap: how many (0 = one pass, more
+                             * replays it); file: at most (0 = all) */
     double rate_pps;        /* synthetic time stamps */
     int ipv6;
     uint64_t seed;
@@ -52,6 +56,8 @@ struct match_feed {
     char kind[16];
     uint64_t flows;         /* synthetic: the flows drawn from */
     uint64_t skipped;       /* pcap: packets that are not IP */
+    uint64_t pass_packets;  /* pcap: the IP packets of one pass (n / pass_packets passes) */
+    int64_t pass_step_ns;   /* pcap replayed: the time shift from one pass to the next */
     uint64_t tries;         /* adversarial: candidate keys hashed */
     int damaged;            /* pcap: read up to damage at problem_offset */
     uint64_t problem_offset;
