@@ -3,7 +3,9 @@
 keeps what it measured) and analysis/matchsweep.py draws Figs. 2-5 and Table 1 from them.
 
 Before anything runs every (structure, size, feed) is checked by the engine itself with
-`--memory 1` (it then refuses and prints what the table and the feed need); the flows a structure
+`--memory 1` (it then refuses and prints what the table and the feed need), and every structure
+reads one pass of every pcap feed on a tiny table (a pcap with IPv6 packets for `linear16`, or a
+damaged one, is refused there); the flows a structure
 adds later (chain past a line's first, tree) are added from its `bytes_per_added_flow`. A cell
 that would need more than 80 % of the available memory refuses the whole sweep (exit 2).
 """
@@ -122,6 +124,14 @@ def check_request(req: SweepRequest, binary: Path, available: int | None = None)
                 if code != 0:
                     raise BadInput(err.removeprefix("flowengine match: "))
             per_flow[struct] = float(json.loads(doc_path.read_text())["bytes_per_added_flow"])
+            for feed in (f for f in req.feeds if f.startswith("pcap:")):
+                # one pass of the pcap on a tiny table: the engine refuses what a cell would (IPv6
+                # packets for a 16-byte-key structure, a damaged pcap) before the sweep starts
+                code, err = _run([str(binary), "match", "--struct", struct, "--hash", req.hashes[0],
+                                  "--size", "1024", *feed_argv(feed)])
+                if code != 0:
+                    raise BadInput(f"--feeds {feed} with --structs {struct}: "
+                                   + err.removeprefix("flowengine match: ").splitlines()[0])
     for struct in req.structs:
         for size in req.sizes:
             for feed in req.feeds:

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from testbed.cli import main
+from tests.conftest import skip_or_fail
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = ["--structs", "chain,tree", "--hashes", "lookup3,murmur3_32", "--sizes", "2^8,2^10",
@@ -65,6 +66,26 @@ def test_refusals_come_before_anything_is_written(tmp_path, flowengine_bin, caps
     assert main(["match-sweep", *TINY, "--feeds", "zipf:100:0", "--out", str(out)]) == 2
     assert "zipf" in capsys.readouterr().err.lower()
     assert not out.exists()
+
+
+def test_a_pcap_with_ipv6_packets_for_the_16_byte_table_is_refused_up_front(tmp_path, flowengine_bin,
+                                                                           capsys):
+    root = os.environ.get("NTG_SHARED_DATA")
+    pcap = Path(root or ".") / "pcaps" / "zeek__wikipedia.pcap"  # its packet 2 is IPv6
+    if not pcap.is_file():
+        skip_or_fail("NTG_SHARED_DATA/pcaps/zeek__wikipedia.pcap is missing (set NTG_SHARED_DATA)")
+    out = tmp_path / "sweep"
+    assert main(["match-sweep", *TINY, "--structs", "chain,linear16", "--feeds", f"det,pcap:{pcap}",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--feeds pcap:{pcap} with --structs linear16" in err
+    assert "keeps IPv4 keys only" in err and "packet 2 of the feed is IPv6" in err
+    assert not out.exists()
+    # the same pcap with the 40-byte tables is fine (its cells are replayed to --packets)
+    assert main(["match-sweep", *TINY, "--structs", "linear", "--hashes", "lookup3", "--sizes", "2^10",
+                 "--feeds", f"pcap:{pcap}", "--out", str(out)]) == 0
+    rows = pd.read_parquet(out / "rows.parquet")
+    assert rows["packets"].tolist() == [5000]
 
 
 def test_an_interrupted_sweep_keeps_the_rows_it_measured(tmp_path, flowengine_bin):
