@@ -233,9 +233,60 @@ static void hash_block(const struct match_engine *e, const struct match_key *key
     }
 }
 
+/* The hashes of N (<= MATCH_BLOCK) keys, and their home lines staged (the
+ * table's stage op: computed and prefetched). */
+static void stage_block(const struct match_engine *e, const struct match_key *keys, size_t n,
+                        uint64_t *h, uint64_t *line)
+{
+    for (size_t i = 0; i < n; i += MATCH_AHEAD)
+        hash_block(e, &keys[i], n - i < MATCH_AHEAD ? n - i : MATCH_AHEAD, &h[i]);
+    e->p.ops->stage(e->table, h, n, line);
+}
+
+/* match_engine_bulk with the table's staged lookup (no timeouts), three
+ * blocks of MATCH_BLOCK keys in flight: block b + 2 hashed and its home lines
+ * prefetched (stage), block b + 1's lines, in cache by now, asked for what
+ * they point to (prefetch_next, if the table has it), block b compared from
+ * its lines; a miss goes the one-packet way (find with insert). Counts as
+ * packet_found would. */
+static void staged_bulk(struct match_engine *e, const struct match_key *keys, const uint32_t *len,
+                        const int64_t *ts_ns, size_t n)
+{
+    uint64_t h[3][MATCH_BLOCK], line[3][MATCH_BLOCK];
+    void (*next)(void *, uint64_t) = e->p.ops->prefetch_next;
+    for (size_t b = 0; b < n && b < 2 * MATCH_BLOCK; b += MATCH_BLOCK)
+        stage_block(e, &keys[b], n - b < MATCH_BLOCK ? n - b : MATCH_BLOCK, h[b / MATCH_BLOCK],
+                    line[b / MATCH_BLOCK]);
+    for (size_t b = 0; b < n; b += MATCH_BLOCK) {
+        size_t cur = (b / MATCH_BLOCK) % 3, m = n - b < MATCH_BLOCK ? n - b : MATCH_BLOCK;
+        size_t b2 = b + 2 * MATCH_BLOCK, b1 = b + MATCH_BLOCK;
+        if (b2 < n)
+            stage_block(e, &keys[b2], n - b2 < MATCH_BLOCK ? n - b2 : MATCH_BLOCK,
+                        h[(cur + 2) % 3], line[(cur + 2) % 3]);
+        for (size_t j = 0; next && b1 + j < n && j < MATCH_BLOCK; j++)
+            next(e->table, h[(cur + 1) % 3][j]);
+        for (size_t j = 0; j < m; j++) {
+            size_t i = b + j;
+            struct match_count *f;
+            int rc = e->p.ops->find_line(e->table, &keys[i], line[cur][j], &f);
+            if (rc < 0) {
+                int probes;
+                packet_found(e, &keys[i], h[cur][j], len[i], ts_ns[i], &f, &probes);
+                continue;
+            }
+            e->st.packets++;
+            count_packet(e, &keys[i], f, (uint64_t)rc, 0, 0, len[i], ts_ns[i]);
+        }
+    }
+}
+
 void match_engine_bulk(struct match_engine *e, const struct match_key *keys, const uint32_t *len,
                        const int64_t *ts_ns, size_t n)
 {
+    if (e->p.ops->stage && e->p.ops->find_line && !e->wheel) {
+        staged_bulk(e, keys, len, ts_ns, n);
+        return;
+    }
     /* The hashes of two blocks of MATCH_AHEAD packets: packet i's is
      * h[(i / MATCH_AHEAD) % 2][i % MATCH_AHEAD]; the next block is hashed when
      * a block starts, so packet i + MATCH_AHEAD's hash is there for its

@@ -40,6 +40,7 @@
 
 #define MATCH_HIST 64  /* probe lengths 1..63 counted one by one, 64 and more together */
 #define MATCH_AHEAD 16  /* a power of two */
+#define MATCH_BLOCK 16  /* keys a block of the staged bulk lookup (match_ops.stage) */
 
 struct match_engine_params {
     const struct match_ops *ops;

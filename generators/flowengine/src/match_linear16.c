@@ -70,24 +70,20 @@ static void linear16_prefetch(void *table, uint64_t hash)
     __builtin_prefetch(&l->slots[i + 1 < l->size ? i + 1 : 0]);
 }
 
-static int linear16_find(void *table, const struct match_key *key, uint64_t hash, int insert,
-                         struct match_count **out)
+/* The probe sequence of WANT from slot I (its home): as find. */
+static int probe_from(struct linear16 *l, const union key16_words *want, uint64_t i, uint64_t hash,
+                      int insert, struct match_count **out)
 {
-    struct linear16 *l = table;
-    union key16_words want;
-    if (match_key_pack16(key, &want.k))
-        return -EINVAL;
-    uint64_t i = match_line(&l->mod, hash);
     for (uint64_t probes = 1; probes <= l->size; probes++) {
         struct linear16_slot *s = &l->slots[i];
-        if (s->key.w[0] == want.w[0] && s->key.w[1] == want.w[1]) {
+        if (s->key.w[0] == want->w[0] && s->key.w[1] == want->w[1]) {
             *out = &s->c;
             return (int)(probes < INT32_MAX ? probes : INT32_MAX);
         }
         if (!s->key.k.ip_version) {
             if (!insert)
                 return -ENOENT;
-            s->key = want;
+            s->key = *want;
             memset(&s->c, 0, sizeof s->c);
             s->hash = hash;
             l->flows++;
@@ -98,6 +94,45 @@ static int linear16_find(void *table, const struct match_key *key, uint64_t hash
             i = 0;
     }
     return insert ? -ENOSPC : -ENOENT;
+}
+
+static int linear16_find(void *table, const struct match_key *key, uint64_t hash, int insert,
+                         struct match_count **out)
+{
+    struct linear16 *l = table;
+    union key16_words want;
+    if (match_key_pack16(key, &want.k))
+        return -EINVAL;
+    return probe_from(l, &want, match_line(&l->mod, hash), hash, insert, out);
+}
+
+static void linear16_stage(void *table, const uint64_t *hash, size_t n, uint64_t *line)
+{
+    struct linear16 *l = table;
+    for (size_t i = 0; i < n; i++) {
+        line[i] = match_line(&l->mod, hash[i]);
+        __builtin_prefetch(&l->slots[line[i]]);
+    }
+}
+
+/* The home slot of HASH is in cache by now: when another flow holds it (its
+ * stored hash differs), the lookup goes on to the next slot: prefetch it. */
+static void linear16_prefetch_next(void *table, uint64_t hash)
+{
+    struct linear16 *l = table;
+    uint64_t i = match_line(&l->mod, hash);
+    const struct linear16_slot *s = &l->slots[i];
+    if (s->key.k.ip_version && s->hash != hash)
+        __builtin_prefetch(&l->slots[i + 1 < l->size ? i + 1 : 0]);
+}
+
+static int linear16_find_line(void *table, const struct match_key *key, uint64_t line,
+                              struct match_count **out)
+{
+    union key16_words want;
+    if (match_key_pack16(key, &want.k))
+        return -EINVAL;
+    return probe_from(table, &want, line, 0, 0, out);
 }
 
 static int slot_used(const void *s)
@@ -153,6 +188,9 @@ const struct match_ops match_linear16_ops = {
     .destroy = linear16_destroy,
     .prefetch = linear16_prefetch,
     .find = linear16_find,
+    .prefetch_next = linear16_prefetch_next,
+    .stage = linear16_stage,
+    .find_line = linear16_find_line,
     .remove = linear16_remove,
     .walk = linear16_walk,
     .flows = linear16_flows,

@@ -106,6 +106,15 @@ struct match_ops {
      * should be in cache: prefetch what the line points to (cuckoo: the
      * stored flows whose signature matches). */
     void (*prefetch_next)(void *table, uint64_t hash);
+    /* Optional staged bulk lookup (NULL: none), both or neither: STAGE puts the
+     * home lines of the N hashes at HASH into LINE and prefetches them;
+     * FIND_LINE looks KEY up from its home LINE (from STAGE) without inserting,
+     * as find with !INSERT (the probes, or -ENOENT; -EINVAL for a key the
+     * table cannot hold). match_engine_bulk uses them when no timeout is set:
+     * a block staged while the block before it is compared. */
+    void (*stage)(void *table, const uint64_t *hash, size_t n, uint64_t *line);
+    int (*find_line)(void *table, const struct match_key *key, uint64_t line,
+                     struct match_count **out);
     /* Find KEY (whose hash is HASH). Absent and INSERT: add it with zero
      * counters. Returns the probes (keys or signatures compared, >= 1) with the
      * flow's counters in *OUT (valid until the next insert or remove; its key
