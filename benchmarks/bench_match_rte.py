@@ -19,7 +19,10 @@ machine's load between repeats touches both sides. Reports, per structure, ours 
 
 Results go to benchmarks/out/match_rte.json; a Markdown table goes to stdout.
 
-    python benchmarks/bench_match_rte.py [--repeat R] [--packets N] [--cpu C] [--bin PATH]
+--compare BIN runs another flowengine (e.g. the commit before) right after ours for each structure,
+repeat by repeat, and reports it beside ours against the same rte_hash runs.
+
+    python benchmarks/bench_match_rte.py [--repeat R] [--packets N] [--cpu C] [--bin PATH] [--compare PATH]
 """
 
 import argparse
@@ -82,6 +85,7 @@ def main():
     ap.add_argument("--cpu", type=int, default=0, help="the core both run on (taskset -c)")
     ap.add_argument("--hash", default="crc32c")
     ap.add_argument("--bin")
+    ap.add_argument("--compare", help="another flowengine binary, run after ours for each structure")
     ap.add_argument("--structs", default=",".join([*RANDOM_SIZES, *(f"{k}:{v}" for k, v in ODD_SIZES.items()
                                                                    if k in ("linear", "linear16"))]),
                     help="NAME or NAME:SIZE (default: bench_match.py's sizes, and linear and linear16 "
@@ -96,6 +100,7 @@ def main():
     sizes = {s: s.split(":")[1] if ":" in s else RANDOM_SIZES[s] for s in structs}
     rte_runs = {k: [] for k in (RTE_KEYS if rte_bin else ())}
     our_runs = {s: [] for s in structs}
+    other_runs = {s: [] for s in structs}
     for rep in range(a.repeat):
         for keylen in rte_runs:
             rte_runs[keylen].append(run_rte(rte_bin, a.cpu, keylen, a.packets))
@@ -106,6 +111,8 @@ def main():
                     f"uniform:{RANDOM_FLOWS}", "--packets", str(a.packets), "--warmup"]
             our_runs[struct].append(run(ours_bin, args, pin=a.cpu))
             print(f"[{rep + 1}/{a.repeat}] {struct:8} {our_runs[struct][-1]['mpps']:8.2f} Mpps", file=sys.stderr)
+            if a.compare:
+                other_runs[struct].append(run(a.compare, args, pin=a.cpu))
     for keylen, runs in rte_runs.items():
         med = {k: statistics.median(r[k] for r in runs) for k in RTE_RATES}
         results["rte_hash"][str(keylen)] = {**runs[0], **med,
@@ -124,6 +131,13 @@ def main():
             row[f"ratio_bulk_key{keylen}_by_repeat"] = [
                 o["mpps"] / p["bulk_mpps"] for o, p in zip(our_runs[struct], rte_runs[int(keylen)])]
         row["key_bytes"] = 16 if row["struct"] in IPV4_ONLY else 40
+        if a.compare:
+            o = median_by(other_runs[struct], "mpps")
+            row["compare"] = {"bin": a.compare, "mpps": o["mpps"], "mpps_runs": o["mpps_runs"],
+                              "mpps_cpu": statistics.median(x["mpps_cpu"] for x in other_runs[struct])}
+            for keylen, peer in results["rte_hash"].items():
+                row["compare"][f"ratio_bulk_key{keylen}"] = o["mpps"] / peer["bulk_mpps"]
+                row["compare"][f"ratio_bulk_cpu_key{keylen}"] = row["compare"]["mpps_cpu"] / peer["bulk_cpu_mpps"]
         results["ours"].append(row)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "match_rte.json").write_text(json.dumps(results, indent=1) + "\n")
@@ -140,6 +154,11 @@ def main():
         print(f"| {row['struct']} | {row['size']} | {row['key_bytes']} | {row['mpps']:.1f} | {row['p_l1']:.2f} | " +
               " | ".join(f"{row[f'ratio_bulk_key{k}']:.2f}, {row[f'ratio_bulk_cpu_key{k}']:.2f}, "
                          + "/".join(f"{x:.2f}" for x in row[f"ratio_bulk_key{k}_by_repeat"]) for k in keys) + " |")
+        if "compare" in row:
+            c = row["compare"]
+            print(f"| {row['struct']} (compare) | {row['size']} | {row['key_bytes']} | {c['mpps']:.1f} | | " +
+                  " | ".join(f"{c[f'ratio_bulk_key{k}']:.2f}, {c[f'ratio_bulk_cpu_key{k}']:.2f}, -" for k in keys)
+                  + " |")
 
 
 if __name__ == "__main__":
