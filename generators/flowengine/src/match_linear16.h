@@ -9,7 +9,13 @@
  * usual IPv4 flow key.
  *
  * SIZE slots of 64 bytes; at most SIZE flows; backward-shift removal as linear.
- * find() probes: slots inspected. Occupancy: flows over SIZE. */
+ * find() probes: slots inspected. Occupancy: flows over SIZE.
+ *
+ * Staged bulk lookup (match_ops.stage, find_line, prefetch_next): stage puts
+ * the home slots of a block of hashes in a list and prefetches them;
+ * prefetch_next, once the home slot is in cache, prefetches the next slot when
+ * another flow (another stored hash) holds the home; find_line compares from
+ * the listed home slot. match_engine_bulk uses them without timeouts. */
 #ifndef FE_MATCH_LINEAR16_H
 #define FE_MATCH_LINEAR16_H
 
