@@ -81,6 +81,12 @@ def test_a_pcap_with_ipv6_packets_for_the_16_byte_table_is_refused_up_front(tmp_
     assert f"--feeds pcap:{pcap} with --structs linear16" in err
     assert "keeps IPv4 keys only" in err and "packet 2 of the feed is IPv6" in err
     assert not out.exists()
+    cut = tmp_path / "cut.pcap"  # a damaged pcap: refused up front too
+    cut.write_bytes(pcap.read_bytes()[:5000])
+    assert main(["match-sweep", *TINY, "--feeds", f"pcap:{cut}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--feeds pcap:{cut} with --structs chain" in err and "damaged at byte" in err
+    assert not out.exists()
     # the same pcap with the 40-byte tables is fine (its cells are replayed to --packets)
     assert main(["match-sweep", *TINY, "--structs", "linear", "--hashes", "lookup3", "--sizes", "2^10",
                  "--feeds", f"pcap:{pcap}", "--out", str(out)]) == 0
