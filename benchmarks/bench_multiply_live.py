@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import secrets
 import signal
 import statistics
@@ -62,18 +63,29 @@ def settle(count, start: float, quiet: float = 0.5) -> tuple[int, float]:
     return last, when - start
 
 
+def child_cpu() -> float:
+    """CPU seconds (user + system) of the waited-for children so far: `ip netns exec` and
+    `taskset` exec the engine in place, so each run's delta is the engine's own time."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def peer(name, engine, sess):
     before = rx(f"{name}-dut", "d0")
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), child_cpu()
     sh("ip", "netns", "exec", f"{name}-mult", "taskset", "-c", "1", engine, "gen", sess, "--iface", "m-dut",
        "--pace", "topspeed",
        "--stats", os.devnull)
+    cpu = child_cpu() - c0
     got, wall = settle(lambda: rx(f"{name}-dut", "d0") - before, t0)
-    return {"egress": got, "seconds": wall, "pps": got / wall}
+    return {"egress": got, "seconds": wall, "pps": got / wall, "cpu_s": cpu, "ns_per_frame": cpu / got * 1e9}
 
 
-VARIANTS = {"ring": ["--tx", "ring"], "ring --spfo-scope batch": ["--tx", "ring", "--spfo-scope", "batch"],
-            "ring --spfo-scope batch --qdisc-bypass": ["--tx", "ring", "--spfo-scope", "batch", "--qdisc-bypass"],
+VARIANTS = {"sendmmsg (default)": [], "sendmmsg --spfo-scope batch": ["--spfo-scope", "batch"],
+            "sendmmsg --qdisc-bypass": ["--qdisc-bypass"],
+            "ring": ["--tx", "ring"], "ring --spfo-scope batch": ["--tx", "ring", "--spfo-scope", "batch"]}
+# what --baseline runs (an older binary's options)
+BASELINE = {"ring (its default)": ["--tx", "ring"],
             "sendmmsg --spfo-scope batch": ["--tx", "sendmmsg", "--spfo-scope", "batch"]}
 
 
@@ -90,10 +102,13 @@ def inline(name, engine, sess, copies, tmp, pace="topspeed", variant=("--tx", "r
            "--pace", pace, "--stats", os.devnull)
         got, wall = settle(lambda: rx(f"{name}-server", "sv0") + rx(f"{name}-dut", "d0") - before, t0)
     finally:
+        c0 = child_cpu()
         mult.send_signal(signal.SIGTERM)
         mult.wait(timeout=10)
+    cpu = child_cpu() - c0  # the multiplier's alone (the feeder was waited for before)
     doc = json.loads(summary.read_text())
-    return {"egress": got, "seconds": wall, "pps": got / wall, "received": doc["forward"]["received"],
+    return {"egress": got, "seconds": wall, "pps": got / wall, "cpu_s": cpu, "ns_per_frame": cpu / max(got, 1) * 1e9,
+            "received": doc["forward"]["received"],
             "engine": doc["forward"], "dropped_by_socket": doc["ingress_dropped_by_socket"], "tx": doc["dut_tx"]}
 
 
@@ -121,12 +136,18 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0, help="length of each paced run")
     ap.add_argument("--bin")
+    ap.add_argument("--baseline", help="an older flowengine whose multiply --live runs alongside (rows 'before: ...')")
+    ap.add_argument("--variants", help="comma-separated subset of the variants to run (default: all)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_multiply_live.py needs root (ip netns add)")
     engine = find_binary(args.bin)
     name = f"ntgbm{secrets.token_hex(2)}"
-    runs = {"peer": [], **{k: [] for k in VARIANTS}}
+    variants = {k: (engine, v) for k, v in VARIANTS.items()
+                if not args.variants or k in args.variants.split(",")}
+    if args.baseline:
+        variants.update({f"before: {k}": (Path(args.baseline), v) for k, v in BASELINE.items()})
+    runs = {"peer": [], **{k: [] for k in variants}}
     with tempfile.TemporaryDirectory(prefix="bench-mlive-") as tmp:
         tmp = Path(tmp)
         psess, isess = tmp / "p.txt", tmp / "i.txt"
@@ -136,31 +157,37 @@ def main():
         try:
             for _ in range(args.repeat):  # interleaved, so drift hits both alike
                 runs["peer"].append(peer(name, engine, psess))
-                for k, v in VARIANTS.items():
-                    runs[k].append(inline(name, engine, isess, args.T, tmp, variant=v))
+                for k, (binary, v) in variants.items():
+                    runs[k].append(inline(name, binary, isess, args.T, tmp, variant=v))
             peer_pps = statistics.median(r["pps"] for r in runs["peer"])
-            best_variant = max(VARIANTS, key=lambda k: statistics.median(r["pps"] for r in runs[k]))
-            sweep = paced(name, engine, args.T, tmp, peer_pps, args.seconds, VARIANTS[best_variant])
+            best_variant = max(variants, key=lambda k: statistics.median(r["pps"] for r in runs[k]))
+            binary, v = variants[best_variant]
+            sweep = paced(name, binary, args.T, tmp, peer_pps, args.seconds, v) if args.seconds > 0 else []
             runs["peer_after"] = [peer(name, engine, psess)]  # the peer again, after the sweep
         finally:
             sh(sys.executable, "-m", "testbed.topology", "down", TOPOLOGY,
                "--name", name, check=False)
     med = {k: statistics.median(r["pps"] for r in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(r["ns_per_frame"] for r in v) for k, v in runs.items()}
     clean = [r for r in sweep if r["lost_in"] == 0 and r["exact"]]
     best = max((r["egress_pps"] for r in clean), default=None)
     doc = {"host": platform.node(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "copies": args.T,
            "packets": args.packets, "runs": runs, "median_pps": med, "best_variant": best_variant,
-           "ratio_inline_to_peer": {k: med[k] / med["peer"] for k in VARIANTS}, "paced": sweep,
+           "ratio_inline_to_peer": {k: med[k] / med["peer"] for k in variants},
+           "median_cpu_ns_per_egress_frame": cpu,
+           "cpu_ratio_peer_to_inline": {k: cpu["peer"] / cpu[k] for k in variants}, "paced": sweep,
            "best_lossless_egress_pps": best, "ratio_lossless_to_peer": best / med["peer"] if best else None,
            "command": "python benchmarks/bench_multiply_live.py " + " ".join(sys.argv[1:])}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "multiply_live.json").write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"| egress on veth, 64-byte frames, T={args.T} | median pps |\n|---|---|")
-    print(f"| flowengine gen --iface (peer) | {med['peer']:,.0f} |")
-    for k in VARIANTS:
-        print(f"| flowengine multiply --live --tx {k} | {med[k]:,.0f} ({doc['ratio_inline_to_peer'][k]:.2f} of the peer) |")
+    print(f"| egress on veth, 64-byte frames, T={args.T} | median pps | of the peer | CPU ns per egress frame "
+          "| peer's CPU per frame / this one's |\n|---|---:|---:|---:|---:|")
+    print(f"| flowengine gen --iface (peer) | {med['peer']:,.0f} | 1 | {cpu['peer']:,.0f} | 1 |")
+    for k in variants:
+        print(f"| multiply --live {k} | {med[k]:,.0f} | {doc['ratio_inline_to_peer'][k]:.2f} | {cpu[k]:,.0f} "
+              f"| {doc['cpu_ratio_peer_to_inline'][k]:.2f} |")
     print(f"| peer again after the sweep | {med['peer_after']:,.0f} |")
-    print(f"\npaced, --tx {best_variant}:")
+    print(f"\npaced, {best_variant}:")
     print("\n| paced ingress pps | received / sent | egress pps | exact (T+1)x |\n|---|---|---|---|")
     for r in sweep:
         print(f"| {r['ingress_pps']:,.0f} | {r['received']:,} / {r['sent']:,} | {r['egress_pps']:,.0f} | {r['exact']} |")

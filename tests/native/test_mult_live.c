@@ -6,7 +6,9 @@
  * (home: the sided plan, 10.1.0.0/16 and 2001:db8:a::/48 home, their shadows in 198.19.0.0/24
  * and 2001:db8:200::/64)
  * writes the frames to OUT.pcap (microsecond pcap, written here with stdio) and prints
- * "in N out N table_full N" on stdout. */
+ * "in N out N table_full N slots_mismatch N" on stdout. A second multiplier with the same
+ * parameters gets the same packets through mult_packet_slots (each copy in a slot of its own,
+ * as the inline multiplier's TX ring); slots_mismatch counts the packets whose frames differ. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,17 +39,30 @@ int main(int argc, char **argv)
         p.home_ranges = hr;
         p.nhome_ranges = 2;
     }
-    struct mult *m;
-    if (mult_create(&m, &p)) return 1;
+    struct mult *m, *m2;
+    if (mult_create(&m, &p) || mult_create(&m2, &p)) return 1;
     uint32_t hdr[6] = {0xa1b2c3d4, 0x00040002, 0, 0, 65535, 1};
     fwrite(hdr, 4, 6, out);
     struct mult_frame *fr = calloc(p.copies + 1, sizeof *fr);
     size_t cap = mult_room(m, 65535, 0);
     uint8_t *buf = malloc(cap);
+    const size_t room = 65535 + MULT_MAX_GROWTH;
+    uint8_t *sbuf = malloc(room * p.copies), **slot = calloc(p.copies, sizeof *slot);
+    struct mult_frame *fr2 = calloc(p.copies + 1, sizeof *fr2);
+    if (!buf || !sbuf || !slot || !fr2) return 1;
+    for (uint32_t c = 0; c < p.copies; c++) slot[c] = sbuf + room * c;
+    unsigned long long mismatch = 0;
     pr_packet pk;
     while (pr_next(r, &pk)) {
         int n = mult_packet(m, pk.data, pk.cap_len, buf, cap, 0, fr);
         if (n < 1) return 1;
+        int same = mult_packet_slots(m2, pk.data, pk.cap_len, slot, room, fr2) == n;
+        for (int i = 0; same && i < n; i++) {
+            const uint8_t *got = fr2[i].copy ? slot[fr2[i].copy - 1] : pk.data;
+            same = fr2[i].copy == fr[i].copy && fr2[i].len == fr[i].len && fr2[i].off == 0 &&
+                   !memcmp(got, buf + fr[i].off, fr[i].len);
+        }
+        mismatch += !same;
         for (int i = 0; i < n; i++) {
             uint32_t rec[4] = {(uint32_t)(pk.ts_ns / 1000000000), (uint32_t)(pk.ts_ns % 1000000000 / 1000),
                                fr[i].len, fr[i].len};
@@ -56,9 +71,13 @@ int main(int argc, char **argv)
         }
     }
     const struct mult_stats *s = mult_stats(m);
-    printf("in %llu out %llu table_full %llu\n", (unsigned long long)s->in, (unsigned long long)s->out,
-           (unsigned long long)s->pass[MULT_PASS_TABLE_FULL]);
+    printf("in %llu out %llu table_full %llu slots_mismatch %llu\n", (unsigned long long)s->in,
+           (unsigned long long)s->out, (unsigned long long)s->pass[MULT_PASS_TABLE_FULL], mismatch);
     mult_free(m);
+    mult_free(m2);
+    free(sbuf);
+    free(slot);
+    free(fr2);
     pr_close(r);
     free(buf);
     free(fr);

@@ -907,8 +907,10 @@ static uint32_t mult_copy(struct mult *m, const uint8_t *f, uint32_t len, const 
     return out;
 }
 
-int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf, size_t cap,
-                uint32_t gap, struct mult_frame *fr)
+/* mult_packet and mult_packet_slots: slot NULL, the frames one after the other in buf (each
+ * after `gap` bytes); else copy c in slot[c-1] (cap bytes each) and the original not written. */
+static int mult_packet_into(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf, size_t cap,
+                            uint32_t gap, uint8_t *const *slot, struct mult_frame *fr)
 {
     struct mult_hdr h;
     const uint32_t T = m->T;
@@ -930,15 +932,19 @@ int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf
     m->st.in++;
     m->st.bytes_in += len;
     if (pass < 0) {
-        if (cap < (size_t)gap + len) return -ENOBUFS;
-        memcpy(buf + gap, frame, len);
-        fr[0] = (struct mult_frame){gap, len, 0};
+        if (slot) {
+            fr[0] = (struct mult_frame){0, len, 0};
+        } else {
+            if (cap < (size_t)gap + len) return -ENOBUFS;
+            memcpy(buf + gap, frame, len);
+            fr[0] = (struct mult_frame){gap, len, 0};
+        }
         m->st.pass[-pass - 1]++;
         m->st.out++;
         m->st.bytes_out += len;
         return 1;
     }
-    if (cap < mult_room(m, len, gap)) return -ENOBUFS;
+    if (slot ? cap < (size_t)len + m->maxulen : cap < mult_room(m, len, gap)) return -ENOBUFS;
     fl->packets[dir]++;
     uint32_t qi[2] = {0, 0};
     if (h.in3 && mult_quoted_index(m, frame, &h, qi) < 0) {
@@ -981,12 +987,12 @@ int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf
     size_t pos = 0;
     uint32_t c = 1;
     for (uint32_t k = 0; k <= T; k++) {
-        uint8_t *dst = buf + pos + gap;
+        uint8_t *dst = slot ? (k == orig_at ? NULL : slot[c - 1]) : buf + pos + gap;
         uint32_t n;
         if (k == orig_at) {
-            memcpy(dst, frame, len);
+            if (dst) memcpy(dst, frame, len);
             n = len;
-            fr[k] = (struct mult_frame){(uint32_t)(pos + gap), n, 0};
+            fr[k] = (struct mult_frame){slot ? 0 : (uint32_t)(pos + gap), n, 0};
         } else {
             int subst = 0;
             if (req) {
@@ -994,7 +1000,7 @@ int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf
                 subst = mult_fits(m, &q, c);
             }
             n = mult_copy(m, frame, len, &h, fl, dir, c, dst, tgt_at, tgt_n, subst, qi);
-            fr[k] = (struct mult_frame){(uint32_t)(pos + gap), n, (uint16_t)c};
+            fr[k] = (struct mult_frame){slot ? 0 : (uint32_t)(pos + gap), n, (uint16_t)c};
             c++;
         }
         pos += gap + n;
@@ -1007,6 +1013,18 @@ int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf
     m->st.fragments += h.frag != 0;
     m->st.icmp_errors += h.icmp_err;
     return (int)T + 1;
+}
+
+int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf, size_t cap,
+                uint32_t gap, struct mult_frame *fr)
+{
+    return mult_packet_into(m, frame, len, buf, cap, gap, NULL, fr);
+}
+
+int mult_packet_slots(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *const *slot,
+                      size_t cap, struct mult_frame *fr)
+{
+    return mult_packet_into(m, frame, len, NULL, cap, 0, slot, fr);
 }
 
 /* ---- views ------------------------------------------------------------------------------ */

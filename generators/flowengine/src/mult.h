@@ -154,6 +154,12 @@ int mult_range_has(const struct mult_range *r, int family, const uint8_t *addr);
 int mult_packet(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *buf, size_t cap,
                 uint32_t gap, struct mult_frame *fr);
 size_t mult_room(const struct mult *m, uint32_t len, uint32_t gap);
+/* The same, each copy written straight where the caller wants it (a TX ring's
+ * slots): copy c (1..T) into slot[c-1], which holds cap bytes; the original is
+ * not written (it is the input, unchanged). fr[] as above, every off 0.
+ * -ENOBUFS (nothing written) when cap < len + the longest URL growth. */
+int mult_packet_slots(struct mult *m, const uint8_t *frame, uint32_t len, uint8_t *const *slot,
+                      size_t cap, struct mult_frame *fr);
 
 const struct mult_stats *mult_stats(const struct mult *m);
 uint32_t mult_flow_count(const struct mult *m);

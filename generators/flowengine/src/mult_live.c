@@ -27,8 +27,9 @@
 #define PACKET_IGNORE_OUTGOING 23
 #endif
 
-#define LIVE_BATCH 64u          /* frames received per recvmmsg */
-#define LIVE_SNAP 65536u        /* receive buffer per frame */
+#define LIVE_BATCH 64u          /* received frames handled between two flushes */
+#define RX_RING_BYTES (16u << 20) /* each receive ring (TPACKET_V2): 8192 slots of 2 KiB at MTU 1500 */
+#define RX_BLOCK (1u << 16)
 #define LIVE_MAX_FRAME 9216u    /* larger frames are forwarded, never multiplied */
 #define RING_FRAME 2048u        /* TX ring slot; longer copies go through sendmmsg */
 #define RING_BLOCK (1u << 16)
@@ -41,10 +42,11 @@ static const char live_usage[] =
     "                           [--original CIDR[,CIDR...]] [--max-flows N] [--max-addrs N (default 256)]\n"
     "                           [--tx ring|sendmmsg] [--qdisc-bypass] [--spfo-scope packet|batch]\n"
     "                           [--summary FILE]\n"
-    "  --tx: how the copies leave (ring: a TPACKET_V2 TX ring, the default); --qdisc-bypass: as the\n"
-    "  engine's live sender, but then a capture on OUT or DUT no longer sees what leaves there;\n"
-    "  --spfo-scope: each original right after its own copies (packet, the default), or a received\n"
-    "  batch's originals after all the batch's copies (batch: fewer system calls).\n"
+    "  --tx: how the copies leave (sendmmsg, the default: one call a received batch carries its\n"
+    "  copies and originals in order; ring: a TPACKET_V2 TX ring, the copies written in its slots);\n"
+    "  --qdisc-bypass: as the engine's live sender, but then a capture on OUT or DUT no longer sees\n"
+    "  what leaves there; --spfo-scope: each original right after its own copies (packet, the\n"
+    "  default), or a received batch's originals after all the batch's copies (batch).\n"
     "  IN -> OUT frames are forwarded and multiplied (T copies on DUT, before the original);\n"
     "  OUT -> IN frames are forwarded (and multiplied too with --both). Runs until SIGINT/SIGTERM.\n";
 
@@ -55,10 +57,14 @@ struct live_opts {
     int order, ports, both, bypass, ring, batch;
 };
 
-/* One direction's receive side: a socket and its batch of buffers. */
+/* One direction's receive side: a socket and its RX ring (TPACKET_V2 frames). */
 struct live_port {
     int fd, ifindex;
     const char *name;
+    struct sockaddr_ll sll;   /* where a frame sent to this interface from another socket goes */
+    uint8_t *map;
+    size_t len;
+    unsigned frames, fsize, head;
 };
 
 /* The copies' TX ring on the DUT interface (TPACKET_V2), as the engine's live sender uses. */
@@ -77,7 +83,7 @@ static int live_args(int argc, char **argv, struct live_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->max_flows = 65536;
-    o->ring = 1;
+    o->ring = 0;
     int pos = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -151,6 +157,7 @@ static int live_open(struct live_port *p, const char *name, int receive, int byp
                          strerror(errno));
     struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_ifindex = p->ifindex,
                               .sll_protocol = receive ? htons(ETH_P_ALL) : 0};
+    p->sll = (struct sockaddr_ll){.sll_family = AF_PACKET, .sll_ifindex = p->ifindex};
     if (bind(p->fd, (struct sockaddr *)&sll, sizeof sll))
         return mult_fail("--live %s: bind: %s", name, strerror(errno));
     struct ifreq ifr = {0};
@@ -171,14 +178,38 @@ static int live_open(struct live_port *p, const char *name, int receive, int byp
         if (setsockopt(p->fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one))
             return mult_fail("--live %s: PACKET_IGNORE_OUTGOING: %s (Linux 4.20 or later)", name,
                              strerror(errno));
-        if (setsockopt(p->fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big))
-            setsockopt(p->fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+        /* the RX ring: a frame slot holds an MTU-sized frame with a VLAN tag (larger ones
+         * could not be sent on anyway); the kernel writes frames there, no recv calls */
+        if (ioctl(p->fd, SIOCGIFMTU, &ifr))
+            return mult_fail("--live %s: MTU: %s", name, strerror(errno));
+        unsigned need = TPACKET2_HDRLEN + (unsigned)ifr.ifr_mtu + 22u, fs = 2048;
+        while (fs < need && fs < RX_BLOCK) fs <<= 1;
+        if (fs < need)
+            return mult_fail("--live %s: MTU %d is too large for the receive ring (at most %u)", name,
+                             ifr.ifr_mtu, RX_BLOCK - (unsigned)TPACKET2_HDRLEN - 22u);
+        int v = TPACKET_V2;
+        struct tpacket_req req = {.tp_block_size = RX_BLOCK, .tp_block_nr = RX_RING_BYTES / RX_BLOCK,
+                                  .tp_frame_size = fs, .tp_frame_nr = RX_RING_BYTES / fs};
+        if (setsockopt(p->fd, SOL_PACKET, PACKET_VERSION, &v, sizeof v) ||
+            setsockopt(p->fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof req))
+            return mult_fail("--live %s: receive ring: %s", name, strerror(errno));
+        p->len = RX_RING_BYTES;
+        p->map = mmap(NULL, p->len, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
+        if (p->map == MAP_FAILED) {
+            p->map = NULL;
+            return mult_fail("--live %s: mapping the receive ring: %s", name, strerror(errno));
+        }
+        p->fsize = fs;
+        p->frames = req.tp_frame_nr;
     }
     return 0;
 }
 
-/* Sends n frames on fd (blocking: a full queue waits rather than drops); returns the failures. */
-static uint64_t live_send(int fd, struct mmsghdr *mh, struct iovec *iov, unsigned n)
+/* Sends n frames on fd (blocking: a full queue waits rather than drops), frame i to the
+ * interface to[i] (to NULL: fd's own); returns the failures, and in *lost_orig those of the
+ * frames i with orig[i] set (orig NULL: none). */
+static uint64_t live_send(int fd, struct mmsghdr *mh, struct iovec *iov, const struct sockaddr_ll *const *to,
+                          const uint8_t *orig, uint64_t *lost_orig, unsigned n)
 {
     uint64_t failed = 0;
     unsigned done = 0;
@@ -186,12 +217,20 @@ static uint64_t live_send(int fd, struct mmsghdr *mh, struct iovec *iov, unsigne
         memset(&mh[i].msg_hdr, 0, sizeof mh[i].msg_hdr);
         mh[i].msg_hdr.msg_iov = &iov[i];
         mh[i].msg_hdr.msg_iovlen = 1;
+        if (to) {
+            mh[i].msg_hdr.msg_name = (void *)(uintptr_t)to[i]; /* only read */
+            mh[i].msg_hdr.msg_namelen = sizeof *to[i];
+        }
     }
     while (done < n) {
         int r = sendmmsg(fd, mh + done, n - done, 0);
         if (r < 0) {
             if (errno == EINTR && !halt_signal) continue;
-            if (errno == EINTR) return failed + (n - done);
+            if (errno == EINTR) {
+                for (unsigned i = done; orig && i < n; i++) *lost_orig += orig[i];
+                return failed + (n - done);
+            }
+            if (orig) *lost_orig += orig[done];
             failed++; /* this frame is lost (ENOBUFS, EMSGSIZE, ENXIO...): go on with the next */
             done++;
             continue;
@@ -230,27 +269,39 @@ static void live_ring_kick(struct live_ring *r)
     r->pending = 0;
 }
 
-/* Queues one frame; returns 0, or 1 when it was lost (a slot the kernel refused). */
-static int live_ring_put(struct live_ring *r, const uint8_t *f, uint32_t len)
+/* Waits until the ring slot i is free (kicking what is queued, so it drains) and returns it. */
+static struct tpacket2_hdr *live_ring_slot(struct live_ring *r, unsigned i)
 {
-    struct tpacket2_hdr *h = (struct tpacket2_hdr *)(r->map + (size_t)r->head * RING_FRAME);
-    int lost = 0;
-    while (__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) != TP_STATUS_AVAILABLE) {
-        if (h->tp_status & TP_STATUS_WRONG_FORMAT) {
-            lost = 1;
-            break;
-        }
+    struct tpacket2_hdr *h = (struct tpacket2_hdr *)(r->map + (size_t)(i % r->frames) * RING_FRAME);
+    uint32_t st;
+    /* a slot the kernel refused (wrong format) is taken again: its frame counts as lost there */
+    while ((st = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE)) != TP_STATUS_AVAILABLE &&
+           !(st & TP_STATUS_WRONG_FORMAT)) {
         live_ring_kick(r);
         struct pollfd pf = {.fd = r->fd, .events = POLLOUT};
         poll(&pf, 1, 10);
-        if (halt_signal) return 1;
+        if (halt_signal) return NULL;
     }
-    memcpy((uint8_t *)h + TPACKET2_HDRLEN - sizeof(struct sockaddr_ll), f, len);
+    return h;
+}
+
+/* Hands slot h, holding len bytes, to the kernel (sent at the next kick). */
+static void live_ring_fill(struct live_ring *r, struct tpacket2_hdr *h, uint32_t len)
+{
     h->tp_len = len;
     __atomic_store_n(&h->tp_status, TP_STATUS_SEND_REQUEST, __ATOMIC_RELEASE);
     r->head = (r->head + 1) % r->frames;
     if (++r->pending >= RING_FLUSH) live_ring_kick(r);
-    return lost;
+}
+
+/* Queues one frame; returns 0, or 1 when it was lost (halted while waiting for a slot). */
+static int live_ring_put(struct live_ring *r, const uint8_t *f, uint32_t len)
+{
+    struct tpacket2_hdr *h = live_ring_slot(r, r->head);
+    if (!h) return 1;
+    memcpy((uint8_t *)h + TPACKET2_HDRLEN - sizeof(struct sockaddr_ll), f, len);
+    live_ring_fill(r, h, len);
+    return 0;
 }
 
 struct live {
@@ -258,71 +309,112 @@ struct live {
     struct live_ring ring;   /* map NULL: the copies go through sendmmsg */
     int per_packet;          /* SPFO per packet (else per batch) */
     uint32_t T;
-    uint8_t *rx;             /* LIVE_BATCH x LIVE_SNAP */
-    uint8_t *tx;             /* rewrite buffer for one batch */
+    uint8_t *tx;             /* rewrite buffer for one batch (copies that skip the ring) */
     size_t txcap;
     struct mult_frame *fr;   /* T+1 */
-    struct mmsghdr *rmh, *smh;
-    struct iovec *riov, *civ, *oiv;
-    size_t nciv_cap;
+    uint8_t **slot;          /* T: the ring slots a frame's copies are written in */
+    struct tpacket2_hdr **sh;
+    struct mmsghdr *smh;
+    struct iovec *civ, *oiv;
+    /* --tx sendmmsg, SPFO per packet: civ holds copies and originals in their order, frame i
+     * for the interface cto[i] (corig[i]: an original), all sent in one call on DUT's socket */
+    const struct sockaddr_ll **cto;
+    uint8_t *corig;
 };
 
-/* One batch from port `from`: originals to `to`, copies (when multiplied) to dut. */
-/* Sends what is queued: the copies (civ[0..nc)) first, then the originals (oiv[0..no)). */
+/* Queues frame p for the one call: to port `to`, an original or a copy. */
+static void live_queue(struct live *L, unsigned *nc, uint8_t *p, uint32_t len, const struct live_port *to,
+                       int orig)
+{
+    L->civ[*nc].iov_base = p;
+    L->civ[*nc].iov_len = len;
+    L->cto[*nc] = &to->sll;
+    L->corig[(*nc)++] = (uint8_t)orig;
+}
+
+/* Sends what is queued: the copies (the ring's, then civ[0..nc)) first, then the originals
+ * (oiv[0..no)). With --tx sendmmsg and SPFO per packet, civ holds the originals too, each after
+ * its copies, and oiv is empty. */
 static void live_flush(struct live *L, const struct live_port *to, const struct live_port *dut,
                        unsigned nc, unsigned no, struct live_dir *d)
 {
+    if (L->ring.map) live_ring_kick(&L->ring); /* every copy sent before the originals */
     if (nc && L->ring.map) {
         uint64_t f = 0;
-        unsigned big = 0;
-        for (unsigned i = 0; i < nc; i++) {
-            if (L->civ[i].iov_len > RING_FRAME - TPACKET2_HDRLEN) { /* too long for a slot */
-                L->civ[big++] = L->civ[i];
-                continue;
-            }
+        for (unsigned i = 0; i < nc; i++) /* only too long for the ring's slots */
             f += (uint64_t)live_ring_put(&L->ring, L->civ[i].iov_base, (uint32_t)L->civ[i].iov_len);
-        }
-        live_ring_kick(&L->ring); /* every copy sent before the originals */
-        if (big) f += live_send(dut->fd, L->smh, L->civ, big);
+        live_ring_kick(&L->ring);
         d->copies_sent += nc - f;
         d->send_failed += f;
     } else if (nc) {
-        uint64_t f = live_send(dut->fd, L->smh, L->civ, nc);
-        d->copies_sent += nc - f;
+        uint64_t lo = 0, f = live_send(dut->fd, L->smh, L->civ, L->cto, L->corig, &lo, nc), norig = 0;
+        for (unsigned i = 0; i < nc; i++) norig += L->corig[i];
+        d->copies_sent += nc - norig - (f - lo);
+        d->originals_sent += norig - lo;
         d->send_failed += f;
     }
     if (no) {
-        uint64_t f = live_send(to->fd, L->smh, L->oiv, no);
+        uint64_t f = live_send(to->fd, L->smh, L->oiv, NULL, NULL, NULL, no);
         d->originals_sent += no - f;
         d->send_failed += f;
     }
 }
 
-/* One batch from port `from`: originals to `to`, copies (when multiplied) to dut. SPFO per
- * packet (the default): each multiplied frame's copies, then that original, before the next
- * frame; per batch (--spfo-scope batch): all the batch's copies, then all its originals. */
-static void live_batch(struct live *L, const struct live_port *from, const struct live_port *to,
-                       const struct live_port *dut, int multiply, struct live_dir *d)
+/* Writes frame f's copies straight into T ring slots; the original goes to oiv. Returns the
+ * number of frames (as mult_packet), or 0 when halted while waiting for slots. */
+static int live_ring_copies(struct live *L, uint8_t *f, uint32_t len, unsigned *no, struct live_dir *d)
 {
-    for (unsigned i = 0; i < LIVE_BATCH; i++) {
-        L->riov[i].iov_base = L->rx + (size_t)i * LIVE_SNAP;
-        L->riov[i].iov_len = LIVE_SNAP;
-        memset(&L->rmh[i].msg_hdr, 0, sizeof L->rmh[i].msg_hdr);
-        L->rmh[i].msg_hdr.msg_iov = &L->riov[i];
-        L->rmh[i].msg_hdr.msg_iovlen = 1;
+    struct live_ring *r = &L->ring;
+    for (uint32_t c = 0; c < L->T; c++) {
+        if (!(L->sh[c] = live_ring_slot(r, r->head + c))) return 0;
+        L->slot[c] = (uint8_t *)L->sh[c] + TPACKET2_HDRLEN - sizeof(struct sockaddr_ll);
     }
-    int n = recvmmsg(from->fd, L->rmh, LIVE_BATCH, MSG_DONTWAIT, NULL);
-    if (n <= 0) return;
-    unsigned nc = 0, no = 0;
+    int nf = mult_packet_slots(L->m, f, len, L->slot, RING_FRAME - TPACKET2_HDRLEN, L->fr);
+    if (nf < 0) nf = 1; /* cannot happen: the caller checked the room; forward it as it is */
+    for (int k = 0; k < nf; k++) {
+        if (L->fr[k].copy) {
+            live_ring_fill(r, L->sh[L->fr[k].copy - 1], L->fr[k].len);
+            d->copies_sent++;
+        } else {
+            L->oiv[*no].iov_base = f;
+            L->oiv[(*no)++].iov_len = len;
+        }
+    }
+    return nf;
+}
+
+/* Up to LIVE_BATCH frames waiting in port `from`'s RX ring: originals to `to`, copies (when
+ * multiplied) to dut. SPFO per packet (the default): each multiplied frame's copies, then that
+ * original, before the next frame; per batch (--spfo-scope batch): all the batch's copies, then
+ * all its originals. The originals are sent from the RX ring, whose slots go back to the kernel
+ * after that. Returns the number of frames handled. */
+static unsigned live_batch(struct live *L, struct live_port *from, const struct live_port *to,
+                           const struct live_port *dut, int multiply, struct live_dir *d)
+{
+    unsigned nc = 0, no = 0, n = 0;
     size_t used = 0;
-    for (int i = 0; i < n; i++) {
-        uint8_t *f = L->rx + (size_t)i * LIVE_SNAP;
-        uint32_t len = L->rmh[i].msg_len;
+    const int one = L->per_packet && !L->ring.map; /* one sendmmsg for the batch, order kept */
+    const uint32_t ring_room = RING_FRAME - TPACKET2_HDRLEN;
+    for (; n < LIVE_BATCH; n++) {
+        struct tpacket2_hdr *h =
+            (struct tpacket2_hdr *)(from->map + (size_t)((from->head + n) % from->frames) * from->fsize);
+        if (!(__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) break;
+        uint8_t *f = (uint8_t *)h + h->tp_mac;
+        uint32_t len = h->tp_snaplen;
         d->in++;
+        if (len < h->tp_len) { /* longer than the interface's MTU allows: it could not be sent */
+            d->oversize++;
+            d->send_failed++;
+            continue;
+        }
         if (!multiply || len > LIVE_MAX_FRAME) {
             if (multiply) d->oversize++;
-            L->oiv[no].iov_base = f;
-            L->oiv[no++].iov_len = len;
+            if (one) {
+                live_queue(L, &nc, f, len, to, 1);
+            } else {
+                L->oiv[no].iov_base = f;
+                L->oiv[no++].iov_len = len;
+            }
             continue;
         }
         if (L->per_packet && no) { /* what is queued has no copies: it goes before this frame */
@@ -330,33 +422,44 @@ static void live_batch(struct live *L, const struct live_port *from, const struc
             nc = no = 0;
             used = 0;
         }
-        int nf = mult_packet(L->m, f, len, L->tx + used, L->txcap - used, 0, L->fr);
-        if (nf < 0) { /* cannot happen: the buffer holds a whole batch; forward it as it is */
-            L->oiv[no].iov_base = f;
-            L->oiv[no++].iov_len = len;
-            continue;
-        }
-        size_t end = used;
-        for (int k = 0; k < nf; k++) {
-            uint8_t *p = L->tx + used + L->fr[k].off;
-            if (L->fr[k].copy) {
-                L->civ[nc].iov_base = p;
-                L->civ[nc++].iov_len = L->fr[k].len;
-            } else {
-                L->oiv[no].iov_base = p;
-                L->oiv[no++].iov_len = L->fr[k].len;
+        int nf;
+        if (L->ring.map && mult_room(L->m, len, 0) / (L->T + 1) <= ring_room) {
+            if (!(nf = live_ring_copies(L, f, len, &no, d))) break;
+        } else {
+            nf = mult_packet(L->m, f, len, L->tx + used, L->txcap - used, 0, L->fr);
+            if (nf < 0) { /* cannot happen: the buffer holds a whole batch; forward it as it is */
+                L->fr[0] = (struct mult_frame){0, len, 0};
+                nf = 0;
             }
-            if (used + L->fr[k].off + L->fr[k].len > end) end = used + L->fr[k].off + L->fr[k].len;
+            size_t end = used;
+            for (int k = 0; k < (nf ? nf : 1); k++) {
+                /* the original is the received frame unchanged: sent from the RX ring */
+                uint8_t *p = L->fr[k].copy ? L->tx + used + L->fr[k].off : f;
+                if (L->fr[k].copy || one) {
+                    live_queue(L, &nc, p, L->fr[k].len, L->fr[k].copy ? dut : to, !L->fr[k].copy);
+                } else {
+                    L->oiv[no].iov_base = p;
+                    L->oiv[no++].iov_len = L->fr[k].len;
+                }
+                if (used + L->fr[k].off + L->fr[k].len > end) end = used + L->fr[k].off + L->fr[k].len;
+            }
+            used = end;
         }
         if (nf > 1) d->multiplied++;
-        used = end;
-        if (L->per_packet) {
+        if (L->per_packet && !one) {
             live_flush(L, to, dut, nc, no, d);
             nc = no = 0;
             used = 0;
         }
     }
     live_flush(L, to, dut, nc, no, d);
+    for (unsigned i = 0; i < n; i++) { /* the frames are sent: their slots back to the kernel */
+        struct tpacket2_hdr *h =
+            (struct tpacket2_hdr *)(from->map + (size_t)((from->head + i) % from->frames) * from->fsize);
+        __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+    }
+    from->head = (from->head + n) % from->frames;
+    return n;
 }
 
 static void live_summary(FILE *f, const struct live_opts *o, const struct mult *m,
@@ -437,24 +540,25 @@ int mult_live_cmd(int argc, char **argv)
                              o.copies * o.max_addrs);
         return mult_fail("cannot set up the multiplier: %s", strerror(-rc));
     }
-    struct live_port port[3] = {{-1, 0, NULL}, {-1, 0, NULL}, {-1, 0, NULL}};
+    struct live_port port[3] = {{.fd = -1}, {.fd = -1}, {.fd = -1}};
     struct live_dir d[2] = {{0}, {0}};
     for (int k = 0; k < 3 && !rc; k++) rc = live_open(&port[k], o.ifn[k], k < 2, o.bypass);
     if (!rc) {
         L.txcap = LIVE_BATCH * mult_room(L.m, LIVE_MAX_FRAME, 0);
-        L.rx = malloc((size_t)LIVE_BATCH * LIVE_SNAP);
         L.tx = malloc(L.txcap);
         L.fr = malloc((L.T + 1) * sizeof *L.fr);
-        L.rmh = calloc(LIVE_BATCH, sizeof *L.rmh);
-        L.riov = calloc(LIVE_BATCH, sizeof *L.riov);
+        L.slot = calloc(L.T, sizeof *L.slot);
+        L.sh = calloc(L.T, sizeof *L.sh);
+        L.cto = calloc((size_t)LIVE_BATCH * (L.T + 1), sizeof *L.cto);
+        L.corig = calloc((size_t)LIVE_BATCH * (L.T + 1), 1);
         size_t nmax = (size_t)LIVE_BATCH * (L.T + 1);
         L.smh = calloc(nmax, sizeof *L.smh);
         L.civ = calloc(nmax, sizeof *L.civ);
         L.oiv = calloc(nmax, sizeof *L.oiv);
-        if (!L.rx || !L.tx || !L.fr || !L.rmh || !L.riov || !L.smh || !L.civ || !L.oiv)
+        if (!L.tx || !L.fr || !L.slot || !L.sh || !L.cto || !L.corig || !L.smh || !L.civ || !L.oiv)
             rc = mult_fail("out of memory");
         else if (!o.ring || live_ring_open(&L.ring, port[2].fd))
-            L.ring.map = NULL; /* no ring here: sendmmsg, slower */
+            L.ring.map = NULL; /* sendmmsg (asked for, or no ring here) */
     }
     if (!rc) {
         struct sigaction sa = {0};
@@ -467,6 +571,10 @@ int mult_live_cmd(int argc, char **argv)
         double t0 = live_now();
         struct pollfd pf[2] = {{.fd = port[0].fd, .events = POLLIN}, {.fd = port[1].fd, .events = POLLIN}};
         while (!halt_signal) {
+            /* drain both rings; sleep in poll only when both are empty */
+            unsigned got = live_batch(&L, &port[0], &port[1], &port[2], 1, &d[0]);
+            got += live_batch(&L, &port[1], &port[0], &port[2], o.both, &d[1]);
+            if (got) continue;
             int pr = poll(pf, 2, 200);
             if (pr < 0 && errno != EINTR) {
                 fprintf(stderr, "flowengine multiply --live: poll: %s\n", strerror(errno));
@@ -474,8 +582,6 @@ int mult_live_cmd(int argc, char **argv)
                 break;
             }
             if (pr <= 0) continue;
-            if (pf[0].revents & POLLIN) live_batch(&L, &port[0], &port[1], &port[2], 1, &d[0]);
-            if (pf[1].revents & POLLIN) live_batch(&L, &port[1], &port[0], &port[2], o.both, &d[1]);
             if ((pf[0].revents | pf[1].revents) & (POLLERR | POLLNVAL)) {
                 fprintf(stderr, "flowengine multiply --live: an interface went away\n");
                 rc = 1;
@@ -490,7 +596,7 @@ int mult_live_cmd(int argc, char **argv)
         } else {
             uint64_t dropped = 0;
             for (int k = 0; k < 2; k++) {
-                struct tpacket_stats st;
+                struct tpacket_stats st; /* with a ring, tp_drops: frames the full ring missed */
                 socklen_t sl = sizeof st;
                 if (!getsockopt(port[k].fd, SOL_PACKET, PACKET_STATISTICS, &st, &sl)) dropped += st.tp_drops;
             }
@@ -499,9 +605,11 @@ int mult_live_cmd(int argc, char **argv)
         }
     }
     if (L.ring.map) munmap(L.ring.map, L.ring.len);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 3; k++) {
+        if (port[k].map) munmap(port[k].map, port[k].len);
         if (port[k].fd >= 0) close(port[k].fd);
-    free(L.rx); free(L.tx); free(L.fr); free(L.rmh); free(L.riov); free(L.smh); free(L.civ); free(L.oiv);
+    }
+    free(L.tx); free(L.fr); free(L.slot); free(L.sh); free(L.cto); free(L.corig); free(L.smh); free(L.civ); free(L.oiv);
     mult_free(L.m);
     return rc;
 }
