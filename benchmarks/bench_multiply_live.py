@@ -11,9 +11,16 @@ Brings up the `multiply` topology under a random name (namespaces ntgbm<hex>-cli
   by `flowengine gen --iface cl0 --pace topspeed` from the client's namespace; the egress is
   the rx counters of sv0 (the originals) and d0 (the copies), over the time they kept rising.
 
+Two measures of each: frames per second by wall time, and CPU time (user + system, the engine
+process's own, which includes the kernel's sending and the receiving veth's softirq work done in
+its context) per egress frame: the second does not depend on what else the machine runs. The
+runs of peer and variants alternate (--repeat times). --baseline PATH adds an older build's
+multiplier (rows "before: ...") to the same run; --seconds 0 skips the paced sweep.
+
 Results: benchmarks/out/multiply_live.json and a Markdown table on stdout. Needs root.
 
     python benchmarks/bench_multiply_live.py [--packets N] [-T 10] [--repeat R] [--seconds S] [--bin PATH]
+                                             [--baseline PATH] [--variants NAME,...]
 """
 
 import argparse
@@ -70,6 +77,11 @@ def child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def on_cpu(pid: int) -> float:
+    """Seconds process pid has run so far (/proc/PID/schedstat, nanoseconds)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+
+
 def peer(name, engine, sess):
     before = rx(f"{name}-dut", "d0")
     t0, c0 = time.monotonic(), child_cpu()
@@ -97,17 +109,21 @@ def inline(name, engine, sess, copies, tmp, pace="topspeed", variant=("--tx", "r
     try:
         assert mult.stdout.readline().startswith("ready"), mult.stderr.read()
         before = rx(f"{name}-server", "sv0") + rx(f"{name}-dut", "d0")
-        t0 = time.monotonic()
+        t0, s0 = time.monotonic(), on_cpu(mult.pid)  # ip netns exec and taskset exec in place
         sh("ip", "netns", "exec", f"{name}-client", "taskset", "-c", "0", engine, "gen", sess, "--iface", "cl0",
            "--pace", pace, "--stats", os.devnull)
         got, wall = settle(lambda: rx(f"{name}-server", "sv0") + rx(f"{name}-dut", "d0") - before, t0)
+        steady = on_cpu(mult.pid) - s0
     finally:
         c0 = child_cpu()
         mult.send_signal(signal.SIGTERM)
         mult.wait(timeout=10)
     cpu = child_cpu() - c0  # the multiplier's alone (the feeder was waited for before)
     doc = json.loads(summary.read_text())
-    return {"egress": got, "seconds": wall, "pps": got / wall, "cpu_s": cpu, "ns_per_frame": cpu / max(got, 1) * 1e9,
+    # per frame: its time on the CPU while the traffic ran (a long-running forwarder's steady
+    # state); cpu_s also counts its start (rings, tables) and end
+    return {"egress": got, "seconds": wall, "pps": got / wall, "cpu_s": cpu, "cpu_s_traffic": steady,
+            "ns_per_frame": steady / max(got, 1) * 1e9,
             "received": doc["forward"]["received"],
             "engine": doc["forward"], "dropped_by_socket": doc["ingress_dropped_by_socket"], "tx": doc["dut_tx"]}
 
@@ -160,7 +176,9 @@ def main():
                 for k, (binary, v) in variants.items():
                     runs[k].append(inline(name, binary, isess, args.T, tmp, variant=v))
             peer_pps = statistics.median(r["pps"] for r in runs["peer"])
-            best_variant = max(variants, key=lambda k: statistics.median(r["pps"] for r in runs[k]))
+            # the paced sweep runs this build's variant with the least CPU per egress frame
+            best_variant = min((k for k in variants if not k.startswith("before: ")),
+                               key=lambda k: statistics.median(r["ns_per_frame"] for r in runs[k]))
             binary, v = variants[best_variant]
             sweep = paced(name, binary, args.T, tmp, peer_pps, args.seconds, v) if args.seconds > 0 else []
             runs["peer_after"] = [peer(name, engine, psess)]  # the peer again, after the sweep

@@ -5,10 +5,15 @@
  * and OUT->IN with --both) also gives T shadow copies (mult.c, live planning)
  * sent on DUT. SPFO: each original leaves right after its own T copies
  * (--spfo-scope batch: a received batch's originals after all its copies).
- * AF_PACKET sockets, promiscuous, own frames ignored; the copies go through a
- * TPACKET_V2 TX ring (--tx sendmmsg: sendmmsg), the originals through
- * sendmmsg; the qdisc is bypassed only with --qdisc-bypass (a capture on OUT
- * or DUT then misses what the multiplier sends). Runs until SIGINT or SIGTERM,
+ * AF_PACKET sockets, promiscuous, own frames ignored; frames come in through
+ * a TPACKET_V2 RX ring per side (no receive call; poll only when both are
+ * empty). --tx sendmmsg (the default): one sendmmsg per received batch
+ * carries its copies (to DUT) and originals (to OUT or IN, each frame with its
+ * interface's address) in SPFO order, the originals straight from the RX ring;
+ * --tx ring: the copies are written by mult_packet_slots straight into a
+ * TPACKET_V2 TX ring's slots, one kick before the originals. The qdisc is
+ * bypassed only with --qdisc-bypass (a capture on OUT or DUT then misses what
+ * the multiplier sends). Runs until SIGINT or SIGTERM,
  * then writes its counters (--summary, JSON, with the sockets' ingress drops)
  * and exits 0.
  *
