@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import socket
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from .proc import Tool
 
@@ -59,6 +60,16 @@ class Endpoint(abc.ABC):
         """Processes of this machine that do the place's work, by label (a VM's qemu): sampled
         with the part that runs there, so its CPU counts what the place costs. {}: none."""
         return {}
+
+
+@runtime_checkable
+class PowerSwitch(Protocol):
+    """What an endpoint of a VM back end offers besides `Endpoint`: its machine's power (the fault
+    `power-off`; a device under test there knows its end came from the switch)."""
+
+    def power_off(self) -> None: ...
+
+    def power_on(self) -> None: ...
 
 
 class Site(abc.ABC):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.capture import read_capture
 from ntgcore.registry import ENDPOINTS
 from ntgcore.scenario import load_scenario
 from testbed.endpoints.netns.topology import TopologyError
@@ -192,3 +193,35 @@ def test_cleanup_deletes_only_marked_vm_folders(tmp_path, monkeypatch):
     assert ours.exists()
     assert BACKEND.discard([str(ours), str(other)]) == [f"deleted VM folder {ours}"]
     assert not ours.exists() and other.exists()
+
+
+def test_a_dut_in_a_vm_counts_until_the_vm_is_powered_off_mid_step(guest_image, tmp_path):
+    """scenarios/vm-dut-poweroff.yaml: tcpdump is the DUT inside a VM (its dut.pcap written into
+    the shared run folder), the native engine sends to it from a namespace, and the fault
+    `power-off` pulls the VM's plug 3 s into the 6 s step. One boot covers both (the undo at the
+    step's end boots it again). The DUT's count ends at the power-off on the capture's clock: it
+    holds no more packets than the capture saw before the power-off was in effect, while the
+    wire and the capture go on to the end; the step completes and teardown leaves nothing."""
+    if "vm" not in ENDPOINTS:
+        ENDPOINTS.register("vm", BACKEND)
+    loaded = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "vm-dut-poweroff.yaml")
+    result = run_scenario(loaded, tmp_path, show_progress=False)
+    m = json.loads((result.run_dir / "manifest.json").read_text())
+    assert result.status == "completed", m.get("error")
+    (step,) = m["steps"]
+    assert step["status"] == "completed", step
+    assert m["testbed"]["machines"]["dut"]["layer"] is None  # tcpdump is in the image: no engine layer
+    (ev,) = step["faults"]["events"]
+    assert ev["kind"] == "power-off" and ev["undone"] is True and step["faults"]["all_undone"], ev
+    dut, loss = step["dut"], step["loss"]
+    assert dut["kind"] == "tcpdump" and dut["powered_off"] is True and "died" not in dut, dut
+    assert loss["sent"] == loss["wire"] == loss["captured"] == 1200, loss
+    assert step["wire"]["dut:dut0"]["rx_packets"] == 1200  # the host side of the VM's link
+    assert len(read_capture(result.run_dir / "dut.pcap")) == dut["received"] == loss["dut"]
+    ts = read_capture(result.run_dir / "capture.pcap").ts_ns
+    before_off = int((ts < ev["in_effect_realtime_ns"]).sum())
+    assert 0 < dut["received"] <= before_off < len(ts), (dut["received"], before_off, len(ts))
+    assert loss["lost_at_dut"] == 1200 - dut["received"] >= len(ts) - before_off
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert m["testbed"]["topology"] not in namespaces and not _qemu_of(m["testbed"]["topology"] + "-dut")
+    assert not (WORK_ROOT / (m["testbed"]["topology"] + "-dut")).exists()

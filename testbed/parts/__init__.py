@@ -5,17 +5,19 @@ executor (testbed/executor.py) runs every one of them the same way under one exi
 from __future__ import annotations
 
 import abc
+import time
 from pathlib import Path
 from typing import Callable
 
-from ntgcore.endpoint import Endpoint
+from analysis.capture import CaptureError, read_capture
+from ntgcore.endpoint import Endpoint, PowerSwitch
 from ntgcore.generator import Generator
 from ntgcore.proc import CommandRecord, Tool
 from ntgcore.scenario import CaptureSpec, DutSpec, GeneratorSpec
 
 from ..ids.suricata import LiveSuricata
 from .monitor import Sampler
-from .tcpdump import Tcpdump
+from .tcpdump import Tcpdump, TcpdumpError
 
 
 class Part(abc.ABC):
@@ -66,7 +68,7 @@ class CapturePart(Part):
 
     def __init__(self, spec: CaptureSpec, endpoint: Endpoint, step_dir: Path, also_at: str | None = None) -> None:
         self.file = capture_file(also_at)
-        self.tcpdump = Tcpdump(endpoint.argv(), endpoint.iface, step_dir / self.file, snaplen=spec.snaplen,
+        self.tcpdump = Tcpdump(endpoint.argv, endpoint.iface, step_dir / self.file, snaplen=spec.snaplen,
                                buffer_kib=spec.buffer_kib, name=self.file.removesuffix(".pcap"))
 
     def start(self, abort) -> None:
@@ -89,19 +91,34 @@ class CapturePart(Part):
 
 
 class Dut(Part):
-    """The device under test, reading one interface; a kind per subclass (DUT_KINDS)."""
+    """The device under test, reading one interface; a kind per subclass (DUT_KINDS).
+
+    At a place with a power switch (a VM), a DUT whose process ends because the machine was
+    switched off (the fault `power-off`) has not failed: it is `powered_off`, and what it counted
+    until then is what it received."""
 
     key = "dut"
     kind = "dut"
+    POWER_GRACE_S = 3.0  # a DUT's end seen before its VM's power is: this long to tell them apart
 
     def __init__(self, spec: DutSpec, endpoint: Endpoint, step_dir: Path, scenario_dir: Path) -> None:
         self.spec, self.endpoint, self.dir, self.scenario_dir = spec, endpoint, step_dir, scenario_dir
         self.impl: Tcpdump | LiveSuricata | None = None
         self.died: str | None = None
+        self.powered_off = False
+        self._ended_at: float | None = None
 
     def problem(self) -> str | None:
-        if self.impl is None or self.impl.running():
+        if self.impl is None or self.impl.running() or self.powered_off:
             return None
+        if self.died is None and isinstance(self.endpoint, PowerSwitch):
+            if not self.endpoint.exists():  # its machine was switched off under it
+                self.powered_off = True
+                return None
+            if self._ended_at is None:
+                self._ended_at = time.monotonic()
+            if time.monotonic() - self._ended_at < self.POWER_GRACE_S:
+                return None
         if self.died is None:
             self.died = (f"the device under test ({self.kind}) ended during the step: "
                          f"{self.impl.record.status}")
@@ -112,9 +129,16 @@ class Dut(Part):
             return {"kind": self.kind}
         self.impl.stop()
         out = {"kind": self.kind, **self.impl.stats()}
+        if self.powered_off:
+            out.update(powered_off=True, **self.counted_until_off())
         if self.died:
             out["died"] = self.died
         return out
+
+    def counted_until_off(self) -> dict:
+        """What the DUT had received when its machine was switched off (its closing statistics
+        went with it); by kind."""
+        return {}
 
     def records(self) -> list[CommandRecord]:
         return [self.impl.record] if self.impl is not None else []
@@ -124,14 +148,34 @@ class Dut(Part):
 
 
 class TcpdumpDut(Dut):
+    """tcpdump at the DUT's place. In a VM (a place with a power switch) it always writes
+    dut.pcap, into the run folder the guest shares with the host: when the VM is switched off,
+    the packets in that file are what it received (on the guest's clock)."""
+
     kind = "tcpdump"
     tools = (Tool("tcpdump", "tcpdump"),)
 
     def start(self, abort) -> None:
-        out = self.dir / "dut.pcap" if self.spec.write else Path("/dev/null")
-        self.impl = Tcpdump(self.endpoint.argv(), self.endpoint.iface, out, snaplen=self.spec.snaplen,
+        keep = self.spec.write or isinstance(self.endpoint, PowerSwitch)
+        out = self.dir / "dut.pcap" if keep else Path("/dev/null")
+        self.impl = Tcpdump(self.endpoint.argv, self.endpoint.iface, out, snaplen=self.spec.snaplen,
                             buffer_kib=self.spec.buffer_kib, name="dut-tcpdump")  # fmt: skip
         self.impl.start()
+        if keep and not out.exists():
+            self.impl.stop(settle=0)
+            raise TcpdumpError(f"the DUT in {self.endpoint.where} writes {out}, which the host does not "
+                               "see: put the run folder in a folder the VM shares (/tmp, the working "
+                               "folder, or one in NTG_VM_SHARE, docs/vm.md)")  # fmt: skip
+
+    def counted_until_off(self) -> dict:
+        out = self.dir / "dut.pcap"
+        try:
+            cap = read_capture(out)
+        except CaptureError as exc:
+            return {"received": None, "note": str(exc)}
+        last = int(cap.ts_ns.max()) if len(cap) else None
+        return {"received": len(cap), "captured": len(cap), "last_packet_guest_ns": last,
+                **({"note": f"{out.name}: {cap.problem.message}"} if cap.problem else {})}
 
 
 class SuricataDut(Dut):

@@ -29,9 +29,9 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable
 
-from ntgcore.endpoint import Endpoint, Site
+from ntgcore.endpoint import Endpoint, PowerSwitch, Site
 from ntgcore.errors import NtgError
 from ntgcore.proc import CommandRecord, Process, Tool
 from ntgcore.scenario import FaultSpec
@@ -43,15 +43,6 @@ COMMAND_TIMEOUT_S = 10.0
 
 class FaultError(NtgError):
     """A fault that cannot be planned or applied; the message says which and why."""
-
-
-@runtime_checkable
-class PowerSwitch(Protocol):
-    """What an endpoint of a VM back end offers for `power-off` (the VM work fills it)."""
-
-    def power_off(self) -> None: ...
-
-    def power_on(self) -> None: ...
 
 
 @dataclass

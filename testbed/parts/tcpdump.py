@@ -1,7 +1,8 @@
 """tcpdump as the testbed's capture point, and as a device under test (seed 002's loss method).
 
 `Tcpdump` starts tcpdump through `ntgcore.proc.Process` (usually inside a namespace: the
-`argv_prefix` is `ip netns exec NS`), returns from `start()` once tcpdump says it is listening,
+`argv_prefix` is `ip netns exec NS`; or an endpoint's `argv`, which wraps the whole command, as a
+VM's does), returns from `start()` once tcpdump says it is listening,
 and on `stop()` interrupts it and parses its closing statistics into `stats()`:
 
     captured              packets written to the file
@@ -18,6 +19,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from ntgcore.errors import NtgError
 from ntgcore.proc import CommandRecord, Process
@@ -64,7 +66,7 @@ class Tcpdump:
 
     def __init__(
         self,
-        argv_prefix: list[str],
+        argv_prefix: list[str] | Callable[..., list[str]],
         iface: str,
         out: Path,
         snaplen: int = 256,
@@ -82,12 +84,13 @@ class Tcpdump:
         self.out = Path(out)
         self.name = name
         # -Z root: tcpdump keeps its user, and with it the death signal a change of user clears
-        argv = [*argv_prefix, "tcpdump", "-n", "-U", "-Z", "root", "-w", str(self.out), "-s", str(snaplen),
+        argv = ["tcpdump", "-n", "-U", "-Z", "root", "-w", str(self.out), "-s", str(snaplen),
                 "-B", str(buffer_kib), "-i", iface, "--time-stamp-precision=nano"]  # fmt: skip
         if immediate:  # every packet handed over at once, instead of in blocks (TPACKET_V3)
             argv.append("--immediate-mode")
         if bpf:
             argv.append(bpf)  # one argument: tcpdump joins the rest of the line itself
+        argv = argv_prefix(*argv) if callable(argv_prefix) else [*argv_prefix, *argv]
         self._proc = Process(name, argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self._lines: list[str] = []
         self._listening = threading.Event()

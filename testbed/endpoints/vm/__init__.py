@@ -122,6 +122,10 @@ class VmEndpoint(Endpoint):
         return f"VM {self.machine.name!r} (qemu in network namespace {self.machine.netns!r})"
 
     def argv(self, *command: str) -> list[str]:
+        if not command:  # a bare prefix cannot carry a command into the guest
+            raise VmError(f"{self.where}: a command in a VM is given whole (argv(program, args...)); "
+                          "this part builds its command line after the place's prefix and cannot run "
+                          "in a VM: put it in a namespace of the topology")  # fmt: skip
         program, *args = command
         if "/" in program:
             program = Path(program).name  # the guest's own build of it, from the guest's PATH
@@ -174,9 +178,11 @@ class VmSite(Site):
         spec = self.vms[role]
         name = self.topology.netns(role)
         nics = [Nic(MGMT_TAP, "mgmt", mac_for(name, 0), 1500, (f"{MGMT_GUEST}/30",))]
+        # an interface a mirror sends its copies out of stays on the host (a capture's feed)
+        mirror_outs = {m.to for m in self.topology.mirrors if m.ns == role}
         for link in self.topology.links:
             for end in (link.a, link.b):
-                if end.ns == role:
+                if end.ns == role and end.iface not in mirror_outs:
                     nics.append(Nic(f"vt{len(nics)}", end.iface, mac_for(name, len(nics)),
                                     link.mtu or self.topology.mtu or 1500, tuple(end.address)))  # fmt: skip
         return Machine(name, name, image, spec.resolved(), nics, boot_timeout_s=spec.boot_timeout,
@@ -238,6 +244,11 @@ class VmSite(Site):
         return self.net.endpoint(place, pace, duration_s)
 
     def counters(self, place: str) -> dict[str, int]:
+        """At a VM's place: the counters of the veth end its NIC is bridged to, on the host side
+        (what the link gave the VM and took from it), which survive the VM's power-off."""
+        role = place.split(":", 1)[0]
+        if role in self.vms:
+            return self.net.counters(place)
         return self.endpoint(place).counters()
 
     def facts(self) -> dict[str, Any]:
