@@ -23,7 +23,7 @@ from ntgcore.scenario import load_scenario
 from testbed.endpoints.netns.topology import TopologyError
 from testbed.endpoints.vm import BACKEND, VmEndpoint, load_vm_topology
 from testbed.endpoints.vm import image as vm_image
-from testbed.endpoints.vm.machine import WORK_ROOT, VmError
+from testbed.endpoints.vm.machine import PRESETS, WORK_ROOT, Machine, VmError
 from testbed.parts.fault import PowerSwitch
 from testbed.runner import run_scenario
 
@@ -66,6 +66,12 @@ def test_an_unknown_preset_is_refused_with_the_known_ones(tmp_path):
 def test_the_recipe_hash_changes_with_the_package_list():
     other = vm_image.Recipe(packages=(*vm_image.RECIPE.packages, "ethtool"))
     assert other.sha() != vm_image.RECIPE.sha() and vm_image.Recipe().sha() == vm_image.RECIPE.sha()
+
+
+def test_a_part_that_wants_a_bare_prefix_is_refused_in_a_vm_with_what_to_do():
+    machine = Machine("ntgx-dut", "ntgx-dut", None, PRESETS["ci"], [])  # type: ignore[arg-type]  # not booted
+    with pytest.raises(VmError, match="a command in a VM is given whole .* put it in a namespace"):
+        VmEndpoint(machine, "dut0").argv()
 
 
 def _qemu_of(name: str) -> list[int]:
@@ -210,7 +216,9 @@ def test_a_dut_in_a_vm_counts_until_the_vm_is_powered_off_mid_step(guest_image, 
     assert result.status == "completed", m.get("error")
     (step,) = m["steps"]
     assert step["status"] == "completed", step
-    assert m["testbed"]["machines"]["dut"]["layer"] is None  # tcpdump is in the image: no engine layer
+    machine = m["testbed"]["machines"]["dut"]
+    assert machine["layer"] is None  # tcpdump is in the image: no engine layer
+    assert machine["nics"] == ["mgmt", "dut0"]  # mir0, where the mirror sends, stayed on the host
     (ev,) = step["faults"]["events"]
     assert ev["kind"] == "power-off" and ev["undone"] is True and step["faults"]["all_undone"], ev
     dut, loss = step["dut"], step["loss"]
