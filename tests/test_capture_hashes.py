@@ -37,6 +37,7 @@ SESSIONS = {
     "flor-insertion": "b3e824709ee864341cb0e2a541c3923a777de4c8cf3955ca1bda55a3d3ad108f",
     "flor-interference": "88e92555cbaef34600957eb507a213a1154f57725822e8a9cc6485e9289fabe4",
     "quickstart": "bc6b34365457910f8e12900a0f1b418087a8f54b22f189a97073afb0ac010a22",
+    "vm-dut-poweroff": "edf7d5445e6254e66f568a03ccd0a067ab3360bbfe06e4d4b92a869fd0006b96",
 }
 
 

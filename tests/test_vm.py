@@ -25,7 +25,7 @@ from testbed.endpoints.vm import BACKEND, VmEndpoint, load_vm_topology
 from testbed.endpoints.vm import image as vm_image
 from testbed.endpoints.vm.machine import PRESETS, WORK_ROOT, Machine, VmError
 from testbed.parts.fault import PowerSwitch
-from testbed.runner import run_scenario
+from testbed.runner import analyze_live_run, run_scenario
 
 from conftest import skip_or_fail
 
@@ -162,6 +162,14 @@ def test_the_guest_playbook_passes_the_syntax_check():
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+def assert_analysed(run_dir: Path) -> None:
+    """What tests/test_end_to_end.py checks of every other live example (these two run here only,
+    so that each costs one boot in CI): the analysis passes its checks and writes the report."""
+    metrics = analyze_live_run(run_dir)
+    assert metrics["steps"] and all(c["ok"] for c in metrics["checks"]), metrics["checks"]
+    assert (run_dir / "report.html").is_file()
+
+
 def test_the_vm_quickstart_runs_the_same_step_in_a_vm_and_in_a_namespace(guest_image, tmp_path):
     """scenarios/vm-quickstart.yaml through the runner with 1 s steps: the engine sends from inside
     the VM (and then from a namespace), the capture holds both, the manifest says where it ran."""
@@ -180,6 +188,7 @@ def test_the_vm_quickstart_runs_the_same_step_in_a_vm_and_in_a_namespace(guest_i
         counters = next(iter(entry["generators"].values()))
         assert entry["status"] == "completed" and counters["packets_sent"] > 0, entry
         assert entry["capture"]["captured"] == counters["packets_sent"], entry
+    assert_analysed(result.run_dir)
     namespace = [line for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                  text=True).stdout.splitlines() if m["testbed"]["topology"] in line]  # fmt: skip
     assert not namespace and not _qemu_of(m["testbed"]["topology"] + "-vm")
@@ -230,6 +239,7 @@ def test_a_dut_in_a_vm_counts_until_the_vm_is_powered_off_mid_step(guest_image, 
     before_off = int((ts < ev["in_effect_realtime_ns"]).sum())
     assert 0 < dut["received"] <= before_off < len(ts), (dut["received"], before_off, len(ts))
     assert loss["lost_at_dut"] == 1200 - dut["received"] >= len(ts) - before_off
+    assert_analysed(result.run_dir)
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert m["testbed"]["topology"] not in namespaces and not _qemu_of(m["testbed"]["topology"] + "-dut")
     assert not (WORK_ROOT / (m["testbed"]["topology"] + "-dut")).exists()
