@@ -38,6 +38,8 @@ SESSIONS = {
     "flor-interference": "88e92555cbaef34600957eb507a213a1154f57725822e8a9cc6485e9289fabe4",
     "quickstart": "bc6b34365457910f8e12900a0f1b418087a8f54b22f189a97073afb0ac010a22",
     "vm-dut-poweroff": "edf7d5445e6254e66f568a03ccd0a067ab3360bbfe06e4d4b92a869fd0006b96",
+    "seed003-inline": "34203c3f449c816f2079ba34fd5acca2ef0cf12ebbce44bec3f9ccfb60b83458",
+    "vm-quickstart": "70823c49d6f5150c74322a6288af5cf743ae20a87b413b7fc24783e9d79be4a8",
 }
 
 
