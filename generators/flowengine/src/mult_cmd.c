@@ -57,6 +57,23 @@ int mult_fail(const char *fmt, ...)
     return MULT_EXIT_INPUT;
 }
 
+int mult_shape_option(const char *a, const char *v, int *order, int *ports)
+{
+    if (!strcmp(a, "--order")) {
+        if (!strcmp(v, "spfo")) *order = MULT_ORDER_SPFO;
+        else if (!strcmp(v, "interleaved")) *order = MULT_ORDER_INTERLEAVED;
+        else return mult_fail("--order: expected spfo or interleaved (got '%s')", v);
+        return 0;
+    }
+    if (!strcmp(a, "--ports")) {
+        if (!strcmp(v, "keep")) *ports = MULT_PORTS_KEEP;
+        else if (!strcmp(v, "shift")) *ports = MULT_PORTS_SHIFT;
+        else return mult_fail("--ports: expected keep or shift (got '%s')", v);
+        return 0;
+    }
+    return -1;
+}
+
 int mult_u64(const char *s, uint64_t *v)
 {
     char *e;
@@ -294,16 +311,10 @@ static int mult_args(int argc, char **argv, struct mult_opts *o)
         else if (!strcmp(a, "--mtu")) num = &o->mtu;
         else if (!strcmp(a, "--max-flows")) num = &o->max_flows;
         else if (!strcmp(a, "--max-seconds")) num = &o->max_seconds;
-        else if (!strcmp(a, "--order")) {
-            if (!strcmp(v, "spfo")) o->order = MULT_ORDER_SPFO;
-            else if (!strcmp(v, "interleaved")) o->order = MULT_ORDER_INTERLEAVED;
-            else return mult_fail("--order: expected spfo or interleaved (got '%s')", v);
-        } else if (!strcmp(a, "--ports")) {
-            if (!strcmp(v, "keep")) o->ports = MULT_PORTS_KEEP;
-            else if (!strcmp(v, "shift")) o->ports = MULT_PORTS_SHIFT;
-            else return mult_fail("--ports: expected keep or shift (got '%s')", v);
-        } else {
-            return mult_fail("unknown option '%s'\n%s", a, mult_usage);
+        else {
+            int rc = mult_shape_option(a, v, &o->order, &o->ports);
+            if (rc < 0) return mult_fail("unknown option '%s'\n%s", a, mult_usage);
+            if (rc) return rc;
         }
         if (num && mult_u64(v, num)) return mult_fail("%s: expected a non-negative integer (got '%s')", a, v);
     }

@@ -14,6 +14,9 @@ int mult_cmd(int argc, char **argv);
 /* Prints "flowengine multiply: ..." on stderr; returns MULT_EXIT_INPUT. */
 int mult_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int mult_u64(const char *s, uint64_t *v);
+/* --order and --ports, which both commands take: -1 when `a` is neither, else 0 (the value parsed
+ * into *order or *ports) or MULT_EXIT_INPUT (a bad value, said). */
+int mult_shape_option(const char *a, const char *v, int *order, int *ports);
 /* A comma-separated CIDR list into r[] (at most MULT_MAX_RANGES); 0 or MULT_EXIT_INPUT (said). */
 int mult_range_list(const char *list, struct mult_range *r, uint32_t *n, const char *what);
 int mult_in_range(const struct mult_range *r, int family, const uint8_t *a);

@@ -117,16 +117,10 @@ static int live_args(int argc, char **argv, struct live_opts *o)
             if (!strcmp(v, "ring")) o->ring = 1;
             else if (!strcmp(v, "sendmmsg")) o->ring = 0;
             else return mult_fail("--tx: expected ring or sendmmsg (got '%s')", v);
-        } else if (!strcmp(a, "--order")) {
-            if (!strcmp(v, "spfo")) o->order = MULT_ORDER_SPFO;
-            else if (!strcmp(v, "interleaved")) o->order = MULT_ORDER_INTERLEAVED;
-            else return mult_fail("--order: expected spfo or interleaved (got '%s')", v);
-        } else if (!strcmp(a, "--ports")) {
-            if (!strcmp(v, "keep")) o->ports = MULT_PORTS_KEEP;
-            else if (!strcmp(v, "shift")) o->ports = MULT_PORTS_SHIFT;
-            else return mult_fail("--ports: expected keep or shift (got '%s')", v);
         } else {
-            return mult_fail("unknown option '%s'\n%s", a, live_usage);
+            int rc = mult_shape_option(a, v, &o->order, &o->ports);
+            if (rc < 0) return mult_fail("unknown option '%s'\n%s", a, live_usage);
+            if (rc) return rc;
         }
         if (num && mult_u64(v, num)) return mult_fail("%s: expected a non-negative integer (got '%s')", a, v);
     }
