@@ -605,7 +605,7 @@ def _one_or_many_schema(item: dict) -> WithJsonSchema:
     return WithJsonSchema({"anyOf": [item, {"type": "array", "items": item, "minItems": 1}]})
 
 
-FaultKind = Literal["kill", "stop", "link-down"]
+FaultKind = Literal["kill", "stop", "link-down", "power-off"]
 
 
 class FailoverSpec(_Model):
@@ -628,10 +628,11 @@ class FailoverSpec(_Model):
     master_priority: int = Field(200, ge=1, le=254, description="VRRP priority of the master.")
     backup_priority: int = Field(100, ge=1, le=254, description="VRRP priority of the backup.")
     fault: Annotated[list[FaultKind], _one_or_many_schema(
-        {"type": "string", "enum": ["kill", "stop", "link-down"]})] = Field(
-        ["link-down"], min_length=1, max_length=3,
+        {"type": "string", "enum": ["kill", "stop", "link-down", "power-off"]})] = Field(
+        ["link-down"], min_length=1, max_length=4,
         description="`link-down`: the master's interface on the segment down (the device gone, as "
-        "when powered off); `kill`: SIGKILL the master's keepalived; `stop`: SIGSTOP it. Several: "
+        "when powered off); `kill`: SIGKILL the master's keepalived; `stop`: SIGSTOP it; "
+        "`power-off`: the master's VM switched off (VM back end, the seed's own fault). Several: "
         "each one's trials in turn.")
     fault_at: Duration = Field(2_000_000_000, description="When the fault hits, after the probes start.")
     fault_phase: Literal["random", "fixed"] = Field(

@@ -253,7 +253,7 @@ def test_a_run_shorter_than_a_second_reports_without_a_rate(tmp_path, flowengine
 
 # live examples that boot VMs run (and are analysed) in tests/test_vm.py only: a boot under TCG costs
 # 30-60 s, and there they are checked more closely
-RUN_ELSEWHERE = {"vm-quickstart.yaml", "vm-dut-poweroff.yaml"}
+RUN_ELSEWHERE = {"vm-quickstart.yaml", "vm-dut-poweroff.yaml", "seed002-failover-vm.yaml"}  # tests/test_vm.py
 
 
 def _examples(live: bool) -> list[str]:

@@ -75,6 +75,8 @@ def test_the_plan_is_one_step_per_interval_fault_and_trial():
     assert len(set(starts)) == len(starts) and starts == [s.scenario.testbed.faults[0].start for s in again]
     assert steps[4].params == {"advert_int_s": 0.1, "vrrp_version": 3, "trial": 1, "fault": "link-down",
                                "fault_at_s": starts[4] / 1e9}
+    off = failover.plan(parse_scenario(scenario_text("fault: power-off\n"), "fo.yaml"))[0].scenario.testbed
+    assert (off.faults[0].kind, off.faults[0].at, off.faults[0].process) == ("power-off", "master:m0", None)
     fixed = failover.plan(parse_scenario(scenario_text("fault_phase: fixed\ntrials: 2\nfault_at: 700ms\n"),
                                          "fo.yaml"))
     assert [s.scenario.testbed.faults[0].start for s in fixed] == [700_000_000, 700_000_000]
@@ -85,7 +87,7 @@ def test_the_plan_is_one_step_per_interval_fault_and_trial():
     ("advert_int: 5ms\n", 15, "10 ms steps"),
     ("master_priority: 50\n", 15, "higher than `backup_priority`"),
     ("trials: 2\nvip: 10.0.0.1/24\n", 16, "198.18.0.0/15"),                 # the field's line
-    ("fault: power-off\n", 15, "fault"),
+    ("fault: netem\n", 15, "fault"),                                        # not a fail-over fault
     ("vip: 198.18.2.1/24\n", 4, "probes the virtual address 198.18.2.1 from 198.18.2.0/24"),
 ])
 def test_bad_failover_settings_are_refused_with_file_and_line(section, line, words):

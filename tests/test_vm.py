@@ -243,3 +243,44 @@ def test_a_dut_in_a_vm_counts_until_the_vm_is_powered_off_mid_step(guest_image, 
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert m["testbed"]["topology"] not in namespaces and not _qemu_of(m["testbed"]["topology"] + "-dut")
     assert not (WORK_ROOT / (m["testbed"]["topology"] + "-dut")).exists()
+
+
+def test_a_vrrp_pair_in_vms_fails_over_when_the_masters_vm_is_powered_off(guest_image, tmp_path):
+    """scenarios/seed002-failover-vm.yaml, one trial of keepalived's default interval (1 s): both
+    DUTs are VMs (booted together) running keepalived and the echo from the guest image; the
+    master's VM is switched off 2 s in. The backup takes the address over: UDP replies from the
+    backup's port after the fault, the outage from the client's capture about 3 advertisement
+    intervals plus the backup's skew less the time since the last advertisement, the TCP session
+    in flight reset by the backup. Then the master boots again (the fault's undo) and teardown
+    leaves no qemu or namespace."""
+    if "vm" not in ENDPOINTS:
+        ENDPOINTS.register("vm", BACKEND)
+    text = (Path(__file__).resolve().parent.parent / "scenarios" / "seed002-failover-vm.yaml").read_text()
+    assert "advert_int: [1s, 100ms]" in text
+    path = tmp_path / "fo.yaml"
+    path.write_text(text.replace("advert_int: [1s, 100ms]", "advert_int: [1s]"))
+    result = run_scenario(load_scenario(path), tmp_path / "out", trials=1, show_progress=False)
+    m = json.loads((result.run_dir / "manifest.json").read_text())
+    assert result.status == "completed", m.get("error")
+    machines = m["testbed"]["machines"]
+    assert set(machines) == {"master", "backup"} and all(v["accelerator"] == "tcg" for v in machines.values())
+    (step,) = m["steps"]
+    (ev,) = step["faults"]["events"]
+    assert ev["kind"] == "power-off" and ev["target"] == "master:m0" and ev["undone"] is True, ev
+    vrrp = step["vrrp"]
+    took_over = [t for t in vrrp["transitions"] if t["role"] == "backup" and t["state"] == "MASTER"]
+    assert took_over and took_over[0]["realtime_ns"] > ev["in_effect_realtime_ns"], vrrp["transitions"]
+    rows = {r["protocol"]: r for r in json.loads((result.run_dir / "metrics.json").read_text())["failover"]}
+    udp, icmp, tcp = rows["udp"], rows["icmp"], rows["tcp"]
+    assert udp["master_answered_before"] and udp["backup_answered"], udp
+    # VRRPv3 master-down interval: 3 x 1 s + (256 - 100) / 256 x 1 s = 3.61 s after the master's
+    # last advertisement, which left up to 1 s before the power-off
+    for row in (udp, icmp):
+        assert row["lost"] > 0 and 2.0 < row["fault_to_recovery_s"] < 6.0, row
+    assert 2.0 < udp["fault_to_first_backup_reply_s"] < 6.0, udp
+    assert tcp["tcp_survived"] is False, tcp
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert m["testbed"]["topology"] not in namespaces
+    for role in ("master", "backup"):
+        assert not _qemu_of(f"{m['testbed']['topology']}-{role}")
+        assert not (WORK_ROOT / f"{m['testbed']['topology']}-{role}").exists()

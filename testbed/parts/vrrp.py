@@ -12,6 +12,11 @@ keepalived left it, and deletes the bridge. pid files and logs stay in `<step>/v
 
 Process labels (`pids()`, for the monitor and for faults): `vrrp:master`, `vrrp:backup` (the
 keepalived process groups), `vrrp:master:echo`, `vrrp:backup:echo`.
+
+A DUT may be a VM (VM back end, docs/vm.md): keepalived (in the guest image) and the echo run in
+the guest over ssh, its pid files in the guest's /run; the fault `power-off` switches it off. Its
+processes are not this machine's, so they have no label in `pids()`, and `kill`/`stop` of a
+master in a VM are refused when the pair is made.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ntgcore.endpoint import Endpoint, Site
+from ntgcore.endpoint import Endpoint, PowerSwitch, Site
 from ntgcore.errors import NtgError, ToolMissing
 from ntgcore.proc import CommandRecord, Process, Tool
 from ntgcore.scenario import FailoverSpec
@@ -68,14 +73,15 @@ def keepalived_config(spec: FailoverSpec, role: str, iface: str, advert_ns: int)
 class Keepalived:
     """One keepalived in the foreground at `endpoint`; its log is read for state changes."""
 
-    def __init__(self, role: str, endpoint: Endpoint, folder: Path, config: str) -> None:
+    def __init__(self, role: str, endpoint: Endpoint, folder: Path, config: str, pid_dir: Path | None = None) -> None:
         self.role, self.endpoint = role, endpoint
         self.conf = folder / f"{role}.conf"
         self.conf.write_text(config)
         self.log_path = folder / f"{role}.log"
+        pid_dir = pid_dir or folder
         argv = endpoint.argv("keepalived", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
-                             "--vrrp", "--use-file", str(self.conf), "--pid", str(folder / f"{role}.pid"),
-                             "--vrrp_pid", str(folder / f"{role}-vrrp.pid"))
+                             "--vrrp", "--use-file", str(self.conf), "--pid", str(pid_dir / f"{role}.pid"),
+                             "--vrrp_pid", str(pid_dir / f"{role}-vrrp.pid"))
         self.proc = Process(f"keepalived-{role}", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.transitions: list[dict] = []
         self.state: str | None = None
@@ -133,6 +139,13 @@ class VrrpPair(Part):
             raise VrrpError(f"testbed.failover.lan: topology {site.name} has no namespace `{spec.lan}` "
                             "with interfaces to bridge")
         self.places = {"master": spec.master, "backup": spec.backup}
+        # DUTs in VMs (VM back end): their processes run in the guest, reached through ssh
+        self.in_vm = {r for r, p in self.places.items() if isinstance(site.endpoint(p), PowerSwitch)}
+        signalled = sorted(set(spec.fault) & {"kill", "stop"})
+        if "master" in self.in_vm and signalled:
+            raise VrrpError(f"testbed.failover.fault: `{signalled[0]}` signals the master's keepalived as a "
+                            f"process of this machine, but the master ({spec.master}) is a VM: use power-off "
+                            "(the VM switched off) or link-down")
         self.daemons: dict[str, Keepalived] = {}
         self.echoes: dict[str, Process] = {}
         self._records: list[CommandRecord] = []
@@ -186,7 +199,8 @@ class VrrpPair(Part):
         t0 = time.monotonic()
         for role in ROLES:
             ep = self.site.endpoint(self.places[role])
-            d = Keepalived(role, ep, self.dir, keepalived_config(self.spec, role, ep.iface, advert))
+            d = Keepalived(role, ep, self.dir, keepalived_config(self.spec, role, ep.iface, advert),
+                           pid_dir=Path("/run") if role in self.in_vm else None)
             self.daemons[role] = d
             d.start()
         want = {"master": "MASTER", "backup": "BACKUP"}
@@ -236,10 +250,12 @@ class VrrpPair(Part):
                 + self._records)
 
     def pids(self) -> dict[str, int]:
+        """The daemons and echoes running on this machine (in a VM's guest they are not processes
+        of this machine: what runs here is their ssh relay; the VM's qemu is the endpoint's)."""
         out = {f"vrrp:{r}": d.proc.pid for r, d in self.daemons.items()
-               if d.proc.pid and d.proc.record.exit_code is None}
+               if d.proc.pid and d.proc.record.exit_code is None and r not in self.in_vm}
         out.update({f"vrrp:{r}:echo": e.pid for r, e in self.echoes.items()
-                    if e.pid and e.record.exit_code is None})
+                    if e.pid and e.record.exit_code is None and r not in self.in_vm})
         return out
 
 

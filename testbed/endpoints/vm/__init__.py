@@ -21,6 +21,7 @@ import shlex
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -126,8 +127,11 @@ class VmEndpoint(Endpoint):
             raise VmError(f"{self.where}: a command in a VM is given whole (argv(program, args...)); "
                           "this part builds its command line after the place's prefix and cannot run "
                           "in a VM: put it in a namespace of the topology")  # fmt: skip
+        self.machine.wait_ready()
         program, *args = command
-        if "/" in program:
+        if program == sys.executable:
+            program = "python3"  # this machine's interpreter (a venv's): the guest's Debian python3
+        elif "/" in program:
             program = Path(program).name  # the guest's own build of it, from the guest's PATH
         for arg in args:  # an input file outside the shared folders is copied in first
             path = Path(arg)
@@ -147,6 +151,7 @@ class VmEndpoint(Endpoint):
                       "(a generator with a server of its own, as Ostinato or TRex, runs in a namespace)")  # fmt: skip
 
     def counters(self, iface: str | None = None) -> dict[str, int]:
+        self.machine.wait_ready()
         name = iface or self.iface
         paths = [f"/sys/class/net/{name}/statistics/{c}" for c in COUNTERS]
         out = self.machine.run("cat", *paths, timeout=30).stdout.split()
@@ -160,7 +165,9 @@ class VmEndpoint(Endpoint):
         self.machine.power_off()
 
     def power_on(self) -> None:
-        self.machine.start()
+        """Switch the VM on; its boot is waited for when the guest is next used (a VM switched on
+        by the undo of the run's last step is switched off by the teardown without a boot)."""
+        self.machine.start(wait=False)
 
 
 class VmSite(Site):
@@ -193,7 +200,7 @@ class VmSite(Site):
         image = vm_image.ensure_image()
         for role in self.vms:
             machine = self._machine(role, image)
-            self.machines[role] = machine
+            self.machines[role] = machine  # before it boots: teardown finds it on every path
             ns = machine.netns
             cmds = [("ip", "tuntap", "add", "dev", MGMT_TAP, "mode", "tap"),
                     ("ip", "addr", "add", MGMT_HOST, "dev", MGMT_TAP),
@@ -211,7 +218,9 @@ class VmSite(Site):
                 _ip(self.topology, ns, *cmd)
             layer = image.engine_layer() if self.vms[role].engine else None
             machine.base = layer if layer is not None and layer.is_file() else None
-            machine.start()
+        boot_all(list(self.machines.values()))
+        for role, machine in self.machines.items():
+            ns, layer = machine.netns, image.engine_layer() if self.vms[role].engine else None
             steps.append(f"{ns}: booted VM ({machine.accel}, {machine.preset.cpus} vCPU, "
                          f"{machine.preset.memory_mb} MB) ready in {machine.boot_s} s")  # fmt: skip
             if machine.base is not None:
@@ -253,6 +262,18 @@ class VmSite(Site):
 
     def facts(self) -> dict[str, Any]:
         return {role: m.facts() for role, m in self.machines.items()}
+
+
+def boot_all(machines: list[Machine]) -> None:
+    """Boot `machines` at the same time (each boot mostly waits on its own qemu); the first
+    failure is raised once all have ended, so none is left half-started."""
+    if len(machines) == 1:
+        machines[0].start()
+        return
+    with ThreadPoolExecutor(len(machines), thread_name_prefix="vm-boot") as pool:
+        futures = [pool.submit(m.start) for m in machines]
+    for future in futures:
+        future.result()
 
 
 def _ip(topo: Topology, ns: str, *argv: str) -> None:

@@ -32,9 +32,9 @@ from typing import Iterator
 
 from ntgcore.errors import NtgError
 from ntgcore.proc import Process, Tool
+from ntgcore.sourcetree import source_tree
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
 INIT = HERE / "guest-init.sh"
 TOOLS = (Tool("mmdebstrap", "mmdebstrap"), Tool("mkfs.ext4", "e2fsprogs"), Tool("qemu-img", "qemu-utils"))
 
@@ -50,9 +50,10 @@ class Recipe:
     suite: str = "bookworm"
     # kernel, sshd (Ansible and argv reach the guest over ssh), python3 (Ansible's modules), what
     # builds the native engine (gcc, libc6-dev, make, cmake), iproute2 (the init names the NICs)
-    # and tcpdump (a receiver or DUT inside a VM). Kept small: CI builds it.
+    # tcpdump (a receiver or DUT inside a VM) and keepalived (a VRRP DUT of method failover).
+    # Kept small: CI builds it.
     packages: tuple[str, ...] = ("linux-image-amd64", "openssh-server", "python3", "gcc", "libc6-dev",
-                                 "make", "cmake", "iproute2", "kmod", "mount", "tcpdump")  # fmt: skip
+                                 "make", "cmake", "iproute2", "kmod", "mount", "tcpdump", "keepalived")  # fmt: skip
     # the initrd holds only what finds the root file system (5 MB instead of 35: a faster TCG boot)
     initrd_modules: tuple[str, ...] = ("virtio_pci", "virtio_blk", "virtio_net", "ext4")
     pruned_modules: tuple[str, ...] = ("drivers/gpu", "drivers/media", "drivers/net/wireless", "drivers/infiniband",
@@ -107,12 +108,13 @@ def engine_sha() -> str:
     """Hash of what the guest's engine build is made from (its sources and the role that builds
     it): names the cached layer with the engine built (`engine-<sha>.qcow2` beside the disk)."""
     h = hashlib.sha256()
+    repo = source_tree()
     for top in ENGINE_SOURCES:
-        root = REPO / top
+        root = repo / top
         files = sorted(p for p in ([root] if root.is_file() else root.rglob("*"))
                        if p.is_file() and "__pycache__" not in p.parts)  # fmt: skip
         for f in files:
-            h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
+            h.update(str(f.relative_to(repo)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -125,10 +127,9 @@ def debian_mirror() -> str:
     (bootstrap.sh's `debian_uri`, the one place that reads the apt sources)."""
     if os.environ.get("NTG_VM_MIRROR"):
         return os.environ["NTG_VM_MIRROR"]
-    script = REPO / "bootstrap.sh"
-    out = subprocess.run(["bash", str(script), "debian-uri"], capture_output=True, text=True, timeout=30) \
-        if script.is_file() else None  # fmt: skip
-    if out is None or out.returncode != 0 or not out.stdout.strip():
+    script = source_tree() / "bootstrap.sh"
+    out = subprocess.run(["bash", str(script), "debian-uri"], capture_output=True, text=True, timeout=30)
+    if out.returncode != 0 or not out.stdout.strip():
         raise ImageError("no Debian bookworm entry in this machine's apt sources to build the guest "
                          "image from: set NTG_VM_MIRROR to a Debian mirror URI")  # fmt: skip
     return out.stdout.strip().splitlines()[0]

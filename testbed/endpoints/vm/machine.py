@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ntgcore.errors import NtgError
 from ntgcore.proc import Leftover, Process, Tool
+from ntgcore.sourcetree import source_tree
 
 from ..netns.topology import netns_argv
 from .image import Image
@@ -40,7 +41,6 @@ MGMT_TAP = "vm-mgmt"
 MGMT_HOST = "198.19.255.1/30"
 MGMT_GUEST = "198.19.255.2"
 READY_LINE = "ntg-init: ready"
-PLAYBOOKS = Path(__file__).resolve().parents[3] / "playbooks"
 WORK_ROOT = Path(os.environ.get("NTG_VM_RUNDIR", "/var/tmp/ntg-testbed/vm"))
 MARK_FILE = "made-by-ntg-testbed"
 
@@ -105,6 +105,7 @@ class Machine:
     cpu_model: str = field(default="", init=False)
     boots: int = field(default=0, init=False)
     provision_s: float | None = field(default=None, init=False)
+    booting: float | None = field(default=None, init=False)  # when a boot not waited for yet began
 
     @property
     def workdir(self) -> Path:
@@ -132,8 +133,10 @@ class Machine:
                      "-device", f"virtio-net-pci,netdev=n{i},mac={nic.mac}"]  # fmt: skip
         return argv
 
-    def start(self) -> None:
-        """Start qemu on a fresh overlay and wait until the guest answers over ssh."""
+    def start(self, wait: bool = True) -> None:
+        """Start qemu on a fresh overlay and wait until the guest answers over ssh (`wait=False`:
+        return at once; `wait_ready()` waits, and the endpoint calls it before it uses the
+        guest, so a VM switched on only to be switched off again costs no boot)."""
         missing = [t for t in TOOLS if not t.found()]
         if missing:
             raise VmError(f"a VM needs {', '.join(t.command for t in missing)}: apt-get install "
@@ -162,7 +165,15 @@ class Machine:
         finally:
             log.close()
         self.boots += 1
-        self._wait_ready(started)
+        self.booting = started
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait for the guest of the boot `start` began (at once when it is ready already)."""
+        if self.booting is not None:
+            started, self.booting = self.booting, None
+            self._wait_ready(started)
 
     def _wait_ready(self, started: float) -> None:
         deadline = started + self.boot_timeout_s
@@ -274,7 +285,7 @@ class Machine:
     def provision(self, timeout: float = 900) -> dict[str, int]:
         """Run playbooks/vm_guest.yml against this guest (the engine built inside it); returns
         Ansible's recap counts (ok, changed, failed, ...)."""
-        playbook = PLAYBOOKS / "vm_guest.yml"
+        playbook = source_tree() / "playbooks" / "vm_guest.yml"
         binary = Path(sys.executable).parent / "ansible-playbook"
         program = str(binary) if binary.exists() else shutil.which("ansible-playbook")
         if not program or not playbook.is_file():

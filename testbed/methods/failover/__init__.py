@@ -20,9 +20,10 @@ MASTER_PROCESS = "vrrp:master"
 
 
 def fault_for(fo: FailoverSpec, kind: str, at_ns: int) -> FaultSpec:
-    """The fault of one trial: on the master's link to the segment, or on its keepalived."""
-    if kind == "link-down":
-        return FaultSpec(kind="link-down", at=fo.master, start=f"{at_ns}ns")
+    """The fault of one trial: on the master's link to the segment or its VM's power, or on its
+    keepalived."""
+    if kind in ("link-down", "power-off"):
+        return FaultSpec(kind=kind, at=fo.master, start=f"{at_ns}ns")
     return FaultSpec(kind=kind, process=MASTER_PROCESS, start=f"{at_ns}ns")
 
 
