@@ -40,6 +40,7 @@ SESSIONS = {
     "vm-dut-poweroff": "edf7d5445e6254e66f568a03ccd0a067ab3360bbfe06e4d4b92a869fd0006b96",
     "seed003-inline": "34203c3f449c816f2079ba34fd5acca2ef0cf12ebbce44bec3f9ccfb60b83458",
     "vm-quickstart": "70823c49d6f5150c74322a6288af5cf743ae20a87b413b7fc24783e9d79be4a8",
+    "seed002-failover-vm": "a28a81e95008d77fa7c37b564d05059b88a6fc9ce4fccfd964ae8d2ff0650dd8",  # new: the pair in VMs
 }
 
 
