@@ -183,6 +183,19 @@ class Process:
         except subprocess.TimeoutExpired:
             return None
 
+    def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes] | None:
+        """Read the child's piped stdout and stderr to their end and wait for it: (out, err), b""
+        for a stream that is not a pipe; or None when `timeout` seconds pass first, the child
+        then stopped (SIGTERM, SIGKILL a second later)."""
+        assert self.popen is not None, "communicate() before start()"
+        try:
+            out, err = self.popen.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop(grace=1)
+            return None
+        self._finish(self.popen.returncode)
+        return out or b"", err or b""
+
     def send_signal(self, sig: int) -> None:
         if self.popen and self.popen.poll() is None:
             try:

@@ -95,14 +95,10 @@ def _feed_flows(feed: str, packets: int) -> int:
 def _run(argv: list[str], timeout: float | None = None) -> tuple[int, str]:
     proc = Process(f"flowengine {argv[1]}", argv, stdout=subprocess.DEVNULL,
                    stderr=subprocess.PIPE).start()
-    try:
-        _, err = proc.popen.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.popen.kill()
-        proc.popen.communicate()
-        proc.wait()
+    done = proc.communicate(timeout)
+    if done is None:
         return -1, "timeout"
-    return proc.wait(), err.decode(errors="replace").strip()
+    return proc.wait(), done[1].decode(errors="replace").strip()
 
 
 def check_request(req: SweepRequest, binary: Path, available: int | None = None) -> dict[str, float]:

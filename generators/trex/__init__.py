@@ -230,13 +230,10 @@ class Trex(Generator):
         proc = Process("trex-build", self._python(str(WORKER), how, str(spec_path), str(self.run_dir)),
                        stdout=subprocess.PIPE, stderr=log)
         try:
-            proc.start()
-            try:
-                out, _ = proc.popen.communicate(timeout=BUILD_TIMEOUT_S)  # type: ignore[union-attr]
-            except subprocess.TimeoutExpired:
-                proc.stop(signal.SIGKILL, grace=1)
-                raise GeneratorError(f"trex: building the profile took more than {BUILD_TIMEOUT_S:g}s") from None
-            proc.wait()
+            done = proc.start().communicate(BUILD_TIMEOUT_S)
+            if done is None:
+                raise GeneratorError(f"trex: building the profile took more than {BUILD_TIMEOUT_S:g}s")
+            out = done[0]
         except OSError as exc:
             raise GeneratorError(f"trex: cannot run the worker: {exc}") from exc
         finally:

@@ -211,13 +211,10 @@ class FaultPart(Part):
         proc = Process(f"fault {argv[0]}", endpoint.argv(*argv), stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE)
         self._records.append(proc.record)
-        proc.start()
-        try:
-            _, err = proc.popen.communicate(timeout=COMMAND_TIMEOUT_S)  # type: ignore[union-attr]
-        except subprocess.TimeoutExpired:
-            proc.stop()
-            raise FaultError(f"`{' '.join(argv)}` in {endpoint.where} did not end within "
-                             f"{COMMAND_TIMEOUT_S:g} s") from None
+        done = proc.start().communicate(COMMAND_TIMEOUT_S)
+        if done is None:
+            raise FaultError(f"`{' '.join(argv)}` in {endpoint.where} did not end within {COMMAND_TIMEOUT_S:g} s")
+        err = done[1]
         code = proc.wait()
         if code != 0:
             text = err.decode(errors="replace").strip()

@@ -41,6 +41,7 @@ BRIDGE = "ntgbr0"
 ECHO = Path(__file__).resolve().parent / "echo.py"
 _STATE = re.compile(r"\((\S+)\) Entering (MASTER|BACKUP|FAULT|STOP) STATE")
 ROLES = ("master", "backup")
+COMMAND_TIMEOUT_S = 10.0  # one short command (ip, cat) at a DUT
 
 
 class VrrpError(NtgError):
@@ -158,12 +159,10 @@ class VrrpPair(Part):
     def _run(self, endpoint: Endpoint, *argv: str, check: bool = True) -> str:
         proc = Process(f"vrrp {argv[0]}", endpoint.argv(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self._records.append(proc.record)
-        proc.start()
-        try:
-            out, err = proc.popen.communicate(timeout=10)  # type: ignore[union-attr]
-        except subprocess.TimeoutExpired:
-            proc.stop()
-            raise VrrpError(f"`{' '.join(argv)}` in {endpoint.where} did not end within 10 s") from None
+        done = proc.start().communicate(COMMAND_TIMEOUT_S)
+        if done is None:
+            raise VrrpError(f"`{' '.join(argv)}` in {endpoint.where} did not end within {COMMAND_TIMEOUT_S:g} s")
+        out, err = done
         if proc.wait() != 0 and check:
             proc.record.note = err.decode(errors="replace").strip()
             raise VrrpError(f"`{' '.join(argv)}` in {endpoint.where} failed: {proc.record.note}")

@@ -419,12 +419,10 @@ def _cmd(t: Topology | None, *argv: str, check: bool = True, timeout: float = 30
     except FileNotFoundError:
         package = {"ip": "iproute2", "tc": "iproute2", "ethtool": "ethtool"}.get(argv[0], argv[0])
         raise TopologyCommandError(f"`{argv[0]}` is not installed; install it: apt-get install {package}") from None
-    assert proc.popen is not None
-    try:
-        out, err = proc.popen.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.stop(grace=1)
-        raise TopologyCommandError(f"`{' '.join(argv)}` did not finish within {timeout:g} s") from None
+    done = proc.communicate(timeout)
+    if done is None:
+        raise TopologyCommandError(f"`{' '.join(argv)}` did not finish within {timeout:g} s")
+    out, err = done
     code = proc.wait()
     if t is not None:
         t.records.append(proc.record)

@@ -249,12 +249,10 @@ class Machine:
         """Run `command` in the guest and wait for it (through the project's process helper)."""
         proc = Process(f"vm {self.name}: {command[0]}", self.ssh_argv(*command),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE).start()  # fmt: skip
-        assert proc.popen is not None
-        try:
-            out, err = proc.popen.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.stop(grace=1)
-            raise VmError(f"`{shlex.join(command)}` in VM {self.name} did not finish within {timeout:g} s") from None
+        done = proc.communicate(timeout)
+        if done is None:
+            raise VmError(f"`{shlex.join(command)}` in VM {self.name} did not finish within {timeout:g} s")
+        out, err = done
         code = proc.wait()
         done = subprocess.CompletedProcess(command, code, out.decode(errors="replace"), err.decode(errors="replace"))
         if check and code != 0:
@@ -273,12 +271,10 @@ class Machine:
         argv = netns_argv(self.netns, "scp", "-O", "-q", *self.ssh_options(), str(path),
                           f"root@{MGMT_GUEST}:{path}")  # fmt: skip
         proc = Process(f"vm {self.name}: scp", argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
-        assert proc.popen is not None
-        try:
-            _, err = proc.popen.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.stop(grace=1)
-            raise VmError(f"copying {path} into VM {self.name} took over {timeout:g} s") from None
+        done = proc.communicate(timeout)
+        if done is None:
+            raise VmError(f"copying {path} into VM {self.name} took over {timeout:g} s")
+        err = done[1]
         if proc.wait() != 0:
             raise VmError(f"copying {path} into VM {self.name} failed: {err.decode(errors='replace').strip()}")
 
