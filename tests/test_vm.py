@@ -212,7 +212,8 @@ def test_cleanup_deletes_only_marked_vm_folders(tmp_path, monkeypatch):
 
 def test_a_dut_in_a_vm_counts_until_the_vm_is_powered_off_mid_step(guest_image, tmp_path):
     """scenarios/vm-dut-poweroff.yaml: tcpdump is the DUT inside a VM (its dut.pcap written into
-    the shared run folder), the native engine sends to it from a namespace, and the fault
+    the shared run folder), the native engine sends to it from another VM (both boot together,
+    the generator's from the engine layer), and the fault
     `power-off` pulls the VM's plug 3 s into the 6 s step. One boot covers both (the undo at the
     step's end boots it again). The DUT's count ends at the power-off on the capture's clock: it
     holds no more packets than the capture saw before the power-off was in effect, while the
@@ -225,8 +226,12 @@ def test_a_dut_in_a_vm_counts_until_the_vm_is_powered_off_mid_step(guest_image, 
     assert result.status == "completed", m.get("error")
     (step,) = m["steps"]
     assert step["status"] == "completed", step
-    machine = m["testbed"]["machines"]["dut"]
+    machine, gen = m["testbed"]["machines"]["dut"], m["testbed"]["machines"]["gen"]
     assert machine["layer"] is None  # tcpdump is in the image: no engine layer
+    assert gen["layer"] == guest_image.engine_layer().name and gen["nics"] == ["mgmt", "gen0"], gen
+    engine = [c for c in m["commands"]  # the engine ran in the generator's guest, through the relay
+              if "testbed.endpoints.vm.relay" in c["argv"] and "exec flowengine" in c["argv"][-1]]
+    assert engine and all(f"{m['testbed']['topology']}-gen" in c["argv"] for c in engine), m["commands"]
     assert machine["nics"] == ["mgmt", "dut0"]  # mir0, where the mirror sends, stayed on the host
     (ev,) = step["faults"]["events"]
     assert ev["kind"] == "power-off" and ev["undone"] is True and step["faults"]["all_undone"], ev

@@ -229,6 +229,7 @@ class VmSite(Site):
                 started = time.monotonic()
                 recap = machine.provision(timeout=self.vms[role].provision_timeout)
                 machine.save_layer(layer)
+                machine.base = layer  # a later boot (a power-on) starts from it: the engine is there
                 machine.provision_s = round(time.monotonic() - started, 1)
                 steps.append(f"{ns}: the native engine built in the guest by playbooks/vm_guest.yml in "
                              f"{machine.provision_s} s (changed={recap.get('changed')}), kept as {layer}")  # fmt: skip
