@@ -62,7 +62,7 @@ FLOW = ("flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
         "sport=1024-1279 sport_mode=random dport=9-9 dport_mode=fixed "
         "start=0 period={period} packets={packets} size=22-22 payload=- reps=1 rep_period=0")
 # paced ingress rates tried, as fractions of peer pps / (T+1): the egress they ask for vs the peer's
-LOADS = (0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.05)
+LOADS = (0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2)
 TICK = 0.004   # s between two samples
 QUIET = 0.3    # s without a new egress frame: the run is over
 STEADY = 0.1   # the first and the last 10 % of the egress span are left out
@@ -231,18 +231,20 @@ def inline(name, engine, sess, copies, tmp, egress, nice, pace="topspeed", varia
     return r
 
 
-def paced(name, engine, copies, tmp, egress, nice, peer_pps, seconds, variant):
-    """Ingress paced at fractions of what the peer's rate allows; the highest egress rate with
-    every ingress frame received and egress exactly (T+1) x ingress."""
-    rows = []
+def paced(name, copies, tmp, egress, nice, peer_pps, seconds, variants):
+    """Ingress paced at fractions of what the peer's rate allows, each variant in turn at each
+    rate; the highest egress rate with every ingress frame received and egress exactly (T+1) x
+    ingress."""
+    rows = {k: [] for k in variants}
     for load in LOADS:
         rate = load * peer_pps / (copies + 1)
         n = int(rate * seconds)
         sess = tmp / f"paced-{load}.txt"
         sess.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=n, period=int(1e9 / rate))}\n")
-        r = inline(name, engine, sess, copies, tmp, egress, nice, pace="realtime", variant=variant)
-        rows.append({**r, "load": load, "ingress_pps": rate, "sent": n, "lost_in": n - r["received"],
-                     "exact": r["exact"] and r["received"] == n, "egress_pps_asked": rate * (copies + 1)})
+        for k, (engine, variant) in variants.items():
+            r = inline(name, engine, sess, copies, tmp, egress, nice, pace="realtime", variant=variant)
+            rows[k].append({**r, "load": load, "ingress_pps": rate, "sent": n, "lost_in": n - r["received"],
+                            "exact": r["exact"] and r["received"] == n, "egress_pps_asked": rate * (copies + 1)})
     return rows
 
 
@@ -256,6 +258,8 @@ def main():
     ap.add_argument("--bin")
     ap.add_argument("--baseline", help="an older flowengine whose multiply --live runs alongside (rows 'before: ...')")
     ap.add_argument("--variants", help="comma-separated subset of the variants to run (default: all)")
+    ap.add_argument("--sweep", help="comma-separated variants for the paced sweep (default: this build's with "
+                    "the least CPU per egress frame)")
     ap.add_argument("--nice", type=int, help="nice value of the peer, the multiplier and the feeder alike")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -267,7 +271,7 @@ def main():
     if args.baseline:
         variants.update({f"before: {k}": (Path(args.baseline), v) for k, v in BASELINE.items()})
     runs = {"peer": [], **{k: [] for k in variants}}
-    sweep, best_variant = [], None
+    sweep, best_variant = {}, None
     with tempfile.TemporaryDirectory(prefix="bench-mlive-") as tmp:
         tmp = Path(tmp)
         sess = tmp / "s.txt"
@@ -284,9 +288,10 @@ def main():
             # the paced sweep runs this build's variant with the least CPU per egress frame
             best_variant = min((k for k in variants if not k.startswith("before: ")),
                                key=lambda k: statistics.median(r["ns_per_frame"] for r in runs[k]))
-            binary, v = variants[best_variant]
+            swept = args.sweep.split(",") if args.sweep else [best_variant]
             if args.seconds > 0:
-                sweep = paced(name, binary, args.T, tmp, egress, args.nice, peer_pps, args.seconds, v)
+                sweep = paced(name, args.T, tmp, egress, args.nice, peer_pps, args.seconds,
+                              {k: variants[k] for k in swept})
             runs["peer_after"] = [peer(name, engine, sess, egress, args.nice)]  # the peer again, after the sweep
         finally:
             if egress:
@@ -303,13 +308,13 @@ def main():
                   "share": statistics.median(r["on_cpu_share"] / p["on_cpu_share"]
                                              for p, r in zip(runs["peer"], runs[k]))}
               for k in variants}
-    clean = [r for r in sweep if r["lost_in"] == 0 and r["exact"]]
-    best = max((r["pps"] for r in clean), default=None)
+    best = {k: max((r["pps"] for r in rows if r["lost_in"] == 0 and r["exact"]), default=None)
+            for k, rows in sweep.items()}
     doc = {"host": platform.node(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "copies": args.T,
            "packets": args.packets, "nice": args.nice, "runs": runs, "median_pps": med,
            "median_cpu_ns_per_egress_frame": cpu, "median_on_cpu_share": share, "paired": paired,
            "best_variant": best_variant, "paced": sweep, "best_lossless_egress_pps": best,
-           "ratio_lossless_to_peer": best / med["peer"] if best else None,
+           "ratio_lossless_to_peer": {k: b / med["peer"] if b else None for k, b in best.items()},
            "command": "python benchmarks/bench_multiply_live.py " + " ".join(sys.argv[1:])}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "multiply_live.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -324,13 +329,14 @@ def main():
               f"{paired[k]['cpu']:.2f} | {share[k]:.2f} | {paired[k]['share']:.2f} |")
     print(f"| peer again after the sweep | {med['peer_after']:,.0f} | | {cpu['peer_after']:,.0f} | | "
           f"{share['peer_after']:.2f} | |")
-    if sweep:
-        print(f"\npaced, {best_variant}:\n\n| paced ingress pps | received / sent | egress pps | exact (T+1)x |\n"
-              "|---|---|---|---|")
-        for r in sweep:
-            print(f"| {r['ingress_pps']:,.0f} | {r['received']:,} / {r['sent']:,} | {r['pps']:,.0f} | {r['exact']} |")
-    if best:
-        print(f"\nhighest lossless egress: {best:,.0f} frames/s = {doc['ratio_lossless_to_peer']:.2f} of the peer")
+    for k, rows in sweep.items():
+        print(f"\npaced, {k}:\n\n| paced ingress pps | received / sent | egress pps | CPU ns per egress frame "
+              "| on-CPU share | exact (T+1)x |\n|---|---|---:|---:|---:|---|")
+        for r in rows:
+            print(f"| {r['ingress_pps']:,.0f} | {r['received']:,} / {r['sent']:,} | {r['pps']:,.0f} | "
+                  f"{r['ns_per_frame'] or 0:,.0f} | {r['on_cpu_share'] or 0:.2f} | {r['exact']} |")
+        if best[k]:
+            print(f"\nhighest lossless egress: {best[k]:,.0f} frames/s = {doc['ratio_lossless_to_peer'][k]:.2f} of the peer")
 
 
 if __name__ == "__main__":
