@@ -26,14 +26,17 @@ between the first and the last frame):
 
 --nice N runs the peer, the multiplier and the feeder alike at that nice value, and their
 scheduling (auto)groups too (-20: other work on the machine gets little of their cores, so the
-rate measures them more than the machine's other load). --baseline PATH adds an older build's multiplier (rows "before: ...") to the same
-run; --seconds 0 skips the paced sweep (the feeder paced at fractions of peer rate / (T+1): the
-highest egress rate with every ingress frame received and egress exactly (T+1) x ingress).
+rate measures them more than the machine's other load). --baseline PATH adds an older build's
+multiplier (rows "before: ...") to the same run. The paced sweep (--seconds 0 skips it): the
+feeder paced at fractions of the peer's rate / (T+1), the peer run before each rate; the highest
+egress rate with every ingress frame received and egress exactly (T+1) x ingress, against the
+peer's run next to it (--sweep: the variants swept, in turn at each rate).
 
 Results: benchmarks/out/multiply_live.json and a Markdown table on stdout. Needs root.
 
     python benchmarks/bench_multiply_live.py [--packets N] [-T 10] [--repeat R] [--seconds S] [--bin PATH]
-                                             [--baseline PATH] [--variants NAME,...] [--nice N]
+                                             [--baseline PATH] [--variants NAME,...] [--sweep NAME,...]
+                                             [--nice N]
 """
 
 import argparse
@@ -231,12 +234,13 @@ def inline(name, engine, sess, copies, tmp, egress, nice, pace="topspeed", varia
     return r
 
 
-def paced(name, copies, tmp, egress, nice, peer_pps, seconds, variants):
+def paced(name, copies, tmp, egress, nice, peer_pps, seconds, variants, engine, psess):
     """Ingress paced at fractions of what the peer's rate allows, each variant in turn at each
-    rate; the highest egress rate with every ingress frame received and egress exactly (T+1) x
-    ingress."""
+    rate after a run of the peer (its rate then: `peer_pps`); the highest egress rate with every
+    ingress frame received and egress exactly (T+1) x ingress."""
     rows = {k: [] for k in variants}
     for load in LOADS:
+        p = peer(name, engine, psess, egress, nice)
         rate = load * peer_pps / (copies + 1)
         n = int(rate * seconds)
         sess = tmp / f"paced-{load}.txt"
@@ -244,7 +248,8 @@ def paced(name, copies, tmp, egress, nice, peer_pps, seconds, variants):
         for k, (engine, variant) in variants.items():
             r = inline(name, engine, sess, copies, tmp, egress, nice, pace="realtime", variant=variant)
             rows[k].append({**r, "load": load, "ingress_pps": rate, "sent": n, "lost_in": n - r["received"],
-                            "exact": r["exact"] and r["received"] == n, "egress_pps_asked": rate * (copies + 1)})
+                            "exact": r["exact"] and r["received"] == n, "egress_pps_asked": rate * (copies + 1),
+                            "peer_pps": p["pps"], "of_peer": r["pps"] / p["pps"]})
     return rows
 
 
@@ -291,8 +296,8 @@ def main():
             swept = args.sweep.split(",") if args.sweep else [best_variant]
             if args.seconds > 0:
                 sweep = paced(name, args.T, tmp, egress, args.nice, peer_pps, args.seconds,
-                              {k: variants[k] for k in swept})
-            runs["peer_after"] = [peer(name, engine, sess, egress, args.nice)]  # the peer again, after the sweep
+                              {k: variants[k] for k in swept}, engine, sess)
+            runs["peer_after"] = [peer(name, engine, sess, egress, args.nice)]  # the peer again, at the end
         finally:
             if egress:
                 egress.close()
@@ -308,13 +313,15 @@ def main():
                   "share": statistics.median(r["on_cpu_share"] / p["on_cpu_share"]
                                              for p, r in zip(runs["peer"], runs[k]))}
               for k in variants}
-    best = {k: max((r["pps"] for r in rows if r["lost_in"] == 0 and r["exact"]), default=None)
+    best = {k: max((r for r in rows if r["lost_in"] == 0 and r["exact"]), key=lambda r: r["load"], default=None)
             for k, rows in sweep.items()}
     doc = {"host": platform.node(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "copies": args.T,
            "packets": args.packets, "nice": args.nice, "runs": runs, "median_pps": med,
            "median_cpu_ns_per_egress_frame": cpu, "median_on_cpu_share": share, "paired": paired,
-           "best_variant": best_variant, "paced": sweep, "best_lossless_egress_pps": best,
-           "ratio_lossless_to_peer": {k: b / med["peer"] if b else None for k, b in best.items()},
+           "best_variant": best_variant, "paced": sweep,
+           "best_lossless_egress_pps": {k: b["pps"] if b else None for k, b in best.items()},
+           # the highest paced rate without loss against the peer's run just before it
+           "ratio_lossless_to_peer": {k: b["of_peer"] if b else None for k, b in best.items()},
            "command": "python benchmarks/bench_multiply_live.py " + " ".join(sys.argv[1:])}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "multiply_live.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -323,20 +330,24 @@ def main():
     print("| egress on veth, 64-byte frames | frames/s (median) | of the peer (paired) | CPU ns per egress frame "
           "| peer's CPU per frame / this one's (paired) | on-CPU share | of the peer's (paired) |\n"
           "|---|---:|---:|---:|---:|---:|---:|")
-    print(f"| flowengine gen --iface (peer) | {med['peer']:,.0f} | 1 | {cpu['peer']:,.0f} | 1 | {share['peer']:.2f} | 1 |")
+    print(f"| flowengine gen --iface (peer) | {med['peer']:,.0f} | 1 | {cpu['peer']:,.0f} | 1 | "
+          f"{share['peer']:.2f} | 1 |")
     for k in variants:
         print(f"| multiply --live {k} | {med[k]:,.0f} | {paired[k]['wall']:.2f} | {cpu[k]:,.0f} | "
               f"{paired[k]['cpu']:.2f} | {share[k]:.2f} | {paired[k]['share']:.2f} |")
-    print(f"| peer again after the sweep | {med['peer_after']:,.0f} | | {cpu['peer_after']:,.0f} | | "
+    print(f"| peer again at the end | {med['peer_after']:,.0f} | | {cpu['peer_after']:,.0f} | | "
           f"{share['peer_after']:.2f} | |")
     for k, rows in sweep.items():
         print(f"\npaced, {k}:\n\n| paced ingress pps | received / sent | egress pps | CPU ns per egress frame "
-              "| on-CPU share | exact (T+1)x |\n|---|---|---:|---:|---:|---|")
+              "| on-CPU share | exact (T+1)x | the peer's run before it | egress / the peer's |\n"
+              "|---|---|---:|---:|---:|---|---:|---:|")
         for r in rows:
             print(f"| {r['ingress_pps']:,.0f} | {r['received']:,} / {r['sent']:,} | {r['pps']:,.0f} | "
-                  f"{r['ns_per_frame'] or 0:,.0f} | {r['on_cpu_share'] or 0:.2f} | {r['exact']} |")
+                  f"{r['ns_per_frame'] or 0:,.0f} | {r['on_cpu_share'] or 0:.2f} | {r['exact']} | "
+                  f"{r['peer_pps']:,.0f} | {r['of_peer']:.2f} |")
         if best[k]:
-            print(f"\nhighest lossless egress: {best[k]:,.0f} frames/s = {doc['ratio_lossless_to_peer'][k]:.2f} of the peer")
+            print(f"\nhighest lossless egress: {best[k]['pps']:,.0f} frames/s = {best[k]['of_peer']:.2f} of the "
+                  "peer's run before it")
 
 
 if __name__ == "__main__":
