@@ -25,8 +25,8 @@ between the first and the last frame):
   share / CPU per frame, so the wall ratio to the peer is the CPU ratio times the share ratio.
 
 --nice N runs the peer, the multiplier and the feeder alike at that nice value, and their
-scheduling (auto)groups too (-20: other work on the machine gets little of their cores, so the
-rate measures them more than the machine's other load). --baseline PATH adds an older build's
+scheduling (auto)groups too (the default, -20: other work on the machine gets little of their
+cores, so the rate measures them more than the machine's other load; 0: the share any work gets). --baseline PATH adds an older build's
 multiplier (rows "before: ...") to the same run. The paced sweep (--seconds 0 skips it): the
 feeder paced at fractions of the peer's rate / (T+1), the peer run before each rate; the highest
 egress rate with every ingress frame received and egress exactly (T+1) x ingress, against the
@@ -179,7 +179,7 @@ def watch(egress: Egress, pid: int, running) -> dict:
 
 
 def nice_prefix(nice):
-    return ["nice", "-n", str(nice)] if nice is not None else []
+    return ["nice", "-n", str(nice)]
 
 
 def autogroup(proc: Process, nice) -> Process:
@@ -187,7 +187,7 @@ def autogroup(proc: Process, nice) -> Process:
     hence (kernel.sched_autogroup_enabled) a scheduling group of its own, and the CPU is shared
     between groups before the nice values inside a group count."""
     ag = Path(f"/proc/{proc.pid}/autogroup")
-    if nice is not None and ag.exists():
+    if ag.exists():
         ag.write_text(str(nice))
     return proc
 
@@ -265,7 +265,9 @@ def main():
     ap.add_argument("--variants", help="comma-separated subset of the variants to run (default: all)")
     ap.add_argument("--sweep", help="comma-separated variants for the paced sweep (default: this build's with "
                     "the least CPU per egress frame)")
-    ap.add_argument("--nice", type=int, help="nice value of the peer, the multiplier and the feeder alike")
+    ap.add_argument("--nice", type=int, default=-20,
+                    help="nice value of the peer, the multiplier and the feeder alike, and of their autogroups "
+                    "(default -20; 0: the share of the machine they get like any other work)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_multiply_live.py needs root (ip netns add)")
