@@ -7,9 +7,10 @@
  * (--spfo-scope batch: a received batch's originals after all its copies).
  * AF_PACKET sockets, promiscuous, own frames ignored; frames come in through
  * a TPACKET_V2 RX ring per side (no receive call; poll only when both are
- * empty). --tx sendmmsg (the default): one sendmmsg per received batch
- * carries its copies (to DUT) and originals (to OUT or IN, each frame with its
- * interface's address) in SPFO order, the originals straight from the RX ring;
+ * empty). --tx sendmmsg (the default): one sendmmsg per received batch on
+ * DUT's socket carries its copies (to DUT, no address) and originals (to OUT
+ * or IN, each with that interface's address) in SPFO order, the originals
+ * straight from the RX ring;
  * --tx ring: the copies are written by mult_packet_slots straight into a
  * TPACKET_V2 TX ring's slots, one kick before the originals. The qdisc is
  * bypassed only with --qdisc-bypass (a capture on OUT or DUT then misses what
