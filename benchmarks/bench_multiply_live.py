@@ -163,7 +163,7 @@ def watch(egress: Egress, pid: int, running) -> dict:
             break
     first = next((i for i, s in enumerate(samples) if s[1] > 0), None)
     if first is None:
-        return {"egress": 0, "pps": 0.0, "ns_per_frame": None, "on_cpu_share": None}
+        return {"egress": 0, "base": base, "pps": 0.0, "ns_per_frame": None, "on_cpu_share": None}
     last = next(i for i, s in enumerate(samples) if s[1] == samples[-1][1])
     t_first, t_last = samples[first - 1][0], samples[last][0]
     span = t_last - t_first
@@ -171,7 +171,7 @@ def watch(egress: Egress, pid: int, running) -> dict:
     hi = max(i for i in range(lo, last + 1) if samples[i][0] <= t_last - STEADY * span)
     a, b = samples[lo], samples[hi]
     dt, frames, oncpu = b[0] - a[0], b[1] - a[1], (b[2] - a[2]) / 1e9
-    return {"egress": samples[-1][1], "span_s": span, "span_pps": samples[-1][1] / span if span else 0.0,
+    return {"egress": samples[-1][1], "base": base, "span_s": span, "span_pps": samples[-1][1] / span if span else 0.0,
             "steady_s": dt, "steady_frames": frames, "pps": frames / dt if dt else 0.0,
             "ns_per_frame": oncpu / frames * 1e9 if frames else None,
             "on_cpu_share": oncpu / dt if dt else None, "cores": core_shares(k0, cores()),
@@ -227,6 +227,10 @@ def inline(name, engine, sess, copies, tmp, egress, nice, pace="topspeed", varia
         if feeder:
             feeder.stop()
         mult.stop()
+    # a multiplier starved of its core for longer than QUIET may still hold frames when the
+    # watch ends: it sends them before it exits, so the total is read after that
+    time.sleep(0.05)
+    r["egress"] = egress() - r["base"]
     doc = json.loads(summary.read_text())
     r.update({"received": doc["forward"]["received"], "engine": doc["forward"],
               "dropped_by_socket": doc["ingress_dropped_by_socket"], "tx": doc["dut_tx"],
