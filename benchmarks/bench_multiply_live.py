@@ -26,11 +26,12 @@ between the first and the last frame):
 
 --nice N runs the peer, the multiplier and the feeder alike at that nice value, and their
 scheduling (auto)groups too (the default, -20: other work on the machine gets little of their
-cores, so the rate measures them more than the machine's other load; 0: the share any work gets). --baseline PATH adds an older build's
-multiplier (rows "before: ...") to the same run. The paced sweep (--seconds 0 skips it): the
+cores, so the rate measures them more than the machine's other load; 0: the share any work
+gets). --baseline PATH adds an older build's multiplier (rows "before: ...") to the same run. The paced sweep (--seconds 0 skips it): the
 feeder paced at fractions of the peer's rate / (T+1), the peer run before each rate; the highest
-egress rate with every ingress frame received and egress exactly (T+1) x ingress, against the
-peer's run next to it (--sweep: the variants swept, in turn at each rate).
+egress rate below the first rate at which an ingress frame was lost or egress was not exactly
+(T+1) x ingress, against the median of the peer's runs in the sweep (--sweep: the variants
+swept, in turn at each rate).
 
 Results: benchmarks/out/multiply_live.json and a Markdown table on stdout. Needs root.
 
@@ -319,15 +320,20 @@ def main():
                   "share": statistics.median(r["on_cpu_share"] / p["on_cpu_share"]
                                              for p, r in zip(runs["peer"], runs[k]))}
               for k in variants}
-    best = {k: max((r for r in rows if r["lost_in"] == 0 and r["exact"]), key=lambda r: r["load"], default=None)
-            for k, rows in sweep.items()}
+    # the highest rate below the first that lost or was not exact, against the median of the
+    # peer's runs during the sweep (one peer run's rate moves with the machine more than a step)
+    best = {}
+    for k, rows in sweep.items():
+        first_bad = next((i for i, r in enumerate(rows) if r["lost_in"] or not r["exact"]), len(rows))
+        best[k] = rows[first_bad - 1] if first_bad else None
+    sweep_peer = statistics.median(r["peer_pps"] for rows in sweep.values() for r in rows) if sweep else None
     doc = {"host": platform.node(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "copies": args.T,
            "packets": args.packets, "nice": args.nice, "runs": runs, "median_pps": med,
            "median_cpu_ns_per_egress_frame": cpu, "median_on_cpu_share": share, "paired": paired,
            "best_variant": best_variant, "paced": sweep,
            "best_lossless_egress_pps": {k: b["pps"] if b else None for k, b in best.items()},
-           # the highest paced rate without loss against the peer's run just before it
-           "ratio_lossless_to_peer": {k: b["of_peer"] if b else None for k, b in best.items()},
+           "sweep_peer_median_pps": sweep_peer,
+           "ratio_lossless_to_peer": {k: b["pps"] / sweep_peer if b else None for k, b in best.items()},
            "command": "python benchmarks/bench_multiply_live.py " + " ".join(sys.argv[1:])}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "multiply_live.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -352,8 +358,9 @@ def main():
                   f"{r['ns_per_frame'] or 0:,.0f} | {r['on_cpu_share'] or 0:.2f} | {r['exact']} | "
                   f"{r['peer_pps']:,.0f} | {r['of_peer']:.2f} |")
         if best[k]:
-            print(f"\nhighest lossless egress: {best[k]['pps']:,.0f} frames/s = {best[k]['of_peer']:.2f} of the "
-                  "peer's run before it")
+            print(f"\nhighest lossless egress (below the first rate with a loss): {best[k]['pps']:,.0f} frames/s = "
+                  f"{doc['ratio_lossless_to_peer'][k]:.2f} of the median of the peer's runs in the sweep "
+                  f"({sweep_peer:,.0f})")
 
 
 if __name__ == "__main__":
