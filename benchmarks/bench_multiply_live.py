@@ -27,8 +27,9 @@ between the first and the last frame):
 --nice N runs the peer, the multiplier and the feeder alike at that nice value, and their
 scheduling (auto)groups too (the default, -20: other work on the machine gets little of their
 cores, so the rate measures them more than the machine's other load; 0: the share any work
-gets). --baseline PATH adds an older build's multiplier (rows "before: ...") to the same run. The paced sweep (--seconds 0 skips it): the
-feeder paced at fractions of the peer's rate / (T+1), the peer run before each rate; the highest
+gets). --baseline PATH adds an older build's multiplier (rows "before: ...") to the same run.
+The paced sweep (--seconds 0 skips it): the feeder paced at fractions of the peer's rate /
+(T+1), the peer run before each rate; the highest
 egress rate below the first rate at which an ingress frame was lost or egress was not exactly
 (T+1) x ingress, against the median of the peer's runs in the sweep (--sweep: the variants
 swept, in turn at each rate).
