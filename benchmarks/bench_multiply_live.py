@@ -241,9 +241,8 @@ def inline(name, engine, sess, copies, tmp, egress, nice, pace="topspeed", varia
 
 
 def paced(name, copies, tmp, egress, nice, peer_pps, seconds, variants, engine, psess):
-    """Ingress paced at fractions of what the peer's rate allows, each variant in turn at each
-    rate after a run of the peer (its rate then: `peer_pps`); the highest egress rate with every
-    ingress frame received and egress exactly (T+1) x ingress."""
+    """Ingress paced at fractions of what the peer's rate (`peer_pps`) allows, each variant in
+    turn at each rate, after a run of the peer (`engine`) whose rate is kept with each row."""
     rows = {k: [] for k in variants}
     for load in LOADS:
         p = peer(name, engine, psess, egress, nice)
@@ -251,8 +250,8 @@ def paced(name, copies, tmp, egress, nice, peer_pps, seconds, variants, engine, 
         n = int(rate * seconds)
         sess = tmp / f"paced-{load}.txt"
         sess.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=n, period=int(1e9 / rate))}\n")
-        for k, (engine, variant) in variants.items():
-            r = inline(name, engine, sess, copies, tmp, egress, nice, pace="realtime", variant=variant)
+        for k, (binary, variant) in variants.items():
+            r = inline(name, binary, sess, copies, tmp, egress, nice, pace="realtime", variant=variant)
             rows[k].append({**r, "load": load, "ingress_pps": rate, "sent": n, "lost_in": n - r["received"],
                             "exact": r["exact"] and r["received"] == n, "egress_pps_asked": rate * (copies + 1),
                             "peer_pps": p["pps"], "of_peer": r["pps"] / p["pps"]})
