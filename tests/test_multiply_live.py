@@ -6,18 +6,23 @@ HTTP server."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
+import signal
 import subprocess
-from collections import defaultdict
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from scapy.all import IP, UDP, Ether, IPv6, rdpcap, wrpcap
+from scapy.all import IP, UDP, Dot1AD, Dot1Q, Ether, IPv6, rdpcap, wrpcap
 
 import testbed.methods.multiply as multiply_method
+from ntgcore.proc import Process
 from ntgcore.registry import METHODS
 from ntgcore.scenario import ScenarioError, parse_scenario
+from testbed.endpoints.netns import NetnsBackend
 from tests.test_multiply import C4, C6, checksum_status, engine, frame_count, mixed_packets, shadow_key  # noqa: F401
 
 # The entry point of pyproject.toml registers it; a venv installed before it existed has not.
@@ -169,3 +174,61 @@ def test_the_plan_is_one_step_per_t_and_the_section_belongs_to_its_method():
         parse_scenario(text.replace("ranges: [198.19.0.0/16]", "ranges: [198.18.3.0/25]"))
     with pytest.raises(ScenarioError, match="ranges"):
         parse_scenario(text.replace("ranges: [198.19.0.0/16]", "ranges: [198.19.0.0/16, 198.19.1.0/24]"))
+
+
+def test_vlan_tags_the_kernel_takes_off_leave_the_inline_multiplier_again(engine, tmp_path):
+    """A frame received on a packet socket comes without its outer VLAN tag (the kernel keeps it
+    in the ring's header): the inline multiplier puts it back, so the original (to the server)
+    and its T copies (to the DUT) leave tagged as they came: 802.1Q, 802.1ad over 802.1Q, and
+    untagged frames alike, every checksum right (tshark), nothing untagged that came tagged."""
+    if os.geteuid() != 0 or not shutil.which("tcpreplay") or not shutil.which("tcpdump"):
+        pytest.skip("needs root, tcpreplay and tcpdump (./bootstrap.sh test installs them)")
+
+    def frame(*tags) -> Ether:
+        inner = IP(src="198.18.3.1", dst="198.18.3.2") / UDP(sport=40000, dport=9) / (b"x" * 40)
+        for tag in reversed(tags):
+            inner = tag / inner
+        return Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / inner
+
+    frames = ([frame(Dot1Q(vlan=42, prio=5))] * 8 + [frame(Dot1AD(vlan=7), Dot1Q(vlan=42))] * 4 + [frame()] * 4)
+    feed, summary = tmp_path / "feed.pcap", tmp_path / "summary.json"
+    wrpcap(str(feed), frames)
+    site = NetnsBackend().open("multiply")
+    caps = {"out": tmp_path / "out.pcap", "dut": tmp_path / "dut.pcap"}
+    procs: list[Process] = []
+    try:
+        site.apply()
+        for place, name in (("server:sv0", "out"), ("dut:d0", "dut")):
+            ep = site.endpoint(place)
+            procs.append(Process(f"tcpdump {name}", ep.argv("tcpdump", "-n", "-U", "-i", ep.iface, "-w",
+                                                            str(caps[name])), stderr=subprocess.DEVNULL).start())
+        mult = Process("multiplier", site.endpoint("mult:m-in").argv(
+            str(engine), "multiply", "--live", "m-in", "m-out", "m-dut", "-T", "2", "--ranges", "198.19.0.0/16",
+            "--original", "198.18.3.0/24", "--summary", str(summary))).start()  # fmt: skip
+        procs.append(mult)
+        time.sleep(1.5)  # the multiplier's rings and tcpdump's sockets are open
+        ep = site.endpoint("client:cl0")
+        sent = subprocess.run(ep.argv("tcpreplay", "-q", "-i", ep.iface, "--pps", "200", str(feed)),
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        time.sleep(1.0)
+        assert mult.stop(grace=5) == 0  # SIGTERM: it writes its summary and ends
+        for p in procs:
+            p.stop(signal.SIGINT, grace=5)
+    finally:
+        for p in procs:
+            p.stop(grace=2)
+        site.remove()
+    fwd = json.loads(summary.read_text())["forward"]
+    assert fwd["received"] == 16 and fwd["vlan_restored"] == 12 and fwd["copies_sent"] == 32, fwd
+    got = {name: rdpcap(str(path)) for name, path in caps.items()}
+    assert len(got["out"]) == 16 and len(got["dut"]) == 32
+    for name, packets in got.items():
+        tags = Counter((p[Dot1AD].vlan if Dot1AD in p else None, p[Dot1Q].vlan if Dot1Q in p else None,
+                        p[Dot1Q].prio if Dot1Q in p else None) for p in packets)  # fmt: skip
+        per = 1 if name == "out" else 2
+        assert tags == {(None, 42, 5): 8 * per, (7, 42, 0): 4 * per, (None, None, None): 4 * per}, (name, tags)
+        status = checksum_status(caps[name])
+        assert not [k for k in status if k[1] == 0] and status[("udp", 1)] == len(packets), (name, status)
+    assert {p[IP].src for p in got["out"]} == {"198.18.3.1"}
+    assert all(ipaddress.ip_address(p[IP].src) in ipaddress.ip_network("198.19.0.0/16") for p in got["dut"])

@@ -31,6 +31,7 @@
 #define RX_RING_BYTES (16u << 20) /* each receive ring (TPACKET_V2): 8192 slots of 2 KiB at MTU 1500 */
 #define RX_BLOCK (1u << 16)
 #define LIVE_MAX_FRAME 9216u    /* larger frames are forwarded, never multiplied */
+#define LIVE_TAG_LEN 4u         /* a VLAN tag the kernel took off a received frame, put back */
 #define RING_FRAME 2048u        /* TX ring slot; longer copies go through sendmmsg */
 #define RING_BLOCK (1u << 16)
 #define RING_BLOCKS 64u         /* 2048 slots */
@@ -76,7 +77,7 @@ struct live_ring {
 };
 
 struct live_dir {
-    uint64_t in, multiplied, copies_sent, originals_sent, send_failed, oversize;
+    uint64_t in, multiplied, copies_sent, originals_sent, send_failed, oversize, vlan_restored;
 };
 
 static int live_args(int argc, char **argv, struct live_opts *o)
@@ -176,15 +177,17 @@ static int live_open(struct live_port *p, const char *name, int receive, int byp
          * could not be sent on anyway); the kernel writes frames there, no recv calls */
         if (ioctl(p->fd, SIOCGIFMTU, &ifr))
             return mult_fail("--live %s: MTU: %s", name, strerror(errno));
-        unsigned need = TPACKET2_HDRLEN + (unsigned)ifr.ifr_mtu + 22u, fs = 2048;
+        unsigned need = TPACKET2_HDRLEN + LIVE_TAG_LEN + (unsigned)ifr.ifr_mtu + 22u, fs = 2048;
         while (fs < need && fs < RX_BLOCK) fs <<= 1;
         if (fs < need)
             return mult_fail("--live %s: MTU %d is too large for the receive ring (at most %u)", name,
-                             ifr.ifr_mtu, RX_BLOCK - (unsigned)TPACKET2_HDRLEN - 22u);
+                             ifr.ifr_mtu, RX_BLOCK - (unsigned)TPACKET2_HDRLEN - LIVE_TAG_LEN - 22u);
         int v = TPACKET_V2;
+        unsigned reserve = LIVE_TAG_LEN; /* room before each frame to put a VLAN tag back */
         struct tpacket_req req = {.tp_block_size = RX_BLOCK, .tp_block_nr = RX_RING_BYTES / RX_BLOCK,
                                   .tp_frame_size = fs, .tp_frame_nr = RX_RING_BYTES / fs};
         if (setsockopt(p->fd, SOL_PACKET, PACKET_VERSION, &v, sizeof v) ||
+            setsockopt(p->fd, SOL_PACKET, PACKET_RESERVE, &reserve, sizeof reserve) ||
             setsockopt(p->fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof req))
             return mult_fail("--live %s: receive ring: %s", name, strerror(errno));
         p->len = RX_RING_BYTES;
@@ -356,6 +359,27 @@ static void live_flush(struct live *L, const struct live_port *to, const struct 
     }
 }
 
+/* The kernel hands a received frame over without its (outer) VLAN tag, which it keeps in the
+ * header (tp_vlan_tci, tp_vlan_tpid): put it back in front of the EtherType, in the room
+ * PACKET_RESERVE left before the frame, so that the original and its copies leave tagged as they
+ * came. Returns 1 when a tag was put back (*f and *len then cover it). */
+static int live_restore_tag(const struct tpacket2_hdr *h, uint8_t **f, uint32_t *len)
+{
+    if (!(h->tp_status & TP_STATUS_VLAN_VALID) || *len < 12 ||
+        h->tp_mac < TPACKET2_HDRLEN + LIVE_TAG_LEN) /* no room: cannot happen with the reserve */
+        return 0;
+    uint16_t tpid = (h->tp_status & TP_STATUS_VLAN_TPID_VALID) && h->tp_vlan_tpid ? h->tp_vlan_tpid : ETH_P_8021Q;
+    uint8_t *p = *f - LIVE_TAG_LEN;
+    memmove(p, *f, 12); /* the two MAC addresses */
+    p[12] = (uint8_t)(tpid >> 8);
+    p[13] = (uint8_t)tpid;
+    p[14] = (uint8_t)(h->tp_vlan_tci >> 8);
+    p[15] = (uint8_t)h->tp_vlan_tci;
+    *f = p;
+    *len += LIVE_TAG_LEN;
+    return 1;
+}
+
 /* Writes frame f's copies straight into T ring slots; the original goes to oiv. Returns the
  * number of frames (as mult_packet), or 0 when halted while waiting for slots. */
 static int live_ring_copies(struct live *L, uint8_t *f, uint32_t len, unsigned *no, struct live_dir *d)
@@ -396,9 +420,13 @@ static unsigned live_batch(struct live *L, struct live_port *from, const struct 
             (struct tpacket2_hdr *)(from->map + (size_t)((from->head + n) % from->frames) * from->fsize);
         if (!(__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) break;
         uint8_t *f = (uint8_t *)h + h->tp_mac;
-        uint32_t len = h->tp_snaplen;
+        uint32_t len = h->tp_snaplen, wire = h->tp_len;
         d->in++;
-        if (len < h->tp_len) { /* longer than the interface's MTU allows: it could not be sent */
+        if (live_restore_tag(h, &f, &len)) {
+            wire += LIVE_TAG_LEN;
+            d->vlan_restored++;
+        }
+        if (len < wire) { /* longer than the interface's MTU allows: it could not be sent */
             d->oversize++;
             d->send_failed++;
             continue;
@@ -471,9 +499,10 @@ static void live_summary(FILE *f, const struct live_opts *o, const struct mult *
     for (int k = 0; k < 2; k++)
         fprintf(f, ", \"%s\": {\"received\": %" PRIu64 ", \"multiplied\": %" PRIu64
                    ", \"copies_sent\": %" PRIu64 ", \"originals_sent\": %" PRIu64
-                   ", \"send_failed\": %" PRIu64 ", \"oversize\": %" PRIu64 "}",
+                   ", \"send_failed\": %" PRIu64 ", \"oversize\": %" PRIu64
+                   ", \"vlan_restored\": %" PRIu64 "}",
                 dn[k], d[k].in, d[k].multiplied, d[k].copies_sent, d[k].originals_sent,
-                d[k].send_failed, d[k].oversize);
+                d[k].send_failed, d[k].oversize, d[k].vlan_restored);
     fprintf(f, ", \"flows\": %u, \"max_flows\": %" PRIu64 ", \"max_addrs\": %" PRIu64
                ", \"bytes_per_flow\": %zu, \"bytes_per_address\": %zu, \"passthrough\": {",
             mult_flow_count(m), o->max_flows, o->max_addrs, mult_flow_bytes(),
