@@ -11,15 +11,20 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from conftest import skip_or_fail
 from generators.probe import probe_flows
+from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
 from ntgcore.registry import GENERATORS, METHODS
 from ntgcore.scenario import ScenarioError, parse_scenario
+from testbed.endpoints.netns import NetnsEndpoint, NetnsSite
+from testbed.endpoints.netns.topology import load_topology
+from testbed.parts.vrrp import VrrpError, VrrpPair
 
 import generators.probe
 import testbed.methods.failover as failover
@@ -307,3 +312,32 @@ def test_the_probe_refuses_what_it_cannot_number(tmp_path):
     flows = probe_flows(parse_scenario(scenario_text("trials: 1\n"), "fo.yaml"))
     assert [(f["protocol"], f["dport"], f["period_ns"], f["packets"]) for f in flows] == \
         [("icmp", 0, 1_000_000, 1500), ("udp", 7777, 1_000_000, 1500), ("tcp", 7777, 10_000_000, 150)]
+
+
+@dataclass(frozen=True)
+class SwitchedEndpoint(NetnsEndpoint):
+    """A namespace's interface with a power switch, as a VM's endpoint has (ntgcore's PowerSwitch):
+    the pair is only made, never started, so nothing is switched."""
+
+    def power_off(self) -> None:
+        raise AssertionError("not switched in this test")
+
+    def power_on(self) -> None:
+        raise AssertionError("not switched in this test")
+
+
+class MasterInAVm(NetnsSite):
+    def endpoint(self, place: str, pace: str = "realtime", duration_s: float | None = None) -> Endpoint:
+        ep = super().endpoint(place, pace, duration_s)
+        return SwitchedEndpoint(**vars(ep)) if place.startswith("master:") else ep
+
+
+@pytest.mark.parametrize("kind", ["kill", "stop"])
+def test_kill_or_stop_of_a_master_in_a_vm_is_refused_when_the_pair_is_made(kind, tmp_path):
+    """They signal a process of this machine; a master in a VM runs keepalived in its guest."""
+    site = MasterInAVm(load_topology("failover"))
+    spec = parse_scenario(scenario_text(f"fault: {kind}\n"), "fo.yaml").testbed.failover
+    with pytest.raises(VrrpError, match=f"`{kind}` signals the master's keepalived .* is a VM: use power-off"):
+        VrrpPair(spec, site, tmp_path)
+    pair = VrrpPair(spec.model_copy(update={"fault": ["power-off"]}), site, tmp_path)
+    assert pair.in_vm == {"master"} and pair.pids() == {}
