@@ -8,9 +8,12 @@ fails under NTG_CI=1."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +26,8 @@ from ntgcore.scenario import load_scenario
 from testbed.endpoints.netns.topology import TopologyError
 from testbed.endpoints.vm import BACKEND, VmEndpoint, load_vm_topology
 from testbed.endpoints.vm import image as vm_image
+from testbed.endpoints.vm.bootfiles import (INITRAMFS_INIT, BootFileError, initramfs, module_order, pvh_entry,
+                                           vmlinux_from_bzimage)
 from testbed.endpoints.vm.machine import PRESETS, WORK_ROOT, Machine, VmError
 from testbed.parts.fault import PowerSwitch
 from testbed.runner import analyze_live_run, run_scenario
@@ -66,6 +71,107 @@ def test_an_unknown_preset_is_refused_with_the_known_ones(tmp_path):
 def test_the_recipe_hash_changes_with_the_package_list():
     other = vm_image.Recipe(packages=(*vm_image.RECIPE.packages, "ethtool"))
     assert other.sha() != vm_image.RECIPE.sha() and vm_image.Recipe().sha() == vm_image.RECIPE.sha()
+
+
+def cpio_members(archive: bytes) -> dict[str, tuple[int, bytes, tuple[int, int]]]:
+    """name -> (mode, data, (rdev major, minor)) of a newc cpio archive, read field by field."""
+    out, pos = {}, 0
+    while True:
+        assert archive[pos : pos + 6] == b"070701", pos
+        f = [int(archive[pos + 6 + 8 * i : pos + 14 + 8 * i], 16) for i in range(13)]
+        name = archive[pos + 110 : pos + 110 + f[11] - 1].decode()
+        pos = (pos + 110 + f[11] + 3) // 4 * 4
+        if name == "TRAILER!!!":
+            return out
+        out[name] = (f[1], archive[pos : pos + f[6]], (f[9], f[10]))
+        pos = (pos + f[6] + 3) // 4 * 4
+
+
+def fake_bzimage(payload: bytes, setup_sects: int = 2) -> bytes:
+    """A bzImage's setup header (protocol 2.15) with `payload` where its fields say it is."""
+    head = bytearray((setup_sects + 1) * 512)
+    head[0x1F1] = setup_sects
+    head[0x202:0x206] = b"HdrS"
+    struct.pack_into("<H", head, 0x206, 0x20F)
+    struct.pack_into("<II", head, 0x248, 16, len(payload))
+    return bytes(head) + b"\0" * 16 + payload + b"tail"
+
+
+def fake_elf(note_type: int) -> bytes:
+    """An ELF64 header with one PT_NOTE segment holding one Xen note of `note_type`."""
+    note = struct.pack("<III", 4, 8, note_type) + b"Xen\0" + struct.pack("<Q", 0x1000850)
+    elf = bytearray(b"\x7fELF\x02\x01\x01" + b"\0" * 57)
+    struct.pack_into("<Q", elf, 0x20, 64)
+    struct.pack_into("<HH", elf, 0x36, 56, 1)
+    return bytes(elf) + struct.pack("<IIQQQQQQ", 4, 4, 120, 0, 0, len(note), len(note), 4) + note
+
+
+def test_the_kernel_is_taken_out_of_a_bzimage_whatever_of_xz_or_gzip_it_is_packed_with():
+    elf = fake_elf(18)
+    for packed in (lzma.compress(elf, lzma.FORMAT_XZ) + struct.pack("<I", len(elf)), gzip.compress(elf)):
+        assert vmlinux_from_bzimage(fake_bzimage(packed)) == elf
+    assert pvh_entry(elf) == 0x1000850 and pvh_entry(fake_elf(17)) is None
+    with pytest.raises(BootFileError, match="payload starts with 28b52ffd.*not xz, lzma or gzip"):
+        vmlinux_from_bzimage(fake_bzimage(b"\x28\xb5\x2f\xfd" + b"x" * 32))  # zstd
+    with pytest.raises(BootFileError, match="not a bzImage"):
+        vmlinux_from_bzimage(elf)
+
+
+def test_modules_load_after_the_modules_they_need_each_once():
+    dep = ("kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko kernel/fs/mbcache.ko kernel/fs/jbd2/jbd2.ko\n"
+           "kernel/fs/jbd2/jbd2.ko:\nkernel/fs/mbcache.ko:\nkernel/lib/crc16.ko:\n"
+           "kernel/drivers/virtio/virtio_ring.ko: kernel/drivers/virtio/virtio.ko\n"
+           "kernel/drivers/virtio/virtio.ko:\nkernel/arch/x86/crypto/crc32c-intel.ko:\n"
+           "kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio_ring.ko kernel/drivers/virtio/virtio.ko\n")  # fmt: skip
+    order = [Path(p).stem for p in module_order(dep, ("virtio_blk", "crc32c_intel", "ext4"))]
+    assert order == ["virtio", "virtio_ring", "virtio_blk", "crc32c-intel", "jbd2", "mbcache", "crc16", "ext4"]
+    with pytest.raises(BootFileError, match="module virtio_scsi is not in the guest kernel's modules.dep"):
+        module_order(dep, ("virtio_scsi",))
+
+
+def test_the_initramfs_holds_klibc_our_init_the_console_and_the_modules_in_order(tmp_path):
+    root, version = tmp_path / "rootfs", "6.1.0-test"
+    (root / "usr/lib/klibc/bin").mkdir(parents=True)
+    (root / "usr/lib/klibc-ABC.so").write_bytes(b"klibc")
+    for tool in ("sh", "insmod", "mount", "umount", "run-init", "sleep", "cat"):
+        (root / "usr/lib/klibc/bin" / tool).write_bytes(tool.encode())
+    mods = root / "lib/modules" / version
+    for m in ("kernel/a/virtio.ko", "kernel/b/virtio_blk.ko"):
+        (mods / m).parent.mkdir(parents=True, exist_ok=True)
+        (mods / m).write_bytes(m.encode())
+    (mods / "modules.dep").write_text("kernel/b/virtio_blk.ko: kernel/a/virtio.ko\nkernel/a/virtio.ko:\n")
+    members = cpio_members(initramfs(root, version, ("virtio_blk",)))
+    assert members["init"][1] == INITRAMFS_INIT.read_bytes() and members["init"][0] == 0o100755
+    assert members["dev/console"][0] == 0o20600 and members["dev/console"][2] == (5, 1)
+    assert members["lib/klibc-ABC.so"][1] == b"klibc" and members["bin/run-init"][1] == b"run-init"
+    assert sorted(n for n in members if n.startswith("modules/")) == ["modules/00-virtio.ko", "modules/01-virtio_blk.ko"]
+    (root / "usr/lib/klibc/bin/run-init").unlink()
+    with pytest.raises(BootFileError, match="no klibc in"):
+        initramfs(root, version, ("virtio_blk",))
+
+
+def test_the_image_boots_the_kernel_it_took_out_of_debians_and_its_own_initramfs(guest_image):
+    """The fast boot path is the one a Machine uses: qemu's -kernel is the ELF image with a PVH
+    entry that the image's build took out of Debian's bzImage, -initrd our udev-less initramfs
+    with the recipe's modules; boot="debian" is the path it replaced."""
+    assert guest_image.kernel.read_bytes() == vmlinux_from_bzimage(guest_image.debian_kernel.read_bytes())
+    assert pvh_entry(guest_image.kernel.read_bytes()) is not None
+    members = cpio_members(guest_image.initrd.read_bytes())
+    assert members["init"][1] == INITRAMFS_INIT.read_bytes()
+    loaded = {Path(n).stem.split("-", 1)[1] for n in members if n.startswith("modules/")}
+    assert set(vm_image.RECIPE.initrd_modules) <= loaded and not any("udev" in n for n in members)
+    machine = Machine("ntgx-gen", "ntgx-gen", guest_image, PRESETS["ci"], [])
+    argv = machine.qemu_argv()
+    assert argv[argv.index("-kernel") + 1] == str(guest_image.kernel)
+    assert argv[argv.index("-initrd") + 1] == str(guest_image.initrd)
+    assert "mitigations=off" in argv[argv.index("-append") + 1].split()
+    machine.boot = "debian"
+    argv = machine.qemu_argv()
+    assert argv[argv.index("-kernel") + 1] == str(guest_image.debian_kernel)
+    assert "mitigations=off" not in argv[argv.index("-append") + 1].split()
+    machine.boot = "bios"
+    with pytest.raises(VmError, match="boot 'bios': use pvh or debian"):
+        machine.qemu_argv()
 
 
 def test_a_part_that_wants_a_bare_prefix_is_refused_in_a_vm_with_what_to_do():
@@ -120,6 +226,10 @@ def test_a_vm_boots_builds_the_engine_sends_powers_off_and_leaves_nothing(guest_
         gen = site.endpoint("gen:gen0")
         assert isinstance(gen, VmEndpoint) and isinstance(gen, PowerSwitch) and gen.exists()
         assert machine.run("ip", "-o", "addr", "show", "gen0").stdout.count("198.18.0.1/24") == 1
+        # booted on the fast path (the command line only it gives), with sshd's PATH without PAM
+        assert "cryptomgr.notests" in machine.run("cat", "/proc/cmdline").stdout.split()
+        assert machine.run("sh", "-c", "for p in python3 flowengine; do command -v $p; done").stdout.split() == [
+            "/usr/bin/python3", "/usr/local/bin/flowengine"]  # fmt: skip
         version = subprocess.run(gen.argv("/usr/local/bin/flowengine", "version"), capture_output=True,
                                  text=True, timeout=60)  # fmt: skip
         assert version.returncode == 0 and version.stdout.strip(), version.stderr
