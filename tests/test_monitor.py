@@ -31,6 +31,23 @@ def procs():
         p.stop(grace=2)
 
 
+def settled(pid: int, timeout: float = 10.0) -> None:
+    """Wait until process `pid` is past its start-up (the interpreter's imports): its main
+    thread's CPU time unchanged over 0.2 s. A sleeper sampled earlier shows its start-up as CPU use."""
+    stat = f"/proc/{pid}/task/{pid}/stat"
+    with open(stat) as f:
+        last = f.read().rsplit(")", 1)[1].split()[11:13]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        with open(stat) as f:
+            now = f.read().rsplit(")", 1)[1].split()[11:13]  # utime, stime
+        if now == last:
+            return
+        last = now
+    raise AssertionError(f"process {pid} still used CPU after {timeout:g} s")
+
+
 def sample(tmp_path, seconds, hz, pids):
     s = Sampler(tmp_path / "samples.csv", hz=hz, pids=pids).start()
     time.sleep(seconds)
@@ -41,6 +58,7 @@ def sample(tmp_path, seconds, hz, pids):
 def test_busy_and_sleeping(tmp_path, procs):
     busy = procs("busy", BUSY)
     sleepy = procs("sleepy", "import time; time.sleep(60)")
+    settled(sleepy.pid)
     summary, df = sample(tmp_path, 1.6, 5, lambda: {"busy": busy.pid, "sleepy": sleepy.pid})
     assert list(df.columns) == list(COLUMNS)
     proc = df[df.kind == "process"]
@@ -62,6 +80,7 @@ def test_busy_and_sleeping(tmp_path, procs):
 
 def test_thread_rows_like_top_h(tmp_path, procs):
     multi = procs("multi", THREADS)
+    settled(multi.pid)  # its main thread asleep, the other two started
     _, df = sample(tmp_path, 1.6, 5, lambda: {"multi": multi.pid})
     proc = df[df.kind == "process"]
     assert proc.num_threads.iloc[-1] == 3  # once its threads run
