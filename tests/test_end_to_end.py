@@ -91,7 +91,13 @@ def test_tshark_reads_every_packet_with_no_bad_checksum(quickstart):
     assert len(good.stdout.split()) > 0
 
 
+SCAPY_PER_KIND = 1000
+
+
 def test_scapy_recomputes_the_same_checksums(quickstart):
+    """A second checksum implementation on the first 1,000 frames of each kind (EtherType and IP
+    protocol; tshark checks every frame of the capture above; Scapy takes about 1 ms a frame to
+    dissect and rebuild, the capture's 100,000 took minutes)."""
     scapy_all = pytest.importorskip("scapy.all")
     from scapy.layers.inet import ICMP, IP, TCP, UDP
     from scapy.layers.inet6 import IPv6, ICMPv6EchoRequest
@@ -99,10 +105,16 @@ def test_scapy_recomputes_the_same_checksums(quickstart):
     fields = [(IP, "chksum"), (TCP, "chksum"), (UDP, "chksum"), (ICMP, "chksum"),
               (ICMPv6EchoRequest, "cksum")]  # fmt: skip
     checked = collections.Counter()
-    with scapy_all.PcapReader(str(quickstart / "capture.pcap")) as reader:
-        for pkt in reader:
-            fresh = pkt.copy()  # Scapy fills in every deleted checksum and length when it builds
+    seen: collections.Counter = collections.Counter()
+    with scapy_all.RawPcapReader(str(quickstart / "capture.pcap")) as reader:
+        for raw, _ in reader:
+            kind = (raw[12:14], raw[23] if raw[12:14] == b"\x08\x00" else raw[20])  # EtherType, protocol
+            seen[kind] += 1
+            if seen[kind] > SCAPY_PER_KIND:  # dissected only up to the limit: Scapy is the slow part
+                continue
+            pkt = scapy_all.Ether(raw)
             present = [(layer, field) for layer, field in fields if layer in pkt]
+            fresh = pkt.copy()  # Scapy fills in every deleted checksum and length when it builds
             for layer, field in present:
                 delattr(fresh[layer], field)
             if IP in fresh:
