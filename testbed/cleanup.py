@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def _write_json(path: Path, doc: dict) -> None:
 class RunMark:
     """The mark of one run (this process): `write` it before creating anything, `child` for every
     process started (see `ntgcore.proc.watch_spawns`), `remove` once the run is finished. An
-    offline run has no back end and no places (`backend=None`)."""
+    offline run has no back end and no places (`backend=None`). Processes start from several
+    threads (VMs booting together, the fault part's commands): a lock keeps one writer at a time."""
 
     def __init__(self, run_dir: Path, backend: str | None, locations: list[str]) -> None:
         pid = os.getpid()
@@ -63,17 +65,20 @@ class RunMark:
                     "start_ticks": start_ticks(pid), "created_utc": utc_now(), "backend": backend,
                     "locations": list(locations), "children": []}  # fmt: skip
         self.procs: list[Process] = []
+        self.lock = threading.Lock()
 
     def write(self) -> "RunMark":
-        RUN_MARKS.mkdir(parents=True, exist_ok=True)
-        _write_json(self.path, self.doc)
+        with self.lock:
+            RUN_MARKS.mkdir(parents=True, exist_ok=True)
+            _write_json(self.path, self.doc)
         return self
 
     def child(self, proc: Process) -> None:
-        self.procs = [p for p in self.procs if p.record.exit_code is None] + [proc]
-        self.doc["children"] = [{"name": p.name, "pid": p.pid, "start_ticks": p.start_ticks,
-                                 "argv": p.record.argv,
-                                 "leftovers": [x.as_dict() for x in p.leftovers]} for p in self.procs]  # fmt: skip
+        with self.lock:
+            self.procs = [p for p in self.procs if p.record.exit_code is None] + [proc]
+            self.doc["children"] = [{"name": p.name, "pid": p.pid, "start_ticks": p.start_ticks,
+                                     "argv": p.record.argv,
+                                     "leftovers": [x.as_dict() for x in p.leftovers]} for p in self.procs]  # fmt: skip
         self.write()
 
     def remove(self) -> None:

@@ -3,12 +3,15 @@ limit (topology commands, VM commands, faults, the VRRP part, the match sweep, T
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
-from ntgcore.proc import Process
+from ntgcore.proc import Process, watch_spawns
+from testbed import cleanup
 
 
 def test_communicate_reads_both_streams_and_records_the_exit():
@@ -41,3 +44,34 @@ def test_a_timeout_stops_the_whole_process_group_and_returns_none():
         time.sleep(0.05)
     else:
         raise AssertionError(f"the grandchild {grandchild} outlived the stop")
+
+
+def test_children_started_from_several_threads_are_all_in_the_runs_mark(tmp_path, monkeypatch):
+    """VMs boot together, the fault part starts commands from its thread: every start rewrites
+    the run's mark, and none may fail or be lost (two threads once raced on its temporary file)."""
+    monkeypatch.setattr(cleanup, "RUN_MARKS", tmp_path)
+    mark = cleanup.RunMark(tmp_path / "20261127T000000Z-race", None, []).write()
+    procs: list[Process] = []
+    failures: list[BaseException] = []
+
+    def start_some() -> None:
+        try:
+            for _ in range(25):
+                procs.append(Process("sleep", ["sleep", "30"]).start())
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            failures.append(exc)
+
+    try:
+        with watch_spawns(mark.child):
+            threads = [threading.Thread(target=start_some) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        assert not failures, failures
+        doc = json.loads(mark.path.read_text())
+        assert sorted(c["pid"] for c in doc["children"]) == sorted(p.pid for p in procs) and len(procs) == 100
+        assert [p.name for p in tmp_path.iterdir()] == [mark.path.name]  # no temporary file left
+    finally:
+        for p in procs:
+            p.stop(grace=1)
