@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ntgcore.errors import BadInput
+from ntgcore.files import replacing
 from ntgcore.runfolder import SCHEMA_VERSION
 
 TABLES_DIR = "tables"
@@ -187,13 +188,8 @@ def write_table(run_dir: str | os.PathLike, name: str, data: Any) -> Path:
     meta = {META_VERSION: SCHEMA_VERSION.encode(), META_TABLE: name.encode()}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with replacing(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -33,6 +33,8 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_RAISED: list[int] = []  # the signals `Interrupts(raising=True)` has raised, in order
 _SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGKILL: "SIGKILL"}
 
 
@@ -146,6 +148,7 @@ class Process:
     def start(self) -> "Process":
         self.record.started_utc = utc_now()
         main = threading.current_thread() is threading.main_thread()
+        raised = len(_RAISED)
         try:
             self.popen = subprocess.Popen(
                 self.record.argv,
@@ -160,6 +163,11 @@ class Process:
             self.record.status = "failed to start"
             self.record.note = str(exc)
             raise
+        if main and len(_RAISED) > raised:
+            # A stop signal came during the fork: its handler ran in an at-fork callback (logging
+            # has one), where Python prints an exception and drops it. Raise it again here.
+            self.stop(grace=1)
+            raise Interrupted(_RAISED[-1])
         self.record.status = "running"
         self.record.pid = self.popen.pid
         self.start_ticks = start_ticks(self.popen.pid)
@@ -193,6 +201,9 @@ class Process:
         except subprocess.TimeoutExpired:
             self.stop(grace=1)
             return None
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): the child does not outlive the wait
+            self.stop(grace=1)
+            raise
         self._finish(self.popen.returncode)
         return out or b"", err or b""
 
@@ -225,22 +236,39 @@ class Process:
         return code
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP arrived in a block of `Interrupts(raising=True)`."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
 class Interrupts:
     """Turns SIGINT/SIGTERM/SIGHUP into a flag the run loop acts on, so stopping is always orderly
-    (our children run in their own sessions: without this, a closed terminal would orphan them)."""
+    (our children run in their own sessions: without this, a closed terminal would orphan them).
+    `raising`: raise `Interrupted` at once instead (a command with no loop of its own to poll a
+    flag unwinds through its `finally`s). Either way the handlers are installed whatever the
+    signals' dispositions were: a background job of a non-interactive shell starts with SIGINT
+    ignored, and Python then never raises KeyboardInterrupt on its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, raising: bool = False) -> None:
         self.received: int | None = None
+        self.raising = raising
         self._old: dict[int, object] = {}
 
     def __enter__(self) -> "Interrupts":
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # HUP: the terminal closed
+            for sig in _STOP_SIGNALS:  # HUP: the terminal closed
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum, frame) -> None:
         self.received = signum
+        if self.raising:
+            _RAISED.append(signum)
+            raise Interrupted(signum)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._old.items():

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NoSpace, RunSetupError
+from .files import replacing
 from .proc import utc_now
 
 MANIFEST = "manifest.json"
@@ -179,14 +180,11 @@ class RunFolder:
 
     def write(self) -> bool:
         """Replace the manifest atomically; False (said on stderr) when the disk is full."""
-        tmp = self.path / f".{MANIFEST}.tmp"
         try:
-            with open(tmp, "w") as f:
-                f.write(json.dumps(self.manifest, indent=2) + "\n")
-            os.replace(tmp, self.path / MANIFEST)
+            with replacing(self.path / MANIFEST) as tmp:
+                tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
             return True
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             if exc.errno != errno.ENOSPC:
                 raise
             if self.full_at is None:

@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from ntgcore.files import replacing
 from ntgcore.proc import Process, same_process, start_ticks, utc_now
 from ntgcore.registry import ENDPOINTS
 from ntgcore.runfolder import MANIFEST, RunFolder
@@ -47,9 +48,8 @@ RUN_MARKS = _marks_dir()
 
 
 def _write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 class RunMark:

@@ -23,7 +23,9 @@ from analysis.hashing import distinct_names
 from analysis.matchsweep import write_results as write_match_sweep
 from analysis.stream import natural_key
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, compile_session, expected, peak_concurrent_flows
-from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_RUN_FAILED, NtgError
+from ntgcore.errors import (EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED,
+                            NtgError)
+from ntgcore.proc import Interrupted, Interrupts
 from ntgcore.runfolder import testbed_version
 from ntgcore.scenario import ScenarioError, attack_rule_paths, json_schema, load_scenario
 from ntgcore.units import parse_duration_ns, parse_size_bytes
@@ -1085,7 +1087,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with Interrupts(raising=True):  # Ctrl-C, SIGTERM, SIGHUP unwind; `run` polls its own flag
+            return args.func(args)
+    except Interrupted as exc:
+        _err(f"testbed {args.command}: stopped by {exc.name}")
+        return EXIT_INTERRUPTED
     except ScenarioError as exc:  # a scenario or topology: one FILE:LINE problem a line
         for problem in exc.problems:
             _err(problem)

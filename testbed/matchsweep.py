@@ -26,7 +26,8 @@ import psutil
 
 from analysis.matchsweep import ROWS_NAME, rows_table
 from ntgcore.errors import BadInput, NtgError
-from ntgcore.proc import Process
+from ntgcore.files import replacing
+from ntgcore.proc import Interrupted, Process
 from ntgcore.registry import GENERATORS
 
 DEFAULT_STRUCTS = ["chain", "tree"]
@@ -154,32 +155,38 @@ def run_sweep(req: SweepRequest, out: Path, progress: Callable[[str], None] | No
     cells = [(r, f, s, st, h) for r in range(req.repeats) for f in req.feeds for s in req.sizes
              for st in req.structs for h in req.hashes]
     t0 = time.monotonic()
-    for i, (rep, feed, size, struct, h) in enumerate(cells):
-        doc_path = out / ".cell.json"
-        code, err = _run(cell_argv(binary, struct, h, size, feed, req.packets)
-                         + ["--json", str(doc_path)], timeout=req.cell_timeout_s)
-        base = {"struct": struct, "hash": h, "size": size, "feed": feed, "repeat": rep}
-        if code == -1:
-            rows.append({**base, "timed_out": True})
-        elif code != 0:
-            raise NtgError(f"flowengine match {struct} {h} {size} {feed} failed (exit {code}): {err}")
-        else:
-            doc = json.loads(doc_path.read_text())
-            doc_path.unlink()
-            rows.append({**base, "timed_out": False, **{k: doc[k] for k in (
-                "mpps", "p_l1", "probe_mean", "probe_max", "occupancy", "used_lines", "flows_end",
-                "bytes_per_flow", "memory_bytes", "inserts_per_s", "expiries_per_s", "packets",
-                "seconds", "probe_hist")}, "pcap": (doc.get("pcap") or {}).get("path")})
-        write_rows(rows, out)
+    doc_path = out / ".cell.json"
+    try:
+        for i, (rep, feed, size, struct, h) in enumerate(cells):
+            code, err = _run(cell_argv(binary, struct, h, size, feed, req.packets)
+                             + ["--json", str(doc_path)], timeout=req.cell_timeout_s)
+            base = {"struct": struct, "hash": h, "size": size, "feed": feed, "repeat": rep}
+            if code == -1:
+                rows.append({**base, "timed_out": True})
+            elif code != 0:
+                raise NtgError(f"flowengine match {struct} {h} {size} {feed} failed (exit {code}): {err}")
+            else:
+                doc = json.loads(doc_path.read_text())
+                doc_path.unlink()
+                rows.append({**base, "timed_out": False, **{k: doc[k] for k in (
+                    "mpps", "p_l1", "probe_mean", "probe_max", "occupancy", "used_lines", "flows_end",
+                    "bytes_per_flow", "memory_bytes", "inserts_per_s", "expiries_per_s", "packets",
+                    "seconds", "probe_hist")}, "pcap": (doc.get("pcap") or {}).get("path")})
+            write_rows(rows, out)
+            if progress:
+                r = rows[-1]
+                rate = "timed out" if r["timed_out"] else f"{r['mpps']:.2f} Mpps, P(L=1) {r['p_l1']:.3f}"
+                progress(f"[{i + 1}/{len(cells)}, {time.monotonic() - t0:.0f} s] {struct} {h} "
+                         f"size {size} {feed} repeat {rep + 1}: {rate}")
+    except Interrupted:  # the rows measured stay; the cell cut short leaves nothing
+        doc_path.unlink(missing_ok=True)
         if progress:
-            r = rows[-1]
-            rate = "timed out" if r["timed_out"] else f"{r['mpps']:.2f} Mpps, P(L=1) {r['p_l1']:.3f}"
-            progress(f"[{i + 1}/{len(cells)}, {time.monotonic() - t0:.0f} s] {struct} {h} "
-                     f"size {size} {feed} repeat {rep + 1}: {rate}")
+            progress(f"interrupted after {len(rows)} of {len(cells)} cells: their rows are in "
+                     f"{out / ROWS_NAME}, with no report")
+        raise
     return rows_table(rows)
 
 
 def write_rows(rows: list[dict[str, Any]], out: Path) -> None:
-    tmp = out / (ROWS_NAME + ".tmp")
-    rows_table(rows).to_parquet(tmp, index=False)
-    tmp.replace(out / ROWS_NAME)
+    with replacing(out / ROWS_NAME) as tmp:
+        rows_table(rows).to_parquet(tmp, index=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -12,6 +13,7 @@ import time
 
 from ntgcore.proc import Process, watch_spawns
 from testbed import cleanup
+from tests.conftest import REPO
 
 
 def test_communicate_reads_both_streams_and_records_the_exit():
@@ -75,3 +77,42 @@ def test_children_started_from_several_threads_are_all_in_the_runs_mark(tmp_path
     finally:
         for p in procs:
             p.stop(grace=1)
+
+
+def _interrupted_child(body: str, tag: str) -> subprocess.CompletedProcess:
+    """Run BODY in a fresh Python under `Interrupts(raising=True)`, with SIGINT ignored at start
+    (as in a background job of a non-interactive shell); `sleep TAG` is the child it starts."""
+    script = ("import os, signal, sys, threading\n"
+              "from ntgcore.proc import Interrupted, Interrupts, Process\n"
+              "with Interrupts(raising=True):\n"
+              "    try:\n" + "".join(f"        {line}\n" for line in body.splitlines()) +
+              "    except Interrupted as exc:\n"
+              "        import psutil\n"  # still running when the exception arrives? (not at exit:
+              f"        left = [p.pid for p in psutil.process_iter(['cmdline']) if p.info['cmdline'] == ['sleep', '{tag}']]\n"
+              "        print('interrupted by', exc.name, 'left', left)\n")  # the death signal kills it then)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+
+
+def test_a_signal_during_the_fork_is_not_lost_and_the_child_is_stopped():
+    """The handler of a signal that lands while Popen forks runs in an at-fork callback, where
+    Python drops what it raises; Process.start raises it again and stops the child it made."""
+    done = _interrupted_child(
+        "def hit():\n"
+        "    os.register_at_fork(after_in_parent=lambda: None)\n"  # any Python code: the handler runs
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    sum(range(1000))\n"
+        "os.register_at_fork(after_in_parent=hit)\n"
+        "Process('sleep', ['sleep', '30.25']).start()\n"
+        "print('not interrupted')", "30.25")
+    assert done.stdout == "interrupted by SIGINT left []\n", done.stderr
+    assert "Exception ignored" in done.stderr  # the fork callback did swallow it first
+
+
+def test_an_interrupt_while_waiting_for_output_stops_the_child():
+    done = _interrupted_child(
+        "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"
+        "Process('sleep', ['sleep', '30.5'], stdout=-1).start().communicate()\n"
+        "print('not interrupted')", "30.5")
+    assert done.stdout == "interrupted by SIGTERM left []\n", done.stderr

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from ntgcore.files import replacing
+
 LATE_NS = 1_000_000  # a packet sent more than 1 ms after its due time counts as late
 
 _stop_signal: int | None = None
@@ -137,9 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     summary["exit_code"] = code
     summary.setdefault("sent", 0)
     summary["attempted"] = summary["sent"] + summary.get("failed", 0)
-    tmp = Path(plan["summary"] + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=1) + "\n")
-    tmp.replace(plan["summary"])
+    with replacing(plan["summary"]) as tmp:
+        tmp.write_text(json.dumps(summary, indent=1) + "\n")
     return code
 
 

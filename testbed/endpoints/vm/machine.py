@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ntgcore.errors import NtgError
+from ntgcore.files import replacing
 from ntgcore.proc import Leftover, Process, Tool
 from ntgcore.sourcetree import source_tree
 
@@ -355,14 +356,12 @@ class Machine:
         """Keep what the guest's disk holds now as `dest`, a qcow2 layer over the image (the guest
         paused while it is copied, its writes synced first); later boots start from it."""
         self.run("sync", timeout=120)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
         self._monitor("stop")
         try:
-            shutil.copyfile(self.workdir / "overlay.qcow2", tmp)
-            tmp.chmod(0o444)
-            os.rename(tmp, dest)
+            with replacing(dest) as tmp:
+                shutil.copyfile(self.workdir / "overlay.qcow2", tmp)
+                tmp.chmod(0o444)
         finally:
-            tmp.unlink(missing_ok=True)
             self._monitor("cont")
 
     # -- power -------------------------------------------------------------------------------------
