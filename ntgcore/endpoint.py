@@ -29,6 +29,9 @@ class Endpoint(abc.ABC):
     # Several hosts started together (ntgcore.startat.AtTime): the agreed start, ns since the
     # epoch; `argv` then holds every command until it. None: start at once.
     start_at_ns: int | None = None
+    # Whether what `argv` starts is a process of this machine (a namespace: signalled, sampled and
+    # its pid files read here) or of another (a VM's guest, reached through ssh).
+    local_processes: bool = True
 
     @property
     @abc.abstractmethod

@@ -65,6 +65,7 @@ class AtTime(Endpoint):
         self.inner, self.at_ns, self.python = inner, at_ns, python
         self.iface, self.pace, self.duration_s = inner.iface, inner.pace, inner.duration_s
         self.start_at_ns = at_ns
+        self.local_processes = inner.local_processes
 
     @property
     def where(self) -> str:

@@ -319,6 +319,8 @@ class SwitchedEndpoint(NetnsEndpoint):
     """A namespace's interface with a power switch, as a VM's endpoint has (ntgcore's PowerSwitch):
     the pair is only made, never started, so nothing is switched."""
 
+    local_processes = False  # as a VM's: its processes would be the guest's
+
     def power_off(self) -> None:
         raise AssertionError("not switched in this test")
 

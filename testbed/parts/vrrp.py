@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ntgcore.endpoint import Endpoint, PowerSwitch, Site
+from ntgcore.endpoint import Endpoint, Site
 from ntgcore.errors import NtgError, ToolMissing
 from ntgcore.proc import CommandRecord, Process, Tool
 from ntgcore.scenario import FailoverSpec
@@ -141,7 +141,7 @@ class VrrpPair(Part):
                             "with interfaces to bridge")
         self.places = {"master": spec.master, "backup": spec.backup}
         # DUTs in VMs (VM back end): their processes run in the guest, reached through ssh
-        self.in_vm = {r for r, p in self.places.items() if isinstance(site.endpoint(p), PowerSwitch)}
+        self.in_vm = {r for r, p in self.places.items() if not site.endpoint(p).local_processes}
         signalled = sorted(set(spec.fault) & {"kill", "stop"})
         if "master" in self.in_vm and signalled:
             raise VrrpError(f"testbed.failover.fault: `{signalled[0]}` signals the master's keepalived as a "

@@ -117,6 +117,7 @@ class VmEndpoint(Endpoint):
     iface: str
     pace: str = "realtime"
     duration_s: float | None = None
+    local_processes = False  # they run in the guest
 
     @property
     def where(self) -> str:
