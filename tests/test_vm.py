@@ -243,6 +243,7 @@ def test_a_vm_boots_builds_the_engine_sends_powers_off_and_leaves_nothing(guest_
 
         gen.power_off()
         assert not gen.exists() and not _qemu_of(machine.name)
+        assert machine.proc.record.status == "exit status 0", machine.proc.record  # the monitor's quit, no SIGKILL
     finally:
         removed = site.remove()
     assert any("powered off VM" in s for s in removed)

@@ -336,10 +336,12 @@ class Machine:
         m = re.search(rf"{re.escape(MGMT_GUEST)}\s+:\s+(.*)", out)
         return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))} if m else {}
 
-    def _monitor(self, *commands: str) -> None:
-        """Send HMP commands to qemu's monitor, each answered before the next."""
+    def _monitor(self, *commands: str, timeout: float = 30.0) -> None:
+        """Send HMP commands to qemu's monitor, each answered before the next, the first after
+        the monitor's prompt (a `quit` written on connecting, the socket then closed, was not
+        carried out here: qemu ran on until the SIGKILL). Returns when the monitor closes."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(30.0)
+            s.settimeout(timeout)
             s.connect(str(self.workdir / "monitor.sock"))
             seen = b""
             for command in ("", *commands):
@@ -378,10 +380,7 @@ class Machine:
             return
         assert self.proc is not None
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(1.0)
-                s.connect(str(self.workdir / "monitor.sock"))
-                s.sendall(b"quit\n")
+            self._monitor("quit", timeout=1.0)  # qemu ends within tens of ms
         except OSError:
             pass
         if self.proc.wait(1.0) is None:
