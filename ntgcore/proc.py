@@ -183,13 +183,17 @@ class Process:
         return self._finish(self.popen.poll()) if self.popen else None
 
     def wait(self, timeout: float | None = None) -> int | None:
-        """Exit code, or None if still running after `timeout` seconds."""
+        """Exit code, or None if still running after `timeout` seconds. Interrupted (Ctrl-C,
+        SIGTERM raised by `Interrupts(raising=True)`), it stops the child before it raises."""
         if not self.popen:
             return None
         try:
             return self._finish(self.popen.wait(timeout))
         except subprocess.TimeoutExpired:
             return None
+        except BaseException:
+            self.stop(grace=5)  # SIGTERM first: a tool that writes a summary on it still does
+            raise
 
     def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes] | None:
         """Read the child's piped stdout and stderr to their end and wait for it: (out, err), b""
@@ -202,7 +206,7 @@ class Process:
             self.stop(grace=1)
             return None
         except BaseException:  # interrupted (Ctrl-C, SIGTERM): the child does not outlive the wait
-            self.stop(grace=1)
+            self.stop(grace=5)
             raise
         self._finish(self.popen.returncode)
         return out or b"", err or b""

@@ -116,3 +116,11 @@ def test_an_interrupt_while_waiting_for_output_stops_the_child():
         "Process('sleep', ['sleep', '30.5'], stdout=-1).start().communicate()\n"
         "print('not interrupted')", "30.5")
     assert done.stdout == "interrupted by SIGTERM left []\n", done.stderr
+
+
+def test_an_interrupt_while_waiting_for_the_exit_stops_the_child():
+    done = _interrupted_child(
+        "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGHUP)).start()\n"
+        "Process('sleep', ['sleep', '30.75']).start().wait()\n"
+        "print('not interrupted')", "30.75")
+    assert done.stdout == "interrupted by SIGHUP left []\n", done.stderr
