@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from ntgcore.proc import Process, watch_spawns
 from testbed import cleanup
 from tests.conftest import REPO
@@ -110,17 +112,11 @@ def test_a_signal_during_the_fork_is_not_lost_and_the_child_is_stopped():
     assert "Exception ignored" in done.stderr  # the fork callback did swallow it first
 
 
-def test_an_interrupt_while_waiting_for_output_stops_the_child():
+@pytest.mark.parametrize("sig,call,tag", [("SIGTERM", "communicate", "30.5"), ("SIGHUP", "wait", "30.75")])
+def test_an_interrupt_while_waiting_for_the_child_stops_it(sig, call, tag):
+    """`communicate` (its output) and `wait` (its exit) both stop the child before they raise."""
     done = _interrupted_child(
-        "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"
-        "Process('sleep', ['sleep', '30.5'], stdout=-1).start().communicate()\n"
-        "print('not interrupted')", "30.5")
-    assert done.stdout == "interrupted by SIGTERM left []\n", done.stderr
-
-
-def test_an_interrupt_while_waiting_for_the_exit_stops_the_child():
-    done = _interrupted_child(
-        "threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGHUP)).start()\n"
-        "Process('sleep', ['sleep', '30.75']).start().wait()\n"
-        "print('not interrupted')", "30.75")
-    assert done.stdout == "interrupted by SIGHUP left []\n", done.stderr
+        f"threading.Timer(0.5, os.kill, (os.getpid(), signal.{sig})).start()\n"
+        f"Process('sleep', ['sleep', '{tag}'], stdout=-1).start().{call}()\n"
+        "print('not interrupted')", tag)
+    assert done.stdout == f"interrupted by {sig} left []\n", done.stderr
