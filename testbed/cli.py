@@ -844,6 +844,9 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--cell-timeout", type=float, default=120.0, metavar="S",
                     help="a cell running longer is stopped and kept as timed out (default: 120)")
     ms.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-match-sweep)")
+    ms.add_argument("--resume", action="store_true",
+                    help="go on with the interrupted sweep in --out: keep its rows, run the cells it lacks "
+                         "(the same request, else exit 2)")
     ms.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     ms.set_defaults(func=cmd_match_sweep)
 
@@ -1077,7 +1080,10 @@ def cmd_match_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / (
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-match-sweep")
     progress = None if args.quiet else (lambda msg: _err(f"match-sweep: {msg}"))
-    rows = run_sweep(req, out, progress=progress)
+    if args.resume and not args.out:
+        _err("testbed match-sweep: --resume needs --out DIR, the folder of the sweep to go on with")
+        return EXIT_BAD_INPUT
+    rows = run_sweep(req, out, progress=progress, resume=args.resume)
     paths = write_match_sweep(rows, out, request=vars(req), machine=hashstudy_machine())
     print(f"wrote {paths['report']} (and rows.parquet, metrics.json, {len(rows)} rows, the figures)")
     return EXIT_OK

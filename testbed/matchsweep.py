@@ -1,6 +1,7 @@
 """`testbed match-sweep`: seed 000's grid (structures x hashes x sizes x feeds x repeats) run with
 `flowengine match`, one process a cell; the rows go to Parquet as they come (an interrupted sweep
-keeps what it measured) and analysis/matchsweep.py draws Figs. 2-5 and Table 1 from them.
+keeps what it measured, and `--resume` runs only the cells it lacks) and analysis/matchsweep.py
+draws Figs. 2-5 and Table 1 from them.
 
 Before anything runs every (structure, size, feed) is checked by the engine itself with
 `--memory 1` (it then refuses and prints what the table and the feed need), and every structure
@@ -24,7 +25,7 @@ from typing import Any, Callable
 import pandas as pd
 import psutil
 
-from analysis.matchsweep import ROWS_NAME, rows_table
+from analysis.matchsweep import ROWS_NAME, load_rows, rows_table
 from ntgcore.errors import BadInput, NtgError
 from ntgcore.files import replacing
 from ntgcore.proc import Interrupted, Process
@@ -34,6 +35,8 @@ DEFAULT_STRUCTS = ["chain", "tree"]
 DEFAULT_HASHES = ["coralreef", "lookup3", "murmur3_32"]
 DEFAULT_FEEDS = ["det", "uniform:1000000"]
 CELL_TIMEOUT_S = 120.0
+REQUEST_NAME = "request.json"  # what the sweep in a folder was asked for: `--resume` must match it
+_SAME = ("structs", "hashes", "sizes", "feeds", "packets", "repeats")
 _NEED = re.compile(r"([0-9.]+) GiB in all")
 
 
@@ -145,19 +148,50 @@ def check_request(req: SweepRequest, binary: Path, available: int | None = None)
     return per_flow
 
 
-def run_sweep(req: SweepRequest, out: Path, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+def _cell(row: dict[str, Any]) -> tuple:
+    return int(row["repeat"]), row["feed"], int(row["size"]), row["struct"], row["hash"]
+
+
+def resumed_rows(req: SweepRequest, out: Path) -> list[dict[str, Any]]:
+    """The rows an earlier sweep of the same request left in OUT (BadInput when there are none,
+    or when it was asked for something else)."""
+    if not (out / ROWS_NAME).is_file() or not (out / REQUEST_NAME).is_file():
+        raise BadInput(f"--resume: {out} has no {ROWS_NAME} and {REQUEST_NAME} of an earlier sweep to go on "
+                       "from; run without --resume")
+    try:
+        asked = json.loads((out / REQUEST_NAME).read_text())
+        rows = load_rows(out).to_dict("records")
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"--resume: {out} cannot be read ({exc}); run without --resume") from None
+    for key in _SAME:
+        if asked.get(key) != getattr(req, key):
+            raise BadInput(f"--resume: {out} was swept with --{key} {asked.get(key)}, "
+                           f"not {getattr(req, key)}: give the same request, or another --out")
+    return rows
+
+
+def run_sweep(req: SweepRequest, out: Path, progress: Callable[[str], None] | None = None,
+              resume: bool = False) -> pd.DataFrame:
     """Every cell of REQ (checked first), rows.parquet rewritten after each (atomically). A cell
-    that runs past the timeout is kept as a row with `timed_out` and no rate."""
+    that runs past the timeout is kept as a row with `timed_out` and no rate. RESUME: keep the
+    rows an interrupted sweep of the same request left in OUT and run only the other cells."""
     binary = GENERATORS.get("flowengine").adapter.executable()
     check_request(req, binary)
+    rows: list[dict[str, Any]] = resumed_rows(req, out) if resume else []
     out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
+    with replacing(out / REQUEST_NAME) as tmp:
+        tmp.write_text(json.dumps({k: getattr(req, k) for k in _SAME}, indent=1) + "\n")
+    done = {_cell(r) for r in rows}
     cells = [(r, f, s, st, h) for r in range(req.repeats) for f in req.feeds for s in req.sizes
              for st in req.structs for h in req.hashes]
+    if progress and rows:
+        progress(f"resuming: {len(done)} of {len(cells)} cells kept from {out / ROWS_NAME}")
     t0 = time.monotonic()
     doc_path = out / ".cell.json"
     try:
         for i, (rep, feed, size, struct, h) in enumerate(cells):
+            if (rep, feed, size, struct, h) in done:
+                continue
             code, err = _run(cell_argv(binary, struct, h, size, feed, req.packets)
                              + ["--json", str(doc_path)], timeout=req.cell_timeout_s)
             base = {"struct": struct, "hash": h, "size": size, "feed": feed, "repeat": rep}
@@ -182,7 +216,7 @@ def run_sweep(req: SweepRequest, out: Path, progress: Callable[[str], None] | No
         doc_path.unlink(missing_ok=True)
         if progress:
             progress(f"interrupted after {len(rows)} of {len(cells)} cells: their rows are in "
-                     f"{out / ROWS_NAME}, with no report")
+                     f"{out / ROWS_NAME}, with no report (the same command with --resume goes on)")
         raise
     return rows_table(rows)
 

@@ -120,7 +120,18 @@ def test_an_interrupted_sweep_keeps_the_rows_it_measured(tmp_path, flowengine_bi
     rows = pd.read_parquet(out / "rows.parquet")
     assert 2 <= len(rows) < 27 and f"interrupted after {len(rows)} of 27 cells" in rest
     assert list(rows["size"][:2]) == [4096, 8192] and (rows["mpps"] > 0).all()
-    assert sorted(p.name for p in out.iterdir()) == ["rows.parquet"]  # no temporary, no report
+    assert sorted(p.name for p in out.iterdir()) == ["request.json", "rows.parquet"]  # no temporary, no report
+    assert "the same command with --resume goes on" in rest
+    if sig == signal.SIGINT:  # the same request goes on from there: the rows kept, the others run
+        args = ["match-sweep", "--structs", "chain", "--hashes", "lookup3", "--sizes", "2^12..2^20",
+                "--feeds", "uniform:20000", "--packets", "2000000", "--repeats", "3", "--out", str(out), "-q"]
+        assert main([*args[:-4], "2", *args[-3:], "--resume"]) == 2  # another request: refused
+        assert pd.read_parquet(out / "rows.parquet").equals(rows)
+        assert main([*args, "--resume"]) == 0
+        after = pd.read_parquet(out / "rows.parquet")
+        assert len(after) == 27 and after.iloc[: len(rows)].equals(rows) and (out / "report.md").is_file()
+        assert sorted(map(tuple, after[["repeat", "size"]].values.tolist())) == [
+            (r, 2**k) for r in range(3) for k in range(12, 21)]
 
 
 def test_the_notebook_redraws_the_figures_from_a_real_sweep(tmp_path, flowengine_bin, monkeypatch):
