@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,8 +34,10 @@ def utc_now() -> str:
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_RAISED: list[int] = []  # the signals `Interrupts(raising=True)` has raised, in order
-_FORKING = threading.Event()  # the main thread is in `Process.start`'s fork, which re-raises
+# The main thread is in `Process.start`'s Popen: an interrupt there is deferred to its end (raised
+# inside Popen it would be dropped by an at-fork callback, or leave a child nobody holds).
+_FORKING = threading.Event()
+_DEFERRED: list[int] = []  # the signals deferred so, in order
 _SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGKILL: "SIGKILL"}
 
 
@@ -150,7 +151,7 @@ class Process:
     def start(self) -> "Process":
         self.record.started_utc = utc_now()
         main = threading.current_thread() is threading.main_thread()
-        raised = len(_RAISED)
+        deferred = len(_DEFERRED)
         if main:
             _FORKING.set()
         try:
@@ -166,15 +167,15 @@ class Process:
         except OSError as exc:
             self.record.status = "failed to start"
             self.record.note = str(exc)
+            if len(_DEFERRED) > deferred:
+                raise Interrupted(_DEFERRED[-1]) from exc
             raise
         finally:
             if main:
                 _FORKING.clear()
-        if main and len(_RAISED) > raised:
-            # A stop signal came during the fork: its handler ran in an at-fork callback (logging
-            # has one), where Python prints an exception and drops it. Raise it again here.
+        if len(_DEFERRED) > deferred:  # a stop signal came while Popen ran: its child is ours now
             self.stop(grace=1)
-            raise Interrupted(_RAISED[-1])
+            raise Interrupted(_DEFERRED[-1])
         self.record.status = "running"
         self.record.pid = self.popen.pid
         self.start_ticks = start_ticks(self.popen.pid)
@@ -268,36 +269,24 @@ class Interrupts:
         self.received: int | None = None
         self.raising = raising
         self._old: dict[int, object] = {}
-        self._old_hook: Callable | None = None
 
     def __enter__(self) -> "Interrupts":
         if threading.current_thread() is threading.main_thread():
             for sig in _STOP_SIGNALS:  # HUP: the terminal closed
                 self._old[sig] = signal.signal(sig, self._handle)
-            if self.raising:
-                self._old_hook = sys.unraisablehook
-                sys.unraisablehook = self._unraisable
         return self
-
-    def _unraisable(self, unraisable) -> None:
-        """Python's report of an exception it dropped, but not of the `Interrupted` an at-fork
-        callback dropped during `Process.start`: that one is raised again there, and its report
-        (a traceback) would only alarm."""
-        assert self._old_hook is not None
-        if not (_FORKING.is_set() and isinstance(unraisable.exc_value, Interrupted)):
-            self._old_hook(unraisable)
 
     def _handle(self, signum, frame) -> None:
         self.received = signum
         if self.raising:
-            _RAISED.append(signum)
+            if _FORKING.is_set():
+                _DEFERRED.append(signum)  # `Process.start` raises it once Popen has returned
+                return
             raise Interrupted(signum)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
-        if self._old_hook is not None:
-            sys.unraisablehook = self._old_hook
 
 
 @dataclass(frozen=True)

@@ -100,20 +100,24 @@ def _interrupted_child(body: str, tag: str) -> subprocess.CompletedProcess:
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
 
 
-def test_a_signal_during_the_fork_is_not_lost_and_the_child_is_stopped():
-    """The handler of a signal that lands while Popen forks runs in an at-fork callback, where
-    Python drops what it raises; Process.start raises it again and stops the child it made."""
-    done = _interrupted_child(
-        "def hit():\n"
-        "    os.register_at_fork(after_in_parent=lambda: None)\n"  # any Python code: the handler runs
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "    sum(range(1000))\n"
-        "os.register_at_fork(after_in_parent=hit)\n"
-        "Process('sleep', ['sleep', '30.25']).start()\n"
-        "print('not interrupted')", "30.25")
-    # the handler's exception was dropped in the fork callback and raised again by `start`,
-    # without Python's report of the dropped one
-    assert done.stdout == "interrupted by SIGINT in start left []\n", done.stderr
+HIT = ("    os.kill(os.getpid(), signal.SIGINT)\n"
+       "    sum(range(1000))\n")  # any Python code after it: the handler runs there
+
+
+@pytest.mark.parametrize("where,setup", [
+    ("an at-fork callback", "def hit():\n" + HIT + "os.register_at_fork(after_in_parent=hit)\n"),
+    ("Popen's own code after the fork",
+     "import subprocess\nclose = subprocess.Popen._close_pipe_fds\n"
+     "def hit(*args):\n" + HIT + "    return close(*args)\n"
+     "subprocess.Popen._close_pipe_fds = hit\n"),
+])  # fmt: skip
+def test_a_signal_while_popen_runs_is_raised_after_it_and_the_child_is_stopped(where, setup):
+    """Raised in an at-fork callback, Python would print the exception and drop it; raised in
+    Popen after the fork, the child would be left running with nobody holding it. The handler
+    defers it while Popen runs; `start` raises it then, and stops the child first."""
+    done = _interrupted_child(setup + "Process('sleep', ['sleep', '30.25']).start()\n"
+                              "print('not interrupted')", "30.25")
+    assert done.stdout == "interrupted by SIGINT in start left []\n", (where, done.stderr)
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
