@@ -167,13 +167,13 @@ class Process:
         except OSError as exc:
             self.record.status = "failed to start"
             self.record.note = str(exc)
-            if len(_DEFERRED) > deferred:
+            if main and len(_DEFERRED) > deferred:
                 raise Interrupted(_DEFERRED[-1]) from exc
             raise
         finally:
             if main:
                 _FORKING.clear()
-        if len(_DEFERRED) > deferred:  # a stop signal came while Popen ran: its child is ours now
+        if main and len(_DEFERRED) > deferred:  # a stop signal came while Popen ran: its child is ours now
             self.stop(grace=1)
             raise Interrupted(_DEFERRED[-1])
         self.record.status = "running"
