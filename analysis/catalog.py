@@ -63,6 +63,8 @@ METRICS = {"mean_pps": "mean pps", "steady_mean_pps": "steady pps", "variance_pc
            "loss_rate": "loss", "cpu_mean": "CPU % mean", "cpu_max": "CPU % max",
            "rss_max": "RSS max bytes"}
 STATS = ("mean", "std", "min", "max", "ci95")
+# what one catalogue's DuckDB may hold in memory (a query over more fails with a CatalogError)
+QUERY_MEMORY = max(256 * 2**20, min(8 * 2**30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4))
 _STAMP = re.compile(r"(\d{8}T\d{6}Z)")
 # two-sided 95 % quantiles of Student's t for 1 .. 30 degrees of freedom (then 1.96)
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
@@ -264,11 +266,27 @@ class Catalog:
     def __init__(self, paths: Iterable[str | os.PathLike] = ("results",)):
         self.paths = [os.fspath(p) for p in paths]
         self.folders = [read_run_folder(p) for p in find_run_folders(self.paths)]
-        self.con = duckdb.connect()
-        self.con.execute("SET parquet_metadata_cache = true")
-        for name, schema in SCHEMAS.items():
-            self.con.register(f"_empty_{name}", schema.empty_table())
+        self._allowed = {f for r in self.folders for f in r.tables.values()}  # what DuckDB may read
+        self._con: duckdb.DuckDBPyConnection | None = None
         self._checked: dict[str, str] = {}  # file -> its schema version, once checked
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The catalogue's DuckDB connection: it reads the table files of its runs and nothing
+        else (`confined_connection`), made at the first use."""
+        if self._con is None:
+            self._con = confined_connection(self._allowed, {"parquet_metadata_cache": True})
+            for name, schema in SCHEMAS.items():
+                self._con.register(f"_empty_{name}", schema.empty_table())
+        return self._con
+
+    def _allow(self, run: RunFolder) -> RunFolder:
+        """RUN's table files readable too (a run folder named by path, outside the catalogue)."""
+        new = set(run.tables.values()) - self._allowed
+        if new:
+            self._allowed |= new
+            self._con = None  # the configuration is locked: a new connection, views made anew
+        return run
 
     # ---- what is there
 
@@ -340,7 +358,7 @@ class Catalog:
     def find(self, run: str) -> RunFolder:
         """The run folder RUN names: a path, or the run id of a folder in the catalogue."""
         if _is_run_folder(run):
-            return read_run_folder(run)
+            return self._allow(read_run_folder(run))
         hits = [r for r in self.folders if r.run_id == run or r.path.name == run]
         if len(hits) == 1:
             return hits[0]
@@ -442,13 +460,20 @@ class Catalog:
                 f"read_parquet({_sql_list(files)}, union_by_name = true{fn})")
 
     def query(self, sql: str, *, include_unfinished: bool = True) -> tuple[pd.DataFrame, list[str]]:
-        """SQL over the views of the catalogue's runs (only the views SQL names are made)."""
+        """One read-only SELECT over the views of the catalogue's runs (only the views SQL names
+        are made); it can read the catalogue's table files and nothing else (`read_only_select`,
+        `confined_connection`)."""
+        read_only_select(sql)
         runs, notes = self.select(include_unfinished=include_unfinished)
         _no_duplicates(runs)
         used = [n for n in TABLE_NAMES if re.search(rf"\b{n}\b", sql, re.IGNORECASE)]
         self.views(runs, used)
         try:
             return _frame(self.con.sql(sql)), notes
+        except duckdb.PermissionException as exc:
+            raise CatalogError(f"the query failed: {_first_line(exc)} (a query reads the run tables of the "
+                               f"catalogue's runs, through the views {', '.join(TABLE_NAMES)}, and no other "
+                               "file)") from None
         except duckdb.Error as exc:
             raise CatalogError(f"the query failed: {_first_line(exc)}") from None
 
@@ -663,6 +688,40 @@ def _frame(rel: Any) -> pd.DataFrame:
                 col = col.cast(pa.float64(), safe=False)
             table = table.set_column(i, f.name, col)
     return table.to_pandas()
+
+
+def confined_connection(files: Iterable[str], settings: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that may read FILES and no other file, directory or URL: external
+    access off but for those paths, no extension installed or loaded, no spilling to a temporary
+    folder, memory at most QUERY_MEMORY, then the configuration locked so that no statement can
+    change any of it. SETTINGS are set before the lock. Every DuckDB connection of the project is
+    made here: the testbed runs as root, and SQL a user types must not reach beyond the tables."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                 "allow_community_extensions": False, "allow_unsigned_extensions": False})
+    paths = sorted({p for f in files for p in (os.fspath(f), os.path.abspath(f), os.path.realpath(f))})
+    con.execute("SET allowed_paths = ?", [paths])
+    con.execute("SET temp_directory = ''")
+    con.execute(f"SET memory_limit = '{QUERY_MEMORY}B'")
+    for key, value in (settings or {}).items():
+        con.execute(f"SET {key} = ?", [value])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def read_only_select(sql: str) -> None:
+    """CatalogError unless SQL is one SELECT statement (WITH, VALUES, FROM-first, DESCRIBE and
+    SUMMARIZE count as SELECT): no COPY, CREATE, ATTACH, INSTALL, SET, PRAGMA or EXPORT."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise CatalogError(f"the query cannot be parsed: {_first_line(exc)}") from None
+    if len(statements) != 1:
+        raise CatalogError(f"give one SELECT statement, not {len(statements)}")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise CatalogError(f"only a read-only SELECT is run over the run tables; this is a {kind.name} "
+                           "statement (a query writes, attaches, installs and configures nothing)")
 
 
 def _sql_list(items: list[str]) -> str:

@@ -293,6 +293,51 @@ def test_query_sees_the_tables_as_views(runs, capsys):
     assert code == 2 and "testbed results query: the query failed: Binder Error" in err
 
 
+@pytest.mark.parametrize("sql, refused", [
+    ("COPY (SELECT 42) TO '{tmp}/x.csv'", "this is a COPY statement"),
+    ("SELECT * FROM read_text('/etc/shadow')", "Permission Error"),
+    ("SELECT * FROM read_csv('/etc/passwd')", "Permission Error"),
+    ("SELECT * FROM glob('/etc/*')", "Permission Error"),
+    ("SELECT * FROM read_parquet('{other}')", "Permission Error"),  # a run outside the catalogue
+    ("ATTACH '{tmp}/x.db' AS x", "this is a ATTACH statement"),
+    ("CREATE TABLE x AS SELECT 1", "this is a CREATE statement"),
+    ("COPY (SELECT * FROM steps) TO '{steps}' (FORMAT parquet)", "this is a COPY statement"),
+    ("INSTALL httpfs", "this is a LOAD statement"),
+    ("LOAD httpfs", "this is a LOAD statement"),
+    ("SET enable_external_access = true", "this is a SET statement"),
+    ("PRAGMA enable_profiling", "this is a PRAGMA statement"),
+    ("EXPORT DATABASE '{tmp}/exp'", "this is a EXPORT statement"),
+    ("SELECT 1; COPY (SELECT 42) TO '{tmp}/x.csv'", "one SELECT statement, not 2"),
+])
+def test_a_query_is_one_read_only_select_confined_to_the_run_tables(runs, tmp_path, capsys, sql, refused):
+    """A query runs as root (the README runs the testbed under sudo): it may read the catalogue's
+    run tables and nothing else, write nothing, install nothing, change no setting."""
+    root = tmp_path / "results"
+    run = copy_run(runs.quick[0], root, "victim")
+    steps = run / "tables" / "steps.parquet"
+    before = steps.read_bytes()
+    sql = sql.format(tmp=tmp_path, steps=steps, other=runs.small / "tables" / "steps.parquet")
+    code, out, err = cli(capsys, "query", sql, root)
+    assert code == 2 and refused in err and out == "", (code, out, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]  # nothing written or attached
+    assert steps.read_bytes() == before
+    code, out, err = cli(capsys, "list", root)  # the run is still readable
+    assert code == 0 and "victim" in out, err
+    code, out, err = cli(capsys, "query", "SELECT count(*) AS n FROM steps", root, "--csv")
+    assert (code, out) == (0, "n\n1\n"), err
+
+
+def test_every_catalogue_connection_is_locked(runs):
+    """Also the connection behind list/compare/show, which SQL of our own uses: no file but its
+    tables, no extension, no setting changed."""
+    cat = Catalog([runs.root])
+    cat.list()
+    for sql in ("SELECT * FROM read_text('/etc/hostname')", "SET enable_external_access = true",
+                "INSTALL httpfs", "SET memory_limit = '100GB'"):
+        with pytest.raises(Exception, match="Permission Error|locked"):
+            cat.con.sql(sql)
+
+
 def test_the_command_exits_2_for_bad_input():
     p = subprocess.run([sys.executable, "-m", "testbed", "results", "list", "/nonexistent/place"],
                        capture_output=True, text=True, cwd=REPO)
