@@ -37,7 +37,7 @@ from .expect import ExpectFile, evaluate
 from .report import markdown_html
 from .rules.attacks import merge_pcaps
 from .rules.variables import EXTERNAL_NET, HOME_NET
-from .suricata import read_eve, run_offline, suricata_version
+from .suricata import DEFAULT_EVE_TYPES, read_eve, run_offline, suricata_version
 
 FORMATS = ("md", "html", "json")
 TOP_FLOWS = 5
@@ -45,8 +45,10 @@ TOP_FLOWS = 5
 # of bad checksums the detection threads have found by then; with several threads that count
 # depends on their timing (0, 1 and 420 of 1,000 on the same capture), with one it does not.
 RUNMODE = "single"
-# EVE events written besides alerts, so an expect file can check protocol records too
-EVE_TYPES = ("alert", "anomaly", "http", "dns", "tls", "smtp", "ssh", "fileinfo", "flow")
+# EVE events and fields as Suricata's default configuration logs them (http and tls extended:
+# http_method, status, tls fingerprint, ...), so that an expect file checks what it checks under
+# plain Suricata
+EVE_TYPES = DEFAULT_EVE_TYPES
 ANY_REASON = ("not given: any, since which side of the capture is home is not known and no alert "
               "should be lost for an address; --home-net narrows it")
 RUN_REASON = "not given: the testbed's own HOME_NET, since the run's addresses are ours"
@@ -61,13 +63,22 @@ class DetectInput:
 
 def address_group(text: str, flag: str) -> str:
     """A Suricata address group from ``any``, addresses and CIDR blocks separated by commas
-    (``!`` negates one, ``$HOME_NET`` may be named); BadInput says which item is wrong."""
+    (``!`` negates one, ``$HOME_NET`` may be named in ``--external-net``); BadInput says which
+    item is wrong, also for what Suricata itself would refuse: ``!any`` (no address at all) and a
+    group defined by itself (``--home-net $HOME_NET``, or ``$EXTERNAL_NET``, which is ``!$HOME_NET``)."""
     items = [t.strip() for t in text.strip().strip("[]").split(",")]
     if not items or any(not t for t in items):
         raise BadInput(f"{flag} {text!r}: empty item; give addresses or CIDR blocks separated by "
                        "commas, e.g. 192.0.2.0/24,2001:db8::/32, or `any`")
+    own = {"--home-net": ("$HOME_NET", "$EXTERNAL_NET"), "--external-net": ("$EXTERNAL_NET",)}.get(flag, ())
     for item in items:
         bare = item.lstrip("!")
+        if item.startswith("!") and bare == "any":
+            raise BadInput(f"{flag}: {item!r} is no address at all (Suricata refuses an address group "
+                           "with the complete address space negated); give addresses or CIDR blocks, or `any`")
+        if bare in own:
+            raise BadInput(f"{flag}: {item!r} defines the group by itself (Suricata refuses the loop); "
+                           "give addresses or CIDR blocks, e.g. 192.0.2.0/24, or `any`")
         if bare in ("any", "$HOME_NET", "$EXTERNAL_NET"):
             continue
         try:
@@ -102,6 +113,8 @@ def resolve_inputs(paths: list[str | Path], rules: list[str | Path] | None) -> D
     else:
         raise BadInput("no rules: give --rules FILE.rules (a run folder with attacks brings its own)")
     for r in rule_paths:
+        if r.is_dir():
+            raise BadInput(f"{r}: a directory, not a rule file; give its .rules files (e.g. {r}/*.rules)")
         if not r.is_file():
             raise BadInput(f"{r}: no such rule file; give paths of .rules files")
     return DetectInput(captures, rule_paths, run_dir)
@@ -144,7 +157,8 @@ def address_vars(inputs: DetectInput, home_net: str | None, external_net: str | 
 def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None = None,
                external_net: str | None = None, checksum: str = "auto", config: str | Path | None = None,
                expect: ExpectFile | None = None, expect_path: str | Path | None = None,
-               formats: tuple[str, ...] = FORMATS, top: int = TOP_FLOWS, progress=None) -> dict:
+               formats: tuple[str, ...] = FORMATS, top: int = TOP_FLOWS, midstream: bool = False,
+               progress=None) -> dict:
     say = progress or (lambda msg: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -160,7 +174,8 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
     home, external, why = address_vars(inputs, home_net, external_net, cfg)
     say(f"running suricata on {pcap} (HOME_NET {home or 'from the configuration'}, checksums {checksum})")
     suri = run_offline(pcap, inputs.rules, out, home_net=home, external_net=external, checksum=checksum,
-                       config=cfg, eve_types=EVE_TYPES, runmode=RUNMODE)
+                       config=cfg, eve_types=EVE_TYPES, runmode=RUNMODE,
+                       stream={"midstream": "true"} if midstream else None)
     if not suri.eve.is_file():
         raise BadInput(f"{cfg}: Suricata wrote no eve.json into {out}: enable an eve-log output with "
                        "`filename: eve.json` and `types: [alert]` in that configuration")
@@ -168,6 +183,7 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
     doc = {
         "command": "detect",
         "captures": captures,
+        **_time_range(captures),
         "capture": str(pcap),
         "run_dir": str(inputs.run_dir) if inputs.run_dir else None,
         "rule_files": [str(r) for r in inputs.rules],
@@ -175,6 +191,7 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
         "external_net": external if external is not None else "(the configuration's)",
         "home_net_reason": why,
         "checksum_validation": checksum,
+        "midstream": midstream,
         "suricata_config": str(cfg) if cfg else "ours (suricata.yaml in the output folder)",
         "ids": "suricata", "ids_version": suricata_version(),
         "suricata_command": suri.command,
@@ -208,6 +225,14 @@ def _capture_summary(path: Path) -> dict:
         info["problem"] = (f"damaged at byte offset {cap.problem.offset}: {cap.problem.message} "
                            f"({cap.problem.packets_read:,} packets read before it)")
     return info
+
+
+def _time_range(captures: list[dict]) -> dict:
+    """The first and last packet of all the captures (merged: not the first file's and the last's)."""
+    firsts = [c["first_utc"] for c in captures if c.get("first_utc")]
+    lasts = [c["last_utc"] for c in captures if c.get("last_utc")]
+    # one ISO 8601 form (_utc): the text order is the time order
+    return {"first_utc": min(firsts) if firsts else None, "last_utc": max(lasts) if lasts else None}
 
 
 def _utc(epoch: float) -> str:
@@ -264,11 +289,12 @@ def summary_lines(doc: dict) -> list[str]:
     packets = sum(c["packets"] for c in caps)
     lines = [
         f"capture: {', '.join(c['path'] for c in caps)} ({packets:,} packets"
-        + (f", {caps[0].get('first_utc')} .. {caps[-1].get('last_utc')}" if packets else "") + ")",
+        + (f", {doc['first_utc']} .. {doc['last_utc']}" if packets else "") + ")",
         f"rules: {', '.join(doc['rule_files'])}; {doc['rules_loaded'] if doc['rules_loaded'] is not None else '?'} "
         f"loaded, {len(doc['load_errors'])} refused by {doc['ids']} {doc['ids_version']}",
         f"HOME_NET {doc['home_net']}, EXTERNAL_NET {doc['external_net']} ({doc['home_net_reason']}); "
-        f"checksum validation {doc['checksum_validation']}; configuration {doc['suricata_config']}",
+        f"checksum validation {doc['checksum_validation']}"
+        + ("; stream midstream on" if doc.get("midstream") else "") + f"; configuration {doc['suricata_config']}",
         f"alerts: {doc['alerts']:,} from {len(doc['sids'])} sid(s)",
     ]
     for c in caps:

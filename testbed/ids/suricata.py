@@ -49,7 +49,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ntgcore.errors import BadInput, NtgError, ToolMissing
@@ -124,6 +124,7 @@ class RuleLoadError:
     file: str | None = None
     line: int | None = None
     reason: str = ""          # the error lines Suricata printed just before (what is wrong)
+    rule: str = ""            # the rule text Suricata echoed, as far as its log line goes
 
     def __str__(self) -> str:
         return self.line_text
@@ -291,6 +292,25 @@ def _auto_names(pairs: list[tuple[str | None, str | None]]) -> list[str]:
     return names
 
 
+# The EVE event types of Suricata 7's default suricata.yaml, with its options (`testbed detect` logs
+# these, so that expect checks see what they see under plain Suricata: http and tls extended).
+DEFAULT_EVE_TYPES: tuple[str | tuple[str, dict[str, str]], ...] = (
+    ("alert", {"tagged-packets": "yes"}), ("anomaly", {"enabled": "yes"}), ("http", {"extended": "yes"}),
+    "dns", ("tls", {"extended": "yes"}), ("files", {"force-magic": "no"}), "smtp", "ftp", "rdp", "nfs", "smb",
+    "tftp", "ike", "dcerpc", "krb5", "bittorrent-dht", "snmp", "rfb", "sip", "quic",
+    ("dhcp", {"enabled": "yes", "extended": "no"}), "ssh", "mqtt", "http2", "flow",
+)
+
+
+def _eve_type_lines(eve_types) -> list[str]:
+    lines = []
+    for t in eve_types:
+        name, opts = (t, {}) if isinstance(t, str) else t
+        lines.append(f"        - {name}" + (":" if opts else ""))
+        lines += [f"            {k}: {v}" for k, v in opts.items()]
+    return lines
+
+
 def _classification_file(rule_files: list[Path], out_dir: Path) -> Path:
     for rf in rule_files:
         cand = Path(rf).parent / "classification.config"
@@ -304,8 +324,11 @@ def _classification_file(rule_files: list[Path], out_dir: Path) -> Path:
 def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net: str = HOME_NET,
                  external_net: str = EXTERNAL_NET, port_groups: dict[str, str] | None = None,
                  live_iface: str | None = None, checksum: str = "all",
-                 eve_types: tuple[str, ...] = ("alert",), stats_interval: int | None = None) -> Path:
-    """Write suricata.yaml into `out_dir` and return its path."""
+                 eve_types: tuple = ("alert",), stats_interval: int | None = None,
+                 stream: dict[str, str] | None = None, classify_from: list[str | Path] | None = None) -> Path:
+    """Write suricata.yaml into `out_dir` and return its path. `eve_types`: names, or (name,
+    {option: value}) as in `DEFAULT_EVE_TYPES`; `stream`: more `stream:` settings (midstream);
+    `classify_from`: the rule files whose folder's classification.config to use (default `rule_files`)."""
     if checksum not in CHECKSUM_MODES:
         raise ValueError(f"checksum must be one of {', '.join(CHECKSUM_MODES)} (got {checksum!r})")
     out = Path(out_dir)
@@ -321,13 +344,13 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
         f"default-log-dir: {q(str(out.resolve()))}",
         f"default-rule-path: {q(str(Path(rules[0]).parent) if rules else str(out))}",
         "rule-files:", *[f"  - {q(r)}" for r in rules],
-        f"classification-file: {q(str(_classification_file([Path(r) for r in rules], out)))}",
+        f"classification-file: {q(str(_classification_file([Path(r) for r in (classify_from or rules)], out)))}",
         "outputs:",
         "  - eve-log:",
         "      enabled: yes",
         "      filetype: regular",
         "      filename: eve.json",
-        "      types:", *[f"        - {t}" for t in eve_types],
+        "      types:", *_eve_type_lines(eve_types),
         "logging:",
         "  default-log-level: notice",
         "  outputs:",
@@ -342,6 +365,7 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
         "stream:",
         "  memcap: 256mb",
         f"  checksum-validation: {'no' if checksum == 'none' else 'yes'}",
+        *[f"  {k}: {v}" for k, v in (stream or {}).items()],
         "  reassembly:",
         "    memcap: 512mb",
         "    depth: 1mb",
@@ -398,6 +422,14 @@ def suricata_argv(config: str | Path, out_dir: str | Path, *, pcap: str | Path |
 
 
 _LOAD_ERR = re.compile(r'error parsing signature "(?P<rule>.*)" from file (?P<file>\S+) at line (?P<line>\d+)')
+# Suricata cuts a log line at 2,047 bytes: the error of a long rule loses its "from file F at line N"
+_LOAD_ERR_CUT = re.compile(r'error parsing signature "(?P<rule>.*)$')
+_NO_RULES = re.compile(r"rule files? specified, but no rules were loaded")
+# Suricata reads a rule file with fgets into an 8,192-byte buffer (DETECT_MAX_RULE_SIZE): a longer
+# line is read in pieces, each parsed (and refused) as a rule of its own, and every later line is
+# numbered one more per piece. We give Suricata such a line as a comment and refuse it ourselves.
+MAX_RULE_LINE = 8191      # bytes of a line, its newline included, that Suricata reads at once
+ECHO = 300                # characters of a rule or an error line we repeat in messages
 _SID = re.compile(r"\bsid\s*:\s*(\d+)")
 _COUNTS = re.compile(r"(\d+) rules successfully loaded, (\d+) rules failed")
 _ELINE = re.compile(r"(?:^|\s)(?:E|Error):?\s|<Error>")
@@ -414,12 +446,13 @@ def parse_log(text: str) -> tuple[list[str], list[RuleLoadError], int | None, in
             loaded, failed = int(m.group(1)), int(m.group(2))
         if " E: " in line or line.startswith("E: ") or "<Error>" in line:
             errors.append(line.strip())
-            m = _LOAD_ERR.search(line)
+            m = _LOAD_ERR.search(line) or _LOAD_ERR_CUT.search(line)
             if m:
                 sid = _SID.search(m.group("rule"))
                 reason = "; ".join(re.sub(r"^.*?\bE:\s*", "", p) for p in pending)
+                where = (m.group("file"), int(m.group("line"))) if "file" in m.re.groupindex else (None, None)
                 load.append(RuleLoadError(line.strip(), int(sid.group(1)) if sid else None,
-                                          m.group("file"), int(m.group("line")), reason))
+                                          *where, reason, m.group("rule")))
                 pending = []
             else:
                 pending.append(line.strip())
@@ -467,8 +500,8 @@ def _run_into(output: Path, name: str, argv: list[str], timeout: float) -> tuple
 def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | Path, *,
                 timeout: float = 600.0, runmode: str | None = None, home_net: str | None = HOME_NET,
                 external_net: str | None = EXTERNAL_NET, checksum: str = "all",
-                config: str | Path | None = None, eve_types: tuple[str, ...] = ("alert",),
-                binary: str | Path | None = None) -> SuricataResult:
+                config: str | Path | None = None, eve_types: tuple = ("alert",),
+                binary: str | Path | None = None, stream: dict[str, str] | None = None) -> SuricataResult:
     """Run `suricata -r pcap`; alerts and rule-load errors in the result.
 
     Without `config`, our configuration (`write_config`) with `home_net`, `external_net`,
@@ -477,15 +510,22 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
     errors are mapped back to their own file and line), ``HOME_NET``/``EXTERNAL_NET`` set with
     ``--set`` when not None, and the checksum mode on the command line; its eve-log output must
     write eve.json. `binary`: another Suricata than the one on PATH (`suricata_binary`); the
-    configuration actually read is `result.config`."""
+    configuration actually read is `result.config`. `stream`: more ``stream.`` settings
+    (``{"midstream": "true"}``), in our configuration or with ``--set``.
+
+    A rule line longer than Suricata reads at once (`MAX_RULE_LINE`) is given to it as a comment
+    (`loadable_rule_files`) and reported refused at its own file and line."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in ("eve.json", "suricata.log"):
         (out / old).unlink(missing_ok=True)
+    given = [Path(r) for r in rule_files]
+    rule_files, too_long, copies = loadable_rule_files(given, out / "rules.loadable")
     origin: list[tuple[int, str]] = []
     if config is None:
         config = write_config(out, rule_files=rule_files, checksum=checksum, eve_types=eve_types,
-                              home_net=home_net or HOME_NET, external_net=external_net or EXTERNAL_NET)
+                              home_net=home_net or HOME_NET, external_net=external_net or EXTERNAL_NET,
+                              stream=stream, classify_from=given)
         argv = suricata_argv(config, out, pcap=pcap, runmode=runmode, checksum=checksum, binary=binary)
     else:
         joined, origin = _joined_rules(rule_files, out)
@@ -496,6 +536,8 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
                 argv += ["--set", f"vars.address-groups.{name}={value}"]
         if checksum != "auto":  # -k all alone leaves the pcap-file auto mode on
             argv += ["--set", f"pcap-file.checksum-checks={'yes' if checksum == 'all' else 'no'}"]
+        for key, value in (stream or {}).items():
+            argv += ["--set", f"stream.{key}={value}"]
     code, proc = _run_into(out / "suricata.stdout", "suricata", argv, timeout)
     text = (out / "suricata.stdout").read_text(errors="replace")
     log = out / "suricata.log"
@@ -503,19 +545,99 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
         text += "\n" + log.read_text(errors="replace")
     errors, load, loaded, failed = parse_log(text)
     # the same error appears in the console and in the log file
-    errors = list(dict.fromkeys(errors))
+    errors = list(dict.fromkeys(_cut(e) for e in errors))
     seen = set()
     uniq = []
     for e in load:
-        key = (e.sid, e.file, e.line)
+        key = (e.sid, e.file, e.line, e.rule if e.file is None else "")
         if key not in seen:
             seen.add(key)
-            uniq.append(_original_place(e, origin) if origin else e)
+            e = _original_place(e, origin) if origin else e
+            if e.file is None:   # its log line was cut before "from file": found by its text
+                e = _place_by_text(e, rule_files)
+            if e.file in copies:
+                e = replace(e, file=copies[e.file])
+            uniq.append(replace(e, line_text=_cut(e.line_text), reason=_cut(e.reason), rule=""))
+    if loaded is None and _NO_RULES.search(text):   # no counts line when every rule was refused
+        loaded, failed = 0, len(uniq)
+    order = {str(r): i for i, r in enumerate(given)}
+    uniq = sorted(too_long + uniq, key=lambda e: (order.get(e.file, len(order)), e.line or 0))
+    if failed is not None:
+        failed += len(too_long)
     res = SuricataResult(out, code, parse_eve(out / "eve.json"), uniq, loaded, failed, errors,
                          command=argv, record=proc.record.as_dict(), eve=out / "eve.json", config=Path(config))
     if code != 0:
         raise SuricataError(f"suricata failed ({proc.record.status}); its errors:", errors or text.splitlines()[-20:])
     return res
+
+
+def _cut(text: str, limit: int = ECHO) -> str:
+    """`text`, or its first `limit` characters and how long it was: a 10 MB rule is not echoed."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def loadable_rule_files(rule_files: list[Path], work: Path) -> tuple[list[Path], list[RuleLoadError], dict[str, str]]:
+    """The rule files as Suricata can read them, the rules refused for it, and copy -> original.
+
+    A file with a line of more than `MAX_RULE_LINE` bytes (its newline included) is copied into
+    `work` with that line replaced by a comment, so every other line keeps its number; a rule on
+    such a line is a RuleLoadError at its own file and line (a long comment is only left out).
+    Files without one are given as they are."""
+    out: list[Path] = []
+    refused: list[RuleLoadError] = []
+    copies: dict[str, str] = {}
+    for i, rf in enumerate(rule_files):
+        long_lines: list[tuple[int, int, bytes, list[str]]] = []
+        try:
+            with open(rf, "rb") as f:
+                for n, raw in enumerate(f, 1):
+                    if len(raw) > MAX_RULE_LINE:   # (line, size, head, its sid: at the end of the rule)
+                        long_lines.append((n, len(raw.rstrip(b"\r\n")), raw[:ECHO].lstrip(),
+                                           _SID.findall(raw[-ECHO:].decode(errors="replace"))))
+        except OSError:
+            out.append(rf)   # Suricata says what is wrong with it
+            continue
+        if not long_lines:
+            out.append(rf)
+            continue
+        work.mkdir(parents=True, exist_ok=True)
+        copy = work / f"{i}-{rf.name}"
+        numbers = {n for n, _, _, _ in long_lines}
+        with open(rf, "rb") as f, open(copy, "wb") as w:
+            for n, raw in enumerate(f, 1):
+                if n in numbers:
+                    w.write(b"# testbed: a line too long for Suricata, reported refused\n")
+                else:
+                    w.write(raw)
+        copies[str(copy.resolve())] = copies[str(copy)] = str(rf)
+        out.append(copy)
+        for n, size, head, sid in long_lines:
+            if head[:1] in (b"", b"#"):
+                continue   # a comment (Suricata skips a line starting with # or a blank)
+            text = head.decode(errors="replace")
+            refused.append(RuleLoadError(
+                _cut(text), int(sid[-1]) if sid else None, str(rf), n,
+                f"a rule line of {size:,} bytes: Suricata reads at most {MAX_RULE_LINE:,} bytes of a line "
+                "(its newline included) and would parse the pieces as rules of their own; shorten the rule"))
+    return out, refused, copies
+
+
+def _place_by_text(e: RuleLoadError, rule_files: list[Path]) -> RuleLoadError:
+    """The file and line of a refused rule whose error line Suricata cut before its place: the
+    first line that starts with the rule text it echoed."""
+    head = e.rule.rstrip("\ufffd").encode()   # a cut may split a character
+    if not head:
+        return e
+    for rf in rule_files:
+        try:
+            with open(rf, "rb") as f:
+                for n, raw in enumerate(f, 1):
+                    if raw.lstrip().startswith(head):
+                        sid = _SID.findall(raw.decode(errors="replace"))
+                        return replace(e, file=str(rf), line=n, sid=int(sid[-1]) if sid else e.sid)
+        except OSError:
+            continue
+    return e
 
 
 def _joined_rules(rule_files: list[str | Path], out: Path) -> tuple[Path, list[tuple[int, str]]]:
@@ -580,7 +702,8 @@ def check_load(rules_path: str | Path, work_dir: str | Path, *, timeout: float =
     out = Path(work_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "suricata.log").unlink(missing_ok=True)
-    config = write_config(out, rule_files=[Path(rules_path)])
+    files, too_long, _ = loadable_rule_files([Path(rules_path)], out / "rules.loadable")
+    config = write_config(out, rule_files=files, classify_from=[Path(rules_path)])
     argv = [suricata_binary(), "-T", "-c", str(config), "-l", str(out)]
     t0 = time.monotonic()
     code, _ = _run_into(out / "suricata-T.out", "suricata -T", argv, timeout)
@@ -594,6 +717,14 @@ def check_load(rules_path: str | Path, work_dir: str | Path, *, timeout: float =
             pass
         if m:
             loaded, failed = int(m.group(1)), int(m.group(2))
+    if loaded is None and _NO_RULES.search(text + (log.read_text(errors="replace") if log.exists() else "")):
+        loaded, failed = 0, len(failures)   # no counts line when every rule was refused
+    for e in too_long:   # given to Suricata as comments: refused here
+        failures.setdefault(e.sid if e.sid is not None else -(e.line or 0), []).append(e.reason)
+    if failed is not None:
+        failed += len(too_long)
+    errors = [_cut(e) for e in errors]
+    failures = {sid: [_cut(r) for r in reasons] for sid, reasons in failures.items()}
     return LoadCheck(loaded, failed, failures, list(dict.fromkeys(errors)), code, argv, seconds)
 
 
