@@ -46,7 +46,7 @@ from ntgcore.errors import BadInput
 from ntgcore.runfolder import MANIFEST, SCHEMA_VERSION
 
 from .live import PALETTE
-from .plots import figure, legend
+from .plots import figure, legend, save
 from .tables import META_TABLE, META_VERSION, SCHEMAS, TABLES_DIR, SchemaError, check_version
 
 TABLE_NAMES = tuple(SCHEMAS)
@@ -664,7 +664,7 @@ def plot_comparison(cmp: Comparison, out_dir: str | os.PathLike) -> dict[str, Pa
         if key == "rate" and low and top / low > 50:
             ax.set_yscale("log")
         legend(ax)
-        fig.savefig(out / name)
+        save(fig, out / name)
         written[key] = out / name
     return written
 

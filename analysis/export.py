@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ntgcore.errors import BadInput
+from ntgcore.files import no_space
 from ntgcore.runfolder import SCHEMA_VERSION, testbed_version
 
 from .capture import CHUNK_PACKETS, Capture, CaptureError, iter_capture
@@ -343,9 +344,12 @@ def export_captures(paths: list[str | os.PathLike], out: str | os.PathLike, *,
             shutil.rmtree(old)
         else:
             os.rename(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    except BaseException as exc:
+        shutil.rmtree(work, ignore_errors=True)  # nothing half-written; an earlier export is kept
+        full = no_space(exc, out, "free some space, or export into a folder elsewhere")
+        if full is None:
+            raise
+        raise full from None
     return doc
 
 

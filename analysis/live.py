@@ -18,9 +18,11 @@ from typing import Any, Callable, Protocol
 
 import pandas as pd
 
+from ntgcore.files import no_space, replacing
+
 from .capture import CaptureError
 from .metrics import plain
-from .plots import BLUE, GREY, ORANGE, figure, legend
+from .plots import BLUE, GREY, ORANGE, figure, legend, save
 from .report import fmt_number, to_html, to_markdown, unfinished_run
 from .runtables import write_live_tables
 from .stream import read_stream
@@ -79,6 +81,34 @@ def dut_threads(samples: pd.DataFrame) -> pd.DataFrame:
 # Metrics
 
 
+# A step the run died in: its folder holds its capture and samples, but the runner writes a
+# step's entry into the manifest only when the step ends.
+UNRECORDED = "unrecorded"
+STEP_FILES = ("capture.pcap", "samples.csv")
+
+
+def unrecorded_steps(run: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Entries for the step folders of a run that did not finish that no manifest entry names
+    (the run folder itself for a run of one step, else its sub-folders): what a `kill -9` left,
+    analysed from their files alone (name: the folder's, `run` for the run folder)."""
+    if not unfinished_run(manifest):
+        return []
+    recorded = {Path(e.get("dir") or ".") for e in manifest.get("steps") or []}
+    folders = [run, *sorted(p for p in run.iterdir() if p.is_dir())] if run.is_dir() else []
+    out = []
+    for d in folders:
+        rel = d.relative_to(run)
+        if rel in recorded or not (any((d / f).is_file() for f in STEP_FILES)
+                                   or any(d.glob("gen-*/drone-capture.pcap"))):
+            continue
+        out.append({"name": d.name if d != run else "run", "kind": None, "params": {}, "dir": str(rel),
+                    "status": UNRECORDED, "generators": {g.name[4:]: {} for g in sorted(d.glob("gen-*"))
+                                                         if g.is_dir()},
+                    "error": f"the run ended during this step (manifest: `{manifest.get('status')}`) "
+                             "before recording it: no counters, only its capture and samples"})
+    return out
+
+
 def step_metrics(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
     step_dir = run_dir / entry.get("dir", ".")
     out: dict[str, Any] = {k: entry.get(k) for k in ("name", "kind", "params", "status", "error",
@@ -104,7 +134,7 @@ def step_metrics(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
     out["resources"] = {}
     for title in entry.get("generators", {}):
         out["resources"][title] = _resource_stats(processes(samples, f"gen:{title}:"))
-    if entry.get("dut"):
+    if entry.get("dut") or (entry.get("status") == UNRECORDED and not processes(samples, "dut").empty):
         out["resources"]["dut"] = _resource_stats(processes(samples, "dut"))
         threads = dut_threads(samples)
         out["dut_threads"] = {
@@ -119,6 +149,9 @@ def checks(step: dict[str, Any]) -> list[dict[str, Any]]:
     path, and a capture that dropped nothing holds what crossed the wire."""
     loss, name = step.get("loss") or {}, step["name"]
     out = []
+    if step.get("status") == UNRECORDED:  # nothing to hold the capture against: it cannot pass
+        out.append({"name": f"{name}: the run recorded the step's end", "expected": "its entry in manifest.json",
+                    "measured": "none: the run ended during the step", "ok": False})
     sent, wire, dut = loss.get("sent"), loss.get("wire"), loss.get("dut")
     if wire is not None:
         out.append({"name": f"{name}: wire ≤ sent", "expected": f"≤ {sent}", "measured": wire,
@@ -157,6 +190,9 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
     run = Path(run_dir)
     say = progress or (lambda s: None)
     manifest = read_manifest(run)
+    lost = unrecorded_steps(run, manifest)
+    if lost:  # the parts below read the steps' folders from the manifest's entries
+        manifest = {**manifest, "steps": [*(manifest.get("steps") or []), *lost]}
     steps = []
     for entry in manifest.get("steps", []):
         say(f"step {entry['name']}: capture and samples")
@@ -165,19 +201,29 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
                            "status": manifest.get("status"), "incomplete_run": unfinished_run(manifest),
                            "steps": steps}
     doc["checks"] = [c for s in steps for c in checks(s)]
+    if doc["incomplete_run"] and not steps:  # died before its first step: nothing to show for it
+        doc["checks"].append({"name": "run: at least one step", "expected": "≥ 1 step", "measured": 0,
+                              "ok": False})
     doc.update(summary(steps))
     if method is not None:
         doc.update(method.analyze(steps))
     say("plots and report")
-    plots = method.plots(run, doc, manifest) if method is not None else {}
-    plots.update(latency_plots(run, manifest))
-    blocks = report_blocks(doc, manifest, plots, method)
-    (run / "report.md").write_text(to_markdown(blocks, run))
-    (run / "report.html").write_text(to_html(blocks))
-    doc = plain(doc)
-    (run / "metrics.json").write_text(json.dumps(doc, indent=1) + "\n")
-    say("run tables")
-    write_live_tables(run, doc, manifest)
+    try:  # every file whole or not at all (replacing); a full disk ends the command (exit 4)
+        plots = method.plots(run, doc, manifest) if method is not None else {}
+        plots.update(latency_plots(run, manifest))
+        blocks = report_blocks(doc, manifest, plots, method)
+        doc = plain(doc)
+        for name, text in (("report.md", to_markdown(blocks, run)), ("report.html", to_html(blocks)),
+                           ("metrics.json", json.dumps(doc, indent=1) + "\n")):
+            with replacing(run / name) as tmp:
+                tmp.write_text(text)
+        say("run tables")
+        write_live_tables(run, doc, manifest)
+    except OSError as exc:
+        full = no_space(exc, run, "free some space, then analyse the run again")
+        if full is None:
+            raise
+        raise full from None
     doc["report"] = str(run / "report.html")
     return doc
 
@@ -204,7 +250,7 @@ def summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def save_figure(fig, path: Path) -> Path:
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 from types import SimpleNamespace
 
+from ntgcore.files import replacing
+
 BLUE, ORANGE, GREY, GREEN = "#1f77b4", "#d9730d", "#8c8c8c", "#2a9d55"
 PLOTS = {
     "rate": "rate.png",
@@ -67,6 +69,12 @@ def _plot_line(ax: Any, x: np.ndarray, y: np.ndarray, partial: bool, label: str)
                 label="last second (partial, not in the statistics)")
 
 
+def save(fig: Any, path: Path) -> None:
+    """The figure as PATH (its suffix the format), whole or not at all."""
+    with replacing(path) as tmp:
+        fig.savefig(tmp, format=Path(path).suffix.lstrip("."))
+
+
 def legend(ax: Any) -> None:
     """Below the axes, where it cannot hide a data point."""
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8,
@@ -92,7 +100,7 @@ def plot_rate(m: dict[str, Any], path: Path) -> Path:
     ax.set_ylim(bottom=0)
     ax.xaxis.set_major_locator(mpl().MaxNLocator(integer=True))
     legend(ax)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -115,7 +123,7 @@ def plot_throughput(m: dict[str, Any], path: Path) -> Path:
     ax.set_ylim(bottom=0)
     ax.xaxis.set_major_locator(mpl().MaxNLocator(integer=True))
     legend(ax)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -136,7 +144,7 @@ def plot_sizes(sizes: tuple[np.ndarray, np.ndarray], m: dict[str, Any], path: Pa
                    label=f"median {m['packet_size']['median']:.0f} B")
         legend(ax)
     ax.yaxis.set_major_formatter(mpl().EngFormatter())
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -152,7 +160,7 @@ def plot_flows(m: dict[str, Any], path: Path) -> Path:
     ax.xaxis.set_major_locator(mpl().MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(mpl().MaxNLocator(integer=True))
     ax.yaxis.set_major_formatter(mpl().EngFormatter())
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -172,7 +180,7 @@ def plot_timing(errors: Any, path: Path) -> Path:
         ax.set_axisbelow(True)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 

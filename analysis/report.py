@@ -20,6 +20,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from ntgcore.files import no_space, replacing
+
 from .capture import CaptureError
 from .timing import engine_key, run_timing
 from .plots import PLOTS, plot_timing, write_plots
@@ -144,17 +146,25 @@ def analyze(path: str | Path | Sequence[str | Path], out_dir: str | Path | None 
     }
 
     step("plots and report")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    plots = write_plots(stream.totals.size_histogram(), m, out / "plots")
-    if timing and len(timing[0]):
-        plots["timing"] = plot_timing(timing[0], out / "plots" / PLOTS["timing"])
-    md, page = render(doc, flows, mismatches, plots, out)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(page)
-    step("run tables")
-    tables = write_run_tables(out, doc, flows, timing[0] if timing else None, manifest,
-                              src if src.is_dir() else None)
+    try:  # every file whole or not at all (replacing); a full disk ends the command (exit 4)
+        out.mkdir(parents=True, exist_ok=True)
+        with replacing(out / "metrics.json") as tmp:
+            tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        plots = write_plots(stream.totals.size_histogram(), m, out / "plots")
+        if timing and len(timing[0]):
+            plots["timing"] = plot_timing(timing[0], out / "plots" / PLOTS["timing"])
+        md, page = render(doc, flows, mismatches, plots, out)
+        for name, text in (("report.md", md), ("report.html", page)):
+            with replacing(out / name) as tmp:
+                tmp.write_text(text)
+        step("run tables")
+        tables = write_run_tables(out, doc, flows, timing[0] if timing else None, manifest,
+                                  src if src.is_dir() else None)
+    except OSError as exc:
+        full = no_space(exc, out, "free some space, or write the report elsewhere with --out")
+        if full is None:
+            raise
+        raise full from None
     doc["report_dir"] = str(out)
     doc["files"] = sorted(str(p.relative_to(out)) for p in
                           [out / "metrics.json", out / "report.md", out / "report.html",

@@ -1,25 +1,109 @@
-"""The one way a file is replaced atomically: written under a temporary name beside it, then
-renamed over it. A reader never sees half a file, and an error or an interrupt (Ctrl-C, a
-SIGTERM turned into an exception) leaves neither a half-written file nor the temporary behind."""
+"""The one way a file is replaced atomically (`replacing`): written under a temporary name beside
+it, then renamed over it. A reader never sees half a file, and an error or an interrupt (Ctrl-C, a
+SIGTERM turned into an exception) leaves neither a half-written file nor the temporary behind.
+
+And the one way a file a user gives is read whole (`read_bounded`): at most a limit, whatever it
+is (a file, a device such as /dev/zero, a pipe such as /dev/stdin, whose size the file system
+does not know), as UTF-8 text; anything else is a BadInput that says what and where.
+
+A full file system (or quota) is said one way: `no space left on device: PATH` (`no_space_at`);
+`no_space` turns such an OSError into the NoSpace error (exit 4) a command ends with."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Iterator
+
+from .errors import BadInput, NoSpace, NtgError
+
+NO_SPACE = "no space left on device"
 
 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike) -> Iterator[Path]:
     """Yield the temporary path to write; when the block ends without an exception it becomes
     PATH (os.replace, so on the same file system); otherwise it is removed and PATH is untouched.
-    The temporary name is hidden and unique per process and thread, so writers do not collide."""
+    The temporary name is hidden and unique per process and thread, so writers do not collide.
+    An OSError that names no file, or the temporary, names PATH instead."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename in (None, str(tmp)):
+            exc.filename = str(path)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def no_space_at(path: str | os.PathLike) -> str:
+    """The one message for a file that found its file system full."""
+    return f"{NO_SPACE}: {path}"
+
+
+def no_space(exc: BaseException, where: str | os.PathLike, advice: str) -> NoSpace | None:
+    """NoSpace for EXC when it is an OSError of a full file system or quota, naming its file (else
+    WHERE, the folder being written), saying that no file was left half-written and ADVICE (what
+    to do); None for any other error. Whoever writes makes sure of the half-written part:
+    `replacing`, or removing what it wrote."""
+    if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    return no_space_error(exc.filename or where, advice)
+
+
+def no_space_error(path: str | os.PathLike, advice: str) -> NoSpace:
+    """The NoSpace error of a command that could not write PATH (and left no half of it)."""
+    return NoSpace(f"{no_space_at(path)}; no file is left half-written: {advice}")
+
+
+def write_error(exc: OSError, where: str | os.PathLike, advice: str) -> NtgError:
+    """The error a command ends with when writing its output failed with EXC: NoSpace (exit 4)
+    for a full file system (`no_space`), else BadInput (exit 2: an output place that cannot be
+    written, read-only or not permitted) naming the file (else WHERE) and ADVICE."""
+    full = no_space(exc, where, advice)
+    if full is not None:
+        return full
+    return BadInput(f"{exc.filename or where}: cannot be written ({exc.strerror or exc}); {advice}")
+
+
+def size_text(n: int) -> str:
+    """`32.0 MiB` for 2^25, `1,000 bytes` for 1000."""
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+def read_bounded(path: str | os.PathLike, limit: int, what: str = "file", hint: str = "") -> str:
+    """The UTF-8 text of PATH, read with at most LIMIT + 1 bytes in memory; BadInput (message
+    `PATH: ...`) for a missing path, a directory, a file that cannot be read, more than LIMIT
+    bytes (a regular file refused by its size, unread), or bytes that are not UTF-8 (the line and
+    byte offset of the first). WHAT names the file in the messages ("expect file"); HINT is added
+    to the too-long one (how to say the same in less)."""
+    path = Path(path)
+    too_long = f"at most {size_text(limit)} is read" + (f" ({hint})" if hint else "")
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                raise BadInput(f"{path}: the {what} is {size_text(st.st_size)}; {too_long}")
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path}: is a directory; give the {what} itself") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise BadInput(f"{path}: the {what} is longer than {size_text(limit)}; {too_long}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        utf16 = " (it looks like UTF-16)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise BadInput(f"{path}:{line}: the {what} is not UTF-8 text{utf16}: byte 0x{data[exc.start]:02x} at "
+                       f"offset {exc.start:,} ({exc.reason}); save it as UTF-8") from None

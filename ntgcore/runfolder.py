@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NoSpace, RunSetupError
-from .files import replacing
+from .files import NO_SPACE, no_space_at, replacing
 from .proc import utc_now
 
 MANIFEST = "manifest.json"
@@ -36,7 +36,6 @@ SCHEMA_VERSION = "1.1"
 RESERVE = ".reserve"
 RESERVE_BYTES = 1 << 20
 FULL_BELOW_BYTES = 64 << 10  # free space below this on the run's file system: it is full
-NO_SPACE = "no space left on device"
 
 
 def testbed_version() -> str:
@@ -130,6 +129,15 @@ def free_bytes(path: Path) -> int:
     return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
+def is_full(path: Path) -> bool:
+    """Whether the file system of `path` is full (less than FULL_BELOW_BYTES free): a tool that
+    writes there (tcpdump) may go on without saying so, so the run looks; False if it cannot tell."""
+    try:
+        return free_bytes(path) < FULL_BELOW_BYTES
+    except OSError:
+        return False
+
+
 class RunFolder:
     """A run's folder and its manifest (a plain dict, written as JSON after every change)."""
 
@@ -170,13 +178,10 @@ class RunFolder:
         """`no space left on device: PATH` when a write found the file system full or it is full
         now (checked before `finish` frees the reserve), else None."""
         if self.full_at is None:
-            try:
-                if free_bytes(self.path) >= FULL_BELOW_BYTES:
-                    return None
-            except OSError:
+            if not is_full(self.path):
                 return None
             self.full_at = self.path
-        return f"{NO_SPACE}: {self.full_at}"
+        return no_space_at(self.full_at)
 
     def write(self) -> bool:
         """Replace the manifest atomically; False (said on stderr) when the disk is full."""

@@ -1,8 +1,8 @@
 """The step executor: one step of a run, every part started in order under one exit stack.
 
     captures on -> DUT on -> (VRRP pair on) -> monitor on -> generators prepared -> (faults armed)
-    -> generators started -> until they finish, the deadline passes, a part fails or the user
-    interrupts -> stop in reverse (faults undone first) -> counters
+    -> generators started -> until they finish, the deadline passes, a part fails (also: a file of
+    its found the file system full, `Part.no_space`) or the user interrupts -> stop in reverse (faults undone first) -> counters
 
 A live generator with a `start` is started that long after the others (the attack replay's
 `attacks.start`); until then it counts as running. The entry's `generators_started_utc` is when
@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from ntgcore.endpoint import Site
 from ntgcore.errors import NtgError
+from ntgcore.files import no_space_at
 from ntgcore.generator import Progress, get_generator
 from ntgcore.proc import CommandRecord, Interrupts, utc_now
 from ntgcore.registry import GENERATORS
@@ -106,6 +107,7 @@ class StepExecutor:
         self.status, self.error = "completed", None
         self.raised: str | None = None  # the error of an exception that ended the step
         self.start_at_ns: int | None = None  # several hosts (testbed.spread): their agreed start
+        self.full_at: Path | None = None  # the file a part could not write: its file system filled
 
     # -- the parts ---------------------------------------------------------------------------
 
@@ -207,6 +209,9 @@ class StepExecutor:
         except Exception as exc:  # any failure of a part: keep the data so far, tear down
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
             self.raised = self.error
+        self.full_at = next(filter(None, (p.no_space() for p in self.parts)), None)
+        if self.full_at is not None and self.status != "interrupted":  # the cause, whatever followed
+            self.status, self.error = "failed", no_space_at(self.full_at)
         if site is not None:
             after = {p: self._counters(p) for p in points}
             self.entry["wire"] = {p: _delta(before[p], after[p]) for p in points}

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 from pathlib import Path
 
 from analysis.multiply import REPORT_STEM, multiplied_report, read_plan, write_report
 from ntgcore.errors import BadInput, NtgError
+from ntgcore.files import no_space_error, read_bounded
 from ntgcore.proc import Process
 from ntgcore.registry import GENERATORS
-from ntgcore.runfolder import RunFolder
+from ntgcore.runfolder import RunFolder, is_full
 from ntgcore.scenario import MultiplySpec, ScenarioError, load_scenario
 from ntgcore.yamlread import yaml_lines
 
 PLAN_NAME = "shadow_plan.csv"
 OUTPUT_NAME = "multiplied.pcap"
 SUMMARY_NAME = "multiply.json"
+MAX_URLS_BYTES = 64 * 2**20  # a --urls file; the engine takes 65,536 targets of up to 4,096 bytes
 __all__ = ["MultiplyParams", "analyze_multiplied", "multiply_capture", "multiply_run_folder", "read_plan",
            "rerun_report", "scenario_params"]
 
@@ -86,9 +89,21 @@ def engine_argv(binary: Path, inp: Path, out: Path, plan: Path, summary: Path, p
     return argv
 
 
+def check_urls(path: Path) -> None:
+    """BadInput unless PATH is UTF-8 text of at most MAX_URLS_BYTES without NUL bytes (the engine
+    checks each line's length and count; a UTF-16 file gave it no more than "Invalid argument")."""
+    text = read_bounded(path, MAX_URLS_BYTES, "--urls file", "one request target a line")
+    nul = text.find("\0")
+    if nul >= 0:
+        raise BadInput(f"{path}:{text.count(chr(10), 0, nul) + 1}: the --urls file holds a NUL byte at offset "
+                       f"{len(text[:nul].encode()):,}; give request targets as text, one a line")
+
+
 def multiply_capture(inp: Path, out: Path, plan: Path, summary: Path, p: MultiplyParams) -> dict:
     """Runs the engine; returns its counters. Bad input (exit 2: nothing written) raises BadInput
     with the engine's explanation; a failure while writing raises NtgError."""
+    if p.urls is not None:
+        check_urls(p.urls)
     binary = GENERATORS.get("flowengine").adapter.executable()  # the engine's adapter knows where it is
     proc = Process("flowengine multiply", engine_argv(binary, inp, out, plan, summary, p),
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
@@ -98,6 +113,9 @@ def multiply_capture(inp: Path, out: Path, plan: Path, summary: Path, p: Multipl
     if code == 2:
         raise BadInput(text.removeprefix("flowengine multiply: ") or "flowengine multiply refused the input")
     if code != 0:
+        full = next((f for f in (out, plan, summary) if f != Path(os.devnull) and is_full(f.parent)), None)
+        if full is not None:  # the engine says `Input/output error` for a full disk
+            raise no_space_error(full, "free some space, or write elsewhere (-o, --plan)")
         raise NtgError(f"flowengine multiply failed (exit status {code}): {text}")
     doc = json.loads(summary.read_text())
     if text:

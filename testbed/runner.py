@@ -39,10 +39,11 @@ from ntgcore.errors import (
     RunSetupError,
     ToolMissing,
 )
+from ntgcore.files import replacing
 from ntgcore.generator import Progress
 from ntgcore.proc import Interrupts, Tool, watch_spawns
 from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS
-from ntgcore.runfolder import RunFolder, git_info, host_info, tool_versions
+from ntgcore.runfolder import MANIFEST, RunFolder, git_info, host_info, tool_versions
 from ntgcore.scenario import GeneratorSpec, LoadedScenario, Scenario, attack_rule_paths, generator_spec
 
 from .cleanup import RunMark, cleanup
@@ -271,7 +272,8 @@ class Run:
         self.run_dir, self.manifest = self.folder.path, self.folder.manifest
         self.no_space: str | None = None  # `no space left on device: PATH` when the disk filled
         try:
-            (self.run_dir / "scenario.yaml").write_text(loaded.text)
+            with replacing(self.run_dir / "scenario.yaml") as tmp:  # whole or not at all
+                tmp.write_text(loaded.text)
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
@@ -516,6 +518,8 @@ class Run:
         try:
             return executor.run()
         finally:
+            if executor.full_at is not None and self.folder.full_at in (None, self.run_dir / MANIFEST):
+                self.folder.full_at = executor.full_at  # what filled the disk, not the manifest after it
             self._records += executor.records()
             self.manifest["commands"] = [r.as_dict() for r in self._records]
 

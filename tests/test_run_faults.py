@@ -9,10 +9,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from analysis.capture import read_capture
 from conftest import skip_or_fail
 
 REPO = Path(__file__).resolve().parent.parent
@@ -135,6 +137,29 @@ def test_a_full_disk_ends_a_live_run_with_its_exit_status_and_a_final_manifest(
     assert m["steps"][0]["loss"]["wire"] > 0  # what was measured is kept
     assert (run_dir / "capture.pcap").stat().st_size > 1_000_000
     assert namespaces() == before and not list((tmp_path / "marks").glob("*.json"))
+
+
+@needs_root
+def test_a_live_run_stops_its_step_when_the_capture_fills_the_disk_and_counts_what_it_holds(
+        tmp_path, small_disk):  # fmt: skip
+    # drone at top speed, 64-byte frames: tcpdump fills 3 MiB in well under a second, and goes
+    # on counting packets it cannot write; the step must stop then, not at its 8 s
+    if not shutil.which("drone"):
+        skip_or_fail("drone is not installed (apt-get install ostinato, or ./bootstrap.sh test)")
+    res = cli("run", REPO / "scenarios" / "seed001-ostinato.yaml", "--out", small_disk, "--duration", "8s",
+              "-q", marks=tmp_path / "marks")  # fmt: skip
+    run_dir, m = assert_failed_for_no_space(res, small_disk)  # no traceback of any thread either
+    capture = run_dir / "capture.pcap"
+    assert m["error"] == f"no space left on device: {capture}"  # what filled, not the manifest after it
+    assert f"run failed: no space left on device: {capture};" in res.stderr
+    step = m["steps"][0]
+    assert step["status"] == "failed" and step["error"] == f"no space left on device: {capture}"
+    in_file = len(read_capture(capture))
+    assert step["capture"]["captured"] == step["loss"]["captured"] == in_file > 0
+    assert step["capture"]["captured_by_tcpdump"] >= in_file
+    took = (datetime.fromisoformat(step["finished_utc"].rstrip("Z"))
+            - datetime.fromisoformat(step["generators_started_utc"].rstrip("Z"))).total_seconds()
+    assert took < 6, took  # the generator stopped when the disk filled (then ~3 s of orderly stop)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
+from ntgcore.files import replacing
 from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin, Progress
 from ntgcore.proc import Tool
 from ntgcore.scenario import GeneratorSpec
@@ -208,8 +209,18 @@ class Ostinato(Generator):
             self._fail(f"{type(exc).__name__}: {exc}")
         finally:
             client.close()
-            with open(self.run_dir / "ostinato-stats.json", "w") as out:
-                json.dump(self._stats, out, indent=2)
+            self._write_stats()
+
+    def _write_stats(self) -> None:
+        """ostinato-stats.json, whole or not at all; a full disk fails the generator (naming
+        the file) instead of ending the monitor thread with a traceback."""
+        path = self.run_dir / "ostinato-stats.json"
+        try:
+            with replacing(path) as tmp:
+                tmp.write_text(json.dumps(self._stats, indent=2))
+        except OSError as exc:
+            if self._status != "failed":
+                self._fail(f"cannot write {path}: {exc.strerror or exc}")
 
     def _read_stats(self, client, names: dict[str, int]) -> dict[str, dict]:
         reply = client.call("getStats", client.port_list(*names.values()))

@@ -11,6 +11,7 @@ from typing import Callable
 
 from analysis.capture import CaptureError, read_capture
 from ntgcore.endpoint import Endpoint, PowerSwitch
+from ntgcore.files import no_space_at
 from ntgcore.generator import Generator
 from ntgcore.proc import CommandRecord, Tool
 from ntgcore.scenario import CaptureSpec, DutSpec, GeneratorSpec
@@ -31,6 +32,11 @@ class Part(abc.ABC):
     def start(self, abort: Callable[[], bool]) -> None: ...
 
     def problem(self) -> str | None:
+        return None
+
+    def no_space(self) -> Path | None:
+        """The file this part could not write because its file system is full (its `problem`
+        then says so): the step stops and names it."""
         return None
 
     @abc.abstractmethod
@@ -75,9 +81,14 @@ class CapturePart(Part):
         self.tcpdump.start()
 
     def problem(self) -> str | None:
+        if self.no_space() is not None:
+            return no_space_at(self.no_space())
         if self.tcpdump.running():
             return None
         return f"the capture ended during the step: {self.tcpdump.record.status}"
+
+    def no_space(self) -> Path | None:
+        return self.tcpdump.filled()
 
     def stop(self) -> dict:
         self.tcpdump.stop()
@@ -109,6 +120,8 @@ class Dut(Part):
         self._ended_at: float | None = None
 
     def problem(self) -> str | None:
+        if self.no_space() is not None:
+            return no_space_at(self.no_space())
         if self.impl is None or self.impl.running() or self.powered_off:
             return None
         if self.died is None and isinstance(self.endpoint, PowerSwitch):
@@ -123,6 +136,9 @@ class Dut(Part):
             self.died = (f"the device under test ({self.kind}) ended during the step: "
                          f"{self.impl.record.status}")
         return self.died
+
+    def no_space(self) -> Path | None:
+        return self.impl.filled() if isinstance(self.impl, Tcpdump) else None
 
     def stop(self) -> dict:
         if self.impl is None:
@@ -202,6 +218,12 @@ class MonitorPart(Part):
 
     def start(self, abort) -> None:
         self.sampler.start()
+
+    def problem(self) -> str | None:
+        return no_space_at(self.sampler.full_at) if self.sampler.full_at is not None else None
+
+    def no_space(self) -> Path | None:
+        return self.sampler.full_at
 
     def stop(self) -> dict:
         return self.sampler.stop()

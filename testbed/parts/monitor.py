@@ -15,11 +15,15 @@ them, so they are empty the first time a process or thread is seen (processes th
 when the sampler starts get a baseline at t=0). A process that exits between ticks just stops
 having rows. `stop()` returns a summary with the sampler's own CPU cost (its thread's CPU time
 over wall time).
+
+A write that finds the file system full ends the sampling without a traceback: `full_at` is then
+the CSV (the run stops the step and names it), and the summary's `errors` say so.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import threading
 import time
@@ -27,6 +31,8 @@ from pathlib import Path
 from typing import Callable
 
 import psutil
+
+from ntgcore.files import no_space_at
 
 COLUMNS = ("t", "kind", "label", "pid", "tid", "name", "cpu_percent", "rss_bytes", "mem_percent",
            "num_threads")  # fmt: skip
@@ -119,6 +125,7 @@ class Sampler:
         self._sys_at = 0.0
         self._mem_total = psutil.virtual_memory().total
         self.errors: list[str] = []
+        self.full_at: Path | None = None  # the CSV, once a write found its file system full
 
     def start(self) -> "Sampler":
         if self._thread is not None:
@@ -166,11 +173,14 @@ class Sampler:
                 if self._stop.wait(max(0.0, due - time.monotonic())):
                     break
         except Exception as exc:  # never take the run down; say what happened in the summary
-            self.errors.append(f"sampler stopped: {type(exc).__name__}: {exc}")
+            self._failed(exc)
         finally:
             wall = time.monotonic() - self._t0
             cpu = time.thread_time() - cpu0
-            self._file.close()
+            try:
+                self._file.close()  # closed also when its last flush fails
+            except OSError as exc:
+                self._failed(exc)
             self._summary = {
                 "hz": self.hz,
                 "ticks": ticks,
@@ -182,6 +192,15 @@ class Sampler:
                 "errors": list(self.errors),
                 "csv": str(self.out_csv),
             }
+
+    def _failed(self, exc: Exception) -> None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if self.full_at is not None:
+                return
+            self.full_at = self.out_csv
+            self.errors.append(f"sampler stopped: {no_space_at(self.out_csv)}")
+            return
+        self.errors.append(f"sampler stopped: {type(exc).__name__}: {exc}")
 
     def _targets(self) -> list[tuple[str, psutil.Process]]:
         try:

@@ -9,6 +9,11 @@ and on `stop()` interrupts it and parses its closing statistics into `stats()`:
     received_by_filter    packets that reached the socket and matched the filter
     dropped_by_kernel     packets the socket's buffer had no room for (`-B` too small, reader too slow)
     dropped_by_interface  packets the interface dropped, when libpcap can tell (else None)
+
+tcpdump does not stop when its file system fills up: it goes on counting packets it can no
+longer write. `filled()` tells (the file's file system is full: the step stops), and then
+`captured` is the packets the file really holds, read back (tcpdump's own count is kept as
+`captured_by_tcpdump`).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from analysis.capture import CaptureError, iter_capture
 from ntgcore.errors import NtgError
 from ntgcore.proc import CommandRecord, Process
+from ntgcore.runfolder import is_full
 
 STAT_KEYS = ("captured", "received_by_filter", "dropped_by_kernel", "dropped_by_interface")
 _STAT_LINES = {
@@ -97,6 +104,7 @@ class Tcpdump:
         self._reader: threading.Thread | None = None
         self._stats: dict[str, int | None] = dict.fromkeys(STAT_KEYS)
         self._stopped = False
+        self._filled: Path | None = None
 
     @property
     def record(self) -> CommandRecord:
@@ -166,7 +174,18 @@ class Tcpdump:
         if self._reader:
             self._reader.join(5)
         self._stats = parse_stats(self.stderr_text)
+        if self._filled is not None:  # tcpdump counted packets it could not write
+            self._stats["captured_by_tcpdump"] = self._stats["captured"]
+            self._stats["captured"] = packets_in(self.out)
         return self.stats()
+
+    def filled(self) -> Path | None:
+        """The output file once its file system is full (latched): tcpdump cannot write any more
+        of what it captures, and does not say so."""
+        if (self._filled is None and self._proc.popen is not None and not self._stopped
+                and self.out.is_file() and is_full(self.out)):
+            self._filled = self.out
+        return self._filled
 
     def _wait_quiet(self, settle: float) -> None:
         size, since, deadline = -1, time.monotonic(), time.monotonic() + 10
@@ -183,3 +202,11 @@ class Tcpdump:
 
     def running(self) -> bool:
         return self._proc.popen is not None and self._proc.poll() is None
+
+
+def packets_in(path: Path) -> int:
+    """The complete packets a capture file holds (a record cut by a full disk is not one)."""
+    try:
+        return sum(len(chunk) for chunk in iter_capture(path, reuse=True))
+    except CaptureError:  # not even the file header was written
+        return 0
