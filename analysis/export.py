@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ntgcore.errors import BadInput
-from ntgcore.files import no_space
+from ntgcore.files import write_error
 from ntgcore.runfolder import SCHEMA_VERSION, testbed_version
 
 from .capture import CHUNK_PACKETS, Capture, CaptureError, iter_capture
@@ -315,10 +315,13 @@ def export_captures(paths: list[str | os.PathLike], out: str | os.PathLike, *,
     out = Path(out)
     check_inputs(srcs)
     _place(out, replace)
-    out.parent.mkdir(parents=True, exist_ok=True)
     work = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+    except OSError as exc:
+        raise write_error(exc, out, "export into a folder elsewhere") from None
     names = _names(srcs)
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "testbed_version": testbed_version(),
@@ -346,10 +349,9 @@ def export_captures(paths: list[str | os.PathLike], out: str | os.PathLike, *,
             os.rename(work, out)
     except BaseException as exc:
         shutil.rmtree(work, ignore_errors=True)  # nothing half-written; an earlier export is kept
-        full = no_space(exc, out, "free some space, or export into a folder elsewhere")
-        if full is None:
-            raise
-        raise full from None
+        if isinstance(exc, OSError) and exc.errno is not None:  # the file system said no
+            raise write_error(exc, out, "free some space, or export into a folder elsewhere") from None
+        raise
     return doc
 
 

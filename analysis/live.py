@@ -18,7 +18,7 @@ from typing import Any, Callable, Protocol
 
 import pandas as pd
 
-from ntgcore.files import no_space, replacing
+from ntgcore.files import replacing, write_error
 
 from .capture import CaptureError
 from .metrics import plain
@@ -220,10 +220,7 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
         say("run tables")
         write_live_tables(run, doc, manifest)
     except OSError as exc:
-        full = no_space(exc, run, "free some space, then analyse the run again")
-        if full is None:
-            raise
-        raise full from None
+        raise write_error(exc, run, "free some space, then analyse the run again") from None
     doc["report"] = str(run / "report.html")
     return doc
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from ntgcore.files import no_space, replacing
+from ntgcore.files import replacing, write_error
 
 from .capture import CaptureError
 from .timing import engine_key, run_timing
@@ -33,6 +33,8 @@ RUN_FOLDER = "a run folder holding capture.pcap (see results/README.md) or a pca
 PER_SECOND_ROWS_MAX = 300
 LINK_TYPES = {0: "BSD loopback", 1: "Ethernet", 101: "raw IP", 113: "Linux cooked (SLL)",
               228: "raw IPv4", 229: "raw IPv6", 276: "Linux cooked v2 (SLL2)"}
+# the link types whose frames the capture reader decodes to IP (analysis/native/pcapread.c, LT_*)
+DECODED_LINK_TYPES = frozenset({0, 1, 12, 14, 101, 108, 113, 228, 229, 276})
 
 
 # What a manifest status other than `completed` means for the numbers of a report.
@@ -110,6 +112,12 @@ def analyze(path: str | Path | Sequence[str | Path], out_dir: str | Path | None 
                                   "link_type": f.link_type, "ts_resolution": f.ts_resolution,
                                   "file_bytes": f.file_bytes, "packets": f.packets}
                                  for f in stream.files]
+    undecoded = [{"path": str(f.path), "link_type": f.link_type, "packets": f.packets}
+                 for f in stream.files if f.link_type not in DECODED_LINK_TYPES]
+    for u in undecoded:
+        warnings.append(f"{u['path']}: link type {u['link_type']} is not one the analysis decodes "
+                        f"({', '.join(sorted(LINK_TYPES.values()))}): its {u['packets']:,} packets are "
+                        "counted in packets, bytes and rates, but no flow, address or port is read from them")
     capture_problem = None
     for where, problem in stream.problems:
         if capture_problem is None:
@@ -138,6 +146,7 @@ def analyze(path: str | Path | Sequence[str | Path], out_dir: str | Path | None 
         "run": run_info,
         "capture": capture_info,
         "capture_problem": capture_problem,
+        "undecoded_link_types": undecoded,
         "incomplete_run": unfinished_run(manifest) if manifest else None,
         "warnings": warnings,
         **m,
@@ -161,10 +170,7 @@ def analyze(path: str | Path | Sequence[str | Path], out_dir: str | Path | None 
         tables = write_run_tables(out, doc, flows, timing[0] if timing else None, manifest,
                                   src if src.is_dir() else None)
     except OSError as exc:
-        full = no_space(exc, out, "free some space, or write the report elsewhere with --out")
-        if full is None:
-            raise
-        raise full from None
+        raise write_error(exc, out, "free some space, or write the report elsewhere with --out") from None
     doc["report_dir"] = str(out)
     doc["files"] = sorted(str(p.relative_to(out)) for p in
                           [out / "metrics.json", out / "report.md", out / "report.html",

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import struct
 import subprocess
 from decimal import Decimal
 from pathlib import Path
@@ -15,6 +16,7 @@ from scapy.utils import wrpcap
 
 from analysis import CaptureError, analyze
 from analysis.tables import read_table
+from testbed.cli import main
 
 pytestmark = pytest.mark.usefixtures("pcaplib")
 
@@ -216,3 +218,26 @@ def test_flowengine_run_folder_checks_agree(tmp_path, flowengine_bin):
     assert {"packets", "bytes (frames on the wire)", "flows (distinct 5-tuples)",
             "duration first→last packet (ns)", "flows with the engine's packet count",
             "flows with the engine's byte count"} <= names
+
+
+def test_a_link_type_the_analysis_cannot_decode_is_said_and_exits_3(tmp_path, capsys):
+    """An 802.11 capture (link type 105): its packets count, no flow can be read from them; the
+    command says so and exits 3 instead of reporting 0 flows in silence."""
+    pcap = tmp_path / "wifi.pcap"
+    frames = [b"\x80\x00" + bytes(30) for _ in range(5)]
+    with open(pcap, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 105))
+        for i, frame in enumerate(frames):
+            f.write(struct.pack("<IIII", 1_700_000_000 + i, 0, len(frame), len(frame)) + frame)
+    code = main(["analyze", str(pcap), "--out", str(tmp_path / "out"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "link type 105 is not one the analysis decodes" in err and "5 packets" in err
+    doc = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert doc["packets"] == 5
+    assert doc["undecoded_link_types"] == [{"path": str(pcap), "link_type": 105, "packets": 5}]
+    assert any("link type 105" in w for w in doc["warnings"])
+    ether = tmp_path / "ether.pcap"
+    wrpcap(str(ether), [Ether() / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(dport=9) / Raw(b"x")])
+    assert main(["analyze", str(ether), "--out", str(tmp_path / "ok"), "-q"]) == 0
+    assert json.loads((tmp_path / "ok" / "metrics.json").read_text())["undecoded_link_types"] == []
