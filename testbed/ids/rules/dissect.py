@@ -16,28 +16,32 @@ an exploit is malformed for that application by design.
 
 Sessions are matched to packets by their address pair and ports (every rule has its own address
 pair). `dissect_manifest(manifest)` does the same from a manifest file (`synth.write_manifest`).
+
+pyshark runs in a worker process of its own (dissect_worker.py, through `ntgcore.proc.Process`),
+which streams each packet's layers and problems back: its child watcher then sees tshark's exit
+whoever else reaps children in the calling process, and its SIGCHLD handler never lands there.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import warnings
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyshark
-
 from ntgcore.errors import NtgError, ToolMissing
 from ntgcore.packets import short_address
+from ntgcore.proc import Process
 
 # our application names -> Wireshark's protocol (layer) names
 DISSECTORS = {"http": "http", "ftp": "ftp", "smtp": "smtp", "pop3": "pop", "imap": "imap", "sip": "sip",
               "dns": "dns", "tls": "tls", "ssl": "tls", "dcerpc": "dcerpc", "ssh": "ssh", "telnet": "telnet",
               "tcp": "tcp", "udp": "udp", "icmp": "icmp"}
-SEVERITY_ERROR = 0x00800000          # Wireshark's PI_ERROR
-MALFORMED = "_ws.malformed"
 INSTALL_HINT = "tshark is not installed: apt-get install tshark"
+# run by path: it imports nothing of the project (see dissect_worker.py)
+WORKER = Path(__file__).resolve().parent / "dissect_worker.py"
 
 
 class DissectError(NtgError):
@@ -59,75 +63,12 @@ def _key(a: str, ap: int, b: str, bp: int) -> frozenset:
     return frozenset(((a, ap), (b, bp)))
 
 
-def _field_values(layer, name: str) -> list[str]:
-    f = layer.get_field(name)
-    if f is None:
-        return []
-    return [x.show for x in f.all_fields]
-
-
-def _packet_problems(pkt, want: str) -> tuple[list[str], list[str]]:
-    """(problems at or below the `want` layer, problems above it) of one packet."""
-    names = [layer.layer_name.lower() for layer in pkt.layers]
-    top = names.index(want) if want in names else len(names)
-    own: list[str] = []
-    above: list[str] = []
-    for pos, layer in enumerate(pkt.layers):
-        # a malformed packet is the fault of the dissector that ran last before the marker
-        where = pos - 1 if layer.layer_name == MALFORMED else pos
-        out = above if where > top else own
-        severities = _field_values(layer, "_ws_expert_severity")
-        messages = _field_values(layer, "_ws_expert_message")
-        for k, sev in enumerate(severities):
-            try:
-                level = int(sev)
-            except ValueError:
-                continue
-            if level >= SEVERITY_ERROR:
-                msg = messages[k] if k < len(messages) else "expert error"
-                what = (f"malformed {names[where]}" if layer.layer_name == MALFORMED
-                        else f"expert error in {layer.layer_name}")
-                out.append(f"frame {pkt.number}: {what}: {msg}")
-        if layer.layer_name == MALFORMED and not severities:
-            out.append(f"frame {pkt.number}: malformed {names[where]}")
-    return own, above
-
-
-def _packet_key(pkt) -> frozenset | None:
-    if hasattr(pkt, "ip"):
-        net, proto = pkt.ip, pkt.ip.proto
-    elif hasattr(pkt, "ipv6"):
-        net, proto = pkt.ipv6, pkt.ipv6.nxt
-    else:
-        return None
-    src, dst = short_address(net.src), short_address(net.dst)
-    # the outer header's transport (an ICMP error quotes an inner UDP or TCP header)
-    transport = {"6": "tcp", "17": "udp"}.get(proto)
-    if transport and hasattr(pkt, transport):
-        t = getattr(pkt, transport)
-        return _key(src, int(t.srcport), dst, int(t.dstport))
-    return _key(src, 0, dst, 0)
-
-
 def _wanted(d: Dissected) -> str:
     """Wireshark's name for the session's protocol (ICMP over IPv6 is `icmpv6`)."""
     want = DISSECTORS.get(d.app, d.app)
     if want == "icmp" and ":" in d.client:
         return "icmpv6"
     return want
-
-
-def _drop_child_watcher() -> None:
-    """Undo what pyshark does to the process: it sets a SIGCHLD handler and a wakeup fd (a
-    SafeChildWatcher, which it needs: asyncio's threaded watcher loses races with subprocess's own
-    reaping) on an event loop that no longer runs once it is done; every later child exit would
-    then write to a pipe nobody reads."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)   # child watchers: deprecated in 3.12
-        watcher = asyncio.get_child_watcher()
-        if isinstance(watcher, asyncio.SafeChildWatcher):
-            watcher.close()
-            asyncio.set_child_watcher(None)
 
 
 def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
@@ -139,29 +80,58 @@ def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
     for r, d in zip(rows, out):
         ports = (r["cport"], r["sport"]) if r.get("proto") in ("tcp", "udp") else (0, 0)
         index.setdefault(_key(d.client, ports[0], d.server, ports[1]), []).append(d)
-    try:
-        cap = pyshark.FileCapture(str(pcap), keep_packets=False)
-        try:
-            for pkt in cap:
-                key = _packet_key(pkt)
-                for d in index.get(key, ()) if key else ():
-                    d.protocols.update(layer.layer_name.lower() for layer in pkt.layers)
-                    own, above = _packet_problems(pkt, _wanted(d))
-                    d.problems += own
-                    d.payload_problems += above
-        finally:
-            cap.close()
-            _drop_child_watcher()
-    except pyshark.tshark.tshark.TSharkNotFoundException:
-        raise ToolMissing(INSTALL_HINT) from None
-    except pyshark.capture.capture.TSharkCrashException as exc:
-        raise DissectError(f"{pcap}: tshark failed: {exc}") from None
+    for pkt in _worker_packets(pcap):
+        key = _key(short_address(pkt["src"]), pkt["sport"], short_address(pkt["dst"]), pkt["dport"])
+        names = pkt["layers"]
+        for d in index.get(key, ()):
+            d.protocols.update(names)
+            want = _wanted(d)
+            top = names.index(want) if want in names else len(names)
+            # at or below the intended protocol: ours; above it: the rule's own bytes
+            d.problems += [text for where, text in pkt["problems"] if where <= top]
+            d.payload_problems += [text for where, text in pkt["problems"] if where > top]
     for d in out:
         want = _wanted(d)
         if want not in d.protocols:
             seen = ", ".join(sorted(p for p in d.protocols if p not in ("eth", "ip", "ipv6"))) or "nothing"
             d.problems.insert(0, f"not dissected as {want} (saw: {seen})")
     return out
+
+
+def _worker_packets(pcap: str | Path):
+    """The worker's `packet` events for PCAP, as they come; its failure raised as ToolMissing
+    (no tshark) or DissectError. Interrupted, the worker (and its tshark) is stopped."""
+    with tempfile.TemporaryFile() as err:
+        proc = Process("dissect", [sys.executable, str(WORKER), str(pcap)], stdout=subprocess.PIPE,
+                       stderr=err).start()
+        assert proc.popen is not None and proc.popen.stdout is not None
+        end: dict = {}
+        try:
+            with proc.popen.stdout as lines:
+                for line in lines:
+                    try:
+                        event = json.loads(line)
+                    except ValueError:  # cut short (the worker was killed while writing)
+                        end = {"message": f"unreadable output of the worker: {line[:80]!r}"}
+                        break
+                    if event["event"] == "packet":
+                        yield event
+                    else:
+                        end = event
+        except BaseException:
+            proc.stop(grace=1)
+            raise
+        proc.wait()
+        if end.get("event") == "done":
+            return
+        if end.get("kind") == "tshark-missing":
+            raise ToolMissing(INSTALL_HINT)
+        if end.get("kind") == "tshark-failed":
+            raise DissectError(f"{pcap}: tshark failed: {end['message']}")
+        err.seek(0)
+        tail = [x for x in err.read().decode(errors="replace").splitlines() if x.strip()][-1:]
+        why = end.get("message") or (tail[0] if tail else proc.record.status)
+        raise DissectError(f"{pcap}: the dissection failed: {why}")
 
 
 def dissect_manifest(manifest: str | Path, pcap: str | Path | None = None) -> list[Dissected]:
