@@ -519,11 +519,18 @@ class _Applier:
         for role in t.namespaces:
             ns = t.netns(role)
             if ns not in present:
-                self.do(f"create namespace {ns}", "ip", "netns", "add", ns)
-                fresh.add(ns)
+                # The mark first: a kill -9 between the two then leaves a namespace that cleanup
+                # knows as ours, or a mark of a namespace never made (cleanup removes it too).
                 if not self.dry_run:
                     MARKS.mkdir(parents=True, exist_ok=True)
                     (MARKS / ns).write_text("made by ntg-testbed (testbed/topology.py)\n")
+                try:
+                    self.do(f"create namespace {ns}", "ip", "netns", "add", ns)
+                except TopologyCommandError as exc:  # not made here (or someone else's now): unmark
+                    if "File exists" in str(exc) or ns not in _netns_list(t):
+                        (MARKS / ns).unlink(missing_ok=True)
+                    raise
+                fresh.add(ns)
             want = _sysctls(t, role)
             if ns in fresh and self.dry_run:
                 now: dict[str, str] = {}
@@ -643,6 +650,11 @@ def discard_namespaces(names: list[str], dry_run: bool = False) -> list[str]:
     present = _netns_list(None)
     for ns in names:
         if ns not in present:
+            if (MARKS / ns).exists():  # marked, then killed before `ip netns add`
+                steps.append(f"{'would remove' if dry_run else 'removed'} the mark of namespace {ns}, "
+                             f"which was never made")
+                if not dry_run:
+                    (MARKS / ns).unlink(missing_ok=True)
             continue
         if not (MARKS / ns).exists():
             steps.append(f"namespace {ns} was not made by ntg-testbed (no mark in {MARKS}): left alone")
