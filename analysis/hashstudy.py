@@ -43,6 +43,8 @@ from ntgcore.errors import BadInput
 PREFIXES = {8: 0x64000000, 16: 0x64640000, 24: 0x64640000}  # 100.0.0.0/8, 100.100.0.0/16, /24
 DEFAULT_FLOWS = (250_000, 500_000, 750_000, 1_000_000)  # seed 002's range
 MAX_FLOWS = 16_000_000
+MAX_REPEATS = 100  # seed 002 drew 3 times; 100 draws of the default study hash 1.2 G keys
+MAX_ROWS = 1_000_000  # result rows (a flow count or a spread bin of a hash x key x prefix x draw) held
 KEYS = {"flowid": 37, "tuple": 13}
 BINS = 100
 ALPHA = 0.001  # per hash and key: about 2 % false alarms over a default run's 22 verdicts
@@ -238,6 +240,12 @@ def check_request(req: StudyRequest) -> StudyRequest:
             raise BadInput(f"--keys {k}: known keys are {', '.join(KEYS)}")
     if req.repeats < 1:
         raise BadInput(f"--repeats {req.repeats}: must be >= 1")
+    if req.repeats > MAX_REPEATS:
+        raise BadInput(f"--repeats {req.repeats:,}: too large: at most {MAX_REPEATS}")
+    rows = len(req.hashes) * len(req.keys) * len(req.prefixes) * req.repeats * (len(set(req.flows)) + BINS)
+    if rows > MAX_ROWS:  # checked before anything is allocated: the rows are kept until the end
+        raise BadInput(f"the study would make {rows:,} result rows (hashes x keys x prefixes x repeats x "
+                       f"(flow counts + {BINS} spread bins)); at most {MAX_ROWS:,}: ask for fewer")
     problem = memory_problem(req.flows, psutil.virtual_memory().available)
     if problem:
         raise BadInput(problem)

@@ -153,6 +153,13 @@ def plot_fig4(rows: pd.DataFrame, path: Path, struct: str = "chain", sizes: int 
     """Chain-length (probe) PDF, log y, for a few sizes, a line per hash, on the first feed that
     is not deterministic; P(L=1) and E[L] in the legend."""
     ok = rows[~rows["timed_out"].astype(bool)]
+    if ok.empty:  # every cell timed out: no probe counts to draw, and the figure says so
+        fig, axes = _fig(7.5, 3.4)
+        axes[0][0].text(0.5, 0.5, "no probe counts: every cell timed out (raise --cell-timeout)",
+                        transform=axes[0][0].transAxes, ha="center", va="center", fontsize=9, color="grey")
+        fig.suptitle("Fig. 4: chain-length PDF", x=0.01, ha="left", fontsize=10)
+        fig.savefig(path)
+        return path
     feeds = [f for f in dict.fromkeys(ok["feed"]) if feed_class(f) != "deterministic"] or list(ok["feed"][:1])
     sel = ok[(ok["feed"] == feeds[0]) & (ok["struct"] == (struct if struct in set(ok["struct"]) else ok["struct"].iloc[0]))]
     all_sizes = sorted(sel["size"].unique())

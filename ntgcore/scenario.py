@@ -33,7 +33,8 @@ from pydantic import (
 from .errors import BadInput
 from .registry import GENERATORS
 from .units import parse_duration_ns, parse_rate_pps, period_ns_from_rate
-from .yamlread import YamlProblem, check_size, gc_paused, read_yaml, yaml_lines
+from .files import read_bounded
+from .yamlread import MAX_BYTES, YamlProblem, gc_paused, read_yaml, yaml_lines
 
 SCENARIO_VERSION = 1
 MAX_FRAME = 65535  # the pcap snap length the engine writes
@@ -1249,15 +1250,10 @@ def _live_address_problems(scenario: Scenario, file: str, lines: _LazyLines) -> 
 
 def load_scenario(path: str | Path) -> LoadedScenario:
     path = Path(path)
-    try:
-        check_size(path.stat().st_size, str(path))  # before reading it
-        text = path.read_text(encoding="utf-8")
-    except YamlProblem as exc:
-        raise ScenarioError(exc.problems) from None
-    except FileNotFoundError:
-        raise ScenarioError([f"{path}: no such file"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError([f"{path}: cannot read: {exc}"]) from None
+    try:  # also a device or a pipe (/dev/stdin), whose size is known only by reading it
+        text = read_bounded(path, MAX_BYTES, "file", "describe many similar flows with one flow and `repeat`")
+    except BadInput as exc:
+        raise ScenarioError([str(exc)]) from None
     scenario = parse_scenario(text, str(path))
     if scenario.attacks is not None:
         _check_attack_files(scenario.attacks, path, text)

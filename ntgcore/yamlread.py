@@ -23,6 +23,7 @@ which keeps the line map (several times the size of the data) out of every succe
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +33,7 @@ from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
 from .errors import BadInput
+from .files import size_text as _size
 
 MAX_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 64
@@ -43,6 +45,8 @@ _RESOLVER = Resolver()
 _CONSTRUCTOR = SafeConstructor()
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
+_INT = "tag:yaml.org,2002:int"
+_MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300  # Python's own limit on int(text)
 _COLLECTION_TAGS = {None, "!", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
 _PLAIN = (True, False)
 _TOO_MANY = (f"more than {MAX_NODES:,} values, each alias counted as all the values it stands "
@@ -69,10 +73,6 @@ def where(path: tuple) -> str:
         else:
             text += ("." if text else "") + str(part)
     return text or "(top level)"
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
 def check_size(n: int, file: str) -> None:
@@ -105,6 +105,11 @@ def _scalar(event: Any) -> Any:
 def _construct(tag: str, event: Any) -> Any:
     if tag == _MERGE:
         return _MergeKey
+    if tag == _INT and len(event.value) > _MAX_INT_DIGITS:  # Python would say "not a valid int"
+        digits = sum(c.isdigit() for c in event.value)
+        if digits > _MAX_INT_DIGITS:
+            raise ValueError(f"too large: an integer of {digits:,} digits (at most {_MAX_INT_DIGITS:,} "
+                             "digits are read; no value here needs as many)")
     make = SafeConstructor.yaml_constructors.get(tag)
     if make is None or tag in ("tag:yaml.org,2002:seq", "tag:yaml.org,2002:map",
                                "tag:yaml.org,2002:omap", "tag:yaml.org,2002:pairs", "tag:yaml.org,2002:set"):

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import pandas as pd
 import psutil
 
-from analysis.matchsweep import ROWS_NAME, load_rows, rows_table
+from analysis.matchsweep import FIGURES, ROWS_NAME, load_rows, rows_table
 from ntgcore.errors import BadInput, NtgError
 from ntgcore.files import replacing
 from ntgcore.proc import Interrupted, Process
@@ -35,6 +35,9 @@ DEFAULT_STRUCTS = ["chain", "tree"]
 DEFAULT_HASHES = ["coralreef", "lookup3", "murmur3_32"]
 DEFAULT_FEEDS = ["det", "uniform:1000000"]
 CELL_TIMEOUT_S = 120.0
+MAX_CELLS = 100_000  # cells of one sweep (each a process; rows.parquet is rewritten after each)
+MAX_PACKETS = 2**63 - 1  # the engine counts in 64 bits
+MAX_SIZE_LOG2 = 63  # --sizes up to 2^63 (the engine's own memory check refuses what does not fit)
 REQUEST_NAME = "request.json"  # what the sweep in a folder was asked for: `--resume` must match it
 _SAME = ("structs", "hashes", "sizes", "feeds", "packets", "repeats")
 _NEED = re.compile(r"([0-9.]+) GiB in all")
@@ -66,12 +69,19 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def _size(t: str) -> int:
+    power = t.startswith("2^")
+    digits = t[2:] if power else t
+    if digits.isascii() and digits.isdigit() and (len(digits) > 19 or power and int(digits) > MAX_SIZE_LOG2):
+        # before 2 ** K or int() of it: 2^1000000000000 would not end, 100,001 digits not parse
+        raise BadInput(f"--sizes {t[:40]}{'...' if len(t) > 40 else ''}: too large: at most 2^{MAX_SIZE_LOG2}")
     try:
-        n = 2 ** int(t[2:]) if t.startswith("2^") else int(float(t)) if "e" in t else int(t)
-    except ValueError:
-        raise BadInput(f"--sizes {t!r}: give N or 2^K") from None
+        n = 2 ** int(digits) if power else int(float(t)) if "e" in t else int(t)
+    except (ValueError, OverflowError):
+        raise BadInput(f"--sizes {t[:40]!r}: give N or 2^K") from None
     if n < 1:
         raise BadInput(f"--sizes {t}: a size is at least 1")
+    if n > 2**MAX_SIZE_LOG2:
+        raise BadInput(f"--sizes {t}: too large: at most 2^{MAX_SIZE_LOG2}")
     return n
 
 
@@ -114,6 +124,14 @@ def check_request(req: SweepRequest, binary: Path, available: int | None = None)
             raise BadInput(f"{what}: nothing to sweep")
     if req.packets < 1 or req.repeats < 1:
         raise BadInput("--packets and --repeats must be >= 1")
+    if req.packets > MAX_PACKETS:
+        raise BadInput(f"--packets {req.packets:,}: too large: at most {MAX_PACKETS:,}")
+    cells = req.repeats * len(req.feeds) * len(req.sizes) * len(req.structs) * len(req.hashes)
+    if cells > MAX_CELLS:  # before the list of cells is made
+        raise BadInput(f"the sweep has {cells:,} cells (repeats x feeds x sizes x structs x hashes); at most "
+                       f"{MAX_CELLS:,}: lower --repeats or sweep fewer sizes")
+    if not 0 < req.cell_timeout_s < float("inf"):
+        raise BadInput(f"--cell-timeout {req.cell_timeout_s}: must be a number of seconds > 0")
     available = psutil.virtual_memory().available if available is None else available
     per_flow: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -171,14 +189,21 @@ def resumed_rows(req: SweepRequest, out: Path) -> list[dict[str, Any]]:
 
 
 def run_sweep(req: SweepRequest, out: Path, progress: Callable[[str], None] | None = None,
-              resume: bool = False) -> pd.DataFrame:
+              resume: bool = False, replace: bool = False) -> pd.DataFrame:
     """Every cell of REQ (checked first), rows.parquet rewritten after each (atomically). A cell
     that runs past the timeout is kept as a row with `timed_out` and no rate. RESUME: keep the
-    rows an interrupted sweep of the same request left in OUT and run only the other cells."""
+    rows an interrupted sweep of the same request left in OUT and run only the other cells.
+    REPLACE: drop the sweep in OUT first. OUT holding a sweep without either is refused."""
+    if not resume and not replace and ((out / ROWS_NAME).is_file() or (out / REQUEST_NAME).is_file()):
+        raise BadInput(f"{out} holds a sweep already ({ROWS_NAME}, {REQUEST_NAME}): use --resume to go on "
+                       "or --replace to start over (or choose another --out)")
     binary = GENERATORS.get("flowengine").adapter.executable()
     check_request(req, binary)
     rows: list[dict[str, Any]] = resumed_rows(req, out) if resume else []
     out.mkdir(parents=True, exist_ok=True)
+    if replace:  # nothing of the old sweep stays to be taken for the new one's
+        for name in (ROWS_NAME, "metrics.json", "report.md", *FIGURES.values()):
+            (out / name).unlink(missing_ok=True)
     with replacing(out / REQUEST_NAME) as tmp:
         tmp.write_text(json.dumps({k: getattr(req, k) for k in _SAME}, indent=1) + "\n")
     done = {_cell(r) for r in rows}

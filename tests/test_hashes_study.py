@@ -161,3 +161,35 @@ def test_the_command_writes_the_study_and_prints_a_verdict_per_hash(tmp_path, ca
 def test_bad_input_raises_bad_input_from_the_api_too():
     with pytest.raises(BadInput, match="no hashes"):
         hs.check_request(hs.StudyRequest(hashes=[]))
+
+
+def _limit_memory() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--repeats", "1000000000"], "argument --repeats: too large: at most 100 (got 1,000,000,000)"),
+    (["--repeats", "7" * 100_001], "argument --repeats: too large: a number of 100,001 digits; at most 100"),
+    (["--repeats", "-1"], "argument --repeats: must be >= 0 (got -1)"),
+    (["--hashes", "lookup3,crc32c", "--keys", "flowid,tuple", "--repeats", "100", "--flows",
+      ",".join(str(n) for n in range(2, 900))], "the study would make 1,197,600 result rows"),  # 2x2x3x100x(898+100)
+])
+def test_counts_are_refused_before_anything_is_allocated(args, message, tmp_path):
+    """`hash-study --repeats 1000000000` held 2.9 GB after 60 s, before writing anything; now exit 2
+    at once, in a child held to 2 GiB of address space."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "study"
+    p = subprocess.run([sys.executable, "-m", "testbed.cli", "hash-study", *args, "--out", str(out), "-q"],
+                       cwd=repo, capture_output=True, text=True, timeout=60, preexec_fn=_limit_memory)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert message in p.stderr and "Traceback" not in p.stderr
+    assert not out.exists()
+
+
+def test_the_api_refuses_too_many_repeats_too():
+    with pytest.raises(BadInput, match=r"--repeats 1,000,000,000: too large: at most 100$"):
+        hs.check_request(hs.StudyRequest(hashes=["crc32c"], repeats=10**9))

@@ -152,3 +152,70 @@ def test_the_notebook_redraws_the_figures_from_a_real_sweep(tmp_path, flowengine
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(
         ["match-fig2-rate.png", "match-fig3-ratio.png", "match-fig4-pdf.png", "match-fig5-loss.png",
          "match-table1.png"])
+
+
+ONE = ["--structs", "chain", "--hashes", "lookup3", "--sizes", "2^8", "--feeds", "uniform:500",
+       "--packets", "5000", "-q"]
+
+
+def _limit_memory() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--repeats", "1000000000"], "argument --repeats: too large: at most 100,000 (got 1,000,000,000)"),
+    (["--repeats", "1" * 100_001], "argument --repeats: too large: a number of 100,001 digits; at most 100,000"),
+    (["--repeats", "6251"], "the sweep has 100,016 cells (repeats x feeds x sizes x structs x hashes); "
+                             "at most 100,000"),
+    (["--packets", "9" * 100_001], "argument --packets: too large: a number of 100,001 digits"),
+    (["--sizes", "2^" + "9" * 100_001], "too large: at most 2^63"),
+    (["--sizes", "2^1000000000000"], "too large: at most 2^63"),
+    (["--cell-timeout", "0"], "argument --cell-timeout: must be a number of seconds > 0 (got 0)"),
+    (["--cell-timeout", "nan"], "must be a number of seconds > 0"),
+])
+def test_counts_are_checked_before_anything_is_allocated(args, message, tmp_path, flowengine_bin):
+    """`--repeats 1000000000` reached 4 GB in 15 s making its list of cells; now exit 2 at once,
+    in a child held to 2 GiB of address space (a MemoryError or a kill fails the test)."""
+    out = tmp_path / "sweep"
+    p = subprocess.run([sys.executable, "-m", "testbed.cli", "match-sweep", *TINY, *args, "--out", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=120, preexec_fn=_limit_memory,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert message in p.stderr and "Traceback" not in p.stderr
+    assert not out.exists()
+
+
+def test_a_sweep_where_every_cell_times_out_still_reports(tmp_path, flowengine_bin):
+    """`--cell-timeout` shorter than any cell: every row timed out, and the report says so (the
+    Fig. 4 plot raised an IndexError and no report was written)."""
+    out = tmp_path / "sweep"
+    assert main(["match-sweep", *TINY, "--cell-timeout", "1e-9", "--out", str(out)]) == 0
+    rows = pd.read_parquet(out / "rows.parquet")
+    assert len(rows) == 16 and rows["timed_out"].all()
+    assert "16 cells (16 timed out)" in (out / "report.md").read_text()
+    assert (out / "match-fig4-pdf.png").stat().st_size > 1000
+
+
+def test_a_folder_holding_a_sweep_is_refused_without_resume_or_replace(tmp_path, flowengine_bin, capsys):
+    """A second sweep into the same --out silently replaced the rows of the first (also rows an
+    interrupted sweep kept for --resume); now it is refused unless --resume or --replace says which."""
+    out = tmp_path / "sweep"
+    assert main(["match-sweep", *ONE, "--out", str(out)]) == 0
+    first = (out / "rows.parquet").read_bytes()
+    capsys.readouterr()
+    assert main(["match-sweep", *ONE, "--sizes", "2^9", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"testbed match-sweep: {out} holds a sweep already (rows.parquet, request.json): use --resume to go on "
+        "or --replace to start over (or choose another --out)")
+    assert (out / "rows.parquet").read_bytes() == first
+    (out / "report.md").unlink()  # an interrupted sweep: rows and request, no report
+    assert main(["match-sweep", *ONE, "--sizes", "2^9", "--out", str(out)]) == 2
+    assert (out / "rows.parquet").read_bytes() == first
+    with pytest.raises(SystemExit) as exc:
+        main(["match-sweep", *ONE, "--out", str(out), "--resume", "--replace"])
+    assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert main(["match-sweep", *ONE, "--sizes", "2^9", "--out", str(out), "--replace"]) == 0
+    rows = pd.read_parquet(out / "rows.parquet")
+    assert rows["size"].tolist() == [512] and (out / "report.md").is_file()
+    assert json.loads((out / "request.json").read_text())["sizes"] == [512]

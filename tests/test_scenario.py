@@ -347,6 +347,50 @@ def test_a_file_over_the_size_limit_is_refused_unread(tmp_path):
     assert out.returncode == 2 and "at most 32.0 MiB is read" in out.stderr
 
 
+def test_a_device_or_a_pipe_is_read_only_up_to_the_size_limit(tmp_path):
+    """/dev/zero and a pipe have no size to check first: the read itself stops past the limit
+    (it used to read them whole: a MemoryError traceback at 2.8 GB for /dev/zero)."""
+    out, peak = run_cli_measured("validate", "/dev/zero")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().startswith("/dev/zero: the file is longer than 32.0 MiB; at most 32.0 MiB is read")
+    assert peak < 300 * 2**20
+    code = ("import resource, subprocess, sys\n"
+            "w = subprocess.Popen(['head', '-c', '300000000', '/dev/zero'], stdout=subprocess.PIPE)\n"
+            "p = subprocess.run([sys.executable, '-m', 'testbed', 'validate', '/dev/stdin'], stdin=w.stdout, "
+            "capture_output=True, text=True)\n"
+            "w.stdout.close(); w.wait()\n"
+            "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+            "sys.stderr.write(p.stderr)\n")  # fmt: skip
+    piped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    status, peak_kib = map(int, piped.stdout.split())
+    assert status == 2 and "/dev/stdin: the file is longer than 32.0 MiB" in piped.stderr, piped.stderr
+    assert peak_kib * 1024 < 300 * 2**20  # not the 300 MB the pipe holds (twice: bytes and text)
+
+
+def test_a_directory_or_bytes_that_are_not_utf8_are_named_as_such(tmp_path):
+    out = run_cli("validate", str(tmp_path))
+    assert out.returncode == 2 and out.stderr.strip() == f"{tmp_path}: is a directory; give the file itself"
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes(scenario(UDP).encode() + b"# caf\xe9\n")
+    out = run_cli("validate", str(latin))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (f"{latin}:{scenario(UDP).count(chr(10)) + 1}: the file is not UTF-8 text: byte 0xe9 at offset "
+                                  f"{len(scenario(UDP)) + 5} (invalid continuation byte); save it as UTF-8")
+    wide = tmp_path / "utf16.yaml"
+    wide.write_text(scenario(UDP), encoding="utf-16")
+    out = run_cli("validate", str(wide))
+    assert out.returncode == 2 and f"{wide}:1: the file is not UTF-8 text (it looks like UTF-16)" in out.stderr
+
+
+def test_a_number_of_100001_digits_is_too_large_not_invalid():
+    """Python refuses to read an int of more than 4,300 digits ("not a valid int" it was)."""
+    (p,) = problems(scenario(UDP.replace("rate: 10", "rate: " + "1" * 100_001)))
+    assert p == ("s.yaml:8: flows[0].rate: too large: an integer of 100,001 digits (at most 4,300 digits "
+                 "are read; no value here needs as many)")
+    (p,) = problems(scenario(UDP.replace("rate: 10", "rate: " + "9" * 4_000)))
+    assert p.startswith("s.yaml:8: flows[0].rate: must lie between 1e-30 and 1e30")
+
+
 def many_flows(n: int) -> str:
     flow = ("  - {{name: f{i}, protocol: udp, src: 198.18.{a}.{b}, dst: {{cidr: 198.19.0.0/24, mode: increment}},"
             " dst_port: {p}, start: {i}ms, rate: 1000, packets: 2, payload: {{size: 40-120}}}}\n")

@@ -25,8 +25,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ntgcore.errors import BadInput
+from ntgcore.files import read_bounded
 from ntgcore.scenario import format_error
-from ntgcore.yamlread import YamlProblem, read_yaml, yaml_lines
+from ntgcore.yamlread import MAX_BYTES, YamlProblem, read_yaml, yaml_lines
 
 Scalar = str | int | float | bool | None
 BOUNDS = ("count", "min", "max", "lt", "gt")
@@ -99,10 +100,10 @@ class CheckResult:
 
 def load_expect(path: str | Path) -> ExpectFile:
     file = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ExpectError([f"{file}: cannot read the expect file: {exc.strerror or exc}"]) from None
+    try:  # at most what a YAML text may be: also /dev/zero or a pipe stops there
+        text = read_bounded(path, MAX_BYTES, "expect file")
+    except BadInput as exc:
+        raise ExpectError([str(exc)]) from None
     try:
         data = read_yaml(text, file)
     except YamlProblem as exc:
