@@ -37,8 +37,9 @@ import pandas as pd
 import psutil
 
 from analysis import hashing
-from analysis.plots import mpl
+from analysis.plots import mpl, save
 from ntgcore.errors import BadInput
+from ntgcore.files import replacing, write_whole
 
 PREFIXES = {8: 0x64000000, 16: 0x64640000, 24: 0x64640000}  # 100.0.0.0/8, 100.100.0.0/16, /24
 DEFAULT_FLOWS = (250_000, 500_000, 750_000, 1_000_000)  # seed 002's range
@@ -370,9 +371,9 @@ def write_study(study: Study, out: Path) -> dict[str, Path]:
              "verdicts": out / "verdicts.parquet", "metrics": out / "metrics.json",
              "collisions_plot": out / "collisions.png", "spread_plot": out / "spread.png",
              "report": out / "report.md"}
-    study.rows.to_parquet(paths["rows"], index=False)
-    study.spread.to_parquet(paths["spread"], index=False)
-    study.verdicts.to_parquet(paths["verdicts"], index=False)
+    for name in ("rows", "spread", "verdicts"):
+        with replacing(paths[name]) as tmp:
+            getattr(study, name).to_parquet(tmp, index=False)
     req = study.request
     metrics = {
         "request": {"hashes": req.hashes, "flows": sorted(set(req.flows)),
@@ -384,10 +385,10 @@ def write_study(study: Study, out: Path) -> dict[str, Path]:
         "key_build_per_s": study.key_build_per_s,
         "verdicts": study.verdicts.to_dict(orient="records"),
     }
-    paths["metrics"].write_text(json.dumps(metrics, indent=2) + "\n")
+    write_whole(paths["metrics"], json.dumps(metrics, indent=2) + "\n")
     plot_collisions(study, paths["collisions_plot"])
     plot_spread(study, paths["spread_plot"])
-    paths["report"].write_text(report(study))
+    write_whole(paths["report"], report(study))
     return paths
 
 
@@ -419,7 +420,7 @@ def plot_collisions(study: Study, path: Path) -> Path:
     fig.legend(handles, labels, fontsize=7, loc="outside right center")
     fig.suptitle(f"Flow-ID collisions against the birthday bound ({study.request.keys[0]} key, "
                  f"mean of {study.request.repeats})", x=0.01, ha="left")
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -449,7 +450,7 @@ def plot_spread(study: Study, path: Path) -> Path:
     n = int(s["flows"].max()) if len(s) else 0
     fig.suptitle(f"Spread of {n:,} flow IDs over {BINS} bins, source /{prefix} "
                  f"({req.keys[0]} key); the line is uniform", x=0.01, ha="left")
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from analysis import seed000
-from analysis.plots import mpl
+from analysis.plots import mpl, save
+from ntgcore.files import write_whole
 
 ROWS_NAME = "rows.parquet"
 FIGURES = {"fig2": "match-fig2-rate.png", "fig3": "match-fig3-ratio.png",
@@ -113,7 +114,7 @@ def plot_fig2(rows: pd.DataFrame, path: Path) -> Path:
     axes[0][0].legend(fontsize=7)
     fig.suptitle("Fig. 2: matching rate against size (open squares: sizes that are not powers of two; dotted "
                  "grey, right: used lines / lines); seed 000's threshold ~2^22 (CAIDA) marked", x=0.01, ha="left", fontsize=10)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -145,7 +146,7 @@ def plot_fig3(rows: pd.DataFrame, path: Path) -> Path:
         ax.text(0.5, 0.5, "no ratio: the sweep needs both chain and tree in --structs",
                 transform=ax.transAxes, ha="center", va="center", fontsize=9, color="grey")
     ax.set_title("Fig. 3: trees over lists (above 1: trees faster)", loc="left", fontsize=10)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -158,7 +159,7 @@ def plot_fig4(rows: pd.DataFrame, path: Path, struct: str = "chain", sizes: int 
         axes[0][0].text(0.5, 0.5, "no probe counts: every cell timed out (raise --cell-timeout)",
                         transform=axes[0][0].transAxes, ha="center", va="center", fontsize=9, color="grey")
         fig.suptitle("Fig. 4: chain-length PDF", x=0.01, ha="left", fontsize=10)
-        fig.savefig(path)
+        save(fig, path)
         return path
     feeds = [f for f in dict.fromkeys(ok["feed"]) if feed_class(f) != "deterministic"] or list(ok["feed"][:1])
     sel = ok[(ok["feed"] == feeds[0]) & (ok["struct"] == (struct if struct in set(ok["struct"]) else ok["struct"].iloc[0]))]
@@ -183,7 +184,7 @@ def plot_fig4(rows: pd.DataFrame, path: Path, struct: str = "chain", sizes: int 
     fig.suptitle(f"Fig. 4: chain-length PDF ({sel['struct'].iloc[0] if len(sel) else struct}, {feeds[0]}); "
                  "seed 000: exponential decrease, Murmur shortest, CoralReef longest",
                  x=0.01, ha="left", fontsize=10)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -231,7 +232,7 @@ def plot_fig5(rows: pd.DataFrame, path: Path) -> Path:
         ax.text(0.5, 0.5, "no non-power-of-two sizes swept (add e.g. 1000003)", transform=ax.transAxes,
                 ha="center")
     ax.set_title("Fig. 5: potential loss of a power-of-two size", loc="left", fontsize=10)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -254,7 +255,7 @@ def plot_table1(rows: pd.DataFrame, path: Path) -> Path:
     ax.set_ylabel("Mpps")
     ax.legend(fontsize=7)
     ax.set_title("Table 1: bounds of the matching rate, seed 000 beside ours", loc="left", fontsize=10)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -270,7 +271,7 @@ def write_results(rows: pd.DataFrame, out: Path, request: dict[str, Any], machin
                "table1": t1.to_dict(orient="records"), "fig5_loss": lt.to_dict(orient="records"),
                "seed_000": {"table1": seed000.TABLE1, "table1_size": seed000.TABLE1_SIZE,
                             "trace": seed000.TRACE, "fig5_loss": seed000.FIG5_LOSS}}
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str) + "\n")
+    write_whole(out / "metrics.json", json.dumps(metrics, indent=2, default=str) + "\n")
     lines = ["# Flow-matching sweep (seed 000)", "",
              f"{len(rows)} cells ({metrics['timed_out']} timed out): structures "
              f"{', '.join(dict.fromkeys(rows['struct']))}; hashes {', '.join(dict.fromkeys(rows['hash']))}; "
@@ -284,6 +285,6 @@ def write_results(rows: pd.DataFrame, out: Path, request: dict[str, Any], machin
         lines.append(f"| {r.struct} | {r.feed_class} | {r.seed_mpps} | {ours} | {where} |")
     lines += ["", f"Seed 000's trace: {seed000.TRACE}.", ""]
     lines += [f"![{k}]({p.name})" for k, p in paths.items()] + [""]
-    (out / "report.md").write_text("\n".join(lines))
+    write_whole(out / "report.md", "\n".join(lines))
     paths["metrics"], paths["report"] = out / "metrics.json", out / "report.md"
     return paths

@@ -24,7 +24,9 @@ import numpy as np
 
 from .capture import iter_capture
 from .metrics import FlowAccumulator
-from .plots import BLUE, GREY, ORANGE, figure, legend
+from ntgcore.files import write_whole
+
+from .plots import BLUE, GREY, ORANGE, figure, legend, save
 
 ShadowKey = tuple[int, str, int, str, int]  # proto, address, port, address, port (one direction)
 REPORT_STEM = "multiply_report"
@@ -219,7 +221,7 @@ def plot(doc: dict, path: Path) -> Path:
     right.set_title(f"{doc['shadow_directions_equal']:,} of {doc['shadow_directions']:,} equal", loc="left",
                     fontsize=10)
     legend(right)
-    fig.savefig(path)
+    save(fig, path)
     return path
 
 
@@ -227,7 +229,7 @@ def write_report(doc: dict, out_dir: Path, stem: str = REPORT_STEM) -> dict[str,
     """STEM.json, STEM.md and STEM.png in out_dir."""
     out_dir = Path(out_dir)
     paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "png": out_dir / f"{stem}.png"}
-    paths["json"].write_text(json.dumps(doc, indent=1) + "\n")
-    paths["md"].write_text(markdown(doc))
+    write_whole(paths["json"], json.dumps(doc, indent=1) + "\n")
+    write_whole(paths["md"], markdown(doc))
     plot(doc, paths["png"])
     return paths

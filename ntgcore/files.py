@@ -43,6 +43,12 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def write_whole(path: str | os.PathLike, text: str) -> None:
+    """PATH holds TEXT (UTF-8), whole or not at all (`replacing`)."""
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
 def no_space_at(path: str | os.PathLike) -> str:
     """The one message for a file that found its file system full."""
     return f"{NO_SPACE}: {path}"

@@ -19,12 +19,14 @@ from analysis.capture import CaptureError
 from analysis.export import COMPRESSIONS, DEFAULT_COMPRESSION, export_captures
 from analysis.hashstudy import machine as hashstudy_machine
 from analysis.hashstudy import DEFAULT_FLOWS, KEYS, PREFIXES, StudyRequest, check_request, run_study, write_study
+from analysis.hashstudy import MAX_REPEATS as HASH_MAX_REPEATS
 from analysis.hashing import distinct_names
 from analysis.matchsweep import write_results as write_match_sweep
 from analysis.stream import natural_key
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, compile_session, expected, peak_concurrent_flows
 from ntgcore.errors import (EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED,
-                            NtgError)
+                            BadInput, NtgError)
+from ntgcore.files import replacing, write_error
 from ntgcore.proc import Interrupted, Interrupts
 from ntgcore.runfolder import testbed_version
 from ntgcore.scenario import ScenarioError, attack_rule_paths, json_schema, load_scenario
@@ -40,6 +42,7 @@ from .ids.rules.attacks import load_selection, tcp_dialogues
 from .ids.rules.translate import report_json
 from .matchsweep import (DEFAULT_FEEDS, DEFAULT_HASHES, DEFAULT_STRUCTS, SweepRequest, parse_sizes,
                          run_sweep)
+from .matchsweep import MAX_CELLS as MATCH_MAX_CELLS, MAX_PACKETS as MATCH_MAX_PACKETS
 from .methods import spread_shares
 from .multiply import (MultiplyParams, analyze_multiplied, multiply_capture, multiply_run_folder, rerun_report,
                        scenario_params)
@@ -255,7 +258,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         metrics = analyze_live_run(run_dir, progress=stage_printer(not args.quiet and sys.stderr.isatty()))
         _warn_incomplete(args.path, metrics)
         print(f"report: {metrics['report']}")
-        return EXIT_CHECKS_FAILED if any(not c.get("ok") for c in metrics.get("checks", [])) else EXIT_OK
+        failed = [c for c in metrics.get("checks", []) if not c.get("ok")]
+        for c in failed:  # as `testbed run` says them
+            _err(f"check failed: {c['name']}: expected {c['expected']}, measured {c['measured']}")
+        return EXIT_CHECKS_FAILED if failed else EXIT_OK
     try:
         metrics = analyze(Path(paths[0]) if len(paths) == 1 else [Path(p) for p in paths],
                           Path(args.out) if args.out else None,
@@ -281,6 +287,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             f"{args.path}: damaged capture at byte offset {problem['offset']}: {problem['message']} "
             f"({problem['packets_read']:,} packets read before it)"
         )
+        return EXIT_CHECKS_FAILED
+    for u in metrics.get("undecoded_link_types") or []:
+        _err(f"testbed analyze: {u['path']}: link type {u['link_type']} is not one the analysis decodes: "
+             f"its {u['packets']:,} packets count in packets, bytes and rates, not in flows (0 flows "
+             "from them); the analysis reads Ethernet, raw IP, Linux cooked (SLL, SLL2) and BSD loopback")
+    if metrics.get("undecoded_link_types"):
         return EXIT_CHECKS_FAILED
     if any(not c.get("ok") for c in metrics.get("checks", [])):
         return EXIT_CHECKS_FAILED
@@ -311,10 +323,10 @@ def cmd_export_benchmark(args: argparse.Namespace) -> int:
     out = Path(args.output)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=4) + "\n")
+        with replacing(out) as tmp:
+            tmp.write_text(json.dumps(doc, indent=4) + "\n")
     except OSError as exc:
-        _err(f"testbed export-benchmark: cannot write {out}: {exc.strerror or exc}")
-        return EXIT_BAD_INPUT
+        raise write_error(exc, out, "choose another -o") from None
     print(f"{out}: {len(doc['benchmarks'])} benchmarks from {len(args.runs)} run(s) "
           f"(commit {doc['commit_info']['id'][:12]})")
     return EXIT_OK
@@ -360,8 +372,11 @@ def cmd_results_list(args: argparse.Namespace) -> int:
 
 def cmd_results_show(args: argparse.Namespace) -> int:
     folder = Path(args.run)
-    cat = Catalog([folder] if (folder / "manifest.json").is_file() or (folder / "coverage.json").is_file()
-                  else args.dirs or ["results"])
+    is_run = (folder / "manifest.json").is_file() or (folder / "coverage.json").is_file()
+    if not is_run and folder.is_dir():  # not a run id either: say so of the folder given
+        raise BadInput(f"{folder}: not a run folder (it has no manifest.json or coverage.json); give a run "
+                       "folder, or a run id (with --in DIR, the folder that holds it; `testbed results list` lists them)")
+    cat = Catalog([folder] if is_run else args.dirs or ["results"])
     summary, steps = cat.show(args.run)
     if args.json:
         print(json.dumps({"summary": summary, "steps": json.loads(steps.to_json(orient="records"))}, indent=1))
@@ -402,7 +417,10 @@ def cmd_results_compare(args: argparse.Namespace) -> int:
         print("\n".join(comparison_lines(cmp)))
     if not args.no_plots:
         out = Path(args.plots) if args.plots else _new_folder(Path("results"), "compare")
-        written = plot_comparison(cmp, out)
+        try:
+            written = plot_comparison(cmp, out)
+        except OSError as exc:
+            raise write_error(exc, out, "choose another --plots folder, or --no-plots") from None
         missing = [k for k in ("rate", "cpu", "memory", "variance") if k not in written]
         print(f"plots: {out} ({', '.join(p.name for p in written.values())})"
               + (f"; none of {', '.join(missing)}: these runs have no such numbers" if missing else ""),
@@ -473,23 +491,33 @@ def _seed(text: str) -> int:
 
 def cmd_translate_rules(args: argparse.Namespace) -> int:
     src, out = Path(args.input), Path(args.output)
+    if src.is_dir():
+        _err(f"testbed translate-rules: {src}: a directory, not a rule file; give one Snort 3 .rules file in it")
+        return EXIT_BAD_INPUT
     if not src.is_file():
         _err(f"testbed translate-rules: {src}: no such rule file; give the path of a Snort 3 .rules file")
         return EXIT_BAD_INPUT
     if out.resolve() == src.resolve():
         _err(f"testbed translate-rules: {out}: the output would overwrite the input; choose another -o")
         return EXIT_BAD_INPUT
+    advice = "choose another -o, on a file system that can be written and has space"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        rep = translate_file(src, out, check=False, app_header=args.app_header)
-    except OSError as exc:
-        _err(f"testbed translate-rules: cannot write {out}: {exc.strerror or exc}")
+        rep = translate_file(src, out, check=False, app_header=args.app_header)  # BadInput: not a rule file
+    except OSError as exc:   # written whole or not at all: nothing half-written is left
+        raise write_error(exc, out, advice) from None
+    if rep.total == 0:
+        out.unlink(missing_ok=True)
+        _err(f"testbed translate-rules: {src}: no rules in it (only comments and blank lines); "
+             "give a Snort 3 .rules file")
         return EXIT_BAD_INPUT
     if not args.no_check:
         try:
             rep.load = check_load(out, out.with_name(out.name + ".suricata-check"))
         except SuricataMissing as exc:
             _err(f"testbed translate-rules: not checked: {exc}")
+        except OSError as exc:   # its configuration beside the output
+            raise write_error(exc, out.parent, advice + ", or give --no-check") from None
     for p in rep.problems:
         _err(f"{p} (skipped)")
     for tr in rep.untranslatable:
@@ -506,11 +534,20 @@ def cmd_translate_rules(args: argparse.Namespace) -> int:
     print(f"written: {out}")
     if args.report:
         try:
-            Path(args.report).write_text(report_json(rep))
+            with replacing(args.report) as tmp:
+                tmp.write_text(report_json(rep))
         except OSError as exc:
-            _err(f"testbed translate-rules: cannot write {args.report}: {exc.strerror or exc}")
-            return EXIT_BAD_INPUT
+            raise write_error(exc, args.report, "choose another --report, on a file system that can be "
+                              f"written and has space ({out} is written)") from None
         print(f"report: {args.report}")
+    if rep.load is not None and (rep.load.exit_code != 0 or rep.load.failures):
+        if not rep.load.failures:
+            for line in rep.load.errors[:20]:
+                _err(f"suricata: {line}")
+        _err(f"testbed translate-rules: suricata -T failed on {out} (exit status {rep.load.exit_code}, "
+             f"{len(rep.load.failures)} translated rules refused, as listed above): fix or remove those "
+             "rules, or give --no-check to keep the output unchecked")
+        return EXIT_CHECKS_FAILED
     return EXIT_OK
 
 
@@ -800,6 +837,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="all: check every packet; none: check none (offloaded checksums); auto (default): "
                    "Suricata's own: stop checking when over 10%% of the first 1,000 packets are bad")
     d.add_argument("--suricata-config", metavar="FILE", help="a suricata.yaml to use instead of ours")
+    d.add_argument("--midstream", action="store_true",
+                   help="stream.midstream: pick up TCP sessions whose handshake the capture does not have "
+                   "(as suricata-verify cases with `stream.midstream=true` do)")
     d.add_argument("--expect", metavar="EXPECT.yaml",
                    help="checks on the EVE events (suricata-verify's shape); exit 3 when one fails")
     d.add_argument("--out", metavar="DIR",
@@ -822,7 +862,8 @@ def build_parser() -> argparse.ArgumentParser:
     hs.add_argument("--keys", type=_names, default=["flowid"], metavar=",".join(KEYS),
                     help="what is hashed: seed 002's 37-byte FlowID and/or the engine's 13-byte "
                     "5-tuple (default: flowid)")
-    hs.add_argument("--repeats", type=int, default=3, help="draws of the destinations (default: 3, as seed 002)")
+    hs.add_argument("--repeats", type=_count_upto(HASH_MAX_REPEATS), default=3,
+                    help=f"draws of the destinations (default: 3, as seed 002; at most {HASH_MAX_REPEATS})")
     hs.add_argument("--seed", type=int, default=2, help="random seed of the destinations (default: 2)")
     hs.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-hash-study)")
     hs.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -839,14 +880,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="table sizes: ranges of powers of two and single sizes (default: %(default)s)")
     ms.add_argument("--feeds", type=_names, default=DEFAULT_FEEDS, metavar="det,uniform:N,pcap:FILE",
                     help="feeds of flowengine match (default: det,uniform:1000000)")
-    ms.add_argument("--packets", type=int, default=1_000_000, help="packets a cell (default: 10^6)")
-    ms.add_argument("--repeats", type=int, default=1, help="runs a cell (default: 1)")
-    ms.add_argument("--cell-timeout", type=float, default=120.0, metavar="S",
+    ms.add_argument("--packets", type=_count_upto(MATCH_MAX_PACKETS), default=1_000_000,
+                    help="packets a cell (default: 10^6)")
+    ms.add_argument("--repeats", type=_count_upto(MATCH_MAX_CELLS), default=1,
+                    help=f"runs a cell (default: 1; at most {MATCH_MAX_CELLS:,} cells in all)")
+    ms.add_argument("--cell-timeout", type=_seconds, default=120.0, metavar="S",
                     help="a cell running longer is stopped and kept as timed out (default: 120)")
     ms.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-match-sweep)")
-    ms.add_argument("--resume", action="store_true",
-                    help="go on with the interrupted sweep in --out: keep its rows, run the cells it lacks "
-                         "(the same request, else exit 2)")
+    again = ms.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="go on with the interrupted sweep in --out: keep its rows, run the cells it lacks "
+                            "(the same request, else exit 2)")
+    again.add_argument("--replace", action="store_true",
+                       help="start the sweep in --out over, dropping its rows (without --resume or --replace "
+                            "a folder that holds a sweep is refused)")
     ms.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     ms.set_defaults(func=cmd_match_sweep)
 
@@ -887,13 +934,40 @@ def _flow_counts(text: str) -> list[int]:
     return out
 
 
-def _count(text: str) -> int:
+def _count(text: str, maximum: int | None = None) -> int:
+    digits = text.strip().removeprefix("+")
+    if digits.isascii() and digits.isdigit() and len(digits) > 19:  # also past int()'s 4,300 digits
+        raise argparse.ArgumentTypeError(f"too large: a number of {len(digits):,} digits"
+                                         + (f"; at most {maximum:,}" if maximum is not None else ""))
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 (got {value})")
+    if maximum is not None and value > maximum:
+        raise argparse.ArgumentTypeError(f"too large: at most {maximum:,} (got {value:,})")
+    return value
+
+
+def _count_upto(maximum: int):
+    """An argparse type: a count 0..MAXIMUM (the command refuses 0 itself where it must)."""
+    def count(text: str) -> int:
+        return _count(text, maximum)
+    return count
+
+
+MAX_SECONDS = 1_000_000  # about 11.6 days: more than any wait needs (poll() takes at most 2^31 ms)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 and at most {MAX_SECONDS:,} "
+                                         f"(got {text[:40]})")
     return value
 
 
@@ -1024,15 +1098,16 @@ def cmd_detect(args: argparse.Namespace) -> int:
         out = inputs.run_dir / "detect"
     else:
         out = Path("results") / (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-detect")
-    try:
+    try:   # every file of ours is written whole or not at all
         out.mkdir(parents=True, exist_ok=True)
+        doc = detect.run_detect(inputs, out, home_net=home, external_net=external,
+                                checksum=args.checksum_validation, config=args.suricata_config,
+                                expect=expect, expect_path=args.expect, formats=args.format, top=args.top,
+                                midstream=args.midstream,
+                                progress=None if args.quiet else (lambda msg: _err(f"detect: {msg}")))
     except OSError as exc:
-        _err(f"testbed detect: cannot create {out}: {exc.strerror}")
-        return EXIT_BAD_INPUT
-    doc = detect.run_detect(inputs, out, home_net=home, external_net=external,
-                            checksum=args.checksum_validation, config=args.suricata_config,
-                            expect=expect, expect_path=args.expect, formats=args.format, top=args.top,
-                            progress=None if args.quiet else (lambda msg: _err(f"detect: {msg}")))
+        raise write_error(exc, out, "choose another --out, on a file system that can be written and has "
+                          "space") from None
     for e in doc["load_errors"]:
         _err(f"{e['file']}:{e['line']}: suricata refused sid {e['sid']}: {e['reason'] or e['suricata']}")
     for line in doc["suricata_errors"][:20]:
@@ -1064,8 +1139,7 @@ def cmd_hash_study(args: argparse.Namespace) -> int:
     try:
         paths = write_study(study, out)
     except OSError as exc:
-        _err(f"testbed hash-study: cannot write {out}: {exc.strerror or exc}")
-        return EXIT_BAD_INPUT
+        raise write_error(exc, out, "free some space, or choose another --out") from None
     for r in study.verdicts.itertuples():
         print(f"{r.hash:14s} {r.key:7s} {r.verdict:16s} collisions/bound {r.collision_ratio:8.2f}  "
               f"spread {r.spread:11s}  {r.hashes_per_s / 1e6:7.1f} M hashes/s")
@@ -1083,8 +1157,11 @@ def cmd_match_sweep(args: argparse.Namespace) -> int:
     if args.resume and not args.out:
         _err("testbed match-sweep: --resume needs --out DIR, the folder of the sweep to go on with")
         return EXIT_BAD_INPUT
-    rows = run_sweep(req, out, progress=progress, resume=args.resume)
-    paths = write_match_sweep(rows, out, request=vars(req), machine=hashstudy_machine())
+    try:
+        rows = run_sweep(req, out, progress=progress, resume=args.resume, replace=args.replace)
+        paths = write_match_sweep(rows, out, request=vars(req), machine=hashstudy_machine())
+    except OSError as exc:  # the rows measured until then are kept whole (--resume goes on)
+        raise write_error(exc, out, "free some space, or choose another --out") from None
     print(f"wrote {paths['report']} (and rows.parquet, metrics.json, {len(rows)} rows, the figures)")
     return EXIT_OK
 

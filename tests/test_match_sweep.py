@@ -171,8 +171,9 @@ def _limit_memory() -> None:
     (["--packets", "9" * 100_001], "argument --packets: too large: a number of 100,001 digits"),
     (["--sizes", "2^" + "9" * 100_001], "too large: at most 2^63"),
     (["--sizes", "2^1000000000000"], "too large: at most 2^63"),
-    (["--cell-timeout", "0"], "argument --cell-timeout: must be a number of seconds > 0 (got 0)"),
+    (["--cell-timeout", "0"], "argument --cell-timeout: must be a number of seconds > 0 and at most 1,000,000 (got 0)"),
     (["--cell-timeout", "nan"], "must be a number of seconds > 0"),
+    (["--cell-timeout", "1e9"], "at most 1,000,000 (got 1e9)"),
 ])
 def test_counts_are_checked_before_anything_is_allocated(args, message, tmp_path, flowengine_bin):
     """`--repeats 1000000000` reached 4 GB in 15 s making its list of cells; now exit 2 at once,
