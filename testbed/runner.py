@@ -52,6 +52,7 @@ from .parts import DUT_KINDS, CapturePart
 from .parts.multiplier import InlineMultiplier
 from .parts.vrrp import VrrpPair
 from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
+from .ids.rules.syntax import read_rule_text
 from .ids.coverage import attack_coverage, gate_lines, played_coverage, sid_change_lines
 from .ids.coverage import blocking as coverage_blocking
 from .ids.regression import Baseline
@@ -564,6 +565,9 @@ def run_scenario(
         raise RunSetupError(f"{loaded.path}: {too_big}")
     if loaded.scenario.testbed is not None:
         check_live_prerequisites(loaded.scenario)
+    if loaded.scenario.attacks is not None:   # BadInput before anything runs: not UTF-8 (FILE:LINE), too long
+        for rules in attack_rule_paths(loaded.scenario.attacks, loaded.path):
+            read_rule_text(rules)
     run = Run(loaded, out_root, seed, duration_ns, trials)
     status = run.execute(show_progress)
     if status == "completed" and not run.live and loaded.scenario.attacks is not None:

@@ -1,7 +1,8 @@
 """`testbed detect` and `translate-rules` on hostile or unusual input (issue 24): rule lines longer
 than Suricata reads, every rule refused, merged captures' time range, the EVE fields of Suricata's
 default configuration, `--midstream`, address groups Suricata would refuse, directories as rule
-files, and `translate-rules` after `suricata -T` failed or on a file without rules.
+files, and `translate-rules` after `suricata -T` failed or on a file without rules; rule files that
+are not UTF-8, full and read-only disks, and refused rules whose error line Suricata cut.
 
 Everything runs the real Suricata on captures built here with scapy (tests/detect_cases/build.py).
 """
@@ -9,7 +10,9 @@ Everything runs the real Suricata on captures built here with scapy (tests/detec
 from __future__ import annotations
 
 import datetime
+import functools
 import json
+import os
 import shutil
 import subprocess
 from collections import Counter
@@ -202,3 +205,141 @@ def test_translate_rules_fails_when_suricata_refuses_the_output_or_there_are_no_
     assert "no rules in it" in capsys.readouterr().err and not (tmp_path / "e.rules").exists()
     assert main(["translate-rules", str(tmp_path), "-o", str(tmp_path / "d.rules")]) == 2
     assert f"{tmp_path}: a directory, not a rule file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("size", [2100, 7900])
+def test_translate_rules_lists_a_refused_rule_whose_error_line_suricata_cut(size, tmp_path, capsys):
+    """Suricata cuts a log line at 2,047 characters: the error of a refused rule of 2,048-8,191
+    bytes loses its "from file F at line N" and its sid, yet is listed under its sid."""
+    src = tmp_path / "snort3.rules"
+    src.write_text('alert tcp any any -> any 80 ( msg:"ok"; content:"abc"; sid:1000998; )\n'
+                   f'alert tcp any any -> any 80 ( msg:"long"; content:"{"b" * size}",within 2; sid:1001000; )\n')
+    out, report = tmp_path / "out.rules", tmp_path / "r.json"
+    assert main(["translate-rules", str(src), "-o", str(out), "--report", str(report)]) == 3
+    err = capsys.readouterr().err
+    assert "suricata refused sid 1001000: " in err and "1 translated rules refused" in err, err[-3000:]
+    assert list(json.loads(report.read_text())["suricata_check"]["load_failures"]) == ["1001000"]
+    assert len(err) < 3000
+
+
+NOT_UTF8 = (GOOD + '\nalert http any any -> any any (msg:"caf\u00e9"; content:"x"; sid:1000041;)\n').encode("latin-1")
+
+
+@pytest.mark.parametrize("command", ["translate-rules", "ids-coverage", "detect"])
+def test_a_rule_file_that_is_not_utf8_is_bad_input_at_its_line(command, http_pcap, tmp_path, capsys):
+    """Before, translate-rules and ids-coverage read it with U+FFFD in place of the byte and
+    detect gave it to Suricata; now exit 2 before anything is written or run."""
+    rules = tmp_path / "latin1.rules"
+    rules.write_bytes(NOT_UTF8)
+    out = tmp_path / "out"
+    argv = {"translate-rules": ["translate-rules", str(rules), "-o", str(out / "t.rules")],
+            "ids-coverage": ["ids-coverage", str(rules), "--out", str(out), "-q"],
+            "detect": ["detect", str(http_pcap), "--rules", str(rules), "--out", str(out), "-q"]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{rules}:2: the rule file is not UTF-8 text: byte 0xe9" in err and "Traceback" not in err, err
+    assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))
+
+
+def test_a_scenario_whose_attack_rules_are_not_utf8_is_refused_before_it_runs(tmp_path, capsys):
+    """`testbed run` read them with U+FFFD in place of the byte; now exit 2 and no run folder."""
+    (tmp_path / "latin1.rules").write_bytes(NOT_UTF8)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("version: 1\nname: latin1-attacks\nflows:\n"
+                        "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 53, rate: 100, packets: 5}\n"
+                        "attacks: {rules: [latin1.rules], count: 1, rate: 10}\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "results"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'latin1.rules'}:2: the rule file is not UTF-8 text" in err, err
+    assert not (tmp_path / "results").exists()
+
+
+def _tmpfs(where: Path, options: str) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "ntg-test", str(where)], check=True)
+    return where
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs; unmounted afterwards."""
+    try:
+        yield _tmpfs(tmp_path / "small", "size=64k")
+    finally:
+        subprocess.run(["umount", "-l", str(tmp_path / "small")], check=False)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs filled to its last block, and a read-only one; unmounted afterwards."""
+    full, ro = tmp_path / "full", tmp_path / "ro"
+    try:
+        _tmpfs(full, "size=1m")
+        _tmpfs(ro, "size=1m,ro")
+        with open(full / "filler", "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        yield full, ro
+    finally:
+        for where in (full, ro):
+            if where.is_mount():
+                subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+FULL_DISK_RUNS = {
+    "translate-rules -o": (["translate-rules", "{SRC}", "-o", "{D}/t.rules", "--no-check"], "t.rules"),
+    "translate-rules --report": (["translate-rules", "{SRC}", "-o", "{T}/ok.rules", "--no-check",
+                                  "--report", "{D}/r.json"], "r.json"),
+    "detect --out": (["detect", "{PCAP}", "--rules", "{RULES}", "--out", "{D}/d", "-q"], "d/"),
+    "detect two captures": (["detect", "{PCAP}", "{PCAP}", "--rules", "{RULES}", "--out", "{D}/d", "-q"],
+                            "d/merged.pcap"),
+}
+
+
+@pytest.mark.parametrize("run", FULL_DISK_RUNS)
+def test_an_output_on_a_full_or_read_only_disk(run, full_disk, http_pcap, tmp_path, capsys):
+    """Exit 4 naming the file on a full file system, exit 2 on a read-only one; one line on stderr
+    and no file (not even an empty one) left behind. Before, translate-rules said exit 2 for a
+    full disk and detect ended in a traceback."""
+    full, ro = full_disk
+    src = tmp_path / "snort3.rules"
+    src.write_text('alert tcp any any -> any 80 ( msg:"ok"; content:"abc"; sid:1000998; )\n')
+    rules = tmp_path / "r.rules"
+    rules.write_text(GOOD + "\n")
+    argv, written = FULL_DISK_RUNS[run]
+    for disk, status in ((full, 4), (ro, 2)):
+        names = {"{SRC}": src, "{T}": tmp_path, "{PCAP}": http_pcap, "{RULES}": rules, "{D}": disk}
+        capsys.readouterr()
+        code = main([functools.reduce(lambda a, kv: a.replace(kv[0], str(kv[1])), names.items(), arg) for arg in argv])
+        err = capsys.readouterr().err
+        assert code == status and "Traceback" not in err and len(err.strip().splitlines()) == 1, (disk, err)
+        if status == 4:
+            assert f"no space left on device: {disk}/{written}" in err and "no file is left half-written" in err, err
+        else:
+            assert "cannot be written (Read-only file system)" in err, err
+    assert sorted(str(p.relative_to(full)) for p in full.rglob("*") if p.is_file()) == ["filler"]
+
+
+def test_detect_says_when_the_disk_filled_while_suricata_wrote_eve_json(small_disk, tmp_path, capsys):
+    """Suricata says nothing when eve.json finds the disk full: its events stop there. Before,
+    detect counted the cut events (or failed later naming its own report); now exit 4 naming eve.json."""
+    from scapy.layers.inet import IP
+    from scapy.utils import wrpcap
+
+    pkts = []
+    for i in range(400):    # about 1.5 KB of EVE events each: far more than the disk holds
+        req = f"GET /etc/passwd?{i} HTTP/1.1\r\nHost: t\r\n\r\n".encode()
+        pkts += tcp_session(IP, "198.18.0.10", f"198.19.0.{i % 200 + 1}", 20000 + i, 80, req,
+                            b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n", T0 + i)
+    wrpcap(str(tmp_path / "many.pcap"), pkts)
+    rules = tmp_path / "r.rules"
+    rules.write_text(GOOD + "\n")
+    code, doc, out, err = _detect(capsys, tmp_path / "many.pcap", [rules], small_disk / "d")
+    assert code == 4 and doc is None and "Traceback" not in err, err
+    assert f"no space left on device: {small_disk / 'd' / 'eve.json'}: the file system filled while Suricata" in err

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -30,12 +31,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from analysis.capture import read_capture
-from ntgcore.errors import BadInput
+from ntgcore.errors import BadInput, NoSpace
+from ntgcore.files import no_space_at, no_space_error, replacing
 from ntgcore.packets import short_address
 
 from .expect import ExpectFile, evaluate
 from .report import markdown_html
-from .rules.attacks import merge_pcaps
+from .rules.attacks import AttackError, merge_pcaps
+from .rules.syntax import read_rule_text
 from .rules.variables import EXTERNAL_NET, HOME_NET
 from .suricata import DEFAULT_EVE_TYPES, read_eve, run_offline, suricata_version
 
@@ -90,7 +93,7 @@ def address_group(text: str, flag: str) -> str:
 
 
 def resolve_inputs(paths: list[str | Path], rules: list[str | Path] | None) -> DetectInput:
-    """Capture files, or one run folder; rule files must exist."""
+    """Capture files, or one run folder; rule files must be readable UTF-8 text (`read_rule_text`)."""
     paths = [Path(p) for p in paths]
     run_dir = None
     if len(paths) == 1 and paths[0].is_dir():
@@ -115,8 +118,11 @@ def resolve_inputs(paths: list[str | Path], rules: list[str | Path] | None) -> D
     for r in rule_paths:
         if r.is_dir():
             raise BadInput(f"{r}: a directory, not a rule file; give its .rules files (e.g. {r}/*.rules)")
-        if not r.is_file():
+        if not r.exists():
             raise BadInput(f"{r}: no such rule file; give paths of .rules files")
+        if not r.is_file():   # read here and again by Suricata: a pipe would be empty the second time
+            raise BadInput(f"{r}: a device or a pipe, not a rule file; give a .rules file")
+        read_rule_text(r)   # BadInput before Suricata runs: not UTF-8 (FILE:LINE), too long
     return DetectInput(captures, rule_paths, run_dir)
 
 
@@ -167,7 +173,12 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
     if len(inputs.captures) > 1:
         say(f"merging {len(inputs.captures)} captures by time")
         pcap = out / "merged.pcap"
-        merge_pcaps(inputs.captures, pcap)
+        try:
+            merge_pcaps(inputs.captures, pcap)
+        except AttackError:
+            if _full(out):
+                raise no_space_error(pcap, "free some space or choose another --out") from None
+            raise
     else:
         pcap = inputs.captures[0]
     cfg = Path(config) if config is not None else None
@@ -176,6 +187,9 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
     suri = run_offline(pcap, inputs.rules, out, home_net=home, external_net=external, checksum=checksum,
                        config=cfg, eve_types=EVE_TYPES, runmode=RUNMODE,
                        stream={"midstream": "true"} if midstream else None)
+    if _full(out):   # Suricata says nothing when eve.json finds the disk full: its events stop there
+        raise NoSpace(f"{no_space_at(suri.eve)}: the file system filled while Suricata wrote it, so its events "
+                      "are cut (kept as they are, not counted); free some space or choose another --out")
     if not suri.eve.is_file():
         raise BadInput(f"{cfg}: Suricata wrote no eve.json into {out}: enable an eve-log output with "
                        "`filename: eve.json` and `types: [alert]` in that configuration")
@@ -213,6 +227,12 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
     doc["timing_s"] = round(time.monotonic() - t0, 3)
     write_reports(doc, out, formats)
     return doc
+
+
+def _full(folder: Path) -> bool:
+    """Whether FOLDER's file system has no block left for this user (root has the reserved ones)."""
+    st = os.statvfs(folder)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) == 0
 
 
 def _capture_summary(path: Path) -> dict:
@@ -344,10 +364,10 @@ def _cell(text: str) -> str:
 
 
 def write_reports(doc: dict, out: Path, formats: tuple[str, ...] = FORMATS) -> None:
+    """detect.json, .md and .html (those in `formats`), each whole or not at all (`replacing`)."""
     md = markdown(doc)
-    if "json" in formats:
-        (out / "detect.json").write_text(json.dumps(doc, indent=1) + "\n")
-    if "md" in formats:
-        (out / "detect.md").write_text(md)
-    if "html" in formats:
-        (out / "detect.html").write_text(markdown_html(md, "IDS detections"))
+    texts = {"json": json.dumps(doc, indent=1) + "\n", "md": md, "html": markdown_html(md, "IDS detections")}
+    for fmt in ("json", "md", "html"):
+        if fmt in formats:
+            with replacing(out / f"detect.{fmt}") as tmp:
+                tmp.write_text(texts[fmt])

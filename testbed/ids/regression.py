@@ -24,9 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ntgcore.errors import BadInput
+from ntgcore.files import read_bounded
 
 REMOVED = "removed"          # the state of a sid that is no longer in the rule files
 LISTED = 50                  # sids named per list on stderr (the reports list them all)
+# read at most (`read_bounded`): ET Open's coverage.json is tens of MB; an allow file a sid a line
+MAX_BASELINE_BYTES = 128 * 2**20
+MAX_ALLOW_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -49,9 +53,9 @@ def load_baseline(path: str | Path, allow_path: str | Path | None = None) -> Bas
 def _read_coverage_json(path: Path) -> dict:
     what = "give the coverage.json of an earlier `testbed ids-coverage` run"
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"baseline {path}: cannot read it ({getattr(exc, 'strerror', None) or exc}); {what}") from None
+        text = read_bounded(path, MAX_BASELINE_BYTES, "baseline")
+    except BadInput as exc:   # missing, a directory or device, too long, not UTF-8 (FILE:LINE)
+        raise BadInput(f"baseline {path}: cannot read it: {exc}; {what}") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -81,9 +85,9 @@ def _row_problem(row) -> str | None:
 def load_allow(path: Path) -> dict[int, str]:
     """The allow file: `sid [reason]` a line, blank lines and `#` comments skipped."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"allow file {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        text = read_bounded(path, MAX_ALLOW_BYTES, "allow file")
+    except BadInput as exc:
+        raise BadInput(f"allow file {path}: cannot read it: {exc}") from None
     allowed: dict[int, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         body = line.split("#", 1)[0].strip()

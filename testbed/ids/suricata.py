@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ntgcore.errors import BadInput, NtgError, ToolMissing
+from ntgcore.files import replacing
 from ntgcore.packets import short_address
 from ntgcore.proc import Process
 
@@ -317,7 +318,8 @@ def _classification_file(rule_files: list[Path], out_dir: Path) -> Path:
         if cand.is_file():
             return cand.resolve()
     own = out_dir / "classification.config"
-    own.write_text("".join(f"config classification: {n},{d},{p}\n" for n, d, p in CLASSTYPES))
+    with replacing(own) as tmp:
+        tmp.write_text("".join(f"config classification: {n},{d},{p}\n" for n, d, p in CLASSTYPES))
     return own
 
 
@@ -397,7 +399,8 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
         lines += ["af-packet:", f"  - interface: {q(live_iface)}", "    cluster-id: 99",
                   "    cluster-type: cluster_flow", "    defrag: yes", "    checksum-checks: yes"]
     path = out / "suricata.yaml"
-    path.write_text("\n".join(lines) + "\n")
+    with replacing(path) as tmp:   # a full disk leaves no half configuration
+        tmp.write_text("\n".join(lines) + "\n")
     return path
 
 
@@ -603,7 +606,7 @@ def loadable_rule_files(rule_files: list[Path], work: Path) -> tuple[list[Path],
         work.mkdir(parents=True, exist_ok=True)
         copy = work / f"{i}-{rf.name}"
         numbers = {n for n, _, _, _ in long_lines}
-        with open(rf, "rb") as f, open(copy, "wb") as w:
+        with open(rf, "rb") as f, replacing(copy) as tmp, open(tmp, "wb") as w:
             for n, raw in enumerate(f, 1):
                 if n in numbers:
                     w.write(b"# testbed: a line too long for Suricata, reported refused\n")
@@ -647,7 +650,7 @@ def _joined_rules(rule_files: list[str | Path], out: Path) -> tuple[Path, list[t
     joined = out / "rules.joined.rules"
     origin = []
     line = 1
-    with joined.open("w") as f:
+    with replacing(joined) as tmp, tmp.open("w") as f:
         for rf in rule_files:
             text = Path(rf).read_text(errors="replace")
             if text and not text.endswith("\n"):
@@ -668,8 +671,12 @@ def _original_place(e: RuleLoadError, origin: list[tuple[int, str]]) -> RuleLoad
 # ---------------------------------------------------------------------------------------------
 # test mode: does Suricata load a rule file?
 
-def parse_test_output(text: str) -> tuple[dict[int, list[str]], list[str], int | None, int | None]:
-    """Pair each "error parsing signature" line with the error lines just before it."""
+def parse_test_output(text: str, rule_files: list[Path] | tuple[Path, ...] = ()
+                      ) -> tuple[dict[int, list[str]], list[str], int | None, int | None]:
+    """Pair each "error parsing signature" line with the error lines just before it, under the
+    refused rule's sid (minus its line number when it has none). A line Suricata cut before its
+    "from file F at line N" (a rule of more than about 2,000 bytes, whose sid is often cut off too)
+    is placed by its rule text in `rule_files` (`_place_by_text`, as `run_offline` does)."""
     failures: dict[int, list[str]] = {}
     errors: list[str] = []
     pending: list[str] = []
@@ -683,9 +690,15 @@ def parse_test_output(text: str) -> tuple[dict[int, list[str]], list[str], int |
             continue
         errors.append(line)
         m = _LOAD_ERR.search(line)
+        cut = None if m else _LOAD_ERR_CUT.search(line)
         if m:
             sm = _SID.search(m.group("rule"))
             sid = int(sm.group(1)) if sm else -int(m.group("line"))
+        elif cut:
+            sm = _SID.findall(cut.group("rule"))
+            e = _place_by_text(RuleLoadError(line, int(sm[-1]) if sm else None, rule=cut.group("rule")), rule_files)
+            sid = e.sid if e.sid is not None else -(e.line or 0)
+        if m or cut:
             reason = [re.sub(r"^.*?\bE:\s*", "", p) for p in pending] or [line]
             failures.setdefault(sid, [])
             for r in reason:
@@ -709,7 +722,7 @@ def check_load(rules_path: str | Path, work_dir: str | Path, *, timeout: float =
     code, _ = _run_into(out / "suricata-T.out", "suricata -T", argv, timeout)
     seconds = time.monotonic() - t0
     text = (out / "suricata-T.out").read_text(errors="replace")
-    failures, errors, loaded, failed = parse_test_output(text)
+    failures, errors, loaded, failed = parse_test_output(text, files)
     log = out / "suricata.log"
     if loaded is None and log.exists():  # the counts are an Info line: only in the log file
         m = None

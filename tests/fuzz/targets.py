@@ -5,7 +5,7 @@ Each target feeds one input to an entry point and accepts only what that entry p
 | target | entry point | documented outcome |
 |---|---|---|
 | scenario | `ntgcore.scenario.parse_scenario`, then what `testbed validate` computes | a Scenario, or `ScenarioError` whose problems start with `FILE:` |
-| rules | `testbed.ids.rules.syntax.read_rules`, `semantics.analyze` of each rule | rules and `Problem`s, never an exception (analyze marks what it cannot use `unsupported`) |
+| rules | `testbed.ids.rules.syntax.read_rules`, `semantics.analyze` of each rule | rules and `Problem`s (analyze marks what it cannot use `unsupported`); `BadInput` `FILE:LINE: ... not UTF-8` only for bytes that are not UTF-8, whose text (U+FFFD for them) is then read too |
 | pcap | `analysis.capture.read_capture` | a Capture (`problem` set where it is damaged), or `CaptureError` |
 
 Anything else raised is a finding, and so is an example that runs longer than its time bound
@@ -42,6 +42,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from analysis.capture import CaptureError, read_capture  # noqa: E402
 from ntgcore.compile import check_memory, compile_session, expected, peak_concurrent_flows  # noqa: E402
+from ntgcore.errors import BadInput  # noqa: E402
 from ntgcore.scenario import ScenarioError, parse_scenario  # noqa: E402
 from testbed.ids.rules.semantics import analyze  # noqa: E402
 from testbed.ids.rules.syntax import read_rules  # noqa: E402
@@ -92,7 +93,12 @@ def run_rules(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.rules"
         path.write_bytes(data)
-        rules, problems = read_rules(path)
+        try:
+            rules, problems = read_rules(path)
+        except BadInput as exc:   # the one refusal of a whole file; its text is still parsed below
+            assert str(exc).startswith(f"{path}:") and "not UTF-8" in str(exc), exc
+            path.write_text(data.decode("utf-8", errors="replace"))
+            rules, problems = read_rules(path)
         for problem in problems:
             assert str(problem).startswith(str(path)), problem
         for rule in rules:

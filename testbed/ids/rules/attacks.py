@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ntgcore.errors import NtgError
+from ntgcore.files import replacing
 from ntgcore.proc import Process, Tool
 
 from .semantics import RuleModel, load_rules
@@ -177,13 +178,15 @@ def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
 
 
 def merge_pcaps(inputs: list[Path], out: Path) -> None:
-    """Merge captures by time stamp into one nanosecond pcap (mergecap -F nsecpcap)."""
+    """Merge captures by time stamp into one nanosecond pcap (mergecap -F nsecpcap), written whole
+    or not at all (`replacing`)."""
     if not MERGECAP.found():
         raise AttackError("mergecap is missing: install it with `apt-get install wireshark-common` "
                           "(./bootstrap.sh test installs it)")
-    argv = ["mergecap", "-F", "nsecpcap", "-w", str(out), *[str(p) for p in inputs]]
-    proc = Process("mergecap", argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
-    if proc.wait(600) != 0:
-        err = proc.popen.stderr.read().decode(errors="replace") if proc.popen and proc.popen.stderr else ""
-        raise AttackError(f"mergecap failed: {err.strip() or 'no message'}")
+    with replacing(out) as tmp:   # whole or not at all (a full disk leaves no half capture)
+        argv = ["mergecap", "-F", "nsecpcap", "-w", str(tmp), *[str(p) for p in inputs]]
+        proc = Process("mergecap", argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
+        if proc.wait(600) != 0:
+            err = proc.popen.stderr.read().decode(errors="replace") if proc.popen and proc.popen.stderr else ""
+            raise AttackError(f"mergecap failed: {err.strip() or 'no message'}")
 

@@ -10,7 +10,12 @@ API (stable; other modules build on it):
   rules (``# alert ...``) are ignored. A malformed rule becomes a `Problem` (``file:line: what``)
   and is skipped; reading goes on. So does a rule longer than MAX_RULE_BYTES (64 KiB; the longest
   ET Open or Snort 3 community rule is under 2.5 KiB): it is refused unsplit, so one huge line
-  costs no more than its own text.
+  costs no more than its own text. The file itself is read by `read_rule_text`; what cannot be
+  read as a rule file at all raises `BadInput` (exit 2).
+- ``read_rule_text(path) -> str``: the one way a rule file is read (`ntgcore.files.read_bounded`):
+  at most MAX_RULE_FILE_BYTES (128 MiB; ET Open's emerging-all.rules is tens of MB), UTF-8;
+  `BadInput` for a missing path, a directory, a longer file or a device, and for bytes that are
+  not UTF-8 (``FILE:LINE: the rule file is not UTF-8 text: ...``).
 - ``parse_rule_text(text, file="<text>", line=1) -> RawRule``; raises `RuleSyntaxError` (its
   ``.problem`` is the `Problem`).
 - ``RawRule``: ``action``, ``proto``, ``src``, ``sport``, ``direction``, ``dst``, ``dport`` (the
@@ -30,9 +35,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ntgcore.errors import NtgError
+from ntgcore.files import read_bounded
 
 ACTIONS = frozenset(
     {"alert", "drop", "reject", "pass", "log", "sdrop", "rejectsrc", "rejectdst", "rejectboth",
@@ -40,6 +45,7 @@ ACTIONS = frozenset(
 )
 DIRECTIONS = frozenset({"->", "<>", "<-"})
 MAX_RULE_BYTES = 64 * 1024
+MAX_RULE_FILE_BYTES = 128 * 2**20
 
 
 @dataclass(frozen=True)
@@ -264,14 +270,17 @@ def iter_rule_texts(lines: list[str]):
         yield start, text
 
 
+def read_rule_text(path: str | os.PathLike) -> str:
+    """The text of a rule file; BadInput when it cannot be read as one (module docstring)."""
+    return read_bounded(path, MAX_RULE_FILE_BYTES, "rule file",
+                        "split it into several rule files, each given on the command line")
+
+
 def read_rules(path: str | os.PathLike) -> tuple[list[RawRule], list[Problem]]:
-    """All enabled rules of one file, and a Problem for each malformed one (which is skipped)."""
-    p = Path(path)
+    """All enabled rules of one file, and a Problem for each malformed one (which is skipped);
+    BadInput when the file cannot be read as a rule file (`read_rule_text`)."""
     name = str(path)
-    try:
-        data = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        return [], [Problem(name, 0, f"cannot read rule file: {exc.strerror or exc}")]
+    data = read_rule_text(path)
     rules: list[RawRule] = []
     problems: list[Problem] = []
     for line, text in iter_rule_texts(data.splitlines()):

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ntgcore.errors import NtgError
+from ntgcore.files import replacing
 
 from .syntax import Option, Problem, RawRule, read_rules
 from .variables import CONFIG_VARS
@@ -622,10 +623,13 @@ class TranslationReport:
 
 
 def write_rules(translations: list[Translation], out_path: str | Path, source: str = "") -> None:
+    """The translated rules into `out_path`, whole or not at all (`replacing`: a full disk leaves
+    no half-written file)."""
     lines = [f"# Suricata 7 translation of {source} by testbed.ids.rules.translate",
              "# untranslatable rules are listed in the report, not here"]
     lines += [t.text for t in translations if t.ok]  # type: ignore[misc]
-    Path(out_path).write_text("\n".join(lines) + "\n")
+    with replacing(out_path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
 
 
 def translate_rules_file(in_path: str | Path, out_path: str | Path, *,
