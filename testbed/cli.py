@@ -26,7 +26,7 @@ from analysis.stream import natural_key
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, compile_session, expected, peak_concurrent_flows
 from ntgcore.errors import (EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED,
                             BadInput, NtgError)
-from ntgcore.files import replacing, write_error
+from ntgcore.files import replacing, write_error, write_whole
 from ntgcore.proc import Interrupted, Interrupts
 from ntgcore.runfolder import testbed_version
 from ntgcore.scenario import ScenarioError, attack_rule_paths, json_schema, load_scenario
@@ -47,7 +47,7 @@ from .methods import spread_shares
 from .multiply import (MultiplyParams, analyze_multiplied, multiply_capture, multiply_run_folder, rerun_report,
                        scenario_params)
 from .parts.hosts import collect_hosts
-from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_load, make_duts, translate_file
+from .ids.suricata import CHECKSUM_MODES, SuricataMissing, check_config, check_load, make_duts, translate_file
 from .runner import (analyze_live_run, attack_player, check_places, coverage_baseline_problem, open_site,
                      plan_steps, played_attacks_problem, run_scenario, stage_printer)
 
@@ -144,7 +144,10 @@ def _size(n: float) -> str:
 def cmd_schema(args: argparse.Namespace) -> int:
     text = json.dumps(json_schema(), indent=2) + "\n"
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            write_whole(args.output, text)
+        except OSError as exc:
+            raise write_error(exc, args.output, "choose another -o") from None
     else:
         sys.stdout.write(text)
     return EXIT_OK
@@ -864,7 +867,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "5-tuple (default: flowid)")
     hs.add_argument("--repeats", type=_count_upto(HASH_MAX_REPEATS), default=3,
                     help=f"draws of the destinations (default: 3, as seed 002; at most {HASH_MAX_REPEATS})")
-    hs.add_argument("--seed", type=int, default=2, help="random seed of the destinations (default: 2)")
+    hs.add_argument("--seed", type=_seed, default=2, help="random seed of the destinations (default: 2)")
     hs.add_argument("--out", metavar="DIR", help="output folder (default: results/<time>-hash-study)")
     hs.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     hs.set_defaults(func=cmd_hash_study)
@@ -1022,17 +1025,16 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
     allowed = baseline.allowed if baseline else (load_allow(Path(args.allow)) if args.allow else {})
     out = Path(args.out) if args.out else Path("results") / (
         datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-ids-coverage")
+    show = not args.quiet
     try:
         out.mkdir(parents=True, exist_ok=True)
+        result = run_coverage_duts(args.rules, out, duts, ids=args.ids, mixes=args.mix,
+                                   ip_version=6 if args.ipv6 else 4, exclude_unloadable=args.exclude_unloadable,
+                                   baseline=baseline, allowed=allowed, allow_path=args.allow,
+                                   multiply=args.multiply,
+                                   progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
     except OSError as exc:
-        _err(f"testbed ids-coverage: cannot create {out}: {exc.strerror}")
-        return EXIT_BAD_INPUT
-    show = not args.quiet
-    result = run_coverage_duts(args.rules, out, duts, ids=args.ids, mixes=args.mix,
-                               ip_version=6 if args.ipv6 else 4, exclude_unloadable=args.exclude_unloadable,
-                               baseline=baseline, allowed=allowed, allow_path=args.allow,
-                               multiply=args.multiply,
-                               progress=(lambda msg: _err(f"ids-coverage: {msg}")) if show else None)
+        raise write_error(exc, out, "free some space, or choose another --out") from None
     docs = result["duts"]
     problems = docs[0]["problems"]
     for problem in problems[:50]:
@@ -1083,9 +1085,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
     inputs = detect.resolve_inputs(args.paths, args.rules)
     home = detect.address_group(args.home_net, "--home-net") if args.home_net else None
     external = detect.address_group(args.external_net, "--external-net") if args.external_net else None
-    if args.suricata_config and not Path(args.suricata_config).is_file():
-        _err(f"testbed detect: {args.suricata_config}: no such Suricata configuration file")
-        return EXIT_BAD_INPUT
+    if args.suricata_config:
+        check_config(args.suricata_config)
     try:
         expect = load_expect(args.expect) if args.expect else None
     except ExpectError as exc:

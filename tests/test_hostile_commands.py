@@ -54,6 +54,9 @@ READERS = {
     "detect": ["detect", IN, "--rules", "{RULES}", "--out", OUT],
     "detect --rules": ["detect", "{PCAP}", "--rules", IN, "--out", OUT],
     "detect --expect": ["detect", "{PCAP}", "--rules", "{RULES}", "--expect", IN, "--out", OUT],
+    "detect --suricata-config": ["detect", "{PCAP}", "--rules", "{RULES}", "--suricata-config", IN, "--out", OUT],
+    "ids-coverage --suricata-config": ["ids-coverage", "{RULES}", "--out", OUT, "--suricata-config", IN],
+    "multiply --scenario": ["multiply", "{PCAP}", "--scenario", IN, "-o", f"{OUT}/m.pcap"],
     "multiply": ["multiply", IN, "-T", "1", "--ranges", RANGES, "-o", f"{OUT}/m.pcap"],
     "multiply --urls": ["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--urls", IN, "-o", f"{OUT}/m.pcap"],
     "spread": ["spread", IN, "--out", OUT],
@@ -75,6 +78,8 @@ WRITERS = {
     "match-sweep": ["match-sweep", "--structs", "chain", "--hashes", "lookup3", "--sizes", "2^10", "--feeds", "det",
                     "--packets", "1000", "--out", f"{OUT}/ms"],
     "results compare": ["results", "compare", "{RUN}", "--plots", f"{OUT}/cmp"],
+    "schema": ["schema", "-o", f"{OUT}/schema.json"],
+    "ids-coverage": ["ids-coverage", "{RULES}", "--out", f"{OUT}/c"],
 }
 PLACES = {"full": 4, "read-only": 2}
 # refused before writing, nothing written: the output's size is checked against the free space
@@ -86,6 +91,18 @@ COUNTS = {
     "run --seed": (["run", "{SCENARIO}", "--out", OUT, "--seed", N], {0: {0}, -1: {2}, 10**9: {0}}),
     "analyze --memory-limit": (["analyze", "{PCAP}", "--out", OUT, "--memory-limit", N],
                                {0: {2}, -1: {2}, 10**9: {0}}),
+    "run --trials": (["run", "{SCENARIO}", "--out", OUT, "--trials", N], REFUSED),
+    "multiply --mtu": (["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--mtu", N, "-o", f"{OUT}/m.pcap"], REFUSED),
+    "multiply --max-flows": (["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--max-flows", N,
+                              "-o", f"{OUT}/m.pcap"], {0: {0}, -1: {2}, 10**9: {0}}),  # 0: the default bound
+    "multiply --max-seconds": (["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--max-seconds", N,
+                                "-o", f"{OUT}/m.pcap"], {0: {2}, -1: {2}, 10**9: {0}}),
+    "multiply --seed": (["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--seed", N, "-o", f"{OUT}/m.pcap"],
+                        {0: {0}, -1: {2}, 10**9: {0}}),
+    "hash-study --seed": (["hash-study", "--hashes", "lookup3", "--flows", "1000", "--prefixes", "24", "--repeats", "1",
+                           "--seed", N, "--out", OUT], {0: {0}, -1: {2}, 10**9: {0}}),
+    "hash-study --prefixes": (["hash-study", "--hashes", "lookup3", "--flows", "1000", "--prefixes", N, "--repeats", "1",
+                               "--out", OUT], REFUSED),
     "multiply -T": (["multiply", "{PCAP}", "-T", N, "--ranges", RANGES, "-o", f"{OUT}/m.pcap"], REFUSED),
     "ids-coverage --multiply": (["ids-coverage", "{RULES}", "--out", OUT, "--multiply", N], REFUSED),
     "detect --top": (["detect", "{PCAP}", "--rules", "{RULES}", "--out", OUT, "--top", N],
@@ -103,6 +120,10 @@ COUNTS = {
                                     "--feeds", "det", "--packets", "100000", "--cell-timeout", N, "--out", OUT],
                                    REFUSED),
 }
+
+
+# how a refusal may name an option besides its own flag (the engine's words for `-T`)
+SAID = {"-T": ("copies",), "--multiply": ("copies", "T1"), "--prefixes": ("prefix",)}
 
 
 def _root() -> None:
@@ -205,8 +226,12 @@ def writer_results(good, tmp_path_factory):
 @pytest.fixture(scope="module")
 def count_results(good, tmp_path_factory):
     work = tmp_path_factory.mktemp("counts")
-    cases = [{"id": f"{opt}|{value}", "argv": _argv(t, good, N=str(value), OUT=str(work / "out" / f"{i}-{j}"))}
-             for i, (opt, (t, allowed)) in enumerate(COUNTS.items()) for j, value in enumerate(allowed)]
+    cases = []
+    for i, (opt, (template, allowed)) in enumerate(COUNTS.items()):
+        for j, value in enumerate(allowed):
+            out = work / "out" / f"{i}-{j}"
+            out.mkdir(parents=True)  # a good output place: only the count may be refused
+            cases.append({"id": f"{opt}|{value}", "argv": _argv(template, good, N=str(value), OUT=str(out))})
     return _drive(cases, work)
 
 
@@ -243,4 +268,9 @@ def test_a_full_disk_leaves_no_empty_file(writer_results):
 @pytest.mark.parametrize("value", [0, -1, 10**9])
 @pytest.mark.parametrize("option", COUNTS)
 def test_a_count_is_done_or_refused_before_allocating(count_results, option, value):
-    _check(_result(count_results, f"{option}|{value}"), COUNTS[option][1][value])
+    result = _result(count_results, f"{option}|{value}")
+    _check(result, COUNTS[option][1][value])
+    if result["status"] == 2:  # refused for the count, not for anything else of the command line
+        flag = COUNTS[option][0][COUNTS[option][0].index(N) - 1]
+        names = {flag.lstrip("-"), *SAID.get(flag, ())}
+        assert any(n in result["stderr"] for n in names), (names, result["stderr"])

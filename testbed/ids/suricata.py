@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ntgcore.errors import BadInput, NtgError, ToolMissing
-from ntgcore.files import replacing
+from ntgcore.files import read_bounded, replacing
 from ntgcore.packets import short_address
 from ntgcore.proc import Process
 
@@ -227,6 +227,25 @@ def _slug(text: str) -> str:
     return s[:64]
 
 
+MAX_CONFIG_BYTES = 16 * 2**20  # a suricata.yaml is tens of kB
+
+
+def check_config(path: str | os.PathLike) -> None:
+    """BadInput unless PATH is a file Suricata can take as its configuration: a regular file (it
+    reads the file itself, so a device or a pipe would be read again, or forever), at most
+    MAX_CONFIG_BYTES of UTF-8 text that starts as Suricata requires (`%YAML 1.1`)."""
+    p = Path(path)
+    if not p.exists():
+        raise BadInput(f"{p}: no such Suricata configuration file")
+    if not p.is_file() and not p.is_dir():
+        raise BadInput(f"{p}: not a regular file (a device or a pipe); Suricata reads its configuration "
+                       "itself: give a suricata.yaml file")
+    text = read_bounded(p, MAX_CONFIG_BYTES, "Suricata configuration")
+    if not text.lstrip("\ufeff").startswith("%YAML"):
+        raise BadInput(f"{p}:1: not a Suricata configuration: Suricata needs its first two lines to be "
+                       "`%YAML 1.1` and `---`")
+
+
 def make_duts(binaries: list[str] | None, configs: list[str] | None) -> list[Dut]:
     """The DUTs of `--suricata PATH ...` and `--suricata-config FILE ...` (each `[NAME=]PATH`).
 
@@ -241,8 +260,7 @@ def make_duts(binaries: list[str] | None, configs: list[str] | None) -> list[Dut
         raise BadInput(f"{len(bins)} --suricata and {len(cfgs)} --suricata-config do not pair up: give "
                        "as many of each, or one of one kind for all of the other")
     for _, c in cfgs:
-        if not Path(c).is_file():
-            raise BadInput(f"{c}: no such Suricata configuration file")
+        check_config(c)
     for _, b in bins:
         suricata_binary(b)
     bins = bins * n if len(bins) == 1 else bins or [(None, None)] * n

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from ntgcore import packets as P
 from ntgcore.errors import NtgError
+from ntgcore.files import replacing, write_whole
 
 from .dialogue import (
     TEXT_APPS, dialogue, dns_tcp, pinned_to_start, sip_method_of, sip_request, sip_response,
@@ -775,7 +776,7 @@ def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: st
     res = SynthResult(Path(pcap_path))
     addrs = _Addr()
     t = t0_ns
-    with open(pcap_path, "wb") as f:
+    with replacing(pcap_path) as tmp, open(tmp, "wb") as f:  # whole or not at all (a full disk)
         w = P.PcapWriter(f)
         for i, model in enumerate(models):
             if progress and i % 500 == 0:
@@ -842,4 +843,4 @@ def write_manifest(res: SynthResult, models: list[RuleModel], path: str | Path) 
         rules.append(entry)
     doc = {"pcap": str(res.pcap), "packets": res.packets, "bytes": res.bytes,
            "sessions": [s.as_dict() for s in res.sessions], "rules": rules}
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    write_whole(path, json.dumps(doc, indent=1) + "\n")
