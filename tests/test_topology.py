@@ -77,6 +77,20 @@ def test_bad_interface_name_is_reported_with_its_line(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("kind", ["dev-zero", "not-utf8", "directory"])
+def test_a_topology_file_is_read_bounded_and_named(tmp_path, kind):
+    """/dev/zero was read until memory ran out (its st_size is 0); bytes that are not UTF-8 and a
+    directory are named, with the line, as a topology problem."""
+    path = {"dev-zero": "/dev/zero", "not-utf8": tmp_path / "t.yaml", "directory": tmp_path}[kind]
+    if kind == "not-utf8":
+        path.write_bytes(GOOD.encode() + b"# caf\xe9\n")
+    with pytest.raises(TopologyError) as exc:
+        load_topology(path)
+    (problem,) = exc.value.problems
+    assert problem.startswith(f"{path}") and {"dev-zero": "longer than 32.0 MiB", "not-utf8": "not UTF-8",
+                                              "directory": "is a directory"}[kind] in problem, problem
+
+
 def test_address_outside_the_benchmark_ranges_is_refused(tmp_path):
     path = write(tmp_path, GOOD.replace("198.18.0.1/24", "10.1.2.3/24"))
     with pytest.raises(TopologyError) as exc:

@@ -31,10 +31,11 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from ntgcore.errors import NtgError
+from ntgcore.errors import BadInput, NtgError
+from ntgcore.files import read_bounded
 from ntgcore.proc import CommandRecord, Process
 from ntgcore.scenario import BENCHMARK_NETWORKS, ScenarioError, format_error
-from ntgcore.yamlread import YamlProblem, check_size, read_yaml, yaml_lines
+from ntgcore.yamlread import MAX_BYTES, YamlProblem, read_yaml, yaml_lines
 
 PACKAGED = Path(__file__).resolve().parent / "topologies"
 ALLOWED_NETWORKS = BENCHMARK_NETWORKS
@@ -384,16 +385,13 @@ def load_topology(ref: str | Path | dict, base_dir: Path | None = None, source: 
         path = PACKAGED / f"{text_ref}.yaml"
     elif not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
-    try:
-        check_size(path.stat().st_size, str(path))
-        text = path.read_text(encoding="utf-8")
-    except YamlProblem as exc:
-        raise TopologyError(exc.problems) from None
-    except FileNotFoundError:
+    if not path.exists():
         known = ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
-        raise TopologyError([f"{path}: no such file (packaged topologies: {known})"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TopologyError([f"{path}: cannot read: {exc}"]) from None
+        raise TopologyError([f"{path}: no such file (packaged topologies: {known})"])
+    try:  # the one bounded reader: a device, a pipe, a directory or bytes that are not UTF-8 said so
+        text = read_bounded(path, MAX_BYTES, "topology file", "write a smaller topology")
+    except BadInput as exc:
+        raise TopologyError([str(exc)]) from None
     try:
         data = read_yaml(text, str(path))
     except YamlProblem as exc:
