@@ -1,5 +1,6 @@
 """Shared pytest fixtures."""
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -84,6 +85,33 @@ def pair():
         yield p.setup()
     finally:
         p.teardown()
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, options: str):
+    """A tmpfs mounted at WHERE (made) with mount OPTIONS (`size=1m`, `ro`); unmounted at the end,
+    also when the test fails. Skips without root."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "ntg-test", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(where: Path) -> Path:
+    """Write WHERE/filler until its file system is full (to the last block); returns the filler."""
+    filler = where / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
 
 
 def skip_or_fail(reason: str) -> None:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fill, tmpfs
+
 from detect_cases.build import T0, tcp_session
 from testbed.cli import main
 
@@ -254,42 +256,19 @@ def test_a_scenario_whose_attack_rules_are_not_utf8_is_refused_before_it_runs(tm
     assert not (tmp_path / "results").exists()
 
 
-def _tmpfs(where: Path, options: str) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "ntg-test", str(where)], check=True)
-    return where
-
-
 @pytest.fixture
 def small_disk(tmp_path):
     """A 64 KiB tmpfs; unmounted afterwards."""
-    try:
-        yield _tmpfs(tmp_path / "small", "size=64k")
-    finally:
-        subprocess.run(["umount", "-l", str(tmp_path / "small")], check=False)
+    with tmpfs(tmp_path / "small", "size=64k") as where:
+        yield where
 
 
 @pytest.fixture
 def full_disk(tmp_path):
     """A 1 MiB tmpfs filled to its last block, and a read-only one; unmounted afterwards."""
-    full, ro = tmp_path / "full", tmp_path / "ro"
-    try:
-        _tmpfs(full, "size=1m")
-        _tmpfs(ro, "size=1m,ro")
-        with open(full / "filler", "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+    with tmpfs(tmp_path / "full", "size=1m") as full, tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
+        fill(full)
         yield full, ro
-    finally:
-        for where in (full, ro):
-            if where.is_mount():
-                subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 FULL_DISK_RUNS = {

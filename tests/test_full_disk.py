@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fill, tmpfs
+
 from testbed.parts import MonitorPart
 
 REPO = Path(__file__).resolve().parent.parent
@@ -20,20 +22,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs
 @pytest.fixture
 def full_disk(tmp_path):
     """A 2 MiB tmpfs filled to its last block (`filler`), unmounted afterwards."""
-    mnt = tmp_path / "full"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
-    try:
-        with open(mnt / "filler", "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+    with tmpfs(tmp_path / "full", "size=2m") as mnt:
+        fill(mnt)
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def files_in(folder: Path) -> list[Path]:

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import fill, tmpfs
 from ntgcore.scenario import load_scenario
 from testbed.runner import run_scenario
 
@@ -126,11 +127,6 @@ COUNTS = {
 SAID = {"-T": ("copies",), "--multiply": ("copies", "T1"), "--prefixes": ("prefix",)}
 
 
-def _root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a full or read-only file system needs root")
-
-
 @pytest.fixture(scope="module")
 def good(tmp_path_factory, flowengine_bin):
     """Good inputs: a scenario, an analysed offline run of it (its capture), a rules file."""
@@ -183,44 +179,21 @@ def reader_results(good, tmp_path_factory):
     return _drive(cases, work)
 
 
-def _mount(where: Path, options: str) -> None:
-    where.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "ntg-hostile", str(where)], check=True)
-
-
-def _fill(where: Path) -> None:
-    """Write into WHERE until its file system is full."""
-    with open(where / "filler", "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
-
-
 @pytest.fixture(scope="module")
 def writer_results(good, tmp_path_factory):
-    _root()
     work = tmp_path_factory.mktemp("writers")
-    full, ro = work / "full", work / "ro"
-    _mount(full, "size=1m")
-    _mount(ro, "size=1m")
-    try:
+    with tmpfs(work / "full", "size=1m") as full, tmpfs(work / "ro", "size=1m") as ro:
         for i in range(len(WRITERS)):  # each case's folder exists: the output goes into it
             (full / str(i)).mkdir()
             (ro / str(i)).mkdir()
         subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
-        _fill(full)
+        fill(full)
         cases = [{"id": f"{cmd}|{place}", "argv": _argv(t, good, OUT=str((full if place == "full" else ro) / str(i)))}
                  for i, (cmd, t) in enumerate(WRITERS.items()) for place in PLACES]
         results = _drive(cases, work)
         results["_left"] = {"full": sorted(str(p.relative_to(full)) for p in full.rglob("*") if p.is_file()
                                            and p.name != "filler" and p.stat().st_size == 0)}
         return results
-    finally:
-        for m in (full, ro):
-            subprocess.run(["umount", "-l", str(m)], check=False)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from analysis.capture import read_capture
-from conftest import skip_or_fail
+from conftest import fill, skip_or_fail, tmpfs
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = os.geteuid() == 0
@@ -70,15 +70,8 @@ def alive(pid: int) -> bool:
 @pytest.fixture
 def small_disk(tmp_path):
     """A 3 MiB tmpfs, unmounted afterwards."""
-    if not ROOT:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], check=True)
-    try:
+    with tmpfs(tmp_path / "small", "size=3m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def assert_failed_for_no_space(res: subprocess.CompletedProcess, out: Path) -> tuple[Path, dict]:
@@ -106,13 +99,7 @@ def test_a_full_disk_ends_an_offline_run_with_its_exit_status_and_a_final_manife
 
 @needs_root
 def test_a_disk_full_before_the_run_starts_runs_nothing_and_says_so(tmp_path, small_disk, flowengine_bin):
-    with open(small_disk / "filler", "wb") as f:  # fill the file system to the last block
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
+    fill(small_disk)  # to the last block
     out = small_disk / "results"
     out.mkdir()
     res = cli("run", REPO / "scenarios" / "quickstart.yaml", "--out", out, "-q")
