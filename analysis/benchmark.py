@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ntgcore.errors import BadInput
+from ntgcore.files import read_json
 
 # the pytest-benchmark release line whose saved JSON this mirrors (the fields: tests/test_benchmark_export.py)
 FORMAT_VERSION = "5.1.0"
@@ -77,12 +78,12 @@ def _quartiles(v: list[float]) -> tuple[float, float]:
 
 
 def _read(path: Path, what: str) -> dict[str, Any]:
+    if not path.exists():
+        raise NotExportable(f"{path.parent}: no {path.name}: {what}")
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise NotExportable(f"{path.parent}: no {path.name}: {what}") from None
-    except (OSError, ValueError) as exc:
-        raise NotExportable(f"{path}: cannot be read as JSON ({exc}); re-run the analysis") from None
+        return read_json(path, path.name)
+    except BadInput as exc:
+        raise NotExportable(f"{exc}; re-run the analysis") from None
 
 
 def _rate_entries(name: str, traffic: dict[str, Any], where: Path) -> list[tuple[str, list[float], dict]]:

@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ntgcore.errors import BadInput
+from ntgcore.files import MAX_JSON_BYTES, read_bounded, read_json
 from ntgcore.runfolder import MANIFEST, SCHEMA_VERSION
 
 from .live import PALETTE
@@ -96,7 +97,7 @@ class RunFolder:
     def manifest(self) -> dict[str, Any]:
         """The whole manifest (read at the first use: listing needs only its head)."""
         if self._partial:
-            self._head, self._partial = json.loads((self.path / MANIFEST).read_bytes()), False
+            self._head, self._partial = read_json(self.path / MANIFEST, "run manifest"), False
         return self._head
 
     @property
@@ -176,18 +177,17 @@ def read_run_folder(path: str | os.PathLike) -> RunFolder:
     text = os.fspath(path)
     tables = _table_files(text)
     path = Path(text)
+    if not os.path.lexists(os.path.join(text, MANIFEST)):
+        return _coverage_folder(path, tables)
     try:
-        with open(os.path.join(text, MANIFEST), "rb") as f:
-            raw = f.read().decode()
+        raw = read_bounded(os.path.join(text, MANIFEST), MAX_JSON_BYTES, "run manifest")
         manifest = _manifest_head(raw)
         partial = manifest is not None
         if manifest is None:  # not as ntgcore.runfolder writes it: read it whole
             manifest = json.loads(raw)
             if not isinstance(manifest, dict):
                 raise ValueError("not a JSON object")
-    except FileNotFoundError:
-        return _coverage_folder(path, tables)
-    except (OSError, ValueError) as exc:
+    except (BadInput, ValueError) as exc:
         return RunFolder(path, path.name, None, tables=tables,
                          problem=f"{path / MANIFEST}: not readable JSON ({exc}); the run folder is damaged")
     sc = manifest.get("scenario") or {}
@@ -285,7 +285,9 @@ class Catalog:
         new = set(run.tables.values()) - self._allowed
         if new:
             self._allowed |= new
-            self._con = None  # the configuration is locked: a new connection, views made anew
+            if self._con is not None:  # the configuration is locked: a new connection, views made anew
+                self._con.close()
+            self._con = None
         return run
 
     # ---- what is there

@@ -20,7 +20,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from ntgcore.files import replacing, write_error
+from ntgcore.errors import BadInput
+from ntgcore.files import read_json, replacing, write_error
 
 from .capture import CaptureError
 from .timing import engine_key, run_timing
@@ -31,10 +32,11 @@ from .stream import chunk_packets, read_stream, run_capture_files
 ANALYSIS_VERSION = 1
 RUN_FOLDER = "a run folder holding capture.pcap (see results/README.md) or a pcap/pcapng file"
 PER_SECOND_ROWS_MAX = 300
-LINK_TYPES = {0: "BSD loopback", 1: "Ethernet", 101: "raw IP", 113: "Linux cooked (SLL)",
-              228: "raw IPv4", 229: "raw IPv6", 276: "Linux cooked v2 (SLL2)"}
 # the link types whose frames the capture reader decodes to IP (analysis/native/pcapread.c, LT_*)
-DECODED_LINK_TYPES = frozenset({0, 1, 12, 14, 101, 108, 113, 228, 229, 276})
+LINK_TYPES = {0: "BSD loopback", 1: "Ethernet", 12: "raw IP (BSD)", 14: "raw IP (OpenBSD)", 101: "raw IP",
+              108: "OpenBSD loopback", 113: "Linux cooked (SLL)", 228: "raw IPv4", 229: "raw IPv6",
+              276: "Linux cooked v2 (SLL2)"}
+DECODED_LINK_TYPES = frozenset(LINK_TYPES)
 
 
 # What a manifest status other than `completed` means for the numbers of a report.
@@ -187,9 +189,9 @@ def _read_run_files(run: Path, warnings: list[str]) -> dict[str, Any]:
         p = run / name
         if p.is_file():
             try:
-                side[key] = json.loads(p.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                warnings.append(f"{p}: not valid JSON ({e}); the checks that need it are skipped")
+                side[key] = read_json(p, name)
+            except BadInput as e:
+                warnings.append(f"{e}; the checks that need it are skipped")
     for key, name in (("engine_flows", "engine-flows.csv"), ("engine_stats", "engine-stats.csv")):
         p = run / name
         if p.is_file():

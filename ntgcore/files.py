@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from .errors import BadInput, NoSpace, NtgError
 
@@ -69,14 +70,41 @@ def no_space_error(path: str | os.PathLike, advice: str) -> NoSpace:
     return NoSpace(f"{no_space_at(path)}; no file is left half-written: {advice}")
 
 
+MAX_JSON_BYTES = 256 * 2**20  # a run's manifest is tens of kB, metrics.json of a long run a few MB
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file", limit: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value of PATH, read through `read_bounded` (at most LIMIT bytes); BadInput
+    `PATH: ...` for what read_bounded refuses and for text that is not JSON."""
+    text = read_bounded(path, limit, what)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise BadInput(f"{path}: the {what} is not valid JSON ({exc})") from None
+
+
 def write_error(exc: OSError, where: str | os.PathLike, advice: str) -> NtgError:
-    """The error a command ends with when writing its output failed with EXC: NoSpace (exit 4)
-    for a full file system (`no_space`), else BadInput (exit 2: an output place that cannot be
-    written, read-only or not permitted) naming the file (else WHERE) and ADVICE."""
+    """The error a command ends with when EXC stopped it while it wrote its output into WHERE:
+    NoSpace (exit 4) for a full file system (`no_space`); BadInput (exit 2: an output place that
+    cannot be written) for a read-only file system, or any error of a file in WHERE (else of
+    WHERE itself), with ADVICE; any other file's error (an input, a tool) is an NtgError (exit 1)
+    naming that file, not called an output."""
     full = no_space(exc, where, advice)
     if full is not None:
         return full
-    return BadInput(f"{exc.filename or where}: cannot be written ({exc.strerror or exc}); {advice}")
+    name = exc.filename or where
+    if exc.errno == errno.EROFS or _inside(name, where):
+        return BadInput(f"{name}: cannot be written ({exc.strerror or exc}); {advice}")
+    return NtgError(f"{name}: {exc.strerror or exc}")
+
+
+def _inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether PATH is FOLDER or below it (as written, and with links resolved)."""
+    for resolve in (os.path.abspath, os.path.realpath):
+        p, f = resolve(path), resolve(folder)
+        if p == f or p.startswith(f.rstrip(os.sep) + os.sep):
+            return True
+    return False
 
 
 def size_text(n: int) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NoSpace, RunSetupError
-from .files import NO_SPACE, no_space_at, replacing
+from .files import NO_SPACE, no_space_at, read_json, replacing
 from .proc import utc_now
 
 MANIFEST = "manifest.json"
@@ -160,7 +160,7 @@ class RunFolder:
         """An existing run folder (its manifest read back), to mark it `abandoned`."""
         folder = cls.__new__(cls)
         folder.path = Path(path)
-        folder.manifest = json.loads((folder.path / MANIFEST).read_text())
+        folder.manifest = read_json(folder.path / MANIFEST, "run manifest")
         folder.full_at = None
         return folder
 

@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from ntgcore.errors import BadInput
 from ntgcore.files import replacing
 from ntgcore.proc import Process, same_process, start_ticks, utc_now
 from ntgcore.registry import ENDPOINTS
@@ -160,7 +161,7 @@ def _clean_one(path: Path, doc: dict, dry_run: bool) -> list[str]:
     run_dir = Path(doc["run_dir"])
     try:
         folder = RunFolder.open(run_dir)
-    except (OSError, ValueError):
+    except BadInput:  # gone, damaged, not JSON
         folder = None
         done.append(f"no readable {MANIFEST} in {run_dir}: left as it is")
     if folder is not None and folder.manifest.get("status") == "running":

@@ -26,7 +26,7 @@ from analysis.stream import natural_key
 from ntgcore.compile import ENGINE_BYTES_PER_FLOW, check_memory, compile_session, expected, peak_concurrent_flows
 from ntgcore.errors import (EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED,
                             BadInput, NtgError)
-from ntgcore.files import replacing, write_error, write_whole
+from ntgcore.files import read_json, replacing, write_error, write_whole
 from ntgcore.proc import Interrupted, Interrupts
 from ntgcore.runfolder import testbed_version
 from ntgcore.scenario import ScenarioError, attack_rule_paths, json_schema, load_scenario
@@ -252,12 +252,22 @@ def _analyze_paths(patterns: list[str]) -> list[str]:
     return out
 
 
+def _is_live_run(folder: Path) -> bool:
+    """Whether FOLDER is a live run's folder (its manifest says so; a damaged one is not)."""
+    if not (folder / "manifest.json").is_file():
+        return False
+    try:
+        manifest = read_json(folder / "manifest.json", "run manifest")
+    except BadInput:
+        return False
+    return isinstance(manifest, dict) and manifest.get("mode") == "live"
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     paths = _analyze_paths(args.path)
     args.path = paths[0] if len(paths) == 1 else " ".join(paths)
     run_dir = Path(paths[0])
-    if (len(paths) == 1 and (run_dir / "manifest.json").is_file()
-            and '"mode": "live"' in (run_dir / "manifest.json").read_text()):
+    if len(paths) == 1 and _is_live_run(run_dir):
         metrics = analyze_live_run(run_dir, progress=stage_printer(not args.quiet and sys.stderr.isatty()))
         _warn_incomplete(args.path, metrics)
         print(f"report: {metrics['report']}")

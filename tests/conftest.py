@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import resource
 import shutil
 import subprocess
 from pathlib import Path
@@ -87,12 +88,22 @@ def pair():
         p.teardown()
 
 
+def limit_memory(limit: int = 2 * 2**30):
+    """A preexec_fn for subprocess: the child's address space at most LIMIT bytes, so that an
+    input read without a bound ends in a MemoryError there, not in this machine's OOM killer."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
 @contextlib.contextmanager
 def tmpfs(where: Path, options: str):
     """A tmpfs mounted at WHERE (made) with mount OPTIONS (`size=1m`, `ro`); unmounted at the end,
     also when the test fails. Skips without root."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        skip_or_fail("mounting a tmpfs needs root")
     where.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", options, "ntg-test", str(where)], check=True)
     try:

@@ -5,8 +5,8 @@ show` ones)."""
 
 from __future__ import annotations
 
+import errno
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -14,21 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from conftest import limit_memory
+
 from ntgcore.errors import BadInput
-from ntgcore.files import read_bounded
+from ntgcore.files import read_bounded, write_error
 from testbed.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
-
-
 def run_limited(*args: str) -> subprocess.CompletedProcess:
     """`testbed ARGS` in a child held to 2 GiB of address space (reading without bound fails)."""
     return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120, preexec_fn=_limit_memory)  # fmt: skip
+                          timeout=120, preexec_fn=limit_memory())  # fmt: skip
 
 
 # --- the reader ------------------------------------------------------------------------------------
@@ -130,3 +128,33 @@ def test_results_show_of_a_folder_that_is_not_a_run_names_that_folder(tmp_path, 
     assert capsys.readouterr().err.strip() == (
         f"testbed results show: {folder}: not a run folder (it has no manifest.json or coverage.json); give a "
         "run folder, or a run id (with --in DIR, the folder that holds it; `testbed results list` lists them)")
+
+
+def test_write_error_calls_only_the_output_unwritable(tmp_path):
+    """An error of a file outside the output place (an input, a tool) is not called an output
+    that cannot be written; a full disk is exit 4 wherever it is; a read-only one exit 2."""
+    out = tmp_path / "out"
+    inside = write_error(PermissionError(errno.EACCES, "Permission denied", str(out / "x.json")), out, "go elsewhere")
+    assert inside.exit_status == 2 and "x.json: cannot be written (Permission denied); go elsewhere" in str(inside)
+    elsewhere = write_error(PermissionError(errno.EACCES, "Permission denied", "/etc/rules.rules"), out, "go elsewhere")
+    assert elsewhere.exit_status == 1 and str(elsewhere) == "/etc/rules.rules: Permission denied"
+    full = write_error(OSError(errno.ENOSPC, "No space left on device", "/tmp/x"), out, "free some")
+    assert full.exit_status == 4 and "no space left on device: /tmp/x" in str(full)
+    ro = write_error(OSError(errno.EROFS, "Read-only file system", "/mnt/y"), out, "go elsewhere")
+    assert ro.exit_status == 2 and "cannot be written" in str(ro)
+
+
+def test_a_run_folder_with_a_huge_manifest_is_refused_by_its_size(tmp_path):
+    """A run folder is user input too: a 3 GiB manifest.json (sparse: no disk used) is refused
+    from its size, not read into memory (the child is held to 2 GiB)."""
+    run = tmp_path / "results" / "20260101T000000Z-big"
+    run.mkdir(parents=True)
+    with open(run / "manifest.json", "wb") as f:
+        f.truncate(3 * 2**30)
+    for argv in (["results", "list", str(tmp_path / "results")], ["results", "show", str(run)],
+                 ["export-benchmark", str(run), "-o", str(tmp_path / "b.json")]):
+        p = run_limited(*argv)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, (argv, p.stderr[-2000:])
+        assert "3,072.0 MiB" in p.stderr or "3.0 GiB" in p.stderr or "at most" in p.stderr, (argv, p.stderr)
+    p = run_limited("analyze", str(run), "--out", str(tmp_path / "a"))
+    assert "Traceback" not in p.stderr and "MemoryError" not in p.stderr, p.stderr[-2000:]

@@ -7,12 +7,13 @@ tests/fuzz_cases/<target>/ and replayed here. docs/fuzzing.md: the budget and lo
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import limit_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ROOT / "tests" / "fuzz" / "targets.py"
@@ -24,13 +25,9 @@ EXAMPLES = {"scenario": 1500, "rules": 2000, "pcap": 2000}
 MEMORY_LIMIT = 2 * 2**30  # address space of the fuzzing child; a MemoryError is a finding
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-
-
 def run_targets(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(TARGETS), *args], capture_output=True, text=True, cwd=ROOT,
-                          preexec_fn=_limit_memory, timeout=300)  # fmt: skip
+                          preexec_fn=limit_memory(MEMORY_LIMIT), timeout=300)  # fmt: skip
 
 
 @pytest.mark.parametrize("target", sorted(EXAMPLES))

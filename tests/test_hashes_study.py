@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+
+from conftest import limit_memory
 
 from analysis import hashstudy as hs
 from ntgcore.errors import BadInput
@@ -163,11 +168,6 @@ def test_bad_input_raises_bad_input_from_the_api_too():
         hs.check_request(hs.StudyRequest(hashes=[]))
 
 
-def _limit_memory() -> None:
-    import resource
-    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
-
-
 @pytest.mark.parametrize("args,message", [
     (["--repeats", "1000000000"], "argument --repeats: too large: at most 100 (got 1,000,000,000)"),
     (["--repeats", "7" * 100_001], "argument --repeats: too large: a number of 100,001 digits; at most 100"),
@@ -178,13 +178,10 @@ def _limit_memory() -> None:
 def test_counts_are_refused_before_anything_is_allocated(args, message, tmp_path):
     """`hash-study --repeats 1000000000` held 2.9 GB after 60 s, before writing anything; now exit 2
     at once, in a child held to 2 GiB of address space."""
-    import subprocess
-    import sys
-    from pathlib import Path
     repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "study"
     p = subprocess.run([sys.executable, "-m", "testbed.cli", "hash-study", *args, "--out", str(out), "-q"],
-                       cwd=repo, capture_output=True, text=True, timeout=60, preexec_fn=_limit_memory)
+                       cwd=repo, capture_output=True, text=True, timeout=60, preexec_fn=limit_memory())
     assert p.returncode == 2, p.stderr[-2000:]
     assert message in p.stderr and "Traceback" not in p.stderr
     assert not out.exists()

@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import limit_memory
+
 from testbed.cli import main
 from tests.conftest import skip_or_fail
 
@@ -158,11 +160,6 @@ ONE = ["--structs", "chain", "--hashes", "lookup3", "--sizes", "2^8", "--feeds",
        "--packets", "5000", "-q"]
 
 
-def _limit_memory() -> None:
-    import resource
-    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
-
-
 @pytest.mark.parametrize("args,message", [
     (["--repeats", "1000000000"], "argument --repeats: too large: at most 100,000 (got 1,000,000,000)"),
     (["--repeats", "1" * 100_001], "argument --repeats: too large: a number of 100,001 digits; at most 100,000"),
@@ -180,7 +177,7 @@ def test_counts_are_checked_before_anything_is_allocated(args, message, tmp_path
     in a child held to 2 GiB of address space (a MemoryError or a kill fails the test)."""
     out = tmp_path / "sweep"
     p = subprocess.run([sys.executable, "-m", "testbed.cli", "match-sweep", *TINY, *args, "--out", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=120, preexec_fn=_limit_memory,
+                       cwd=REPO, capture_output=True, text=True, timeout=120, preexec_fn=limit_memory(),
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 2, p.stderr[-2000:]
     assert message in p.stderr and "Traceback" not in p.stderr

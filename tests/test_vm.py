@@ -68,6 +68,19 @@ def test_an_unknown_preset_is_refused_with_the_known_ones(tmp_path):
     assert "t.yaml:3" in err.value.problems[0] and "'seed001' or 'ci'" in err.value.problems[0]
 
 
+@pytest.mark.parametrize("kind", ["dev-zero", "not-utf8", "directory"])
+def test_a_vm_topology_file_is_read_bounded_and_named(tmp_path, kind):
+    """/dev/zero was read to the end; a directory and bytes that are not UTF-8 raised tracebacks."""
+    path = {"dev-zero": "/dev/zero", "not-utf8": tmp_path / "t.yaml", "directory": tmp_path}[kind]
+    if kind == "not-utf8":
+        path.write_bytes(b"topology: pair\n# caf\xe9\nvms:\n  gen: {preset: ci}\n")
+    with pytest.raises(TopologyError) as err:
+        load_vm_topology(str(path))
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{path}") and {"dev-zero": "longer than 32.0 MiB", "not-utf8": ":2: the VM topology "
+                                              "file is not UTF-8", "directory": "is a directory"}[kind] in problem
+
+
 def test_the_recipe_hash_changes_with_the_package_list():
     other = vm_image.Recipe(packages=(*vm_image.RECIPE.packages, "ethtool"))
     assert other.sha() != vm_image.RECIPE.sha() and vm_image.Recipe().sha() == vm_image.RECIPE.sha()

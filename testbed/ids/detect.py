@@ -32,8 +32,9 @@ from pathlib import Path
 
 from analysis.capture import read_capture
 from ntgcore.errors import BadInput, NoSpace
-from ntgcore.files import no_space_at, no_space_error, replacing
+from ntgcore.files import no_space_at, no_space_error, read_json, replacing
 from ntgcore.packets import short_address
+from ntgcore.runfolder import is_full
 
 from .expect import ExpectFile, evaluate
 from .report import markdown_html
@@ -130,8 +131,8 @@ def more_captures(run_dir: Path) -> list[Path]:
     """A live run's other captures in its folder (`capture.also_at`: the other directions, the
     manifest's step `captures` not `counted`), read with capture.pcap."""
     try:
-        steps = json.loads((run_dir / "manifest.json").read_text()).get("steps") or []
-    except (OSError, ValueError):
+        steps = read_json(run_dir / "manifest.json", "run manifest").get("steps") or []
+    except (BadInput, AttributeError):  # none, or damaged: no other captures named
         return []
     listed = steps[0].get("captures", []) if len(steps) == 1 and steps[0].get("dir") == "." else []
     return [run_dir / c["file"] for c in listed if not c.get("counted") and (run_dir / c["file"]).is_file()]
@@ -141,7 +142,8 @@ def run_rule_files(run_dir: Path) -> list[Path]:
     """The rule files a run's `attacks:` used (attacks.json, offline or live)."""
     for manifest in (run_dir / "attacks.json", run_dir / "attacks" / "attacks.json"):
         if manifest.is_file():
-            files = json.loads(manifest.read_text()).get("attacks", {}).get("rule_files", [])
+            doc = read_json(manifest, "attack manifest")
+            files = (doc.get("attacks") or {}).get("rule_files", []) if isinstance(doc, dict) else []
             if files:
                 return [Path(f) for f in files]
     raise BadInput(f"{run_dir}: the run had no attacks, so it names no rules; give --rules FILE.rules")
@@ -176,7 +178,7 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
         try:
             merge_pcaps(inputs.captures, pcap)
         except AttackError:
-            if _full(out):
+            if is_full(out):
                 raise no_space_error(pcap, "free some space or choose another --out") from None
             raise
     else:
@@ -187,7 +189,7 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
     suri = run_offline(pcap, inputs.rules, out, home_net=home, external_net=external, checksum=checksum,
                        config=cfg, eve_types=EVE_TYPES, runmode=RUNMODE,
                        stream={"midstream": "true"} if midstream else None)
-    if _full(out):   # Suricata says nothing when eve.json finds the disk full: its events stop there
+    if is_full(out):   # Suricata says nothing when eve.json finds the disk full: its events stop there
         raise NoSpace(f"{no_space_at(suri.eve)}: the file system filled while Suricata wrote it, so its events "
                       "are cut (kept as they are, not counted); free some space or choose another --out")
     if not suri.eve.is_file():
@@ -227,12 +229,6 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
     doc["timing_s"] = round(time.monotonic() - t0, 3)
     write_reports(doc, out, formats)
     return doc
-
-
-def _full(folder: Path) -> bool:
-    """Whether FOLDER's file system has no block left for this user (root has the reserved ones)."""
-    st = os.statvfs(folder)
-    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) == 0
 
 
 def _capture_summary(path: Path) -> dict:

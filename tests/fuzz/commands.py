@@ -3,7 +3,8 @@
     python tests/fuzz/commands.py CASES.json RESULTS.json
 
 CASES.json is a list of {"id", "argv"}; an argument `{PIPE}` stands for a pipe that a thread of
-this process fills with up to PIPE_BYTES bytes (a large pipe on /dev/stdin). Each command runs
+this process fills with up to PIPE_BYTES bytes, more than the memory bound (a large pipe on
+/dev/stdin): a command that reads it to the end fails with a MemoryError. Each command runs
 through `testbed.cli.main` with its standard output and error (the file descriptors, so the
 children's output too) in files; RESULTS.json gets, per case: the exit status, its stderr, and
 `traceback` when an exception left `main` (a MemoryError included) or any thread printed one.
@@ -25,7 +26,7 @@ import traceback
 from pathlib import Path
 
 MEMORY_BOUND = 3 * 2**30
-PIPE_BYTES = 256 * 2**20
+PIPE_BYTES = MEMORY_BOUND + 2**30  # more than the bound: a command that reads it all fails
 CHUNK = b"a" * 2**16
 
 

@@ -30,7 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ntgcore.endpoint import Backend, Endpoint, Site
 from ntgcore.scenario import format_error
-from ntgcore.yamlread import YamlProblem, read_yaml, yaml_lines
+from ntgcore.errors import BadInput
+from ntgcore.files import read_bounded
+from ntgcore.yamlread import MAX_BYTES, YamlProblem, read_yaml, yaml_lines
 
 from ..netns import NetnsBackend, NetnsSite
 from ..netns.topology import (COUNTERS, Topology, TopologyCommandError, TopologyError, discard_namespaces,
@@ -73,14 +75,16 @@ def load_vm_topology(ref: str | dict, base_dir: Path | None = None,
         path = PACKAGED / f"{ref}.yaml" if "/" not in ref and not ref.endswith(".yaml") else Path(ref)
         if not path.is_absolute() and base_dir is not None and path.parent != PACKAGED:
             path = Path(base_dir) / path
-        try:
-            text = path.read_text(encoding="utf-8")
-            data = read_yaml(text, str(path))
-        except FileNotFoundError:
+        if not path.exists():
             known = ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
-            raise TopologyError([f"{path}: no such file (packaged VM topologies: {known})"]) from None
+            raise TopologyError([f"{path}: no such file (packaged VM topologies: {known})"])
+        try:  # the one bounded reader: a device, a pipe, a directory, bytes not UTF-8 are said so
+            text = read_bounded(path, MAX_BYTES, "VM topology file", "write a smaller topology")
+            data = read_yaml(text, str(path))
         except YamlProblem as exc:
             raise TopologyError(exc.problems) from None
+        except BadInput as exc:
+            raise TopologyError([str(exc)]) from None
         file, lines, base_dir = str(path), yaml_lines(text), path.parent
     else:
         data = ref
