@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fill, tmpfs
+from conftest import fill, skip_or_fail, tmpfs
 
 from detect_cases.build import T0, tcp_session
 from testbed.cli import main
@@ -140,7 +140,7 @@ def _plain_events(pcap: Path, rules: Path, out: Path, *more: str) -> list[dict]:
 def test_eve_has_the_fields_of_suricatas_default_configuration(http_pcap, tmp_path, capsys):
     """http (method, status) and tls (fingerprint, sni, version) as plain Suricata logs them."""
     if not Path("/etc/suricata/suricata.yaml").is_file():
-        pytest.skip("Suricata's default configuration /etc/suricata/suricata.yaml is missing")
+        skip_or_fail("Suricata's default configuration /etc/suricata/suricata.yaml is missing")
     rules = tmp_path / "r.rules"
     rules.write_text(GOOD + "\n")
     tls = _tls_pcap(tmp_path / "tls.pcap")
