@@ -30,8 +30,20 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
     """Yield the temporary path to write; when the block ends without an exception it becomes
     PATH (os.replace, so on the same file system); otherwise it is removed and PATH is untouched.
     The temporary name is hidden and unique per process and thread, so writers do not collide.
-    An OSError that names no file, or the temporary, names PATH instead."""
+    An OSError that names no file, or the temporary, names PATH instead.
+
+    A PATH that exists and is not a regular file (a device such as /dev/null, a pipe) or is a
+    symbolic link (/dev/stdout) is yielded itself and written in place: renaming a file over it
+    would replace the device node or the link for the whole machine (as root, `-o /dev/null`
+    would turn /dev/null into a regular file)."""
     path = Path(path)
+    try:
+        special = not stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:  # not there yet (or not reachable): the rename below says what is wrong
+        special = False
+    if special:
+        yield path
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         yield tmp

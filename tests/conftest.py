@@ -3,6 +3,7 @@
 import contextlib
 import os
 import resource
+import stat
 import shutil
 import subprocess
 from pathlib import Path
@@ -86,6 +87,22 @@ def pair():
         yield p.setup()
     finally:
         p.teardown()
+
+
+@pytest.fixture(autouse=True)
+def dev_null_stays_a_device():
+    """A tripwire: the test that turns /dev/null into a regular file (an atomic replace renamed
+    over it, as root) fails by name; /dev/null is made again so that the tests after it (and the
+    VM image build, whose apt needs it) are not hit too."""
+    yield
+    st = os.lstat(os.devnull)
+    if stat.S_ISCHR(st.st_mode):
+        return
+    if os.geteuid() == 0:
+        os.unlink(os.devnull)
+        os.mknod(os.devnull, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        os.chmod(os.devnull, 0o666)
+    pytest.fail(f"this test replaced {os.devnull} (now mode {stat.filemode(st.st_mode)}); it was made again")
 
 
 def limit_memory(limit: int = 2 * 2**30):

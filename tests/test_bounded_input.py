@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ import pytest
 from conftest import limit_memory
 
 from ntgcore.errors import BadInput
-from ntgcore.files import read_bounded, write_error
+from ntgcore.files import read_bounded, replacing, write_error
 from testbed.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,3 +159,20 @@ def test_a_run_folder_with_a_huge_manifest_is_refused_by_its_size(tmp_path):
         assert "3,072.0 MiB" in p.stderr or "3.0 GiB" in p.stderr or "at most" in p.stderr, (argv, p.stderr)
     p = run_limited("analyze", str(run), "--out", str(tmp_path / "a"))
     assert "Traceback" not in p.stderr and "MemoryError" not in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device", ["/dev/null", "/dev/stdout"])
+def test_an_output_on_a_device_is_written_in_place_never_renamed_over(device, tmp_path, capfd):
+    """As root, the atomic replace renamed its temporary over /dev/null (an attack-synthesis
+    trial writes to os.devnull; `-o /dev/null` does too): /dev/null became a regular file for the
+    whole machine. A device or pipe is written in place."""
+    before = os.lstat(device)  # the node itself: a character device, or the link /dev/stdout
+    with replacing(device) as tmp:
+        assert str(tmp) == device
+        tmp.write_text("written in place\n")
+    after = os.lstat(device)
+    assert not stat.S_ISREG(after.st_mode)
+    assert (after.st_ino, after.st_dev, after.st_mode) == (before.st_ino, before.st_dev, before.st_mode)
+    assert main(["schema", "-o", "/dev/null"]) == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert not list(Path("/dev").glob(".null.*.tmp"))
