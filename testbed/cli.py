@@ -647,11 +647,14 @@ def cmd_spread(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     seed = loaded.scenario.seed if args.seed is None else args.seed
     shares, info = spread_shares(loaded.scenario)
-    out.mkdir(parents=True, exist_ok=True)
-    for title, share in shares.items():
-        (out / f"{title}.ntg").write_text(compile_session(share, seed))
     info["seed"] = seed
-    (out / "spread.json").write_text(json.dumps(info, indent=2) + "\n")
+    try:  # each file whole or not at all
+        out.mkdir(parents=True, exist_ok=True)
+        for title, share in shares.items():
+            write_whole(out / f"{title}.ntg", compile_session(share, seed))
+        write_whole(out / "spread.json", json.dumps(info, indent=2) + "\n")
+    except OSError as exc:
+        raise write_error(exc, out, "free some space, or choose another --out") from None
     for h in info["hosts"]:
         print(f"{h['name']}: {h['flow_count']} flows, {h['packets_planned']:,} packets -> {out / (h['name'] + '.ntg')}")
     return EXIT_OK
@@ -915,7 +918,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("scenario", nargs="?", help="the scenario (not with --collect)")
     sp.add_argument("--out", required=True, help="folder of the sessions and spread.json (with --collect: "
                     "the folder the play fetched the hosts' results into)")
-    sp.add_argument("--seed", type=int, help="default: the scenario's")
+    sp.add_argument("--seed", type=_seed, help="default: the scenario's (0 .. 2^64-1)")
     sp.add_argument("--collect", action="store_true", help="sum the fetched hosts' counters, merge their captures")
     sp.set_defaults(func=cmd_spread)
     return p

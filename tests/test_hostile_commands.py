@@ -80,6 +80,8 @@ WRITERS = {
                     "--packets", "1000", "--out", f"{OUT}/ms"],
     "results compare": ["results", "compare", "{RUN}", "--plots", f"{OUT}/cmp"],
     "schema": ["schema", "-o", f"{OUT}/schema.json"],
+    "analyze RUN_DIR": ["analyze", "{RUN}", "--out", f"{OUT}/a"],
+    "spread": ["spread", "{SPREAD}", "--out", f"{OUT}/s"],
     "ids-coverage": ["ids-coverage", "{RULES}", "--out", f"{OUT}/c"],
 }
 PLACES = {"full": 4, "read-only": 2}
@@ -102,6 +104,7 @@ COUNTS = {
                         {0: {0}, -1: {2}, 10**9: {0}}),
     "hash-study --seed": (["hash-study", "--hashes", "lookup3", "--flows", "1000", "--prefixes", "24", "--repeats", "1",
                            "--seed", N, "--out", OUT], {0: {0}, -1: {2}, 10**9: {0}}),
+    "spread --seed": (["spread", "{SPREAD}", "--out", OUT, "--seed", N], {0: {0}, -1: {2}, 10**9: {0}}),
     "hash-study --prefixes": (["hash-study", "--hashes", "lookup3", "--flows", "1000", "--prefixes", N, "--repeats", "1",
                                "--out", OUT], REFUSED),
     "multiply -T": (["multiply", "{PCAP}", "-T", N, "--ranges", RANGES, "-o", f"{OUT}/m.pcap"], REFUSED),
@@ -138,7 +141,7 @@ def good(tmp_path_factory, flowengine_bin):
     result = run_scenario(load_scenario(scenario), base / "results", analyze=True, show_progress=False)
     assert result.status == "completed", result.messages
     return SimpleNamespace(base=base, SCENARIO=scenario, RULES=rules, RUN=result.run_dir,
-                           PCAP=result.run_dir / "capture.pcap")
+                           PCAP=result.run_dir / "capture.pcap", SPREAD=REPO / "scenarios" / "two-hosts.yaml")
 
 
 def _hostile(base: Path) -> dict[str, str]:
