@@ -45,8 +45,9 @@ BYTES_PER_PACKET = sum(np.dtype(t).itemsize for t in COLUMNS.values())  # one pa
 class CaptureError(BadInput):
     """A file that cannot be read as a capture at all (missing, unreadable, not pcap/pcapng)."""
 
-    def __init__(self, path: str | os.PathLike, reason: str,
-                 expected: str = "a pcap or pcapng capture file") -> None:
+    def __init__(
+        self, path: str | os.PathLike, reason: str, expected: str = "a pcap or pcapng capture file"
+    ) -> None:
         self.path = str(path)
         self.reason = reason
         self.expected = expected
@@ -111,8 +112,13 @@ class Capture:
 
 
 class _Packet(ctypes.Structure):  # struct pr_packet (native/pcapread.h)
-    _fields_ = [("data", ctypes.POINTER(ctypes.c_uint8)), ("cap_len", ctypes.c_uint32),
-                ("wire_len", ctypes.c_uint32), ("ts_ns", ctypes.c_int64), ("link_type", ctypes.c_uint16)]
+    _fields_ = [
+        ("data", ctypes.POINTER(ctypes.c_uint8)),
+        ("cap_len", ctypes.c_uint32),
+        ("wire_len", ctypes.c_uint32),
+        ("ts_ns", ctypes.c_int64),
+        ("link_type", ctypes.c_uint16),
+    ]
 
 
 def library_paths() -> list[Path]:
@@ -152,9 +158,14 @@ def _load(path: Path) -> ctypes.CDLL:
 def library() -> ctypes.CDLL:
     """The loaded native reader: $NTG_PCAPLIB if set, else the one installed with the package."""
     return nativelib.load_library(
-        LIB_ENV, LIB_NAME, _load, CaptureLibraryError, "capture reader",
+        LIB_ENV,
+        LIB_NAME,
+        _load,
+        CaptureLibraryError,
+        "capture reader",
         build="cmake -S analysis/native -B build/native && cmake --build build/native",
-        built=f"build/native/{LIB_NAME}")
+        built=f"build/native/{LIB_NAME}",
+    )
 
 
 def _open(lib: ctypes.CDLL, path: Path) -> int:
@@ -166,8 +177,14 @@ def _open(lib: ctypes.CDLL, path: Path) -> int:
     return handle
 
 
-def _capture(lib: ctypes.CDLL, handle: int, path: Path, arrays: dict[str, np.ndarray],
-             read_before: int, final: bool) -> Capture:
+def _capture(
+    lib: ctypes.CDLL,
+    handle: int,
+    path: Path,
+    arrays: dict[str, np.ndarray],
+    read_before: int,
+    final: bool,
+) -> Capture:
     """ARRAYS as a Capture of PATH; when FINAL, with the file's problem (if any), whose
     `packets_read` counts READ_BEFORE packets of earlier chunks too."""
     problem = None
@@ -175,12 +192,19 @@ def _capture(lib: ctypes.CDLL, handle: int, path: Path, arrays: dict[str, np.nda
         offset = ctypes.c_uint64()
         why = lib.pr_problem(handle, ctypes.byref(offset))
         if why is not None:
-            problem = CaptureProblem(offset.value, why.decode(errors="replace"),
-                                     read_before + len(arrays["ts_ns"]))
+            problem = CaptureProblem(
+                offset.value, why.decode(errors="replace"), read_before + len(arrays["ts_ns"])
+            )
     fmt = "pcap" if lib.pr_format(handle) == 1 else "pcapng"
-    return Capture(path=path, format=fmt, link_type=lib.pr_link_type(handle),
-                   ts_resolution=lib.pr_ts_units(handle), problem=problem,
-                   end_offset=lib.pr_offset(handle), **arrays)
+    return Capture(
+        path=path,
+        format=fmt,
+        link_type=lib.pr_link_type(handle),
+        ts_resolution=lib.pr_ts_units(handle),
+        problem=problem,
+        end_offset=lib.pr_offset(handle),
+        **arrays,
+    )
 
 
 def read_capture(path: str | os.PathLike) -> Capture:
@@ -198,8 +222,9 @@ def read_capture(path: str | os.PathLike) -> Capture:
         lib.pr_close(handle)
 
 
-def iter_capture(path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS,
-                 reuse: int = 0) -> Iterator[Capture]:
+def iter_capture(
+    path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS, reuse: int = 0
+) -> Iterator[Capture]:
     """The packets of a pcap/pcapng file as Captures of at most CHUNK_PACKETS packets each, in
     file order, so that memory stays bounded whatever the file's size. Each chunk is newly
     allocated (a consumer may keep it), or with REUSE (True, or a number k) chunks are read into
@@ -260,8 +285,10 @@ def _read_all(lib: ctypes.CDLL, handle: int) -> tuple[dict[str, np.ndarray], int
         if pos >= size:
             break
         mean = max((pos - first) / n, 16.0)
-        grown = {name: np.empty(n + int((size - pos) / mean * 1.1) + _SAMPLE, a.dtype)
-                 for name, a in arrays.items()}
+        grown = {
+            name: np.empty(n + int((size - pos) / mean * 1.1) + _SAMPLE, a.dtype)
+            for name, a in arrays.items()
+        }
         for name, a in arrays.items():
             grown[name][:n] = a
         arrays = grown
@@ -277,17 +304,28 @@ def address_text(version: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> list[st
     v4 = np.flatnonzero(version == 4)
     raw4 = lo[v4].astype(">u4").tobytes()
     for j, i in enumerate(v4.tolist()):
-        out[i] = socket.inet_ntop(socket.AF_INET, raw4[4 * j:4 * j + 4])
+        out[i] = socket.inet_ntop(socket.AF_INET, raw4[4 * j : 4 * j + 4])
     v6 = np.flatnonzero(version == 6)
     raw6 = np.stack([hi[v6], lo[v6]], axis=1).astype(">u8").tobytes()
     for j, i in enumerate(v6.tolist()):
-        out[i] = socket.inet_ntop(socket.AF_INET6, raw6[16 * j:16 * j + 16])
+        out[i] = socket.inet_ntop(socket.AF_INET6, raw6[16 * j : 16 * j + 16])
     return out
 
 
-__all__ = ["Capture", "CaptureError", "CaptureLibraryError", "CaptureProblem", "read_capture",
-           "iter_capture", "CHUNK_PACKETS", "BYTES_PER_PACKET",
-           "address_text", "library", "library_paths", "iter_frames"]
+__all__ = [
+    "Capture",
+    "CaptureError",
+    "CaptureLibraryError",
+    "CaptureProblem",
+    "read_capture",
+    "iter_capture",
+    "CHUNK_PACKETS",
+    "BYTES_PER_PACKET",
+    "address_text",
+    "library",
+    "library_paths",
+    "iter_frames",
+]
 
 
 def iter_frames(path: str | os.PathLike) -> Iterator[tuple[int, int, bytes]]:

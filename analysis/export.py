@@ -72,20 +72,37 @@ def _required(name: str, kind: pa.DataType) -> pa.Field:
     return pa.field(name, kind, nullable=False)
 
 
-PACKETS = pa.schema([
-    _required("capture", CAPTURE), _required("frame", pa.int64()), _required("ts_ns", pa.int64()),
-    _required("wire_len", pa.uint32()), _required("cap_len", pa.uint32()),
-    _required("link_type", pa.uint16()), _required("ip_version", pa.uint8()),
-    _required("proto", pa.uint8()), *_ADDRESS, _required("sport", pa.uint16()),
-    _required("dport", pa.uint16()), _required("tcp_flags", pa.uint8()),
-])
-FLOWS = pa.schema([
-    _required("capture", CAPTURE), _required("ip_version", pa.uint8()), _required("proto", pa.uint8()),
-    *_ADDRESS, _required("sport", pa.uint16()), _required("dport", pa.uint16()),
-    _required("packets", pa.int64()), _required("bytes", pa.int64()),
-    _required("first_ns", pa.int64()), _required("last_ns", pa.int64()),
-    _required("duration_ns", pa.int64()),
-])
+PACKETS = pa.schema(
+    [
+        _required("capture", CAPTURE),
+        _required("frame", pa.int64()),
+        _required("ts_ns", pa.int64()),
+        _required("wire_len", pa.uint32()),
+        _required("cap_len", pa.uint32()),
+        _required("link_type", pa.uint16()),
+        _required("ip_version", pa.uint8()),
+        _required("proto", pa.uint8()),
+        *_ADDRESS,
+        _required("sport", pa.uint16()),
+        _required("dport", pa.uint16()),
+        _required("tcp_flags", pa.uint8()),
+    ]
+)
+FLOWS = pa.schema(
+    [
+        _required("capture", CAPTURE),
+        _required("ip_version", pa.uint8()),
+        _required("proto", pa.uint8()),
+        *_ADDRESS,
+        _required("sport", pa.uint16()),
+        _required("dport", pa.uint16()),
+        _required("packets", pa.int64()),
+        _required("bytes", pa.int64()),
+        _required("first_ns", pa.int64()),
+        _required("last_ns", pa.int64()),
+        _required("duration_ns", pa.int64()),
+    ]
+)
 # Dictionary encoding only where values repeat; on time stamps and lengths it costs time for nothing.
 # (Measured on 1M packets: dictionary encoding ip_version, proto or tcp_flags costs 2-3x their
 # plain encoding, and compression reduces them anyway.)
@@ -94,7 +111,10 @@ DICTIONARY = {"packets": ["capture", "link_type"], "flows": ["capture"]}
 # stamps the bits of the gaps): a million packets encode and compress in ~9 ms less, in 8 MB less
 # before compression and 7 MB less after (snappy). Readers: DuckDB, Arrow, Polars, Spark >= 3.3
 # (older Spark: spark.sql.parquet.enableVectorizedReader=false).
-ENCODING = {"packets": {"frame": "DELTA_BINARY_PACKED", "ts_ns": "DELTA_BINARY_PACKED"}, "flows": {}}
+ENCODING = {
+    "packets": {"frame": "DELTA_BINARY_PACKED", "ts_ns": "DELTA_BINARY_PACKED"},
+    "flows": {},
+}
 # Values the Parquet writer encodes at a time (its default, 1,024, costs ~4 ms more a million
 # packets); a data page can exceed its 1 MiB target by up to this many values.
 WRITE_BATCH = 1 << 16
@@ -128,8 +148,9 @@ _MAPPED = np.zeros(256, np.uint64)
 _MAPPED[4] = IPV4_MAPPED  # by ip_version: what *_lo gets ORed with
 
 
-def addresses(version: np.ndarray, hi: np.ndarray, lo: np.ndarray,
-              out: np.ndarray | None = None) -> tuple[pa.Array, pa.Array]:
+def addresses(
+    version: np.ndarray, hi: np.ndarray, lo: np.ndarray, out: np.ndarray | None = None
+) -> tuple[pa.Array, pa.Array]:
     """An address column pair (hi, lo) as uint64 Arrow arrays: the 16-byte big-endian address
     in two halves (IPv4 as ::ffff:a.b.c.d), null where the version is 0. OUT, if given, is
     where lo is computed (at least as long as the columns); hi is not copied."""
@@ -140,8 +161,10 @@ def addresses(version: np.ndarray, hi: np.ndarray, lo: np.ndarray,
     if not nulls:
         return pa.array(hi), pa.array(lo)
     valid = pa.py_buffer(np.packbits(ip, bitorder="little"))
-    return tuple(pa.Array.from_buffers(pa.uint64(), n, [valid, pa.py_buffer(a)], null_count=nulls)
-                 for a in (np.ascontiguousarray(hi), lo))
+    return tuple(
+        pa.Array.from_buffers(pa.uint64(), n, [valid, pa.py_buffer(a)], null_count=nulls)
+        for a in (np.ascontiguousarray(hi), lo)
+    )
 
 
 def _capture_column(name: str, n: int) -> pa.DictionaryArray:
@@ -171,14 +194,19 @@ class Scratch:
         return self.frame[:n]
 
 
-def packet_table(cap: Capture, name: str, first_frame: int, rows: np.ndarray | None = None,
-                 scratch: Scratch | None = None) -> pa.Table:
+def packet_table(
+    cap: Capture,
+    name: str,
+    first_frame: int,
+    rows: np.ndarray | None = None,
+    scratch: Scratch | None = None,
+) -> pa.Table:
     """The packets of CAP (ROWS of them, when given) as the `packets` table; SCRATCH, when
     given, holds the computed columns (valid until its next use)."""
     n = len(cap.ts_ns)
     if rows is None and scratch is not None:
         frame = scratch.frames(first_frame, n)
-        take = (lambda a: a)
+        take = lambda a: a
         lo_out = (scratch.src_lo, scratch.dst_lo)
         capture = pa.DictionaryArray.from_arrays(pa.array(scratch.zeros[:n]), pa.array([name]))
     else:
@@ -187,20 +215,40 @@ def packet_table(cap: Capture, name: str, first_frame: int, rows: np.ndarray | N
         lo_out = (None, None)
         capture = _capture_column(name, n if rows is None else len(rows))
     ver = take(cap.ip_version)
-    cols = [capture, frame, take(cap.ts_ns), take(cap.wire_len), take(cap.cap_len),
-            take(cap.link_types), ver, take(cap.proto),
-            *addresses(ver, take(cap.src_hi), take(cap.src_lo), lo_out[0]),
-            *addresses(ver, take(cap.dst_hi), take(cap.dst_lo), lo_out[1]),
-            take(cap.sport), take(cap.dport), take(cap.tcp_flags)]
+    cols = [
+        capture,
+        frame,
+        take(cap.ts_ns),
+        take(cap.wire_len),
+        take(cap.cap_len),
+        take(cap.link_types),
+        ver,
+        take(cap.proto),
+        *addresses(ver, take(cap.src_hi), take(cap.src_lo), lo_out[0]),
+        *addresses(ver, take(cap.dst_hi), take(cap.dst_lo), lo_out[1]),
+        take(cap.sport),
+        take(cap.dport),
+        take(cap.tcp_flags),
+    ]
     return pa.Table.from_arrays(cols, schema=PACKETS)
 
 
 def flow_arrow(c: dict[str, np.ndarray], name: str) -> pa.Table:
     ver = c["ip_version"]
-    cols = [_capture_column(name, len(ver)), ver, c["proto"],
-            *addresses(ver, c["src_hi"], c["src_lo"]), *addresses(ver, c["dst_hi"], c["dst_lo"]),
-            c["sport"], c["dport"], c["packets"], c["bytes"], c["first_ns"], c["last_ns"],
-            c["last_ns"] - c["first_ns"]]
+    cols = [
+        _capture_column(name, len(ver)),
+        ver,
+        c["proto"],
+        *addresses(ver, c["src_hi"], c["src_lo"]),
+        *addresses(ver, c["dst_hi"], c["dst_lo"]),
+        c["sport"],
+        c["dport"],
+        c["packets"],
+        c["bytes"],
+        c["first_ns"],
+        c["last_ns"],
+        c["last_ns"] - c["first_ns"],
+    ]
     return pa.Table.from_arrays(cols, schema=FLOWS)
 
 
@@ -233,16 +281,26 @@ class PartWriter:
     folders), at most MAX_OPEN_PARTS open at once (the least recently used is closed; a later
     write to its partition opens the next part file)."""
 
-    def __init__(self, root: Path, table: str, schema: pa.Schema, capture_index: int,
-                 compression: str, row_group: int, writer: int = 0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        table: str,
+        schema: pa.Schema,
+        capture_index: int,
+        compression: str,
+        row_group: int,
+        writer: int = 0,
+    ) -> None:
         self.root, self.table, self.capture_index, self.writer = root, table, capture_index, writer
         meta = {META_VERSION: SCHEMA_VERSION.encode(), META_TABLE: table.encode()}
         self.schema = schema.with_metadata(meta)
-        self.options = {"compression": None if compression == "none" else compression,
-                        "use_dictionary": DICTIONARY[table],
-                        "write_statistics": ["ts_ns", "first_ns", "frame"],
-                        "write_batch_size": WRITE_BATCH,
-                        "column_encoding": ENCODING[table] or None}
+        self.options = {
+            "compression": None if compression == "none" else compression,
+            "use_dictionary": DICTIONARY[table],
+            "write_statistics": ["ts_ns", "first_ns", "frame"],
+            "write_batch_size": WRITE_BATCH,
+            "column_encoding": ENCODING[table] or None,
+        }
         self.row_group = row_group
         self.open: dict[int, pq.ParquetWriter] = {}
         self.seq = 0
@@ -261,7 +319,9 @@ class PartWriter:
             w = pq.ParquetWriter(path, self.schema, **self.options)
             self.files.append(path)
         self.open[hour] = w  # most recently used last
-        w.write_table(table.replace_schema_metadata(self.schema.metadata), row_group_size=self.row_group)
+        w.write_table(
+            table.replace_schema_metadata(self.schema.metadata), row_group_size=self.row_group
+        )
         self.rows += table.num_rows
 
     def close(self) -> None:
@@ -295,16 +355,27 @@ def _place(out: Path, replace: bool) -> None:
         raise ExportError(f"{out}: exists and is not a folder; choose another DIR")
     if out.is_dir() and any(out.iterdir()):
         if not replace:
-            raise ExportError(f"{out}: not empty; choose a new DIR, or --replace to replace the export in it")
+            raise ExportError(
+                f"{out}: not empty; choose a new DIR, or --replace to replace the export in it"
+            )
         if not (out / EXPORT_MANIFEST).is_file():
-            raise ExportError(f"{out}: not empty and holds no {EXPORT_MANIFEST}: not an export, "
-                              f"--replace does not delete it; choose another DIR")
+            raise ExportError(
+                f"{out}: not empty and holds no {EXPORT_MANIFEST}: not an export, "
+                f"--replace does not delete it; choose another DIR"
+            )
 
 
-def export_captures(paths: list[str | os.PathLike], out: str | os.PathLike, *,
-                    replace: bool = False, compression: str = DEFAULT_COMPRESSION,
-                    chunk_packets: int = CHUNK_PACKETS, row_group: int = CHUNK_PACKETS,
-                    flows: bool = True, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def export_captures(
+    paths: list[str | os.PathLike],
+    out: str | os.PathLike,
+    *,
+    replace: bool = False,
+    compression: str = DEFAULT_COMPRESSION,
+    chunk_packets: int = CHUNK_PACKETS,
+    row_group: int = CHUNK_PACKETS,
+    flows: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Export the captures PATHS into the folder OUT (layout in the module docstring); returns
     the export manifest (also written as OUT/export.json). ExportError (nothing written) for an
     input that is not a capture or an OUT in the way."""
@@ -324,19 +395,27 @@ def export_captures(paths: list[str | os.PathLike], out: str | os.PathLike, *,
         raise write_error(exc, out, "export into a folder elsewhere") from None
     names = _names(srcs)
     doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION, "testbed_version": testbed_version(),
+        "schema_version": SCHEMA_VERSION,
+        "testbed_version": testbed_version(),
         "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        "layout": {"packets": "packets/date=YYYY-MM-DD/hour=H/part-CCC-W-NNNNN.parquet",
-                   "flows": "flows/date=YYYY-MM-DD/hour=H/part-CCC-W-NNNNN.parquet" if flows else None,
-                   "partition": "UTC hour of the packet (flows: of their first packet)"},
-        "compression": compression, "captures": []}
+        "layout": {
+            "packets": "packets/date=YYYY-MM-DD/hour=H/part-CCC-W-NNNNN.parquet",
+            "flows": "flows/date=YYYY-MM-DD/hour=H/part-CCC-W-NNNNN.parquet" if flows else None,
+            "partition": "UTC hour of the packet (flows: of their first packet)",
+        },
+        "compression": compression,
+        "captures": [],
+    }
     t0 = time.perf_counter()
     try:
         with ThreadPoolExecutor(WRITERS) as pool:
             for i, (src, name) in enumerate(zip(srcs, names)):
                 say(f"exporting {src}")
-                doc["captures"].append(_export_one(src, name, i, work, pool, compression,
-                                                   chunk_packets, row_group, flows))
+                doc["captures"].append(
+                    _export_one(
+                        src, name, i, work, pool, compression, chunk_packets, row_group, flows
+                    )
+                )
         doc["seconds"] = time.perf_counter() - t0
         doc["packets"] = sum(c["packets"] for c in doc["captures"])
         (work / EXPORT_MANIFEST).write_text(json.dumps(doc, indent=2) + "\n")
@@ -350,7 +429,9 @@ def export_captures(paths: list[str | os.PathLike], out: str | os.PathLike, *,
     except BaseException as exc:
         shutil.rmtree(work, ignore_errors=True)  # nothing half-written; an earlier export is kept
         if isinstance(exc, OSError) and exc.errno is not None:  # the file system said no
-            raise write_error(exc, out, "free some space, or export into a folder elsewhere") from None
+            raise write_error(
+                exc, out, "free some space, or export into a folder elsewhere"
+            ) from None
         raise
     return doc
 
@@ -361,12 +442,23 @@ def _names(srcs: list[Path]) -> list[str]:
     return [p.name if counts[p.name] == 1 else str(p) for p in srcs]
 
 
-def _export_one(src: Path, name: str, index: int, work: Path, pool: ThreadPoolExecutor,
-                compression: str, chunk_packets: int, row_group: int, flows: bool) -> dict[str, Any]:
+def _export_one(
+    src: Path,
+    name: str,
+    index: int,
+    work: Path,
+    pool: ThreadPoolExecutor,
+    compression: str,
+    chunk_packets: int,
+    row_group: int,
+    flows: bool,
+) -> dict[str, Any]:
     """One capture: chunk k's packets are written by writer k mod WRITERS (each its own part
     files, in its own thread) while the next chunk is read and its flows aggregated here."""
-    writers = [PartWriter(work, "packets", PACKETS, index, compression, row_group, w)
-               for w in range(WRITERS)]
+    writers = [
+        PartWriter(work, "packets", PACKETS, index, compression, row_group, w)
+        for w in range(WRITERS)
+    ]
     pending: list[Future | None] = [None] * WRITERS
     acc = FlowAccumulator() if flows else None
     frame = 1
@@ -393,8 +485,11 @@ def _export_one(src: Path, name: str, index: int, work: Path, pool: ThreadPoolEx
             info["bytes"] += int(cap.wire_len.sum(dtype=np.int64))
             info.update(format=cap.format, link_type=int(cap.link_type))
             if cap.problem is not None:
-                info["problem"] = {"offset": cap.problem.offset, "message": cap.problem.message,
-                                   "packets_read": cap.problem.packets_read}
+                info["problem"] = {
+                    "offset": cap.problem.offset,
+                    "message": cap.problem.message,
+                    "packets_read": cap.problem.packets_read,
+                }
         for f in pending:
             if f is not None:
                 f.result()
@@ -418,7 +513,17 @@ def _export_one(src: Path, name: str, index: int, work: Path, pool: ThreadPoolEx
     return info
 
 
-__all__ = ["ADDRESS_COLUMNS", "ADDRESS_SQL", "COMPRESSIONS", "DEFAULT_COMPRESSION", "EXPORT_MANIFEST",
-           "ExportError",
-           "FLOWS", "PACKETS", "addresses", "export_captures",
-           "packet_table", "partition"]
+__all__ = [
+    "ADDRESS_COLUMNS",
+    "ADDRESS_SQL",
+    "COMPRESSIONS",
+    "DEFAULT_COMPRESSION",
+    "EXPORT_MANIFEST",
+    "ExportError",
+    "FLOWS",
+    "PACKETS",
+    "addresses",
+    "export_captures",
+    "packet_table",
+    "partition",
+]

@@ -25,9 +25,17 @@ LIB_ENV = "NTG_HASHLIB"
 LIB_NAME = "libntghash.so"
 TUPLE_KEY_LEN = {4: 13, 6: 37}  # bytes of a packed 5-tuple key (hash.h, hash_tuple_key)
 # struct hash_tuple as a numpy record (40 bytes): arrays of tuples go to hash_tuple_bulk as they are.
-TUPLE_DTYPE = np.dtype([("src", np.uint8, 16), ("dst", np.uint8, 16), ("sport", "=u2"),
-                        ("dport", "=u2"), ("proto", np.uint8), ("family", np.uint8),
-                        ("pad", np.uint8, 2)])
+TUPLE_DTYPE = np.dtype(
+    [
+        ("src", np.uint8, 16),
+        ("dst", np.uint8, 16),
+        ("sport", "=u2"),
+        ("dport", "=u2"),
+        ("proto", np.uint8),
+        ("family", np.uint8),
+        ("pad", np.uint8, 2),
+    ]
+)
 
 
 class HashLibraryError(NtgError):
@@ -53,17 +61,29 @@ class HashInfo:
 
 
 class _Algo(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("bits", ctypes.c_uint), ("rss_input", ctypes.c_int),
-                ("fn", ctypes.c_void_p), ("summary", ctypes.c_char_p), ("same_as", ctypes.c_char_p)]
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("bits", ctypes.c_uint),
+        ("rss_input", ctypes.c_int),
+        ("fn", ctypes.c_void_p),
+        ("summary", ctypes.c_char_p),
+        ("same_as", ctypes.c_char_p),
+    ]
 
 
 class HashTuple(ctypes.Structure):
     """struct hash_tuple: addresses in network order (IPv4 in the first 4 bytes), ports in host
     order, family 4 or 6."""
 
-    _fields_ = [("src", ctypes.c_uint8 * 16), ("dst", ctypes.c_uint8 * 16),
-                ("sport", ctypes.c_uint16), ("dport", ctypes.c_uint16),
-                ("proto", ctypes.c_uint8), ("family", ctypes.c_uint8), ("pad", ctypes.c_uint8 * 2)]
+    _fields_ = [
+        ("src", ctypes.c_uint8 * 16),
+        ("dst", ctypes.c_uint8 * 16),
+        ("sport", ctypes.c_uint16),
+        ("dport", ctypes.c_uint16),
+        ("proto", ctypes.c_uint8),
+        ("family", ctypes.c_uint8),
+        ("pad", ctypes.c_uint8 * 2),
+    ]
 
 
 def library_paths() -> list[Path]:
@@ -98,19 +118,31 @@ def _load(path: Path) -> ctypes.CDLL:
 def library() -> ctypes.CDLL:
     """The loaded hash library: $NTG_HASHLIB if set, else the one installed with the package."""
     return nativelib.load_library(
-        LIB_ENV, LIB_NAME, _load, HashLibraryError, "hash library",
+        LIB_ENV,
+        LIB_NAME,
+        _load,
+        HashLibraryError,
+        "hash library",
         build="cmake -S . -B build/native && cmake --build build/native",
-        built=f"build/native/generators/flowengine/{LIB_NAME}")
+        built=f"build/native/generators/flowengine/{LIB_NAME}",
+    )
 
 
 def algorithms() -> list[HashInfo]:
     """Every hash the library knows, in its registry's order."""
     n = ctypes.c_size_t()
     table = library().hash_algos(ctypes.byref(n))
-    return [HashInfo(name=a.name.decode(), bits=a.bits, rss_input=bool(a.rss_input),
-                     summary=a.summary.decode(),
-                     same_as=a.same_as.decode() if a.same_as else None, index=i)
-            for i, a in enumerate(table[i] for i in range(n.value))]
+    return [
+        HashInfo(
+            name=a.name.decode(),
+            bits=a.bits,
+            rss_input=bool(a.rss_input),
+            summary=a.summary.decode(),
+            same_as=a.same_as.decode() if a.same_as else None,
+            index=i,
+        )
+        for i, a in enumerate(table[i] for i in range(n.value))
+    ]
 
 
 def names() -> list[str]:
@@ -142,8 +174,10 @@ def _algo(name: str) -> ctypes._Pointer:
     if rc == -errno.ENOENT:
         raise UnknownHash(f"unknown hash {name!r}; known: {names_text()}")
     if rc == -errno.ENOTSUP:
-        raise BadInput(f"hash {name!r} needs CPU instructions this machine lacks (SSE4.2); "
-                       f"use crc32c (it picks the portable path)")
+        raise BadInput(
+            f"hash {name!r} needs CPU instructions this machine lacks (SSE4.2); "
+            f"use crc32c (it picks the portable path)"
+        )
     return out
 
 
@@ -193,8 +227,8 @@ def make_tuple(src: bytes, dst: bytes, sport: int, dport: int, proto: int) -> Ha
     if len(src) != len(dst) or len(src) not in (4, 16):
         raise ValueError("src and dst must both be 4 (IPv4) or 16 (IPv6) bytes")
     t = HashTuple()
-    t.src[:len(src)] = list(src)
-    t.dst[:len(dst)] = list(dst)
+    t.src[: len(src)] = list(src)
+    t.dst[: len(dst)] = list(dst)
     t.sport, t.dport, t.proto = sport, dport, proto
     t.family = 4 if len(src) == 4 else 6
     return t

@@ -45,24 +45,49 @@ PREFIXES = {8: 0x64000000, 16: 0x64640000, 24: 0x64640000}  # 100.0.0.0/8, 100.1
 DEFAULT_FLOWS = (250_000, 500_000, 750_000, 1_000_000)  # seed 002's range
 MAX_FLOWS = 16_000_000
 MAX_REPEATS = 100  # seed 002 drew 3 times; 100 draws of the default study hash 1.2 G keys
-MAX_ROWS = 1_000_000  # result rows (a flow count or a spread bin of a hash x key x prefix x draw) held
+MAX_ROWS = (
+    1_000_000  # result rows (a flow count or a spread bin of a hash x key x prefix x draw) held
+)
 KEYS = {"flowid": 37, "tuple": 13}
 BINS = 100
 ALPHA = 0.001  # per hash and key: about 2 % false alarms over a default run's 22 verdicts
 SPORT0, DPORT0, PROTO = 1024, 1024, 6
 BYTES_PER_FLOW = 160  # keys, sort copies and temporaries of the largest step, measured with margin
-COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-          "#bcbd22", "#17becf", "#393b79", "#e7969c", "#637939"]
-SEED_002 = {"collision_pct_per_million": 0.015, "hashes_per_s": 2.5e6, "hash": "superfasthash",
-            "block_s": 0.097, "block_flows": 250_000}
-COLLISION_TEST = ("exact two-sided Poisson test of N - distinct (low 32 bits), summed over the draws "
-                  "(prefixes x repeats) of the largest flow count, against the summed birthday "
-                  f"expectation, alpha = {ALPHA}")
-SPREAD_TEST = (f"chi-square of {BINS} equal bins against uniform, summed over the same draws "
-               f"({BINS - 1} df each), alpha = {ALPHA}")
+COLORS = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#e7969c",
+    "#637939",
+]
+SEED_002 = {
+    "collision_pct_per_million": 0.015,
+    "hashes_per_s": 2.5e6,
+    "hash": "superfasthash",
+    "block_s": 0.097,
+    "block_flows": 250_000,
+}
+COLLISION_TEST = (
+    "exact two-sided Poisson test of N - distinct (low 32 bits), summed over the draws "
+    "(prefixes x repeats) of the largest flow count, against the summed birthday "
+    f"expectation, alpha = {ALPHA}"
+)
+SPREAD_TEST = (
+    f"chi-square of {BINS} equal bins against uniform, summed over the same draws "
+    f"({BINS - 1} df each), alpha = {ALPHA}"
+)
 
 
 # --- statistics (no scipy in the environment: the regularized incomplete gamma function) ---------
+
 
 def _gamma_lower_series(a: float, x: float) -> float:
     term = total = 1.0 / a
@@ -155,6 +180,7 @@ def distinct(values: np.ndarray) -> int:
 
 # --- the flows ------------------------------------------------------------------------------------
 
+
 def hosts(prefix: int) -> int:
     return 2 ** (32 - prefix) - 2
 
@@ -201,6 +227,7 @@ def flow_keys(cols: dict[str, np.ndarray], key: str) -> np.ndarray:
 
 # --- the study ------------------------------------------------------------------------------------
 
+
 @dataclass
 class StudyRequest:
     hashes: list[str]
@@ -216,8 +243,10 @@ def memory_problem(flows: list[int], available: int) -> str | None:
     need = BYTES_PER_FLOW * max(flows)
     if need <= 0.8 * available:
         return None
-    return (f"--flows {max(flows):,} needs about {need / 2**30:.1f} GiB and {available / 2**30:.1f} "
-            f"GiB are available; ask for fewer flows")
+    return (
+        f"--flows {max(flows):,} needs about {need / 2**30:.1f} GiB and {available / 2**30:.1f} "
+        f"GiB are available; ask for fewer flows"
+    )
 
 
 def check_request(req: StudyRequest) -> StudyRequest:
@@ -231,8 +260,10 @@ def check_request(req: StudyRequest) -> StudyRequest:
         if n < 2:
             raise BadInput(f"--flows {n}: a collision needs at least 2 flows")
         if n > MAX_FLOWS:
-            raise BadInput(f"--flows {n}: at most {MAX_FLOWS:,} (past that seed 002's flows from "
-                           f"a /24 are no longer all distinct)")
+            raise BadInput(
+                f"--flows {n}: at most {MAX_FLOWS:,} (past that seed 002's flows from "
+                f"a /24 are no longer all distinct)"
+            )
     for p in req.prefixes:
         if p not in PREFIXES:
             raise BadInput(f"--prefixes {p}: the study has /8, /16 and /24")
@@ -243,10 +274,18 @@ def check_request(req: StudyRequest) -> StudyRequest:
         raise BadInput(f"--repeats {req.repeats}: must be >= 1")
     if req.repeats > MAX_REPEATS:
         raise BadInput(f"--repeats {req.repeats:,}: too large: at most {MAX_REPEATS}")
-    rows = len(req.hashes) * len(req.keys) * len(req.prefixes) * req.repeats * (len(set(req.flows)) + BINS)
+    rows = (
+        len(req.hashes)
+        * len(req.keys)
+        * len(req.prefixes)
+        * req.repeats
+        * (len(set(req.flows)) + BINS)
+    )
     if rows > MAX_ROWS:  # checked before anything is allocated: the rows are kept until the end
-        raise BadInput(f"the study would make {rows:,} result rows (hashes x keys x prefixes x repeats x "
-                       f"(flow counts + {BINS} spread bins)); at most {MAX_ROWS:,}: ask for fewer")
+        raise BadInput(
+            f"the study would make {rows:,} result rows (hashes x keys x prefixes x repeats x "
+            f"(flow counts + {BINS} spread bins)); at most {MAX_ROWS:,}: ask for fewer"
+        )
     problem = memory_problem(req.flows, psutil.virtual_memory().available)
     if problem:
         raise BadInput(problem)
@@ -288,18 +327,33 @@ def run_study(req: StudyRequest, progress: Any = None) -> Study:
                         if n == flows[-1]:
                             counts = spread_counts((values & 0xFFFFFFFF).astype(np.uint32))
                             for b, (c, e) in enumerate(zip(counts, bin_expected(n))):
-                                spread.append({"hash": name, "key": key, "prefix": prefix,
-                                               "repeat": rep, "flows": n, "bin": b,
-                                               "count": int(c), "expected": float(e)})
+                                spread.append(
+                                    {
+                                        "hash": name,
+                                        "key": key,
+                                        "prefix": prefix,
+                                        "repeat": rep,
+                                        "flows": n,
+                                        "bin": b,
+                                        "count": int(c),
+                                        "expected": float(e),
+                                    }
+                                )
                 del keys
     frame = pd.DataFrame(rows)
-    return Study(request=req, rows=frame, spread=pd.DataFrame(spread),
-                 verdicts=verdicts(frame), machine=machine(),
-                 key_build_per_s={key: float(np.median(v)) for key, v in build.items()})
+    return Study(
+        request=req,
+        rows=frame,
+        spread=pd.DataFrame(spread),
+        verdicts=verdicts(frame),
+        machine=machine(),
+        key_build_per_s={key: float(np.median(v)) for key, v in build.items()},
+    )
 
 
-def _row(info: hashing.HashInfo, key: str, prefix: int, rep: int, values: np.ndarray,
-         seconds: float) -> dict[str, Any]:
+def _row(
+    info: hashing.HashInfo, key: str, prefix: int, rep: int, values: np.ndarray, seconds: float
+) -> dict[str, Any]:
     n = len(values)
     v32 = (values & 0xFFFFFFFF).astype(np.uint32)
     d = distinct(v32)
@@ -309,13 +363,26 @@ def _row(info: hashing.HashInfo, key: str, prefix: int, rep: int, values: np.nda
     e = bin_expected(n)
     chi2 = float(((counts - e) ** 2 / e).sum())
     full = coll if info.bits == 32 else n - distinct(values)
-    return {"hash": info.name, "bits": info.bits, "key": key, "prefix": prefix, "repeat": rep,
-            "flows": n, "distinct": d, "collisions": coll, "collision_pct": 100.0 * coll / n,
-            "expected": exp, "expected_pct": 100.0 * exp / n,
-            "ratio": coll / exp if exp else float("nan"),
-            "p_collisions": poisson_two_sided(coll, exp), "chi2": chi2,
-            "p_spread": chi2_sf(chi2, BINS - 1), "collisions_full_width": full,
-            "seconds": seconds, "hashes_per_s": n / seconds if seconds > 0 else float("nan")}
+    return {
+        "hash": info.name,
+        "bits": info.bits,
+        "key": key,
+        "prefix": prefix,
+        "repeat": rep,
+        "flows": n,
+        "distinct": d,
+        "collisions": coll,
+        "collision_pct": 100.0 * coll / n,
+        "expected": exp,
+        "expected_pct": 100.0 * exp / n,
+        "ratio": coll / exp if exp else float("nan"),
+        "p_collisions": poisson_two_sided(coll, exp),
+        "chi2": chi2,
+        "p_spread": chi2_sf(chi2, BINS - 1),
+        "collisions_full_width": full,
+        "seconds": seconds,
+        "hashes_per_s": n / seconds if seconds > 0 else float("nan"),
+    }
 
 
 def verdicts(rows: pd.DataFrame) -> pd.DataFrame:
@@ -334,51 +401,83 @@ def verdicts(rows: pd.DataFrame) -> pd.DataFrame:
             verdict = "above the bound" if k > lam else "below the bound"
         chi2 = float(big["chi2"].sum())
         p_spread = chi2_sf(chi2, (BINS - 1) * len(big))
-        out.append({
-            "hash": name, "key": key, "bits": int(g["bits"].iloc[0]), "verdict": verdict,
-            "collisions": k, "expected": lam, "collision_ratio": k / lam if lam else float("nan"),
-            "p_collisions": p_coll,
-            "spread": "uniform" if p_spread >= ALPHA else "not uniform",
-            "chi2": chi2, "p_spread": p_spread, "draws": len(big),
-            "collision_pct_per_million": float(
-                (100.0 * g["collisions"] / g["flows"] * 1e6 / g["flows"]).mean()),
-            "collision_pct_at_max": float(big["collision_pct"].mean()),
-            "expected_pct_at_max": float(big["expected_pct"].mean()),
-            "flows_max": int(big["flows"].iloc[0]),
-            "hashes_per_s": float(big["hashes_per_s"].median()),
-        })
+        out.append(
+            {
+                "hash": name,
+                "key": key,
+                "bits": int(g["bits"].iloc[0]),
+                "verdict": verdict,
+                "collisions": k,
+                "expected": lam,
+                "collision_ratio": k / lam if lam else float("nan"),
+                "p_collisions": p_coll,
+                "spread": "uniform" if p_spread >= ALPHA else "not uniform",
+                "chi2": chi2,
+                "p_spread": p_spread,
+                "draws": len(big),
+                "collision_pct_per_million": float(
+                    (100.0 * g["collisions"] / g["flows"] * 1e6 / g["flows"]).mean()
+                ),
+                "collision_pct_at_max": float(big["collision_pct"].mean()),
+                "expected_pct_at_max": float(big["expected_pct"].mean()),
+                "flows_max": int(big["flows"].iloc[0]),
+                "hashes_per_s": float(big["hashes_per_s"].median()),
+            }
+        )
     return pd.DataFrame(out)
 
 
 def machine() -> dict[str, Any]:
     model = ""
     try:
-        model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                      if ln.startswith("model name")), "")
+        model = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")
+            ),
+            "",
+        )
     except OSError:
         pass
-    return {"node": platform.node(), "cpu": model, "cpus": psutil.cpu_count(),
-            "crc32c_sse42": hashing.crc32c_hw_available(), "python": platform.python_version()}
+    return {
+        "node": platform.node(),
+        "cpu": model,
+        "cpus": psutil.cpu_count(),
+        "crc32c_sse42": hashing.crc32c_hw_available(),
+        "python": platform.python_version(),
+    }
 
 
 # --- output ---------------------------------------------------------------------------------------
+
 
 def write_study(study: Study, out: Path) -> dict[str, Path]:
     """metrics.json, rows.parquet, spread.parquet, verdicts.parquet, two plots and report.md
     into OUT (created)."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"rows": out / "rows.parquet", "spread": out / "spread.parquet",
-             "verdicts": out / "verdicts.parquet", "metrics": out / "metrics.json",
-             "collisions_plot": out / "collisions.png", "spread_plot": out / "spread.png",
-             "report": out / "report.md"}
+    paths = {
+        "rows": out / "rows.parquet",
+        "spread": out / "spread.parquet",
+        "verdicts": out / "verdicts.parquet",
+        "metrics": out / "metrics.json",
+        "collisions_plot": out / "collisions.png",
+        "spread_plot": out / "spread.png",
+        "report": out / "report.md",
+    }
     for name in ("rows", "spread", "verdicts"):
         with replacing(paths[name]) as tmp:
             getattr(study, name).to_parquet(tmp, index=False)
     req = study.request
     metrics = {
-        "request": {"hashes": req.hashes, "flows": sorted(set(req.flows)),
-                    "prefixes": req.prefixes, "keys": req.keys, "repeats": req.repeats,
-                    "seed": req.seed},
+        "request": {
+            "hashes": req.hashes,
+            "flows": sorted(set(req.flows)),
+            "prefixes": req.prefixes,
+            "keys": req.keys,
+            "repeats": req.repeats,
+            "seed": req.seed,
+        },
         "tests": {"collisions": COLLISION_TEST, "spread": SPREAD_TEST},
         "seed_002": SEED_002,
         "machine": study.machine,
@@ -404,12 +503,24 @@ def plot_collisions(study: Study, path: Path) -> Path:
         mean = g["collision_pct"].mean().reset_index()
         for i, name in enumerate(study.request.hashes):
             m = mean[mean["hash"] == name]
-            ax.plot(m["flows"], m["collision_pct"], marker="os^vD<>ph*"[i % 10], ms=3, lw=1.2,
-                    color=COLORS[i % len(COLORS)], label=name)
+            ax.plot(
+                m["flows"],
+                m["collision_pct"],
+                marker="os^vD<>ph*"[i % 10],
+                ms=3,
+                lw=1.2,
+                color=COLORS[i % len(COLORS)],
+                label=name,
+            )
         b = rows[rows["prefix"] == prefix].groupby("flows")["expected_pct"].first()
         ax.plot(b.index, b.values, "k--", lw=2, label="birthday bound")
-        ax.axhline(SEED_002["collision_pct_per_million"], color="grey", lw=1, ls=":",
-                   label="seed 002: ~0.015 % (SuperFastHash, 1M)")
+        ax.axhline(
+            SEED_002["collision_pct_per_million"],
+            color="grey",
+            lw=1,
+            ls=":",
+            label="seed 002: ~0.015 % (SuperFastHash, 1M)",
+        )
         ax.set_yscale("symlog", linthresh=1e-3)
         ax.set_title(f"source /{prefix}", loc="left")
         ax.set_xlabel("flows")
@@ -418,8 +529,12 @@ def plot_collisions(study: Study, path: Path) -> Path:
     axes[0].set_ylabel("colliding flow IDs (% of flows, low 32 bits)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="outside right center")
-    fig.suptitle(f"Flow-ID collisions against the birthday bound ({study.request.keys[0]} key, "
-                 f"mean of {study.request.repeats})", x=0.01, ha="left")
+    fig.suptitle(
+        f"Flow-ID collisions against the birthday bound ({study.request.keys[0]} key, "
+        f"mean of {study.request.repeats})",
+        x=0.01,
+        ha="left",
+    )
     save(fig, path)
     return path
 
@@ -429,8 +544,11 @@ def plot_spread(study: Study, path: Path) -> Path:
     first prefix, first key, first repeat."""
     req = study.request
     prefix = 16 if 16 in req.prefixes else req.prefixes[0]
-    s = study.spread[(study.spread["prefix"] == prefix) & (study.spread["key"] == req.keys[0])
-                     & (study.spread["repeat"] == 0)]
+    s = study.spread[
+        (study.spread["prefix"] == prefix)
+        & (study.spread["key"] == req.keys[0])
+        & (study.spread["repeat"] == 0)
+    ]
     cols = min(4, len(req.hashes))
     nrows = -(-len(req.hashes) // cols)
     fig = mpl().Figure(figsize=(3.3 * cols, 2.4 * nrows), dpi=110, layout="constrained")
@@ -440,16 +558,24 @@ def plot_spread(study: Study, path: Path) -> Path:
         g = s[s["hash"] == name]
         ax.bar(g["bin"], g["count"], width=1.0, color="#1f77b4")
         ax.plot(g["bin"], g["expected"], "k-", lw=1)
-        r = study.rows[(study.rows["hash"] == name) & (study.rows["prefix"] == prefix)
-                       & (study.rows["key"] == req.keys[0]) & (study.rows["repeat"] == 0)]
+        r = study.rows[
+            (study.rows["hash"] == name)
+            & (study.rows["prefix"] == prefix)
+            & (study.rows["key"] == req.keys[0])
+            & (study.rows["repeat"] == 0)
+        ]
         p = r.loc[r["flows"].idxmax(), "p_spread"]
         ax.set_title(f"{name}  (chi-square p = {p:.2g})", fontsize=8, loc="left")
         ax.tick_params(labelsize=6)
-    for ax in axes[len(req.hashes):]:
+    for ax in axes[len(req.hashes) :]:
         ax.set_visible(False)
     n = int(s["flows"].max()) if len(s) else 0
-    fig.suptitle(f"Spread of {n:,} flow IDs over {BINS} bins, source /{prefix} "
-                 f"({req.keys[0]} key); the line is uniform", x=0.01, ha="left")
+    fig.suptitle(
+        f"Spread of {n:,} flow IDs over {BINS} bins, source /{prefix} "
+        f"({req.keys[0]} key); the line is uniform",
+        x=0.01,
+        ha="left",
+    )
     save(fig, path)
     return path
 
@@ -469,7 +595,8 @@ def report(study: Study) -> str:
         f"- Spread: {SPREAD_TEST}.",
         "- Speed: the library's bulk call over the keys already built (seed 002 timed the FlowID "
         "construction too). Building the keys (numpy, all flows at once): "
-        + ", ".join(f"{k} {v / 1e6:.1f} M keys/s" for k, v in study.key_build_per_s.items()) + ".",
+        + ", ".join(f"{k} {v / 1e6:.1f} M keys/s" for k, v in study.key_build_per_s.items())
+        + ".",
         "",
         "| hash | key | bits | verdict (p) | collisions / bound | % at max flows (bound) | "
         "% per million | spread (p) | M hashes/s |",
@@ -481,7 +608,8 @@ def report(study: Study) -> str:
             f"{r.collisions:,} / {r.expected:,.0f} = {r.collision_ratio:.2f} | "
             f"{r.collision_pct_at_max:.4f} ({r.expected_pct_at_max:.4f}) | "
             f"{r.collision_pct_per_million:.4f} | {r.spread} ({r.p_spread:.2g}) | "
-            f"{r.hashes_per_s / 1e6:.1f} |")
+            f"{r.hashes_per_s / 1e6:.1f} |"
+        )
     sfh = v[v["hash"] == "superfasthash"]
     lines += ["", "## Beside seed 002", ""]
     if len(sfh):
@@ -496,9 +624,12 @@ def report(study: Study) -> str:
             f"{birthday_expected(10**6) / 1e4:.4f} %), {r.hashes_per_s / 1e6:.1f} M hashes/s, "
             f"{r.hashes_per_s / SEED_002['hashes_per_s']:.0f}x the seed's rate "
             f"({with_keys / 1e6:.1f} M/s counting the key's construction too); verdict: "
-            f"{r.verdict}.")
+            f"{r.verdict}."
+        )
     else:
-        lines.append(f"Seed 002: SuperFastHash, about {SEED_002['collision_pct_per_million']} % "
-                     f"per million flows, 2.5 M hashes/s (SuperFastHash was not in this run).")
+        lines.append(
+            f"Seed 002: SuperFastHash, about {SEED_002['collision_pct_per_million']} % "
+            f"per million flows, 2.5 M hashes/s (SuperFastHash was not in this run)."
+        )
     lines += ["", "![collisions](collisions.png)", "", "![spread](spread.png)", ""]
     return "\n".join(lines)

@@ -46,14 +46,27 @@ def read_samples(step_dir: Path) -> pd.DataFrame:
     """samples.csv of a step (testbed.parts.monitor's long format), or an empty frame."""
     path = step_dir / "samples.csv"
     if not path.is_file() or path.stat().st_size == 0:
-        return pd.DataFrame(columns=["t", "kind", "label", "pid", "tid", "name", "cpu_percent",
-                                     "rss_bytes", "mem_percent"])
+        return pd.DataFrame(
+            columns=[
+                "t",
+                "kind",
+                "label",
+                "pid",
+                "tid",
+                "name",
+                "cpu_percent",
+                "rss_bytes",
+                "mem_percent",
+            ]
+        )
     return pd.read_csv(path)
 
 
 def processes(samples: pd.DataFrame, prefix: str) -> pd.DataFrame:
     """CPU % and RSS summed over the processes whose label starts with PREFIX, per sample time."""
-    rows = samples[(samples["kind"] == "process") & samples["label"].astype(str).str.startswith(prefix)]
+    rows = samples[
+        (samples["kind"] == "process") & samples["label"].astype(str).str.startswith(prefix)
+    ]
     if rows.empty:
         return pd.DataFrame(columns=["t", "cpu_percent", "rss_bytes", "mem_percent"])
     return rows.groupby("t", as_index=False)[["cpu_percent", "rss_bytes", "mem_percent"]].sum()
@@ -61,19 +74,29 @@ def processes(samples: pd.DataFrame, prefix: str) -> pd.DataFrame:
 
 def _resource_stats(series: pd.DataFrame) -> dict[str, Any]:
     if series.empty:
-        return {"samples": 0, "cpu_mean": None, "cpu_max": None, "rss_mean": None,
-                "rss_max": None, "mem_percent_mean": None}
-    return {"samples": int(len(series)),
-            "cpu_mean": float(series["cpu_percent"].mean()),
-            "cpu_max": float(series["cpu_percent"].max()),
-            "rss_mean": float(series["rss_bytes"].mean()),
-            "rss_max": float(series["rss_bytes"].max()),
-            "mem_percent_mean": float(series["mem_percent"].mean())}
+        return {
+            "samples": 0,
+            "cpu_mean": None,
+            "cpu_max": None,
+            "rss_mean": None,
+            "rss_max": None,
+            "mem_percent_mean": None,
+        }
+    return {
+        "samples": int(len(series)),
+        "cpu_mean": float(series["cpu_percent"].mean()),
+        "cpu_max": float(series["cpu_percent"].max()),
+        "rss_mean": float(series["rss_bytes"].mean()),
+        "rss_max": float(series["rss_bytes"].max()),
+        "mem_percent_mean": float(series["mem_percent"].mean()),
+    }
 
 
 def dut_threads(samples: pd.DataFrame) -> pd.DataFrame:
     """The DUT's per-thread rows (like `top -H`): t, tid, name, cpu_percent."""
-    rows = samples[(samples["kind"] == "thread") & samples["label"].astype(str).str.startswith("dut")]
+    rows = samples[
+        (samples["kind"] == "thread") & samples["label"].astype(str).str.startswith("dut")
+    ]
     return rows[["t", "tid", "name", "cpu_percent"]].copy()
 
 
@@ -98,21 +121,42 @@ def unrecorded_steps(run: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
     out = []
     for d in folders:
         rel = d.relative_to(run)
-        if rel in recorded or not (any((d / f).is_file() for f in STEP_FILES)
-                                   or any(d.glob("gen-*/drone-capture.pcap"))):
+        if rel in recorded or not (
+            any((d / f).is_file() for f in STEP_FILES) or any(d.glob("gen-*/drone-capture.pcap"))
+        ):
             continue
-        out.append({"name": d.name if d != run else "run", "kind": None, "params": {}, "dir": str(rel),
-                    "status": UNRECORDED, "generators": {g.name[4:]: {} for g in sorted(d.glob("gen-*"))
-                                                         if g.is_dir()},
-                    "error": f"the run ended during this step (manifest: `{manifest.get('status')}`) "
-                             "before recording it: no counters, only its capture and samples"})
+        out.append(
+            {
+                "name": d.name if d != run else "run",
+                "kind": None,
+                "params": {},
+                "dir": str(rel),
+                "status": UNRECORDED,
+                "generators": {g.name[4:]: {} for g in sorted(d.glob("gen-*")) if g.is_dir()},
+                "error": f"the run ended during this step (manifest: `{manifest.get('status')}`) "
+                "before recording it: no counters, only its capture and samples",
+            }
+        )
     return out
 
 
 def step_metrics(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
     step_dir = run_dir / entry.get("dir", ".")
-    out: dict[str, Any] = {k: entry.get(k) for k in ("name", "kind", "params", "status", "error",
-                                                      "loss", "capture", "dut", "monitor", "spread")}
+    out: dict[str, Any] = {
+        k: entry.get(k)
+        for k in (
+            "name",
+            "kind",
+            "params",
+            "status",
+            "error",
+            "loss",
+            "capture",
+            "dut",
+            "monitor",
+            "spread",
+        )
+    }
     pcap = step_dir / "capture.pcap"
     if not pcap.is_file():  # no tcpdump: a generator's own capture (Ostinato's drone) stands in
         own = sorted(step_dir.glob("gen-*/drone-capture.pcap"))
@@ -134,13 +178,23 @@ def step_metrics(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
     out["resources"] = {}
     for title in entry.get("generators", {}):
         out["resources"][title] = _resource_stats(processes(samples, f"gen:{title}:"))
-    if entry.get("dut") or (entry.get("status") == UNRECORDED and not processes(samples, "dut").empty):
+    if entry.get("dut") or (
+        entry.get("status") == UNRECORDED and not processes(samples, "dut").empty
+    ):
         out["resources"]["dut"] = _resource_stats(processes(samples, "dut"))
         threads = dut_threads(samples)
-        out["dut_threads"] = {
-            str(name): {"cpu_median": float(g["cpu_percent"].median()),
-                        "cpu_max": float(g["cpu_percent"].max()), "samples": int(len(g))}
-            for name, g in threads.groupby("name")} if not threads.empty else {}
+        out["dut_threads"] = (
+            {
+                str(name): {
+                    "cpu_median": float(g["cpu_percent"].median()),
+                    "cpu_max": float(g["cpu_percent"].max()),
+                    "samples": int(len(g)),
+                }
+                for name, g in threads.groupby("name")
+            }
+            if not threads.empty
+            else {}
+        )
     return out
 
 
@@ -150,26 +204,56 @@ def checks(step: dict[str, Any]) -> list[dict[str, Any]]:
     loss, name = step.get("loss") or {}, step["name"]
     out = []
     if step.get("status") == UNRECORDED:  # nothing to hold the capture against: it cannot pass
-        out.append({"name": f"{name}: the run recorded the step's end", "expected": "its entry in manifest.json",
-                    "measured": "none: the run ended during the step", "ok": False})
+        out.append(
+            {
+                "name": f"{name}: the run recorded the step's end",
+                "expected": "its entry in manifest.json",
+                "measured": "none: the run ended during the step",
+                "ok": False,
+            }
+        )
     sent, wire, dut = loss.get("sent"), loss.get("wire"), loss.get("dut")
     if wire is not None:
-        out.append({"name": f"{name}: wire ≤ sent", "expected": f"≤ {sent}", "measured": wire,
-                    "ok": wire <= sent})
+        out.append(
+            {
+                "name": f"{name}: wire ≤ sent",
+                "expected": f"≤ {sent}",
+                "measured": wire,
+                "ok": wire <= sent,
+            }
+        )
     if dut is not None and wire is not None:
-        out.append({"name": f"{name}: DUT received ≤ wire", "expected": f"≤ {wire}",
-                    "measured": dut, "ok": dut <= wire})
+        out.append(
+            {
+                "name": f"{name}: DUT received ≤ wire",
+                "expected": f"≤ {wire}",
+                "measured": dut,
+                "ok": dut <= wire,
+            }
+        )
     seen = (step.get("dut") or {}).get("received_by_filter")
     if seen is not None and wire is not None:  # tcpdump's kernel count = received + dropped
-        out.append({"name": f"{name}: the DUT's kernel saw every frame on the wire",
-                    "expected": wire, "measured": seen, "ok": seen == wire})
+        out.append(
+            {
+                "name": f"{name}: the DUT's kernel saw every frame on the wire",
+                "expected": wire,
+                "measured": seen,
+                "ok": seen == wire,
+            }
+        )
     for c in (step.get("spread") or {}).get("checks", []):  # several hosts: the exact merged counts
         out.append({**c, "name": f"{name}: {c['name']}"})
     cap = step.get("capture") or {}
     if cap and cap.get("dropped_by_kernel") == 0 and step.get("traffic") is not None:
         n = step["traffic"]["packets"]
-        out.append({"name": f"{name}: capture file holds every captured packet",
-                    "expected": cap.get("captured"), "measured": n, "ok": n == cap.get("captured")})
+        out.append(
+            {
+                "name": f"{name}: capture file holds every captured packet",
+                "expected": cap.get("captured"),
+                "measured": n,
+                "ok": n == cap.get("captured"),
+            }
+        )
     return out
 
 
@@ -179,12 +263,17 @@ class MethodAnalysis(Protocol):
     CAPTIONS: dict[str, str]
 
     def analyze(self, steps: list[dict[str, Any]]) -> dict[str, Any]: ...
-    def plots(self, run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Path]: ...
+    def plots(
+        self, run: Path, doc: dict[str, Any], manifest: dict[str, Any]
+    ) -> dict[str, Path]: ...
     def report(self, doc: dict[str, Any]) -> list: ...
 
 
-def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = None,
-                 method: MethodAnalysis | None = None) -> dict[str, Any]:
+def analyze_live(
+    run_dir: str | Path,
+    progress: Callable[[str], None] | None = None,
+    method: MethodAnalysis | None = None,
+) -> dict[str, Any]:
     """The run's metrics, plots and report; `method` adds the run method's own tables and
     figures (the testbed passes the method the manifest names)."""
     run = Path(run_dir)
@@ -197,13 +286,18 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
     for entry in manifest.get("steps", []):
         say(f"step {entry['name']}: capture and samples")
         steps.append(step_metrics(run, entry))
-    doc: dict[str, Any] = {"run_id": manifest.get("run_id"), "method": manifest.get("method"),
-                           "status": manifest.get("status"), "incomplete_run": unfinished_run(manifest),
-                           "steps": steps}
+    doc: dict[str, Any] = {
+        "run_id": manifest.get("run_id"),
+        "method": manifest.get("method"),
+        "status": manifest.get("status"),
+        "incomplete_run": unfinished_run(manifest),
+        "steps": steps,
+    }
     doc["checks"] = [c for s in steps for c in checks(s)]
     if doc["incomplete_run"] and not steps:  # died before its first step: nothing to show for it
-        doc["checks"].append({"name": "run: at least one step", "expected": "≥ 1 step", "measured": 0,
-                              "ok": False})
+        doc["checks"].append(
+            {"name": "run: at least one step", "expected": "≥ 1 step", "measured": 0, "ok": False}
+        )
     doc.update(summary(steps))
     if method is not None:
         doc.update(method.analyze(steps))
@@ -213,8 +307,11 @@ def analyze_live(run_dir: str | Path, progress: Callable[[str], None] | None = N
         plots.update(latency_plots(run, manifest))
         blocks = report_blocks(doc, manifest, plots, method)
         doc = plain(doc)
-        for name, text in (("report.md", to_markdown(blocks, run)), ("report.html", to_html(blocks)),
-                           ("metrics.json", json.dumps(doc, indent=1) + "\n")):
+        for name, text in (
+            ("report.md", to_markdown(blocks, run)),
+            ("report.html", to_html(blocks)),
+            ("metrics.json", json.dumps(doc, indent=1) + "\n"),
+        ):
             with replacing(run / name) as tmp:
                 tmp.write_text(text)
         say("run tables")
@@ -234,8 +331,12 @@ def summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [x.get(key) for x in losses]
         return sum(vals) if vals and all(v is not None for v in vals) else None
 
-    out = {"sent": total("sent"), "wire": total("wire"), "dut": total("dut"),
-           "loss_rate": max(rates) if rates else None}
+    out = {
+        "sent": total("sent"),
+        "wire": total("wire"),
+        "dut": total("dut"),
+        "loss_rate": max(rates) if rates else None,
+    }
     if len(steps) == 1 and steps[0].get("traffic"):
         t = steps[0]["traffic"]
         out.update(packets=t["packets"], mean_pps=t["mean_pps"], variance_pct=t["variance_pct"])
@@ -263,10 +364,16 @@ def fmt_count(x: Any, digits: int = 0) -> str:
     return "–" if x is None else fmt_number(x, digits)
 
 
-ASTF_COLUMNS = (("expected", "connections_expected"), ("attempted", "connections_attempted"),
-                ("established", "connections_established"), ("closed", "connections_closed"),
-                ("drops", "drops"), ("server accepted", "server_accepted"),
-                ("server closed", "server_closed"), ("server drops", "server_drops"))
+ASTF_COLUMNS = (
+    ("expected", "connections_expected"),
+    ("attempted", "connections_attempted"),
+    ("established", "connections_established"),
+    ("closed", "connections_closed"),
+    ("drops", "drops"),
+    ("server accepted", "server_accepted"),
+    ("server closed", "server_closed"),
+    ("server drops", "server_drops"),
+)
 
 
 def astf_blocks(manifest: dict[str, Any]) -> list:
@@ -277,16 +384,31 @@ def astf_blocks(manifest: dict[str, Any]) -> list:
             a = (g.get("port_stats") or {}).get("astf")
             if a:
                 errors = ", ".join(f"{k} {v}" for k, v in (a.get("errors") or {}).items()) or "none"
-                rows.append([s.get("name", ""), title, *(fmt_count(a.get(k)) for _, k in ASTF_COLUMNS), errors])
+                rows.append(
+                    [
+                        s.get("name", ""),
+                        title,
+                        *(fmt_count(a.get(k)) for _, k in ASTF_COLUMNS),
+                        errors,
+                    ]
+                )
     if not rows:
         return []
-    return [("h2", "TCP sessions (TRex ASTF): TRex's own counters"),
-            ("table", ["step", "generator", *(c for c, _ in ASTF_COLUMNS), "errors"], rows)]
+    return [
+        ("h2", "TCP sessions (TRex ASTF): TRex's own counters"),
+        ("table", ["step", "generator", *(c for c, _ in ASTF_COLUMNS), "errors"], rows),
+    ]
 
 
-LATENCY_COLUMNS = (("sent", "tx_pkts"), ("received", "rx_pkts"), ("min µs", "min_us"),
-                   ("avg µs", "avg_us"), ("max µs", "max_us"),
-                   ("highest range from µs", "histogram_max_from_us"), ("jitter µs", "jitter_us"))
+LATENCY_COLUMNS = (
+    ("sent", "tx_pkts"),
+    ("received", "rx_pkts"),
+    ("min µs", "min_us"),
+    ("avg µs", "avg_us"),
+    ("max µs", "max_us"),
+    ("highest range from µs", "histogram_max_from_us"),
+    ("jitter µs", "jitter_us"),
+)
 LATENCY_PLOT = "TRex latency probes: packets per latency range (TRex's histogram, per probe)"
 
 
@@ -306,39 +428,67 @@ def latency_blocks(manifest: dict[str, Any]) -> list:
     for step, title, label, v in latency_probes(manifest):
         seq = v.get("seq_errors") or {}
         errors = ", ".join(f"{k} {n}" for k, n in seq.items() if n) or "none"
-        rows.append([step, title, label, *(fmt_count(v.get(k)) for _, k in LATENCY_COLUMNS), errors])
+        rows.append(
+            [step, title, label, *(fmt_count(v.get(k)) for _, k in LATENCY_COLUMNS), errors]
+        )
     if not rows:
         return []
-    return [("h2", "Latency (TRex latency probes): timed by TRex on its own receiving port"),
-            ("table", ["step", "generator", "probe", *(c for c, _ in LATENCY_COLUMNS), "sequence errors"], rows)]
+    return [
+        ("h2", "Latency (TRex latency probes): timed by TRex on its own receiving port"),
+        (
+            "table",
+            ["step", "generator", "probe", *(c for c, _ in LATENCY_COLUMNS), "sequence errors"],
+            rows,
+        ),
+    ]
 
 
 def latency_plots(run: Path, manifest: dict[str, Any]) -> dict[str, Path]:
     """TRex's latency histograms (buckets by their lower bound, µs), one line per probe."""
-    probes = [(f"{step} {title} {label}", v.get("histogram") or {})
-              for step, title, label, v in latency_probes(manifest)]
+    probes = [
+        (f"{step} {title} {label}", v.get("histogram") or {})
+        for step, title, label, v in latency_probes(manifest)
+    ]
     probes = [(name, h) for name, h in probes if h]
     if not probes:
         return {}
     bounds = sorted({float(k) for _, h in probes for k in h})
-    fig, ax = figure("Latency of the TRex probes (TRex's histogram)",
-                     "latency from (µs; TRex's ranges: 10 µs wide below 100, 100 µs below 1000, …)", "packets")
+    fig, ax = figure(
+        "Latency of the TRex probes (TRex's histogram)",
+        "latency from (µs; TRex's ranges: 10 µs wide below 100, 100 µs below 1000, …)",
+        "packets",
+    )
     for i, (name, h) in enumerate(probes):
         counts = {float(k): n for k, n in h.items()}
-        ax.plot(range(len(bounds)), [counts.get(b, 0) for b in bounds], marker="o", ms=3,
-                color=PALETTE[i % len(PALETTE)], label=name)
+        ax.plot(
+            range(len(bounds)),
+            [counts.get(b, 0) for b in bounds],
+            marker="o",
+            ms=3,
+            color=PALETTE[i % len(PALETTE)],
+            label=name,
+        )
     ax.set_xticks(range(len(bounds)), [f"{b:g}" for b in bounds], rotation=60, fontsize=8)
     legend(ax)
     return {LATENCY_PLOT: save_figure(fig, run / "latency-histogram.png")}
 
 
-def report_blocks(doc: dict[str, Any], manifest: dict[str, Any], plots: dict[str, Path],
-                  method: MethodAnalysis | None = None) -> list:
+def report_blocks(
+    doc: dict[str, Any],
+    manifest: dict[str, Any],
+    plots: dict[str, Path],
+    method: MethodAnalysis | None = None,
+) -> list:
     b: list = [("h1", f"Live run {doc['run_id']}")]
     tb = manifest.get("testbed", {})
-    b.append(("p", f"Method: {doc['method']}. Status: {doc['status']}. Topology: "
-                   f"{tb.get('topology')} ({', '.join(tb.get('namespaces') or [])}), removed "
-                   f"afterwards: {'yes' if isinstance(tb.get('removed'), list) else tb.get('removed')}."))
+    b.append(
+        (
+            "p",
+            f"Method: {doc['method']}. Status: {doc['status']}. Topology: "
+            f"{tb.get('topology')} ({', '.join(tb.get('namespaces') or [])}), removed "
+            f"afterwards: {'yes' if isinstance(tb.get('removed'), list) else tb.get('removed')}.",
+        )
+    )
     if doc.get("incomplete_run"):
         b.append(("warn", doc["incomplete_run"]["message"]))
     elif manifest.get("error"):
@@ -351,19 +501,40 @@ def report_blocks(doc: dict[str, Any], manifest: dict[str, Any], plots: dict[str
     for s in doc["steps"]:
         loss = s.get("loss") or {}
         t = s.get("traffic") or {}
-        rows.append([s["name"], s["status"], fmt_count(loss.get("sent")), fmt_count(loss.get("wire")),
-                     fmt_count(loss.get("dut")), fmt_pct(loss.get("loss_rate")), fmt_count(t.get("packets")),
-                     fmt_count((s.get("capture") or {}).get("dropped_by_kernel"))])
-    b.append(("table", ["step", "status", "sent", "wire", "DUT", "loss", "captured",
-                        "capture drops"], rows))
+        rows.append(
+            [
+                s["name"],
+                s["status"],
+                fmt_count(loss.get("sent")),
+                fmt_count(loss.get("wire")),
+                fmt_count(loss.get("dut")),
+                fmt_pct(loss.get("loss_rate")),
+                fmt_count(t.get("packets")),
+                fmt_count((s.get("capture") or {}).get("dropped_by_kernel")),
+            ]
+        )
+    b.append(
+        (
+            "table",
+            ["step", "status", "sent", "wire", "DUT", "loss", "captured", "capture drops"],
+            rows,
+        )
+    )
     b += astf_blocks(manifest)
     b += latency_blocks(manifest)
-    overheads = [(s["monitor"] or {}).get("overhead_percent") for s in doc["steps"] if s.get("monitor")]
+    overheads = [
+        (s["monitor"] or {}).get("overhead_percent") for s in doc["steps"] if s.get("monitor")
+    ]
     overheads = [o for o in overheads if o is not None]
     if overheads:
         hz = (doc["steps"][0].get("monitor") or {}).get("hz")
-        b.append(("p", f"The resource sampler ({hz:g} Hz) cost {max(overheads):.2f} % of one core "
-                       f"at most (its own CPU time over wall time, per step)."))
+        b.append(
+            (
+                "p",
+                f"The resource sampler ({hz:g} Hz) cost {max(overheads):.2f} % of one core "
+                f"at most (its own CPU time over wall time, per step).",
+            )
+        )
     if method is not None:
         b += method.report(doc)
     captions = method.CAPTIONS if method is not None else {}

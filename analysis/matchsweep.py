@@ -16,10 +16,21 @@ from analysis.plots import mpl, save
 from ntgcore.files import write_whole
 
 ROWS_NAME = "rows.parquet"
-FIGURES = {"fig2": "match-fig2-rate.png", "fig3": "match-fig3-ratio.png",
-           "fig4": "match-fig4-pdf.png", "fig5": "match-fig5-loss.png", "table1": "match-table1.png"}
-STYLE = {"chain": "-", "tree": "--", "linear": "-.", "robin": ":", "cuckoo": (0, (5, 1, 1, 1)),
-         "linear16": (0, (3, 1, 1, 1, 1, 1))}
+FIGURES = {
+    "fig2": "match-fig2-rate.png",
+    "fig3": "match-fig3-ratio.png",
+    "fig4": "match-fig4-pdf.png",
+    "fig5": "match-fig5-loss.png",
+    "table1": "match-table1.png",
+}
+STYLE = {
+    "chain": "-",
+    "tree": "--",
+    "linear": "-.",
+    "robin": ":",
+    "cuckoo": (0, (5, 1, 1, 1)),
+    "linear16": (0, (3, 1, 1, 1, 1, 1)),
+}
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
 
@@ -38,7 +49,9 @@ def load_rows(folder: Path) -> pd.DataFrame:
 
 def feed_class(feed: str) -> str:
     kind = feed.split(":")[0]
-    return {"det": "deterministic", "pcap": "trace"}.get(kind, "random" if kind == "uniform" else kind)
+    return {"det": "deterministic", "pcap": "trace"}.get(
+        kind, "random" if kind == "uniform" else kind
+    )
 
 
 def short(feed: str) -> str:
@@ -49,8 +62,13 @@ def short(feed: str) -> str:
 def means(rows: pd.DataFrame) -> pd.DataFrame:
     ok = rows[~rows["timed_out"].astype(bool)]
     return ok.groupby(["feed", "struct", "hash", "size"], as_index=False).agg(
-        mpps=("mpps", "mean"), mpps_min=("mpps", "min"), mpps_max=("mpps", "max"),
-        p_l1=("p_l1", "mean"), probe_mean=("probe_mean", "mean"), occupancy=("occupancy", "mean"))
+        mpps=("mpps", "mean"),
+        mpps_min=("mpps", "min"),
+        mpps_max=("mpps", "max"),
+        p_l1=("p_l1", "mean"),
+        probe_mean=("probe_mean", "mean"),
+        occupancy=("occupancy", "mean"),
+    )
 
 
 def table1(rows: pd.DataFrame) -> pd.DataFrame:
@@ -67,10 +85,17 @@ def table1(rows: pd.DataFrame) -> pd.DataFrame:
             if len(g):
                 size = min(g["size"].unique(), key=lambda s: abs(np.log(s / seed000.TABLE1_SIZE)))
                 r = g[g["size"] == size].iloc[0]
-            out.append({"struct": struct, "feed_class": cls, "seed_mpps": seed_mpps, "hash": h,
-                        "feed": None if r is None else r["feed"],
-                        "size": None if r is None else int(r["size"]),
-                        "mpps": None if r is None else float(r["mpps"])})
+            out.append(
+                {
+                    "struct": struct,
+                    "feed_class": cls,
+                    "seed_mpps": seed_mpps,
+                    "hash": h,
+                    "feed": None if r is None else r["feed"],
+                    "size": None if r is None else int(r["size"]),
+                    "mpps": None if r is None else float(r["mpps"]),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -91,15 +116,36 @@ def plot_fig2(rows: pd.DataFrame, path: Path) -> Path:
             ax = axes[i][j]
             occ = ax.twinx()
             for k, struct in enumerate(dict.fromkeys(rows["struct"])):
-                g = m[(m["feed"] == feed) & (m["hash"] == h) & (m["struct"] == struct)].sort_values("size")
+                g = m[(m["feed"] == feed) & (m["hash"] == h) & (m["struct"] == struct)].sort_values(
+                    "size"
+                )
                 pow2 = (g["size"].astype("int64") & (g["size"].astype("int64") - 1)) == 0
                 odd, g = g[~pow2], g[pow2]  # non-powers of two: Fig. 5, marks here
-                ax.plot(g["size"], g["mpps"], ls=STYLE.get(struct, "-"), marker="o", ms=3,
-                        color=COLORS[k % len(COLORS)], label=struct)
-                ax.plot(odd["size"], odd["mpps"], ls="none", marker="s", ms=4, mfc="none",
-                        color=COLORS[k % len(COLORS)])
-                ax.fill_between(g["size"], g["mpps_min"], g["mpps_max"], alpha=0.2,
-                                color=COLORS[k % len(COLORS)])
+                ax.plot(
+                    g["size"],
+                    g["mpps"],
+                    ls=STYLE.get(struct, "-"),
+                    marker="o",
+                    ms=3,
+                    color=COLORS[k % len(COLORS)],
+                    label=struct,
+                )
+                ax.plot(
+                    odd["size"],
+                    odd["mpps"],
+                    ls="none",
+                    marker="s",
+                    ms=4,
+                    mfc="none",
+                    color=COLORS[k % len(COLORS)],
+                )
+                ax.fill_between(
+                    g["size"],
+                    g["mpps_min"],
+                    g["mpps_max"],
+                    alpha=0.2,
+                    color=COLORS[k % len(COLORS)],
+                )
                 occ.plot(g["size"], g["occupancy"], ":", color="grey", lw=1)
             ax.axvline(2**seed000.FIG2_THRESHOLD_LOG2, color="k", lw=0.8, ls=":")
             ax.set_xscale("log", base=2)
@@ -112,8 +158,13 @@ def plot_fig2(rows: pd.DataFrame, path: Path) -> Path:
             if i == len(feeds) - 1:
                 ax.set_xlabel("table size (lines, slots or flows)")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Fig. 2: matching rate against size (open squares: sizes that are not powers of two; dotted "
-                 "grey, right: used lines / lines); seed 000's threshold ~2^22 (CAIDA) marked", x=0.01, ha="left", fontsize=10)
+    fig.suptitle(
+        "Fig. 2: matching rate against size (open squares: sizes that are not powers of two; dotted "
+        "grey, right: used lines / lines); seed 000's threshold ~2^22 (CAIDA) marked",
+        x=0.01,
+        ha="left",
+        fontsize=10,
+    )
     save(fig, path)
     return path
 
@@ -126,14 +177,28 @@ def plot_fig3(rows: pd.DataFrame, path: Path) -> Path:
     k = 0
     for feed in dict.fromkeys(rows["feed"]):
         for h in dict.fromkeys(rows["hash"]):
-            g = m[(m["feed"] == feed) & (m["hash"] == h)].pivot(index="size", columns="struct", values="mpps")
+            g = m[(m["feed"] == feed) & (m["hash"] == h)].pivot(
+                index="size", columns="struct", values="mpps"
+            )
             if {"chain", "tree"} <= set(g.columns):
-                ax.plot(g.index, g["tree"] / g["chain"], marker="o", ms=3, color=COLORS[k % len(COLORS)],
-                        label=f"{short(feed)}, {h}")
+                ax.plot(
+                    g.index,
+                    g["tree"] / g["chain"],
+                    marker="o",
+                    ms=3,
+                    color=COLORS[k % len(COLORS)],
+                    label=f"{short(feed)}, {h}",
+                )
                 k += 1
     for lg, ratio, text in seed000.FIG3_POINTS:
         ax.plot([2**lg], [ratio], "k*", ms=10)
-        ax.annotate(f"seed 000: {text}", (2**lg, ratio), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.annotate(
+            f"seed 000: {text}",
+            (2**lg, ratio),
+            fontsize=7,
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
@@ -143,8 +208,16 @@ def plot_fig3(rows: pd.DataFrame, path: Path) -> Path:
     if k:
         ax.legend(fontsize=7)
     else:  # a sweep of one structure: the seed's points alone, and why
-        ax.text(0.5, 0.5, "no ratio: the sweep needs both chain and tree in --structs",
-                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="grey")
+        ax.text(
+            0.5,
+            0.5,
+            "no ratio: the sweep needs both chain and tree in --structs",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="grey",
+        )
     ax.set_title("Fig. 3: trees over lists (above 1: trees faster)", loc="left", fontsize=10)
     save(fig, path)
     return path
@@ -156,15 +229,30 @@ def plot_fig4(rows: pd.DataFrame, path: Path, struct: str = "chain", sizes: int 
     ok = rows[~rows["timed_out"].astype(bool)]
     if ok.empty:  # every cell timed out: no probe counts to draw, and the figure says so
         fig, axes = _fig(7.5, 3.4)
-        axes[0][0].text(0.5, 0.5, "no probe counts: every cell timed out (raise --cell-timeout)",
-                        transform=axes[0][0].transAxes, ha="center", va="center", fontsize=9, color="grey")
+        axes[0][0].text(
+            0.5,
+            0.5,
+            "no probe counts: every cell timed out (raise --cell-timeout)",
+            transform=axes[0][0].transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="grey",
+        )
         fig.suptitle("Fig. 4: chain-length PDF", x=0.01, ha="left", fontsize=10)
         save(fig, path)
         return path
-    feeds = [f for f in dict.fromkeys(ok["feed"]) if feed_class(f) != "deterministic"] or list(ok["feed"][:1])
-    sel = ok[(ok["feed"] == feeds[0]) & (ok["struct"] == (struct if struct in set(ok["struct"]) else ok["struct"].iloc[0]))]
+    feeds = [f for f in dict.fromkeys(ok["feed"]) if feed_class(f) != "deterministic"] or list(
+        ok["feed"][:1]
+    )
+    sel = ok[
+        (ok["feed"] == feeds[0])
+        & (ok["struct"] == (struct if struct in set(ok["struct"]) else ok["struct"].iloc[0]))
+    ]
     all_sizes = sorted(sel["size"].unique())
-    picked = [all_sizes[int(i)] for i in np.linspace(0, len(all_sizes) - 1, min(sizes, len(all_sizes)))]
+    picked = [
+        all_sizes[int(i)] for i in np.linspace(0, len(all_sizes) - 1, min(sizes, len(all_sizes)))
+    ]
     fig, axes = _fig(3.6 * len(picked) + 0.5, 3.4, 1, len(picked))
     for ax, size in zip(axes[0], picked):
         for k, h in enumerate(dict.fromkeys(sel["hash"])):
@@ -174,16 +262,26 @@ def plot_fig4(rows: pd.DataFrame, path: Path, struct: str = "chain", sizes: int 
             hist = np.sum(np.stack(g["probe_hist"].map(np.asarray).to_list()), axis=0).astype(float)
             pdf = hist / hist.sum()
             x = np.arange(1, len(pdf) + 1)
-            ax.semilogy(x[pdf > 0], pdf[pdf > 0], marker="o", ms=3, color=COLORS[k % len(COLORS)],
-                        label=f"{h}: P(L=1) {g['p_l1'].mean():.3f}, E[L] {g['probe_mean'].mean():.2f}")
+            ax.semilogy(
+                x[pdf > 0],
+                pdf[pdf > 0],
+                marker="o",
+                ms=3,
+                color=COLORS[k % len(COLORS)],
+                label=f"{h}: P(L=1) {g['p_l1'].mean():.3f}, E[L] {g['probe_mean'].mean():.2f}",
+            )
         ax.set_title(f"size {size:,}", fontsize=9, loc="left")
         ax.set_xlabel("probes L (64: 64 or more)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     axes[0][0].set_ylabel("P(L)")
-    fig.suptitle(f"Fig. 4: chain-length PDF ({sel['struct'].iloc[0] if len(sel) else struct}, {feeds[0]}); "
-                 "seed 000: exponential decrease, Murmur shortest, CoralReef longest",
-                 x=0.01, ha="left", fontsize=10)
+    fig.suptitle(
+        f"Fig. 4: chain-length PDF ({sel['struct'].iloc[0] if len(sel) else struct}, {feeds[0]}); "
+        "seed 000: exponential decrease, Murmur shortest, CoralReef longest",
+        x=0.01,
+        ha="left",
+        fontsize=10,
+    )
     save(fig, path)
     return path
 
@@ -201,11 +299,21 @@ def loss_table(rows: pd.DataFrame) -> pd.DataFrame:
                 break
             o = odd.iloc[int(np.argmin(np.abs(np.log(odd["size"] / r.size))))]
             if abs(np.log2(o["size"] / r.size)) <= 0.5:
-                out.append({"feed": feed, "struct": struct, "hash": h, "size": int(r.size),
-                            "odd_size": int(o["size"]), "mpps_pow2": r.mpps, "mpps_odd": o["mpps"],
-                            "loss": o["mpps"] / r.mpps})
-    return pd.DataFrame(out, columns=["feed", "struct", "hash", "size", "odd_size", "mpps_pow2",
-                                      "mpps_odd", "loss"])
+                out.append(
+                    {
+                        "feed": feed,
+                        "struct": struct,
+                        "hash": h,
+                        "size": int(r.size),
+                        "odd_size": int(o["size"]),
+                        "mpps_pow2": r.mpps,
+                        "mpps_odd": o["mpps"],
+                        "loss": o["mpps"] / r.mpps,
+                    }
+                )
+    return pd.DataFrame(
+        out, columns=["feed", "struct", "hash", "size", "odd_size", "mpps_pow2", "mpps_odd", "loss"]
+    )
 
 
 def plot_fig5(rows: pd.DataFrame, path: Path) -> Path:
@@ -215,12 +323,24 @@ def plot_fig5(rows: pd.DataFrame, path: Path) -> Path:
     fig, axes = _fig(7.5, 4.2)
     ax = axes[0][0]
     for k, ((feed, struct, h), g) in enumerate(lt.groupby(["feed", "struct", "hash"])):
-        ax.plot(g["size"], g["loss"], ls=STYLE.get(struct, "-"), marker="o", ms=3,
-                color=COLORS[k % len(COLORS)], label=f"{struct}, {h}, {short(feed)}")
+        ax.plot(
+            g["size"],
+            g["loss"],
+            ls=STYLE.get(struct, "-"),
+            marker="o",
+            ms=3,
+            color=COLORS[k % len(COLORS)],
+            label=f"{struct}, {h}, {short(feed)}",
+        )
     for struct, loss in seed000.FIG5_LOSS.items():
         ax.axhline(loss, color="k", lw=0.8, ls=STYLE.get(struct, "-"))
-        ax.annotate(f"seed 000, {struct} (CoralReef): up to x{loss}", (2**14, loss), fontsize=7,
-                    xytext=(0, 3), textcoords="offset points")
+        ax.annotate(
+            f"seed 000, {struct} (CoralReef): up to x{loss}",
+            (2**14, loss),
+            fontsize=7,
+            xytext=(0, 3),
+            textcoords="offset points",
+        )
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("power-of-two size (beside it: the nearest non-power of two swept)")
@@ -229,8 +349,13 @@ def plot_fig5(rows: pd.DataFrame, path: Path) -> Path:
     if len(lt):
         ax.legend(fontsize=6)
     else:
-        ax.text(0.5, 0.5, "no non-power-of-two sizes swept (add e.g. 1000003)", transform=ax.transAxes,
-                ha="center")
+        ax.text(
+            0.5,
+            0.5,
+            "no non-power-of-two sizes swept (add e.g. 1000003)",
+            transform=ax.transAxes,
+            ha="center",
+        )
     ax.set_title("Fig. 5: potential loss of a power-of-two size", loc="left", fontsize=10)
     save(fig, path)
     return path
@@ -246,42 +371,82 @@ def plot_table1(rows: pd.DataFrame, path: Path) -> Path:
     ax.bar(x - 0.2, t["seed_mpps"], 0.4, color="#999999", label="seed 000 (CoralReef, 54M)")
     ax.bar(x + 0.2, t["mpps"].fillna(0), 0.4, color="#1f77b4", label="ours")
     for xi, r in zip(x, t.itertuples()):
-        ax.annotate("n/a" if r.mpps is None or pd.isna(r.mpps) else f"{r.mpps:.1f}", (xi + 0.2, r.mpps or 0),
-                    ha="center", fontsize=7, xytext=(0, 2), textcoords="offset points")
-        ax.annotate(f"{r.seed_mpps}", (xi - 0.2, r.seed_mpps), ha="center", fontsize=7,
-                    xytext=(0, 2), textcoords="offset points")
+        ax.annotate(
+            "n/a" if r.mpps is None or pd.isna(r.mpps) else f"{r.mpps:.1f}",
+            (xi + 0.2, r.mpps or 0),
+            ha="center",
+            fontsize=7,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
+        ax.annotate(
+            f"{r.seed_mpps}",
+            (xi - 0.2, r.seed_mpps),
+            ha="center",
+            fontsize=7,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("Mpps")
     ax.legend(fontsize=7)
-    ax.set_title("Table 1: bounds of the matching rate, seed 000 beside ours", loc="left", fontsize=10)
+    ax.set_title(
+        "Table 1: bounds of the matching rate, seed 000 beside ours", loc="left", fontsize=10
+    )
     save(fig, path)
     return path
 
 
-def write_results(rows: pd.DataFrame, out: Path, request: dict[str, Any], machine: dict[str, Any]) -> dict[str, Path]:
+def write_results(
+    rows: pd.DataFrame, out: Path, request: dict[str, Any], machine: dict[str, Any]
+) -> dict[str, Path]:
     """metrics.json, the five figures and report.md into OUT (rows.parquet is already there)."""
     paths = {k: out / v for k, v in FIGURES.items()}
-    for k, fn in (("fig2", plot_fig2), ("fig3", plot_fig3), ("fig4", plot_fig4), ("fig5", plot_fig5),
-                  ("table1", plot_table1)):
+    for k, fn in (
+        ("fig2", plot_fig2),
+        ("fig3", plot_fig3),
+        ("fig4", plot_fig4),
+        ("fig5", plot_fig5),
+        ("table1", plot_table1),
+    ):
         fn(rows, paths[k])
     t1, lt = table1(rows), loss_table(rows)
-    metrics = {"request": request, "machine": machine, "rows": len(rows),
-               "timed_out": int(rows["timed_out"].astype(bool).sum()),
-               "table1": t1.to_dict(orient="records"), "fig5_loss": lt.to_dict(orient="records"),
-               "seed_000": {"table1": seed000.TABLE1, "table1_size": seed000.TABLE1_SIZE,
-                            "trace": seed000.TRACE, "fig5_loss": seed000.FIG5_LOSS}}
+    metrics = {
+        "request": request,
+        "machine": machine,
+        "rows": len(rows),
+        "timed_out": int(rows["timed_out"].astype(bool).sum()),
+        "table1": t1.to_dict(orient="records"),
+        "fig5_loss": lt.to_dict(orient="records"),
+        "seed_000": {
+            "table1": seed000.TABLE1,
+            "table1_size": seed000.TABLE1_SIZE,
+            "trace": seed000.TRACE,
+            "fig5_loss": seed000.FIG5_LOSS,
+        },
+    }
     write_whole(out / "metrics.json", json.dumps(metrics, indent=2, default=str) + "\n")
-    lines = ["# Flow-matching sweep (seed 000)", "",
-             f"{len(rows)} cells ({metrics['timed_out']} timed out): structures "
-             f"{', '.join(dict.fromkeys(rows['struct']))}; hashes {', '.join(dict.fromkeys(rows['hash']))}; "
-             f"feeds {', '.join(dict.fromkeys(rows['feed']))}; {request.get('packets')} packets a cell. "
-             f"Machine: {machine.get('cpu', '')} ({machine.get('cpus')} CPUs).", "",
-             "## Table 1", "", "| structure | feed | seed 000 (Mpps) | ours (Mpps) | our feed, size, hash |",
-             "|---|---|---:|---:|---|"]
+    lines = [
+        "# Flow-matching sweep (seed 000)",
+        "",
+        f"{len(rows)} cells ({metrics['timed_out']} timed out): structures "
+        f"{', '.join(dict.fromkeys(rows['struct']))}; hashes {', '.join(dict.fromkeys(rows['hash']))}; "
+        f"feeds {', '.join(dict.fromkeys(rows['feed']))}; {request.get('packets')} packets a cell. "
+        f"Machine: {machine.get('cpu', '')} ({machine.get('cpus')} CPUs).",
+        "",
+        "## Table 1",
+        "",
+        "| structure | feed | seed 000 (Mpps) | ours (Mpps) | our feed, size, hash |",
+        "|---|---|---:|---:|---|",
+    ]
     for r in t1.itertuples():
         ours = "n/a" if r.mpps is None or pd.isna(r.mpps) else f"{r.mpps:.1f}"
-        where = "not measured (or every cell timed out)" if r.feed is None or pd.isna(r.size) else f"{r.feed}, {int(r.size):,}, {r.hash}"
+        where = (
+            "not measured (or every cell timed out)"
+            if r.feed is None or pd.isna(r.size)
+            else f"{r.feed}, {int(r.size):,}, {r.hash}"
+        )
         lines.append(f"| {r.struct} | {r.feed_class} | {r.seed_mpps} | {ours} | {where} |")
     lines += ["", f"Seed 000's trace: {seed000.TRACE}.", ""]
     lines += [f"![{k}]({p.name})" for k, p in paths.items()] + [""]

@@ -39,10 +39,29 @@ from .capture import COLUMNS, Capture, CaptureLibraryError, address_text, librar
 
 NS = 1_000_000_000
 FLOW_KEY = ["ip_version", "proto", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport"]
-PROTO_NAMES = {1: "ICMP", 2: "IGMP", 6: "TCP", 17: "UDP", 41: "IPv6-in-IP", 47: "GRE",
-               50: "ESP", 51: "AH", 58: "ICMPv6", 88: "EIGRP", 89: "OSPF", 132: "SCTP"}
-SIZE_BUCKETS = [(0, 63), (64, 127), (128, 255), (256, 511), (512, 1023), (1024, 1518),
-                (1519, 2**32 - 1)]
+PROTO_NAMES = {
+    1: "ICMP",
+    2: "IGMP",
+    6: "TCP",
+    17: "UDP",
+    41: "IPv6-in-IP",
+    47: "GRE",
+    50: "ESP",
+    51: "AH",
+    58: "ICMPv6",
+    88: "EIGRP",
+    89: "OSPF",
+    132: "SCTP",
+}
+SIZE_BUCKETS = [
+    (0, 63),
+    (64, 127),
+    (128, 255),
+    (256, 511),
+    (512, 1023),
+    (1024, 1518),
+    (1519, 2**32 - 1),
+]
 
 WARMUP_MIN_BAND = 0.10
 WARMUP_MAX_BAND = 0.50
@@ -64,8 +83,13 @@ def flow_hash(keys: dict[str, np.ndarray]) -> np.ndarray:
     mul = np.uint64(0x9E3779B97F4A7C15)
     h = keys["ip_version"].astype(np.uint64) << np.uint64(8) | keys["proto"]
     with np.errstate(over="ignore"):
-        for col in (keys["src_hi"], keys["src_lo"], keys["dst_hi"], keys["dst_lo"],
-                    keys["sport"].astype(np.uint64) << np.uint64(16) | keys["dport"]):
+        for col in (
+            keys["src_hi"],
+            keys["src_lo"],
+            keys["dst_hi"],
+            keys["dst_lo"],
+            keys["sport"].astype(np.uint64) << np.uint64(16) | keys["dport"],
+        ):
             h = (h ^ col) * mul
             h ^= h >> np.uint64(29)
     return h
@@ -75,14 +99,30 @@ def _first_rows(codes: np.ndarray) -> np.ndarray:
     """The first row of each code, codes being numbered 0.. in order of first appearance."""
     return np.flatnonzero(np.r_[True, np.diff(np.maximum.accumulate(codes)) > 0])
 
+
 # The native flow table (libntgpcap, analysis/native/flowtab.h): FlowAccumulator uses it when the
 # loaded library has it (a library built before it had not), else the numpy grouping below. Both
 # give identical tables; tests turn this off to check the numpy one.
 NATIVE_FLOWS = True
-_FT_IN = ("ts_ns", "wire_len", "ip_version", "proto", "src_hi", "src_lo", "dst_hi", "dst_lo",
-          "sport", "dport")
-_FT_OUT = {**{k: COLUMNS[k] for k in FLOW_KEY}, "packets": np.int64, "bytes": np.int64,
-           "first_ns": np.int64, "last_ns": np.int64}
+_FT_IN = (
+    "ts_ns",
+    "wire_len",
+    "ip_version",
+    "proto",
+    "src_hi",
+    "src_lo",
+    "dst_hi",
+    "dst_lo",
+    "sport",
+    "dport",
+)
+_FT_OUT = {
+    **{k: COLUMNS[k] for k in FLOW_KEY},
+    "packets": np.int64,
+    "bytes": np.int64,
+    "first_ns": np.int64,
+    "last_ns": np.int64,
+}
 
 
 class _FtPackets(ctypes.Structure):
@@ -144,8 +184,9 @@ class _NativeFlows:
         n = len(self)
         out = {k: np.empty(n, dtype) for k, dtype in _FT_OUT.items()}
         if n:
-            self._lib.ft_columns(self._table, ctypes.byref(_FtFlows(**{k: a.ctypes.data
-                                                                        for k, a in out.items()})))
+            self._lib.ft_columns(
+                self._table, ctypes.byref(_FtFlows(**{k: a.ctypes.data for k, a in out.items()}))
+            )
         return out
 
 
@@ -167,16 +208,19 @@ class FlowAccumulator:
     def __init__(self, native: bool | None = None) -> None:
         lib = _flow_library() if (NATIVE_FLOWS if native is None else native) else None
         self._native = _NativeFlows(lib) if lib is not None else None
-        self._hashes = np.zeros(0, np.uint64)   # sorted hashes that have a representative
+        self._hashes = np.zeros(0, np.uint64)  # sorted hashes that have a representative
         self._hash_ids = np.zeros(0, np.int64)  # the flow of each
         self._exact: dict[tuple[int, ...], int] = {}  # key -> flow, for colliding keys
-        self._n = 0          # flows so far
-        self._rows = 0       # IP rows seen so far (orders flows by first appearance)
+        self._n = 0  # flows so far
+        self._rows = 0  # IP rows seen so far (orders flows by first appearance)
         self._cols: dict[str, np.ndarray] = {
             **{k: np.zeros(0, COLUMNS[k]) for k in FLOW_KEY},
-            "order": np.zeros(0, np.int64), "packets": np.zeros(0, np.int64),
+            "order": np.zeros(0, np.int64),
+            "packets": np.zeros(0, np.int64),
             "bytes": np.zeros(0, np.int64),
-            "first_ns": np.zeros(0, np.int64), "last_ns": np.zeros(0, np.int64)}
+            "first_ns": np.zeros(0, np.int64),
+            "last_ns": np.zeros(0, np.int64),
+        }
 
     def __len__(self) -> int:
         return len(self._native) if self._native is not None else self._n
@@ -189,13 +233,13 @@ class FlowAccumulator:
         size = max(need, 2 * have, 1024)
         for name, a in self._cols.items():
             grown = np.empty(size, a.dtype)
-            grown[:self._n] = a[:self._n]
+            grown[: self._n] = a[: self._n]
             if name == "first_ns":
-                grown[self._n:] = np.iinfo(np.int64).max
+                grown[self._n :] = np.iinfo(np.int64).max
             elif name == "last_ns":
-                grown[self._n:] = np.iinfo(np.int64).min
+                grown[self._n :] = np.iinfo(np.int64).min
             elif name in ("packets", "bytes"):
-                grown[self._n:] = 0
+                grown[self._n :] = 0
             self._cols[name] = grown
 
     def _new_flows(self, keys: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
@@ -240,13 +284,12 @@ class FlowAccumulator:
             self._hashes = np.insert(self._hashes, pos[new][order], uniq[new][order])
             self._hash_ids = np.insert(self._hash_ids, pos[new][order], ids[new][order])
         flow = ids[codes]
-        reps = {k: self._cols[k][:self._n] for k in FLOW_KEY}
+        reps = {k: self._cols[k][: self._n] for k in FLOW_KEY}
         if all(np.array_equal(keys[k], reps[k][flow]) for k in FLOW_KEY):
             # codes -> flows is one-to-one: aggregate per code, then scatter
             c = self._cols
             c["packets"][ids] += np.bincount(codes, minlength=len(ids))
-            c["bytes"][ids] += np.bincount(codes, weights=size,
-                                           minlength=len(ids)).astype(np.int64)
+            c["bytes"][ids] += np.bincount(codes, weights=size, minlength=len(ids)).astype(np.int64)
             lo = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
             hi = np.full(len(ids), np.iinfo(np.int64).min, np.int64)
             np.minimum.at(lo, codes, ts)
@@ -257,8 +300,14 @@ class FlowAccumulator:
             self._collided(keys, reps, flow, ts, size)
         self._rows += n
 
-    def _collided(self, keys: dict[str, np.ndarray], reps: dict[str, np.ndarray],
-                  flow: np.ndarray, ts: np.ndarray, size: np.ndarray) -> None:
+    def _collided(
+        self,
+        keys: dict[str, np.ndarray],
+        reps: dict[str, np.ndarray],
+        flow: np.ndarray,
+        ts: np.ndarray,
+        size: np.ndarray,
+    ) -> None:
         """A chunk with rows whose key differs from their hash's representative: those rows are
         grouped by their exact key (the side dictionary), then everything is added row-wise."""
         same = np.ones(len(flow), bool)
@@ -282,7 +331,7 @@ class FlowAccumulator:
         FLOW_KEY (addresses split as in Capture), packets, bytes, first_ns, last_ns."""
         if self._native is not None:
             return self._native.columns()
-        c = {k: v[:self._n] for k, v in self._cols.items()}
+        c = {k: v[: self._n] for k, v in self._cols.items()}
         order = np.argsort(c.pop("order"), kind="stable")
         if not np.array_equal(order, np.arange(self._n)):
             c = {k: v[order] for k, v in c.items()}
@@ -291,11 +340,16 @@ class FlowAccumulator:
     def table(self) -> pd.DataFrame:
         """The flow table so far (flow_table's columns, rows in order of first appearance)."""
         c = self.columns()
-        table = pd.DataFrame({
-            "ip_version": c["ip_version"], "proto": c["proto"],
-            "src": address_text(c["ip_version"], c["src_hi"], c["src_lo"]),
-            "dst": address_text(c["ip_version"], c["dst_hi"], c["dst_lo"]),
-            "sport": c["sport"], "dport": c["dport"]})
+        table = pd.DataFrame(
+            {
+                "ip_version": c["ip_version"],
+                "proto": c["proto"],
+                "src": address_text(c["ip_version"], c["src_hi"], c["src_lo"]),
+                "dst": address_text(c["ip_version"], c["dst_hi"], c["dst_lo"]),
+                "sport": c["sport"],
+                "dport": c["dport"],
+            }
+        )
         table["packets"] = c["packets"].copy()
         table["bytes"] = c["bytes"].copy()
         table["first_ns"] = c["first_ns"].copy()
@@ -314,7 +368,7 @@ def detect_warmup(rates: np.ndarray) -> dict[str, Any]:
     m = len(rates)
     if m < WARMUP_MIN_SECONDS:
         return out
-    tail = rates[m // 2:]
+    tail = rates[m // 2 :]
     ref = float(np.median(tail))
     if ref <= 0:
         return out
@@ -323,7 +377,7 @@ def detect_warmup(rates: np.ndarray) -> dict[str, Any]:
     inside = rates >= (1 - band) * ref
     out.update(reference_pps=ref, band_pct=band * 100)
     for s in range(m):
-        window = inside[s:s + WARMUP_WINDOW]
+        window = inside[s : s + WARMUP_WINDOW]
         if inside[s] and 3 * window.sum() >= 2 * len(window):
             out.update(seconds=s, found=True)
             break
@@ -333,9 +387,17 @@ def detect_warmup(rates: np.ndarray) -> dict[str, Any]:
 def _rate_stats(pkts: np.ndarray, byts: np.ndarray, avg_size: float | None) -> dict[str, Any]:
     """The seed's statistics over complete seconds; AVG_SIZE feeds the throughput formula."""
     if len(pkts) == 0:
-        return {"seconds": 0, "mean_pps": None, "std_pps": None, "variance_pct": None,
-                "min_pps": None, "max_pps": None, "throughput_Bps": None, "throughput_bps": None,
-                "throughput_formula_Bps": None}
+        return {
+            "seconds": 0,
+            "mean_pps": None,
+            "std_pps": None,
+            "variance_pct": None,
+            "min_pps": None,
+            "max_pps": None,
+            "throughput_Bps": None,
+            "throughput_bps": None,
+            "throughput_formula_Bps": None,
+        }
     mean = float(np.mean(pkts))
     std = float(np.std(pkts))
     mean_bytes = float(np.mean(byts))
@@ -389,7 +451,7 @@ class SecondBins:
         self.early = False
         self.packets = np.zeros(0, np.int64)
         self.bytes = np.zeros(0, np.int64)
-        self.last_bin = -1          # index of the last bin with a packet, and its packets' times
+        self.last_bin = -1  # index of the last bin with a packet, and its packets' times
         self.last_min = self.last_max = 0
 
     def add(self, ts: np.ndarray, wire: np.ndarray) -> None:
@@ -405,9 +467,10 @@ class SecondBins:
             self.packets = np.concatenate([self.packets, np.zeros(grow, np.int64)])
             self.bytes = np.concatenate([self.bytes, np.zeros(grow, np.int64)])
         rel = sec - lo if lo else sec
-        self.packets[lo:hi + 1] += np.bincount(rel, minlength=hi + 1 - lo)
-        self.bytes[lo:hi + 1] += np.bincount(rel, weights=wire,
-                                             minlength=hi + 1 - lo).astype(np.int64)
+        self.packets[lo : hi + 1] += np.bincount(rel, minlength=hi + 1 - lo)
+        self.bytes[lo : hi + 1] += np.bincount(rel, weights=wire, minlength=hi + 1 - lo).astype(
+            np.int64
+        )
         if hi >= self.last_bin:
             t = ts[sec == hi]
             tmin, tmax = int(t.min()), int(t.max())
@@ -433,9 +496,9 @@ class TrafficAccumulator:
         self.packets = self.bytes = self.captured_bytes = self.ip_packets = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
-        self._proto_packets = np.zeros(1 << 16, np.int64)   # by ip_version << 8 | proto
+        self._proto_packets = np.zeros(1 << 16, np.int64)  # by ip_version << 8 | proto
         self._proto_bytes = np.zeros(1 << 16, np.int64)
-        self._sizes = np.zeros(0, np.int64)                  # packets by wire length < SIZE_DIRECT
+        self._sizes = np.zeros(0, np.int64)  # packets by wire length < SIZE_DIRECT
         self._big_sizes: dict[int, int] = {}
 
     @property
@@ -491,9 +554,12 @@ class TrafficAccumulator:
         """(wire lengths, packets of each length), lengths ascending; only lengths present."""
         small = np.flatnonzero(self._sizes)
         big = sorted(self._big_sizes)
-        return (np.concatenate([small, np.array(big, np.int64)]).astype(np.int64),
-                np.concatenate([self._sizes[small],
-                                np.array([self._big_sizes[v] for v in big], np.int64)]))
+        return (
+            np.concatenate([small, np.array(big, np.int64)]).astype(np.int64),
+            np.concatenate(
+                [self._sizes[small], np.array([self._big_sizes[v] for v in big], np.int64)]
+            ),
+        )
 
     def flow_table(self) -> pd.DataFrame:
         if self.flows is None:
@@ -504,12 +570,20 @@ class TrafficAccumulator:
         """per_second's table: packets, bytes, flows started per second, partial last bin."""
         if self.packets == 0:
             empty = np.zeros(0, np.int64)
-            return pd.DataFrame({"second": empty, "packets": empty, "bytes": empty,
-                                 "flows_started": empty, "partial": np.zeros(0, bool)})
+            return pd.DataFrame(
+                {
+                    "second": empty,
+                    "packets": empty,
+                    "bytes": empty,
+                    "flows_started": empty,
+                    "partial": np.zeros(0, bool),
+                }
+            )
         b = self.bins
         if b.early or b.origin != self.first_ns:
-            raise ValueError("the per-second bins do not start at the first packet: "
-                             "call rebin() first")
+            raise ValueError(
+                "the per-second bins do not start at the first packet: call rebin() first"
+            )
         first, last, n = self.first_ns, self.last_ns, self.packets
         nb = len(b.packets)
         tail = nb * NS - (last - first)
@@ -523,9 +597,15 @@ class TrafficAccumulator:
         started = np.zeros(nb, np.int64)
         if flows is not None and len(flows):
             started = np.bincount((flows["first_ns"].to_numpy() - first) // NS, minlength=nb)
-        return pd.DataFrame({"second": np.arange(nb), "packets": b.packets.copy(),
-                             "bytes": b.bytes.copy(), "flows_started": started,
-                             "partial": partial})
+        return pd.DataFrame(
+            {
+                "second": np.arange(nb),
+                "packets": b.packets.copy(),
+                "bytes": b.bytes.copy(),
+                "flows_started": started,
+                "partial": partial,
+            }
+        )
 
     def metrics(self, flows: pd.DataFrame | None = None) -> dict[str, Any]:
         """traffic_metrics' dictionary; FLOWS is the flow table (this one's when not given)."""
@@ -542,8 +622,9 @@ class TrafficAccumulator:
         }
         out["duration_ns"] = out["last_ns"] - out["first_ns"] if n else None
         out["duration_s"] = out["duration_ns"] / NS if n else None
-        out["packets_per_duration"] = ((n / out["duration_s"]) if n > 1 and out["duration_ns"]
-                                       else None)
+        out["packets_per_duration"] = (
+            (n / out["duration_s"]) if n > 1 and out["duration_ns"] else None
+        )
         out["average_packet_size"] = self.bytes / n if n else None
         out["packet_size"] = _sizes(*self.size_histogram(), self.bytes)
         out["protocols"] = self._protocols()
@@ -561,19 +642,25 @@ class TrafficAccumulator:
         }
         out.update(_rate_stats(pkts, byts, out["average_packet_size"]))
         warm = detect_warmup(pkts)
-        warm["rule"] = ("steady from the first complete second whose rate reaches the median of "
-                        "the second half less max(10%, 3×robust spread), with 2 of the 3 seconds "
-                        "from it doing so")
+        warm["rule"] = (
+            "steady from the first complete second whose rate reaches the median of "
+            "the second half less max(10%, 3×robust spread), with 2 of the 3 seconds "
+            "from it doing so"
+        )
         out["warmup"] = warm
         w = warm["seconds"]
         steady_pkts = int(pkts[w:].sum())
         steady_size = float(byts[w:].sum() / steady_pkts) if steady_pkts else None
-        out["steady"] = {"from_second": w, "average_packet_size": steady_size,
-                         **_rate_stats(pkts[w:], byts[w:], steady_size)}
+        out["steady"] = {
+            "from_second": w,
+            "average_packet_size": steady_size,
+            **_rate_stats(pkts[w:], byts[w:], steady_size),
+        }
         out["flows"] = {
             "count": int(len(flows)),
-            "started_per_second_mean": (float(np.mean(complete["flows_started"]))
-                                        if len(complete) else None),
+            "started_per_second_mean": (
+                float(np.mean(complete["flows_started"])) if len(complete) else None
+            ),
             "packets_per_flow_mean": float(flows["packets"].mean()) if len(flows) else None,
             "duration_ns_mean": float(flows["duration_ns"].mean()) if len(flows) else None,
         }
@@ -584,9 +671,15 @@ class TrafficAccumulator:
         for k in np.flatnonzero(self._proto_packets).tolist():
             v, p = k >> 8, k & 255
             name = "non-IP" if v == 0 else f"IPv{v} {PROTO_NAMES.get(p, f'proto {p}')}"
-            rows.append({"ip_version": v, "proto": p if v else None, "name": name,
-                         "packets": int(self._proto_packets[k]),
-                         "bytes": int(self._proto_bytes[k])})
+            rows.append(
+                {
+                    "ip_version": v,
+                    "proto": p if v else None,
+                    "name": name,
+                    "packets": int(self._proto_packets[k]),
+                    "bytes": int(self._proto_bytes[k]),
+                }
+            )
         rows.sort(key=lambda r: -r["packets"])
         return rows
 
@@ -609,8 +702,13 @@ def _sizes(values: np.ndarray, counts: np.ndarray, total_bytes: int) -> dict[str
     else:
         lower = int(values[np.searchsorted(ends, n // 2 - 1, side="right")])
         median = (lower + upper) / 2
-    return {"min": int(values[0]), "max": int(values[-1]), "mean": total_bytes / n,
-            "median": median, "buckets": buckets}
+    return {
+        "min": int(values[0]),
+        "max": int(values[-1]),
+        "mean": total_bytes / n,
+        "median": median,
+        "buckets": buckets,
+    }
 
 
 def plain(x: Any) -> Any:

@@ -35,9 +35,15 @@ REPORT_STEM = "multiply_report"
 def _plan_rows(path: Path):
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            yield (int(row["flow"]), int(row["copy"]), int(row["proto"]),
-                   str(ipaddress.ip_address(row["a_addr"])), int(row["a_port"]),
-                   str(ipaddress.ip_address(row["b_addr"])), int(row["b_port"]))
+            yield (
+                int(row["flow"]),
+                int(row["copy"]),
+                int(row["proto"]),
+                str(ipaddress.ip_address(row["a_addr"])),
+                int(row["a_port"]),
+                str(ipaddress.ip_address(row["b_addr"])),
+                int(row["b_port"]),
+            )
 
 
 def read_plan(path: Path) -> dict[ShadowKey, tuple[int, int, int]]:
@@ -76,8 +82,12 @@ def _flows(path: Path) -> tuple[dict, int, int]:
         packets += len(chunk)
         wire += int(chunk.wire_len.sum())
     t = acc.table()
-    flows = {(int(p), s, int(sp), d, int(dp)): [int(n), int(b)] for p, s, sp, d, dp, n, b in
-             zip(t["proto"], t["src"], t["sport"], t["dst"], t["dport"], t["packets"], t["bytes"])}
+    flows = {
+        (int(p), s, int(sp), d, int(dp)): [int(n), int(b)]
+        for p, s, sp, d, dp, n, b in zip(
+            t["proto"], t["src"], t["sport"], t["dst"], t["dport"], t["packets"], t["bytes"]
+        )
+    }
     return flows, packets, wire
 
 
@@ -87,7 +97,10 @@ def _locate(key: tuple, plan: dict, by_addr: dict) -> tuple[int, int, int] | Non
     when those name one flow of the plan."""
     proto, src, dst = key[0], str(ipaddress.ip_address(key[1])), str(ipaddress.ip_address(key[3]))
     ports = [(key[2], key[4])]
-    if proto in (1, 58):   # the reader gives an ICMP echo's identifier as sport, the plan as both ports
+    if proto in (
+        1,
+        58,
+    ):  # the reader gives an ICMP echo's identifier as sport, the plan as both ports
         ports += [(key[2], key[2]), (0, 0)]
     for sport, dport in ports:
         hit = plan.get((proto, src, sport, dst, dport))
@@ -97,7 +110,9 @@ def _locate(key: tuple, plan: dict, by_addr: dict) -> tuple[int, int, int] | Non
     return cands[0] if len(cands) == 1 else None
 
 
-def multiplied_report(ingress: Path, egress: Path, plan_path: Path, copies: int, same_bytes: bool = True) -> dict:
+def multiplied_report(
+    ingress: Path, egress: Path, plan_path: Path, copies: int, same_bytes: bool = True
+) -> dict:
     """The counts of a multiplication, from its input and output captures and its plan. With
     `same_bytes` false (URLs substituted: a shadow request has its own length) a shadow flow is
     compared with its original by packets only."""
@@ -129,7 +144,7 @@ def multiplied_report(ingress: Path, egress: Path, plan_path: Path, copies: int,
     copies_of: dict[int, set[int]] = defaultdict(set)
     equal = differ = 0
     diffs = []
-    ratios = []   # per original flow and direction: shadow packets / original packets (each copy)
+    ratios = []  # per original flow and direction: shadow packets / original packets (each copy)
     for (flow, copy, direction), (n, b) in seen.items():
         if copy == 0:
             continue
@@ -140,29 +155,58 @@ def multiplied_report(ingress: Path, egress: Path, plan_path: Path, copies: int,
         else:
             differ += 1
             if len(diffs) < 20:
-                diffs.append({"flow": flow, "copy": copy, "direction": direction, "packets": n, "bytes": b,
-                              "original_packets": want[0], "original_bytes": want[1]})
+                diffs.append(
+                    {
+                        "flow": flow,
+                        "copy": copy,
+                        "direction": direction,
+                        "packets": n,
+                        "bytes": b,
+                        "original_packets": want[0],
+                        "original_bytes": want[1],
+                    }
+                )
         ratios.append((want[0], n))
     flows = sorted({f for f, _ in orig})
     per_original = Counter(len(copies_of.get(f, ())) for f in flows)
     missing_originals = sum(1 for key in orig if seen.get((key[0], 0, key[1])) != orig[key])
     rewritten_in = sum(v[0] for v in orig.values())
     doc = {
-        "copies": copies, "ingress_packets": pin, "egress_packets": pout, "ingress_bytes": bin_,
-        "egress_bytes": bout, "packet_ratio": pout / pin if pin else 0.0, "byte_ratio": bout / bin_ if bin_ else 0.0,
-        "ingress_rewritable_packets": rewritten_in, "passed_through_packets": pin - rewritten_in,
+        "copies": copies,
+        "ingress_packets": pin,
+        "egress_packets": pout,
+        "ingress_bytes": bin_,
+        "egress_bytes": bout,
+        "packet_ratio": pout / pin if pin else 0.0,
+        "byte_ratio": bout / bin_ if bin_ else 0.0,
+        "ingress_rewritable_packets": rewritten_in,
+        "passed_through_packets": pin - rewritten_in,
         "expected_egress_packets": (copies + 1) * rewritten_in + (pin - rewritten_in),
-        "original_flows": len(flows), "original_directions": len(orig),
+        "original_flows": len(flows),
+        "original_directions": len(orig),
         "shadow_flows_per_original": {str(k): v for k, v in sorted(per_original.items())},
-        "shadow_directions": equal + differ, "shadow_directions_equal": equal, "shadow_directions_differ": differ,
-        "bytes_compared": same_bytes, "originals_changed": missing_originals,
+        "shadow_directions": equal + differ,
+        "shadow_directions_equal": equal,
+        "shadow_directions_differ": differ,
+        "bytes_compared": same_bytes,
+        "originals_changed": missing_originals,
         "unmapped_egress_flows": unmapped["flows"],
-        "unmapped_egress_packets": unmapped["packets"], "differences": diffs,
-        "ingress": str(ingress), "egress": str(egress), "plan": str(plan_path),
+        "unmapped_egress_packets": unmapped["packets"],
+        "differences": diffs,
+        "ingress": str(ingress),
+        "egress": str(egress),
+        "plan": str(plan_path),
     }
-    doc["ok"] = (pout == doc["expected_egress_packets"] and differ == 0 and missing_originals == 0
-                 and set(per_original) <= {copies} and equal == copies * len(orig))
-    doc["per_flow_packets"] = sorted(ratios)[:: max(1, len(ratios) // 2000)]   # the plot's points, thinned
+    doc["ok"] = (
+        pout == doc["expected_egress_packets"]
+        and differ == 0
+        and missing_originals == 0
+        and set(per_original) <= {copies}
+        and equal == copies * len(orig)
+    )
+    doc["per_flow_packets"] = sorted(ratios)[
+        :: max(1, len(ratios) // 2000)
+    ]  # the plot's points, thinned
     return doc
 
 
@@ -173,31 +217,59 @@ def markdown(doc: dict) -> str:
         ("copies T", f"{t}", "-"),
         ("ingress packets / bytes", f"{doc['ingress_packets']:,} / {doc['ingress_bytes']:,}", "-"),
         ("egress packets / bytes", f"{doc['egress_packets']:,} / {doc['egress_bytes']:,}", "-"),
-        ("egress / ingress (packets)", f"{doc['packet_ratio']:.4f}",
-         f"{(t + 1) * doc['ingress_rewritable_packets'] + doc['passed_through_packets']:,} packets "
-         f"= (T+1) x {doc['ingress_rewritable_packets']:,} + {doc['passed_through_packets']:,} passed"),
-        ("egress / ingress (bytes)", f"{doc['byte_ratio']:.4f}",
-         f"{t + 1}" if doc["bytes_compared"] else "other than T+1: URLs substituted"),
-        ("original flows (directions)", f"{doc['original_flows']:,} ({doc['original_directions']:,})", "-"),
+        (
+            "egress / ingress (packets)",
+            f"{doc['packet_ratio']:.4f}",
+            f"{(t + 1) * doc['ingress_rewritable_packets'] + doc['passed_through_packets']:,} packets "
+            f"= (T+1) x {doc['ingress_rewritable_packets']:,} + {doc['passed_through_packets']:,} passed",
+        ),
+        (
+            "egress / ingress (bytes)",
+            f"{doc['byte_ratio']:.4f}",
+            f"{t + 1}" if doc["bytes_compared"] else "other than T+1: URLs substituted",
+        ),
+        (
+            "original flows (directions)",
+            f"{doc['original_flows']:,} ({doc['original_directions']:,})",
+            "-",
+        ),
         ("shadow flows per original", spread or "-", f"{t}: {doc['original_flows']:,}"),
-        ("shadow directions equal to their original (packets" + (" and bytes)" if doc["bytes_compared"] else
-                                                                  ", not bytes: URLs substituted)"),
-         f"{doc['shadow_directions_equal']:,} of {doc['shadow_directions']:,}",
-         f"{t * doc['original_directions']:,}"),
+        (
+            "shadow directions equal to their original (packets"
+            + (" and bytes)" if doc["bytes_compared"] else ", not bytes: URLs substituted)"),
+            f"{doc['shadow_directions_equal']:,} of {doc['shadow_directions']:,}",
+            f"{t * doc['original_directions']:,}",
+        ),
         ("originals changed", f"{doc['originals_changed']}", "0"),
-        ("egress flows not in the plan (packets)", f"{doc['unmapped_egress_flows']} ({doc['unmapped_egress_packets']})",
-         "only non-IP or passed-through packets"),
+        (
+            "egress flows not in the plan (packets)",
+            f"{doc['unmapped_egress_flows']} ({doc['unmapped_egress_packets']})",
+            "only non-IP or passed-through packets",
+        ),
     ]
-    out = ["# Multiplied capture", "", f"- input `{doc['ingress']}`, output `{doc['egress']}`, plan `{doc['plan']}`",
-           f"- result: {'as planned' if doc['ok'] else 'NOT as planned'}", "",
-           "| measure | measured | expected |", "|---|---|---|"]
+    out = [
+        "# Multiplied capture",
+        "",
+        f"- input `{doc['ingress']}`, output `{doc['egress']}`, plan `{doc['plan']}`",
+        f"- result: {'as planned' if doc['ok'] else 'NOT as planned'}",
+        "",
+        "| measure | measured | expected |",
+        "|---|---|---|",
+    ]
     out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     if doc["differences"]:
-        out += ["", "## Shadow flows that differ from their original (first 20)", "",
-                "| flow | copy | direction | packets | bytes | original packets | original bytes |",
-                "|---|---|---|---|---|---|---|"]
-        out += [f"| {d['flow']} | {d['copy']} | {d['direction']} | {d['packets']} | {d['bytes']} | "
-                f"{d['original_packets']} | {d['original_bytes']} |" for d in doc["differences"]]
+        out += [
+            "",
+            "## Shadow flows that differ from their original (first 20)",
+            "",
+            "| flow | copy | direction | packets | bytes | original packets | original bytes |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {d['flow']} | {d['copy']} | {d['direction']} | {d['packets']} | {d['bytes']} | "
+            f"{d['original_packets']} | {d['original_bytes']} |"
+            for d in doc["differences"]
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -209,7 +281,9 @@ def plot(doc: dict, path: Path) -> Path:
     left, right = fig.subplots(1, 2)
     fig.suptitle(f"Multiplied capture, T = {doc['copies']}", x=0.01, ha="left", fontsize=12)
     bars = [doc["ingress_packets"], doc["egress_packets"], doc["expected_egress_packets"]]
-    left.bar(["ingress", "egress", "(T+1) x rewritable\n+ passed"], bars, color=[GREY, BLUE, ORANGE])
+    left.bar(
+        ["ingress", "egress", "(T+1) x rewritable\n+ passed"], bars, color=[GREY, BLUE, ORANGE]
+    )
     left.set_ylabel("packets")
     left.set_title(f"egress / ingress = {doc['packet_ratio']:.3f}", loc="left", fontsize=10)
     pts = np.array(doc["per_flow_packets"] or [(0, 0)], dtype=float)
@@ -218,8 +292,11 @@ def plot(doc: dict, path: Path) -> Path:
     right.plot([0, top], [0, top], color=ORANGE, lw=1, label="equal to the original")
     right.set_xlabel("original's packets")
     right.set_ylabel("shadow's packets")
-    right.set_title(f"{doc['shadow_directions_equal']:,} of {doc['shadow_directions']:,} equal", loc="left",
-                    fontsize=10)
+    right.set_title(
+        f"{doc['shadow_directions_equal']:,} of {doc['shadow_directions']:,} equal",
+        loc="left",
+        fontsize=10,
+    )
     legend(right)
     save(fig, path)
     return path
@@ -228,7 +305,11 @@ def plot(doc: dict, path: Path) -> Path:
 def write_report(doc: dict, out_dir: Path, stem: str = REPORT_STEM) -> dict[str, Path]:
     """STEM.json, STEM.md and STEM.png in out_dir."""
     out_dir = Path(out_dir)
-    paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "png": out_dir / f"{stem}.png"}
+    paths = {
+        "json": out_dir / f"{stem}.json",
+        "md": out_dir / f"{stem}.md",
+        "png": out_dir / f"{stem}.png",
+    }
     write_whole(paths["json"], json.dumps(doc, indent=1) + "\n")
     write_whole(paths["md"], markdown(doc))
     plot(doc, paths["png"])

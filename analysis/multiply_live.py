@@ -67,8 +67,15 @@ def size_table(orig: pd.DataFrame, lat: pd.Series) -> list[dict[str, Any]]:
     rows = []
     bins = pd.cut(orig["size"], SIZE_BINS, right=False, labels=SIZE_LABELS)
     for label, grp in lat.groupby(bins, observed=True):
-        rows.append({"size": str(label), "packets": int(len(grp)), "median_us": float(grp.median()),
-                     "p99_us": float(np.percentile(grp, 99)), "max_us": float(grp.max())})
+        rows.append(
+            {
+                "size": str(label),
+                "packets": int(len(grp)),
+                "median_us": float(grp.median()),
+                "p99_us": float(np.percentile(grp, 99)),
+                "max_us": float(grp.max()),
+            }
+        )
     return rows
 
 
@@ -92,26 +99,48 @@ def step_result(step_dir: Path, copies: int, both: bool, files: dict[str, str]) 
     dut_ip, dut_ts = count_ip(cdut)
     egress = ingress + dut_ip
     lat = (orig["t_out"] - orig["t_in"]) / 1e3  # µs
-    by_size, idle_by_size = size_table(orig, lat), size_table(orig[idle(fw, orig)], lat[idle(fw, orig)])
+    by_size, idle_by_size = (
+        size_table(orig, lat),
+        size_table(orig[idle(fw, orig)], lat[idle(fw, orig)]),
+    )
     seconds = []
     if ingress:
         t0 = int(orig["t_in"].min())
         sec_in = ((orig["t_in"] - t0) // 1_000_000_000).value_counts()
         sec_out = ((orig["t_out"] - t0) // 1_000_000_000).value_counts()
-        sec_dut = pd.Series((np.asarray(dut_ts, dtype=np.int64) - t0) // 1_000_000_000).value_counts()
+        sec_dut = pd.Series(
+            (np.asarray(dut_ts, dtype=np.int64) - t0) // 1_000_000_000
+        ).value_counts()
         for s in sorted(set(sec_in.index) | set(sec_dut.index)):
-            seconds.append({"second": int(s), "ingress": int(sec_in.get(s, 0)),
-                            "egress": int(sec_out.get(s, 0) + sec_dut.get(s, 0))})
+            seconds.append(
+                {
+                    "second": int(s),
+                    "ingress": int(sec_in.get(s, 0)),
+                    "egress": int(sec_out.get(s, 0) + sec_dut.get(s, 0)),
+                }
+            )
     span = (orig["t_in"].max() - orig["t_in"].min()) / 1e9 if ingress > 1 else 0.0
-    return {"copies": copies, "both": both, "ingress": ingress, "egress": egress, "expected": (copies + 1) * ingress,
-            "loss": (copies + 1) * ingress - egress, "ratio": egress / ingress if ingress else None,
-            "exact": egress == (copies + 1) * ingress, "dut_frames": dut_ip,
-            "unmatched_in": frames_in(cin) - len(fw), "non_ip_forwarded": int((~fw["ip"]).sum()),
-            "ingress_pps": ingress / span if span else None, "egress_pps": egress / span if span else None,
-            "latency_median_us": float(lat.median()) if ingress else None,
-            "latency_p99_us": float(np.percentile(lat, 99)) if ingress else None,
-            "latency_by_size": by_size, "latency_idle_by_size": idle_by_size,
-            "idle_originals": sum(r["packets"] for r in idle_by_size), "per_second": seconds}
+    return {
+        "copies": copies,
+        "both": both,
+        "ingress": ingress,
+        "egress": egress,
+        "expected": (copies + 1) * ingress,
+        "loss": (copies + 1) * ingress - egress,
+        "ratio": egress / ingress if ingress else None,
+        "exact": egress == (copies + 1) * ingress,
+        "dut_frames": dut_ip,
+        "unmatched_in": frames_in(cin) - len(fw),
+        "non_ip_forwarded": int((~fw["ip"]).sum()),
+        "ingress_pps": ingress / span if span else None,
+        "egress_pps": egress / span if span else None,
+        "latency_median_us": float(lat.median()) if ingress else None,
+        "latency_p99_us": float(np.percentile(lat, 99)) if ingress else None,
+        "latency_by_size": by_size,
+        "latency_idle_by_size": idle_by_size,
+        "idle_originals": sum(r["packets"] for r in idle_by_size),
+        "per_second": seconds,
+    }
 
 
 __all__ = ["SEED", "SIZE_LABELS", "forwarded", "step_result", "is_ip"]

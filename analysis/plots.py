@@ -30,8 +30,12 @@ def mpl() -> SimpleNamespace:
     from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter, MaxNLocator
 
-    return SimpleNamespace(FigureCanvasAgg=FigureCanvasAgg, Figure=Figure,
-                           EngFormatter=EngFormatter, MaxNLocator=MaxNLocator)
+    return SimpleNamespace(
+        FigureCanvasAgg=FigureCanvasAgg,
+        Figure=Figure,
+        EngFormatter=EngFormatter,
+        MaxNLocator=MaxNLocator,
+    )
 
 
 def figure(title: str, xlabel: str, ylabel: str) -> tuple[Any, Any]:
@@ -65,8 +69,16 @@ def _plot_line(ax: Any, x: np.ndarray, y: np.ndarray, partial: bool, label: str)
     ax.plot(x[:full], y[:full], color=BLUE, marker="o", ms=3, lw=1.5, label=label)
     if partial:
         ax.plot(x[-2:], y[-2:], color=BLUE, ls=":", lw=1)
-        ax.plot(x[-1:], y[-1:], ls="none", marker="o", ms=5, mfc="white", mec=BLUE,
-                label="last second (partial, not in the statistics)")
+        ax.plot(
+            x[-1:],
+            y[-1:],
+            ls="none",
+            marker="o",
+            ms=5,
+            mfc="white",
+            mec=BLUE,
+            label="last second (partial, not in the statistics)",
+        )
 
 
 def save(fig: Any, path: Path) -> None:
@@ -77,26 +89,36 @@ def save(fig: Any, path: Path) -> None:
 
 def legend(ax: Any) -> None:
     """Below the axes, where it cannot hide a data point."""
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8,
-              frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
 
 
 def plot_rate(m: dict[str, Any], path: Path) -> Path:
     x, y, partial = _series(m, "packets")
-    fig, ax = figure("Packet rate per second", "time since the first packet (s)",
-                      "packets per second")
+    fig, ax = figure(
+        "Packet rate per second", "time since the first packet (s)", "packets per second"
+    )
     ax.yaxis.set_major_formatter(mpl().EngFormatter(unit="pps"))
     _mark_warmup(ax, m)
     _plot_line(ax, x, y, partial, "packets per second")
     if m.get("mean_pps") is not None:
-        ax.axhline(m["mean_pps"], color=GREY, lw=1, ls=":",
-                   label=f"mean, all seconds {m['mean_pps']:,.0f} pps "
-                         f"(variance {m['variance_pct']:.2f}%)")
+        ax.axhline(
+            m["mean_pps"],
+            color=GREY,
+            lw=1,
+            ls=":",
+            label=f"mean, all seconds {m['mean_pps']:,.0f} pps (variance {m['variance_pct']:.2f}%)",
+        )
     st = m["steady"]
     if st.get("mean_pps") is not None:
-        ax.hlines(st["mean_pps"], st["from_second"] - 0.5, x[-1] + 0.5, color=ORANGE, lw=1.5,
-                  label=f"steady-state mean {st['mean_pps']:,.0f} pps "
-                        f"(variance {st['variance_pct']:.2f}%)")
+        ax.hlines(
+            st["mean_pps"],
+            st["from_second"] - 0.5,
+            x[-1] + 0.5,
+            color=ORANGE,
+            lw=1.5,
+            label=f"steady-state mean {st['mean_pps']:,.0f} pps "
+            f"(variance {st['variance_pct']:.2f}%)",
+        )
     ax.set_ylim(bottom=0)
     ax.xaxis.set_major_locator(mpl().MaxNLocator(integer=True))
     legend(ax)
@@ -106,20 +128,35 @@ def plot_rate(m: dict[str, Any], path: Path) -> Path:
 
 def plot_throughput(m: dict[str, Any], path: Path) -> Path:
     x, y, partial = _series(m, "bytes")
-    fig, ax = figure("Throughput per second (frame bytes on the wire)",
-                      "time since the first packet (s)", "throughput")
+    fig, ax = figure(
+        "Throughput per second (frame bytes on the wire)",
+        "time since the first packet (s)",
+        "throughput",
+    )
     ax.yaxis.set_major_formatter(mpl().EngFormatter(unit="bit/s"))
     _mark_warmup(ax, m)
     _plot_line(ax, x, y * 8, partial, "measured")
     st = m["steady"]
     if st.get("throughput_bps") is not None:
-        ax.hlines(st["throughput_bps"], st["from_second"] - 0.5, x[-1] + 0.5, color=ORANGE,
-                  lw=1.5, label=f"steady-state mean {mpl().EngFormatter('bit/s')(st['throughput_bps'])}")
+        ax.hlines(
+            st["throughput_bps"],
+            st["from_second"] - 0.5,
+            x[-1] + 0.5,
+            color=ORANGE,
+            lw=1.5,
+            label=f"steady-state mean {mpl().EngFormatter('bit/s')(st['throughput_bps'])}",
+        )
     if st.get("throughput_formula_Bps") is not None:
-        ax.hlines(st["throughput_formula_Bps"] * 8, st["from_second"] - 0.5, x[-1] + 0.5,
-                  color=GREEN, lw=1, ls="--",
-                  label="average size × average rate "
-                        f"{mpl().EngFormatter('bit/s')(st['throughput_formula_Bps'] * 8)}")
+        ax.hlines(
+            st["throughput_formula_Bps"] * 8,
+            st["from_second"] - 0.5,
+            x[-1] + 0.5,
+            color=GREEN,
+            lw=1,
+            ls="--",
+            label="average size × average rate "
+            f"{mpl().EngFormatter('bit/s')(st['throughput_formula_Bps'] * 8)}",
+        )
     ax.set_ylim(bottom=0)
     ax.xaxis.set_major_locator(mpl().MaxNLocator(integer=True))
     legend(ax)
@@ -137,11 +174,20 @@ def plot_sizes(sizes: tuple[np.ndarray, np.ndarray], m: dict[str, Any], path: Pa
         width = max(1, int(np.ceil((hi + 1) / 120)))
         edges = np.arange(0, hi + width + 1, width)
         counts = np.bincount(values // width, weights=packets, minlength=len(edges) - 1)
-        ax.bar(edges[:-1], counts[:len(edges) - 1], width=width, align="edge", color=BLUE, lw=0)
-        ax.axvline(m["average_packet_size"], color=ORANGE, lw=1.5,
-                   label=f"mean {m['average_packet_size']:.1f} B")
-        ax.axvline(m["packet_size"]["median"], color=GREEN, lw=1, ls="--",
-                   label=f"median {m['packet_size']['median']:.0f} B")
+        ax.bar(edges[:-1], counts[: len(edges) - 1], width=width, align="edge", color=BLUE, lw=0)
+        ax.axvline(
+            m["average_packet_size"],
+            color=ORANGE,
+            lw=1.5,
+            label=f"mean {m['average_packet_size']:.1f} B",
+        )
+        ax.axvline(
+            m["packet_size"]["median"],
+            color=GREEN,
+            lw=1,
+            ls="--",
+            label=f"median {m['packet_size']['median']:.0f} B",
+        )
         legend(ax)
     ax.yaxis.set_major_formatter(mpl().EngFormatter())
     save(fig, path)
@@ -150,8 +196,11 @@ def plot_sizes(sizes: tuple[np.ndarray, np.ndarray], m: dict[str, Any], path: Pa
 
 def plot_flows(m: dict[str, Any], path: Path) -> Path:
     x, y, partial = _series(m, "flows_started")
-    fig, ax = figure("Flows started per second", "time since the first packet (s)",
-                      "new flows (first packet seen)")
+    fig, ax = figure(
+        "Flows started per second",
+        "time since the first packet (s)",
+        "new flows (first packet seen)",
+    )
     colors = [BLUE] * len(x)
     if partial and len(x):
         colors[-1] = GREY
@@ -168,8 +217,9 @@ def plot_timing(errors: Any, path: Path) -> Path:
     """Distributions of the flow-start and flow-duration errors (FLOR's timing tests)."""
     fig = mpl().Figure(figsize=(9, 3.8), dpi=110, layout="constrained")
     mpl().FigureCanvasAgg(fig)
-    for i, (col, title) in enumerate((("start_error_ns", "Flow-start error"),
-                                      ("duration_error_ns", "Flow-duration error"))):
+    for i, (col, title) in enumerate(
+        (("start_error_ns", "Flow-start error"), ("duration_error_ns", "Flow-duration error"))
+    ):
         ax = fig.add_subplot(1, 2, i + 1)
         values = np.asarray(errors[col], dtype=np.float64) / 1e6
         ax.hist(values, bins=min(60, max(1, len(np.unique(values)))), color=BLUE)
@@ -184,8 +234,9 @@ def plot_timing(errors: Any, path: Path) -> Path:
     return path
 
 
-def write_plots(sizes: tuple[np.ndarray, np.ndarray], m: dict[str, Any],
-                out_dir: Path) -> dict[str, Path]:
+def write_plots(
+    sizes: tuple[np.ndarray, np.ndarray], m: dict[str, Any], out_dir: Path
+) -> dict[str, Path]:
     """All plots into OUT_DIR (created) from the metrics M and the packet-length histogram SIZES
     (TrafficAccumulator.size_histogram); returns {name: path}. Empty when there are no packets."""
     if not m["packets"]:

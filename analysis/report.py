@@ -33,16 +33,25 @@ ANALYSIS_VERSION = 1
 RUN_FOLDER = "a run folder holding capture.pcap (see results/README.md) or a pcap/pcapng file"
 PER_SECOND_ROWS_MAX = 300
 # the link types whose frames the capture reader decodes to IP (analysis/native/pcapread.c, LT_*)
-LINK_TYPES = {0: "BSD loopback", 1: "Ethernet", 12: "raw IP (BSD)", 14: "raw IP (OpenBSD)", 101: "raw IP",
-              108: "OpenBSD loopback", 113: "Linux cooked (SLL)", 228: "raw IPv4", 229: "raw IPv6",
-              276: "Linux cooked v2 (SLL2)"}
+LINK_TYPES = {
+    0: "BSD loopback",
+    1: "Ethernet",
+    12: "raw IP (BSD)",
+    14: "raw IP (OpenBSD)",
+    101: "raw IP",
+    108: "OpenBSD loopback",
+    113: "Linux cooked (SLL)",
+    228: "raw IPv4",
+    229: "raw IPv6",
+    276: "Linux cooked v2 (SLL2)",
+}
 DECODED_LINK_TYPES = frozenset(LINK_TYPES)
 
 
 # What a manifest status other than `completed` means for the numbers of a report.
 UNFINISHED = {
     "running": "the run had not finished: its manifest still says `running` (it is still running, or "
-               "its process died; `testbed cleanup` marks such runs `abandoned`)",
+    "its process died; `testbed cleanup` marks such runs `abandoned`)",
     "abandoned": "the run was abandoned: its process died before it could finish",
     "failed": "the run failed",
     "interrupted": "the run was interrupted",
@@ -55,16 +64,25 @@ def unfinished_run(manifest: dict[str, Any]) -> dict[str, str] | None:
     status = manifest.get("status")
     if status not in UNFINISHED:
         return None
-    why = manifest.get("abandoned_reason") or manifest.get("error") or (
-        f"by {manifest['interrupted_by']}" if manifest.get("interrupted_by") else None)
-    return {"status": status,
-            "message": f"Incomplete run: {UNFINISHED[status]}" + (f" ({why})" if why else "")
-            + "; the numbers cover only what it produced until then."}
+    why = (
+        manifest.get("abandoned_reason")
+        or manifest.get("error")
+        or (f"by {manifest['interrupted_by']}" if manifest.get("interrupted_by") else None)
+    )
+    return {
+        "status": status,
+        "message": f"Incomplete run: {UNFINISHED[status]}"
+        + (f" ({why})" if why else "")
+        + "; the numbers cover only what it produced until then.",
+    }
 
 
-def analyze(path: str | Path | Sequence[str | Path], out_dir: str | Path | None = None,
-            progress: Callable[[str], None] | None = None,
-            memory_limit: int | None = None) -> dict[str, Any]:
+def analyze(
+    path: str | Path | Sequence[str | Path],
+    out_dir: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    memory_limit: int | None = None,
+) -> dict[str, Any]:
     """Analyse a pcap/pcapng file, a run folder, or several files of one logical capture (a
     tcpdump rotation, the captures of several hosts: a list of paths) and write the report files.
 
@@ -98,38 +116,60 @@ def analyze(path: str | Path | Sequence[str | Path], out_dir: str | Path | None 
 
     size = sum(p.stat().st_size for p in pcaps if p.is_file())
     names = pcap.name if len(pcaps) == 1 else f"{len(pcaps)} files ({pcap.name}, ...)"
-    step(f"reading {names} ({size / 1e6:,.1f} MB, chunks of "
-         f"{chunk_packets(memory_limit):,} packets)")
+    step(
+        f"reading {names} ({size / 1e6:,.1f} MB, chunks of {chunk_packets(memory_limit):,} packets)"
+    )
     stream = read_stream(pcaps, memory_limit, progress)
     step(f"flow table of {stream.totals.packets:,} packets")
     flows = stream.totals.flow_table()
     step("rates and statistics")
     m = stream.totals.metrics(flows)
     first = stream.files[0]
-    capture_info = {"path": str(pcap.resolve()), "format": first.format,
-                    "link_type": first.link_type, "ts_resolution": first.ts_resolution,
-                    "file_bytes": sum(f.file_bytes for f in stream.files)}
+    capture_info = {
+        "path": str(pcap.resolve()),
+        "format": first.format,
+        "link_type": first.link_type,
+        "ts_resolution": first.ts_resolution,
+        "file_bytes": sum(f.file_bytes for f in stream.files),
+    }
     if len(stream.files) > 1:
-        capture_info["files"] = [{"path": str(f.path.resolve()), "format": f.format,
-                                  "link_type": f.link_type, "ts_resolution": f.ts_resolution,
-                                  "file_bytes": f.file_bytes, "packets": f.packets}
-                                 for f in stream.files]
-    undecoded = [{"path": str(f.path), "link_type": f.link_type, "packets": f.packets}
-                 for f in stream.files if f.link_type not in DECODED_LINK_TYPES]
+        capture_info["files"] = [
+            {
+                "path": str(f.path.resolve()),
+                "format": f.format,
+                "link_type": f.link_type,
+                "ts_resolution": f.ts_resolution,
+                "file_bytes": f.file_bytes,
+                "packets": f.packets,
+            }
+            for f in stream.files
+        ]
+    undecoded = [
+        {"path": str(f.path), "link_type": f.link_type, "packets": f.packets}
+        for f in stream.files
+        if f.link_type not in DECODED_LINK_TYPES
+    ]
     for u in undecoded:
-        warnings.append(f"{u['path']}: link type {u['link_type']} is not one the analysis decodes "
-                        f"({', '.join(sorted(LINK_TYPES.values()))}): its {u['packets']:,} packets are "
-                        "counted in packets, bytes and rates, but no flow, address or port is read from them")
+        warnings.append(
+            f"{u['path']}: link type {u['link_type']} is not one the analysis decodes "
+            f"({', '.join(sorted(LINK_TYPES.values()))}): its {u['packets']:,} packets are "
+            "counted in packets, bytes and rates, but no flow, address or port is read from them"
+        )
     capture_problem = None
     for where, problem in stream.problems:
         if capture_problem is None:
-            capture_problem = {"offset": problem.offset, "message": problem.message,
-                               "packets_read": problem.packets_read}
+            capture_problem = {
+                "offset": problem.offset,
+                "message": problem.message,
+                "packets_read": problem.packets_read,
+            }
             if len(stream.files) > 1:
                 capture_problem["file"] = str(where.resolve())
         else:
-            warnings.append(f"{where}: damaged too, at byte offset {problem.offset:,}: "
-                            f"{problem.message} ({problem.packets_read:,} packets read before)")
+            warnings.append(
+                f"{where}: damaged too, at byte offset {problem.offset:,}: "
+                f"{problem.message} ({problem.packets_read:,} packets read before)"
+            )
     attacks = (side.get("manifest") or {}).get("attacks") if src.is_dir() else None
     if attacks and (src / str(attacks.get("benign_pcap"))).is_file():
         checks, mismatches = _checks_with_attacks(m, src, attacks, side, warnings, memory_limit)
@@ -169,18 +209,29 @@ def analyze(path: str | Path | Sequence[str | Path], out_dir: str | Path | None 
             with replacing(out / name) as tmp:
                 tmp.write_text(text)
         step("run tables")
-        tables = write_run_tables(out, doc, flows, timing[0] if timing else None, manifest,
-                                  src if src.is_dir() else None)
+        tables = write_run_tables(
+            out, doc, flows, timing[0] if timing else None, manifest, src if src.is_dir() else None
+        )
     except OSError as exc:
-        raise write_error(exc, out, "free some space, or write the report elsewhere with --out") from None
+        raise write_error(
+            exc, out, "free some space, or write the report elsewhere with --out"
+        ) from None
     doc["report_dir"] = str(out)
-    doc["files"] = sorted(str(p.relative_to(out)) for p in
-                          [out / "metrics.json", out / "report.md", out / "report.html",
-                           *plots.values(), *tables])
+    doc["files"] = sorted(
+        str(p.relative_to(out))
+        for p in [
+            out / "metrics.json",
+            out / "report.md",
+            out / "report.html",
+            *plots.values(),
+            *tables,
+        ]
+    )
     return doc
 
 
 # ---- run folder -------------------------------------------------------------------------
+
 
 def _read_run_files(run: Path, warnings: list[str]) -> dict[str, Any]:
     """The optional files of a run folder; an unreadable one becomes a warning, not an error."""
@@ -198,14 +249,20 @@ def _read_run_files(run: Path, warnings: list[str]) -> dict[str, Any]:
             try:
                 side[key] = pd.read_csv(p)
             except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-                warnings.append(f"{p}: not a readable CSV ({e}); the checks that need it are "
-                                "skipped")
+                warnings.append(
+                    f"{p}: not a readable CSV ({e}); the checks that need it are skipped"
+                )
     return side
 
 
-def _checks_with_attacks(m: dict[str, Any], run: Path, attacks: dict[str, Any], side: dict[str, Any],
-                         warnings: list[str], memory_limit: int | None = None
-                         ) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+def _checks_with_attacks(
+    m: dict[str, Any],
+    run: Path,
+    attacks: dict[str, Any],
+    side: dict[str, Any],
+    warnings: list[str],
+    memory_limit: int | None = None,
+) -> tuple[list[dict[str, Any]], pd.DataFrame]:
     """A run with a scenario `attacks:` section: the scenario/engine checks compare the benign part
     (benign.pcap, the engine's own capture), and the capture must be benign + attack packets."""
     benign = read_stream([run / attacks["benign_pcap"]], memory_limit).totals
@@ -215,14 +272,20 @@ def _checks_with_attacks(m: dict[str, Any], run: Path, attacks: dict[str, Any], 
     for c in checks:
         c["name"] = f"benign part: {c['name']}"
     for name, key in (("packets", "packets"), ("bytes", "bytes")):
-        c = _check(f"capture {name} = benign + attack {name}", m[key], bm[key] + int(attacks[key]),
-                   note=f"{attacks['benign_pcap']} + {attacks.get('manifest', 'attacks.json')}")
+        c = _check(
+            f"capture {name} = benign + attack {name}",
+            m[key],
+            bm[key] + int(attacks[key]),
+            note=f"{attacks['benign_pcap']} + {attacks.get('manifest', 'attacks.json')}",
+        )
         if c is not None:
             checks.append(c)
-    warnings.append(f"attack sessions were mixed in: {attacks.get('sessions', 0):,} sessions, "
-                    f"{attacks['packets']:,} packets from IDS rules ({attacks.get('manifest', 'attacks.json')}); "
-                    f"the rates and tables describe the whole capture, the checks against the "
-                    f"scenario and the engine describe its benign part ({attacks['benign_pcap']})")
+    warnings.append(
+        f"attack sessions were mixed in: {attacks.get('sessions', 0):,} sessions, "
+        f"{attacks['packets']:,} packets from IDS rules ({attacks.get('manifest', 'attacks.json')}); "
+        f"the rates and tables describe the whole capture, the checks against the "
+        f"scenario and the engine describe its benign part ({attacks['benign_pcap']})"
+    )
     return checks, mismatches
 
 
@@ -232,20 +295,27 @@ def _generator_total(manifest: dict[str, Any], field: str) -> int | None:
     return sum(values) if values else None
 
 
-def _check(name: str, measured: Any, expected: Any = None, generator: Any = None,
-           note: str | None = None) -> dict[str, Any] | None:
+def _check(
+    name: str, measured: Any, expected: Any = None, generator: Any = None, note: str | None = None
+) -> dict[str, Any] | None:
     refs = [r for r in (expected, generator) if r is not None]
     if not refs:
         return None
-    c = {"name": name, "expected": expected, "measured": measured, "generator": generator,
-         "ok": all(r == measured for r in refs)}
+    c = {
+        "name": name,
+        "expected": expected,
+        "measured": measured,
+        "generator": generator,
+        "ok": all(r == measured for r in refs),
+    }
     if note:
         c["note"] = note
     return c
 
 
-def run_checks(m: dict[str, Any], flows: pd.DataFrame,
-               side: dict[str, Any]) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+def run_checks(
+    m: dict[str, Any], flows: pd.DataFrame, side: dict[str, Any]
+) -> tuple[list[dict[str, Any]], pd.DataFrame]:
     """Expected (manifest) vs measured (capture) vs generator-reported counts, and the flow
     table vs the engine flow log. Returns the checks and the flows that differ from the log."""
     manifest = side.get("manifest") or {}
@@ -261,18 +331,30 @@ def run_checks(m: dict[str, Any], flows: pd.DataFrame,
     if gen_bytes is None:
         gen_bytes = summary.get("bytes")
     checks.append(_check("packets", m["packets"], expected.get("packets"), gen_packets))
-    checks.append(_check("bytes (frames on the wire)", m["bytes"], expected.get("bytes"),
-                         gen_bytes))
+    checks.append(
+        _check("bytes (frames on the wire)", m["bytes"], expected.get("bytes"), gen_bytes)
+    )
     if expected.get("first_ns") is not None and expected.get("last_ns") is not None:
-        checks.append(_check("duration first→last packet (ns)", m["duration_ns"],
-                             expected["last_ns"] - expected["first_ns"],
-                             (summary["last_ns"] - summary["first_ns"])
-                             if summary.get("last_ns") is not None
-                             and summary.get("first_ns") is not None else None))
+        checks.append(
+            _check(
+                "duration first→last packet (ns)",
+                m["duration_ns"],
+                expected["last_ns"] - expected["first_ns"],
+                (summary["last_ns"] - summary["first_ns"])
+                if summary.get("last_ns") is not None and summary.get("first_ns") is not None
+                else None,
+            )
+        )
     failed = _generator_total(manifest, "packets_failed")
     if failed is not None:
-        checks.append(_check("generator send failures", 0, generator=failed,
-                             note="packets the generator could not send"))
+        checks.append(
+            _check(
+                "generator send failures",
+                0,
+                generator=failed,
+                note="packets the generator could not send",
+            )
+        )
 
     log = side.get("engine_flows")
     flow_note = None
@@ -283,28 +365,62 @@ def run_checks(m: dict[str, Any], flows: pd.DataFrame,
         grouped = eng.groupby(key, as_index=False, sort=False)[["packets", "bytes"]].sum()
         shared = len(eng) - len(grouped)
         if shared:
-            flow_note = (f"{shared} flow instance(s) share a 5-tuple with another instance; a "
-                         f"capture cannot tell them apart, so the measured count is compared "
-                         f"with the {len(grouped)} distinct 5-tuples of the engine flow log")
+            flow_note = (
+                f"{shared} flow instance(s) share a 5-tuple with another instance; a "
+                f"capture cannot tell them apart, so the measured count is compared "
+                f"with the {len(grouped)} distinct 5-tuples of the engine flow log"
+            )
             flow_ref_expected = flow_ref_gen = len(grouped)
-        both = grouped.merge(flows[key + ["packets", "bytes"]], on=key, how="outer",
-                             suffixes=("_engine", "_capture"), indicator=True)
+        both = grouped.merge(
+            flows[key + ["packets", "bytes"]],
+            on=key,
+            how="outer",
+            suffixes=("_engine", "_capture"),
+            indicator=True,
+        )
         same_p = (both["_merge"] == "both") & (both["packets_engine"] == both["packets_capture"])
         same_b = same_p & (both["bytes_engine"] == both["bytes_capture"])
-        checks.append(_check("flows (engine flow log)", int(len(flows)), len(grouped),
-                             note="distinct 5-tuples in the capture vs in engine-flows.csv"))
-        checks.append(_check("flows with the engine's packet count", int(same_p.sum()),
-                             len(grouped), note="same 5-tuple and the same number of packets"))
-        checks.append(_check("flows with the engine's byte count", int(same_b.sum()), len(grouped),
-                             note="same 5-tuple, packets and bytes"))
+        checks.append(
+            _check(
+                "flows (engine flow log)",
+                int(len(flows)),
+                len(grouped),
+                note="distinct 5-tuples in the capture vs in engine-flows.csv",
+            )
+        )
+        checks.append(
+            _check(
+                "flows with the engine's packet count",
+                int(same_p.sum()),
+                len(grouped),
+                note="same 5-tuple and the same number of packets",
+            )
+        )
+        checks.append(
+            _check(
+                "flows with the engine's byte count",
+                int(same_b.sum()),
+                len(grouped),
+                note="same 5-tuple, packets and bytes",
+            )
+        )
         mismatches = both[~same_b].drop(columns="_merge").copy()
-    checks.insert(2, _check("flows (distinct 5-tuples)", int(len(flows)), flow_ref_expected,
-                            flow_ref_gen, flow_note))
+    checks.insert(
+        2,
+        _check(
+            "flows (distinct 5-tuples)", int(len(flows)), flow_ref_expected, flow_ref_gen, flow_note
+        ),
+    )
 
     stats = side.get("engine_stats")
     if stats is not None and "packets" in stats:
-        checks.append(_check("packets (engine per-second stats, summed)", m["packets"],
-                             generator=int(stats["packets"].sum())))
+        checks.append(
+            _check(
+                "packets (engine per-second stats, summed)",
+                m["packets"],
+                generator=int(stats["packets"].sum()),
+            )
+        )
     return [c for c in checks if c is not None], mismatches
 
 
@@ -336,8 +452,10 @@ def _si(x: float | None, unit: str) -> str:
 
 def _stats_rows(m: dict[str, Any]) -> list[list[str]]:
     a, s = m, m["steady"]
+
     def row(label: str, key: str, fmt) -> list[str]:
         return [label, fmt(a.get(key)), fmt(s.get(key))]
+
     pct = lambda v: "–" if v is None else f"{v:.2f} %"  # noqa: E731
     pps = lambda v: "–" if v is None else f"{v:,.0f}"  # noqa: E731
     return [
@@ -347,16 +465,20 @@ def _stats_rows(m: dict[str, Any]) -> list[list[str]]:
         row("variance (std / mean)", "variance_pct", pct),
         row("lowest second (packets)", "min_pps", pps),
         row("highest second (packets)", "max_pps", pps),
-        ["average packet size (bytes)", fmt_number(a["average_packet_size"], 1),
-         fmt_number(s["average_packet_size"], 1)],
+        [
+            "average packet size (bytes)",
+            fmt_number(a["average_packet_size"], 1),
+            fmt_number(s["average_packet_size"], 1),
+        ],
         row("throughput, measured", "throughput_bps", lambda v: _si(v, "bit/s")),
         row("throughput, measured (bytes/s)", "throughput_Bps", lambda v: _si(v, "B/s")),
         row("average size × average rate", "throughput_formula_Bps", lambda v: _si(v, "B/s")),
     ]
 
 
-def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
-          plots: dict[str, Path]) -> list[Block]:
+def build(
+    doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame, plots: dict[str, Path]
+) -> list[Block]:
     m = doc
     run = doc.get("run") or {}
     title = run.get("run_id") or Path(doc["capture"]["path"]).name
@@ -365,73 +487,152 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
         b.append(("warn", doc["incomplete_run"]["message"]))
     prob = doc["capture_problem"]
     if prob:
-        b.append(("warn", f"Damaged capture: at byte offset {prob['offset']:,}: {prob['message']}. "
-                          f"Everything below is computed from the {prob['packets_read']:,} packets "
-                          f"read before that point."))
+        b.append(
+            (
+                "warn",
+                f"Damaged capture: at byte offset {prob['offset']:,}: {prob['message']}. "
+                f"Everything below is computed from the {prob['packets_read']:,} packets "
+                f"read before that point.",
+            )
+        )
     for w in doc["warnings"]:
         b.append(("warn", w))
     c = doc["capture"]
-    src_rows = [["capture", c["path"]],
-                ["format", f"{c['format']}, link type {c['link_type']} "
-                           f"({LINK_TYPES.get(c['link_type'], 'other')}), "
-                           f"{c['ts_resolution']:,} timestamp units per second"],
-                ["file size", f"{c['file_bytes']:,} bytes"]]
+    src_rows = [
+        ["capture", c["path"]],
+        [
+            "format",
+            f"{c['format']}, link type {c['link_type']} "
+            f"({LINK_TYPES.get(c['link_type'], 'other')}), "
+            f"{c['ts_resolution']:,} timestamp units per second",
+        ],
+        ["file size", f"{c['file_bytes']:,} bytes"],
+    ]
     if run:
-        src_rows += [["run", f"{run.get('run_id')} (scenario {run.get('scenario')}, "
-                             f"status {run.get('status')}, seed {run.get('seed')})"]]
+        src_rows += [
+            [
+                "run",
+                f"{run.get('run_id')} (scenario {run.get('scenario')}, "
+                f"status {run.get('status')}, seed {run.get('seed')})",
+            ]
+        ]
     src_rows.append(["analysed", doc["analysed_utc"]])
     b.append(("table", ["", ""], src_rows))
 
     if doc["checks"]:
         ok = sum(1 for x in doc["checks"] if x["ok"])
         b.append(("h2", "Checks"))
-        b.append(("p", f"{ok} of {len(doc['checks'])} agree. Expected comes from the scenario "
-                       f"(manifest.json), measured from the capture, generator from the "
-                       f"generator's own counters."))
-        b.append(("table", ["check", "expected", "measured", "generator", "result", "note"],
-                  [[x["name"], fmt_number(x["expected"]), fmt_number(x["measured"]), fmt_number(x["generator"]),
-                    "ok" if x["ok"] else "**differs**", x.get("note", "")]
-                   for x in doc["checks"]]))
+        b.append(
+            (
+                "p",
+                f"{ok} of {len(doc['checks'])} agree. Expected comes from the scenario "
+                f"(manifest.json), measured from the capture, generator from the "
+                f"generator's own counters.",
+            )
+        )
+        b.append(
+            (
+                "table",
+                ["check", "expected", "measured", "generator", "result", "note"],
+                [
+                    [
+                        x["name"],
+                        fmt_number(x["expected"]),
+                        fmt_number(x["measured"]),
+                        fmt_number(x["generator"]),
+                        "ok" if x["ok"] else "**differs**",
+                        x.get("note", ""),
+                    ]
+                    for x in doc["checks"]
+                ],
+            )
+        )
         if len(mismatches):
-            b.append(("p", f"{len(mismatches):,} flow(s) differ from the engine flow log; the "
-                           f"first {min(10, len(mismatches))}:"))
-            cols = ["ip_version", "proto", "src", "dst", "sport", "dport", "packets_engine",
-                    "packets_capture", "bytes_engine", "bytes_capture"]
-            b.append(("table", cols, [[fmt_number(v) if not isinstance(v, float) or v == v else "–"
-                                       for v in r] for r in
-                                      mismatches[cols].head(10).itertuples(index=False)]))
+            b.append(
+                (
+                    "p",
+                    f"{len(mismatches):,} flow(s) differ from the engine flow log; the "
+                    f"first {min(10, len(mismatches))}:",
+                )
+            )
+            cols = [
+                "ip_version",
+                "proto",
+                "src",
+                "dst",
+                "sport",
+                "dport",
+                "packets_engine",
+                "packets_capture",
+                "bytes_engine",
+                "bytes_capture",
+            ]
+            b.append(
+                (
+                    "table",
+                    cols,
+                    [
+                        [fmt_number(v) if not isinstance(v, float) or v == v else "–" for v in r]
+                        for r in mismatches[cols].head(10).itertuples(index=False)
+                    ],
+                )
+            )
 
     b.append(("h2", "Traffic"))
     dur = m["duration_s"]
-    b.append(("table", ["", ""], [
-        ["packets", fmt_number(m["packets"])],
-        ["bytes (frames on the wire)", fmt_number(m["bytes"])],
-        ["IP packets", fmt_number(m["ip_packets"])],
-        ["duration, first to last packet", "–" if dur is None else f"{dur:,.6f} s"],
-        ["packets ÷ duration", fmt_number(m["packets_per_duration"])],
-        ["flows (distinct 5-tuples)", fmt_number(m["flows"]["count"])],
-    ]))
-    b.append(("p", "Rates are packets counted in 1-second bins from the first packet. The "
-                   "variance is the standard deviation divided by the mean (coefficient of "
-                   "variation, in percent), as in the traffic-generator comparison this testbed "
-                   "follows; the standard deviation is the population one. "
-                   + ("The last second is partial and left out of the statistics. "
-                      if m["per_second"]["last_partial"] else "")))
+    b.append(
+        (
+            "table",
+            ["", ""],
+            [
+                ["packets", fmt_number(m["packets"])],
+                ["bytes (frames on the wire)", fmt_number(m["bytes"])],
+                ["IP packets", fmt_number(m["ip_packets"])],
+                ["duration, first to last packet", "–" if dur is None else f"{dur:,.6f} s"],
+                ["packets ÷ duration", fmt_number(m["packets_per_duration"])],
+                ["flows (distinct 5-tuples)", fmt_number(m["flows"]["count"])],
+            ],
+        )
+    )
+    b.append(
+        (
+            "p",
+            "Rates are packets counted in 1-second bins from the first packet. The "
+            "variance is the standard deviation divided by the mean (coefficient of "
+            "variation, in percent), as in the traffic-generator comparison this testbed "
+            "follows; the standard deviation is the population one. "
+            + (
+                "The last second is partial and left out of the statistics. "
+                if m["per_second"]["last_partial"]
+                else ""
+            ),
+        )
+    )
     w = m["warmup"]
     if w["found"] and w["seconds"]:
-        wtext = (f"Warm-up: the first {w['seconds']} s. ")
+        wtext = f"Warm-up: the first {w['seconds']} s. "
     elif w["found"]:
         wtext = "Warm-up: none; the rate is steady from the first second. "
     else:
         wtext = "Warm-up: not determined (too few seconds, or the rate never settles). "
     if w["reference_pps"] is not None:
-        wtext += (f"Rule: {w['rule']}; reference {w['reference_pps']:,.0f} packets/s, floor "
-                  f"{w['reference_pps'] * (1 - w['band_pct'] / 100):,.0f} packets/s "
-                  f"(−{w['band_pct']:.1f} %).")
+        wtext += (
+            f"Rule: {w['rule']}; reference {w['reference_pps']:,.0f} packets/s, floor "
+            f"{w['reference_pps'] * (1 - w['band_pct'] / 100):,.0f} packets/s "
+            f"(−{w['band_pct']:.1f} %)."
+        )
     b.append(("p", wtext))
-    b.append(("table", ["", "all complete seconds", f"steady state (from second "
-                                                    f"{m['steady']['from_second']})"],
-              _stats_rows(m)))
+    b.append(
+        (
+            "table",
+            [
+                "",
+                "all complete seconds",
+                f"steady state (from second {m['steady']['from_second']})",
+            ],
+            _stats_rows(m),
+        )
+    )
     if "rate" in plots:
         b.append(("img", "Packet rate", plots["rate"]))
     if "throughput" in plots:
@@ -439,48 +640,104 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
 
     b.append(("h2", "Packet sizes"))
     ps = m["packet_size"]
-    b.append(("p", f"Frame length on the wire: min {fmt_number(ps['min'])}, median {fmt_number(ps['median'], 0)}, "
-                   f"mean {fmt_number(ps['mean'], 1)}, max {fmt_number(ps['max'])} bytes."))
-    b.append(("table", ["length (bytes)", "packets", "share"],
-              [[x["range"], fmt_number(x["packets"]), f"{x['share_pct']:.2f} %"]
-               for x in ps["buckets"] if x["packets"]]))
+    b.append(
+        (
+            "p",
+            f"Frame length on the wire: min {fmt_number(ps['min'])}, median {fmt_number(ps['median'], 0)}, "
+            f"mean {fmt_number(ps['mean'], 1)}, max {fmt_number(ps['max'])} bytes.",
+        )
+    )
+    b.append(
+        (
+            "table",
+            ["length (bytes)", "packets", "share"],
+            [
+                [x["range"], fmt_number(x["packets"]), f"{x['share_pct']:.2f} %"]
+                for x in ps["buckets"]
+                if x["packets"]
+            ],
+        )
+    )
     if "sizes" in plots:
         b.append(("img", "Packet sizes", plots["sizes"]))
     b.append(("h2", "Protocols"))
-    b.append(("table", ["protocol", "packets", "bytes"],
-              [[x["name"], fmt_number(x["packets"]), fmt_number(x["bytes"])] for x in m["protocols"]]))
+    b.append(
+        (
+            "table",
+            ["protocol", "packets", "bytes"],
+            [[x["name"], fmt_number(x["packets"]), fmt_number(x["bytes"])] for x in m["protocols"]],
+        )
+    )
 
     b.append(("h2", "Flows"))
     fl = m["flows"]
-    b.append(("p", f"{fl['count']:,} flows (unidirectional 5-tuples of the IP packets; ICMP echo "
-                   f"uses the identifier as source port); the full table is tables/flows.parquet."))
+    b.append(
+        (
+            "p",
+            f"{fl['count']:,} flows (unidirectional 5-tuples of the IP packets; ICMP echo "
+            f"uses the identifier as source port); the full table is tables/flows.parquet.",
+        )
+    )
     if "flows" in plots:
         b.append(("img", "Flows started per second", plots["flows"]))
     if len(flows):
         top = flows.nlargest(10, "bytes")
         b.append(("p", "The largest flows by bytes:"))
-        b.append(("table", ["IP", "proto", "source", "destination", "packets", "bytes",
-                            "duration (s)"],
-                  [[f"v{r.ip_version}", fmt_number(int(r.proto)), f"{r.src} :{r.sport}",
-                    f"{r.dst} :{r.dport}", fmt_number(int(r.packets)), fmt_number(int(r.bytes)),
-                    f"{r.duration_ns / 1e9:,.3f}"] for r in top.itertuples(index=False)]))
+        b.append(
+            (
+                "table",
+                ["IP", "proto", "source", "destination", "packets", "bytes", "duration (s)"],
+                [
+                    [
+                        f"v{r.ip_version}",
+                        fmt_number(int(r.proto)),
+                        f"{r.src} :{r.sport}",
+                        f"{r.dst} :{r.dport}",
+                        fmt_number(int(r.packets)),
+                        fmt_number(int(r.bytes)),
+                        f"{r.duration_ns / 1e9:,.3f}",
+                    ]
+                    for r in top.itertuples(index=False)
+                ],
+            )
+        )
 
     t = doc.get("timing")
     if t and t["instances"]:
         b.append(("h2", "Timing accuracy"))
-        b.append(("p", f"For each of the {t['instances']:,} flow instances identified in the "
-                       f"capture: start error = first packet's time stamp − planned start, "
-                       f"duration error = (last − first) − planned duration (FLOR's timing "
-                       f"tests; tables/timing.parquet has every instance)."))
+        b.append(
+            (
+                "p",
+                f"For each of the {t['instances']:,} flow instances identified in the "
+                f"capture: start error = first packet's time stamp − planned start, "
+                f"duration error = (last − first) − planned duration (FLOR's timing "
+                f"tests; tables/timing.parquet has every instance).",
+            )
+        )
         rows = []
-        for label, key in (("flow-start error", "start_error"),
-                           ("flow-duration error", "duration_error")):
+        for label, key in (
+            ("flow-start error", "start_error"),
+            ("flow-duration error", "duration_error"),
+        ):
             e = t[key]
-            rows.append([label, f"{e['exact']:,} of {e['count']:,}", _ns(e["mean_ns"]),
-                         _ns(e["std_ns"]), _ns(e["median_ns"]), _ns(e["p99_ns"]),
-                         _ns(e["max_abs_ns"])])
-        b.append(("table", ["", "exact", "mean", "std", "median", "99th percentile",
-                            "largest |error|"], rows))
+            rows.append(
+                [
+                    label,
+                    f"{e['exact']:,} of {e['count']:,}",
+                    _ns(e["mean_ns"]),
+                    _ns(e["std_ns"]),
+                    _ns(e["median_ns"]),
+                    _ns(e["p99_ns"]),
+                    _ns(e["max_abs_ns"]),
+                ]
+            )
+        b.append(
+            (
+                "table",
+                ["", "exact", "mean", "std", "median", "99th percentile", "largest |error|"],
+                rows,
+            )
+        )
         if "timing" in plots:
             b.append(("img", "Timing errors", plots["timing"]))
 
@@ -488,12 +745,26 @@ def build(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
     if 0 < len(ps_["second"]) <= PER_SECOND_ROWS_MAX:
         b.append(("h2", "Per second"))
         last = len(ps_["second"]) - 1
-        b.append(("table", ["second", "packets", "bytes", "flows started", ""],
-                  [[fmt_number(s), fmt_number(p), fmt_number(by), fmt_number(f),
-                    "partial" if ps_["last_partial"] and i == last else
-                    ("warm-up" if s < w["seconds"] else "")]
-                   for i, (s, p, by, f) in enumerate(zip(ps_["second"], ps_["packets"],
-                                                         ps_["bytes"], ps_["flows_started"]))]))
+        b.append(
+            (
+                "table",
+                ["second", "packets", "bytes", "flows started", ""],
+                [
+                    [
+                        fmt_number(s),
+                        fmt_number(p),
+                        fmt_number(by),
+                        fmt_number(f),
+                        "partial"
+                        if ps_["last_partial"] and i == last
+                        else ("warm-up" if s < w["seconds"] else ""),
+                    ]
+                    for i, (s, p, by, f) in enumerate(
+                        zip(ps_["second"], ps_["packets"], ps_["bytes"], ps_["flows_started"])
+                    )
+                ],
+            )
+        )
     return b
 
 
@@ -582,20 +853,33 @@ def to_html(blocks: list[Block]) -> str:
         elif kind == "table":
             head = "".join(_html_cell(h, "th") for h in blk[1]) if any(blk[1]) else ""
             rows = "".join("<tr>" + "".join(_html_cell(c) for c in r) + "</tr>" for r in blk[2])
-            body.append("<table>" + (f"<thead><tr>{head}</tr></thead>" if head else "")
-                        + f"<tbody>{rows}</tbody></table>")
+            body.append(
+                "<table>"
+                + (f"<thead><tr>{head}</tr></thead>" if head else "")
+                + f"<tbody>{rows}</tbody></table>"
+            )
         elif kind == "img":
             data = base64.b64encode(blk[2].read_bytes()).decode()
-            body.append(f'<figure><img alt="{html.escape(blk[1])}" '
-                        f'src="data:image/png;base64,{data}"><figcaption>'
-                        f"{html.escape(blk[1])}</figcaption></figure>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+            body.append(
+                f'<figure><img alt="{html.escape(blk[1])}" '
+                f'src="data:image/png;base64,{data}"><figcaption>'
+                f"{html.escape(blk[1])}</figcaption></figure>"
+            )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
-def render(doc: dict[str, Any], flows: pd.DataFrame, mismatches: pd.DataFrame,
-           plots: dict[str, Path], out: Path) -> tuple[str, str]:
+def render(
+    doc: dict[str, Any],
+    flows: pd.DataFrame,
+    mismatches: pd.DataFrame,
+    plots: dict[str, Path],
+    out: Path,
+) -> tuple[str, str]:
     """The Markdown and the self-contained HTML report of one analysis."""
     blocks = build(doc, flows, mismatches, plots)
     return to_markdown(blocks, out), to_html(blocks)

@@ -40,18 +40,31 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def run_row(run_id: str, manifest: dict[str, Any], mode: str, analysed_utc: str | None) -> dict[str, Any]:
+def run_row(
+    run_id: str, manifest: dict[str, Any], mode: str, analysed_utc: str | None
+) -> dict[str, Any]:
     scen = manifest.get("scenario") or {}
     git = manifest.get("git") or {}
     host = manifest.get("host") or {}
-    return {"run_id": run_id, "scenario": scen.get("name"), "scenario_sha256": scen.get("sha256"),
-            "method": manifest.get("method"), "status": manifest.get("status"),
-            "created_utc": manifest.get("created_utc"), "finished_utc": manifest.get("finished_utc"),
-            "analysed_utc": analysed_utc or _now(), "seed": manifest.get("seed"),
-            "git_revision": git.get("revision"), "git_dirty": git.get("dirty"),
-            "hostname": host.get("hostname"), "kernel": host.get("kernel"), "cpus": host.get("cpus"),
-            "testbed_version": (manifest.get("tools") or {}).get("testbed"),
-            "schema_version": SCHEMA_VERSION, "mode": mode}
+    return {
+        "run_id": run_id,
+        "scenario": scen.get("name"),
+        "scenario_sha256": scen.get("sha256"),
+        "method": manifest.get("method"),
+        "status": manifest.get("status"),
+        "created_utc": manifest.get("created_utc"),
+        "finished_utc": manifest.get("finished_utc"),
+        "analysed_utc": analysed_utc or _now(),
+        "seed": manifest.get("seed"),
+        "git_revision": git.get("revision"),
+        "git_dirty": git.get("dirty"),
+        "hostname": host.get("hostname"),
+        "kernel": host.get("kernel"),
+        "cpus": host.get("cpus"),
+        "testbed_version": (manifest.get("tools") or {}).get("testbed"),
+        "schema_version": SCHEMA_VERSION,
+        "mode": mode,
+    }
 
 
 def _traffic(m: dict[str, Any] | None, flows: int | None = None) -> dict[str, Any]:
@@ -59,14 +72,20 @@ def _traffic(m: dict[str, Any] | None, flows: int | None = None) -> dict[str, An
     if not m:
         return {}
     steady = m.get("steady") or {}
-    return {"packets": m.get("packets"), "bytes": m.get("bytes"), "duration_s": m.get("duration_s"),
-            "mean_pps": m.get("mean_pps"), "std_pps": m.get("std_pps"),
-            "variance_pct": m.get("variance_pct"), "warmup_s": (m.get("warmup") or {}).get("seconds"),
-            "steady_mean_pps": steady.get("mean_pps"),
-            "steady_variance_pct": steady.get("variance_pct"),
-            "average_packet_size": m.get("average_packet_size"),
-            "throughput_bps": m.get("throughput_bps"),
-            "flows": flows if flows is not None else (m.get("flows") or {}).get("count")}
+    return {
+        "packets": m.get("packets"),
+        "bytes": m.get("bytes"),
+        "duration_s": m.get("duration_s"),
+        "mean_pps": m.get("mean_pps"),
+        "std_pps": m.get("std_pps"),
+        "variance_pct": m.get("variance_pct"),
+        "warmup_s": (m.get("warmup") or {}).get("seconds"),
+        "steady_mean_pps": steady.get("mean_pps"),
+        "steady_variance_pct": steady.get("variance_pct"),
+        "average_packet_size": m.get("average_packet_size"),
+        "throughput_bps": m.get("throughput_bps"),
+        "flows": flows if flows is not None else (m.get("flows") or {}).get("count"),
+    }
 
 
 def _per_second(run_id: str, step: str, m: dict[str, Any] | None) -> pd.DataFrame | None:
@@ -76,9 +95,17 @@ def _per_second(run_id: str, step: str, m: dict[str, Any] | None) -> pd.DataFram
     n = len(ps["second"])
     partial = np.zeros(n, bool)
     partial[-1] = bool(ps.get("last_partial"))
-    return pd.DataFrame({"run_id": run_id, "step": step, "second": ps["second"],
-                         "packets": ps["packets"], "bytes": ps["bytes"],
-                         "flows_started": ps.get("flows_started") or [0] * n, "partial": partial})
+    return pd.DataFrame(
+        {
+            "run_id": run_id,
+            "step": step,
+            "second": ps["second"],
+            "packets": ps["packets"],
+            "bytes": ps["bytes"],
+            "flows_started": ps.get("flows_started") or [0] * n,
+            "partial": partial,
+        }
+    )
 
 
 def _with_id(frame: pd.DataFrame, run_id: str, step: str, name: str) -> pd.DataFrame:
@@ -113,14 +140,41 @@ def read_alerts(path: Path, run_id: str, step: str, source: str) -> pd.DataFrame
             if ev.get("event_type") != "alert":
                 continue
             a = ev.get("alert") or {}
-            rows.append({"ts": ev.get("timestamp"), "gid": a.get("gid"), "sid": a.get("signature_id"),
-                         "rev": a.get("rev"), "msg": a.get("signature"), "category": a.get("category"),
-                         "severity": a.get("severity"), "proto": ev.get("proto"),
-                         "src": _address(ev.get("src_ip")), "sport": ev.get("src_port"),
-                         "dst": _address(ev.get("dest_ip")), "dport": ev.get("dest_port"),
-                         "action": a.get("action")})
-    frame = pd.DataFrame(rows, columns=["ts", "gid", "sid", "rev", "msg", "category", "severity",
-                                        "proto", "src", "sport", "dst", "dport", "action"])
+            rows.append(
+                {
+                    "ts": ev.get("timestamp"),
+                    "gid": a.get("gid"),
+                    "sid": a.get("signature_id"),
+                    "rev": a.get("rev"),
+                    "msg": a.get("signature"),
+                    "category": a.get("category"),
+                    "severity": a.get("severity"),
+                    "proto": ev.get("proto"),
+                    "src": _address(ev.get("src_ip")),
+                    "sport": ev.get("src_port"),
+                    "dst": _address(ev.get("dest_ip")),
+                    "dport": ev.get("dest_port"),
+                    "action": a.get("action"),
+                }
+            )
+    frame = pd.DataFrame(
+        rows,
+        columns=[
+            "ts",
+            "gid",
+            "sid",
+            "rev",
+            "msg",
+            "category",
+            "severity",
+            "proto",
+            "src",
+            "sport",
+            "dst",
+            "dport",
+            "action",
+        ],
+    )
     ts = pd.to_datetime(frame["ts"], utc=True, format="%Y-%m-%dT%H:%M:%S.%f%z", errors="coerce")
     ns = ts.dt.tz_convert(None).to_numpy(dtype="datetime64[ns]").view(np.int64)
     frame["ts_ns"] = pd.array(ns, dtype="Int64")
@@ -132,7 +186,9 @@ def read_alerts(path: Path, run_id: str, step: str, source: str) -> pd.DataFrame
     return frame
 
 
-def _alerts(base: Path, names: tuple[str, ...], run_dir: Path, run_id: str, step: str) -> list[pd.DataFrame]:
+def _alerts(
+    base: Path, names: tuple[str, ...], run_dir: Path, run_id: str, step: str
+) -> list[pd.DataFrame]:
     out = []
     for name in names:
         p = base / name
@@ -160,9 +216,14 @@ def write_tables(out: str | os.PathLike, tables: dict[str, Any]) -> list[Path]:
     return written
 
 
-def write_run_tables(out: str | os.PathLike, doc: dict[str, Any], flows: pd.DataFrame,
-                     timing: pd.DataFrame | None = None, manifest: dict[str, Any] | None = None,
-                     run_dir: str | os.PathLike | None = None) -> list[Path]:
+def write_run_tables(
+    out: str | os.PathLike,
+    doc: dict[str, Any],
+    flows: pd.DataFrame,
+    timing: pd.DataFrame | None = None,
+    manifest: dict[str, Any] | None = None,
+    run_dir: str | os.PathLike | None = None,
+) -> list[Path]:
     """The run tables of an offline analysis (analysis.analyze): DOC is what metrics.json holds,
     FLOWS the flow table, TIMING the timing errors (or None), MANIFEST the run's manifest (None
     for a capture analysed on its own), RUN_DIR the run folder (for its eve.json files).
@@ -174,9 +235,15 @@ def write_run_tables(out: str | os.PathLike, doc: dict[str, Any], flows: pd.Data
     step = "run"
     gens = manifest.get("generators") or {}
     sent = [g.get("packets_sent") for g in gens.values() if isinstance(g, dict)]
-    steps = {"run_id": run_id, "step": step, "kind": mode, "generator": ",".join(gens) or None,
-             "status": manifest.get("status"), **_traffic(doc, len(flows)),
-             "sent": sum(sent) if sent and None not in sent else None}
+    steps = {
+        "run_id": run_id,
+        "step": step,
+        "kind": mode,
+        "generator": ",".join(gens) or None,
+        "status": manifest.get("status"),
+        **_traffic(doc, len(flows)),
+        "sent": sum(sent) if sent and None not in sent else None,
+    }
     tables: dict[str, Any] = {
         "run": [run_row(run_id, manifest, mode, doc.get("analysed_utc"))],
         "steps": [steps],
@@ -197,25 +264,34 @@ def write_run_tables(out: str | os.PathLike, doc: dict[str, Any], flows: pd.Data
 
 
 def _gen_resources(samples: pd.DataFrame, prefix: str) -> dict[str, Any]:
-    rows = samples[(samples["kind"] == "process") & samples["label"].astype(str).str.startswith(prefix)]
+    rows = samples[
+        (samples["kind"] == "process") & samples["label"].astype(str).str.startswith(prefix)
+    ]
     if rows.empty:
         return {}
     per_t = rows.groupby("t")[["cpu_percent", "rss_bytes"]].sum(min_count=1)
-    return {"cpu_mean": per_t["cpu_percent"].mean(), "cpu_max": per_t["cpu_percent"].max(),
-            "rss_mean": per_t["rss_bytes"].mean(), "rss_max": per_t["rss_bytes"].max()}
+    return {
+        "cpu_mean": per_t["cpu_percent"].mean(),
+        "cpu_max": per_t["cpu_percent"].max(),
+        "rss_mean": per_t["rss_bytes"].mean(),
+        "rss_max": per_t["rss_bytes"].max(),
+    }
 
 
 def _capture_of(step_dir: Path, step: dict[str, Any]) -> Path | None:
     """The capture step_metrics analysed (capture.pcap, or the generator's own)."""
-    for p in (step_dir / "capture.pcap",
-              step_dir / step["capture_source"] if step.get("capture_source") else None):
+    for p in (
+        step_dir / "capture.pcap",
+        step_dir / step["capture_source"] if step.get("capture_source") else None,
+    ):
         if p is not None and p.is_file():
             return p
     return None
 
 
-def write_live_tables(run_dir: str | os.PathLike, doc: dict[str, Any],
-                      manifest: dict[str, Any]) -> list[Path]:
+def write_live_tables(
+    run_dir: str | os.PathLike, doc: dict[str, Any], manifest: dict[str, Any]
+) -> list[Path]:
     """The run tables of a live run (analysis.live.analyze_live): DOC its metrics (the steps as
     step_metrics gives them), MANIFEST the run's manifest. The flow table of each step is read
     from its capture in chunks (analysis.stream.flow_table_of)."""
@@ -231,14 +307,23 @@ def write_live_tables(run_dir: str | os.PathLike, doc: dict[str, Any],
         step_dir = run / entry.get("dir", ".")
         loss = s.get("loss") or {}
         gens = entry.get("generators") or {}
-        row = {"run_id": run_id, "step": name, "kind": s.get("kind"),
-               "generator": ",".join(g.get("name", t) for t, g in gens.items()) or None,
-               "status": s.get("status"), **_traffic(s.get("traffic")),
-               "sent": loss.get("sent"), "wire": loss.get("wire"), "dut": loss.get("dut"),
-               "loss_rate": loss.get("loss_rate"), "dut_dropped": loss.get("dut_dropped"),
-               "capture_dropped": (s.get("capture") or {}).get("dropped_by_kernel"),
-               "params": json.dumps(s.get("params"), sort_keys=True) if s.get("params") else None,
-               "error": s.get("error"), "alerts": (s.get("dut") or {}).get("alerts")}
+        row = {
+            "run_id": run_id,
+            "step": name,
+            "kind": s.get("kind"),
+            "generator": ",".join(g.get("name", t) for t, g in gens.items()) or None,
+            "status": s.get("status"),
+            **_traffic(s.get("traffic")),
+            "sent": loss.get("sent"),
+            "wire": loss.get("wire"),
+            "dut": loss.get("dut"),
+            "loss_rate": loss.get("loss_rate"),
+            "dut_dropped": loss.get("dut_dropped"),
+            "capture_dropped": (s.get("capture") or {}).get("dropped_by_kernel"),
+            "params": json.dumps(s.get("params"), sort_keys=True) if s.get("params") else None,
+            "error": s.get("error"),
+            "alerts": (s.get("dut") or {}).get("alerts"),
+        }
         samples_csv = step_dir / "samples.csv"
         if samples_csv.is_file() and samples_csv.stat().st_size and samples_csv not in seen_samples:
             seen_samples.add(samples_csv)
@@ -256,9 +341,12 @@ def write_live_tables(run_dir: str | os.PathLike, doc: dict[str, Any],
                 pass  # step_metrics said so (capture_problem)
         alerts += _alerts(step_dir, STEP_EVE, run, run_id, name)
     alerts += _alerts(run, RUN_EVE, run, run_id, "run")
-    tables: dict[str, Any] = {"run": [run_row(run_id, manifest, "live", None)], "steps": steps,
-                              "per_second": _concat(per_second) if any(p is not None for p in per_second) else [],
-                              "flows": _concat(flows) if flows else []}
+    tables: dict[str, Any] = {
+        "run": [run_row(run_id, manifest, "live", None)],
+        "steps": steps,
+        "per_second": _concat(per_second) if any(p is not None for p in per_second) else [],
+        "flows": _concat(flows) if flows else [],
+    }
     if resources:
         tables["resources"] = _concat(resources)
     if alerts:
@@ -266,5 +354,11 @@ def write_live_tables(run_dir: str | os.PathLike, doc: dict[str, Any],
     return write_tables(run, tables)
 
 
-__all__ = ["ANALYSIS_TABLES", "read_alerts", "run_row", "write_live_tables",
-           "write_run_tables", "write_tables"]
+__all__ = [
+    "ANALYSIS_TABLES",
+    "read_alerts",
+    "run_row",
+    "write_live_tables",
+    "write_run_tables",
+    "write_tables",
+]

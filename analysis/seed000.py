@@ -11,7 +11,7 @@ from __future__ import annotations
 # Table 1 (lines ~281-287): "Bounds to the flow matching rates, CoralReef (54M elements)", Mpps.
 TABLE1 = {
     "chain": {"deterministic": 58.1, "trace": 14.6, "random": 3.1},  # "List"
-    "tree": {"deterministic": 44.6, "trace": 19.7, "random": 4.6},   # "Trees"
+    "tree": {"deterministic": 44.6, "trace": 19.7, "random": 4.6},  # "Trees"
 }
 TABLE1_SIZE = 54_000_000  # "54M elements"
 TABLE1_HASH = "coralreef"
@@ -23,8 +23,11 @@ FIG2_THRESHOLD_LOG2 = 22
 FIG2_LARGE_LOSS = 0.20
 # Fig. 3 (section 4.2, lines ~226-240): trees/lists rate ratio: up to 4 and above for very small
 # tables, about 1.05 at the threshold, 1.2-1.3 for very large ones.
-FIG3_POINTS = [(14, 4.0, "small tables: x4 and above"), (22, 1.05, "threshold: ~5 %"),
-               (28, 1.25, "large tables: 20-30 %")]
+FIG3_POINTS = [
+    (14, 4.0, "small tables: x4 and above"),
+    (22, 1.05, "threshold: ~5 %"),
+    (28, 1.25, "large tables: 20-30 %"),
+]
 # Fig. 4 (section 4.3, lines ~245-262): chain-length PDFs decrease exponentially; Murmur gives the
 # shortest chains, CoralReef the longest. No values printed.
 FIG4_ORDER = ["murmur3_32", "lookup3", "coralreef"]  # shortest chains first

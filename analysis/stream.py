@@ -51,8 +51,10 @@ def chunk_packets(memory_limit: int | None = None) -> int:
     limit = DEFAULT_MEMORY_LIMIT if memory_limit is None else int(memory_limit)
     if limit <= 0:
         raise ValueError(f"memory_limit must be a positive number of bytes, not {limit}")
-    return max(MIN_CHUNK_PACKETS,
-               min(MAX_CHUNK_PACKETS, limit // (BYTES_PER_PACKET + WORK_BYTES_PER_PACKET)))
+    return max(
+        MIN_CHUNK_PACKETS,
+        min(MAX_CHUNK_PACKETS, limit // (BYTES_PER_PACKET + WORK_BYTES_PER_PACKET)),
+    )
 
 
 def natural_key(name: str) -> list:
@@ -74,19 +76,31 @@ def run_capture_files(run: Path) -> list[Path]:
     main: list[Path] = []
     for base in BASE_NAMES:
         pattern = re.compile(re.escape(base) + r"(\d*)")
-        found = [(int(m.group(1)) if m.group(1) else -1, p) for p in run.iterdir()
-                 if (m := pattern.fullmatch(p.name)) and p.is_file()]
+        found = [
+            (int(m.group(1)) if m.group(1) else -1, p)
+            for p in run.iterdir()
+            if (m := pattern.fullmatch(p.name)) and p.is_file()
+        ]
         if found:
             main = [p for _, p in sorted(found)]
             break
     folder = run / CAPTURES_DIR
-    more = sorted((p for p in folder.iterdir() if p.is_file() and _CAPTURE_FILE.fullmatch(p.name)),
-                  key=lambda p: natural_key(p.name)) if folder.is_dir() else []
+    more = (
+        sorted(
+            (p for p in folder.iterdir() if p.is_file() and _CAPTURE_FILE.fullmatch(p.name)),
+            key=lambda p: natural_key(p.name),
+        )
+        if folder.is_dir()
+        else []
+    )
     if main and more:
-        raise CaptureError(run, f"both {main[0].name} and {CAPTURES_DIR}/ hold captures",
-                           f"a run folder with either {BASE_NAMES[0]} (and its rotations) or a "
-                           f"{CAPTURES_DIR}/ folder; move the one that is not the run's capture "
-                           f"away, or name the files to analyse")
+        raise CaptureError(
+            run,
+            f"both {main[0].name} and {CAPTURES_DIR}/ hold captures",
+            f"a run folder with either {BASE_NAMES[0]} (and its rotations) or a "
+            f"{CAPTURES_DIR}/ folder; move the one that is not the run's capture "
+            f"away, or name the files to analyse",
+        )
     return main or more
 
 
@@ -135,9 +149,13 @@ def _chunks(paths: Sequence[Path], size: int) -> Iterator[Capture]:
         yield from iter_capture(path, size, reuse=True)
 
 
-def read_stream(paths: Iterable[str | os.PathLike], memory_limit: int | None = None,
-                progress: Callable[[str], None] | None = None,
-                flows: bool = True, chunk: int | None = None) -> StreamResult:
+def read_stream(
+    paths: Iterable[str | os.PathLike],
+    memory_limit: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    flows: bool = True,
+    chunk: int | None = None,
+) -> StreamResult:
     """Read the files of one logical capture in chunks into a TrafficAccumulator (with the flow
     table when FLOWS). CHUNK, if given, is the number of packets per chunk instead of the one
     MEMORY_LIMIT allows. PROGRESS, if given, is called with a line about the bytes and packets
@@ -164,8 +182,10 @@ def read_stream(paths: Iterable[str | os.PathLike], memory_limit: int | None = N
             if progress and time.monotonic() - shown >= PROGRESS_EVERY_S:
                 shown = time.monotonic()
                 done = done_bytes + (cap.end_offset or 0)
-                progress(f"read {done / 1e6:,.0f} of {total_bytes / 1e6:,.0f} MB "
-                         f"({done / max(total_bytes, 1):.0%}), {totals.packets:,} packets")
+                progress(
+                    f"read {done / 1e6:,.0f} of {total_bytes / 1e6:,.0f} MB "
+                    f"({done / max(total_bytes, 1):.0%}), {totals.packets:,} packets"
+                )
             del cap
         assert facts is not None  # iter_capture yields at least one chunk
         file_bytes = path.stat().st_size
@@ -176,18 +196,32 @@ def read_stream(paths: Iterable[str | os.PathLike], memory_limit: int | None = N
     result = StreamResult(files, totals, size, 1, problems)
     if totals.needs_rebin:
         if progress:
-            progress("a packet is earlier than every file's first one: counting the seconds "
-                     "again from it (second pass)")
+            progress(
+                "a packet is earlier than every file's first one: counting the seconds "
+                "again from it (second pass)"
+            )
         totals.rebin(_chunks(paths, size))
         result.passes = 2
     return result
 
 
-def flow_table_of(paths: Iterable[str | os.PathLike], memory_limit: int | None = None) -> pd.DataFrame:
+def flow_table_of(
+    paths: Iterable[str | os.PathLike], memory_limit: int | None = None
+) -> pd.DataFrame:
     """flow_table of one logical capture, read in chunks (bounded memory)."""
     return read_stream(paths, memory_limit).totals.flows.table()
 
 
-__all__ = ["read_stream", "flow_table_of", "run_capture_files", "chunk_packets", "natural_key", "StreamResult",
-           "CaptureFile", "DEFAULT_MEMORY_LIMIT", "WORK_BYTES_PER_PACKET", "BASE_NAMES",
-           "CAPTURES_DIR"]
+__all__ = [
+    "read_stream",
+    "flow_table_of",
+    "run_capture_files",
+    "chunk_packets",
+    "natural_key",
+    "StreamResult",
+    "CaptureFile",
+    "DEFAULT_MEMORY_LIMIT",
+    "WORK_BYTES_PER_PACKET",
+    "BASE_NAMES",
+    "CAPTURES_DIR",
+]

@@ -27,7 +27,9 @@ def session_flows(text: str) -> pd.DataFrame:
     for line in text.splitlines():
         if line.startswith("flow "):
             fields = dict(kv.split("=", 1) for kv in line.split()[1:])
-            rows.append({k: int(fields[k]) for k in ("start", "period", "packets", "reps", "rep_period")})
+            rows.append(
+                {k: int(fields[k]) for k in ("start", "period", "packets", "reps", "rep_period")}
+            )
     table = pd.DataFrame(rows, columns=["start", "period", "packets", "reps", "rep_period"])
     table.index.name = "flow"
     return table
@@ -35,16 +37,23 @@ def session_flows(text: str) -> pd.DataFrame:
 
 def engine_key(df: pd.DataFrame) -> pd.DataFrame:
     """The engine flow log keyed like flow_table (text addresses through inet_pton/ntop)."""
+
     def norm(af: int, text: str) -> str:
         fam = socket.AF_INET if af == 4 else socket.AF_INET6
         return socket.inet_ntop(fam, socket.inet_pton(fam, str(text)))
 
-    out = pd.DataFrame({
-        "ip_version": df["af"].astype(int), "proto": df["proto"].astype(int),
-        "src": [norm(a, s) for a, s in zip(df["af"], df["src"])],
-        "dst": [norm(a, s) for a, s in zip(df["af"], df["dst"])],
-        "sport": df["sport"].astype(int), "dport": df["dport"].astype(int),
-        "packets": df["packets"].astype(np.int64), "bytes": df["bytes"].astype(np.int64)})
+    out = pd.DataFrame(
+        {
+            "ip_version": df["af"].astype(int),
+            "proto": df["proto"].astype(int),
+            "src": [norm(a, s) for a, s in zip(df["af"], df["src"])],
+            "dst": [norm(a, s) for a, s in zip(df["af"], df["dst"])],
+            "sport": df["sport"].astype(int),
+            "dport": df["dport"].astype(int),
+            "packets": df["packets"].astype(np.int64),
+            "bytes": df["bytes"].astype(np.int64),
+        }
+    )
     return out
 
 
@@ -54,23 +63,32 @@ def timing_errors(flows: pd.DataFrame, engine_log: pd.DataFrame, session_text: s
     `flows` is the capture's flow table (analysis.metrics.flow_table), `engine_log` the engine's
     engine-flows.csv as read by pandas, `session_text` the run's session.ntg."""
     plan = session_flows(session_text)
-    log = engine_key(engine_log).assign(flow=engine_log["flow"].astype(int).to_numpy(),
-                                         rep=engine_log["rep"].astype(np.int64).to_numpy())
+    log = engine_key(engine_log).assign(
+        flow=engine_log["flow"].astype(int).to_numpy(),
+        rep=engine_log["rep"].astype(np.int64).to_numpy(),
+    )
     log = log[~log.duplicated(KEY, keep=False)]
     both = log[KEY + ["flow", "rep"]].merge(flows[KEY + ["packets", "first_ns", "last_ns"]], on=KEY)
     line = plan.loc[both["flow"].to_numpy()]
-    intended_start = line["start"].to_numpy() + both["rep"].to_numpy() * line["rep_period"].to_numpy()
+    intended_start = (
+        line["start"].to_numpy() + both["rep"].to_numpy() * line["rep_period"].to_numpy()
+    )
     intended_duration = (line["packets"].to_numpy() - 1) * line["period"].to_numpy()
     first = both["first_ns"].to_numpy(np.int64)
     duration = both["last_ns"].to_numpy(np.int64) - first
-    return pd.DataFrame({
-        "flow": both["flow"].to_numpy(), "rep": both["rep"].to_numpy(),
-        "packets": both["packets"].to_numpy(),
-        "intended_start_ns": intended_start, "start_ns": first,
-        "start_error_ns": first - intended_start,
-        "intended_duration_ns": intended_duration, "duration_ns": duration,
-        "duration_error_ns": duration - intended_duration,
-    }).sort_values(["flow", "rep"], ignore_index=True)
+    return pd.DataFrame(
+        {
+            "flow": both["flow"].to_numpy(),
+            "rep": both["rep"].to_numpy(),
+            "packets": both["packets"].to_numpy(),
+            "intended_start_ns": intended_start,
+            "start_ns": first,
+            "start_error_ns": first - intended_start,
+            "intended_duration_ns": intended_duration,
+            "duration_ns": duration,
+            "duration_error_ns": duration - intended_duration,
+        }
+    ).sort_values(["flow", "rep"], ignore_index=True)
 
 
 def error_summary(values: np.ndarray) -> dict:
@@ -80,10 +98,16 @@ def error_summary(values: np.ndarray) -> dict:
         return {"count": 0}
     q = np.percentile(v, [1, 50, 99])
     return {
-        "count": int(v.size), "exact": int(np.count_nonzero(v == 0)),
-        "mean_ns": float(v.mean()), "std_ns": float(v.std()),
-        "min_ns": float(v.min()), "p01_ns": float(q[0]), "median_ns": float(q[1]),
-        "p99_ns": float(q[2]), "max_ns": float(v.max()), "max_abs_ns": float(np.abs(v).max()),
+        "count": int(v.size),
+        "exact": int(np.count_nonzero(v == 0)),
+        "mean_ns": float(v.mean()),
+        "std_ns": float(v.std()),
+        "min_ns": float(v.min()),
+        "p01_ns": float(q[0]),
+        "median_ns": float(q[1]),
+        "p99_ns": float(q[2]),
+        "max_ns": float(v.max()),
+        "max_abs_ns": float(np.abs(v).max()),
     }
 
 

@@ -29,28 +29,45 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
 
-FLOW = ("flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
-        "src=198.18.0.0/15 src_mode=increment dst=198.19.0.1/32 dst_mode=fixed "
-        "sport=1024-65535 sport_mode=random dport=9-9 dport_mode=fixed "
-        "start={start} period={period} packets={packets} size=22-22 payload=- "
-        "reps={reps} rep_period={rep_period}")
+FLOW = (
+    "flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
+    "src=198.18.0.0/15 src_mode=increment dst=198.19.0.1/32 dst_mode=fixed "
+    "sport=1024-65535 sport_mode=random dport=9-9 dport_mode=fixed "
+    "start={start} period={period} packets={packets} size=22-22 payload=- "
+    "reps={reps} rep_period={rep_period}"
+)
 
 
 def find_binary(explicit):
-    for c in (explicit, os.environ.get("NTG_FLOWENGINE"), shutil.which("flowengine"),
-              str(Path(sysconfig.get_path("scripts")) / "flowengine")):
+    for c in (
+        explicit,
+        os.environ.get("NTG_FLOWENGINE"),
+        shutil.which("flowengine"),
+        str(Path(sysconfig.get_path("scripts")) / "flowengine"),
+    ):
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return Path(c)
     build = OUT / "flowengine-build"
     print(f"flowengine not found; building it in {build}", file=sys.stderr)
-    subprocess.run(["cmake", "-S", str(REPO / "generators" / "flowengine"), "-B", str(build),
-                    "-DCMAKE_BUILD_TYPE=Release"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            str(REPO / "generators" / "flowengine"),
+            "-B",
+            str(build),
+            "-DCMAKE_BUILD_TYPE=Release",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     subprocess.run(["cmake", "--build", str(build), "-j"], check=True, stdout=subprocess.DEVNULL)
     return build / "flowengine"
 
 
 def sessions(total):
     """name -> (concurrent flows, session text); every flow of a case is live at once."""
+
     def text(lines):
         return "ntg-session 1\nseed 1\n" + "\n".join(lines) + "\n"
 
@@ -60,13 +77,18 @@ def sessions(total):
         # Repetitions start 1 ns apart and each lasts far longer than all the
         # starts together, so all `flows` instances overlap.
         period = max(1, flows)
-        cases[f"{flows:,} flow{'s' if flows > 1 else ''}"] = (flows, text([FLOW.format(
-            start=0, period=period, packets=per, reps=flows, rep_period=1)]))
+        cases[f"{flows:,} flow{'s' if flows > 1 else ''}"] = (
+            flows,
+            text([FLOW.format(start=0, period=period, packets=per, reps=flows, rep_period=1)]),
+        )
     lines, classes, reps = [], 1_000, 1_000
     per = max(2, total // (classes * reps))
     for k in range(classes):
-        lines.append(FLOW.format(start=k, period=1_000_000 + 997 * k, packets=per, reps=reps,
-                                 rep_period=1_000))
+        lines.append(
+            FLOW.format(
+                start=k, period=1_000_000 + 997 * k, packets=per, reps=reps, rep_period=1_000
+            )
+        )
     cases["1,000,000 flows, 1,000 periods"] = (classes * reps, text(lines))
     return cases
 
@@ -104,9 +126,12 @@ def scapy_peer(shm, packets=100_000):
     t0 = time.perf_counter()
     with PcapWriter(str(pcap), nano=True, sync=False) as w:
         for i in range(packets):
-            frame = (Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
-                     / IP(src=f"198.18.{(i >> 8) & 255}.{i & 255}", dst="198.19.0.1")
-                     / UDP(sport=1024 + i % 60000, dport=9) / payload)
+            frame = (
+                Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+                / IP(src=f"198.18.{(i >> 8) & 255}.{i & 255}", dst="198.19.0.1")
+                / UDP(sport=1024 + i % 60000, dport=9)
+                / payload
+            )
             frame.time = i * 1e-6
             w.write(frame)
     wall = time.perf_counter() - t0
@@ -120,8 +145,11 @@ def write_ceiling(shm, nbytes):
     target = Path(shm) / f"fe-bench-dd-{os.getpid()}"
     blocks = max(1, nbytes >> 20)
     t0 = time.perf_counter()
-    subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={blocks}"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={blocks}"],
+        check=True,
+        capture_output=True,
+    )
     wall = time.perf_counter() - t0
     target.unlink(missing_ok=True)
     return {"bytes": blocks << 20, "seconds": wall, "bytes_per_second": (blocks << 20) / wall}
@@ -137,7 +165,9 @@ def main():
     a = ap.parse_args()
 
     binary = find_binary(a.bin)
-    version = subprocess.run([str(binary), "version"], capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [str(binary), "version"], capture_output=True, text=True
+    ).stdout.strip()
     if not os.access(a.shm, os.W_OK):
         sys.exit(f"{a.shm} is not writable (needed for the pcap runs)")
 
@@ -150,14 +180,22 @@ def main():
                 runs = [run_once(binary, session, sink, a.shm) for _ in range(a.repeat)]
                 mpps = [r["mpps"] for r in runs]
                 med = sorted(runs, key=lambda r: r["mpps"])[len(runs) // 2]
-                results.append({
-                    "case": name, "concurrent_flows": flows, "sink": sink,
-                    "packets": med["packets"], "frame_bytes": med["bytes"] // med["packets"],
-                    "mpps_median": statistics.median(mpps), "mpps_min": min(mpps),
-                    "mpps_max": max(mpps), "engine_wall_seconds": med["wall_seconds"],
-                    "process_wall_seconds": med["process_wall_seconds"],
-                    "pcap_bytes": med["pcap_bytes"], "runs": runs,
-                })
+                results.append(
+                    {
+                        "case": name,
+                        "concurrent_flows": flows,
+                        "sink": sink,
+                        "packets": med["packets"],
+                        "frame_bytes": med["bytes"] // med["packets"],
+                        "mpps_median": statistics.median(mpps),
+                        "mpps_min": min(mpps),
+                        "mpps_max": max(mpps),
+                        "engine_wall_seconds": med["wall_seconds"],
+                        "process_wall_seconds": med["process_wall_seconds"],
+                        "pcap_bytes": med["pcap_bytes"],
+                        "runs": runs,
+                    }
+                )
                 print(f"{name:32} {sink:5} {statistics.median(mpps):7.2f} Mpps", file=sys.stderr)
 
     pcap_rows = [r for r in results if r["sink"] == "pcap"]
@@ -166,10 +204,17 @@ def main():
     ceiling["equivalent_mpps"] = ceiling["bytes_per_second"] / per_record / 1e6
     scapy = scapy_peer(a.shm)
     report = {
-        "flowengine": version, "binary": str(binary), "packets_per_run": a.packets,
-        "repeat": a.repeat, "pcap_dir": a.shm,
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                 "kernel": platform.release(), "python": platform.python_version()},
+        "flowengine": version,
+        "binary": str(binary),
+        "packets_per_run": a.packets,
+        "repeat": a.repeat,
+        "pcap_dir": a.shm,
+        "host": {
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+        },
         "targets_mpps": {"null": 10, "pcap": 5},
         "results": results,
         "peers": {"scapy_pcapwriter": scapy, "dd_write_ceiling": ceiling},
@@ -183,17 +228,24 @@ def main():
     print("|---|---|---:|---:|---:|---:|")
     for r in results:
         sink = "null" if r["sink"] == "null" else f"pcap ({a.shm})"
-        print(f"| {r['case']} | {sink} | {r['mpps_median']:.2f} | "
-              f"{r['mpps_min']:.2f}–{r['mpps_max']:.2f} | {r['engine_wall_seconds']:.3f} | "
-              f"{r['process_wall_seconds']:.3f} |")
+        print(
+            f"| {r['case']} | {sink} | {r['mpps_median']:.2f} | "
+            f"{r['mpps_min']:.2f}–{r['mpps_max']:.2f} | {r['engine_wall_seconds']:.3f} | "
+            f"{r['process_wall_seconds']:.3f} |"
+        )
     best_pcap = max(r["mpps_median"] for r in pcap_rows)
-    print(f"\nPeers in the same run: `dd` writes {a.shm} at {ceiling['bytes_per_second'] / 1e9:.2f} GB/s, "
-          f"the equivalent of {ceiling['equivalent_mpps']:.1f} Mpps of these records (the engine's "
-          f"best pcap case reaches {best_pcap / ceiling['equivalent_mpps']:.0%} of it)", end="")
+    print(
+        f"\nPeers in the same run: `dd` writes {a.shm} at {ceiling['bytes_per_second'] / 1e9:.2f} GB/s, "
+        f"the equivalent of {ceiling['equivalent_mpps']:.1f} Mpps of these records (the engine's "
+        f"best pcap case reaches {best_pcap / ceiling['equivalent_mpps']:.0%} of it)",
+        end="",
+    )
     if scapy:
-        print(f"; Scapy builds and writes the same frames at {scapy['mpps'] * 1e3:.1f} kpps "
-              f"({scapy['packets']:,} packets), so the engine's 1-flow pcap case is "
-              f"{pcap_rows[0]['mpps_median'] / scapy['mpps']:,.0f}x Scapy.")
+        print(
+            f"; Scapy builds and writes the same frames at {scapy['mpps'] * 1e3:.1f} kpps "
+            f"({scapy['packets']:,} packets), so the engine's 1-flow pcap case is "
+            f"{pcap_rows[0]['mpps_median'] / scapy['mpps']:,.0f}x Scapy."
+        )
     else:
         print("; Scapy is not installed, so its row is missing.")
     print(f"\nwritten to {out}")

@@ -50,10 +50,10 @@ def packed(t: np.ndarray, family: int, stride: int) -> np.ndarray:
     width = 4 if family == 4 else 16
     length = hashing.TUPLE_KEY_LEN[family]
     rows = np.zeros((len(t), stride), dtype=np.uint8)
-    rows[:, 0:width], rows[:, width:2 * width] = t["src"][:, :width], t["dst"][:, :width]
+    rows[:, 0:width], rows[:, width : 2 * width] = t["src"][:, :width], t["dst"][:, :width]
     q = 2 * width
-    rows[:, q:q + 2] = t["sport"].astype(">u2").view(np.uint8).reshape(-1, 2)
-    rows[:, q + 2:q + 4] = t["dport"].astype(">u2").view(np.uint8).reshape(-1, 2)
+    rows[:, q : q + 2] = t["sport"].astype(">u2").view(np.uint8).reshape(-1, 2)
+    rows[:, q + 2 : q + 4] = t["dport"].astype(">u2").view(np.uint8).reshape(-1, 2)
     rows[:, q + 4] = t["proto"]
     return rows[:, :length]
 
@@ -84,34 +84,53 @@ def main() -> None:
     k4, k6 = packed(t4, 4, 16), packed(t6, 6, 40)
     for name in ("crc32c", "lookup3", "wyhash"):  # the packed keys are the tuples' keys
         if name in names:
-            assert np.array_equal(hashing.hash_keys(name, k4[:1000]), hashing.hash_tuples(name, t4[:1000]))
+            assert np.array_equal(
+                hashing.hash_keys(name, k4[:1000]), hashing.hash_tuples(name, t4[:1000])
+            )
     rows = []
     for name in names:
         row = {"hash": name}
-        for col, fn in (("per_tuple_v4", lambda: hashing.timed_hash_tuples(name, t4)),
-                        ("bulk_v4", lambda: hashing.timed_hash_keys(name, k4)),
-                        ("bulk_v6", lambda: hashing.timed_hash_keys(name, k6))):
+        for col, fn in (
+            ("per_tuple_v4", lambda: hashing.timed_hash_tuples(name, t4)),
+            ("bulk_v4", lambda: hashing.timed_hash_keys(name, k4)),
+            ("bulk_v6", lambda: hashing.timed_hash_keys(name, k6)),
+        ):
             row[col], row[col + "_cpu"] = best_rates(fn, args.keys, args.repeat)
         rows.append(row)
         print(f"{name}: {row['bulk_v4_cpu'] / 1e6:.0f} M/s bulk", file=sys.stderr)
 
-    print(f"\n{args.keys:,} random 5-tuples, best of {args.repeat}, one core, M hashes/s by CPU "
-          f"time (by wall time)\n")
-    print("| hash | per tuple, IPv4 | bulk, IPv4 (13 B) | bulk, IPv6 (37 B) | bulk IPv4 ÷ seed 002 |")
+    print(
+        f"\n{args.keys:,} random 5-tuples, best of {args.repeat}, one core, M hashes/s by CPU "
+        f"time (by wall time)\n"
+    )
+    print(
+        "| hash | per tuple, IPv4 | bulk, IPv4 (13 B) | bulk, IPv6 (37 B) | bulk IPv4 ÷ seed 002 |"
+    )
     print("|---|---:|---:|---:|---:|")
     m = lambda r, c: f"{r[c + '_cpu'] / 1e6:.0f} ({r[c] / 1e6:.0f})"  # noqa: E731
     for r in rows:
-        print(f"| {r['hash']} | {m(r, 'per_tuple_v4')} | {m(r, 'bulk_v4')} | {m(r, 'bulk_v6')} | "
-              f"{r['bulk_v4_cpu'] / SEED_002['hashes_per_s']:,.0f}× |")
+        print(
+            f"| {r['hash']} | {m(r, 'per_tuple_v4')} | {m(r, 'bulk_v4')} | {m(r, 'bulk_v6')} | "
+            f"{r['bulk_v4_cpu'] / SEED_002['hashes_per_s']:,.0f}× |"
+        )
     crc = next((r for r in rows if r["hash"] == "crc32c"), None)
     if crc:
         met = "met" if crc["bulk_v4_cpu"] >= TARGET_CRC32C else "NOT met"
-        print(f"\ntarget CRC32C >= {TARGET_CRC32C / 1e6:.0f} M/s on 5-tuples: {met} "
-              f"({crc['bulk_v4_cpu'] / 1e6:.0f} M/s bulk by CPU time, {crc['bulk_v4'] / 1e6:.0f} by wall)")
+        print(
+            f"\ntarget CRC32C >= {TARGET_CRC32C / 1e6:.0f} M/s on 5-tuples: {met} "
+            f"({crc['bulk_v4_cpu'] / 1e6:.0f} M/s bulk by CPU time, {crc['bulk_v4'] / 1e6:.0f} by wall)"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"keys": args.keys, "repeat": args.repeat, "rows": rows, "seed_002": SEED_002,
-           "target_crc32c": TARGET_CRC32C, "machine": machine(),
-           "load_average": os.getloadavg(), "platform": platform.platform()}
+    doc = {
+        "keys": args.keys,
+        "repeat": args.repeat,
+        "rows": rows,
+        "seed_002": SEED_002,
+        "target_crc32c": TARGET_CRC32C,
+        "machine": machine(),
+        "load_average": os.getloadavg(),
+        "platform": platform.platform(),
+    }
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
 

@@ -40,10 +40,12 @@ OUT = REPO / "benchmarks" / "out"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from testbed.endpoints.netns.topology import VethPair  # noqa: E402
 
-FLOW = ("flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
-        "src=198.18.0.1/32 src_mode=fixed dst=198.19.0.1/32 dst_mode=fixed "
-        "sport=1024-65535 sport_mode=random dport=9-9 dport_mode=fixed "
-        "start=0 period=1 packets={packets} size=22-22 payload=- reps=1 rep_period=0")
+FLOW = (
+    "flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
+    "src=198.18.0.1/32 src_mode=fixed dst=198.19.0.1/32 dst_mode=fixed "
+    "sport=1024-65535 sport_mode=random dport=9-9 dport_mode=fixed "
+    "start=0 period=1 packets={packets} size=22-22 payload=- reps=1 rep_period=0"
+)
 
 
 def sh(*args, timeout=30, check=True):
@@ -60,7 +62,6 @@ class Namespace(VethPair):
         return self.run_in(self.gen, *args, timeout=timeout, check=check)
 
 
-
 def timed(ns, argv, timeout=300):
     before = ns.rx()
     t0 = time.monotonic()
@@ -73,22 +74,62 @@ def timed(ns, argv, timeout=300):
 
 
 def run_engine(ns, engine, session, extra=()):
-    p, rx, wall = timed(ns, [str(engine), "gen", str(session), "--iface", "veth0", "--pace",
-                             "topspeed", "--stats", os.devnull, *extra])
+    p, rx, wall = timed(
+        ns,
+        [
+            str(engine),
+            "gen",
+            str(session),
+            "--iface",
+            "veth0",
+            "--pace",
+            "topspeed",
+            "--stats",
+            os.devnull,
+            *extra,
+        ],
+    )
     s = json.loads(p.stderr.strip().splitlines()[-1])
-    return {"own_mpps": s["sent"] / s["wall_seconds"] / 1e6, "rx_mpps": rx / wall / 1e6,
-            "sent": s["sent"], "rx": rx, "wall": wall, "sink": s["sink"]}
+    return {
+        "own_mpps": s["sent"] / s["wall_seconds"] / 1e6,
+        "rx_mpps": rx / wall / 1e6,
+        "sent": s["sent"],
+        "rx": rx,
+        "wall": wall,
+        "sink": s["sink"],
+    }
 
 
 def run_trafgen(ns, conf, packets):
-    p, rx, wall = timed(ns, ["trafgen", "--dev", "veth0", "--conf", str(conf), "--cpus", "1",
-                             "-n", str(packets), "--no-sock-mem"])
+    p, rx, wall = timed(
+        ns,
+        [
+            "trafgen",
+            "--dev",
+            "veth0",
+            "--conf",
+            str(conf),
+            "--cpus",
+            "1",
+            "-n",
+            str(packets),
+            "--no-sock-mem",
+        ],
+    )
     out = p.stdout + p.stderr
-    m = re.search(r"(\d+)\s+packets outgoing.*?\n.*?(\d+)\s+bytes outgoing.*?\n\s*(\d+)\s+sec,\s*(\d+)\s+usec",
-                  out, re.S)
+    m = re.search(
+        r"(\d+)\s+packets outgoing.*?\n.*?(\d+)\s+bytes outgoing.*?\n\s*(\d+)\s+sec,\s*(\d+)\s+usec",
+        out,
+        re.S,
+    )
     own = int(m.group(1)) / (int(m.group(3)) + int(m.group(4)) / 1e6) / 1e6 if m else None
-    return {"own_mpps": own, "rx_mpps": rx / wall / 1e6, "sent": int(m.group(1)) if m else None,
-            "rx": rx, "wall": wall}
+    return {
+        "own_mpps": own,
+        "rx_mpps": rx / wall / 1e6,
+        "sent": int(m.group(1)) if m else None,
+        "rx": rx,
+        "wall": wall,
+    }
 
 
 def run_tcpreplay(ns, pcap):
@@ -96,13 +137,23 @@ def run_tcpreplay(ns, pcap):
     out = p.stdout + p.stderr
     m = re.search(r"Actual:\s+(\d+) packets.*?in ([\d.]+) seconds", out)
     own = int(m.group(1)) / float(m.group(2)) / 1e6 if m else None
-    return {"own_mpps": own, "rx_mpps": rx / wall / 1e6, "sent": int(m.group(1)) if m else None,
-            "rx": rx, "wall": wall}
+    return {
+        "own_mpps": own,
+        "rx_mpps": rx / wall / 1e6,
+        "sent": int(m.group(1)) if m else None,
+        "rx": rx,
+        "wall": wall,
+    }
 
 
 def trafgen_conf(frame: bytes) -> str:
-    return "{\n  " + ",\n  ".join(", ".join(f"0x{b:02x}" for b in frame[i:i + 16])
-                                 for i in range(0, len(frame), 16)) + "\n}\n"
+    return (
+        "{\n  "
+        + ",\n  ".join(
+            ", ".join(f"0x{b:02x}" for b in frame[i : i + 16]) for i in range(0, len(frame), 16)
+        )
+        + "\n}\n"
+    )
 
 
 def main():
@@ -129,15 +180,20 @@ def main():
         sh(str(engine), "gen", str(rsess), "-o", str(pcap), "--stats", os.devnull, timeout=120)
         data = pcap.read_bytes()
         conf = tmp / "udp64.cfg"
-        conf.write_text(trafgen_conf(data[24 + 16: 24 + 16 + 64]))
+        conf.write_text(trafgen_conf(data[24 + 16 : 24 + 16 + 64]))
 
-        runs = {"flowengine (ring)": [], "flowengine (sendmmsg)": [], "trafgen": [],
-                "tcpreplay --preload-pcap": []}
+        runs = {
+            "flowengine (ring)": [],
+            "flowengine (sendmmsg)": [],
+            "trafgen": [],
+            "tcpreplay --preload-pcap": [],
+        }
         with Namespace() as ns:
             for _ in range(args.repeat):  # interleaved, so drift hits every sender alike
                 runs["flowengine (ring)"].append(run_engine(ns, engine, sess))
                 runs["flowengine (sendmmsg)"].append(
-                    run_engine(ns, engine, sess, ("--tx", "sendmmsg")))
+                    run_engine(ns, engine, sess, ("--tx", "sendmmsg"))
+                )
                 runs["trafgen"].append(run_trafgen(ns, conf, args.packets))
                 runs["tcpreplay --preload-pcap"].append(run_tcpreplay(ns, pcap))
 
@@ -148,14 +204,20 @@ def main():
     ours = med(runs["flowengine (ring)"], "rx_mpps")
     table = {}
     for name, rs in runs.items():
-        table[name] = {"own_mpps": med(rs, "own_mpps"), "rx_mpps": med(rs, "rx_mpps"),
-                       "runs": rs}
+        table[name] = {"own_mpps": med(rs, "own_mpps"), "rx_mpps": med(rs, "rx_mpps"), "runs": rs}
         r = table[name]["rx_mpps"]
         table[name]["ours_vs_this"] = ours / r if r else None
 
-    result = {"packets": args.packets, "replay_packets": args.replay, "repeat": args.repeat,
-              "frame_bytes": 64, "cpu": "taskset -c 0", "kernel": platform.release(),
-              "engine": str(engine), "results": table}
+    result = {
+        "packets": args.packets,
+        "replay_packets": args.replay,
+        "repeat": args.repeat,
+        "frame_bytes": 64,
+        "cpu": "taskset -c 0",
+        "kernel": platform.release(),
+        "engine": str(engine),
+        "results": table,
+    }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "live.json").write_text(json.dumps(result, indent=2) + "\n")
 

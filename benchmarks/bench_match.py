@@ -37,12 +37,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engine import OUT, find_binary  # noqa: E402
 
 RANDOM_FLOWS = 1 << 22
-RANDOM_SIZES = {"chain": "2^22", "tree": "2^22", "linear": "2^23", "robin": "2^23", "cuckoo": "5242880",
-                "linear16": "2^23"}
+RANDOM_SIZES = {
+    "chain": "2^22",
+    "tree": "2^22",
+    "linear": "2^23",
+    "robin": "2^23",
+    "cuckoo": "5242880",
+    "linear16": "2^23",
+}
 # the same tables a little over those sizes, not powers of two: the line is then the exact modulo by a
 # reciprocal (two multiplies), not a mask (cuckoo's 655,360 buckets are not a power of two either)
-ODD_SIZES = {"chain": "4194319", "tree": "4194319", "linear": "8388617", "robin": "8388617", "linear16": "8388617"}
-IPV4_ONLY = {"linear16"}  # keys packed in 16 bytes: a pcap with IPv6 packets is refused (then skipped)
+ODD_SIZES = {
+    "chain": "4194319",
+    "tree": "4194319",
+    "linear": "8388617",
+    "robin": "8388617",
+    "linear16": "8388617",
+}
+IPV4_ONLY = {
+    "linear16"
+}  # keys packed in 16 bytes: a pcap with IPv6 packets is refused (then skipped)
 STRUCTS = list(RANDOM_SIZES)
 
 
@@ -52,10 +66,15 @@ def run(binary, args, pin=None):
         path = Path(f.name)
     try:
         prefix = ["taskset", "-c", str(pin)] if pin is not None else []
-        r = subprocess.run([*prefix, str(binary), "match", *args, "--json", str(path)], capture_output=True,
-                           text=True)
+        r = subprocess.run(
+            [*prefix, str(binary), "match", *args, "--json", str(path)],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
-            raise RuntimeError(f"flowengine match {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}")
+            raise RuntimeError(
+                f"flowengine match {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}"
+            )
         return json.loads(path.read_text())
     finally:
         path.unlink(missing_ok=True)
@@ -89,43 +108,86 @@ def refusal(binary, args):
 
 def largest_pcap():
     root = os.environ.get("NTG_SHARED_DATA")
-    pcaps = sorted((Path(root) / "pcaps").glob("*.pcap"), key=lambda p: p.stat().st_size) if root else []
+    pcaps = (
+        sorted((Path(root) / "pcaps").glob("*.pcap"), key=lambda p: p.stat().st_size)
+        if root
+        else []
+    )
     return pcaps[-1] if pcaps else None
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--packets", type=int, default=8_000_000, help="packets of the random and churn cases")
+    ap.add_argument(
+        "--packets", type=int, default=8_000_000, help="packets of the random and churn cases"
+    )
     ap.add_argument("--det-packets", type=int, default=16_000_000)
-    ap.add_argument("--trace-packets", type=int, default=2_000_000,
-                    help="lookups of the trace case (the pcap replayed in order)")
+    ap.add_argument(
+        "--trace-packets",
+        type=int,
+        default=2_000_000,
+        help="lookups of the trace case (the pcap replayed in order)",
+    )
     ap.add_argument("--hash", default="crc32c")
     ap.add_argument("--bin")
-    ap.add_argument("--compare", help="another flowengine binary, run alternately on the random and det cases")
+    ap.add_argument(
+        "--compare", help="another flowengine binary, run alternately on the random and det cases"
+    )
     ap.add_argument("--structs", default=",".join(STRUCTS))
     ap.add_argument("--cpu", type=int, help="the core to run on (taskset -c; default: any)")
     ap.add_argument("--cases", default="random,odd,det,churn,trace")
     a = ap.parse_args()
     binary = find_binary(a.bin)
     wanted = set(a.cases.split(","))
-    results = {"machine": platform.node(), "cpu": platform.processor(), "hash": a.hash,
-               "repeat": a.repeat, "binary": str(binary), "compare": a.compare, "cases": []}
+    results = {
+        "machine": platform.node(),
+        "cpu": platform.processor(),
+        "hash": a.hash,
+        "repeat": a.repeat,
+        "binary": str(binary),
+        "compare": a.compare,
+        "cases": [],
+    }
     pcap = largest_pcap()
     for struct in a.structs.split(","):
         common = ["--struct", struct, "--hash", a.hash]
         cases = {
-            "random 4M flows, hits": common + ["--size", RANDOM_SIZES[struct], "--feed",
-                                               f"uniform:{RANDOM_FLOWS}", "--packets", str(a.packets),
-                                               "--warmup"],
-            "random 4M flows, hits, size not a power of two": common + [
-                "--size", ODD_SIZES.get(struct, RANDOM_SIZES[struct]), "--feed", f"uniform:{RANDOM_FLOWS}",
-                "--packets", str(a.packets), "--warmup"],
-            "deterministic": common + ["--size", "2^20", "--feed", "det", "--packets", str(a.det_packets)],
-            "churn 1M new flows/s, idle 1 s": common + [
-                "--size", "2^22" if struct in ("chain", "tree") else "4194304", "--feed",
-                f"netscan:{a.packets}", "--packets", str(a.packets), "--rate", "1e6",
-                "--timeout-idle", "1"],
+            "random 4M flows, hits": common
+            + [
+                "--size",
+                RANDOM_SIZES[struct],
+                "--feed",
+                f"uniform:{RANDOM_FLOWS}",
+                "--packets",
+                str(a.packets),
+                "--warmup",
+            ],
+            "random 4M flows, hits, size not a power of two": common
+            + [
+                "--size",
+                ODD_SIZES.get(struct, RANDOM_SIZES[struct]),
+                "--feed",
+                f"uniform:{RANDOM_FLOWS}",
+                "--packets",
+                str(a.packets),
+                "--warmup",
+            ],
+            "deterministic": common
+            + ["--size", "2^20", "--feed", "det", "--packets", str(a.det_packets)],
+            "churn 1M new flows/s, idle 1 s": common
+            + [
+                "--size",
+                "2^22" if struct in ("chain", "tree") else "4194304",
+                "--feed",
+                f"netscan:{a.packets}",
+                "--packets",
+                str(a.packets),
+                "--rate",
+                "1e6",
+                "--timeout-idle",
+                "1",
+            ],
         }
         if pcap and "trace" in wanted:
             trace = common + ["--size", "2^16", "--feed", "pcap", "--pcap", str(pcap)]
@@ -134,8 +196,12 @@ def main():
                 print(f"{struct:7} trace {pcap.name}: skipped: {why}", file=sys.stderr)
             else:
                 cases[f"trace {pcap.name}"] = trace + ["--packets", str(a.trace_packets)]
-        kinds = {"random 4M flows, hits": "random", "random 4M flows, hits, size not a power of two": "odd",
-                 "deterministic": "det", "churn 1M new flows/s, idle 1 s": "churn"}
+        kinds = {
+            "random 4M flows, hits": "random",
+            "random 4M flows, hits, size not a power of two": "odd",
+            "deterministic": "det",
+            "churn 1M new flows/s, idle 1 s": "churn",
+        }
         for name, args in cases.items():
             kind = kinds.get(name, "trace")
             if kind not in wanted or (kind == "odd" and struct not in ODD_SIZES):
@@ -149,22 +215,35 @@ def main():
             r["case"] = name
             r["args"] = args
             results["cases"].append(r)
-            vs = f" (compare {r['compare_mpps']:.2f}: x{r['mpps'] / r['compare_mpps']:.2f})" \
-                if "compare_mpps" in r else ""
+            vs = (
+                f" (compare {r['compare_mpps']:.2f}: x{r['mpps'] / r['compare_mpps']:.2f})"
+                if "compare_mpps" in r
+                else ""
+            )
             print(f"{struct:7} {name:32} {r['mpps']:8.2f} Mpps{vs}", file=sys.stderr)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "match.json").write_text(json.dumps(results, indent=1) + "\n")
-    cmp_head, cmp_rule = ((" compare Mpps | ours / compare | compare P(L=1) |", "---|---|---|") if a.compare
-                          else ("", ""))
-    print(f"| structure | case | size | Mpps (median of {a.repeat}) |{cmp_head} P(L=1) | mean probes | bytes/flow | "
-          "inserts/s | expiries/s | worst packet (probes, expiry steps) |")
+    cmp_head, cmp_rule = (
+        (" compare Mpps | ours / compare | compare P(L=1) |", "---|---|---|")
+        if a.compare
+        else ("", "")
+    )
+    print(
+        f"| structure | case | size | Mpps (median of {a.repeat}) |{cmp_head} P(L=1) | mean probes | bytes/flow | "
+        "inserts/s | expiries/s | worst packet (probes, expiry steps) |"
+    )
     print("|---|---|---|---|" + cmp_rule + "---|---|---|---|---|---|")
     for r in results["cases"]:
-        cmp = (f" {r['compare_mpps']:.1f} | {r['mpps'] / r['compare_mpps']:.2f} | {r['compare_p_l1']:.3f} |"
-               if "compare_mpps" in r else (" | | |" if a.compare else ""))
-        print(f"| {r['struct']} | {r['case']} | {r['size']} | {r['mpps']:.1f} |{cmp} {r['p_l1']:.3f} | "
-              f"{r['probe_mean']:.2f} | {r['bytes_per_flow']:.0f} | {r['inserts_per_s']:.3g} | "
-              f"{r['expiries_per_s']:.3g} | {r['worst_packet']['probes']}, {r['worst_packet']['expiry_steps']} |")
+        cmp = (
+            f" {r['compare_mpps']:.1f} | {r['mpps'] / r['compare_mpps']:.2f} | {r['compare_p_l1']:.3f} |"
+            if "compare_mpps" in r
+            else (" | | |" if a.compare else "")
+        )
+        print(
+            f"| {r['struct']} | {r['case']} | {r['size']} | {r['mpps']:.1f} |{cmp} {r['p_l1']:.3f} | "
+            f"{r['probe_mean']:.2f} | {r['bytes_per_flow']:.0f} | {r['inserts_per_s']:.3g} | "
+            f"{r['expiries_per_s']:.3g} | {r['worst_packet']['probes']}, {r['worst_packet']['expiry_steps']} |"
+        )
 
 
 if __name__ == "__main__":

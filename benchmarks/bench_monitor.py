@@ -27,13 +27,17 @@ from testbed.parts.monitor import Sampler  # noqa: E402
 from ntgcore.proc import Process  # noqa: E402
 
 SLEEPER = "import time; time.sleep(3600)"
-THREADED = ("import threading, time\n"
-            "def idle():\n    while True: time.sleep(0.05)\n"
-            "for _ in range(7): threading.Thread(target=idle, daemon=True).start()\n"
-            "time.sleep(3600)\n")  # fmt: skip
-DUTY = ("import time\n"
-        "while True:\n    t = time.monotonic()\n    while time.monotonic() - t < 0.025: pass\n"
-        "    time.sleep(0.075)\n")  # fmt: skip
+THREADED = (
+    "import threading, time\n"
+    "def idle():\n    while True: time.sleep(0.05)\n"
+    "for _ in range(7): threading.Thread(target=idle, daemon=True).start()\n"
+    "time.sleep(3600)\n"
+)
+DUTY = (
+    "import time\n"
+    "while True:\n    t = time.monotonic()\n    while time.monotonic() - t < 0.025: pass\n"
+    "    time.sleep(0.075)\n"
+)
 
 
 def main() -> int:
@@ -44,8 +48,10 @@ def main() -> int:
     args = ap.parse_args()
     kinds = [("threaded", THREADED)] * 2 + [("duty", DUTY)] * 2
     kinds += [("sleeper", SLEEPER)] * max(0, args.procs - len(kinds))
-    procs = [Process(f"{k}{i}", [sys.executable, "-c", code]).start()
-             for i, (k, code) in enumerate(kinds)]  # fmt: skip
+    procs = [
+        Process(f"{k}{i}", [sys.executable, "-c", code]).start()
+        for i, (k, code) in enumerate(kinds)
+    ]
     results = []
     try:
         time.sleep(1.0)  # let the interpreters start and their threads run
@@ -56,27 +62,43 @@ def main() -> int:
                 time.sleep(args.seconds)
                 summary = s.stop()
                 threads = sum(1 for line in open(summary["csv"]) if ",thread," in line)
-                results.append({
-                    "hz": hz, "processes": len(procs), "threads_sampled": threads // summary["ticks"],
-                    "seconds": summary["wall_s"], "ticks": summary["ticks"],
-                    "late_ticks": summary["late_ticks"], "rows": summary["rows"],
-                    "sampler_cpu_s": summary["sampler_cpu_s"],
-                    "overhead_percent_of_one_core": summary["overhead_percent"],
-                    "cpu_ms_per_tick": round(summary["sampler_cpu_s"] / summary["ticks"] * 1e3, 3),
-                })  # fmt: skip
+                results.append(
+                    {
+                        "hz": hz,
+                        "processes": len(procs),
+                        "threads_sampled": threads // summary["ticks"],
+                        "seconds": summary["wall_s"],
+                        "ticks": summary["ticks"],
+                        "late_ticks": summary["late_ticks"],
+                        "rows": summary["rows"],
+                        "sampler_cpu_s": summary["sampler_cpu_s"],
+                        "overhead_percent_of_one_core": summary["overhead_percent"],
+                        "cpu_ms_per_tick": round(
+                            summary["sampler_cpu_s"] / summary["ticks"] * 1e3, 3
+                        ),
+                    }
+                )
     finally:
         for p in procs:
             p.stop(grace=2)
-    report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                          "kernel": platform.release()}, "results": results}  # fmt: skip
+    report = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
+        "results": results,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print("| rate | processes (threads) | ticks (late) | CPU per tick | overhead (% of one core) |")
     print("|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['hz']:g} Hz | {r['processes']} ({r['threads_sampled']}) | {r['ticks']} "
-              f"({r['late_ticks']}) | {r['cpu_ms_per_tick']:.2f} ms | "
-              f"{r['overhead_percent_of_one_core']:.2f} % |")  # fmt: skip
+        print(
+            f"| {r['hz']:g} Hz | {r['processes']} ({r['threads_sampled']}) | {r['ticks']} "
+            f"({r['late_ticks']}) | {r['cpu_ms_per_tick']:.2f} ms | "
+            f"{r['overhead_percent_of_one_core']:.2f} % |"
+        )
     print(f"written: {args.out}")
     return 0
 

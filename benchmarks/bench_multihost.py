@@ -39,16 +39,27 @@ HOST = '{{at: "h{i}:eth0", capture: "rx:rx{i}"}}'
 
 
 def flow_line(n: int, rate: int, seconds: float) -> str:
-    return (f"  - {{name: f{n}, protocol: udp, src: 198.18.{30 + n // 250}.{n % 250 + 1}, dst: 198.19.30.1, "
-            f"src_port: {20000 + n}, dst_port: 5000, rate: {rate}, duration: {seconds}s, payload: {{size: 60}}}}")
+    return (
+        f"  - {{name: f{n}, protocol: udp, src: 198.18.{30 + n // 250}.{n % 250 + 1}, dst: 198.19.30.1, "
+        f"src_port: {20000 + n}, dst_port: 5000, rate: {rate}, duration: {seconds}s, payload: {{size: 60}}}}"
+    )
 
 
 def text(flows: list[str], hosts: int) -> str:
-    return "\n".join([
-        "version: 1", f"name: bench-multihost-{hosts}", "flows:", *flows,
-        "testbed:", "  topology: two-hosts", "  generators: [{name: flowengine}]",
-        f"  spread: {{hash: murmur3_32, start_lead: 1s, hosts: [{', '.join(HOST.format(i=i) for i in range(hosts))}]}}",
-        '  capture: {at: "tap:tap0", snaplen: 64}', ""])
+    return "\n".join(
+        [
+            "version: 1",
+            f"name: bench-multihost-{hosts}",
+            "flows:",
+            *flows,
+            "testbed:",
+            "  topology: two-hosts",
+            "  generators: [{name: flowengine}]",
+            f"  spread: {{hash: murmur3_32, start_lead: 1s, hosts: [{', '.join(HOST.format(i=i) for i in range(hosts))}]}}",
+            '  capture: {at: "tap:tap0", snaplen: 64}',
+            "",
+        ]
+    )
 
 
 def balanced_flows(k: int, rate: int, seconds: float) -> tuple[list[str], list[str]]:
@@ -71,14 +82,26 @@ def measure(path: Path, out: Path) -> dict:
     tap = read_capture(Path(result.run_dir) / "capture.pcap")
     span = (int(tap.ts_ns[-1]) - int(tap.ts_ns[0])) / 1e9 if len(tap) > 1 else 0.0
     spread = step["spread"]
-    return {"status": result.manifest["status"], "receiver_packets": len(tap),
-            "receiver_pps": (len(tap) - 1) / span if span else None,
-            "sent": spread["packets_sent"], "merged": (spread.get("merged") or {}).get("packets"),
-            "checks_ok": all(c["ok"] for c in spread.get("checks", [])),
-            "start_skew_ms": spread["start_skew_ms"],
-            "hosts": [{"name": h["name"], "flows": h["flow_count"], "sent": h["packets_sent"],
-                       "captured": h.get("captured"), "pps": h.get("rate_pps"),
-                       "start_offset_ms": h.get("start_offset_ms")} for h in spread["hosts"]]}
+    return {
+        "status": result.manifest["status"],
+        "receiver_packets": len(tap),
+        "receiver_pps": (len(tap) - 1) / span if span else None,
+        "sent": spread["packets_sent"],
+        "merged": (spread.get("merged") or {}).get("packets"),
+        "checks_ok": all(c["ok"] for c in spread.get("checks", [])),
+        "start_skew_ms": spread["start_skew_ms"],
+        "hosts": [
+            {
+                "name": h["name"],
+                "flows": h["flow_count"],
+                "sent": h["packets_sent"],
+                "captured": h.get("captured"),
+                "pps": h.get("rate_pps"),
+                "start_offset_ms": h.get("start_offset_ms"),
+            }
+            for h in spread["hosts"]
+        ],
+    }
 
 
 def main() -> int:
@@ -103,14 +126,28 @@ def main() -> int:
     med = {k: statistics.median(r["receiver_pps"] for r in v) for k, v in rows.items()}
     ratios = [t["receiver_pps"] / o["receiver_pps"] for o, t in zip(rows["one"], rows["two"])]
     engine = engine_path()
-    held_by = "flowengine --start-at" if "--start-at" in engine_options(engine) else "ntgcore.startat"
-    result = {"machine": platform.node(), "cpus": os.cpu_count(), "engine": str(engine), "held_by": held_by,
-              "flows_per_host": args.flows,
-              "rate_per_flow": args.rate, "per_host_pps": args.flows * args.rate, "seconds": args.seconds,
-              "repeat": args.repeat, "runs": rows, "median_receiver_pps": med,
-              "ratio_two_over_one": ratios, "median_ratio": statistics.median(ratios),
-              "skew_ms_two_hosts": [r["start_skew_ms"] for r in rows["two"]],
-              "exact_counts": all(r["checks_ok"] and r["merged"] == r["sent"] for v in rows.values() for r in v)}
+    held_by = (
+        "flowengine --start-at" if "--start-at" in engine_options(engine) else "ntgcore.startat"
+    )
+    result = {
+        "machine": platform.node(),
+        "cpus": os.cpu_count(),
+        "engine": str(engine),
+        "held_by": held_by,
+        "flows_per_host": args.flows,
+        "rate_per_flow": args.rate,
+        "per_host_pps": args.flows * args.rate,
+        "seconds": args.seconds,
+        "repeat": args.repeat,
+        "runs": rows,
+        "median_receiver_pps": med,
+        "ratio_two_over_one": ratios,
+        "median_ratio": statistics.median(ratios),
+        "skew_ms_two_hosts": [r["start_skew_ms"] for r in rows["two"]],
+        "exact_counts": all(
+            r["checks_ok"] and r["merged"] == r["sent"] for v in rows.values() for r in v
+        ),
+    }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "multihost.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"| hosts | offered pps | receiver pps (median of {args.repeat}) | start skew ms |")
@@ -118,8 +155,10 @@ def main() -> int:
     print(f"| 1 | {args.flows * args.rate:,} | {med['one']:,.0f} | - |")
     skews = ", ".join(f"{s:.2f}" for s in result["skew_ms_two_hosts"])
     print(f"| 2 | {2 * args.flows * args.rate:,} | {med['two']:,.0f} | {skews} |")
-    print(f"\nratio two/one: {result['median_ratio']:.3f} (runs: {', '.join(f'{r:.3f}' for r in ratios)}); "
-          f"merged counts exact in every run: {result['exact_counts']}; start held by {held_by}")
+    print(
+        f"\nratio two/one: {result['median_ratio']:.3f} (runs: {', '.join(f'{r:.3f}' for r in ratios)}); "
+        f"merged counts exact in every run: {result['exact_counts']}; start held by {held_by}"
+    )
     return 0
 
 

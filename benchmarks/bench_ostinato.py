@@ -40,10 +40,12 @@ from ntgcore.proc import Process  # noqa: E402
 from ntgcore.scenario import load_scenario  # noqa: E402
 from testbed.endpoints.netns.topology import VethPair  # noqa: E402
 
-FLOW = ("flow af=4 proto=6 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
-        "src=198.18.0.1/32 src_mode=fixed dst=198.18.0.2/32 dst_mode=fixed "
-        "sport=40000-40000 sport_mode=fixed dport=80-80 dport_mode=fixed "
-        "start=0 period=1 packets={packets} size=6-6 payload=- reps=1 rep_period=0")
+FLOW = (
+    "flow af=4 proto=6 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
+    "src=198.18.0.1/32 src_mode=fixed dst=198.18.0.2/32 dst_mode=fixed "
+    "sport=40000-40000 sport_mode=fixed dport=80-80 dport_mode=fixed "
+    "start=0 period=1 packets={packets} size=6-6 payload=- reps=1 rep_period=0"
+)
 
 
 class Sampler:
@@ -88,7 +90,9 @@ def pin(pid: int) -> None:
 
 def run_drone(ns: VethPair, scenario, seconds: float, run_dir: Path) -> dict:
     gen = Ostinato()
-    gen.prepare(scenario, run_dir, 1, Endpoint(ns.gen, "veth0", pace="topspeed", duration_s=seconds))
+    gen.prepare(
+        scenario, run_dir, 1, Endpoint(ns.gen, "veth0", pace="topspeed", duration_s=seconds)
+    )
     before = ns.rx()
     gen.start()
     pid = gen.drone.proc.pid
@@ -101,17 +105,44 @@ def run_drone(ns: VethPair, scenario, seconds: float, run_dir: Path) -> dict:
     wall = gen.transmit_seconds
     rx = ns.rx() - before
     tx = gen.port_stats()["veth0"]["tx_pkts"]
-    return {"rx_mpps": rx / wall / 1e6, "own_mpps": tx / wall / 1e6, "rx": rx, "sent": tx,
-            "wall": wall, "cpu_per_s": cpu / wall, "rss_mib": rss / 2**20}
+    return {
+        "rx_mpps": rx / wall / 1e6,
+        "own_mpps": tx / wall / 1e6,
+        "rx": rx,
+        "sent": tx,
+        "wall": wall,
+        "cpu_per_s": cpu / wall,
+        "rss_mib": rss / 2**20,
+    }
 
 
 def run_engine(ns: VethPair, engine: Path, session: Path, tmp: Path) -> dict:
     summary = tmp / "summary.json"
     before = ns.rx()
-    proc = Process("flowengine", ["ip", "netns", "exec", ns.gen, "taskset", "-c", "0", str(engine),
-                                  "gen", str(session), "--iface", "veth0", "--pace", "topspeed",
-                                  "--stats", os.devnull, "--summary", str(summary)],
-                   stderr=open(tmp / "engine.log", "wb"))
+    proc = Process(
+        "flowengine",
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns.gen,
+            "taskset",
+            "-c",
+            "0",
+            str(engine),
+            "gen",
+            str(session),
+            "--iface",
+            "veth0",
+            "--pace",
+            "topspeed",
+            "--stats",
+            os.devnull,
+            "--summary",
+            str(summary),
+        ],
+        stderr=open(tmp / "engine.log", "wb"),
+    )
     t0 = time.monotonic()
     proc.start()
     sampler = Sampler(proc.pid)
@@ -122,16 +153,27 @@ def run_engine(ns: VethPair, engine: Path, session: Path, tmp: Path) -> dict:
         raise RuntimeError(f"flowengine failed ({code}): {(tmp / 'engine.log').read_text()[-500:]}")
     s = json.loads(summary.read_text())
     rx = ns.rx() - before
-    return {"rx_mpps": rx / wall / 1e6, "own_mpps": s["sent"] / s["wall_seconds"] / 1e6, "rx": rx,
-            "sent": s["sent"], "wall": wall, "cpu_per_s": cpu / wall, "rss_mib": rss / 2**20}
+    return {
+        "rx_mpps": rx / wall / 1e6,
+        "own_mpps": s["sent"] / s["wall_seconds"] / 1e6,
+        "rx": rx,
+        "sent": s["sent"],
+        "wall": wall,
+        "cpu_per_s": cpu / wall,
+        "rss_mib": rss / 2**20,
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--engine-packets", type=int, default=3_500_000,
-                    help="frames the engine sends per run (about --seconds at ~0.7 Mpps)")
+    ap.add_argument(
+        "--engine-packets",
+        type=int,
+        default=3_500_000,
+        help="frames the engine sends per run (about --seconds at ~0.7 Mpps)",
+    )
     ap.add_argument("--bin")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -145,26 +187,44 @@ def main() -> None:
         session.write_text(f"ntg-session 1\nseed 1\n{FLOW.format(packets=args.engine_packets)}\n")
         with VethPair(prefix="ntgbench", split=False) as ns:
             for i in range(args.repeat):  # interleaved, so drift hits both alike
-                runs["ostinato (drone)"].append(run_drone(ns, scenario, args.seconds, tmp / f"d{i}"))
+                runs["ostinato (drone)"].append(
+                    run_drone(ns, scenario, args.seconds, tmp / f"d{i}")
+                )
                 runs["flowengine"].append(run_engine(ns, engine, session, tmp))
 
     def med(name, key):
         return statistics.median(r[key] for r in runs[name])
 
-    table = {name: {k: med(name, k) for k in ("rx_mpps", "own_mpps", "cpu_per_s", "rss_mib", "wall")}
-             | {"runs": rs} for name, rs in runs.items()}
+    table = {
+        name: {k: med(name, k) for k in ("rx_mpps", "own_mpps", "cpu_per_s", "rss_mib", "wall")}
+        | {"runs": rs}
+        for name, rs in runs.items()
+    }
     ratio = table["flowengine"]["rx_mpps"] / table["ostinato (drone)"]["rx_mpps"]
-    result = {"seconds": args.seconds, "repeat": args.repeat, "frame_bytes": 64, "cpu": "core 0",
-              "kernel": platform.release(), "drone": drone_version(), "engine": str(engine),
-              "engine_vs_drone": ratio, "seed_ostinato_pps": 127_271, "results": table}
+    result = {
+        "seconds": args.seconds,
+        "repeat": args.repeat,
+        "frame_bytes": 64,
+        "cpu": "core 0",
+        "kernel": platform.release(),
+        "drone": drone_version(),
+        "engine": str(engine),
+        "engine_vs_drone": ratio,
+        "seed_ostinato_pps": 127_271,
+        "results": table,
+    }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "ostinato.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"64-byte TCP frames on a veth pair, core 0, ~{args.seconds:g} s each, median of {args.repeat}\n")
+    print(
+        f"64-byte TCP frames on a veth pair, core 0, ~{args.seconds:g} s each, median of {args.repeat}\n"
+    )
     print("| sender | Mpps (peer rx) | Mpps (own count) | CPU (cores) | peak RSS (MiB) |")
     print("|---|---:|---:|---:|---:|")
     for name, t in table.items():
-        print(f"| {name} | {t['rx_mpps']:.3f} | {t['own_mpps']:.3f} | {t['cpu_per_s']:.2f} | "
-              f"{t['rss_mib']:.1f} |")
+        print(
+            f"| {name} | {t['rx_mpps']:.3f} | {t['own_mpps']:.3f} | {t['cpu_per_s']:.2f} | "
+            f"{t['rss_mib']:.1f} |"
+        )
     print(f"\nflowengine ÷ drone: {ratio:.2f}× (seed 001's VM: drone 0.127 Mpps)")
 
 

@@ -1,6 +1,6 @@
 """Benchmark: rule parsing + synthesis speed (rules/s) and a full coverage run per rule file.
 
-    .venv/bin/python benchmarks/bench_rules.py [RULES_DIR]   (default: $NTG_SHARED_DATA/rules/et-open)
+.venv/bin/python benchmarks/bench_rules.py [RULES_DIR]   (default: $NTG_SHARED_DATA/rules/et-open)
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ def main() -> int:
         t_parse = time.perf_counter() - t
         res = synthesize(models, Path(tmp) / "all.pcap")
         t_all = time.perf_counter() - t
-        print(f"parse+synthesize: {len(models):,} rules in {t_all:.2f} s = {len(models) / t_all:,.0f} rules/s "
-              f"(parse {t_parse:.2f} s); {res.packets:,} packets")
+        print(
+            f"parse+synthesize: {len(models):,} rules in {t_all:.2f} s = {len(models) / t_all:,.0f} rules/s "
+            f"(parse {t_parse:.2f} s); {res.packets:,} packets"
+        )
         print("| file | rules | loaded | alerted | coverage | extra sessions | time s |")
         print("|---|---|---|---|---|---|---|")
         t = time.perf_counter()
@@ -44,10 +46,14 @@ def main() -> int:
         total_s = time.perf_counter() - t
         for f in files:
             d = run_coverage([f], Path(tmp) / f.stem)
-            print(f"| {f.name} | {d['rules']} | {d['loaded']} | {d['alerted']} | {100 * d['coverage']:.1f}% "
-                  f"| {100 * d['extra_fraction']:.1f}% | {d['timing_s']['total']:.1f} |")
-        print(f"| all | {doc['rules']} | {doc['loaded']} | {doc['alerted']} | {100 * doc['coverage']:.1f}% "
-              f"| {100 * doc['extra_fraction']:.1f}% | {total_s:.1f} |")
+            print(
+                f"| {f.name} | {d['rules']} | {d['loaded']} | {d['alerted']} | {100 * d['coverage']:.1f}% "
+                f"| {100 * d['extra_fraction']:.1f}% | {d['timing_s']['total']:.1f} |"
+            )
+        print(
+            f"| all | {doc['rules']} | {doc['loaded']} | {doc['alerted']} | {100 * doc['coverage']:.1f}% "
+            f"| {100 * doc['extra_fraction']:.1f}% | {total_s:.1f} |"
+        )
     return 0
 
 

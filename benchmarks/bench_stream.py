@@ -107,8 +107,14 @@ def best(fn, repeat: int) -> tuple[float, float, list[float], object]:
 def memory_cgroup(name: str) -> Path | None:
     """A new cgroup v1 memory group below this process's own, or None."""
     root = Path("/sys/fs/cgroup/memory")
-    own = next((line.split(":", 2)[2].strip() for line in Path("/proc/self/cgroup").read_text()
-                .splitlines() if line.split(":")[1] == "memory"), None)
+    own = next(
+        (
+            line.split(":", 2)[2].strip()
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if line.split(":")[1] == "memory"
+        ),
+        None,
+    )
     if own is None or not (root / "memory.limit_in_bytes").is_file():
         return None
     group = root / own.lstrip("/") / name
@@ -134,23 +140,42 @@ def bounded(path: Path, mode: str, bound: int, limit: int, repeat: int) -> dict:
         if group is None:
             return {"skipped": "no writable cgroup v1 memory controller (run as root)"}
     try:
-        enter = f'echo $$ > {group}/cgroup.procs && ' if group else ""
+        enter = f"echo $$ > {group}/cgroup.procs && " if group else ""
         if group:
             (group / "memory.limit_in_bytes").write_text(str(bound))
         if mode == "cold":
             evict(path)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         t = time.perf_counter()
-        p = subprocess.run(["sh", "-c", enter + 'exec "$0" "$@"',
-                            sys.executable, "-c", CHILD, str(path), mode, str(repeat), str(limit)],
-                           capture_output=True, text=True, env=env)
+        p = subprocess.run(
+            [
+                "sh",
+                "-c",
+                enter + 'exec "$0" "$@"',
+                sys.executable,
+                "-c",
+                CHILD,
+                str(path),
+                mode,
+                str(repeat),
+                str(limit),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         wall = time.perf_counter() - t
         out = json.loads(p.stdout.splitlines()[-1]) if p.returncode == 0 else {}
-        out.update(returncode=p.returncode, wall_seconds=wall,
-                   stderr_tail=p.stderr[-300:] if p.returncode else "")
+        out.update(
+            returncode=p.returncode,
+            wall_seconds=wall,
+            stderr_tail=p.stderr[-300:] if p.returncode else "",
+        )
         if group:
-            out.update(cgroup_max_usage=int((group / "memory.max_usage_in_bytes").read_text()),
-                       cgroup_failcnt=int((group / "memory.failcnt").read_text()))
+            out.update(
+                cgroup_max_usage=int((group / "memory.max_usage_in_bytes").read_text()),
+                cgroup_failcnt=int((group / "memory.failcnt").read_text()),
+            )
         return out
     finally:
         if group:
@@ -160,10 +185,18 @@ def bounded(path: Path, mode: str, bound: int, limit: int, repeat: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--packets", type=int, default=10_000_000)
-    ap.add_argument("--bound", type=parse_size_bytes, default=512 * 2**20,
-                    help="the child's cgroup memory limit (default 512M)")
-    ap.add_argument("--memory-limit", type=parse_size_bytes, default=DEFAULT_MEMORY_LIMIT,
-                    help="analysis.stream's memory_limit in the child (default 256M)")
+    ap.add_argument(
+        "--bound",
+        type=parse_size_bytes,
+        default=512 * 2**20,
+        help="the child's cgroup memory limit (default 512M)",
+    )
+    ap.add_argument(
+        "--memory-limit",
+        type=parse_size_bytes,
+        default=DEFAULT_MEMORY_LIMIT,
+        help="analysis.stream's memory_limit in the child (default 256M)",
+    )
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep the generated capture")
@@ -180,13 +213,26 @@ def main() -> None:
         t = time.perf_counter()
         size = write_pcap(path, args.packets)
         gen_s = time.perf_counter() - t
-        print(f"wrote {args.packets:,} packets, {size / 1e9:.2f} GB in {gen_s:.1f} s", file=sys.stderr)
+        print(
+            f"wrote {args.packets:,} packets, {size / 1e9:.2f} GB in {gen_s:.1f} s", file=sys.stderr
+        )
         n = args.packets
 
-        def row(name: str, where: str, seconds: float, first: float | None, runs: list[float],
-                **extra) -> None:
-            rows.append({"case": name, "where": where, "packets": n, "seconds": seconds,
-                         "pps": n / seconds, "first_seconds": first, "runs_seconds": runs, **extra})
+        def row(
+            name: str, where: str, seconds: float, first: float | None, runs: list[float], **extra
+        ) -> None:
+            rows.append(
+                {
+                    "case": name,
+                    "where": where,
+                    "packets": n,
+                    "seconds": seconds,
+                    "pps": n / seconds,
+                    "first_seconds": first,
+                    "runs_seconds": runs,
+                    **extra,
+                }
+            )
             print(f"{name} ({where}): {n / seconds:,.0f} packets/s", file=sys.stderr)
 
         def stream_read() -> int:
@@ -208,29 +254,51 @@ def main() -> None:
         row("read_capture (whole file in memory)", "this process", s, first, runs)
         s, first, runs, got = best(stream_read, args.repeat)
         assert got == n
-        row(f"iter_capture, chunks of {chunk_packets(args.memory_limit):,}", "this process", s,
-            first, runs)
+        row(
+            f"iter_capture, chunks of {chunk_packets(args.memory_limit):,}",
+            "this process",
+            s,
+            first,
+            runs,
+        )
         s, first, runs, m_mem = best(in_memory, args.repeat)
-        row("analysis in memory (read_capture + flow_table + traffic_metrics)", "this process",
-            s, first, runs)
+        row(
+            "analysis in memory (read_capture + flow_table + traffic_metrics)",
+            "this process",
+            s,
+            first,
+            runs,
+        )
         s, first, runs, m_stream = best(streaming, args.repeat)
         identical = json.dumps(m_mem, sort_keys=True) == json.dumps(m_stream, sort_keys=True)
-        row("analysis streaming (read_stream)", "this process", s, first, runs,
-            identical_metrics=identical)
+        row(
+            "analysis streaming (read_stream)",
+            "this process",
+            s,
+            first,
+            runs,
+            identical_metrics=identical,
+        )
 
-        child = {mode: bounded(path, mode, args.bound, args.memory_limit, args.repeat)
-                 for mode in ("unbounded", "warm", "cold", "in_memory")}
+        child = {
+            mode: bounded(path, mode, args.bound, args.memory_limit, args.repeat)
+            for mode in ("unbounded", "warm", "cold", "in_memory")
+        }
         bound_text = f"child, cgroup {args.bound / 2**20:.0f} MiB"
         for mode, key, name, where in (
-                ("unbounded", "read_capture", "read_capture (whole file in memory)", "child, no bound"),
-                ("unbounded", "stream_read", "iter_capture", "child, no bound"),
-                ("warm", "stream_read", "iter_capture", bound_text),
-                ("warm", "stream_analysis", "analysis streaming", bound_text),
-                ("cold", "stream_analysis", "analysis streaming, file not cached", bound_text)):
+            ("unbounded", "read_capture", "read_capture (whole file in memory)", "child, no bound"),
+            ("unbounded", "stream_read", "iter_capture", "child, no bound"),
+            ("warm", "stream_read", "iter_capture", bound_text),
+            ("warm", "stream_analysis", "analysis streaming", bound_text),
+            ("cold", "stream_analysis", "analysis streaming, file not cached", bound_text),
+        ):
             c = child[mode]
             if key in c:
-                extra = {k: c[k] for k in ("peak_rss_anon", "vm_hwm", "cgroup_max_usage",
-                                           "cgroup_failcnt") if k in c}
+                extra = {
+                    k: c[k]
+                    for k in ("peak_rss_anon", "vm_hwm", "cgroup_max_usage", "cgroup_failcnt")
+                    if k in c
+                }
                 row(name, where, c[key]["seconds"], None, c[key]["runs_seconds"], **extra)
     finally:
         if not args.keep:
@@ -242,32 +310,53 @@ def main() -> None:
         r["over_read_capture"] = r["pps"] / base
         if child_base and r["where"].startswith("child"):
             r["over_child_read_capture"] = r["pps"] / child_base
-    result = {"packets": args.packets, "file_bytes": size, "bound_bytes": args.bound,
-              "memory_limit": args.memory_limit, "chunk_packets": chunk_packets(args.memory_limit),
-              "file_over_bound": size / args.bound, "generate_seconds": gen_s,
-              "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                       "python": platform.python_version()},
-              "results": rows, "children": child}
+    result = {
+        "packets": args.packets,
+        "file_bytes": size,
+        "bound_bytes": args.bound,
+        "memory_limit": args.memory_limit,
+        "chunk_packets": chunk_packets(args.memory_limit),
+        "file_over_bound": size / args.bound,
+        "generate_seconds": gen_s,
+        "host": {
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "results": rows,
+        "children": child,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 
-    print(f"\n{args.packets:,}-packet pcap, {size / 2**30:.2f} GiB; bound {args.bound / 2**20:.0f} MiB "
-          f"({size / args.bound:.1f}× smaller than the file), memory_limit "
-          f"{args.memory_limit / 2**20:.0f} MiB = chunks of {chunk_packets(args.memory_limit):,} packets\n")
-    print("| case | where | seconds (best) | packets/s | ÷ read_capture (this process) | "
-          "÷ read_capture (child) | peak RssAnon | cgroup peak |")
+    print(
+        f"\n{args.packets:,}-packet pcap, {size / 2**30:.2f} GiB; bound {args.bound / 2**20:.0f} MiB "
+        f"({size / args.bound:.1f}× smaller than the file), memory_limit "
+        f"{args.memory_limit / 2**20:.0f} MiB = chunks of {chunk_packets(args.memory_limit):,} packets\n"
+    )
+    print(
+        "| case | where | seconds (best) | packets/s | ÷ read_capture (this process) | "
+        "÷ read_capture (child) | peak RssAnon | cgroup peak |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         anon = f"{r['peak_rss_anon'] / 2**20:,.0f} MiB" if "peak_rss_anon" in r else "–"
-        cg = (f"{r['cgroup_max_usage'] / 2**20:,.0f} MiB ({r['cgroup_failcnt']:,} reclaims)"
-              if "cgroup_max_usage" in r else "–")
+        cg = (
+            f"{r['cgroup_max_usage'] / 2**20:,.0f} MiB ({r['cgroup_failcnt']:,} reclaims)"
+            if "cgroup_max_usage" in r
+            else "–"
+        )
         vs_child = f"{r['over_child_read_capture']:.2f}" if "over_child_read_capture" in r else "–"
-        print(f"| {r['case']} | {r['where']} | {r['seconds']:.3f} | {r['pps'] / 1e6:,.1f} M | "
-              f"{r['over_read_capture']:.2f} | {vs_child} | {anon} | {cg} |")
+        print(
+            f"| {r['case']} | {r['where']} | {r['seconds']:.3f} | {r['pps'] / 1e6:,.1f} M | "
+            f"{r['over_read_capture']:.2f} | {vs_child} | {anon} | {cg} |"
+        )
     im = child["in_memory"]
-    print(f"\nread_capture in the same cgroup: exit {im.get('returncode')} "
-          f"({'killed by the kernel at the limit' if im.get('returncode') == -9 else 'see JSON'}); "
-          f"streaming and in-memory metrics identical: {rows[3].get('identical_metrics')}")
+    print(
+        f"\nread_capture in the same cgroup: exit {im.get('returncode')} "
+        f"({'killed by the kernel at the limit' if im.get('returncode') == -9 else 'see JSON'}); "
+        f"streaming and in-memory metrics identical: {rows[3].get('identical_metrics')}"
+    )
     print(f"\nwritten to {args.out}")
 
 

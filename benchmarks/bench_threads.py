@@ -33,8 +33,11 @@ def sessions(total):
     for exp in (10, 20):
         flows = 1 << exp
         per = max(2, total // flows)
-        text = "ntg-session 1\nseed 1\n" + FLOW.format(start=0, period=flows, packets=per,
-                                                       reps=flows, rep_period=1) + "\n"
+        text = (
+            "ntg-session 1\nseed 1\n"
+            + FLOW.format(start=0, period=flows, packets=per, reps=flows, rep_period=1)
+            + "\n"
+        )
         cases[f"2^{exp} flows"] = (flows, text)
     return cases
 
@@ -42,8 +45,17 @@ def sessions(total):
 def run_once(binary, session, sink, threads, shm):
     summary = Path(tempfile.mkstemp(prefix="fe-bench-", suffix=".json")[1])
     pcap = Path(shm) / f"fe-bench-threads-{os.getpid()}.pcap"
-    args = [str(binary), "gen", str(session), "--summary", str(summary), "--stats", os.devnull,
-            "--threads", str(threads)]
+    args = [
+        str(binary),
+        "gen",
+        str(session),
+        "--summary",
+        str(summary),
+        "--stats",
+        os.devnull,
+        "--threads",
+        str(threads),
+    ]
     args += ["--null"] if sink == "null" else ["-o", str(pcap)]
     try:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -70,9 +82,14 @@ def parallel_ceiling(binary, session, n, repeat):
     for _ in range(repeat):
         procs, t0 = [], time.perf_counter()
         for _ in range(n):
-            procs.append(subprocess.Popen([str(binary), "gen", str(session), "--null", "--stats",
-                                           os.devnull], stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, text=True))
+            procs.append(
+                subprocess.Popen(
+                    [str(binary), "gen", str(session), "--null", "--stats", os.devnull],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         packets = 0
         for p in procs:
             _, err = p.communicate()
@@ -92,8 +109,9 @@ def main():
     a = ap.parse_args()
 
     binary = find_binary(a.bin)
-    version = subprocess.run([str(binary), "version"], capture_output=True,
-                             text=True).stdout.strip()
+    version = subprocess.run(
+        [str(binary), "version"], capture_output=True, text=True
+    ).stdout.strip()
     if not os.access(a.shm, os.W_OK):
         sys.exit(f"{a.shm} is not writable (needed for the pcap runs)")
     threads = list(range(1, max(1, a.max_threads) + 1))
@@ -108,17 +126,28 @@ def main():
                     runs = [run_once(binary, session, sink, n, a.shm) for _ in range(a.repeat)]
                     mpps = [r["mpps"] for r in runs]
                     med = sorted(runs, key=lambda r: r["mpps"])[len(runs) // 2]
-                    results.append({
-                        "case": name, "concurrent_flows": flows, "sink": sink, "threads": n,
-                        "packets": med["packets"], "frame_bytes": med["bytes"] // med["packets"],
-                        "mpps_median": statistics.median(mpps), "mpps_min": min(mpps),
-                        "mpps_max": max(mpps), "engine_wall_seconds": med["wall_seconds"],
-                        "process_wall_seconds": med["process_wall_seconds"],
-                        "cpu_seconds": med["cpu_seconds"], "peak_rss_bytes": med["peak_rss_bytes"],
-                        "runs": runs,
-                    })
-                    print(f"{name:14} {sink:5} {n:2} threads {statistics.median(mpps):7.2f} Mpps",
-                          file=sys.stderr)
+                    results.append(
+                        {
+                            "case": name,
+                            "concurrent_flows": flows,
+                            "sink": sink,
+                            "threads": n,
+                            "packets": med["packets"],
+                            "frame_bytes": med["bytes"] // med["packets"],
+                            "mpps_median": statistics.median(mpps),
+                            "mpps_min": min(mpps),
+                            "mpps_max": max(mpps),
+                            "engine_wall_seconds": med["wall_seconds"],
+                            "process_wall_seconds": med["process_wall_seconds"],
+                            "cpu_seconds": med["cpu_seconds"],
+                            "peak_rss_bytes": med["peak_rss_bytes"],
+                            "runs": runs,
+                        }
+                    )
+                    print(
+                        f"{name:14} {sink:5} {n:2} threads {statistics.median(mpps):7.2f} Mpps",
+                        file=sys.stderr,
+                    )
 
             ceiling[name] = {n: parallel_ceiling(binary, session, n, a.repeat) for n in threads}
             print(f"{name:14} ceiling {ceiling[name]}", file=sys.stderr)
@@ -127,10 +156,18 @@ def main():
     for r in results:
         r["speedup"] = r["mpps_median"] / base[(r["case"], r["sink"])]
     report = {
-        "flowengine": version, "binary": str(binary), "packets_per_run": a.packets,
-        "repeat": a.repeat, "pcap_dir": a.shm, "threads": threads,
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                 "kernel": platform.release(), "python": platform.python_version()},
+        "flowengine": version,
+        "binary": str(binary),
+        "packets_per_run": a.packets,
+        "repeat": a.repeat,
+        "pcap_dir": a.shm,
+        "threads": threads,
+        "host": {
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+        },
         "results": results,
         "independent_processes_null_mpps": ceiling,
     }
@@ -138,17 +175,23 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
 
-    print(f"{version}, {a.packets:,} packets of 64 bytes per run, median of {a.repeat}, "
-          f"{os.cpu_count()} CPUs\n")
+    print(
+        f"{version}, {a.packets:,} packets of 64 bytes per run, median of {a.repeat}, "
+        f"{os.cpu_count()} CPUs\n"
+    )
     print("| case | sink | threads | Mpps (median) | min–max | speedup | engine s | CPU s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         sink = "null" if r["sink"] == "null" else f"pcap ({a.shm})"
-        print(f"| {r['case']} | {sink} | {r['threads']} | {r['mpps_median']:.2f} | "
-              f"{r['mpps_min']:.2f}–{r['mpps_max']:.2f} | {r['speedup']:.2f}x | "
-              f"{r['engine_wall_seconds']:.3f} | {r['cpu_seconds']:.2f} |")
-    print("\nHost ceiling: n independent one-thread processes on the null sink at once, aggregate "
-          "Mpps (process wall time, so a little below the engine's own figure):\n")
+        print(
+            f"| {r['case']} | {sink} | {r['threads']} | {r['mpps_median']:.2f} | "
+            f"{r['mpps_min']:.2f}–{r['mpps_max']:.2f} | {r['speedup']:.2f}x | "
+            f"{r['engine_wall_seconds']:.3f} | {r['cpu_seconds']:.2f} |"
+        )
+    print(
+        "\nHost ceiling: n independent one-thread processes on the null sink at once, aggregate "
+        "Mpps (process wall time, so a little below the engine's own figure):\n"
+    )
     print("| case | " + " | ".join(f"{n} process{'es' if n > 1 else ''}" for n in threads) + " |")
     print("|---|" + "---:|" * len(threads))
     for name, c in ceiling.items():

@@ -47,19 +47,25 @@ from ntgcore.scenario import parse_scenario  # noqa: E402
 
 HEAD = "version: 1\nname: bench\nseed: 3\nflows:\n"
 PROFILES = {
-    "random-trim": ("  - {{protocol: udp, src: 198.18.0.0/16, dst: {{cidr: 198.19.0.10/24, mode: increment}},"
-                    " src_port: 4000, dst_port: {{range: 1000-1099, mode: increment}}, rate: 1000000, packets: 1,"
-                    " repeat: {{count: {n}, period: 1us}}, payload: {{size: 18-100}}}}\n"),
-    "inc-fixed": ("  - {{protocol: udp, src: {{cidr: 198.18.0.0/16, mode: increment}}, dst: {{cidr: 198.19.0.10/24,"
-                  " mode: increment}}, src_port: 4000, dst_port: {{range: 1000-1099, mode: increment}}, rate: 1000000,"
-                  " packets: 1, repeat: {{count: {n}, period: 1us}}, payload: {{size: 22}}}}\n"),
+    "random-trim": (
+        "  - {{protocol: udp, src: 198.18.0.0/16, dst: {{cidr: 198.19.0.10/24, mode: increment}},"
+        " src_port: 4000, dst_port: {{range: 1000-1099, mode: increment}}, rate: 1000000, packets: 1,"
+        " repeat: {{count: {n}, period: 1us}}, payload: {{size: 18-100}}}}\n"
+    ),
+    "inc-fixed": (
+        "  - {{protocol: udp, src: {{cidr: 198.18.0.0/16, mode: increment}}, dst: {{cidr: 198.19.0.10/24,"
+        " mode: increment}}, src_port: 4000, dst_port: {{range: 1000-1099, mode: increment}}, rate: 1000000,"
+        " packets: 1, repeat: {{count: {n}, period: 1us}}, payload: {{size: 22}}}}\n"
+    ),
 }
 
 
 # worker.py's `sim`, with the simulator's packet limit (5000 by default) raised to the profile's
-SIM = ("import lbr_trex_client, sys\nfrom trex.stl import trex_stl_sim\n"
-       "trex_stl_sim.STLSim.verify_json = lambda self, streams: None\n"
-       "sys.exit(trex_stl_sim.main({argv!r}))")
+SIM = (
+    "import lbr_trex_client, sys\nfrom trex.stl import trex_stl_sim\n"
+    "trex_stl_sim.STLSim.verify_json = lambda self, streams: None\n"
+    "sys.exit(trex_stl_sim.main({argv!r}))"
+)
 
 
 def profile(name: str, n: int):
@@ -88,11 +94,34 @@ def ours_pcap(prof, path: Path, checksums: str) -> tuple[float, int]:
 def simulate(name: str, n: int, work: Path, sim_dir: Path) -> float:
     d = work / f"sim-{name}-{n}"
     d.mkdir(parents=True, exist_ok=True)
-    Trex(server={"host": "127.0.0.1"}).write_profile(parse_scenario(HEAD + PROFILES[name].format(n=n)), d, 3)
+    Trex(server={"host": "127.0.0.1"}).write_profile(
+        parse_scenario(HEAD + PROFILES[name].format(n=n)), d, 3
+    )
     t, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    res = subprocess.run([sys.executable, "-W", "ignore", "-c", SIM.format(
-        argv=["-p", str(sim_dir), "-r", "-s", "-l", str(n), "-f", str(d / "trex-profile.py"), "-o",
-              str(d / "sim.pcap")])], capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-c",
+            SIM.format(
+                argv=[
+                    "-p",
+                    str(sim_dir),
+                    "-r",
+                    "-s",
+                    "-l",
+                    str(n),
+                    "-f",
+                    str(d / "trex-profile.py"),
+                    "-o",
+                    str(d / "sim.pcap"),
+                ]
+            ),
+        ],
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t
     c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU["last"] = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
@@ -103,11 +132,18 @@ def simulate(name: str, n: int, work: Path, sim_dir: Path) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--packets", type=int, default=10_000_000)
-    ap.add_argument("--sim-packets", type=int, default=None, help="default: --packets (the same profile)")
-    ap.add_argument("--pcap-dir", default="/dev/shm" if Path("/dev/shm").is_dir() else None,
-                    help="where both pcaps are written (default /dev/shm: memory, so the disk is not measured)")
+    ap.add_argument(
+        "--sim-packets", type=int, default=None, help="default: --packets (the same profile)"
+    )
+    ap.add_argument(
+        "--pcap-dir",
+        default="/dev/shm" if Path("/dev/shm").is_dir() else None,
+        help="where both pcaps are written (default /dev/shm: memory, so the disk is not measured)",
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--trex-dir", default=os.environ.get("NTG_TREX_DIR"))
     ap.add_argument("--out", type=Path, default=OUT / "trex_expand.json")
@@ -117,9 +153,18 @@ def main() -> int:
     sim_dir = Path(args.trex_dir) / "sim" if args.trex_dir else None
     if sim_dir is None or not (sim_dir / "bp-sim-64").is_file():
         raise SystemExit("set NTG_TREX_DIR (or --trex-dir) to a TRex build with sim/bp-sim-64")
-    results = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                           "load_before": os.getloadavg()[0]}, "pcap_dir": args.pcap_dir,
-               "packets": args.packets, "sim_packets": args.sim_packets, "repeat": args.repeat, "profiles": {}}
+    results = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_before": os.getloadavg()[0],
+        },
+        "pcap_dir": args.pcap_dir,
+        "packets": args.packets,
+        "sim_packets": args.sim_packets,
+        "repeat": args.repeat,
+        "profiles": {},
+    }
     rows, cpu_rows = [], []
     with tempfile.TemporaryDirectory(prefix="ntg-expand-", dir=args.pcap_dir) as tmp:
         work = Path(tmp)
@@ -140,13 +185,18 @@ def main() -> int:
             r["ours_memory_wire_s"] = statistics.median(runs)
             r["ours_memory_wire_best_s"] = min(runs)
             r["ours_memory_wire_cpu_s"] = statistics.median(cpu)
-            r["ours_memory_offload_s"] = statistics.median(ours_in_memory(big, "offload") for _ in range(args.repeat))
+            r["ours_memory_offload_s"] = statistics.median(
+                ours_in_memory(big, "offload") for _ in range(args.repeat)
+            )
             pc = [ours_pcap(big, work / "ours.pcap", "wire") for _ in range(args.repeat)]
             r["ours_pcap_wire_s"] = statistics.median(p[0] for p in pc)
             r["pcap_bytes"] = pc[0][1]
             (work / "ours.pcap").unlink()
-            r["ours_small_offload_s"] = (r["ours_memory_offload_s"] if args.sim_packets == args.packets else
-                                         statistics.median(ours_in_memory(small, "offload") for _ in range(args.repeat)))
+            r["ours_small_offload_s"] = (
+                r["ours_memory_offload_s"]
+                if args.sim_packets == args.packets
+                else statistics.median(ours_in_memory(small, "offload") for _ in range(args.repeat))
+            )
             runs, cpu = [], []
             for _ in range(args.repeat):
                 runs.append(simulate(name, args.sim_packets, work, sim_dir))
@@ -166,28 +216,42 @@ def main() -> int:
             # CPU time (not disturbed by the other jobs of a shared machine)
             r["mpps_memory_wire_cpu"] = args.packets / r["ours_memory_wire_cpu_s"] / 1e6
             r["sim_mpps_cpu"] = args.sim_packets / r["sim_cpu_s"] / 1e6
-            r["sim_mpps_cpu_without_start"] = args.sim_packets / max(1e-9, r["sim_cpu_s"] - results["sim_start_cpu_s"]) / 1e6
-            r["ratio_pcap_to_pcap_without_sim_start"] = r["mpps_pcap_wire"] / r["sim_mpps_without_start"]
+            r["sim_mpps_cpu_without_start"] = (
+                args.sim_packets / max(1e-9, r["sim_cpu_s"] - results["sim_start_cpu_s"]) / 1e6
+            )
+            r["ratio_pcap_to_pcap_without_sim_start"] = (
+                r["mpps_pcap_wire"] / r["sim_mpps_without_start"]
+            )
             results["profiles"][name] = r
-            cpu_rows.append(f"| {name} | {r['mpps_memory_wire_cpu']:.1f} | {r['sim_mpps_cpu']:.2f} | "
-                            f"{r['sim_mpps_cpu_without_start']:.2f} | "
-                            f"{r['mpps_memory_wire_cpu'] / r['sim_mpps_cpu']:.0f}x "
-                            f"({r['mpps_memory_wire_cpu'] / r['sim_mpps_cpu_without_start']:.1f}x) |")
-            rows.append(f"| {name} | {r['mpps_memory_wire']:.1f} ({r['mpps_memory_wire_best']:.1f}) | "
-                        f"{r['mpps_memory_offload']:.1f} | "
-                        f"{r['mpps_pcap_wire']:.1f} ({r['pcap_mb_per_s']:.0f} MB/s) | {r['sim_s']:.2f} | "
-                        f"{r['sim_mpps']:.2f} | {r['ours_small_mpps']:.1f} | {r['ratio_same_profile']:.0f}x "
-                        f"({r['ratio_without_sim_start']:.0f}x) |")
+            cpu_rows.append(
+                f"| {name} | {r['mpps_memory_wire_cpu']:.1f} | {r['sim_mpps_cpu']:.2f} | "
+                f"{r['sim_mpps_cpu_without_start']:.2f} | "
+                f"{r['mpps_memory_wire_cpu'] / r['sim_mpps_cpu']:.0f}x "
+                f"({r['mpps_memory_wire_cpu'] / r['sim_mpps_cpu_without_start']:.1f}x) |"
+            )
+            rows.append(
+                f"| {name} | {r['mpps_memory_wire']:.1f} ({r['mpps_memory_wire_best']:.1f}) | "
+                f"{r['mpps_memory_offload']:.1f} | "
+                f"{r['mpps_pcap_wire']:.1f} ({r['pcap_mb_per_s']:.0f} MB/s) | {r['sim_s']:.2f} | "
+                f"{r['sim_mpps']:.2f} | {r['ours_small_mpps']:.1f} | {r['ratio_same_profile']:.0f}x "
+                f"({r['ratio_without_sim_start']:.0f}x) |"
+            )
     results["machine"]["load_after"] = os.getloadavg()[0]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"{args.packets:,} packets ours, {args.sim_packets:,} the simulator's (start-up {sim_start:.2f} s), "
-          f"median of {args.repeat}")
-    print("| profile | ours in memory, wire Mpps (best) | offload Mpps | ours to pcap Mpps | sim s | sim Mpps | "
-          "ours same profile Mpps | ratio (without sim start) |")
+    print(
+        f"{args.packets:,} packets ours, {args.sim_packets:,} the simulator's (start-up {sim_start:.2f} s), "
+        f"median of {args.repeat}"
+    )
+    print(
+        "| profile | ours in memory, wire Mpps (best) | offload Mpps | ours to pcap Mpps | sim s | sim Mpps | "
+        "ours same profile Mpps | ratio (without sim start) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
-    print("\nBy CPU time | ours in memory, wire Mpps | sim Mpps | sim without its start | ratio (without sim start) |")
+    print(
+        "\nBy CPU time | ours in memory, wire Mpps | sim Mpps | sim without its start | ratio (without sim start) |"
+    )
     print("|---|---:|---:|---:|---:|")
     print("\n".join(cpu_rows))
     print(f"written {args.out}")

@@ -46,13 +46,25 @@ def cpu_seconds(pid: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="boots per path (default 3)")
-    ap.add_argument("--cpus", type=int, default=2, help="vCPUs of the VM (default 2, as tests/test_vm.py)")
+    ap.add_argument(
+        "--cpus", type=int, default=2, help="vCPUs of the VM (default 2, as tests/test_vm.py)"
+    )
     args = ap.parse_args()
     name = f"ntgbv{secrets.token_hex(3)}"
-    ref = {"topology": {"name": name, "mtu": 1500, "namespaces": ["gen", "rx"],
-                        "links": [{"a": {"ns": "gen", "iface": "gen0", "address": "198.18.0.1/24"},
-                                   "b": {"ns": "rx", "iface": "rx0", "address": "198.18.0.2/24"}}]},
-           "vms": {"gen": {"preset": "ci", "cpus": args.cpus, "engine": False}}}  # fmt: skip
+    ref = {
+        "topology": {
+            "name": name,
+            "mtu": 1500,
+            "namespaces": ["gen", "rx"],
+            "links": [
+                {
+                    "a": {"ns": "gen", "iface": "gen0", "address": "198.18.0.1/24"},
+                    "b": {"ns": "rx", "iface": "rx0", "address": "198.18.0.2/24"},
+                }
+            ],
+        },
+        "vms": {"gen": {"preset": "ci", "cpus": args.cpus, "engine": False}},
+    }
     site = BACKEND.open(ref)
     boots: list[dict] = []
     try:
@@ -64,26 +76,48 @@ def main() -> int:
                 machine.boot = path
                 machine.start()
                 assert machine.proc is not None and machine.proc.pid
-                boots.append({"path": path, "boot_s": machine.boot_s, "console_s": machine.console_ready_s,
-                              "qemu_cpu_s": round(cpu_seconds(machine.proc.pid), 2),
-                              "load1": float(Path("/proc/loadavg").read_text().split()[0])})  # fmt: skip
+                boots.append(
+                    {
+                        "path": path,
+                        "boot_s": machine.boot_s,
+                        "console_s": machine.console_ready_s,
+                        "qemu_cpu_s": round(cpu_seconds(machine.proc.pid), 2),
+                        "load1": float(Path("/proc/loadavg").read_text().split()[0]),
+                    }
+                )
                 print(json.dumps(boots[-1]), file=sys.stderr, flush=True)
     finally:
         site.remove()
     rows = {}
     for path in BOOTS:
         mine = [b for b in boots if b["path"] == path]
-        rows[path] = {k: statistics.median(b[k] for b in mine) for k in ("boot_s", "console_s", "qemu_cpu_s")}
+        rows[path] = {
+            k: statistics.median(b[k] for b in mine) for k in ("boot_s", "console_s", "qemu_cpu_s")
+        }
         rows[path]["n"] = len(mine)
     ratio = round(rows["pvh"]["boot_s"] / rows["debian"]["boot_s"], 3)
     loads = [b["load1"] for b in boots]
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "vm_boot.json").write_text(json.dumps({"cpus": args.cpus, "boots": boots, "median": rows,
-                                                  "pvh_vs_debian_boot_s": ratio,
-                                                  "load1_range": [min(loads), max(loads)]}, indent=1) + "\n")  # fmt: skip
-    print(f"| path | boots | boot_s median | console ready median | qemu CPU s median |\n|---|---:|---:|---:|---:|")
+    (OUT / "vm_boot.json").write_text(
+        json.dumps(
+            {
+                "cpus": args.cpus,
+                "boots": boots,
+                "median": rows,
+                "pvh_vs_debian_boot_s": ratio,
+                "load1_range": [min(loads), max(loads)],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    print(
+        f"| path | boots | boot_s median | console ready median | qemu CPU s median |\n|---|---:|---:|---:|---:|"
+    )
     for path, r in rows.items():
-        print(f"| {path} | {r['n']} | {r['boot_s']:.2f} | {r['console_s']:.2f} | {r['qemu_cpu_s']:.2f} |")
+        print(
+            f"| {path} | {r['n']} | {r['boot_s']:.2f} | {r['console_s']:.2f} | {r['qemu_cpu_s']:.2f} |"
+        )
     print(f"\npvh / debian boot_s: {ratio}; load average (1 min) {min(loads)}-{max(loads)}")
     return 0
 

@@ -54,13 +54,19 @@ def plot(name: str, samples: dict, path: Path) -> None:
 
     fig = Figure(figsize=(9, 3.8), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
-    for i, (col, title) in enumerate((("start_error_ns", "flow-start error"),
-                                      ("duration_error_ns", "flow-duration error"))):
+    for i, (col, title) in enumerate(
+        (("start_error_ns", "flow-start error"), ("duration_error_ns", "flow-duration error"))
+    ):
         ax = fig.add_subplot(1, 2, i + 1)
         for planner, color in zip(PLANNERS, ("#1f77b4", "#d9730d")):
             v = np.sort(np.concatenate([e[col].to_numpy() for e in samples[planner]]) / 1e6)
-            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", color=color,
-                    label=f"{planner} (largest |error| {np.abs(v).max():,.3f} ms)")
+            ax.step(
+                v,
+                np.arange(1, len(v) + 1) / len(v),
+                where="post",
+                color=color,
+                label=f"{planner} (largest |error| {np.abs(v).max():,.3f} ms)",
+            )
         ax.set_title(f"{name}: {title}", loc="left", fontsize=11)
         ax.set_xlabel("error (ms), capture − plan")
         ax.set_ylabel("share of flow instances (CDF)")
@@ -71,9 +77,16 @@ def plot(name: str, samples: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
-                    help="seeds for the interference test (FLOR used several runs)")
-    ap.add_argument("--skip-x10", action="store_true", help="leave out the 10-million-packet variant")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3],
+        help="seeds for the interference test (FLOR used several runs)",
+    )
+    ap.add_argument(
+        "--skip-x10", action="store_true", help="leave out the 10-million-packet variant"
+    )
     ap.add_argument("--keep", help="keep the run folders in this directory")
     a = ap.parse_args()
 
@@ -87,15 +100,29 @@ def main() -> None:
             samples = {p: [] for p in PLANNERS}
             for planner in PLANNERS:
                 for seed in seeds:
-                    errors, summary = run_one(ROOT / "scenarios" / f"{name}.yaml", planner, seed, work)
+                    errors, summary = run_one(
+                        ROOT / "scenarios" / f"{name}.yaml", planner, seed, work
+                    )
                     samples[planner].append(errors)
-                    report["cases"].append({"scenario": name, "planner": planner, "seed": seed,
-                                            **summary})
+                    report["cases"].append(
+                        {"scenario": name, "planner": planner, "seed": seed, **summary}
+                    )
                     for key in ("start_error", "duration_error"):
                         e = summary[key]
-                        rows.append((name, planner, seed, key.replace("_", " "), e["count"],
-                                     e["exact"], e["mean_ns"] / 1e6, e["std_ns"] / 1e6,
-                                     e["p99_ns"] / 1e6, e["max_abs_ns"] / 1e6))
+                        rows.append(
+                            (
+                                name,
+                                planner,
+                                seed,
+                                key.replace("_", " "),
+                                e["count"],
+                                e["exact"],
+                                e["mean_ns"] / 1e6,
+                                e["std_ns"] / 1e6,
+                                e["p99_ns"] / 1e6,
+                                e["max_abs_ns"] / 1e6,
+                            )
+                        )
                     if not a.keep:
                         for run in work.iterdir():
                             shutil.rmtree(run)
@@ -109,12 +136,16 @@ def main() -> None:
     out = ROOT / "benchmarks" / "out" / "timing.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print("| scenario | planner | seed | error | instances | exact | mean (ms) | std (ms) "
-          "| 99th pct (ms) | largest \\|error\\| (ms) |")
+    print(
+        "| scenario | planner | seed | error | instances | exact | mean (ms) | std (ms) "
+        "| 99th pct (ms) | largest \\|error\\| (ms) |"
+    )
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:,} | {r[5]:,} | {r[6]:,.3f} | "
-              f"{r[7]:,.3f} | {r[8]:,.3f} | {r[9]:,.3f} |")
+        print(
+            f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:,} | {r[5]:,} | {r[6]:,.3f} | "
+            f"{r[7]:,.3f} | {r[8]:,.3f} | {r[9]:,.3f} |"
+        )
     print(f"\nwritten to {out}")
 
 

@@ -108,10 +108,12 @@ def check_memory(scenario: Scenario) -> str | None:
     need = peak * ENGINE_BYTES_PER_FLOW
     have = available_memory()
     if have is not None and need > have:
-        return (f"up to {peak:,} flows are alive at once, which needs about {need / 2**30:,.1f} GiB "
-                f"of engine memory; this machine has {have / 2**30:,.1f} GiB available. Lower "
-                f"repeat.count, shorten the flows (packets, period) or space the repetitions "
-                f"(repeat.period)")
+        return (
+            f"up to {peak:,} flows are alive at once, which needs about {need / 2**30:,.1f} GiB "
+            f"of engine memory; this machine has {have / 2**30:,.1f} GiB available. Lower "
+            f"repeat.count, shorten the flows (packets, period) or space the repetitions "
+            f"(repeat.period)"
+        )
     return None
 
 

@@ -27,9 +27,19 @@ class EndpointServer:
     """One server process at `endpoint`; `what` names it in messages ("drone", "trex: the
     server"); `hint` is added to the message when the program cannot be started at all."""
 
-    def __init__(self, what: str, name: str, program: str, argv: list[str], endpoint: Endpoint,
-                 log_path: Path, port: int, cwd: Path | None = None,
-                 clean_exit: int | None = None, hint: str = "") -> None:
+    def __init__(
+        self,
+        what: str,
+        name: str,
+        program: str,
+        argv: list[str],
+        endpoint: Endpoint,
+        log_path: Path,
+        port: int,
+        cwd: Path | None = None,
+        clean_exit: int | None = None,
+        hint: str = "",
+    ) -> None:
         self.what, self.program, self.endpoint = what, program, endpoint
         self.log_path, self.port, self.clean_exit, self.hint = log_path, port, clean_exit, hint
         self.proc = Process(name, argv, cwd=cwd)
@@ -37,8 +47,12 @@ class EndpointServer:
         self._log: IO[bytes] | None = None
 
     def start(self, timeout: float = 15.0) -> "EndpointServer":
-        subprocess.run(self.endpoint.argv("ip", "link", "set", "lo", "up"), capture_output=True,
-                       timeout=10, check=True)
+        subprocess.run(
+            self.endpoint.argv("ip", "link", "set", "lo", "up"),
+            capture_output=True,
+            timeout=10,
+            check=True,
+        )
         self._log = open(self.log_path, "wb")
         self.proc.stdout = self._log
         self.proc.stderr = subprocess.STDOUT
@@ -47,14 +61,17 @@ class EndpointServer:
             self.proc.start()
         except OSError as exc:
             self.stop()
-            raise GeneratorError(f"{self.what}: cannot start {self.program}: {exc}"
-                                 + (f"; {self.hint}" if self.hint else "")) from exc
+            raise GeneratorError(
+                f"{self.what}: cannot start {self.program}: {exc}"
+                + (f"; {self.hint}" if self.hint else "")
+            ) from exc
         while time.monotonic() < t0 + timeout:
             if self.proc.poll() is not None:
                 self.stop()
                 raise GeneratorError(
                     f"{self.what} exited at start-up ({self.proc.record.status}); its output is in "
-                    f"{self.log_path}: {self.log_tail()}")
+                    f"{self.log_path}: {self.log_tail()}"
+                )
             try:
                 self.endpoint.connect("127.0.0.1", self.port, 1.0).close()
                 self.started_s = time.monotonic() - t0
@@ -62,8 +79,10 @@ class EndpointServer:
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise GeneratorError(f"{self.what} did not listen on 127.0.0.1:{self.port} in "
-                             f"{self.endpoint.where} within {timeout:g}s; see {self.log_path}")
+        raise GeneratorError(
+            f"{self.what} did not listen on 127.0.0.1:{self.port} in "
+            f"{self.endpoint.where} within {timeout:g}s; see {self.log_path}"
+        )
 
     def alive(self) -> bool:
         return self.proc.poll() is None

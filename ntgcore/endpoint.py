@@ -93,7 +93,9 @@ class Site(abc.ABC):
         """Take everything `apply` made down again; returns the steps taken."""
 
     @abc.abstractmethod
-    def endpoint(self, place: str, pace: str = "realtime", duration_s: float | None = None) -> Endpoint:
+    def endpoint(
+        self, place: str, pace: str = "realtime", duration_s: float | None = None
+    ) -> Endpoint:
         """The endpoint at `place` (`ROLE:IFACE`)."""
 
     @abc.abstractmethod
@@ -116,7 +118,9 @@ class Backend(abc.ABC):
     tools: tuple[Tool, ...] = ()  # what it needs on this machine, checked before a run starts
 
     @abc.abstractmethod
-    def open(self, ref: str | dict, base_dir: Path | None, source: str | None, unique: bool = True) -> Site:
+    def open(
+        self, ref: str | dict, base_dir: Path | None, source: str | None, unique: bool = True
+    ) -> Site:
         """The site `ref` describes; `unique` gives it a fresh name so that runs never collide.
         Raises BadInput (with FILE:LINE) for a description that cannot be used."""
 

@@ -151,5 +151,7 @@ def read_bounded(path: str | os.PathLike, limit: int, what: str = "file", hint: 
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         utf16 = " (it looks like UTF-16)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
-        raise BadInput(f"{path}:{line}: the {what} is not UTF-8 text{utf16}: byte 0x{data[exc.start]:02x} at "
-                       f"offset {exc.start:,} ({exc.reason}); save it as UTF-8") from None
+        raise BadInput(
+            f"{path}:{line}: the {what} is not UTF-8 text{utf16}: byte 0x{data[exc.start]:02x} at "
+            f"offset {exc.start:,} ({exc.reason}); save it as UTF-8"
+        ) from None

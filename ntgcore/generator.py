@@ -58,8 +58,9 @@ class Generator(abc.ABC):
         self.spec = spec
 
     @abc.abstractmethod
-    def prepare(self, scenario: Scenario, run_dir: Path, seed: int,
-                endpoint: Endpoint | None = None) -> None: ...  # fmt: skip
+    def prepare(
+        self, scenario: Scenario, run_dir: Path, seed: int, endpoint: Endpoint | None = None
+    ) -> None: ...
 
     @abc.abstractmethod
     def start(self, on_progress: Callable[[Progress], None] | None = None) -> None: ...
@@ -163,7 +164,9 @@ class ProcessGenerator(Generator):
         if self._proc is None or self._proc.popen is None:
             return
         self._stopped_by = "SIGINT" if interrupt else "stop"
-        self._proc.stop(self.INTERRUPT_SIGNAL if interrupt else self.STOP_SIGNAL, grace=self.STOP_GRACE_S)
+        self._proc.stop(
+            self.INTERRUPT_SIGNAL if interrupt else self.STOP_SIGNAL, grace=self.STOP_GRACE_S
+        )
         self.wait()
 
     def status(self) -> str:
@@ -187,16 +190,16 @@ ALL_COUNTERS = tuple(f.name for f in fields(Counters))
 
 @dataclass(frozen=True)
 class Capabilities:
-    offline: bool = False       # writes capture.pcap itself with no endpoint
-    live: bool = True           # sends on an endpoint's interface
+    offline: bool = False  # writes capture.pcap itself with no endpoint
+    live: bool = True  # sends on an endpoint's interface
     counters: tuple[str, ...] = ALL_COUNTERS  # the counters it really measures (others stay 0)
-    port_stats: bool = False    # `port_stats()` returns the generator's own port statistics
+    port_stats: bool = False  # `port_stats()` returns the generator's own port statistics
 
 
 @dataclass(frozen=True)
 class GeneratorPlugin:
     name: str
-    options: type[GeneratorSpec]             # the scenario's `testbed.generators[]` entry model
+    options: type[GeneratorSpec]  # the scenario's `testbed.generators[]` entry model
     adapter: type[Generator]
     tools: tuple[Tool, ...] = ()
     capabilities: Capabilities = field(default_factory=Capabilities)

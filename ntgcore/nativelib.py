@@ -20,8 +20,15 @@ def library_paths(env: str, name: str) -> list[Path]:
     return [Path(sysconfig.get_path("platlib")) / "ntg_native" / name]
 
 
-def load_library(env: str, name: str, load: Callable[[Path], ctypes.CDLL], error: type[NtgError],
-                 what: str, build: str, built: str) -> ctypes.CDLL:
+def load_library(
+    env: str,
+    name: str,
+    load: Callable[[Path], ctypes.CDLL],
+    error: type[NtgError],
+    what: str,
+    build: str,
+    built: str,
+) -> ctypes.CDLL:
     """The first of library_paths(ENV, NAME) that exists, loaded by LOAD (which declares the
     functions' types); ERROR, naming WHAT, when it cannot be loaded or none exists (then saying
     how to BUILD it and that the result is at BUILT)."""
@@ -34,4 +41,5 @@ def load_library(env: str, name: str, load: Callable[[Path], ctypes.CDLL], error
                 raise error(f"{path}: cannot load the {what}: {e}") from e
     raise error(
         f"{what} {name} not found (looked at {', '.join(map(str, tried))}); install the project "
-        f"with `pip install .`, or build it with `{build}` and set {env}={built}")
+        f"with `pip install .`, or build it with `{build}` and set {env}={built}"
+    )

@@ -15,20 +15,33 @@ import sys
 from array import array
 from typing import BinaryIO, Iterator, Sequence
 
-ETH_HDR = struct.Struct("!6s6sH")                 # dst, src, ethertype
-IP4_HDR = struct.Struct("!BBHHHBBH4s4s")          # ver/ihl, tos, total len, id, frag, ttl, proto, csum, src, dst
-TCP_HDR = struct.Struct("!HHIIBBHHH")             # sport, dport, seq, ack, offset, flags, window, csum, urg
-UDP_HDR = struct.Struct("!HHHH")                  # sport, dport, length, csum
-IP6_HDR = struct.Struct("!IHBB16s16s")            # ver/class/label, payload len, next header, hops, src, dst
-ICMP_HDR = struct.Struct("!BBHHH")                # type, code, csum, id, seq
+ETH_HDR = struct.Struct("!6s6sH")  # dst, src, ethertype
+IP4_HDR = struct.Struct(
+    "!BBHHHBBH4s4s"
+)  # ver/ihl, tos, total len, id, frag, ttl, proto, csum, src, dst
+TCP_HDR = struct.Struct("!HHIIBBHHH")  # sport, dport, seq, ack, offset, flags, window, csum, urg
+UDP_HDR = struct.Struct("!HHHH")  # sport, dport, length, csum
+IP6_HDR = struct.Struct("!IHBB16s16s")  # ver/class/label, payload len, next header, hops, src, dst
+ICMP_HDR = struct.Struct("!BBHHH")  # type, code, csum, id, seq
 ICMPV6 = 58
 ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
 PCAP_GLOBAL = struct.Struct("<IHHiIII")
 PCAP_REC = struct.Struct("<IIII")
 
 FIN, SYN, RST, PSH, ACK, URG, ECE, CWR = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80
-FLAG_BITS = {"F": FIN, "S": SYN, "R": RST, "P": PSH, "A": ACK, "U": URG, "E": ECE, "C": CWR,
-             "1": CWR, "2": ECE, "0": 0}
+FLAG_BITS = {
+    "F": FIN,
+    "S": SYN,
+    "R": RST,
+    "P": PSH,
+    "A": ACK,
+    "U": URG,
+    "E": ECE,
+    "C": CWR,
+    "1": CWR,
+    "2": ECE,
+    "0": 0,
+}
 
 MAC_CLIENT = bytes.fromhex("020000000001")
 MAC_SERVER = bytes.fromhex("020000000002")
@@ -49,14 +62,21 @@ def checksum(data: bytes) -> int:
     return s
 
 
-def ipv4(src: bytes, dst: bytes, proto: int, payload: bytes, ident: int = 0, ttl: int = 64) -> bytes:
+def ipv4(
+    src: bytes, dst: bytes, proto: int, payload: bytes, ident: int = 0, ttl: int = 64
+) -> bytes:
     hdr = IP4_HDR.pack(0x45, 0, 20 + len(payload), ident & 0xFFFF, 0x4000, ttl, proto, 0, src, dst)
     c = checksum(hdr)
     return hdr[:10] + struct.pack("!H", c) + hdr[12:] + payload
 
 
-def ipv6(src: bytes, dst: bytes, proto: int, payload: bytes, flow_label: int = 0, hops: int = 64) -> bytes:
-    return IP6_HDR.pack((6 << 28) | (flow_label & 0xFFFFF), len(payload), proto, hops, src, dst) + payload
+def ipv6(
+    src: bytes, dst: bytes, proto: int, payload: bytes, flow_label: int = 0, hops: int = 64
+) -> bytes:
+    return (
+        IP6_HDR.pack((6 << 28) | (flow_label & 0xFFFFF), len(payload), proto, hops, src, dst)
+        + payload
+    )
 
 
 def ip(src: bytes, dst: bytes, proto: int, payload: bytes, ident: int = 0) -> bytes:
@@ -66,9 +86,20 @@ def ip(src: bytes, dst: bytes, proto: int, payload: bytes, ident: int = 0) -> by
     return ipv4(src, dst, proto, payload, ident)
 
 
-def tcp(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int,
-        payload: bytes = b"", window: int = 65535) -> bytes:
-    hdr = TCP_HDR.pack(sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags, window, 0, 0)
+def tcp(
+    src: bytes,
+    dst: bytes,
+    sport: int,
+    dport: int,
+    seq: int,
+    ack: int,
+    flags: int,
+    payload: bytes = b"",
+    window: int = 65535,
+) -> bytes:
+    hdr = TCP_HDR.pack(
+        sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags, window, 0, 0
+    )
     pseudo = src + dst + struct.pack("!BBH", 0, 6, len(hdr) + len(payload))
     c = checksum(pseudo + hdr + payload)
     return hdr[:16] + struct.pack("!H", c) + hdr[18:] + payload
@@ -88,7 +119,9 @@ def icmp(itype: int, code: int, ident: int, seq: int, payload: bytes) -> bytes:
     return hdr[:2] + struct.pack("!H", c) + hdr[4:] + payload
 
 
-def icmpv6(src: bytes, dst: bytes, itype: int, code: int, ident: int, seq: int, payload: bytes) -> bytes:
+def icmpv6(
+    src: bytes, dst: bytes, itype: int, code: int, ident: int, seq: int, payload: bytes
+) -> bytes:
     """ICMPv6 (echo layout): unlike ICMPv4 its checksum covers the IPv6 pseudo header."""
     hdr = ICMP_HDR.pack(itype, code, 0, ident, seq)
     pseudo = src + dst + struct.pack("!IxxxB", len(hdr) + len(payload), ICMPV6)
@@ -96,7 +129,9 @@ def icmpv6(src: bytes, dst: bytes, itype: int, code: int, ident: int, seq: int, 
     return hdr[:2] + struct.pack("!H", c) + hdr[4:] + payload
 
 
-def ether(ip_packet: bytes, from_client: bool, macs: tuple[bytes, bytes] = (MAC_CLIENT, MAC_SERVER)) -> bytes:
+def ether(
+    ip_packet: bytes, from_client: bool, macs: tuple[bytes, bytes] = (MAC_CLIENT, MAC_SERVER)
+) -> bytes:
     """`ip_packet` in an Ethernet frame between `macs` (the client's, the server's)."""
     etype = ETH_IPV6 if ip_packet[0] >> 4 == 6 else ETH_IPV4
     client, server = macs
@@ -110,10 +145,20 @@ def mac(text: str) -> bytes:
     return bytes.fromhex(text.replace(":", "").replace("-", ""))
 
 
-def tcp_session(client: bytes, server: bytes, cport: int, sport: int,
-                messages: Sequence[tuple[bool, bytes]], *, mss: int = 1400, seed: int = 0,
-                handshake: bool = True, flags: int | None = None, window: int = 65535,
-                macs: tuple[bytes, bytes] = (MAC_CLIENT, MAC_SERVER)) -> Iterator[tuple[bool, bytes]]:
+def tcp_session(
+    client: bytes,
+    server: bytes,
+    cport: int,
+    sport: int,
+    messages: Sequence[tuple[bool, bytes]],
+    *,
+    mss: int = 1400,
+    seed: int = 0,
+    handshake: bool = True,
+    flags: int | None = None,
+    window: int = 65535,
+    macs: tuple[bytes, bytes] = (MAC_CLIENT, MAC_SERVER),
+) -> Iterator[tuple[bool, bytes]]:
     """The frames of one TCP session, in order, as (from the client, Ethernet frame): SYN,
     SYN-ACK, ACK; each message `(from_client, data)` cut into segments of at most `mss` bytes
     (PSH|ACK), each answered by an ACK from the other side (an empty message: one empty
@@ -149,7 +194,7 @@ def tcp_session(client: bytes, server: bytes, cport: int, sport: int,
     yield seg(True, ACK)
     for from_client, data in messages:
         for i in range(0, max(len(data), 1), mss):
-            yield seg(from_client, ACK | PSH, data[i:i + mss])
+            yield seg(from_client, ACK | PSH, data[i : i + mss])
             yield seg(not from_client, ACK)
     yield seg(True, FIN | ACK)
     yield seg(False, FIN | ACK)

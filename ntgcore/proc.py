@@ -61,7 +61,9 @@ class CommandRecord:
     pid: int | None = None
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if (v != "" and v is not None) or k == "status"}
+        return {
+            k: v for k, v in self.__dict__.items() if (v != "" and v is not None) or k == "status"
+        }
 
 
 def _die_with(parent: int) -> Callable[[], None]:
@@ -173,7 +175,9 @@ class Process:
         finally:
             if main:
                 _FORKING.clear()
-        if main and len(_DEFERRED) > deferred:  # a stop signal came while Popen ran: its child is ours now
+        if (
+            main and len(_DEFERRED) > deferred
+        ):  # a stop signal came while Popen ran: its child is ours now
             self.stop(grace=1)
             raise Interrupted(_DEFERRED[-1])
         self.record.status = "running"
@@ -237,7 +241,9 @@ class Process:
                 time.sleep(0.02)
             if self.popen.poll() is None:
                 self.send_signal(signal.SIGKILL)
-                self.record.note = f"did not stop within {grace:g}s of {_SIGNAL_NAMES.get(sig, sig)}; killed"
+                self.record.note = (
+                    f"did not stop within {grace:g}s of {_SIGNAL_NAMES.get(sig, sig)}; killed"
+                )
         return self._finish(self.popen.wait())
 
     def _finish(self, code: int | None) -> int | None:

@@ -59,7 +59,9 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            raise PluginError(f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}") from None
+            raise PluginError(
+                f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}"
+            ) from None
 
     def names(self) -> list[str]:
         self.load()

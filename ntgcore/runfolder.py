@@ -55,8 +55,10 @@ def git_info() -> dict:
             return {"revision": None, "dirty": None}
         dirty = subprocess.run(
             ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=5,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return {"revision": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
     except (OSError, subprocess.TimeoutExpired):
         return {"revision": None, "dirty": None}
@@ -105,7 +107,9 @@ def make_run_dir(root: Path, name: str) -> Path:
     except OSError as exc:
         raise RunSetupError(f"cannot create the output directory {root}: {exc.strerror}") from None
     if not os.access(root, os.W_OK | os.X_OK):
-        raise RunSetupError(f"the output directory {root} is not writable; choose another with --out")
+        raise RunSetupError(
+            f"the output directory {root} is not writable; choose another with --out"
+        )
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     for n in range(1, 1000):
         candidate = root / (f"{stamp}-{name}" if n == 1 else f"{stamp}-{name}-{n}")
@@ -116,8 +120,10 @@ def make_run_dir(root: Path, name: str) -> Path:
             continue
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise NoSpace(f"{NO_SPACE}: cannot create {candidate}; nothing was run: free some "
-                              f"space or choose another --out") from None  # fmt: skip
+                raise NoSpace(
+                    f"{NO_SPACE}: cannot create {candidate}; nothing was run: free some "
+                    f"space or choose another --out"
+                ) from None
             raise RunSetupError(f"cannot create {candidate}: {exc.strerror}") from None
     raise RunSetupError(f"too many runs named {name} in {root} this second")
 
@@ -193,18 +199,28 @@ class RunFolder:
             if exc.errno != errno.ENOSPC:
                 raise
             if self.full_at is None:
-                print(f"warning: {NO_SPACE}: {self.path / MANIFEST} not updated (it keeps the "
-                      f"previous state); the final status is written when the run ends",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"warning: {NO_SPACE}: {self.path / MANIFEST} not updated (it keeps the "
+                    f"previous state); the final status is written when the run ends",
+                    file=sys.stderr,
+                    flush=True,
+                )
             self.full_at = self.full_at or self.path / MANIFEST
             return False
 
     def _last_write(self) -> None:
         (self.path / RESERVE).unlink(missing_ok=True)  # the room the final manifest needs
         if not self.write():
-            before = "it keeps its previous state" if (self.path / MANIFEST).exists() else "there is none"
-            print(f"error: {NO_SPACE}: cannot write the final manifest {self.path / MANIFEST}; {before}",
-                  file=sys.stderr, flush=True)
+            before = (
+                "it keeps its previous state"
+                if (self.path / MANIFEST).exists()
+                else "there is none"
+            )
+            print(
+                f"error: {NO_SPACE}: cannot write the final manifest {self.path / MANIFEST}; {before}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _list_files(self, recursive: bool) -> None:
         files = self.manifest.setdefault("files", {})

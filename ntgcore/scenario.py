@@ -71,7 +71,10 @@ Duration = Annotated[
     BeforeValidator(parse_duration_ns),
     WithJsonSchema(
         {
-            "anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*(ns|us|µs|ms|s|m|min|h)?\s*$"}],
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*(ns|us|µs|ms|s|m|min|h)?\s*$"},
+            ],
             "description": "A duration: 1.5s, 250ms, 10us, 5ns, 2m; a bare number is seconds.",
         }
     ),
@@ -81,7 +84,10 @@ Rate = Annotated[
     BeforeValidator(_rate_value),
     WithJsonSchema(
         {
-            "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*([kKmM]?pps)?\s*$"}],
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "string", "pattern": r"^\s*[0-9.eE+-]+\s*([kKmM]?pps)?\s*$"},
+            ],
             "description": "Packets per second: 1000, 2.5kpps, 1Mpps.",
         }
     ),
@@ -104,7 +110,11 @@ class _Shared(_Model):
     @classmethod
     def _one_instance(cls, v: Any, handler: ModelWrapValidatorHandler) -> Any:
         try:
-            key = (cls, type(v), frozenset((k, type(x), x) for k, x in v.items()) if isinstance(v, dict) else v)
+            key = (
+                cls,
+                type(v),
+                frozenset((k, type(x), x) for k, x in v.items()) if isinstance(v, dict) else v,
+            )
             hash(key)
         except TypeError:  # a nested mapping or list: not shared
             return handler(v)
@@ -278,7 +288,9 @@ class Flow(_Model):
     )
     src: Address
     dst: Address
-    src_port: Ports | None = Field(None, description="TCP/UDP only; default `random` (49152-65535).")
+    src_port: Ports | None = Field(
+        None, description="TCP/UDP only; default `random` (49152-65535)."
+    )
     dst_port: Ports | None = Field(None, description="TCP/UDP only; required for them.")
     start: Duration = Field(0, description="Start of the first packet: 1.5s, 250ms, 10us, 5ns.")
     rate: Rate | None = Field(None, description="Packets per second: 1000, 2.5kpps, 1Mpps.")
@@ -353,8 +365,11 @@ class Flow(_Model):
 
     @property
     def last_due_ns(self) -> int:
-        return (self.start + (self.repetitions - 1) * self.repeat_period_ns
-                + (self.packet_count - 1) * self.period_ns)  # fmt: skip
+        return (
+            self.start
+            + (self.repetitions - 1) * self.repeat_period_ns
+            + (self.packet_count - 1) * self.period_ns
+        )
 
     @property
     def repetitions(self) -> int:
@@ -386,7 +401,9 @@ class FlowEngineOptions(_Model):
         "Tree picks the next flow with probability proportional to its rate.",
     )
     threads: int = Field(
-        1, ge=1, le=256,
+        1,
+        ge=1,
+        le=256,
         description="Worker threads; with the exact planner the output is the same for any count.",
     )
     checksum_offload: bool = Field(
@@ -416,9 +433,13 @@ class GeneratorSpec(_Model):
     generator has. Each generator plugin subclasses it with `name: Literal["<its name>"]` and its
     own options; `testbed.generators` is the union of the registered models, told apart by `name`."""
 
-    name: str = Field(description="A registered generator: flowengine, tcpreplay, scapy, ostinato, ...")
+    name: str = Field(
+        description="A registered generator: flowengine, tcpreplay, scapy, ostinato, ..."
+    )
     label: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=32,
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=32,
         description="Name in reports and folder names (default: the generator's name).",
     )
     at: Place = Field("gen:gen0", description="Where it sends: `ROLE:IFACE` of the topology.")
@@ -427,8 +448,11 @@ class GeneratorSpec(_Model):
         description="`realtime`: the scenario's timestamps; `topspeed`: as fast as it can "
         "(seed 001), for `testbed.duration`.",
     )
-    start: Duration = Field(0, description="Live: when this generator is started, after the "
-                            "step's generators start (the attack replay uses `attacks.start`).")
+    start: Duration = Field(
+        0,
+        description="Live: when this generator is started, after the "
+        "step's generators start (the attack replay uses `attacks.start`).",
+    )
 
     @property
     def role(self) -> str:
@@ -470,8 +494,11 @@ def _registered_generator(v: Any) -> str:
     return v
 
 
-GeneratorName = Annotated[str, AfterValidator(_registered_generator),
-                          WithJsonSchema({"type": "string", "description": "A registered generator."})]
+GeneratorName = Annotated[
+    str,
+    AfterValidator(_registered_generator),
+    WithJsonSchema({"type": "string", "description": "A registered generator."}),
+]
 
 
 class CaptureSpec(_Model):
@@ -479,22 +506,33 @@ class CaptureSpec(_Model):
 
     at: Place = Field("tap:tap0", description="Interface to capture on (`ROLE:IFACE`).")
     snaplen: int = Field(128, ge=64, le=65535, description="Bytes kept of every frame.")
-    buffer_kib: int = Field(65536, ge=1, le=4_194_304, description="Kernel buffer, tcpdump -B (KiB).")
+    buffer_kib: int = Field(
+        65536, ge=1, le=4_194_304, description="Kernel buffer, tcpdump -B (KiB)."
+    )
     also_at: list[Place] = Field(
-        [], max_length=8, description="More interfaces captured the same way, each into "
+        [],
+        max_length=8,
+        description="More interfaces captured the same way, each into "
         "capture-ROLE-IFACE.pcap (TRex ASTF: `gen:gen0`, the server side's segments); only "
-        "`at`'s capture.pcap counts in the rates and checks.")
+        "`at`'s capture.pcap counts in the rates and checks.",
+    )
 
 
 class DutSpec(_Model):
     """The device under test, listening on one interface."""
 
-    kind: Literal["none", "tcpdump", "suricata"] = Field("none", description="none, tcpdump or suricata.")
+    kind: Literal["none", "tcpdump", "suricata"] = Field(
+        "none", description="none, tcpdump or suricata."
+    )
     at: Place = Field("dut:dut0", description="Interface it reads (`ROLE:IFACE`).")
-    buffer_kib: int = Field(2048, ge=1, le=4_194_304, description="tcpdump: kernel buffer (-B, KiB).")
+    buffer_kib: int = Field(
+        2048, ge=1, le=4_194_304, description="tcpdump: kernel buffer (-B, KiB)."
+    )
     snaplen: int = Field(256, ge=64, le=65535, description="tcpdump: snap length.")
     write: bool = Field(False, description="tcpdump: keep what it received as dut.pcap.")
-    rules: list[str] = Field([], max_length=MAX_ITEMS, description="suricata: rule files (relative to the scenario).")
+    rules: list[str] = Field(
+        [], max_length=MAX_ITEMS, description="suricata: rule files (relative to the scenario)."
+    )
 
 
 class MonitorSpec(_Model):
@@ -505,15 +543,23 @@ class SweepSpec(_Model):
     """Seed 002's loss method: a packet-rate sweep and a flow-rate (hosts) sweep."""
 
     packet_rates: list[Union[Literal["max"], Rate]] = Field(
-        [], max_length=MAX_ITEMS, description="Packet rates of the rate sweep, one UDP flow each: [1000, 5000, max]; "
-        "`max`: the generators at top speed."
+        [],
+        max_length=MAX_ITEMS,
+        description="Packet rates of the rate sweep, one UDP flow each: [1000, 5000, max]; "
+        "`max`: the generators at top speed.",
     )
     hosts: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
         [], max_length=MAX_ITEMS, description="Host counts of the flow-rate sweep: [1, 10, 25, 50]."
     )
-    sessions_per_host: int = Field(50, ge=1, le=100_000, description="UDP sessions per host, one after another.")
-    host_rate: Rate = Field(Decimal(2000), description="Packets per second of one host (seed 002: 0.5 ms IAT).")
-    frame_size: int = Field(60, ge=60, le=9000, description="Frame bytes without the FCS (60 = 64 on the wire).")
+    sessions_per_host: int = Field(
+        50, ge=1, le=100_000, description="UDP sessions per host, one after another."
+    )
+    host_rate: Rate = Field(
+        Decimal(2000), description="Packets per second of one host (seed 002: 0.5 ms IAT)."
+    )
+    frame_size: int = Field(
+        60, ge=60, le=9000, description="Frame bytes without the FCS (60 = 64 on the wire)."
+    )
     step: Duration = Field(2_000_000_000, description="How long every step sends.")
 
     @model_validator(mode="after")
@@ -547,14 +593,25 @@ class FaultSpec(_Model):
     kind: Literal["kill", "stop", "link-down", "netem", "power-off"] = Field(
         description="`kill`: SIGKILL a process of the run; `stop`: SIGSTOP it (SIGCONT when undone); "
         "`link-down`: `ip link set down` on an interface of the run (up when undone); `netem`: loss "
-        "and/or delay on an interface (removed when undone); `power-off`: a VM's power (VM back end).")
-    process: str | None = Field(None, description="kill, stop: the label of a process of the run, "
-                                "as the step's parts name them (`vrrp:master`); * and ? match.")
-    at: Place | None = Field(None, description="link-down, netem, power-off: `ROLE:IFACE` of the topology.")
+        "and/or delay on an interface (removed when undone); `power-off`: a VM's power (VM back end)."
+    )
+    process: str | None = Field(
+        None,
+        description="kill, stop: the label of a process of the run, "
+        "as the step's parts name them (`vrrp:master`); * and ? match.",
+    )
+    at: Place | None = Field(
+        None, description="link-down, netem, power-off: `ROLE:IFACE` of the topology."
+    )
     start: Duration = Field(description="When, after the step's generators start: 2s, 500ms.")
-    duration: Duration | None = Field(None, description="How long until it is undone (stop, link-down, "
-                                      "netem, power-off); default: at the end of the step. Not for kill.")
-    repeat: Repeat | None = Field(None, description="`{count, period}`: the fault again every period.")
+    duration: Duration | None = Field(
+        None,
+        description="How long until it is undone (stop, link-down, "
+        "netem, power-off); default: at the end of the step. Not for kill.",
+    )
+    repeat: Repeat | None = Field(
+        None, description="`{count, period}`: the fault again every period."
+    )
     loss: float | None = Field(None, ge=0, le=100, description="netem: packets lost, in percent.")
     delay: Duration | None = Field(None, description="netem: added delay.")
     jitter: Duration | None = Field(None, description="netem: delay variation (needs delay).")
@@ -570,8 +627,12 @@ class FaultSpec(_Model):
     def _consistent(self) -> "FaultSpec":
         k = self.kind
         if k in ("kill", "stop") and (self.process is None or self.at is not None):
-            raise ValueError(f"`{k}` needs `process` (the label of a process of the run) and no `at`")
-        if k in ("link-down", "netem", "power-off") and (self.at is None or self.process is not None):
+            raise ValueError(
+                f"`{k}` needs `process` (the label of a process of the run) and no `at`"
+            )
+        if k in ("link-down", "netem", "power-off") and (
+            self.at is None or self.process is not None
+        ):
             raise ValueError(f"`{k}` needs `at` (ROLE:IFACE of the topology) and no `process`")
         if k == "kill" and self.duration is not None:
             raise ValueError("a killed process cannot be brought back: remove `duration`")
@@ -584,10 +645,14 @@ class FaultSpec(_Model):
             raise ValueError("`jitter` needs `delay`")
         if self.repeat is not None and self.repeat.count > 1:
             if self.duration is None and k != "kill":
-                raise ValueError("a repeated fault needs `duration`: each one is undone before the next")
+                raise ValueError(
+                    "a repeated fault needs `duration`: each one is undone before the next"
+                )
             if self.duration is not None and self.duration >= self.repeat.period:
-                raise ValueError(f"`duration` ({self.duration / 1e9:g} s) must be shorter than "
-                                 f"`repeat.period` ({self.repeat.period / 1e9:g} s)")
+                raise ValueError(
+                    f"`duration` ({self.duration / 1e9:g} s) must be shorter than "
+                    f"`repeat.period` ({self.repeat.period / 1e9:g} s)"
+                )
         return self
 
     def times_ns(self) -> list[int]:
@@ -613,37 +678,68 @@ class FailoverSpec(_Model):
     """Method `failover` (seed 002's CARP test, with VRRP): two DUTs running keepalived share a
     virtual address on a bridged segment; a probe stream goes to it while a fault hits the master."""
 
-    master: Place = Field("master:m0", description="The master DUT's interface on the shared segment.")
-    backup: Place = Field("backup:b0", description="The backup DUT's interface on the shared segment.")
-    lan: str = Field("lan", pattern=r"^[a-z0-9][a-z0-9-]{0,15}$",
-                     description="Role of the namespace whose interfaces are bridged into the segment.")
-    vip: str = Field("198.18.1.1/24", description="The virtual address with prefix (198.18.0.0/15).")
+    master: Place = Field(
+        "master:m0", description="The master DUT's interface on the shared segment."
+    )
+    backup: Place = Field(
+        "backup:b0", description="The backup DUT's interface on the shared segment."
+    )
+    lan: str = Field(
+        "lan",
+        pattern=r"^[a-z0-9][a-z0-9-]{0,15}$",
+        description="Role of the namespace whose interfaces are bridged into the segment.",
+    )
+    vip: str = Field(
+        "198.18.1.1/24", description="The virtual address with prefix (198.18.0.0/15)."
+    )
     vrid: int = Field(51, ge=1, le=255, description="VRRP virtual router id.")
-    version: Literal[2, 3] | None = Field(None, description="VRRP version; default 2, or 3 when an "
-                                          "advertisement interval is below 1 s or not whole seconds.")
-    advert_int: Annotated[list[Duration], _one_or_many_schema(
-        {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}]})] = Field(
-                                       [1_000_000_000], min_length=1, max_length=8,
-                                       description="Advertisement interval(s) (keepalived's default "
-                                       "1s); several: each one's trials in turn.")
+    version: Literal[2, 3] | None = Field(
+        None,
+        description="VRRP version; default 2, or 3 when an "
+        "advertisement interval is below 1 s or not whole seconds.",
+    )
+    advert_int: Annotated[
+        list[Duration],
+        _one_or_many_schema(
+            {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string"}]}
+        ),
+    ] = Field(
+        [1_000_000_000],
+        min_length=1,
+        max_length=8,
+        description="Advertisement interval(s) (keepalived's default "
+        "1s); several: each one's trials in turn.",
+    )
     master_priority: int = Field(200, ge=1, le=254, description="VRRP priority of the master.")
     backup_priority: int = Field(100, ge=1, le=254, description="VRRP priority of the backup.")
-    fault: Annotated[list[FaultKind], _one_or_many_schema(
-        {"type": "string", "enum": ["kill", "stop", "link-down", "power-off"]})] = Field(
-        ["link-down"], min_length=1, max_length=4,
+    fault: Annotated[
+        list[FaultKind],
+        _one_or_many_schema({"type": "string", "enum": ["kill", "stop", "link-down", "power-off"]}),
+    ] = Field(
+        ["link-down"],
+        min_length=1,
+        max_length=4,
         description="`link-down`: the master's interface on the segment down (the device gone, as "
         "when powered off); `kill`: SIGKILL the master's keepalived; `stop`: SIGSTOP it; "
         "`power-off`: the master's VM switched off (VM back end, the seed's own fault). Several: "
-        "each one's trials in turn.")
-    fault_at: Duration = Field(2_000_000_000, description="When the fault hits, after the probes start.")
+        "each one's trials in turn.",
+    )
+    fault_at: Duration = Field(
+        2_000_000_000, description="When the fault hits, after the probes start."
+    )
     fault_phase: Literal["random", "fixed"] = Field(
-        "random", description="`random`: each trial adds a random part of one advertisement interval "
+        "random",
+        description="`random`: each trial adds a random part of one advertisement interval "
         "to `fault_at` (drawn from the scenario's seed), so the trials meet the VRRP cycle at "
-        "different points, as a power cut does; `fixed`: exactly `fault_at`.")
+        "different points, as a power cut does; `fixed`: exactly `fault_at`.",
+    )
     trials: int = Field(3, ge=1, le=100, description="Repetitions per advertisement interval.")
     udp_port: int = Field(7777, ge=1, le=65535, description="Port the DUTs' UDP echo listens on.")
-    ready_timeout: Duration = Field(15_000_000_000, description="How long keepalived may take to "
-                                    "reach MASTER (master) and BACKUP (backup) before the step fails.")
+    ready_timeout: Duration = Field(
+        15_000_000_000,
+        description="How long keepalived may take to "
+        "reach MASTER (master) and BACKUP (backup) before the step fails.",
+    )
 
     @field_validator("advert_int", "fault", mode="before")
     @classmethod
@@ -665,9 +761,13 @@ class FailoverSpec(_Model):
     def _consistent(self) -> "FailoverSpec":
         for a in self.advert_int:
             if a < 10_000_000 or a > 40_950_000_000 or a % 10_000_000:
-                raise ValueError(f"advert_int {a / 1e9:g} s: VRRP counts 10 ms steps from 10 ms to 40.95 s")
+                raise ValueError(
+                    f"advert_int {a / 1e9:g} s: VRRP counts 10 ms steps from 10 ms to 40.95 s"
+                )
             if self.version == 2 and a % 1_000_000_000:
-                raise ValueError(f"advert_int {a / 1e9:g} s: VRRPv2 counts whole seconds; use `version: 3`")
+                raise ValueError(
+                    f"advert_int {a / 1e9:g} s: VRRPv2 counts whole seconds; use `version: 3`"
+                )
         for name in ("advert_int", "fault"):
             if len(set(getattr(self, name))) != len(getattr(self, name)):
                 raise ValueError(f"`{name}` lists a value twice")
@@ -687,9 +787,14 @@ class FailoverSpec(_Model):
 class HostSpec(_Model):
     """One generator host of a run spread over several (docs/multihost.md)."""
 
-    at: Place = Field(description="Where this host's generator sends: `ROLE:IFACE` of the topology.")
-    capture: Place | None = Field(None, description="Where this host's frames are captured on their "
-                                  "own (the receiver's port facing it): its counts and first packet.")
+    at: Place = Field(
+        description="Where this host's generator sends: `ROLE:IFACE` of the topology."
+    )
+    capture: Place | None = Field(
+        None,
+        description="Where this host's frames are captured on their "
+        "own (the receiver's port facing it): its counts and first packet.",
+    )
 
 
 class HostsSpec(_Model):
@@ -697,17 +802,28 @@ class HostsSpec(_Model):
     entry, the template) runs on every host, each sending its own share of the flows, split by
     flow hash; all start at one agreed time (docs/multihost.md)."""
 
-    hosts: list[HostSpec] = Field(min_length=1, max_length=64, description="The hosts, in order: "
-                                  "host i sends the flows whose key hash modulo N is i.")
-    hash: str = Field("murmur3_32", pattern=r"^[a-z0-9_]{1,32}$",
-                      description="The flow-key hash of the split (`testbed hash-study --list`).")
-    start_lead: Duration = Field(1_000_000_000, description="The agreed start: this long after the "
-                                 "step begins preparing the hosts' generators.")
+    hosts: list[HostSpec] = Field(
+        min_length=1,
+        max_length=64,
+        description="The hosts, in order: host i sends the flows whose key hash modulo N is i.",
+    )
+    hash: str = Field(
+        "murmur3_32",
+        pattern=r"^[a-z0-9_]{1,32}$",
+        description="The flow-key hash of the split (`testbed hash-study --list`).",
+    )
+    start_lead: Duration = Field(
+        1_000_000_000,
+        description="The agreed start: this long after the "
+        "step begins preparing the hosts' generators.",
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> "HostsSpec":
-        for what, values in (("at", [h.at for h in self.hosts]),
-                             ("capture", [h.capture for h in self.hosts if h.capture])):
+        for what, values in (
+            ("at", [h.at for h in self.hosts]),
+            ("capture", [h.capture for h in self.hosts if h.capture]),
+        ):
             dup = sorted({v for v in values if values.count(v) > 1})
             if dup:
                 raise ValueError(f"two hosts have the same `{what}` {dup[0]}")
@@ -723,52 +839,78 @@ class TestbedSpec(_Model):
     """Live run: topology, generators, capture point, device under test, monitor, method."""
 
     topology: str | dict = Field(
-        "default", description="A packaged topology name, a YAML file (relative to the scenario) "
-        "or the topology itself as a mapping."
+        "default",
+        description="A packaged topology name, a YAML file (relative to the scenario) "
+        "or the topology itself as a mapping.",
     )
     backend: str = Field(
-        "netns", pattern=r"^[a-z][a-z0-9_-]{0,31}$",
+        "netns",
+        pattern=r"^[a-z][a-z0-9_-]{0,31}$",
         description="The endpoint back end that makes the topology's places: `netns` (namespaces "
-        "and veths) or `vm` (some roles are qemu VMs; `topology` is then a VM topology, docs/vm.md)."
+        "and veths) or `vm` (some roles are qemu VMs; `topology` is then a VM topology, docs/vm.md).",
     )
     method: Literal["run", "comparison", "loss-sweep", "failover", "multiply"] = Field(
-        "run", description="`run`: the generators send the scenario together; `comparison`: "
+        "run",
+        description="`run`: the generators send the scenario together; `comparison`: "
         "seed 001, each generator in turn; `loss-sweep`: seed 002 against the DUT; `failover`: "
         "seed 002's redundancy test (a VRRP pair, a fault on the master, the outage measured); "
-        "`multiply`: seed 003's inline multiplier, one step per T (docs/multiplier.md)."
+        "`multiply`: seed 003's inline multiplier, one step per T (docs/multiplier.md).",
     )
     duration: Duration | None = Field(None, description="How long topspeed generators send.")
-    generators: list["AnyGeneratorSpec"] = Field([], max_length=MAX_ITEMS, description="Default: the scenario's `generator`.")
+    generators: list["AnyGeneratorSpec"] = Field(
+        [], max_length=MAX_ITEMS, description="Default: the scenario's `generator`."
+    )
     capture: CaptureSpec | None = Field(CaptureSpec(), description="`null` turns the capture off.")
     dut: DutSpec = DutSpec()
     monitor: MonitorSpec = MonitorSpec()
     sweep: SweepSpec | None = None
     load_steps: LoadStepsSpec | None = None
-    faults: list[FaultSpec] = Field([], max_length=100, description="Faults injected in every step "
-                                    "on a schedule (docs/failover.md).")
-    failover: FailoverSpec | None = Field(None, description="Method `failover`: the VRRP pair and the fault.")
-    inline: "InlineMultiplySpec | None" = Field(None, description="Method `multiply`: the inline "
-                                                "multiplier, its real sessions and its T values.")
-    spread: HostsSpec | None = Field(None, description="Method `run` over several generator hosts "
-                                     "started together (docs/multihost.md).")
+    faults: list[FaultSpec] = Field(
+        [],
+        max_length=100,
+        description="Faults injected in every step on a schedule (docs/failover.md).",
+    )
+    failover: FailoverSpec | None = Field(
+        None, description="Method `failover`: the VRRP pair and the fault."
+    )
+    inline: "InlineMultiplySpec | None" = Field(
+        None,
+        description="Method `multiply`: the inline multiplier, its real sessions and its T values.",
+    )
+    spread: HostsSpec | None = Field(
+        None,
+        description="Method `run` over several generator hosts "
+        "started together (docs/multihost.md).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> "TestbedSpec":
         if self.spread is not None and self.method != "run":
             raise ValueError("`spread` (several generator hosts) belongs to method `run`")
         if self.spread is not None and len(self.generators) > 1:
-            raise ValueError("with `spread`, `generators` holds one entry: the generator every host runs")
+            raise ValueError(
+                "with `spread`, `generators` holds one entry: the generator every host runs"
+            )
         if (self.method == "failover") != (self.failover is not None):
-            raise ValueError("method `failover` needs a `failover` section, and `failover` belongs "
-                             "to method `failover`")
+            raise ValueError(
+                "method `failover` needs a `failover` section, and `failover` belongs "
+                "to method `failover`"
+            )
         if (self.method == "multiply") != (self.inline is not None):
-            raise ValueError("method `multiply` needs an `inline` section, and `inline` belongs "
-                             "to method `multiply`")
-        if self.inline is not None and (self.capture is None or self.capture.at != self.inline.at or not {
-                self.inline.out, self.inline.dut} <= set(self.capture.also_at)):
-            raise ValueError(f"method `multiply` measures from the captures at the multiplier: set "
-                             f"`capture: {{at: \"{self.inline.at}\", also_at: [\"{self.inline.out}\", "
-                             f"\"{self.inline.dut}\"]}}`")
+            raise ValueError(
+                "method `multiply` needs an `inline` section, and `inline` belongs "
+                "to method `multiply`"
+            )
+        if self.inline is not None and (
+            self.capture is None
+            or self.capture.at != self.inline.at
+            or not {self.inline.out, self.inline.dut} <= set(self.capture.also_at)
+        ):
+            raise ValueError(
+                f"method `multiply` measures from the captures at the multiplier: set "
+                f'`capture: {{at: "{self.inline.at}", also_at: ["{self.inline.out}", '
+                f'"{self.inline.dut}"]}}`'
+            )
         if self.method == "loss-sweep":
             if self.sweep is None:
                 raise ValueError("method `loss-sweep` needs a `sweep` section")
@@ -781,8 +923,9 @@ class TestbedSpec(_Model):
         if self.method == "comparison" and self.duration is None:
             raise ValueError("method `comparison` needs `duration` (seed 001: 60s)")
         if self.method == "comparison" and self.capture is None:
-            raise ValueError("method `comparison` measures the rates in the capture: do not set "
-                             "`capture: null`")
+            raise ValueError(
+                "method `comparison` measures the rates in the capture: do not set `capture: null`"
+            )
         if any(g.pace == "topspeed" for g in self.generators) and self.duration is None:
             raise ValueError("a `topspeed` generator needs `duration`")
         for g in self.generators:
@@ -798,11 +941,20 @@ class TestbedSpec(_Model):
 class AttackSelect(_Model):
     """Which rules of the `attacks.rules` files become attack sessions; the given keys are ANDed."""
 
-    sids: list[Annotated[int, Field(ge=1)]] | None = Field(None, max_length=MAX_ITEMS, description="Only these sids.")
-    classtypes: list[str] | None = Field(None, max_length=MAX_ITEMS, description="Only rules with one of these classtypes.")
-    msg: str | None = Field(None, description="Only rules whose msg matches this regular expression.")
+    sids: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, max_length=MAX_ITEMS, description="Only these sids."
+    )
+    classtypes: list[str] | None = Field(
+        None, max_length=MAX_ITEMS, description="Only rules with one of these classtypes."
+    )
+    msg: str | None = Field(
+        None, description="Only rules whose msg matches this regular expression."
+    )
     keywords: list[str] | None = Field(
-        None, max_length=MAX_ITEMS, description="Only rules that use every one of these keywords (content, pcre, http.uri, ...).")
+        None,
+        max_length=MAX_ITEMS,
+        description="Only rules that use every one of these keywords (content, pcre, http.uri, ...).",
+    )
 
     @field_validator("msg")
     @classmethod
@@ -818,19 +970,38 @@ class AttackSelect(_Model):
 class AttacksSpec(_Model):
     """Attack sessions synthesized from IDS rules and mixed into the run (docs/ids-coverage.md)."""
 
-    rules: list[str] = Field(max_length=MAX_ITEMS, min_length=1, description="Rule files, relative to the scenario; "
-                             "$VARIABLES of the environment are expanded ($NTG_SHARED_DATA).")
+    rules: list[str] = Field(
+        max_length=MAX_ITEMS,
+        min_length=1,
+        description="Rule files, relative to the scenario; "
+        "$VARIABLES of the environment are expanded ($NTG_SHARED_DATA).",
+    )
     select: AttackSelect = AttackSelect()
-    count: int = Field(10, ge=1, le=1_000_000, description="Attack sessions: the selected rules in "
-                       "file order, cycled when there are fewer rules.")
-    rate: Decimal = Field(Decimal(10), gt=0, le=1_000_000, description="Attack sessions per second.")
-    start: Duration = Field(0, description="When the first attack session starts, from the start of "
-                            "the run (offline: the capture's time; live: after the generators start).")
-    ip_version: Literal[4, 6] = Field(4, description="6: every attack session over IPv6 "
-                                      "(2001:db8::/32); 4: IPv4, IPv6 only for rules that name it.")
+    count: int = Field(
+        10,
+        ge=1,
+        le=1_000_000,
+        description="Attack sessions: the selected rules in "
+        "file order, cycled when there are fewer rules.",
+    )
+    rate: Decimal = Field(
+        Decimal(10), gt=0, le=1_000_000, description="Attack sessions per second."
+    )
+    start: Duration = Field(
+        0,
+        description="When the first attack session starts, from the start of "
+        "the run (offline: the capture's time; live: after the generators start).",
+    )
+    ip_version: Literal[4, 6] = Field(
+        4,
+        description="6: every attack session over IPv6 "
+        "(2001:db8::/32); 4: IPv4, IPv6 only for rules that name it.",
+    )
     ids: Literal["none", "suricata"] = Field(
-        "none", description="`suricata`: after an offline run, Suricata reads the mixed capture "
-        "and the coverage of the attack sessions is written into the run folder.")
+        "none",
+        description="`suricata`: after an offline run, Suricata reads the mixed capture "
+        "and the coverage of the attack sessions is written into the run folder.",
+    )
 
     @field_validator("rules")
     @classmethod
@@ -851,9 +1022,11 @@ def _networks(v: list[str]) -> list[str]:
         try:
             nets.append(ipaddress.ip_network(text, strict=False))
         except ValueError:
-            raise ValueError(f"{text!r} is not an IPv4 or IPv6 CIDR range (198.18.0.0/16, 2001:db8:1::/48)")
+            raise ValueError(
+                f"{text!r} is not an IPv4 or IPv6 CIDR range (198.18.0.0/16, 2001:db8:1::/48)"
+            )
     for i, a in enumerate(nets):
-        for b in nets[i + 1:]:
+        for b in nets[i + 1 :]:
             if a.version == b.version and a.overlaps(b):
                 raise ValueError(f"{a} and {b} overlap")
     return v
@@ -863,25 +1036,57 @@ class MultiplySpec(_Model):
     """The traffic multiplier (seed 003, docs/multiplier.md): `testbed multiply RUN` rewrites the
     run's capture into T shadow copies of every packet plus the original."""
 
-    copies: int = Field(ge=1, le=MULTIPLY_MAX_COPIES, description="T: shadow copies of every packet; "
-                        "egress = (T+1) x ingress.")
-    ranges: list[str] = Field(min_length=1, max_length=MULTIPLY_MAX_RANGES, description="Shadow address "
-                              "ranges (CIDR, IPv4 and/or IPv6), disjoint and holding no original address.")
-    original: list[str] = Field([], max_length=MULTIPLY_MAX_RANGES, description="The originals' own "
-                                "ranges: every original address must lie in them, no shadow range may overlap them.")
-    order: Literal["spfo", "interleaved"] = Field("spfo", description="spfo: the T copies, then the "
-                                                  "original; interleaved: the original's place rotates.")
-    ports: Literal["keep", "shift"] = Field("keep", description="shift: a flow's ephemeral port "
-                                            "(>= 1024, the higher) moves by a per-copy offset.")
-    urls: str | None = Field(None, description="File of request targets, one a line (relative to the "
-                             "scenario): copy c's HTTP requests get line (c-1) mod n.")
-    mtu: int = Field(1500, ge=68, le=65535, description="Largest IP packet a substituted request may become.")
-    seed: int | None = Field(None, ge=0, lt=2**64, description="Seed of the plan; default the scenario's.")
-    home: list[str] = Field([], max_length=MULTIPLY_MAX_RANGES, description="The sided plan: original "
-                            "addresses in these CIDRs (the home side) take their shadows from home_ranges, "
-                            "the others from ranges; give both or neither.")
-    home_ranges: list[str] = Field([], max_length=MULTIPLY_MAX_RANGES, description="Shadow ranges of the "
-                                   "home side: the shadows of home addresses, as few CIDRs (an IDS's HOME_NET).")
+    copies: int = Field(
+        ge=1,
+        le=MULTIPLY_MAX_COPIES,
+        description="T: shadow copies of every packet; egress = (T+1) x ingress.",
+    )
+    ranges: list[str] = Field(
+        min_length=1,
+        max_length=MULTIPLY_MAX_RANGES,
+        description="Shadow address "
+        "ranges (CIDR, IPv4 and/or IPv6), disjoint and holding no original address.",
+    )
+    original: list[str] = Field(
+        [],
+        max_length=MULTIPLY_MAX_RANGES,
+        description="The originals' own "
+        "ranges: every original address must lie in them, no shadow range may overlap them.",
+    )
+    order: Literal["spfo", "interleaved"] = Field(
+        "spfo",
+        description="spfo: the T copies, then the "
+        "original; interleaved: the original's place rotates.",
+    )
+    ports: Literal["keep", "shift"] = Field(
+        "keep",
+        description="shift: a flow's ephemeral port "
+        "(>= 1024, the higher) moves by a per-copy offset.",
+    )
+    urls: str | None = Field(
+        None,
+        description="File of request targets, one a line (relative to the "
+        "scenario): copy c's HTTP requests get line (c-1) mod n.",
+    )
+    mtu: int = Field(
+        1500, ge=68, le=65535, description="Largest IP packet a substituted request may become."
+    )
+    seed: int | None = Field(
+        None, ge=0, lt=2**64, description="Seed of the plan; default the scenario's."
+    )
+    home: list[str] = Field(
+        [],
+        max_length=MULTIPLY_MAX_RANGES,
+        description="The sided plan: original "
+        "addresses in these CIDRs (the home side) take their shadows from home_ranges, "
+        "the others from ranges; give both or neither.",
+    )
+    home_ranges: list[str] = Field(
+        [],
+        max_length=MULTIPLY_MAX_RANGES,
+        description="Shadow ranges of the "
+        "home side: the shadows of home addresses, as few CIDRs (an IDS's HOME_NET).",
+    )
 
     @field_validator("home", "home_ranges")
     @classmethod
@@ -901,9 +1106,11 @@ class MultiplySpec(_Model):
     @model_validator(mode="after")
     def _apart(self) -> "MultiplySpec":
         if bool(self.home) != bool(self.home_ranges):
-            raise ValueError("give home (the home side's original CIDRs) and home_ranges (its shadow ranges) "
-                             "together, or neither")
-        _networks(self.ranges + self.home_ranges)   # every shadow range apart from every other
+            raise ValueError(
+                "give home (the home side's original CIDRs) and home_ranges (its shadow ranges) "
+                "together, or neither"
+            )
+        _networks(self.ranges + self.home_ranges)  # every shadow range apart from every other
         shadow = [ipaddress.ip_network(t, strict=False) for t in self.ranges + self.home_ranges]
         for o in (ipaddress.ip_network(t, strict=False) for t in self.original + self.home):
             for r in shadow:
@@ -912,42 +1119,77 @@ class MultiplySpec(_Model):
         return self
 
 
-
 class InlineMultiplySpec(_Model):
     """Method `multiply` (seed 003, Fig. 6): real HTTP sessions from `client` to a server at
     `server` pass through `flowengine multiply --live` in the multiplier's namespace, which
     forwards them both ways (`at` <-> `out`) and sends T shadow copies to `dut`; one step per T."""
 
-    copies: Annotated[list[Annotated[int, Field(ge=1, le=MULTIPLY_MAX_COPIES)]], _one_or_many_schema(
-        {"type": "integer", "minimum": 1})] = Field(
-        [1, 10, 22], min_length=1, max_length=16, description="T of each step (the seed: 1, 10, 22).")
-    ranges: list[str] = Field(min_length=1, max_length=MULTIPLY_MAX_RANGES, description="Shadow address "
-                              "ranges (CIDR), disjoint, holding no original address.")
-    original: list[str] = Field([], max_length=MULTIPLY_MAX_RANGES, description="The originals' own ranges.")
+    copies: Annotated[
+        list[Annotated[int, Field(ge=1, le=MULTIPLY_MAX_COPIES)]],
+        _one_or_many_schema({"type": "integer", "minimum": 1}),
+    ] = Field(
+        [1, 10, 22],
+        min_length=1,
+        max_length=16,
+        description="T of each step (the seed: 1, 10, 22).",
+    )
+    ranges: list[str] = Field(
+        min_length=1,
+        max_length=MULTIPLY_MAX_RANGES,
+        description="Shadow address ranges (CIDR), disjoint, holding no original address.",
+    )
+    original: list[str] = Field(
+        [], max_length=MULTIPLY_MAX_RANGES, description="The originals' own ranges."
+    )
     both: bool = Field(False, description="Multiply the server->client direction too.")
-    order: Literal["spfo", "interleaved"] = Field("spfo", description="spfo: copies first, original last.")
-    ports: Literal["keep", "shift"] = Field("keep", description="shift: the ephemeral port moves per copy.")
-    seed: int | None = Field(None, ge=0, lt=2**64, description="Seed of the plan; default the scenario's.")
-    max_flows: int = Field(65536, ge=1, le=2**30, description="Flow table bound (refused up front "
-                           "when the tables would exceed half the free memory).")
-    max_addrs: int = Field(256, ge=1, le=2**30, description="Address table bound per family; the "
-                           "ranges must hold T x max_addrs addresses.")
+    order: Literal["spfo", "interleaved"] = Field(
+        "spfo", description="spfo: copies first, original last."
+    )
+    ports: Literal["keep", "shift"] = Field(
+        "keep", description="shift: the ephemeral port moves per copy."
+    )
+    seed: int | None = Field(
+        None, ge=0, lt=2**64, description="Seed of the plan; default the scenario's."
+    )
+    max_flows: int = Field(
+        65536,
+        ge=1,
+        le=2**30,
+        description="Flow table bound (refused up front "
+        "when the tables would exceed half the free memory).",
+    )
+    max_addrs: int = Field(
+        256,
+        ge=1,
+        le=2**30,
+        description="Address table bound per family; the ranges must hold T x max_addrs addresses.",
+    )
     at: Place = Field("mult:m-in", description="The multiplier's ingress (client side).")
     out: Place = Field("mult:m-out", description="The multiplier's egress towards the server.")
     dut: Place = Field("mult:m-dut", description="Where the shadow copies leave, towards the DUT.")
     client: Place = Field("client:cl0", description="The client's interface.")
     server: Place = Field("server:sv0", description="The server's interface.")
-    server_address: str = Field("198.18.3.2", description="The server's address (in 198.18.0.0/15).")
+    server_address: str = Field(
+        "198.18.3.2", description="The server's address (in 198.18.0.0/15)."
+    )
     port: int = Field(8080, ge=1, le=65535, description="The HTTP server's port.")
     pages: list[Annotated[int, Field(ge=0, le=100_000_000)]] = Field(
-        [512, 4096, 65536, 1_000_000], min_length=1, max_length=64,
-        description="Sizes of the pages served (bytes); the client fetches each in turn.")
-    rounds: int = Field(5, ge=1, le=100_000, description="How many times the client fetches every page.")
+        [512, 4096, 65536, 1_000_000],
+        min_length=1,
+        max_length=64,
+        description="Sizes of the pages served (bytes); the client fetches each in turn.",
+    )
+    rounds: int = Field(
+        5, ge=1, le=100_000, description="How many times the client fetches every page."
+    )
     parallel: int = Field(1, ge=1, le=64, description="Clients fetching at the same time.")
     request_pad: list[Annotated[int, Field(ge=0, le=1300)]] = Field(
-        [0, 100, 300, 800, 1200], max_length=16, description="Bytes of query string padding the "
+        [0, 100, 300, 800, 1200],
+        max_length=16,
+        description="Bytes of query string padding the "
         "requests' URLs, one value per fetch in turn: requests of several frame sizes, for the "
-        "latency per size (seed 003 Figs. 14 and 16).")
+        "latency per size (seed 003 Figs. 14 and 16).",
+    )
 
     @field_validator("ranges", "original")
     @classmethod
@@ -960,8 +1202,10 @@ class InlineMultiplySpec(_Model):
             for o in self.original:
                 a, b = ipaddress.ip_network(r, strict=False), ipaddress.ip_network(o, strict=False)
                 if a.version == b.version and a.overlaps(b):
-                    raise ValueError(f"ranges: {r} overlaps the original range {o}: the shadows need "
-                                     f"addresses of their own")
+                    raise ValueError(
+                        f"ranges: {r} overlaps the original range {o}: the shadows need "
+                        f"addresses of their own"
+                    )
         return self
 
 
@@ -971,12 +1215,14 @@ class Scenario(_Model):
     description: str = ""
     seed: int = Field(1, ge=0, lt=2**64, description="Seed of every random choice in the run.")
     generator: GeneratorName = Field(
-        "flowengine", description="Which generator produces the flows (offline: flowengine, or trex "
-        "expanded by generators/trex/expand.py)."
+        "flowengine",
+        description="Which generator produces the flows (offline: flowengine, or trex "
+        "expanded by generators/trex/expand.py).",
     )
     generator_options: dict[str, Any] | None = Field(
-        None, description="Options of `generator` for an offline run, as in a `testbed.generators` "
-        "entry (e.g. trex: {mode: astf, response_bytes: 112}); live, the default generator's too."
+        None,
+        description="Options of `generator` for an offline run, as in a `testbed.generators` "
+        "entry (e.g. trex: {mode: astf, response_bytes: 112}); live, the default generator's too.",
     )
     ethernet: Ethernet = Ethernet()
     flowengine: FlowEngineOptions = FlowEngineOptions()
@@ -985,10 +1231,12 @@ class Scenario(_Model):
         None, description="Live run on network namespaces (docs/live.md); absent: offline."
     )
     attacks: AttacksSpec | None = Field(
-        None, description="Attack sessions from IDS rules mixed with the flows (docs/ids-coverage.md)."
+        None,
+        description="Attack sessions from IDS rules mixed with the flows (docs/ids-coverage.md).",
     )
     multiply: MultiplySpec | None = Field(
-        None, description="The traffic multiplier applied to the run's capture (docs/multiplier.md)."
+        None,
+        description="The traffic multiplier applied to the run's capture (docs/multiplier.md).",
     )
 
     @model_validator(mode="after")
@@ -1001,8 +1249,12 @@ class Scenario(_Model):
             try:
                 self.offline_generator()  # its model's checks
             except ValidationError as exc:
-                raise ValueError("generator_options: " + "; ".join(
-                    f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())) from None
+                raise ValueError(
+                    "generator_options: "
+                    + "; ".join(
+                        f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()
+                    )
+                ) from None
         return self
 
     def offline_generator(self) -> GeneratorSpec:
@@ -1018,8 +1270,10 @@ class Scenario(_Model):
         spread = self.testbed.spread
         if spread is None:
             return gens
-        return [gens[0].model_copy(update={"at": h.at, "label": spread.label(i)})
-                for i, h in enumerate(spread.hosts)]
+        return [
+            gens[0].model_copy(update={"at": h.at, "label": spread.label(i)})
+            for i, h in enumerate(spread.hosts)
+        ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1099,8 +1353,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def format_error(err: dict, file: str, lines: dict[tuple, int],
-                  root: type[BaseModel] | None = None) -> str:
+def format_error(
+    err: dict, file: str, lines: dict[tuple, int], root: type[BaseModel] | None = None
+) -> str:
     loc, tagged = _untagged(tuple(err["loc"]))
     message = err["msg"]
     if message.startswith("Value error, "):
@@ -1125,7 +1380,11 @@ def format_error(err: dict, file: str, lines: dict[tuple, int],
     while probe and probe not in lines:  # `dst_port: 99999` is reported at dst_port, not .range
         probe = probe[:-1]
     line = lines.get(probe + ("__value__",)) or lines.get(probe, 1)
-    got = f" (got {_short(err['input'])})" if "input" in err and not isinstance(err["input"], dict) else ""
+    got = (
+        f" (got {_short(err['input'])})"
+        if "input" in err and not isinstance(err["input"], dict)
+        else ""
+    )
     return f"{file}:{line}: {_dotted(probe)}: {message}{got}"
 
 
@@ -1171,7 +1430,9 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
     except YamlProblem as exc:
         raise ScenarioError(exc.problems) from None
     if not isinstance(data, dict):
-        raise ScenarioError([f"{file}:1: (top level): expected a mapping with version, name and flows"])
+        raise ScenarioError(
+            [f"{file}:1: (top level): expected a mapping with version, name and flows"]
+        )
     try:
         with gc_paused():
             _flows_first(data, text, file)
@@ -1204,13 +1465,22 @@ def _flows_first(data: dict, text: str, file: str) -> None:
         except ValidationError as exc:
             failed.append((i, exc))
             if len(failed) > MAX_FLOW_PROBLEMS:
-                errors = [dict(e, loc=("flows", j, *e["loc"])) for j, x in failed[:-1]
-                          for e in x.errors(include_url=False)]
-                lines = yaml_lines(text, _prefixes([tuple(e["loc"]) for e in errors] + [("flows", i)]))
+                errors = [
+                    dict(e, loc=("flows", j, *e["loc"]))
+                    for j, x in failed[:-1]
+                    for e in x.errors(include_url=False)
+                ]
+                lines = yaml_lines(
+                    text, _prefixes([tuple(e["loc"]) for e in errors] + [("flows", i)])
+                )
                 problems = [format_error(e, file, lines) for e in errors]
-                raise ScenarioError(problems + [
-                    f"{file}:{lines.get(('flows', i), 1)}: flows[{i}]: and more: the check stops after "
-                    f"{MAX_FLOW_PROBLEMS} wrong flows (of {len(flows):,})"])
+                raise ScenarioError(
+                    problems
+                    + [
+                        f"{file}:{lines.get(('flows', i), 1)}: flows[{i}]: and more: the check stops after "
+                        f"{MAX_FLOW_PROBLEMS} wrong flows (of {len(flows):,})"
+                    ]
+                )
 
 
 def _outside(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
@@ -1227,31 +1497,39 @@ def _live_address_problems(scenario: Scenario, file: str, lines: _LazyLines) -> 
             net = getattr(flow, key).interface.network
             if _outside(net):
                 line = lines.get(("flows", i, key, "__value__")) or lines.get(("flows", i), 1)
-                out.append(f"{file}:{line}: flows[{i}].{key}: a live run sends only inside "
-                           f"198.18.0.0/15 and 2001:db8::/32 (got {getattr(flow, key).cidr})")
+                out.append(
+                    f"{file}:{line}: flows[{i}].{key}: a live run sends only inside "
+                    f"198.18.0.0/15 and 2001:db8::/32 (got {getattr(flow, key).cidr})"
+                )
     fo = scenario.testbed.failover
     if fo is not None:  # the probes go to the virtual address, from its segment
         vip = ipaddress.ip_interface(fo.vip)
         for i, flow in enumerate(scenario.flows):
             if flow.dst.interface.ip != vip.ip or flow.src.interface.ip not in vip.network:
                 line = lines.get(("flows", i, "dst", "__value__")) or lines.get(("flows", i), 1)
-                out.append(f"{file}:{line}: flows[{i}].dst: method failover probes the virtual address "
-                           f"{vip.ip} from {vip.network} (got {flow.src.cidr} -> {flow.dst.cidr})")
+                out.append(
+                    f"{file}:{line}: flows[{i}].dst: method failover probes the virtual address "
+                    f"{vip.ip} from {vip.network} (got {flow.src.cidr} -> {flow.dst.cidr})"
+                )
     sweep = scenario.testbed.sweep
     if sweep is not None and sweep.hosts:
         first = scenario.flows[0].src.interface.ip
         last = int(first) + max(sweep.hosts) - 1  # the host sweep counts source addresses up
         if last >= 2**first.max_prefixlen or _outside(ipaddress.ip_network(type(first)(last))):
             line = lines.get(("testbed", "sweep", "hosts"), 1)
-            out.append(f"{file}:{line}: testbed.sweep.hosts: {max(sweep.hosts)} hosts counting up "
-                       f"from {first} leave 198.18.0.0/15 / 2001:db8::/32; start lower")
+            out.append(
+                f"{file}:{line}: testbed.sweep.hosts: {max(sweep.hosts)} hosts counting up "
+                f"from {first} leave 198.18.0.0/15 / 2001:db8::/32; start lower"
+            )
     return out
 
 
 def load_scenario(path: str | Path) -> LoadedScenario:
     path = Path(path)
     try:  # also a device or a pipe (/dev/stdin), whose size is known only by reading it
-        text = read_bounded(path, MAX_BYTES, "file", "describe many similar flows with one flow and `repeat`")
+        text = read_bounded(
+            path, MAX_BYTES, "file", "describe many similar flows with one flow and `repeat`"
+        )
     except BadInput as exc:
         raise ScenarioError([str(exc)]) from None
     scenario = parse_scenario(text, str(path))
@@ -1269,22 +1547,40 @@ def _check_attack_files(attacks: AttacksSpec, path: Path, text: str) -> None:
     found = []
     for i, (given, resolved) in enumerate(zip(attacks.rules, attack_rule_paths(attacks, path))):
         if "$" in str(resolved):
-            found.append((i, f"{given!r} names an environment variable that is not set; set it "
-                             "(e.g. NTG_SHARED_DATA=/work/shared/data) or give a path"))
+            found.append(
+                (
+                    i,
+                    f"{given!r} names an environment variable that is not set; set it "
+                    "(e.g. NTG_SHARED_DATA=/work/shared/data) or give a path",
+                )
+            )
         elif not resolved.is_file():
             found.append((i, f"no such rule file {resolved} (paths are relative to the scenario)"))
     if found:
         lines = _LazyLines(text)
-        raise ScenarioError([f"{path}:{lines.get(('attacks', 'rules', i)) or lines.get(('attacks',), 1)}: "
-                             f"attacks.rules[{i}]: {message}" for i, message in found])
+        raise ScenarioError(
+            [
+                f"{path}:{lines.get(('attacks', 'rules', i)) or lines.get(('attacks',), 1)}: "
+                f"attacks.rules[{i}]: {message}"
+                for i, message in found
+            ]
+        )
 
 
 _SHORTHANDS = {
     "Address": {"type": "string", "description": "198.18.0.1, or a block: 198.18.0.0/16"},
-    "Ports": {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 65535},
-                        {"type": "string", "pattern": r"^(random|\d+(\s*-\s*\d+)?)$"}]},
-    "Size": {"anyOf": [{"type": "integer", "minimum": 0},
-                       {"type": "string", "pattern": r"^\s*\d+\s*((-|\.\.)\s*\d+)?\s*$"}]},
+    "Ports": {
+        "anyOf": [
+            {"type": "integer", "minimum": 0, "maximum": 65535},
+            {"type": "string", "pattern": r"^(random|\d+(\s*-\s*\d+)?)$"},
+        ]
+    },
+    "Size": {
+        "anyOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": r"^\s*\d+\s*((-|\.\.)\s*\d+)?\s*$"},
+        ]
+    },
 }
 
 

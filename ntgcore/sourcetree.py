@@ -44,9 +44,11 @@ def find_source_tree(candidates: list[Path]) -> Path:
     for path in candidates:
         if (path / MARK).is_file():
             return path.resolve()
-    raise SourceTreeMissing(f"the project's source tree (the folder with {MARK} and playbooks/) was not "
-                            f"found (looked in: {', '.join(map(str, candidates))}): run from the checkout "
-                            "or set NTG_SOURCE_TREE to it")  # fmt: skip
+    raise SourceTreeMissing(
+        f"the project's source tree (the folder with {MARK} and playbooks/) was not "
+        f"found (looked in: {', '.join(map(str, candidates))}): run from the checkout "
+        "or set NTG_SOURCE_TREE to it"
+    )
 
 
 @cache

@@ -39,7 +39,9 @@ def wait_until(at_ns: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 3 or args[1] != "--" or not args[0].isdigit():
-        print("usage: python -m ntgcore.startat NS_SINCE_EPOCH -- COMMAND [ARG...]", file=sys.stderr)
+        print(
+            "usage: python -m ntgcore.startat NS_SINCE_EPOCH -- COMMAND [ARG...]", file=sys.stderr
+        )
         return 2
     # Stopped while waiting: the exit status a command stopped by that signal gives (130, 143).
     # exec resets both handlers, so the command handles its signals its own way.
@@ -49,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
     if late > 10_000_000:
-        print(f"startat: started {late / 1e6:.1f} ms after the agreed time", file=sys.stderr, flush=True)
+        print(
+            f"startat: started {late / 1e6:.1f} ms after the agreed time",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         os.execvp(args[2], args[2:])
     except OSError as exc:
@@ -72,7 +78,9 @@ class AtTime(Endpoint):
         return self.inner.where
 
     def argv(self, *command: str) -> list[str]:
-        return self.inner.argv(self.python, "-m", "ntgcore.startat", str(self.at_ns), "--", *command)
+        return self.inner.argv(
+            self.python, "-m", "ntgcore.startat", str(self.at_ns), "--", *command
+        )
 
     def argv_self_held(self, *command: str) -> list[str]:
         return self.inner.argv(*command)

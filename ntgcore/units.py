@@ -21,10 +21,22 @@ _DURATION_UNITS = {
     "min": Decimal(60 * NS_PER_S),
     "h": Decimal(3600 * NS_PER_S),
 }
-_SIZE_UNITS = {"": 1, "b": 1,
-               "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
-               "t": 2**40, "tib": 2**40,
-               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kib": 2**10,
+    "m": 2**20,
+    "mib": 2**20,
+    "g": 2**30,
+    "gib": 2**30,
+    "t": 2**40,
+    "tib": 2**40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
 _RATE_UNITS = {"pps": Decimal(1), "kpps": Decimal(1_000), "mpps": Decimal(1_000_000)}
 # Amounts outside 1e-30 .. 1e30 are refused before any arithmetic: nothing a scenario means is
 # that large or that small, and exact Decimal arithmetic on 1e999999 overflows or makes an integer
@@ -115,8 +127,10 @@ def parse_size_bytes(value: object) -> int:
         raise ValueError(wanted)
     scale = _SIZE_UNITS.get(unit.lower())
     if scale is None:
-        raise ValueError(f"unknown size unit {unit!r}; use K, M, G, T (powers of 1024), "
-                         f"kB, MB, GB, TB (powers of 1000) or none (bytes)")
+        raise ValueError(
+            f"unknown size unit {unit!r}; use K, M, G, T (powers of 1024), "
+            f"kB, MB, GB, TB (powers of 1000) or none (bytes)"
+        )
     size = _bounded(amount) * scale
     if size != size.to_integral_value():
         raise ValueError("not a whole number of bytes")

@@ -49,8 +49,10 @@ _INT = "tag:yaml.org,2002:int"
 _MAX_INT_DIGITS = sys.get_int_max_str_digits() or 4300  # Python's own limit on int(text)
 _COLLECTION_TAGS = {None, "!", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"}
 _PLAIN = (True, False)
-_TOO_MANY = (f"more than {MAX_NODES:,} values, each alias counted as all the values it stands "
-             f"for (nested aliases multiply); write fewer values or aliases")
+_TOO_MANY = (
+    f"more than {MAX_NODES:,} values, each alias counted as all the values it stands "
+    f"for (nested aliases multiply); write fewer values or aliases"
+)
 _scalar_cache: dict[str, Any] = {}  # plain scalar text -> its value (values are immutable)
 
 
@@ -78,8 +80,12 @@ def where(path: tuple) -> str:
 def check_size(n: int, file: str) -> None:
     """Refuse a text of `n` bytes up front when it is over `MAX_BYTES`."""
     if n > MAX_BYTES:
-        raise YamlProblem([f"{file}: the file is {_size(n)}; at most {_size(MAX_BYTES)} is read "
-                           f"(describe many similar flows with one flow and `repeat`)"])
+        raise YamlProblem(
+            [
+                f"{file}: the file is {_size(n)}; at most {_size(MAX_BYTES)} is read "
+                f"(describe many similar flows with one flow and `repeat`)"
+            ]
+        )
 
 
 def _scalar(event: Any) -> Any:
@@ -108,23 +114,34 @@ def _construct(tag: str, event: Any) -> Any:
     if tag == _INT and len(event.value) > _MAX_INT_DIGITS:  # Python would say "not a valid int"
         digits = sum(c.isdigit() for c in event.value)
         if digits > _MAX_INT_DIGITS:
-            raise ValueError(f"too large: an integer of {digits:,} digits (at most {_MAX_INT_DIGITS:,} "
-                             "digits are read; no value here needs as many)")
+            raise ValueError(
+                f"too large: an integer of {digits:,} digits (at most {_MAX_INT_DIGITS:,} "
+                "digits are read; no value here needs as many)"
+            )
     make = SafeConstructor.yaml_constructors.get(tag)
-    if make is None or tag in ("tag:yaml.org,2002:seq", "tag:yaml.org,2002:map",
-                               "tag:yaml.org,2002:omap", "tag:yaml.org,2002:pairs", "tag:yaml.org,2002:set"):
+    if make is None or tag in (
+        "tag:yaml.org,2002:seq",
+        "tag:yaml.org,2002:map",
+        "tag:yaml.org,2002:omap",
+        "tag:yaml.org,2002:pairs",
+        "tag:yaml.org,2002:set",
+    ):
         raise ValueError(f"the tag {_short_tag(tag)} is not allowed here")
     try:
-        return make(_CONSTRUCTOR, yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark))
+        return make(
+            _CONSTRUCTOR, yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
+        )
     except Exception as exc:  # noqa: BLE001 - PyYAML's constructors fail in many ways on odd text
         # (`!!int` with no digits is an IndexError); every one means the value does not fit its tag
         problem = getattr(exc, "problem", None)
-        raise ValueError(f"{event.value[:40]!r} is not a valid {tag.rsplit(':', 1)[-1]}"
-                         + (f": {problem}" if problem else "")) from None
+        raise ValueError(
+            f"{event.value[:40]!r} is not a valid {tag.rsplit(':', 1)[-1]}"
+            + (f": {problem}" if problem else "")
+        ) from None
 
 
 def _short_tag(tag: str) -> str:
-    return "!!" + tag[len("tag:yaml.org,2002:"):] if tag.startswith("tag:yaml.org,2002:") else tag
+    return "!!" + tag[len("tag:yaml.org,2002:") :] if tag.startswith("tag:yaml.org,2002:") else tag
 
 
 class _MergeKey:
@@ -175,7 +192,9 @@ def gc_paused() -> Iterator[None]:
 
 def read_yaml(text: str, file: str = "<yaml>") -> Any:
     """The data of a one-document YAML text, within the limits above; YamlProblem if not."""
-    check_size(len(text.encode("utf-8", "surrogatepass")) if len(text) * 4 > MAX_BYTES else len(text), file)
+    check_size(
+        len(text.encode("utf-8", "surrogatepass")) if len(text) * 4 > MAX_BYTES else len(text), file
+    )
     with gc_paused():
         return _read(text, file)
 
@@ -193,7 +212,9 @@ def _read(text: str, file: str, source: Any = _EventSource) -> Any:
     CollectionEndEvent, DocumentStartEvent = yaml.CollectionEndEvent, yaml.DocumentStartEvent
 
     def fail(line: int, message: str, path: tuple | None = None) -> YamlProblem:
-        return YamlProblem([f"{file}:{line}: {where(_path(stack) if path is None else path)}: {message}"])
+        return YamlProblem(
+            [f"{file}:{line}: {where(_path(stack) if path is None else path)}: {message}"]
+        )
 
     try:
         while True:
@@ -214,21 +235,32 @@ def _read(text: str, file: str, source: Any = _EventSource) -> Any:
             elif cls is AliasEvent:
                 aliases += 1
                 if aliases > MAX_ALIASES:
-                    raise fail(event.start_mark.line + 1, f"more than {MAX_ALIASES:,} aliases; "
-                               "write the values out or use fewer anchors")
+                    raise fail(
+                        event.start_mark.line + 1,
+                        f"more than {MAX_ALIASES:,} aliases; "
+                        "write the values out or use fewer anchors",
+                    )
                 name = event.anchor
                 if name in open_anchors:
-                    raise fail(event.start_mark.line + 1, f"the alias *{name} is inside the node "
-                               f"&{name} it refers to (a recursive structure)")
+                    raise fail(
+                        event.start_mark.line + 1,
+                        f"the alias *{name} is inside the node "
+                        f"&{name} it refers to (a recursive structure)",
+                    )
                 if name not in anchors:
-                    raise fail(event.start_mark.line + 1, f"unknown alias *{name}; define &{name} before")
+                    raise fail(
+                        event.start_mark.line + 1, f"unknown alias *{name}; define &{name} before"
+                    )
                 value, size = anchors[name]
                 nodes += size
             elif cls is SequenceStartEvent or cls is MappingStartEvent:
                 nodes += 1
                 line = event.start_mark.line + 1
                 if len(stack) >= MAX_DEPTH:
-                    raise fail(line, f"nested more than {MAX_DEPTH} levels deep (lists and mappings inside each other); flatten it")
+                    raise fail(
+                        line,
+                        f"nested more than {MAX_DEPTH} levels deep (lists and mappings inside each other); flatten it",
+                    )
                 if event.tag not in _COLLECTION_TAGS:
                     raise fail(line, f"the tag {_short_tag(event.tag)} is not allowed here")
                 top = stack[-1] if stack else None
@@ -257,7 +289,9 @@ def _read(text: str, file: str, source: Any = _EventSource) -> Any:
             elif cls is DocumentStartEvent:
                 documents += 1
                 if documents > 1:
-                    raise fail(event.start_mark.line + 1, "more than one YAML document; keep one", ())
+                    raise fail(
+                        event.start_mark.line + 1, "more than one YAML document; keep one", ()
+                    )
                 continue
             else:
                 continue
@@ -274,14 +308,19 @@ def _read(text: str, file: str, source: Any = _EventSource) -> Any:
                 top.data.append(value)
             elif top.key is _NO_KEY:
                 if isinstance(value, (dict, list)):
-                    raise fail(event.start_mark.line + 1, "a key must be a plain value, not a list or a mapping")
+                    raise fail(
+                        event.start_mark.line + 1,
+                        "a key must be a plain value, not a list or a mapping",
+                    )
                 top.key = value
             else:
                 key = top.key
                 if key is _MergeKey:
                     merges = value if isinstance(value, list) else [value]
                     if not all(isinstance(m, dict) for m in merges):
-                        raise fail(event.start_mark.line + 1, "`<<` merges a mapping or a list of mappings")
+                        raise fail(
+                            event.start_mark.line + 1, "`<<` merges a mapping or a list of mappings"
+                        )
                     top.merges = (top.merges or []) + merges
                 else:
                     try:
@@ -289,14 +328,18 @@ def _read(text: str, file: str, source: Any = _EventSource) -> Any:
                             duplicates.append((_path(stack), event.start_mark.line + 1))
                         top.data[key] = value
                     except TypeError:  # an unhashable key
-                        raise fail(event.start_mark.line + 1, "a key must be a plain value") from None
+                        raise fail(
+                            event.start_mark.line + 1, "a key must be a plain value"
+                        ) from None
                 top.key = _NO_KEY
     except yaml.YAMLError as exc:
         if source is not yaml.SafeLoader and "nesting depth" in _problem(exc):
             # libyaml 0.2.6 (PyYAML 6.0.3+) stops deep nesting in its scanner, ahead of the events:
             # the pure-Python parser reads lazily, so our own MAX_DEPTH names the path and the line.
             return _read(text, file, yaml.SafeLoader)
-        raise YamlProblem([f"{file}:{_error_line(exc, text)}: YAML syntax: {_problem(exc)}"]) from None
+        raise YamlProblem(
+            [f"{file}:{_error_line(exc, text)}: YAML syntax: {_problem(exc)}"]
+        ) from None
     if duplicates:
         raise YamlProblem(_duplicate_problems(text, file, duplicates))
     return root
@@ -321,8 +364,10 @@ def _duplicate_problems(text: str, file: str, duplicates: list[tuple[tuple, int]
     out = []
     for path, second in duplicates:
         key = path[-1]
-        out.append(f"{file}:{second}: {where(path)}: the key `{key}` is given twice, at {file}:"
-                   f"{first.get(path, '?')} and {file}:{second}; keep one (YAML would keep the last)")
+        out.append(
+            f"{file}:{second}: {where(path)}: the key `{key}` is given twice, at {file}:"
+            f"{first.get(path, '?')} and {file}:{second}; keep one (YAML would keep the last)"
+        )
     return out
 
 

@@ -33,7 +33,6 @@ from ntgcore.registry import ENDPOINTS
 from ntgcore.runfolder import MANIFEST, RunFolder
 
 
-
 def _marks_dir() -> Path:
     """$NTG_RUN_MARKS; else /run/ntg-testbed/runs for root (emptied at boot, like namespaces),
     else the user's runtime directory (or ~/.cache): offline runs need no root."""
@@ -62,9 +61,16 @@ class RunMark:
     def __init__(self, run_dir: Path, backend: str | None, locations: list[str]) -> None:
         pid = os.getpid()
         self.path = RUN_MARKS / f"{run_dir.name}.{pid}.json"
-        self.doc = {"run_id": run_dir.name, "run_dir": str(run_dir.resolve()), "pid": pid,
-                    "start_ticks": start_ticks(pid), "created_utc": utc_now(), "backend": backend,
-                    "locations": list(locations), "children": []}  # fmt: skip
+        self.doc = {
+            "run_id": run_dir.name,
+            "run_dir": str(run_dir.resolve()),
+            "pid": pid,
+            "start_ticks": start_ticks(pid),
+            "created_utc": utc_now(),
+            "backend": backend,
+            "locations": list(locations),
+            "children": [],
+        }
         self.procs: list[Process] = []
         self.lock = threading.Lock()
 
@@ -77,9 +83,16 @@ class RunMark:
     def child(self, proc: Process) -> None:
         with self.lock:
             self.procs = [p for p in self.procs if p.record.exit_code is None] + [proc]
-            self.doc["children"] = [{"name": p.name, "pid": p.pid, "start_ticks": p.start_ticks,
-                                     "argv": p.record.argv,
-                                     "leftovers": [x.as_dict() for x in p.leftovers]} for p in self.procs]  # fmt: skip
+            self.doc["children"] = [
+                {
+                    "name": p.name,
+                    "pid": p.pid,
+                    "start_ticks": p.start_ticks,
+                    "argv": p.record.argv,
+                    "leftovers": [x.as_dict() for x in p.leftovers],
+                }
+                for p in self.procs
+            ]
         self.write()
 
     def remove(self) -> None:
@@ -167,8 +180,10 @@ def _clean_one(path: Path, doc: dict, dry_run: bool) -> list[str]:
     if folder is not None and folder.manifest.get("status") == "running":
         done.append(f"{would}mark {run_dir / MANIFEST} `abandoned`")
         if not dry_run:
-            folder.abandon(f"the run's process (pid {doc['pid']}) ended without finishing the run "
-                           f"(killed?); `testbed cleanup` found it gone at {utc_now()}")
+            folder.abandon(
+                f"the run's process (pid {doc['pid']}) ended without finishing the run "
+                f"(killed?); `testbed cleanup` found it gone at {utc_now()}"
+            )
     if not dry_run:
         path.unlink(missing_ok=True)
     return lines + [f"  {line}" for line in done]
@@ -179,7 +194,9 @@ def cleanup(dry_run: bool = False) -> list[str]:
     if not RUN_MARKS.is_dir():
         return []
     if dry_run:
-        return [line for path, doc in marks() if is_dead(doc) for line in _clean_one(path, doc, True)]
+        return [
+            line for path, doc in marks() if is_dead(doc) for line in _clean_one(path, doc, True)
+        ]
     lines: list[str] = []
     with open(RUN_MARKS / ".lock", "w") as lock:  # two runs starting at once clean up once
         fcntl.flock(lock, fcntl.LOCK_EX)

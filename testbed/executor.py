@@ -49,10 +49,10 @@ class StepContext:
     seed: int
     interrupts: Interrupts
     site: Site | None = None
-    tools: dict[str, str] = field(default_factory=dict)           # generator versions, by name
+    tools: dict[str, str] = field(default_factory=dict)  # generator versions, by name
     on_started: Callable[[list[CommandRecord]], None] = lambda records: None
-    on_progress: Callable[[Progress], None] | None = None          # offline progress (virtual time)
-    bar: Any = None                                                 # live progress: update(s), close()
+    on_progress: Callable[[Progress], None] | None = None  # offline progress (virtual time)
+    bar: Any = None  # live progress: update(s), close()
 
 
 def wire_points(step: Step, tb: TestbedSpec) -> list[str]:
@@ -139,6 +139,7 @@ class StepExecutor:
                 row.update(stats)
                 if row["counted"]:
                     self.entry["capture"] = stats
+
             self._start(stack, part, on_stop)
 
     def _prepare_generators(self, stack: ExitStack) -> None:
@@ -166,7 +167,11 @@ class StepExecutor:
                 stack.callback(lambda: time.sleep(STOP_DRAIN_S if ctx.site is not None else 0))
             self.parts.append(part)
             self.gens.append(part)
-            stack.callback(lambda p=part: quietly(lambda: p.gen.stop() if p.gen.status() == "running" else None))
+            stack.callback(
+                lambda p=part: quietly(
+                    lambda: p.gen.stop() if p.gen.status() == "running" else None
+                )
+            )
             gen.prepare(step.shares.get(spec.title, step.scenario), folder, ctx.seed, endpoint)
             ctx.tools.setdefault(gen.name, gen.version())
 
@@ -176,9 +181,14 @@ class StepExecutor:
         step, ctx = self.step, self.ctx
         tb = step.scenario.testbed
         site = ctx.site
-        self.entry = {"name": step.name, "kind": step.kind, "params": step.params,
-                      "dir": str(self.dir.relative_to(ctx.run_dir)) or ".",
-                      "started_utc": utc_now(), "status": "running"}  # fmt: skip
+        self.entry = {
+            "name": step.name,
+            "kind": step.kind,
+            "params": step.params,
+            "dir": str(self.dir.relative_to(ctx.run_dir)) or ".",
+            "started_utc": utc_now(),
+            "status": "running",
+        }
         points = wire_points(step, tb) if site is not None else []
         before = {p: self._counters(p) for p in points}
         try:
@@ -186,20 +196,27 @@ class StepExecutor:
                 if site is not None and tb.capture is not None:
                     self._start_captures(stack, tb.capture, site)
                 if site is not None and tb.dut.kind != "none":
-                    dut: Dut = DUT_KINDS[tb.dut.kind](tb.dut, site.endpoint(tb.dut.at), self.dir,
-                                                      ctx.scenario_dir)  # fmt: skip
+                    dut: Dut = DUT_KINDS[tb.dut.kind](
+                        tb.dut, site.endpoint(tb.dut.at), self.dir, ctx.scenario_dir
+                    )
                     self._start(stack, dut, lambda s: self.entry.__setitem__("dut", s))
                 if site is not None and tb.failover is not None:  # method failover's VRRP pair
                     pair = VrrpPair(tb.failover, site, self.dir)
                     self._start(stack, pair, lambda s: self.entry.__setitem__("vrrp", s))
-                if site is not None and tb.inline is not None:  # method multiply: server, multiplier, client
-                    mult = InlineMultiplier(tb.inline, step.params["copies"], ctx.seed, site, self.dir)
+                if (
+                    site is not None and tb.inline is not None
+                ):  # method multiply: server, multiplier, client
+                    mult = InlineMultiplier(
+                        tb.inline, step.params["copies"], ctx.seed, site, self.dir
+                    )
                     self._start(stack, mult, lambda s: self.entry.__setitem__("multiplier", s))
                 if site is not None:
                     monitor = MonitorPart(self.dir / "samples.csv", tb.monitor.hz, self._pids)
                     self._start(stack, monitor, lambda s: self.entry.__setitem__("monitor", s))
                 self._prepare_generators(stack)
-                if site is not None and tb.faults:  # last on, first off: undone before the rest stops
+                if (
+                    site is not None and tb.faults
+                ):  # last on, first off: undone before the rest stops
                     faults = FaultPart(tb.faults, site, self._pids)
                     self._start(stack, faults, lambda s: self.entry.__setitem__("faults", s))
                 self._wait()
@@ -210,27 +227,44 @@ class StepExecutor:
             self.status, self.error = "failed", f"{type(exc).__name__}: {exc}"
             self.raised = self.error
         self.full_at = next(filter(None, (p.no_space() for p in self.parts)), None)
-        if self.full_at is not None and self.status != "interrupted":  # the cause, whatever followed
+        if (
+            self.full_at is not None and self.status != "interrupted"
+        ):  # the cause, whatever followed
             self.status, self.error = "failed", no_space_at(self.full_at)
         if site is not None:
             after = {p: self._counters(p) for p in points}
             self.entry["wire"] = {p: _delta(before[p], after[p]) for p in points}
         self.entry["generators"] = {
-            g.spec.title: {"name": g.spec.name, "at": g.spec.at, "pace": g.spec.pace,
-                           "status": g.gen.status(), **g.gen.counters().as_dict()}
-            for g in self.gens}  # fmt: skip
+            g.spec.title: {
+                "name": g.spec.name,
+                "at": g.spec.at,
+                "pace": g.spec.pace,
+                "status": g.gen.status(),
+                **g.gen.counters().as_dict(),
+            }
+            for g in self.gens
+        }
         for g in self.gens:  # the generator's own view of its ports (Ostinato's getStats)
-            stats = quietly(g.gen.port_stats) if GENERATORS.get(g.spec.name).capabilities.port_stats else None
+            stats = (
+                quietly(g.gen.port_stats)
+                if GENERATORS.get(g.spec.name).capabilities.port_stats
+                else None
+            )
             if stats:
                 self.entry["generators"][g.spec.title]["port_stats"] = stats
         if site is not None:
             self.entry["loss"] = loss_accounting(self.entry, tb)
-            if tb.failover is not None or tb.inline is not None:  # no generator's one-way count: the method counts
+            if (
+                tb.failover is not None or tb.inline is not None
+            ):  # no generator's one-way count: the method counts
                 self.entry["loss"].update(wire=None, loss_rate=None)
                 self.entry["loss"].pop("lost_on_wire", None)
         if site is not None and "spread" in step.params:  # several hosts: per host and merged
-            self.entry["spread"] = quietly(lambda: spread_accounting(
-                self.entry, self.dir, step.params["spread"], self.start_at_ns))
+            self.entry["spread"] = quietly(
+                lambda: spread_accounting(
+                    self.entry, self.dir, step.params["spread"], self.start_at_ns
+                )
+            )
         if self.status == "failed" and ctx.interrupts.received is not None:
             self.status = "interrupted"  # the failure came from stopping on the user's request
         self.entry["status"] = self.status
@@ -251,15 +285,17 @@ class StepExecutor:
         total = step.deadline_s() if live else None
         started = time.monotonic()
         self.entry["generators_started_utc"] = utc_now()
-        later = [g for g in self.gens if live and g.spec.start > 0]   # not yet started
+        later = [g for g in self.gens if live and g.spec.start > 0]  # not yet started
         for g in self.gens:
             if g not in later:
                 g.gen.start(ctx.on_progress)
         ctx.on_started(self.records())
         stopped_at_deadline: set[str] = set()
         # the DUT first: when it and the capture both ended, the DUT is what failed
-        watched = sorted((p for p in self.parts if not isinstance(p, GeneratorPart)),
-                         key=lambda p: not isinstance(p, Dut))
+        watched = sorted(
+            (p for p in self.parts if not isinstance(p, GeneratorPart)),
+            key=lambda p: not isinstance(p, Dut),
+        )
         while True:
             due = [g for g in later if time.monotonic() - started >= g.spec.start / 1e9]
             for g in due:
@@ -267,17 +303,21 @@ class StepExecutor:
                 g.gen.start(ctx.on_progress)
             if due:
                 ctx.on_started(self.records())
-            running = [g for g in self.gens if g not in later and not g.gen.wait(0.05 if live else 0.1)]
-            busy = [p for p in watched if p.busy()]  # a part with work of its own (the multiplier's client)
+            running = [
+                g for g in self.gens if g not in later and not g.gen.wait(0.05 if live else 0.1)
+            ]
+            busy = [
+                p for p in watched if p.busy()
+            ]  # a part with work of its own (the multiplier's client)
             if ctx.bar is not None and total is not None:
                 ctx.bar.update(time.monotonic() - started)
             if not running and not later and not busy:
                 break
             if not running:
-                time.sleep(0.05)              # only generators still to start: nothing to wait on
+                time.sleep(0.05)  # only generators still to start: nothing to wait on
             if ctx.interrupts.received is not None:
                 self.status = "interrupted"
-                later.clear()                 # a generator not started yet is not started any more
+                later.clear()  # a generator not started yet is not started any more
                 for g in running:
                     g.gen.stop(interrupt=True)
                 if live:
@@ -311,12 +351,16 @@ class StepExecutor:
                 gs = "completed"  # stopped by the run's duration, as planned
             elif spec.title in stopped_at_deadline:
                 gs = "failed"
-                self.error = self.error or (f"{spec.title} was still sending {step.deadline_s():.0f} s "
-                                            f"after the step began; stopped")
+                self.error = self.error or (
+                    f"{spec.title} was still sending {step.deadline_s():.0f} s "
+                    f"after the step began; stopped"
+                )
             if gs == "failed" and self.status == "completed":
                 self.status = "failed"
                 notes = [r.note for r in g.gen.commands() if r.note]
-                self.error = self.error or f"generator {spec.title} failed" + (f": {notes[0]}" if notes else "")
+                self.error = self.error or f"generator {spec.title} failed" + (
+                    f": {notes[0]}" if notes else ""
+                )
             if gs == "interrupted" and self.status == "completed":
                 self.status = "interrupted"
 

@@ -55,7 +55,7 @@ class SweepRequest:
 
 
 def parse_sizes(text: str) -> list[int]:
-    """"2^14..2^20,1000003" -> every power of two from 2^14 to 2^20, and 1000003."""
+    """ "2^14..2^20,1000003" -> every power of two from 2^14 to 2^20, and 1000003."""
     out: list[int] = []
     for t in (s.strip() for s in text.split(",") if s.strip()):
         if ".." in t:
@@ -71,9 +71,15 @@ def parse_sizes(text: str) -> list[int]:
 def _size(t: str) -> int:
     power = t.startswith("2^")
     digits = t[2:] if power else t
-    if digits.isascii() and digits.isdigit() and (len(digits) > 19 or power and int(digits) > MAX_SIZE_LOG2):
+    if (
+        digits.isascii()
+        and digits.isdigit()
+        and (len(digits) > 19 or power and int(digits) > MAX_SIZE_LOG2)
+    ):
         # before 2 ** K or int() of it: 2^1000000000000 would not end, 100,001 digits not parse
-        raise BadInput(f"--sizes {t[:40]}{'...' if len(t) > 40 else ''}: too large: at most 2^{MAX_SIZE_LOG2}")
+        raise BadInput(
+            f"--sizes {t[:40]}{'...' if len(t) > 40 else ''}: too large: at most 2^{MAX_SIZE_LOG2}"
+        )
     try:
         n = 2 ** int(digits) if power else int(float(t)) if "e" in t else int(t)
     except (ValueError, OverflowError):
@@ -92,9 +98,22 @@ def feed_argv(feed: str) -> list[str]:
     return ["--feed", feed]
 
 
-def cell_argv(binary: Path, struct: str, hash_: str, size: int, feed: str, packets: int) -> list[str]:
-    return [str(binary), "match", "--struct", struct, "--hash", hash_, "--size", str(size),
-            *feed_argv(feed), "--packets", str(packets)]
+def cell_argv(
+    binary: Path, struct: str, hash_: str, size: int, feed: str, packets: int
+) -> list[str]:
+    return [
+        str(binary),
+        "match",
+        "--struct",
+        struct,
+        "--hash",
+        hash_,
+        "--size",
+        str(size),
+        *feed_argv(feed),
+        "--packets",
+        str(packets),
+    ]
 
 
 def _feed_flows(feed: str, packets: int) -> int:
@@ -107,19 +126,26 @@ def _feed_flows(feed: str, packets: int) -> int:
 
 
 def _run(argv: list[str], timeout: float | None = None) -> tuple[int, str]:
-    proc = Process(f"flowengine {argv[1]}", argv, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE).start()
+    proc = Process(
+        f"flowengine {argv[1]}", argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    ).start()
     done = proc.communicate(timeout)
     if done is None:
         return -1, "timeout"
     return proc.wait(), done[1].decode(errors="replace").strip()
 
 
-def check_request(req: SweepRequest, binary: Path, available: int | None = None) -> dict[str, float]:
+def check_request(
+    req: SweepRequest, binary: Path, available: int | None = None
+) -> dict[str, float]:
     """BadInput naming what is wrong (the engine's own words for names and feeds; the GiB a size
     needs) before anything runs; else the bytes a flow adds, per structure."""
-    for what, values in (("--structs", req.structs), ("--hashes", req.hashes), ("--sizes", req.sizes),
-                         ("--feeds", req.feeds)):
+    for what, values in (
+        ("--structs", req.structs),
+        ("--hashes", req.hashes),
+        ("--sizes", req.sizes),
+        ("--feeds", req.feeds),
+    ):
         if not values:
             raise BadInput(f"{what}: nothing to sweep")
     if req.packets < 1 or req.repeats < 1:
@@ -128,8 +154,10 @@ def check_request(req: SweepRequest, binary: Path, available: int | None = None)
         raise BadInput(f"--packets {req.packets:,}: too large: at most {MAX_PACKETS:,}")
     cells = req.repeats * len(req.feeds) * len(req.sizes) * len(req.structs) * len(req.hashes)
     if cells > MAX_CELLS:  # before the list of cells is made
-        raise BadInput(f"the sweep has {cells:,} cells (repeats x feeds x sizes x structs x hashes); at most "
-                       f"{MAX_CELLS:,}: lower --repeats or sweep fewer sizes")
+        raise BadInput(
+            f"the sweep has {cells:,} cells (repeats x feeds x sizes x structs x hashes); at most "
+            f"{MAX_CELLS:,}: lower --repeats or sweep fewer sizes"
+        )
     if not 0 < req.cell_timeout_s < float("inf"):
         raise BadInput(f"--cell-timeout {req.cell_timeout_s}: must be a number of seconds > 0")
     available = psutil.virtual_memory().available if available is None else available
@@ -138,31 +166,52 @@ def check_request(req: SweepRequest, binary: Path, available: int | None = None)
         for struct in req.structs:  # names checked by the engine itself, on a tiny table
             for h in req.hashes:
                 doc_path = Path(tmp) / "probe.json"
-                code, err = _run(cell_argv(binary, struct, h, 1024, "det", 1) + ["--json", str(doc_path)])
+                code, err = _run(
+                    cell_argv(binary, struct, h, 1024, "det", 1) + ["--json", str(doc_path)]
+                )
                 if code != 0:
                     raise BadInput(err.removeprefix("flowengine match: "))
             per_flow[struct] = float(json.loads(doc_path.read_text())["bytes_per_added_flow"])
             for feed in (f for f in req.feeds if f.startswith("pcap:")):
                 # one pass of the pcap on a tiny table: the engine refuses what a cell would (IPv6
                 # packets for a 16-byte-key structure, a damaged pcap) before the sweep starts
-                code, err = _run([str(binary), "match", "--struct", struct, "--hash", req.hashes[0],
-                                  "--size", "1024", *feed_argv(feed)])
+                code, err = _run(
+                    [
+                        str(binary),
+                        "match",
+                        "--struct",
+                        struct,
+                        "--hash",
+                        req.hashes[0],
+                        "--size",
+                        "1024",
+                        *feed_argv(feed),
+                    ]
+                )
                 if code != 0:
-                    raise BadInput(f"--feeds {feed} with --structs {struct}: "
-                                   + err.removeprefix("flowengine match: ").splitlines()[0])
+                    raise BadInput(
+                        f"--feeds {feed} with --structs {struct}: "
+                        + err.removeprefix("flowengine match: ").splitlines()[0]
+                    )
     for struct in req.structs:
         for size in req.sizes:
             for feed in req.feeds:
-                code, err = _run(cell_argv(binary, struct, req.hashes[0], size, feed, req.packets)
-                                 + ["--memory", "1"])
+                code, err = _run(
+                    cell_argv(binary, struct, req.hashes[0], size, feed, req.packets)
+                    + ["--memory", "1"]
+                )
                 m = _NEED.search(err)
                 if m is None:
-                    raise BadInput(err.removeprefix("flowengine match: ") or f"--feeds {feed}: refused")
+                    raise BadInput(
+                        err.removeprefix("flowengine match: ") or f"--feeds {feed}: refused"
+                    )
                 need = float(m.group(1)) * 2**30 + per_flow[struct] * _feed_flows(feed, req.packets)
                 if need > 0.8 * available:
-                    raise BadInput(f"--sizes {size}: the {struct} table with feed {feed} needs about "
-                                   f"{need / 2**30:.2f} GiB and {available / 2**30:.2f} GiB are available "
-                                   f"(at most 80 % is used); lower --sizes or --packets")
+                    raise BadInput(
+                        f"--sizes {size}: the {struct} table with feed {feed} needs about "
+                        f"{need / 2**30:.2f} GiB and {available / 2**30:.2f} GiB are available "
+                        f"(at most 80 % is used); lower --sizes or --packets"
+                    )
     return per_flow
 
 
@@ -174,8 +223,10 @@ def resumed_rows(req: SweepRequest, out: Path) -> list[dict[str, Any]]:
     """The rows an earlier sweep of the same request left in OUT (BadInput when there are none,
     or when it was asked for something else)."""
     if not (out / ROWS_NAME).is_file() or not (out / REQUEST_NAME).is_file():
-        raise BadInput(f"--resume: {out} has no {ROWS_NAME} and {REQUEST_NAME} of an earlier sweep to go on "
-                       "from; run without --resume")
+        raise BadInput(
+            f"--resume: {out} has no {ROWS_NAME} and {REQUEST_NAME} of an earlier sweep to go on "
+            "from; run without --resume"
+        )
     try:
         asked = json.loads((out / REQUEST_NAME).read_text())
         rows = load_rows(out).to_dict("records")
@@ -183,20 +234,33 @@ def resumed_rows(req: SweepRequest, out: Path) -> list[dict[str, Any]]:
         raise BadInput(f"--resume: {out} cannot be read ({exc}); run without --resume") from None
     for key in _SAME:
         if asked.get(key) != getattr(req, key):
-            raise BadInput(f"--resume: {out} was swept with --{key} {asked.get(key)}, "
-                           f"not {getattr(req, key)}: give the same request, or another --out")
+            raise BadInput(
+                f"--resume: {out} was swept with --{key} {asked.get(key)}, "
+                f"not {getattr(req, key)}: give the same request, or another --out"
+            )
     return rows
 
 
-def run_sweep(req: SweepRequest, out: Path, progress: Callable[[str], None] | None = None,
-              resume: bool = False, replace: bool = False) -> pd.DataFrame:
+def run_sweep(
+    req: SweepRequest,
+    out: Path,
+    progress: Callable[[str], None] | None = None,
+    resume: bool = False,
+    replace: bool = False,
+) -> pd.DataFrame:
     """Every cell of REQ (checked first), rows.parquet rewritten after each (atomically). A cell
     that runs past the timeout is kept as a row with `timed_out` and no rate. RESUME: keep the
     rows an interrupted sweep of the same request left in OUT and run only the other cells.
     REPLACE: drop the sweep in OUT first. OUT holding a sweep without either is refused."""
-    if not resume and not replace and ((out / ROWS_NAME).is_file() or (out / REQUEST_NAME).is_file()):
-        raise BadInput(f"{out} holds a sweep already ({ROWS_NAME}, {REQUEST_NAME}): use --resume to go on "
-                       "or --replace to start over (or choose another --out)")
+    if (
+        not resume
+        and not replace
+        and ((out / ROWS_NAME).is_file() or (out / REQUEST_NAME).is_file())
+    ):
+        raise BadInput(
+            f"{out} holds a sweep already ({ROWS_NAME}, {REQUEST_NAME}): use --resume to go on "
+            "or --replace to start over (or choose another --out)"
+        )
     binary = GENERATORS.get("flowengine").adapter.executable()
     check_request(req, binary)
     rows: list[dict[str, Any]] = resumed_rows(req, out) if resume else []
@@ -207,8 +271,14 @@ def run_sweep(req: SweepRequest, out: Path, progress: Callable[[str], None] | No
     with replacing(out / REQUEST_NAME) as tmp:
         tmp.write_text(json.dumps({k: getattr(req, k) for k in _SAME}, indent=1) + "\n")
     done = {_cell(r) for r in rows}
-    cells = [(r, f, s, st, h) for r in range(req.repeats) for f in req.feeds for s in req.sizes
-             for st in req.structs for h in req.hashes]
+    cells = [
+        (r, f, s, st, h)
+        for r in range(req.repeats)
+        for f in req.feeds
+        for s in req.sizes
+        for st in req.structs
+        for h in req.hashes
+    ]
     if progress and rows:
         progress(f"resuming: {len(done)} of {len(cells)} cells kept from {out / ROWS_NAME}")
     t0 = time.monotonic()
@@ -217,31 +287,65 @@ def run_sweep(req: SweepRequest, out: Path, progress: Callable[[str], None] | No
         for i, (rep, feed, size, struct, h) in enumerate(cells):
             if (rep, feed, size, struct, h) in done:
                 continue
-            code, err = _run(cell_argv(binary, struct, h, size, feed, req.packets)
-                             + ["--json", str(doc_path)], timeout=req.cell_timeout_s)
+            code, err = _run(
+                cell_argv(binary, struct, h, size, feed, req.packets) + ["--json", str(doc_path)],
+                timeout=req.cell_timeout_s,
+            )
             base = {"struct": struct, "hash": h, "size": size, "feed": feed, "repeat": rep}
             if code == -1:
                 rows.append({**base, "timed_out": True})
             elif code != 0:
-                raise NtgError(f"flowengine match {struct} {h} {size} {feed} failed (exit {code}): {err}")
+                raise NtgError(
+                    f"flowengine match {struct} {h} {size} {feed} failed (exit {code}): {err}"
+                )
             else:
                 doc = json.loads(doc_path.read_text())
                 doc_path.unlink()
-                rows.append({**base, "timed_out": False, **{k: doc[k] for k in (
-                    "mpps", "p_l1", "probe_mean", "probe_max", "occupancy", "used_lines", "flows_end",
-                    "bytes_per_flow", "memory_bytes", "inserts_per_s", "expiries_per_s", "packets",
-                    "seconds", "probe_hist")}, "pcap": (doc.get("pcap") or {}).get("path")})
+                rows.append(
+                    {
+                        **base,
+                        "timed_out": False,
+                        **{
+                            k: doc[k]
+                            for k in (
+                                "mpps",
+                                "p_l1",
+                                "probe_mean",
+                                "probe_max",
+                                "occupancy",
+                                "used_lines",
+                                "flows_end",
+                                "bytes_per_flow",
+                                "memory_bytes",
+                                "inserts_per_s",
+                                "expiries_per_s",
+                                "packets",
+                                "seconds",
+                                "probe_hist",
+                            )
+                        },
+                        "pcap": (doc.get("pcap") or {}).get("path"),
+                    }
+                )
             write_rows(rows, out)
             if progress:
                 r = rows[-1]
-                rate = "timed out" if r["timed_out"] else f"{r['mpps']:.2f} Mpps, P(L=1) {r['p_l1']:.3f}"
-                progress(f"[{i + 1}/{len(cells)}, {time.monotonic() - t0:.0f} s] {struct} {h} "
-                         f"size {size} {feed} repeat {rep + 1}: {rate}")
+                rate = (
+                    "timed out"
+                    if r["timed_out"]
+                    else f"{r['mpps']:.2f} Mpps, P(L=1) {r['p_l1']:.3f}"
+                )
+                progress(
+                    f"[{i + 1}/{len(cells)}, {time.monotonic() - t0:.0f} s] {struct} {h} "
+                    f"size {size} {feed} repeat {rep + 1}: {rate}"
+                )
     except Interrupted:  # the rows measured stay; the cell cut short leaves nothing
         doc_path.unlink(missing_ok=True)
         if progress:
-            progress(f"interrupted after {len(rows)} of {len(cells)} cells: their rows are in "
-                     f"{out / ROWS_NAME}, with no report (the same command with --resume goes on)")
+            progress(
+                f"interrupted after {len(rows)} of {len(cells)} cells: their rows are in "
+                f"{out / ROWS_NAME}, with no report (the same command with --resume goes on)"
+            )
         raise
     return rows_table(rows)
 

@@ -27,8 +27,15 @@ PLAN_NAME = "shadow_plan.csv"
 OUTPUT_NAME = "multiplied.pcap"
 SUMMARY_NAME = "multiply.json"
 MAX_URLS_BYTES = 64 * 2**20  # a --urls file; the engine takes 65,536 targets of up to 4,096 bytes
-__all__ = ["MultiplyParams", "analyze_multiplied", "multiply_capture", "multiply_run_folder", "read_plan",
-           "rerun_report", "scenario_params"]
+__all__ = [
+    "MultiplyParams",
+    "analyze_multiplied",
+    "multiply_capture",
+    "multiply_run_folder",
+    "read_plan",
+    "rerun_report",
+    "scenario_params",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,22 +51,36 @@ class MultiplyParams:
     max_flows: int | None = None
     max_seconds: int | None = None
     upto_damage: bool = False
-    home: tuple[str, ...] = ()          # the sided plan: home CIDRs' shadows in home_ranges
+    home: tuple[str, ...] = ()  # the sided plan: home CIDRs' shadows in home_ranges
     home_ranges: tuple[str, ...] = ()
 
 
-def params_from_spec(spec: MultiplySpec, scenario_path: Path, scenario_seed: int, text: str) -> MultiplyParams:
+def params_from_spec(
+    spec: MultiplySpec, scenario_path: Path, scenario_seed: int, text: str
+) -> MultiplyParams:
     urls = None
     if spec.urls is not None:
         urls = scenario_path.parent / spec.urls
         if not urls.is_file():
             line = yaml_lines(text).get(("multiply", "urls"))
             where = f"{scenario_path}:{line}" if line else str(scenario_path)
-            raise ScenarioError([f"{where}: multiply.urls: no such file {urls} (paths are relative to the scenario)"])
-    return MultiplyParams(copies=spec.copies, ranges=tuple(spec.ranges), seed=spec.seed if spec.seed is not None
-                          else scenario_seed, order=spec.order, ports=spec.ports, urls=urls, mtu=spec.mtu,
-                          original=tuple(spec.original), home=tuple(spec.home),
-                          home_ranges=tuple(spec.home_ranges))
+            raise ScenarioError(
+                [
+                    f"{where}: multiply.urls: no such file {urls} (paths are relative to the scenario)"
+                ]
+            )
+    return MultiplyParams(
+        copies=spec.copies,
+        ranges=tuple(spec.ranges),
+        seed=spec.seed if spec.seed is not None else scenario_seed,
+        order=spec.order,
+        ports=spec.ports,
+        urls=urls,
+        mtu=spec.mtu,
+        original=tuple(spec.original),
+        home=tuple(spec.home),
+        home_ranges=tuple(spec.home_ranges),
+    )
 
 
 def scenario_params(path: Path) -> MultiplyParams:
@@ -67,13 +88,37 @@ def scenario_params(path: Path) -> MultiplyParams:
     loaded = load_scenario(path)
     if loaded.scenario.multiply is None:
         raise ScenarioError([f"{path}: no `multiply:` section (docs/multiplier.md shows one)"])
-    return params_from_spec(loaded.scenario.multiply, loaded.path, loaded.scenario.seed, loaded.text)
+    return params_from_spec(
+        loaded.scenario.multiply, loaded.path, loaded.scenario.seed, loaded.text
+    )
 
 
-def engine_argv(binary: Path, inp: Path, out: Path, plan: Path, summary: Path, p: MultiplyParams) -> list[str]:
-    argv = [str(binary), "multiply", str(inp), "-o", str(out), "-T", str(p.copies),
-            "--ranges", ",".join(p.ranges), "--seed", str(p.seed), "--order", p.order, "--ports", p.ports,
-            "--mtu", str(p.mtu), "--plan", str(plan), "--summary", str(summary)]
+def engine_argv(
+    binary: Path, inp: Path, out: Path, plan: Path, summary: Path, p: MultiplyParams
+) -> list[str]:
+    argv = [
+        str(binary),
+        "multiply",
+        str(inp),
+        "-o",
+        str(out),
+        "-T",
+        str(p.copies),
+        "--ranges",
+        ",".join(p.ranges),
+        "--seed",
+        str(p.seed),
+        "--order",
+        p.order,
+        "--ports",
+        p.ports,
+        "--mtu",
+        str(p.mtu),
+        "--plan",
+        str(plan),
+        "--summary",
+        str(summary),
+    ]
     if p.urls is not None:
         argv += ["--urls", str(p.urls)]
     if p.original:
@@ -95,8 +140,10 @@ def check_urls(path: Path) -> None:
     text = read_bounded(path, MAX_URLS_BYTES, "--urls file", "one request target a line")
     nul = text.find("\0")
     if nul >= 0:
-        raise BadInput(f"{path}:{text.count(chr(10), 0, nul) + 1}: the --urls file holds a NUL byte at offset "
-                       f"{len(text[:nul].encode()):,}; give request targets as text, one a line")
+        raise BadInput(
+            f"{path}:{text.count(chr(10), 0, nul) + 1}: the --urls file holds a NUL byte at offset "
+            f"{len(text[:nul].encode()):,}; give request targets as text, one a line"
+        )
 
 
 def multiply_capture(inp: Path, out: Path, plan: Path, summary: Path, p: MultiplyParams) -> dict:
@@ -104,16 +151,26 @@ def multiply_capture(inp: Path, out: Path, plan: Path, summary: Path, p: Multipl
     with the engine's explanation; a failure while writing raises NtgError."""
     if p.urls is not None:
         check_urls(p.urls)
-    binary = GENERATORS.get("flowengine").adapter.executable()  # the engine's adapter knows where it is
-    proc = Process("flowengine multiply", engine_argv(binary, inp, out, plan, summary, p),
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
+    binary = GENERATORS.get(
+        "flowengine"
+    ).adapter.executable()  # the engine's adapter knows where it is
+    proc = Process(
+        "flowengine multiply",
+        engine_argv(binary, inp, out, plan, summary, p),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    ).start()
     _, err = proc.popen.communicate()
     code = proc.wait()
     text = err.decode(errors="replace").strip()
     if code == 2:
-        raise BadInput(text.removeprefix("flowengine multiply: ") or "flowengine multiply refused the input")
+        raise BadInput(
+            text.removeprefix("flowengine multiply: ") or "flowengine multiply refused the input"
+        )
     if code != 0:
-        full = next((f for f in (out, plan, summary) if f != Path(os.devnull) and is_full(f.parent)), None)
+        full = next(
+            (f for f in (out, plan, summary) if f != Path(os.devnull) and is_full(f.parent)), None
+        )
         if full is not None:  # the engine says `Input/output error` for a full disk
             raise no_space_error(full, "free some space, or write elsewhere (-o, --plan)")
         raise NtgError(f"flowengine multiply failed (exit status {code}): {text}")
@@ -131,22 +188,40 @@ def multiply_run_folder(run_dir: Path, p: MultiplyParams | None) -> dict:
         raise BadInput(f"{run_dir}: no capture.pcap in this run folder (an offline run writes one)")
     if p is None:
         p = scenario_params(run_dir / "scenario.yaml")
-    doc = multiply_capture(capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, run_dir / SUMMARY_NAME, p)
-    report = multiplied_report(capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, p.copies, p.urls is None)
+    doc = multiply_capture(
+        capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, run_dir / SUMMARY_NAME, p
+    )
+    report = multiplied_report(
+        capture, run_dir / OUTPUT_NAME, run_dir / PLAN_NAME, p.copies, p.urls is None
+    )
     paths = write_report(report, run_dir, REPORT_STEM)
     folder = RunFolder.open(run_dir)
-    folder.manifest["multiply"] = {"input": "capture.pcap", "output": OUTPUT_NAME, "plan": PLAN_NAME,
-                                   "summary": SUMMARY_NAME, "parameters": params_dict(p),
-                                   "packets_in": doc["packets_in"], "packets_out": doc["packets_out"],
-                                   "report": {k: v.name for k, v in paths.items()},
-                                   "egress_ratio": report["packet_ratio"], "as_planned": report["ok"]}
+    folder.manifest["multiply"] = {
+        "input": "capture.pcap",
+        "output": OUTPUT_NAME,
+        "plan": PLAN_NAME,
+        "summary": SUMMARY_NAME,
+        "parameters": params_dict(p),
+        "packets_in": doc["packets_in"],
+        "packets_out": doc["packets_out"],
+        "report": {k: v.name for k, v in paths.items()},
+        "egress_ratio": report["packet_ratio"],
+        "as_planned": report["ok"],
+    }
     folder.write()
     doc["report"] = report
     return doc
 
 
-def analyze_multiplied(inp: Path, out: Path, plan: Path, copies: int, report_dir: Path, stem: str,
-                       same_bytes: bool = True) -> dict:
+def analyze_multiplied(
+    inp: Path,
+    out: Path,
+    plan: Path,
+    copies: int,
+    report_dir: Path,
+    stem: str,
+    same_bytes: bool = True,
+) -> dict:
     """The analysis of a multiplication (analysis.multiply) written beside its output; `same_bytes`
     false when URLs were substituted (shadow flows then compared by packets only)."""
     report = multiplied_report(inp, out, plan, copies, same_bytes)
@@ -163,9 +238,15 @@ def rerun_report(run_dir: Path) -> dict | None:
     rec = json.loads(manifest.read_text()).get("multiply")
     if not rec or not (run_dir / rec["output"]).is_file():
         return None
-    return analyze_multiplied(run_dir / rec["input"], run_dir / rec["output"], run_dir / rec["plan"],
-                              int(rec["parameters"]["copies"]), run_dir, REPORT_STEM,
-                              rec["parameters"].get("urls") is None)
+    return analyze_multiplied(
+        run_dir / rec["input"],
+        run_dir / rec["output"],
+        run_dir / rec["plan"],
+        int(rec["parameters"]["copies"]),
+        run_dir,
+        REPORT_STEM,
+        rec["parameters"].get("urls") is None,
+    )
 
 
 def params_dict(p: MultiplyParams) -> dict:

@@ -41,7 +41,9 @@ class Metrics(dict):
         try:
             return _wrap(self[key])
         except KeyError:
-            raise AttributeError(f"no metric {key!r}; there are: {', '.join(sorted(self))}") from None
+            raise AttributeError(
+                f"no metric {key!r}; there are: {', '.join(sorted(self))}"
+            ) from None
 
 
 def _wrap(value: Any) -> Any:
@@ -71,12 +73,18 @@ class ScenarioRun:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("ntg-testbed")
-    group.addoption("--ntg-results", metavar="DIR", default=None,
-                    help="ntg-testbed: keep the run folders of run_scenario here")
+    group.addoption(
+        "--ntg-results",
+        metavar="DIR",
+        default=None,
+        help="ntg-testbed: keep the run folders of run_scenario here",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "ntg_live: needs root for network namespaces (skipped without)")
+    config.addinivalue_line(
+        "markers", "ntg_live: needs root for network namespaces (skipped without)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
@@ -98,8 +106,13 @@ def ntg_results(request: pytest.FixtureRequest, tmp_path_factory) -> Path:
 @pytest.fixture
 def run_scenario(ntg_results: Path):
     """Run a scenario file; returns a ScenarioRun (see the module docstring)."""
-    def go(path: str | Path, seed: int | None = None, duration: str | int | None = None,
-           analyze: bool = True) -> ScenarioRun:  # fmt: skip
+
+    def go(
+        path: str | Path,
+        seed: int | None = None,
+        duration: str | int | None = None,
+        analyze: bool = True,
+    ) -> ScenarioRun:
         try:
             loaded = load_scenario(path)
         except ScenarioError as exc:
@@ -108,8 +121,9 @@ def run_scenario(ntg_results: Path):
             pytest.skip("live scenario: network namespaces need root")
         ns = parse_duration_ns(duration) if duration is not None else None
         try:
-            result = run(loaded, ntg_results, seed=seed, analyze=analyze, show_progress=False,
-                         duration_ns=ns)  # fmt: skip
+            result = run(
+                loaded, ntg_results, seed=seed, analyze=analyze, show_progress=False, duration_ns=ns
+            )
         except NtgError as exc:
             pytest.fail(f"run cannot start: {exc}", pytrace=False)
         return ScenarioRun(result)

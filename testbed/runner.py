@@ -44,7 +44,13 @@ from ntgcore.generator import Progress
 from ntgcore.proc import Interrupts, Tool, watch_spawns
 from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS
 from ntgcore.runfolder import MANIFEST, RunFolder, git_info, host_info, tool_versions
-from ntgcore.scenario import GeneratorSpec, LoadedScenario, Scenario, attack_rule_paths, generator_spec
+from ntgcore.scenario import (
+    GeneratorSpec,
+    LoadedScenario,
+    Scenario,
+    attack_rule_paths,
+    generator_spec,
+)
 
 from .cleanup import RunMark, cleanup
 from .executor import StepContext, StepExecutor
@@ -90,16 +96,23 @@ def stage_printer(enabled: bool):
 def check_places(scenario: Scenario, site: Site) -> str | None:
     """Why a place (`ROLE:IFACE`) of the scenario is not one of the site's, or None."""
     tb = scenario.testbed
-    places = [("generators", g.at) for g in scenario.live_generators()] if tb.inline is None else [
-        (f"inline.{k}", getattr(tb.inline, k)) for k in ("at", "out", "dut", "client", "server")]  # runs no generator
+    places = (
+        [("generators", g.at) for g in scenario.live_generators()]
+        if tb.inline is None
+        else [
+            (f"inline.{k}", getattr(tb.inline, k)) for k in ("at", "out", "dut", "client", "server")
+        ]
+    )  # runs no generator
     places += [("dut.at", tb.dut.at)] if tb.dut.kind != "none" else []
     places += [("capture.at", tb.capture.at)] if tb.capture else []
     places += [("capture.also_at", p) for p in tb.capture.also_at] if tb.capture else []
     have = site.places()
     for field_name, place in places:
         if place not in have:
-            return (f"testbed.{field_name}: `{place}` is not an interface of topology {site.name} "
-                    f"(it has: {', '.join(have)})")
+            return (
+                f"testbed.{field_name}: `{place}` is not an interface of topology {site.name} "
+                f"(it has: {', '.join(have)})"
+            )
     return None
 
 
@@ -138,24 +151,33 @@ def played_attacks_problem(scenario: Scenario) -> str | None:
     """Why a live scenario whose generator plays the attack sessions cannot score them with
     `attacks.ids: suricata` (None when it can): Suricata reads the captures of both directions."""
     tb = scenario.testbed
-    if (tb is None or scenario.attacks is None or scenario.attacks.ids != "suricata"
-            or attack_player(scenario.live_generators()) is None):
+    if (
+        tb is None
+        or scenario.attacks is None
+        or scenario.attacks.ids != "suricata"
+        or attack_player(scenario.live_generators()) is None
+    ):
         return None
     if tb.capture is None or not tb.capture.also_at:
-        return ("attacks.ids: suricata with a generator that plays the attack sessions reads the "
-                "capture of both directions: give `testbed.capture.also_at` (TRex ASTF on the astf "
-                "topology: `capture: {at: 'gen:gen1', also_at: ['gen:gen0'], snaplen: 2048}`)")
+        return (
+            "attacks.ids: suricata with a generator that plays the attack sessions reads the "
+            "capture of both directions: give `testbed.capture.also_at` (TRex ASTF on the astf "
+            "topology: `capture: {at: 'gen:gen1', also_at: ['gen:gen0'], snaplen: 2048}`)"
+        )
     if tb.capture.snaplen < FULL_FRAME:
-        return (f"attacks.ids: suricata reads the payloads: testbed.capture.snaplen "
-                f"{tb.capture.snaplen} cuts them; give at least {FULL_FRAME}")
+        return (
+            f"attacks.ids: suricata reads the payloads: testbed.capture.snaplen "
+            f"{tb.capture.snaplen} cuts them; give at least {FULL_FRAME}"
+        )
     return None
 
 
 def check_live_prerequisites(scenario: Scenario) -> None:
     assert scenario.testbed is not None
     if os.geteuid() != 0:
-        raise ToolMissing("a live run creates network namespaces and needs root: run it with sudo "
-                          "(or as root)")  # fmt: skip
+        raise ToolMissing(
+            "a live run creates network namespaces and needs root: run it with sudo (or as root)"
+        )
     missing = [t for t in required_tools(scenario) if not t.found()]
     if missing:
         cmds = ", ".join(t.command for t in missing)
@@ -165,8 +187,10 @@ def check_live_prerequisites(scenario: Scenario) -> None:
             if t.install:
                 command, _, note = t.install.partition(" (")
                 how.append(f"`{command}`" + (f" ({note}" if note else ""))
-        raise ToolMissing(f"missing {cmds}: install with {' and '.join(how)}, or run "
-                          f"./bootstrap.sh test, which installs every tool the testbed uses")
+        raise ToolMissing(
+            f"missing {cmds}: install with {' and '.join(how)}, or run "
+            f"./bootstrap.sh test, which installs every tool the testbed uses"
+        )
 
 
 def plan_steps(scenario: Scenario) -> list[Step]:
@@ -179,8 +203,9 @@ def plan_steps(scenario: Scenario) -> list[Step]:
 def open_site(loaded: LoadedScenario, unique: bool = True) -> Site:
     tb = loaded.scenario.testbed
     assert tb is not None
-    return ENDPOINTS.get(tb.backend).open(tb.topology, base_dir=loaded.path.parent,
-                                       source=str(loaded.path), unique=unique)
+    return ENDPOINTS.get(tb.backend).open(
+        tb.topology, base_dir=loaded.path.parent, source=str(loaded.path), unique=unique
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,9 +218,16 @@ class VirtualTimeBar:
     def __init__(self, enabled: bool) -> None:
         self.bar = None
         if enabled:
-            self.bar = tqdm(total=1, desc="virtual time", delay=2.0, leave=False, file=sys.stderr,
-                            dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| "
-                            "{n}/{total} s [{elapsed}<{remaining}{postfix}]")  # fmt: skip
+            self.bar = tqdm(
+                total=1,
+                desc="virtual time",
+                delay=2.0,
+                leave=False,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| "
+                "{n}/{total} s [{elapsed}<{remaining}{postfix}]",
+            )
         self.shown_after = time.monotonic() + 2.0  # short runs finish without a bar
 
     def on_progress(self, p: Progress) -> None:
@@ -217,9 +249,15 @@ class StepBar:
     def __init__(self, enabled: bool, total_s: float, name: str):
         self.bar = None
         if enabled:
-            self.bar = tqdm(total=round(total_s, 1), desc=name, delay=2.0, leave=False,
-                            file=sys.stderr, dynamic_ncols=True,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s")
+            self.bar = tqdm(
+                total=round(total_s, 1),
+                desc=name,
+                delay=2.0,
+                leave=False,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s",
+            )
 
     def update(self, elapsed: float) -> None:
         if self.bar is not None:
@@ -236,12 +274,20 @@ class StepBar:
 
 
 class Run:
-    def __init__(self, loaded: LoadedScenario, out_root: Path, seed: int | None = None,
-                 duration_ns: int | None = None, trials: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        loaded: LoadedScenario,
+        out_root: Path,
+        seed: int | None = None,
+        duration_ns: int | None = None,
+        trials: int | None = None,
+    ):
         scenario = loaded.scenario
         if trials is not None:  # fewer repeated trials (short runs); checked by trials_problem
             assert scenario.testbed is not None and scenario.testbed.failover is not None
-            scenario = with_changes(scenario, failover=scenario.testbed.failover.model_copy(update={"trials": trials}))
+            scenario = with_changes(
+                scenario, failover=scenario.testbed.failover.model_copy(update={"trials": trials})
+            )
             loaded = LoadedScenario(scenario, loaded.path, loaded.text)
         if duration_ns is not None and scenario.testbed is not None:  # short live runs (CI)
             tb = scenario.testbed
@@ -255,21 +301,25 @@ class Run:
         self.loaded, self.scenario = loaded, scenario
         self.live = scenario.testbed is not None
         self.seed = scenario.seed if seed is None else seed
-        self.folder = RunFolder(out_root, scenario.name, {
-            "scenario": {
-                "name": scenario.name,
-                "source": str(loaded.path.resolve()),
-                "sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
+        self.folder = RunFolder(
+            out_root,
+            scenario.name,
+            {
+                "scenario": {
+                    "name": scenario.name,
+                    "source": str(loaded.path.resolve()),
+                    "sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
+                },
+                "seed": self.seed,
+                "host": host_info(),
+                "git": git_info(),
+                "tools": tool_versions(),
+                "expected": self._expected(scenario),
+                "commands": [],
+                "generators": {},
+                "files": {},
             },
-            "seed": self.seed,
-            "host": host_info(),
-            "git": git_info(),
-            "tools": tool_versions(),
-            "expected": self._expected(scenario),
-            "commands": [],
-            "generators": {},
-            "files": {},
-        })
+        )
         self.run_dir, self.manifest = self.folder.path, self.folder.manifest
         self.no_space: str | None = None  # `no space left on device: PATH` when the disk filled
         try:
@@ -280,8 +330,9 @@ class Run:
                 raise
             self.folder.full_at = self.run_dir / "scenario.yaml"
             self._finish("failed")
-            raise NoSpace(f"{self.no_space}; nothing was run: free some space or choose another "
-                          f"--out") from None  # fmt: skip
+            raise NoSpace(
+                f"{self.no_space}; nothing was run: free some space or choose another --out"
+            ) from None
         self.write_manifest()
         self.steps: list[Step] = []
         self.messages: list[str] = []  # for the user, printed after the run
@@ -307,7 +358,9 @@ class Run:
         return self.folder.finish(status, recursive=self.live)
 
     def execute(self, show_progress: bool = True) -> str:
-        return self._execute_live(show_progress) if self.live else self._execute_offline(show_progress)
+        return (
+            self._execute_live(show_progress) if self.live else self._execute_offline(show_progress)
+        )
 
     def _clean_up_dead_runs(self) -> None:
         """`testbed cleanup` first: what runs that died left (kept in the manifest as `cleanup`)."""
@@ -317,7 +370,11 @@ class Run:
             cleaned = [f"could not look for dead runs: {exc}"]
         if cleaned:
             self.manifest["cleanup"] = cleaned
-            print("\n".join(["cleaning up after runs that died:", *cleaned]), file=sys.stderr, flush=True)
+            print(
+                "\n".join(["cleaning up after runs that died:", *cleaned]),
+                file=sys.stderr,
+                flush=True,
+            )
 
     @staticmethod
     def _expected(scenario: Scenario) -> dict:
@@ -341,8 +398,11 @@ class Run:
             mark.write()  # a `kill -9` of this run is then found and its manifest marked `abandoned`
             watching = watch_spawns(mark.child)
         except OSError as exc:
-            print(f"note: cannot mark the run in {mark.path.parent} ({exc.strerror}); if it is killed, "
-                  "its manifest stays `running`", file=sys.stderr)  # fmt: skip
+            print(
+                f"note: cannot mark the run in {mark.path.parent} ({exc.strerror}); if it is killed, "
+                "its manifest stays `running`",
+                file=sys.stderr,
+            )
             watching = nullcontext()
         try:
             with watching:
@@ -359,9 +419,15 @@ class Run:
             self.write_manifest()
 
         with Interrupts() as interrupts:
-            ctx = StepContext(self.run_dir, self.loaded.path.parent, self.seed, interrupts,
-                              tools=self.manifest["tools"], on_started=started,
-                              on_progress=bar.on_progress)  # fmt: skip
+            ctx = StepContext(
+                self.run_dir,
+                self.loaded.path.parent,
+                self.seed,
+                interrupts,
+                tools=self.manifest["tools"],
+                on_started=started,
+                on_progress=bar.on_progress,
+            )
             executor = StepExecutor(step, ctx, self.run_dir)
             try:
                 entry = executor.run()
@@ -404,8 +470,10 @@ class Run:
             if player is not None:
                 self.attack_dialogues = tcp_dialogues(spec, rules)
                 if not self.attack_dialogues[0]:
-                    raise AttackError(f"attacks: {player.title} plays the attack TCP sessions, and no "
-                                      f"selected rule is one: {'; '.join(self.attack_dialogues[1][:5])}")
+                    raise AttackError(
+                        f"attacks: {player.title} plays the attack TCP sessions, and no "
+                        f"selected rule is one: {'; '.join(self.attack_dialogues[1][:5])}"
+                    )
         except AttackError as exc:
             self.manifest["error"] = str(exc)
             self._finish("failed")
@@ -415,9 +483,16 @@ class Run:
         info["manifest"] = "attacks/attacks.json"
         self.manifest["attacks"] = info
         first = scenario.live_generators()[0]
-        replay = generator_spec({"name": "tcpreplay", "label": "attacks", "at": first.at,
-                                 "pace": "realtime", "pcap": str(attacks.pcap.resolve()),
-                                 "start": f"{spec.start}ns"})
+        replay = generator_spec(
+            {
+                "name": "tcpreplay",
+                "label": "attacks",
+                "at": first.at,
+                "pace": "realtime",
+                "pcap": str(attacks.pcap.resolve()),
+                "start": f"{spec.start}ns",
+            }
+        )
         span_s = ((info["last_ns"] or 0) - (info["first_ns"] or 0)) / NS
         for step in self.steps:
             if step.kind != "run":
@@ -433,14 +508,18 @@ class Run:
             step.params["attacks_last_s"] = spec.count / float(spec.rate)
             info["played_by"] = player.title
             info["played"] = {
-                "rules": len(sessions), "sessions": sum(d["count"] for d in sessions),
+                "rules": len(sessions),
+                "sessions": sum(d["count"] for d in sessions),
                 "servers": {str(d["sid"]): f"{d['server']}:{d['server_port']}" for d in sessions},
-                "clients": {str(d["sid"]): "-".join(d["client"]) for d in sessions}}
+                "clients": {str(d["sid"]): "-".join(d["client"]) for d in sessions},
+            }
             info["not_played"] = skipped
-            info["pcap_note"] = (f"written for reference only (the same dialogues, the synthesis's "
-                                 f"addresses): not replayed; {player.title} plays the TCP sessions "
-                                 f"over its own TCP stack (real handshakes), on the rule's sides "
-                                 f"(`played`); the rules in `not_played` are not sent")
+            info["pcap_note"] = (
+                f"written for reference only (the same dialogues, the synthesis's "
+                f"addresses): not replayed; {player.title} plays the TCP sessions "
+                f"over its own TCP stack (real handshakes), on the rule's sides "
+                f"(`played`); the rules in `not_played` are not sent"
+            )
 
     def _execute_live(self, show_progress: bool) -> str:
         try:
@@ -453,11 +532,17 @@ class Run:
             self.manifest["error"] = problem
             self._finish("failed")
             raise RunSetupError(f"{self.loaded.path}: {problem}")
-        self.manifest["testbed"] = {"topology": site.name, "namespaces": None, "applied": [],
-                                    "removed": None}  # fmt: skip
+        self.manifest["testbed"] = {
+            "topology": site.name,
+            "namespaces": None,
+            "applied": [],
+            "removed": None,
+        }
         self._clean_up_dead_runs()
         self.write_manifest()
-        mark = RunMark(self.run_dir, self.scenario.testbed.backend, site.locations()).write()  # before anything exists
+        mark = RunMark(
+            self.run_dir, self.scenario.testbed.backend, site.locations()
+        ).write()  # before anything exists
         try:
             return self._run_live(site, mark, show_progress)
         finally:
@@ -476,7 +561,9 @@ class Run:
                 self.write_manifest()
                 for i, step in enumerate(self.steps, 1):
                     if show_progress:
-                        print(f"step {i}/{len(self.steps)}: {step.name}", file=sys.stderr, flush=True)
+                        print(
+                            f"step {i}/{len(self.steps)}: {step.name}", file=sys.stderr, flush=True
+                        )
                     entry = self._run_step(step, site, interrupts, show_progress)
                     self.manifest["steps"].append(entry)
                     self.write_manifest()
@@ -504,7 +591,9 @@ class Run:
             self.manifest["testbed"]["removed"] = f"failed: {exc}"
             self.manifest.setdefault("error", f"topology teardown failed: {exc}")
 
-    def _run_step(self, step: Step, site: Site, interrupts: Interrupts, show_progress: bool) -> dict:
+    def _run_step(
+        self, step: Step, site: Site, interrupts: Interrupts, show_progress: bool
+    ) -> dict:
         step_dir = self.run_dir if len(self.steps) == 1 else self.run_dir / step.name
         step_dir.mkdir(exist_ok=True)
 
@@ -512,15 +601,27 @@ class Run:
             self.manifest["commands"] = [r.as_dict() for r in self._records + records]
             self.write_manifest()
 
-        ctx = StepContext(self.run_dir, self.loaded.path.parent, self.seed, interrupts, site,
-                          tools=self.manifest["tools"], on_started=started,
-                          bar=StepBar(show_progress, step.deadline_s(), step.name))  # fmt: skip
+        ctx = StepContext(
+            self.run_dir,
+            self.loaded.path.parent,
+            self.seed,
+            interrupts,
+            site,
+            tools=self.manifest["tools"],
+            on_started=started,
+            bar=StepBar(show_progress, step.deadline_s(), step.name),
+        )
         executor = StepExecutor(step, ctx, step_dir)
         try:
             return executor.run()
         finally:
-            if executor.full_at is not None and self.folder.full_at in (None, self.run_dir / MANIFEST):
-                self.folder.full_at = executor.full_at  # what filled the disk, not the manifest after it
+            if executor.full_at is not None and self.folder.full_at in (
+                None,
+                self.run_dir / MANIFEST,
+            ):
+                self.folder.full_at = (
+                    executor.full_at
+                )  # what filled the disk, not the manifest after it
             self._records += executor.records()
             self.manifest["commands"] = [r.as_dict() for r in self._records]
 
@@ -534,8 +635,10 @@ def trials_problem(scenario: Scenario, trials: int) -> str | None:
     if not 1 <= trials <= 100:
         return f"--trials {trials}: give 1 to 100"
     if scenario.testbed is None or scenario.testbed.failover is None:
-        return ("--trials applies to a method with repeated trials (method failover: "
-                "testbed.failover.trials); this scenario has none")
+        return (
+            "--trials applies to a method with repeated trials (method failover: "
+            "testbed.failover.trials); this scenario has none"
+        )
     return None
 
 
@@ -565,14 +668,20 @@ def run_scenario(
         raise RunSetupError(f"{loaded.path}: {too_big}")
     if loaded.scenario.testbed is not None:
         check_live_prerequisites(loaded.scenario)
-    if loaded.scenario.attacks is not None:   # BadInput before anything runs: not UTF-8 (FILE:LINE), too long
+    if (
+        loaded.scenario.attacks is not None
+    ):  # BadInput before anything runs: not UTF-8 (FILE:LINE), too long
         for rules in attack_rule_paths(loaded.scenario.attacks, loaded.path):
             read_rule_text(rules)
     run = Run(loaded, out_root, seed, duration_ns, trials)
     status = run.execute(show_progress)
     if status == "completed" and not run.live and loaded.scenario.attacks is not None:
         status = _mix_attacks(run, loaded, show_progress, coverage_baseline)
-    elif status == "completed" and run.attack_dialogues[0] and loaded.scenario.attacks.ids == "suricata":
+    elif (
+        status == "completed"
+        and run.attack_dialogues[0]
+        and loaded.scenario.attacks.ids == "suricata"
+    ):
         status = _score_played_attacks(run, loaded, show_progress, coverage_baseline)
     result = RunResult(run.run_dir, status, EXIT_OK, run.manifest, messages=list(run.messages))
     if run.no_space:
@@ -580,14 +689,17 @@ def run_scenario(
         result.messages.append(
             f"run failed: {run.no_space}; the files written until then are kept in {run.run_dir} "
             f"(manifest.json says `{status}`). Free some space or choose another --out; the data "
-            f"so far can be analysed with `testbed analyze {run.run_dir}` once there is room")
+            f"so far can be analysed with `testbed analyze {run.run_dir}` once there is room"
+        )
         return result
     if status == "interrupted":
         result.exit_code = EXIT_INTERRUPTED
         result.messages.append(
-            f"interrupted: the steps so far are kept in {run.run_dir}" if run.live else
-            f"interrupted: the capture holds what was generated until then; "
-            f"analyse it with `testbed analyze {run.run_dir}`")  # fmt: skip
+            f"interrupted: the steps so far are kept in {run.run_dir}"
+            if run.live
+            else f"interrupted: the capture holds what was generated until then; "
+            f"analyse it with `testbed analyze {run.run_dir}`"
+        )
     elif status != "completed":
         result.exit_code = EXIT_RUN_FAILED
         where = "see manifest.json" if run.live else "see engine.log"
@@ -597,15 +709,22 @@ def run_scenario(
         if show_progress:
             print("analysing the run:", file=sys.stderr)
         progress = stage_printer(show_progress)
-        result.metrics = (analyze_live_run(run.run_dir, progress) if run.live
-                          else analyze_offline(run.run_dir, progress=progress))  # fmt: skip
+        result.metrics = (
+            analyze_live_run(run.run_dir, progress)
+            if run.live
+            else analyze_offline(run.run_dir, progress=progress)
+        )
         failed = [c for c in result.metrics.get("checks", []) if not c.get("ok")]
         if result.exit_code == EXIT_OK and (failed or result.metrics.get("capture_problem")):
             result.exit_code = EXIT_CHECKS_FAILED
-            result.messages += [f"check failed: {c['name']}: expected {c['expected']}, "
-                                f"measured {c['measured']}" for c in failed]
+            result.messages += [
+                f"check failed: {c['name']}: expected {c['expected']}, measured {c['measured']}"
+                for c in failed
+            ]
     blocking = run.manifest.get("attacks", {}).get("baseline", {}).get("blocking", [])
-    if blocking and result.exit_code == EXIT_OK:   # the coverage gate, as `testbed ids-coverage --baseline`
+    if (
+        blocking and result.exit_code == EXIT_OK
+    ):  # the coverage gate, as `testbed ids-coverage --baseline`
         result.exit_code = EXIT_CHECKS_FAILED
     return result
 
@@ -613,23 +732,30 @@ def run_scenario(
 def coverage_baseline_problem(scenario: Scenario) -> str | None:
     """Why a coverage baseline cannot apply to `scenario` (None when it can)."""
     if scenario.attacks is None or scenario.attacks.ids != "suricata":
-        return ("--coverage-baseline needs coverage: a scenario with an `attacks:` section with "
-                "`ids: suricata`")
+        return (
+            "--coverage-baseline needs coverage: a scenario with an `attacks:` section with "
+            "`ids: suricata`"
+        )
     if scenario.testbed is not None and attack_player(scenario.live_generators()) is None:
-        return ("--coverage-baseline: a live run measures no per-sid coverage when the attack pcap "
-                "is replayed (an offline run with `attacks: {ids: suricata}` does, and a live one "
-                "whose generator plays the attack sessions: TRex ASTF)")
+        return (
+            "--coverage-baseline: a live run measures no per-sid coverage when the attack pcap "
+            "is replayed (an offline run with `attacks: {ids: suricata}` does, and a live one "
+            "whose generator plays the attack sessions: TRex ASTF)"
+        )
     return None
 
 
 def analyze_live_run(run_dir: Path, progress=None) -> dict:
     """analysis.live for a live run folder, with the tables and figures of the run's method."""
     method = read_manifest(run_dir).get("method")
-    return analyze_live(run_dir, progress, METHODS.get(method).analysis if method in METHODS else None)
+    return analyze_live(
+        run_dir, progress, METHODS.get(method).analysis if method in METHODS else None
+    )
 
 
-def _mix_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
-                 baseline: Baseline | None = None) -> str:
+def _mix_attacks(
+    run: Run, loaded: LoadedScenario, show_progress: bool, baseline: Baseline | None = None
+) -> str:
     """Offline `attacks:`: the engine's capture becomes benign.pcap, the attack sessions
     attacks.pcap (+ attacks.json), both merged by time into capture.pcap; with `ids: suricata`,
     Suricata reads the mixed capture and coverage.json/md/html score the attack sessions (also
@@ -661,22 +787,38 @@ def _mix_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
 def _record_coverage(run: Run, info: dict, doc: dict, baseline: Baseline | None) -> None:
     """The coverage document's counts, alerted sids and baseline gate into the manifest's
     `attacks` (`info`) and the run's messages."""
-    info["coverage"] = {k: doc[k] for k in ("loaded", "alerted", "missed", "coverage",
-                                            "extra_alert_sessions", "extra_unrelated_sessions")}
+    info["coverage"] = {
+        k: doc[k]
+        for k in (
+            "loaded",
+            "alerted",
+            "missed",
+            "coverage",
+            "extra_alert_sessions",
+            "extra_unrelated_sessions",
+        )
+    }
     info["alerted_sids"] = sorted(r["sid"] for r in doc["rows"] if r["alerted"])
     run.messages += [f"attacks: {line}" for line in doc["summary"][:3]]
     if baseline is not None:
         cmp = doc["baseline"]
-        info["baseline"] = {"path": cmp["path"], "allow_path": cmp["allow_path"], "counts": cmp["counts"],
-                            "blocking": [{"what": w, "sids": s} for w, s in coverage_blocking([doc])]}
+        info["baseline"] = {
+            "path": cmp["path"],
+            "allow_path": cmp["allow_path"],
+            "counts": cmp["counts"],
+            "blocking": [{"what": w, "sids": s} for w, s in coverage_blocking([doc])],
+        }
         run.messages += [f"attacks: {line}" for line in sid_change_lines(doc)]
-        run.messages += [f"attacks: coverage gate: {line}; fix them, or list them in a "
-                         "--coverage-allow file with the reason" for line in gate_lines(
-                             {"blocking": coverage_blocking([doc])})]
+        run.messages += [
+            f"attacks: coverage gate: {line}; fix them, or list them in a "
+            "--coverage-allow file with the reason"
+            for line in gate_lines({"blocking": coverage_blocking([doc])})
+        ]
 
 
-def _score_played_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
-                          baseline: Baseline | None = None) -> str:
+def _score_played_attacks(
+    run: Run, loaded: LoadedScenario, show_progress: bool, baseline: Baseline | None = None
+) -> str:
     """Live `attacks:` played by a generator, with `ids: suricata`: the captures of the (first)
     step in which it played them (capture.pcap and every `also_at` one: each direction once) are merged
     by time into attacks/both-sides.pcap, Suricata reads it, and the played sessions (found by
@@ -693,11 +835,17 @@ def _score_played_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
     try:
         say("merging the captures of both directions")
         merge_pcaps(files, merged)
-        info["ids_capture"] = {"file": str(merged.relative_to(run.run_dir)),
-                               "from": [{"file": str(f.relative_to(run.run_dir)), "at": c["at"]}
-                                        for f, c in zip(files, step["captures"])]}
+        info["ids_capture"] = {
+            "file": str(merged.relative_to(run.run_dir)),
+            "from": [
+                {"file": str(f.relative_to(run.run_dir)), "at": c["at"]}
+                for f, c in zip(files, step["captures"])
+            ],
+        }
         say("suricata on the captures")
-        doc = played_coverage(merged, spec, rules, run.attack_dialogues[0], run.run_dir, baseline=baseline)
+        doc = played_coverage(
+            merged, spec, rules, run.attack_dialogues[0], run.run_dir, baseline=baseline
+        )
         info["played"]["sessions_seen"] = doc["played_sessions"]
         _record_coverage(run, info, doc, baseline)
         status = "completed"
@@ -707,5 +855,16 @@ def _score_played_attacks(run: Run, loaded: LoadedScenario, show_progress: bool,
     return run.folder.finish(status, recursive=True)
 
 
-__all__ = ["Run", "RunResult", "analyze_live_run", "attack_player", "check_live_prerequisites", "check_places",
-           "coverage_baseline_problem", "plan_steps", "played_attacks_problem", "run_scenario", "stage_printer"]
+__all__ = [
+    "Run",
+    "RunResult",
+    "analyze_live_run",
+    "attack_player",
+    "check_live_prerequisites",
+    "check_places",
+    "coverage_baseline_problem",
+    "plan_steps",
+    "played_attacks_problem",
+    "run_scenario",
+    "stage_printer",
+]

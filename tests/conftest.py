@@ -25,8 +25,11 @@ def _cmake_build(tmp_path_factory, source: str, what: str) -> Path:
     if not shutil.which("cmake") or not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip(f"{what} is not installed and cmake or a C compiler is missing to build it")
     build = tmp_path_factory.mktemp(f"{what}-build")
-    subprocess.run(["cmake", "-S", str(REPO / source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["cmake", "-S", str(REPO / source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
+        check=True,
+        capture_output=True,
+    )
     subprocess.run(["cmake", "--build", str(build), "-j2"], check=True, capture_output=True)
     return build
 
@@ -102,7 +105,9 @@ def dev_null_stays_a_device():
         os.unlink(os.devnull)
         os.mknod(os.devnull, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
         os.chmod(os.devnull, 0o666)
-    pytest.fail(f"this test replaced {os.devnull} (now mode {stat.filemode(st.st_mode)}); it was made again")
+    pytest.fail(
+        f"this test replaced {os.devnull} (now mode {stat.filemode(st.st_mode)}); it was made again"
+    )
 
 
 def limit_memory(limit: int = 2 * 2**30):

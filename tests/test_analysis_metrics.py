@@ -24,8 +24,19 @@ def udp_frame(sport: int, payload: int) -> bytes:
     """Ethernet/IPv4/UDP 198.18.0.1:SPORT -> 198.19.0.1:9 with PAYLOAD zero bytes."""
     ip_len = 28 + payload
     eth = bytes.fromhex("020000000002020000000001") + b"\x08\x00"
-    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, ip_len, 0, 0x4000, 64, 17, 0,
-                     bytes([198, 18, 0, 1]), bytes([198, 19, 0, 1]))
+    ip = struct.pack(
+        ">BBHHHBBH4s4s",
+        0x45,
+        0,
+        ip_len,
+        0,
+        0x4000,
+        64,
+        17,
+        0,
+        bytes([198, 18, 0, 1]),
+        bytes([198, 19, 0, 1]),
+    )
     return eth + ip + struct.pack(">HHHH", sport, 9, 8 + payload, 0) + bytes(payload)
 
 
@@ -48,8 +59,9 @@ def rate_pattern(counts: list[int], last_fraction: float = 1.0) -> list[int]:
 
 
 RAMP = [100, 300, 500, 700, 850]
-STEADY = [1000 + d for d in (0, 12, -7, 25, -18, 3, 9, -30, 14, 0, -5, 21, -11, 6, -2, 17, -9, 4,
-                             -23, 8)]
+STEADY = [
+    1000 + d for d in (0, 12, -7, 25, -18, 3, 9, -30, 14, 0, -5, 21, -11, 6, -2, 17, -9, 4, -23, 8)
+]
 
 
 @pytest.fixture
@@ -167,15 +179,21 @@ def test_flow_table_counts_packets_bytes_and_times(tmp_path):
     wrpcap(str(path), plan)
     cap = read_capture(path)
     flows = flow_table(cap)
-    assert len(flows) == 3                                  # ARP is not a flow
+    assert len(flows) == 3  # ARP is not a flow
     rows = {(r.src, r.sport): r for r in flows.itertuples(index=False)}
     ra, rb, rc = rows[("198.18.0.1", 1111)], rows[("2001:db8::1", 53)], rows[("198.18.0.9", 4242)]
-    assert (ra.packets, ra.bytes, ra.proto, ra.dst, ra.dport) == (4, 4 * len(a), 6, "198.19.0.1", 80)
+    assert (ra.packets, ra.bytes, ra.proto, ra.dst, ra.dport) == (
+        4,
+        4 * len(a),
+        6,
+        "198.19.0.1",
+        80,
+    )
     assert (rb.packets, rb.bytes, rb.ip_version, rb.dst) == (2, 2 * len(b), 6, "2001:db8::2")
     assert (rc.packets, rc.proto, rc.dport) == (2, 1, 0)
     assert ra.first_ns == T0 and ra.last_ns == T0 + 9 * NS // 4
     assert ra.duration_ns == ra.last_ns - ra.first_ns
-    assert flows["src"].tolist()[0] == "198.18.0.1"        # order of first appearance
+    assert flows["src"].tolist()[0] == "198.18.0.1"  # order of first appearance
     m = traffic_metrics(cap, flows)
     assert m["flows"]["count"] == 3 and m["ip_packets"] == 8
     assert m["per_second"]["flows_started"] == [2, 1, 0]
@@ -187,11 +205,20 @@ def test_many_flows_group_like_pandas(tmp_path):
     n = 20_000
     ports = rng.integers(1, 3000, n)
     times = sorted(T0 + rng.integers(0, 3 * NS, n))
-    cap = read_capture(write_pcap(tmp_path / "many.pcap", times,
-                                  [udp_frame(int(p), int(p) % 64) for p in ports]))
+    cap = read_capture(
+        write_pcap(tmp_path / "many.pcap", times, [udp_frame(int(p), int(p) % 64) for p in ports])
+    )
     flows = flow_table(cap)
-    ref = cap.to_frame().groupby("sport").agg(packets=("ts_ns", "size"), bytes=("wire_len", "sum"),
-                                              first_ns=("ts_ns", "min"), last_ns=("ts_ns", "max"))
+    ref = (
+        cap.to_frame()
+        .groupby("sport")
+        .agg(
+            packets=("ts_ns", "size"),
+            bytes=("wire_len", "sum"),
+            first_ns=("ts_ns", "min"),
+            last_ns=("ts_ns", "max"),
+        )
+    )
     got = flows.set_index("sport")[["packets", "bytes", "first_ns", "last_ns"]].sort_index()
     assert len(flows) == len(ref)
     assert (got.to_numpy() == ref.sort_index().to_numpy()).all()

@@ -12,9 +12,16 @@ import numpy as np
 import pytest
 from conftest import skip_or_fail
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_Router_Alert
-from scapy.layers.inet6 import (ICMPv6DestUnreach, ICMPv6EchoReply, ICMPv6EchoRequest, IPv6,
-                                IPv6ExtHdrDestOpt, IPv6ExtHdrFragment, IPv6ExtHdrHopByHop,
-                                IPv6ExtHdrRouting)
+from scapy.layers.inet6 import (
+    ICMPv6DestUnreach,
+    ICMPv6EchoReply,
+    ICMPv6EchoRequest,
+    IPv6,
+    IPv6ExtHdrDestOpt,
+    IPv6ExtHdrFragment,
+    IPv6ExtHdrHopByHop,
+    IPv6ExtHdrRouting,
+)
 from scapy.layers.l2 import ARP, GRE, CookedLinux, Dot1Q, Ether
 from scapy.layers.sctp import SCTP
 from scapy.packet import Raw
@@ -33,28 +40,56 @@ def mixed_packets() -> list:
     e = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
     pkts = [
         e / IP(src="198.18.0.1", dst="198.19.0.2") / TCP(sport=1234, dport=443, flags="S"),
-        e / IP(src="198.18.0.2", dst="198.19.0.3") / TCP(sport=443, dport=1234, flags="SA") / Raw(b"x" * 100),
+        e
+        / IP(src="198.18.0.2", dst="198.19.0.3")
+        / TCP(sport=443, dport=1234, flags="SA")
+        / Raw(b"x" * 100),
         e / IP(src="198.18.0.1", dst="198.19.0.2") / TCP(sport=1234, dport=443, flags="FPAUEC"),
         e / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=53, dport=33333) / Raw(b"q" * 30),
-        e / IP(src="10.0.0.1", dst="10.0.0.2", options=[IPOption_Router_Alert()]) / UDP(sport=5, dport=6),
+        e
+        / IP(src="10.0.0.1", dst="10.0.0.2", options=[IPOption_Router_Alert()])
+        / UDP(sport=5, dport=6),
         e / IP(src="10.1.0.1", dst="10.1.0.2") / ICMP(type=8, id=0xBEEF, seq=3),
         e / IP(src="10.1.0.2", dst="10.1.0.1") / ICMP(type=0, id=0xBEEF, seq=3),
-        e / IP(src="10.1.0.2", dst="10.1.0.1") / ICMP(type=3, code=1) / IP(src="10.1.0.1") / UDP(sport=9, dport=10),
-        e / IP(src="10.2.0.1", dst="10.2.0.2", frag=0, flags="MF", proto=17) / Raw(b"\x00\x07\x00\x08" + b"a" * 20),
+        e
+        / IP(src="10.1.0.2", dst="10.1.0.1")
+        / ICMP(type=3, code=1)
+        / IP(src="10.1.0.1")
+        / UDP(sport=9, dport=10),
+        e
+        / IP(src="10.2.0.1", dst="10.2.0.2", frag=0, flags="MF", proto=17)
+        / Raw(b"\x00\x07\x00\x08" + b"a" * 20),
         e / IP(src="10.2.0.1", dst="10.2.0.2", frag=3, proto=17) / Raw(b"\x00\x07\x00\x08rest"),
         e / IP(src="10.3.0.1", dst="10.3.0.2") / GRE() / IP() / UDP(),
         e / IP(src="10.3.0.1", dst="10.3.0.2") / SCTP(sport=2905, dport=2906),
         e / IPv6(src="2001:db8::1", dst="2001:db8:1::2") / TCP(sport=40000, dport=80, flags="A"),
         e / IPv6(src="2001:db8::1", dst="ff02::1:3") / UDP(sport=5355, dport=5355) / Raw(b"z" * 7),
-        e / IPv6(src="fe80::1", dst="2001:db8::5") / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / UDP(sport=7, dport=8),
-        e / IPv6(src="2001:db8::7", dst="2001:db8::8") / IPv6ExtHdrRouting() / TCP(sport=1, dport=2, flags="R"),
-        e / IPv6(src="2001:db8::7", dst="2001:db8::8") / IPv6ExtHdrFragment(offset=0, m=1) / UDP(sport=11, dport=12),
-        e / IPv6(src="2001:db8::7", dst="2001:db8::8") / IPv6ExtHdrFragment(offset=10, nh=17) / Raw(b"tail"),
+        e
+        / IPv6(src="fe80::1", dst="2001:db8::5")
+        / IPv6ExtHdrHopByHop()
+        / IPv6ExtHdrDestOpt()
+        / UDP(sport=7, dport=8),
+        e
+        / IPv6(src="2001:db8::7", dst="2001:db8::8")
+        / IPv6ExtHdrRouting()
+        / TCP(sport=1, dport=2, flags="R"),
+        e
+        / IPv6(src="2001:db8::7", dst="2001:db8::8")
+        / IPv6ExtHdrFragment(offset=0, m=1)
+        / UDP(sport=11, dport=12),
+        e
+        / IPv6(src="2001:db8::7", dst="2001:db8::8")
+        / IPv6ExtHdrFragment(offset=10, nh=17)
+        / Raw(b"tail"),
         e / IPv6(src="2001:db8::a", dst="2001:db8::b") / ICMPv6EchoRequest(id=77, seq=1),
         e / IPv6(src="2001:db8::b", dst="2001:db8::a") / ICMPv6EchoReply(id=77, seq=1),
         e / IPv6(src="2001:db8::b", dst="2001:db8::a") / ICMPv6DestUnreach() / IPv6() / UDP(),
         e / Dot1Q(vlan=42) / IP(src="192.0.2.1", dst="192.0.2.2") / UDP(sport=1000, dport=2000),
-        e / Dot1Q(vlan=1) / Dot1Q(vlan=2) / IPv6(src="2001:db8::1", dst="2001:db8::2") / TCP(sport=3, dport=4),
+        e
+        / Dot1Q(vlan=1)
+        / Dot1Q(vlan=2)
+        / IPv6(src="2001:db8::1", dst="2001:db8::2")
+        / TCP(sport=3, dport=4),
         e / ARP(psrc="192.0.2.1", pdst="192.0.2.2"),
         Ether(dst="01:80:c2:00:00:00", type=0x88CC) / Raw(b"\x02\x07" + b"\x00" * 40),
     ]
@@ -65,23 +100,33 @@ def mixed_packets() -> list:
 
 def expected_row(p) -> dict:
     """What the reader must report for packet P, from Scapy's own dissection."""
-    row = dict(ip_version=0, proto=0, src_hi=0, src_lo=0, dst_hi=0, dst_lo=0, sport=0, dport=0,
-               tcp_flags=0)
+    row = dict(
+        ip_version=0, proto=0, src_hi=0, src_lo=0, dst_hi=0, dst_lo=0, sport=0, dport=0, tcp_flags=0
+    )
     layer = next((x for x in p.iterpayloads() if isinstance(x, (IP, IPv6))), None)
     if layer is None:
         return row
     if isinstance(layer, IP):
-        row.update(ip_version=4, proto=layer.proto,
-                   src_lo=int(ipaddress.IPv4Address(layer.src)),
-                   dst_lo=int(ipaddress.IPv4Address(layer.dst)))
+        row.update(
+            ip_version=4,
+            proto=layer.proto,
+            src_lo=int(ipaddress.IPv4Address(layer.src)),
+            dst_lo=int(ipaddress.IPv4Address(layer.dst)),
+        )
         l4 = layer.payload if layer.frag == 0 else None
     else:
         src, dst = int(ipaddress.IPv6Address(layer.src)), int(ipaddress.IPv6Address(layer.dst))
-        row.update(ip_version=6, src_hi=src >> 64, src_lo=src & (2**64 - 1), dst_hi=dst >> 64,
-                   dst_lo=dst & (2**64 - 1))
+        row.update(
+            ip_version=6,
+            src_hi=src >> 64,
+            src_lo=src & (2**64 - 1),
+            dst_hi=dst >> 64,
+            dst_lo=dst & (2**64 - 1),
+        )
         nh, l4 = layer.nh, layer.payload
-        while isinstance(l4, (IPv6ExtHdrHopByHop, IPv6ExtHdrDestOpt, IPv6ExtHdrRouting,
-                              IPv6ExtHdrFragment)):
+        while isinstance(
+            l4, (IPv6ExtHdrHopByHop, IPv6ExtHdrDestOpt, IPv6ExtHdrRouting, IPv6ExtHdrFragment)
+        ):
             nh = l4.nh
             if isinstance(l4, IPv6ExtHdrFragment) and l4.offset:
                 l4 = None
@@ -97,7 +142,9 @@ def expected_row(p) -> dict:
     elif type(l4) in (ICMPv6EchoRequest, ICMPv6EchoReply):
         row.update(sport=l4.id)
     elif isinstance(l4, Raw) and row["proto"] in (6, 17) and len(l4.load) >= 4:
-        row.update(sport=int.from_bytes(l4.load[:2], "big"), dport=int.from_bytes(l4.load[2:4], "big"))
+        row.update(
+            sport=int.from_bytes(l4.load[:2], "big"), dport=int.from_bytes(l4.load[2:4], "big")
+        )
     return row
 
 
@@ -121,7 +168,7 @@ def test_every_column_matches_scapy_microsecond_pcap(tmp_path):
     assert_matches_scapy(path)
     cap = read_capture(path)
     assert (cap.format, cap.link_type, cap.ts_resolution) == ("pcap", 1, 10**6)
-    assert cap.ts_ns[0] == 1_700_000_000_000_123_000   # microseconds: the nanoseconds are cut
+    assert cap.ts_ns[0] == 1_700_000_000_000_123_000  # microseconds: the nanoseconds are cut
 
 
 def test_every_column_matches_scapy_nanosecond_pcap(tmp_path):
@@ -162,7 +209,7 @@ def big_endian_pcap(src: Path, dst: Path) -> None:
     off = 24
     while off < len(data):
         sec, frac, incl, orig = struct.unpack_from("<IIII", data, off)
-        out.append(struct.pack(">IIII", sec, frac, incl, orig) + data[off + 16:off + 16 + incl])
+        out.append(struct.pack(">IIII", sec, frac, incl, orig) + data[off + 16 : off + 16 + incl])
         off += 16 + incl
     dst.write_bytes(b"".join(out))
 
@@ -180,6 +227,7 @@ def test_big_endian_pcap_reads_like_little_endian(tmp_path, nano):
 
 
 # ---- pcapng written by hand: sections in both byte orders, resolutions, block kinds -----------
+
 
 def _opt(e: str, code: int, value: bytes) -> bytes:
     return struct.pack(e + "HH", code, len(value)) + value + b"\x00" * (-len(value) % 4)
@@ -207,8 +255,12 @@ def idb(e: str, link: int, tsresol: int | None = None, tsoffset: int | None = No
 
 
 def epb(e: str, ifid: int, ts: int, frame: bytes, wire: int | None = None) -> bytes:
-    return _block(e, 6, struct.pack(e + "IIIII", ifid, ts >> 32, ts & 0xFFFFFFFF, len(frame),
-                                     wire or len(frame)) + frame)
+    return _block(
+        e,
+        6,
+        struct.pack(e + "IIIII", ifid, ts >> 32, ts & 0xFFFFFFFF, len(frame), wire or len(frame))
+        + frame,
+    )
 
 
 def spb(e: str, frame: bytes) -> bytes:
@@ -220,16 +272,16 @@ def test_pcapng_sections_resolutions_and_block_kinds(tmp_path):
     raw6 = bytes(IPv6(src="2001:db8::1", dst="2001:db8::2") / TCP(sport=3, dport=4, flags="S"))
     parts = [
         shb("<"),
-        idb("<", 1),                                   # default: microseconds
-        idb("<", 101, tsresol=9),                      # raw IP, nanoseconds
-        _block("<", 4, b"\x00" * 8),                   # name resolution block: skipped
+        idb("<", 1),  # default: microseconds
+        idb("<", 101, tsresol=9),  # raw IP, nanoseconds
+        _block("<", 4, b"\x00" * 8),  # name resolution block: skipped
         epb("<", 0, 1_700_000_000_123_456, eth),
         epb("<", 1, 1_700_000_001_000_000_007, raw6),
-        spb("<", eth),                                 # no time: inherits the previous one
-        _block("<", 0x00000BAD, b"custom"),            # custom block: skipped
-        shb(">"),                                      # a big-endian section: interfaces reset
-        idb(">", 1, tsresol=0x80 | 20, tsoffset=1_600_000_000),   # 2^-20 s, offset in seconds
-        epb(">", 0, 3 << 19, eth, wire=1500),          # 1.5 s after the offset
+        spb("<", eth),  # no time: inherits the previous one
+        _block("<", 0x00000BAD, b"custom"),  # custom block: skipped
+        shb(">"),  # a big-endian section: interfaces reset
+        idb(">", 1, tsresol=0x80 | 20, tsoffset=1_600_000_000),  # 2^-20 s, offset in seconds
+        epb(">", 0, 3 << 19, eth, wire=1500),  # 1.5 s after the offset
     ]
     path = tmp_path / "hand.pcapng"
     path.write_bytes(b"".join(parts))
@@ -237,8 +289,12 @@ def test_pcapng_sections_resolutions_and_block_kinds(tmp_path):
     assert cap.problem is None
     assert (cap.format, cap.link_type, cap.ts_resolution) == ("pcapng", 1, 10**6)
     assert len(cap) == 4
-    assert cap.ts_ns.tolist() == [1_700_000_000_123_456_000, 1_700_000_001_000_000_007,
-                                  1_700_000_001_000_000_007, 1_600_000_001_500_000_000]
+    assert cap.ts_ns.tolist() == [
+        1_700_000_000_123_456_000,
+        1_700_000_001_000_000_007,
+        1_700_000_001_000_000_007,
+        1_600_000_001_500_000_000,
+    ]
     assert cap.link_types.tolist() == [1, 101, 1, 1]
     assert cap.ip_version.tolist() == [4, 6, 4, 4]
     assert cap.proto.tolist() == [17, 6, 17, 17]
@@ -261,13 +317,21 @@ def test_pcapng_packet_for_an_undefined_interface_is_a_problem(tmp_path):
 
 # ---- other link types ---------------------------------------------------------------------
 
+
 def test_linux_cooked_and_raw_ip_link_types(tmp_path):
     sll, raw = tmp_path / "sll.pcap", tmp_path / "raw.pcap"
-    wrpcap(str(sll), [CookedLinux(proto=0x0800) / IP(src="1.2.3.4", dst="5.6.7.8") /
-                      UDP(sport=10, dport=20),
-                      CookedLinux(proto=0x86DD) / IPv6(src="::1", dst="::2") / TCP(flags="S")])
-    wrpcap(str(raw), [IP(src="1.2.3.4", dst="5.6.7.8") / TCP(sport=1, dport=2, flags="A")],
-           linktype=101)
+    wrpcap(
+        str(sll),
+        [
+            CookedLinux(proto=0x0800) / IP(src="1.2.3.4", dst="5.6.7.8") / UDP(sport=10, dport=20),
+            CookedLinux(proto=0x86DD) / IPv6(src="::1", dst="::2") / TCP(flags="S"),
+        ],
+    )
+    wrpcap(
+        str(raw),
+        [IP(src="1.2.3.4", dst="5.6.7.8") / TCP(sport=1, dport=2, flags="A")],
+        linktype=101,
+    )
     a, b = read_capture(sll), read_capture(raw)
     assert a.link_type == 113 and b.link_type == 101
     assert a.ip_version.tolist() == [4, 6] and a.proto.tolist() == [17, 6]
@@ -277,9 +341,13 @@ def test_linux_cooked_and_raw_ip_link_types(tmp_path):
 
 def test_snaplen_cut_packets_keep_what_was_captured(tmp_path):
     path = tmp_path / "snap.pcap"
-    pkts = [Ether(dst="02:00:00:00:00:02") / IP(src="1.1.1.1", dst="2.2.2.2") /
-            TCP(sport=80, dport=81) / Raw(b"p" * 500),
-            Ether(dst="02:00:00:00:00:02") / IPv6(src="::1", dst="::2") / UDP(sport=1, dport=2)]
+    pkts = [
+        Ether(dst="02:00:00:00:00:02")
+        / IP(src="1.1.1.1", dst="2.2.2.2")
+        / TCP(sport=80, dport=81)
+        / Raw(b"p" * 500),
+        Ether(dst="02:00:00:00:00:02") / IPv6(src="::1", dst="::2") / UDP(sport=1, dport=2),
+    ]
     records = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 40, 1)]
     for i, p in enumerate(pkts):
         frame = bytes(p)
@@ -297,6 +365,7 @@ def test_snaplen_cut_packets_keep_what_was_captured(tmp_path):
 
 # ---- damage -------------------------------------------------------------------------------
 
+
 def record_offsets(path: Path) -> list[int]:
     data, off, out = path.read_bytes(), 24, []
     while off < len(data):
@@ -311,7 +380,7 @@ def test_truncated_pcap_returns_the_packets_before_the_cut(tmp_path, cut):
     wrpcap(str(full), mixed_packets(), nano=True)
     offsets = record_offsets(full)
     at = offsets[10]
-    cut_path.write_bytes(full.read_bytes()[:at + cut])
+    cut_path.write_bytes(full.read_bytes()[: at + cut])
     cap = read_capture(cut_path)
     assert len(cap) == 10
     assert cap.problem.offset == at
@@ -388,14 +457,18 @@ def test_count_and_chunked_reads_agree_with_one_read(tmp_path):
 
 # ---- not a capture ------------------------------------------------------------------------
 
+
 def test_missing_file_is_a_capture_error(tmp_path):
     with pytest.raises(CaptureError, match="No such file") as e:
         read_capture(tmp_path / "nope.pcap")
     assert e.value.path == str(tmp_path / "nope.pcap")
 
 
-@pytest.mark.parametrize("content", [b"", b"hello, this is text\n", b"\xd4\xc3\xb2\xa1\x02\x00"],
-                         ids=["empty", "text", "short-header"])
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"hello, this is text\n", b"\xd4\xc3\xb2\xa1\x02\x00"],
+    ids=["empty", "text", "short-header"],
+)
 def test_not_a_capture_is_a_capture_error(tmp_path, content):
     path = tmp_path / "x.pcap"
     path.write_bytes(content)
@@ -418,6 +491,7 @@ def test_header_only_capture_is_empty_not_an_error(tmp_path):
 
 
 # ---- real captures ------------------------------------------------------------------------
+
 
 def shared_pcaps() -> list[Path]:
     root = os.environ.get("NTG_SHARED_DATA")
@@ -461,16 +535,27 @@ def test_real_captures_match_tshark_addresses_and_ports(shared_data):
     """Where tshark sees IP right after Ethernet (no tunnel, no MPLS), it must agree with us."""
     checked = 0
     for path in shared_data:
-        rows = tshark_fields(path, "frame.protocols", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst",
-                             "tcp.srcport", "tcp.dstport", "udp.srcport", "udp.dstport",
-                             "tcp.flags", "ip.frag_offset")
+        rows = tshark_fields(
+            path,
+            "frame.protocols",
+            "ip.src",
+            "ip.dst",
+            "ipv6.src",
+            "ipv6.dst",
+            "tcp.srcport",
+            "tcp.dstport",
+            "udp.srcport",
+            "udp.dstport",
+            "tcp.flags",
+            "ip.frag_offset",
+        )
         cap = read_capture(path)
         for i, (protos, s4, d4, s6, d6, ts, td, us, ud, fl, frag) in enumerate(rows):
             layers = protos.split(":")
             if layers[:2] != ["eth", "ethertype"] or layers[2:3] not in (["ip"], ["ipv6"]):
                 continue
             if "ip" in layers[3:] or "ipv6" in layers[3:] or "icmp" in layers or "icmpv6" in layers:
-                continue                        # tunnels and ICMP errors quote inner headers
+                continue  # tunnels and ICMP errors quote inner headers
             checked += 1
             if layers[2] == "ip":
                 assert cap.ip_version[i] == 4, (path, i)
@@ -482,7 +567,7 @@ def test_real_captures_match_tshark_addresses_and_ports(shared_data):
                 assert (int(cap.src_hi[i]) << 64 | int(cap.src_lo[i])) == src, (path, i)
                 assert (int(cap.dst_hi[i]) << 64 | int(cap.dst_lo[i])) == dst, (path, i)
             if frag not in ("", "0"):
-                continue                        # tshark shows the ports of the reassembled datagram
+                continue  # tshark shows the ports of the reassembled datagram
             if ts:
                 assert (cap.sport[i], cap.dport[i]) == (int(ts), int(td)), (path, i)
                 assert cap.tcp_flags[i] == int(fl, 16) & 0xFF, (path, i)

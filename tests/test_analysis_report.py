@@ -24,9 +24,27 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 E = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
 # (template, packets, first second offset) of a small known run
 FLOWS = [
-    (E / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=5004, dport=5004) / Raw(b"v" * 200), 40, 0.0),
-    (E / IP(src="198.18.0.2", dst="198.19.1.1") / TCP(sport=40000, dport=443, flags="PA") / Raw(b"w" * 600), 25, 0.5),
-    (E / IPv6(src="2001:db8:1::1", dst="2001:db8:2::10") / TCP(sport=40001, dport=80, flags="A") / Raw(b"b" * 1000), 30, 1.0),
+    (
+        E / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=5004, dport=5004) / Raw(b"v" * 200),
+        40,
+        0.0,
+    ),
+    (
+        E
+        / IP(src="198.18.0.2", dst="198.19.1.1")
+        / TCP(sport=40000, dport=443, flags="PA")
+        / Raw(b"w" * 600),
+        25,
+        0.5,
+    ),
+    (
+        E
+        / IPv6(src="2001:db8:1::1", dst="2001:db8:2::10")
+        / TCP(sport=40001, dport=80, flags="A")
+        / Raw(b"b" * 1000),
+        30,
+        1.0,
+    ),
     (E / IP(src="198.18.0.3", dst="198.19.0.9") / ICMP(type=8, id=7), 10, 0.2),
 ]
 
@@ -46,28 +64,81 @@ def write_run(run: Path) -> dict:
     first, last = min(p.time for p in pkts), max(p.time for p in pkts)
     with open(run / "engine-flows.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["serial", "flow", "rep", "af", "proto", "src", "dst", "sport", "dport",
-                    "first_ns", "last_ns", "packets", "bytes"])
+        w.writerow(
+            [
+                "serial",
+                "flow",
+                "rep",
+                "af",
+                "proto",
+                "src",
+                "dst",
+                "sport",
+                "dport",
+                "first_ns",
+                "last_ns",
+                "packets",
+                "bytes",
+            ]
+        )
         for i, (tmpl, count, start) in enumerate(FLOWS):
             ip = tmpl.payload
             l4 = ip.payload
             sport = l4.id if isinstance(l4, ICMP) else l4.sport
             dport = 0 if isinstance(l4, ICMP) else l4.dport
-            w.writerow([i, i, 0, 4 if isinstance(ip, IP) else 6,
-                        ip.proto if isinstance(ip, IP) else ip.nh, ip.src, ip.dst, sport, dport,
-                        int(start * 1e9), int((start + (count - 1) * 0.1) * 1e9), count,
-                        count * len(tmpl)])
-    (run / "engine-summary.json").write_text(json.dumps({
-        "status": "completed", "packets": len(pkts), "bytes": total, "flows_started": len(FLOWS),
-        "flows_finished": len(FLOWS), "first_ns": 0, "last_ns": int((last - first) * 10**9)}))
+            w.writerow(
+                [
+                    i,
+                    i,
+                    0,
+                    4 if isinstance(ip, IP) else 6,
+                    ip.proto if isinstance(ip, IP) else ip.nh,
+                    ip.src,
+                    ip.dst,
+                    sport,
+                    dport,
+                    int(start * 1e9),
+                    int((start + (count - 1) * 0.1) * 1e9),
+                    count,
+                    count * len(tmpl),
+                ]
+            )
+    (run / "engine-summary.json").write_text(
+        json.dumps(
+            {
+                "status": "completed",
+                "packets": len(pkts),
+                "bytes": total,
+                "flows_started": len(FLOWS),
+                "flows_finished": len(FLOWS),
+                "first_ns": 0,
+                "last_ns": int((last - first) * 10**9),
+            }
+        )
+    )
     manifest = {
-        "manifest_version": 1, "run_id": "20261122T104512Z-unit", "status": "completed",
-        "scenario": {"name": "unit"}, "seed": 1,
-        "expected": {"packets": len(pkts), "flows": len(FLOWS), "bytes": None, "first_ns": 0,
-                     "last_ns": int((last - first) * 10**9)},
-        "generators": {"flowengine": {"packets_attempted": len(pkts), "packets_sent": len(pkts),
-                                      "packets_failed": 0, "bytes_attempted": total,
-                                      "bytes_sent": total, "bytes_failed": 0}},
+        "manifest_version": 1,
+        "run_id": "20261122T104512Z-unit",
+        "status": "completed",
+        "scenario": {"name": "unit"},
+        "seed": 1,
+        "expected": {
+            "packets": len(pkts),
+            "flows": len(FLOWS),
+            "bytes": None,
+            "first_ns": 0,
+            "last_ns": int((last - first) * 10**9),
+        },
+        "generators": {
+            "flowengine": {
+                "packets_attempted": len(pkts),
+                "packets_sent": len(pkts),
+                "packets_failed": 0,
+                "bytes_attempted": total,
+                "bytes_sent": total,
+                "bytes_failed": 0,
+            }
+        },
     }
     (run / "manifest.json").write_text(json.dumps(manifest))
     return manifest
@@ -81,12 +152,23 @@ def test_pcap_report_lands_next_to_the_capture(tmp_path):
     result = analyze(pcap)
     out = tmp_path / "traffic-analysis"
     assert result["report_dir"] == str(out)
-    for name in ("metrics.json", "report.md", "report.html", "tables/run.parquet",
-                 "tables/steps.parquet", "tables/per_second.parquet", "tables/flows.parquet"):
+    for name in (
+        "metrics.json",
+        "report.md",
+        "report.html",
+        "tables/run.parquet",
+        "tables/steps.parquet",
+        "tables/per_second.parquet",
+        "tables/flows.parquet",
+    ):
         assert (out / name).is_file(), name
     pngs = sorted((out / "plots").glob("*.png"))
-    assert [p.name for p in pngs] == ["flows-started.png", "packet-sizes.png", "rate.png",
-                                      "throughput.png"]
+    assert [p.name for p in pngs] == [
+        "flows-started.png",
+        "packet-sizes.png",
+        "rate.png",
+        "throughput.png",
+    ]
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in pngs)
     saved = json.loads((out / "metrics.json").read_text())
     assert saved["packets"] == result["packets"] == sum(c for _, c, _ in FLOWS)
@@ -137,13 +219,16 @@ def test_disagreements_are_reported(tmp_path):
     manifest["expected"]["packets"] += 1
     (run / "manifest.json").write_text(json.dumps(manifest))
     rows = list(csv.reader(open(run / "engine-flows.csv")))
-    rows[2][11] = str(int(rows[2][11]) + 3)                  # the TCP flow: 3 packets more
+    rows[2][11] = str(int(rows[2][11]) + 3)  # the TCP flow: 3 packets more
     with open(run / "engine-flows.csv", "w", newline="") as f:
         csv.writer(f).writerows(rows)
     m = analyze(run)
     bad = {c["name"] for c in m["checks"] if not c["ok"]}
-    assert bad == {"packets", "flows with the engine's packet count",
-                   "flows with the engine's byte count"}
+    assert bad == {
+        "packets",
+        "flows with the engine's packet count",
+        "flows with the engine's byte count",
+    }
     md = (run / "report.md").read_text()
     assert "**differs**" in md
     assert "1 flow(s) differ from the engine flow log" in md and "198.19.1.1" in md
@@ -154,7 +239,7 @@ def test_damaged_capture_is_analysed_and_flagged_first(tmp_path):
     run = tmp_path / "r"
     write_run(run)
     data = (run / "capture.pcap").read_bytes()
-    (run / "capture.pcap").write_bytes(data[:len(data) - 30])
+    (run / "capture.pcap").write_bytes(data[: len(data) - 30])
     m = analyze(run)
     prob = m["capture_problem"]
     assert prob["packets_read"] == m["packets"] == 104
@@ -162,7 +247,9 @@ def test_damaged_capture_is_analysed_and_flagged_first(tmp_path):
     saved = json.loads((run / "metrics.json").read_text())
     assert saved["capture_problem"] == prob
     md = (run / "report.md").read_text().splitlines()
-    assert md[2].startswith("> **⚠ Damaged capture: at byte offset") and f"{prob['offset']:,}" in md[2]
+    assert (
+        md[2].startswith("> **⚠ Damaged capture: at byte offset") and f"{prob['offset']:,}" in md[2]
+    )
     assert not next(c for c in m["checks"] if c["name"] == "packets")["ok"]
     assert 'class="warn"' in (run / "report.html").read_text()
 
@@ -175,7 +262,7 @@ def test_unreadable_side_file_is_a_warning(tmp_path):
     assert any("manifest.json" in w for w in m["warnings"])
     assert m["run"] is None
     packets = next(c for c in m["checks"] if c["name"] == "packets")
-    assert packets["expected"] is None and packets["generator"] == 105   # engine-summary.json
+    assert packets["expected"] is None and packets["generator"] == 105  # engine-summary.json
 
 
 def test_folder_without_capture_is_a_capture_error(tmp_path):
@@ -201,23 +288,55 @@ def test_flowengine_run_folder_checks_agree(tmp_path, flowengine_bin):
     run = tmp_path / "run"
     run.mkdir()
     (run / "session.ntg").write_text(SESSION)
-    subprocess.run([str(flowengine_bin), "gen", str(run / "session.ntg"), "-o",
-                    str(run / "capture.pcap"), "--summary", str(run / "engine-summary.json"),
-                    "--flows", str(run / "engine-flows.csv"), "--stats",
-                    str(run / "engine-stats.csv")], check=True, capture_output=True)
-    last = max(0 + 39 * 100_000_000 + 99 * 1_000_000,
-               500_000_000 + 11 * 250_000_000 + 199 * 250_000, 399 * 10_000_000)
-    (run / "manifest.json").write_text(json.dumps({
-        "run_id": "engine", "status": "completed",
-        "expected": {"packets": 40 * 100 + 12 * 200 + 400, "flows": 53, "bytes": None,
-                     "first_ns": 0, "last_ns": last}}))
+    subprocess.run(
+        [
+            str(flowengine_bin),
+            "gen",
+            str(run / "session.ntg"),
+            "-o",
+            str(run / "capture.pcap"),
+            "--summary",
+            str(run / "engine-summary.json"),
+            "--flows",
+            str(run / "engine-flows.csv"),
+            "--stats",
+            str(run / "engine-stats.csv"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    last = max(
+        0 + 39 * 100_000_000 + 99 * 1_000_000,
+        500_000_000 + 11 * 250_000_000 + 199 * 250_000,
+        399 * 10_000_000,
+    )
+    (run / "manifest.json").write_text(
+        json.dumps(
+            {
+                "run_id": "engine",
+                "status": "completed",
+                "expected": {
+                    "packets": 40 * 100 + 12 * 200 + 400,
+                    "flows": 53,
+                    "bytes": None,
+                    "first_ns": 0,
+                    "last_ns": last,
+                },
+            }
+        )
+    )
     m = analyze(run)
     assert m["capture_problem"] is None
     assert all(c["ok"] for c in m["checks"]), [c for c in m["checks"] if not c["ok"]]
     names = {c["name"] for c in m["checks"]}
-    assert {"packets", "bytes (frames on the wire)", "flows (distinct 5-tuples)",
-            "duration first→last packet (ns)", "flows with the engine's packet count",
-            "flows with the engine's byte count"} <= names
+    assert {
+        "packets",
+        "bytes (frames on the wire)",
+        "flows (distinct 5-tuples)",
+        "duration first→last packet (ns)",
+        "flows with the engine's packet count",
+        "flows with the engine's byte count",
+    } <= names
 
 
 def test_a_link_type_the_analysis_cannot_decode_is_said_and_exits_3(tmp_path, capsys):
@@ -238,6 +357,8 @@ def test_a_link_type_the_analysis_cannot_decode_is_said_and_exits_3(tmp_path, ca
     assert doc["undecoded_link_types"] == [{"path": str(pcap), "link_type": 105, "packets": 5}]
     assert any("link type 105" in w for w in doc["warnings"])
     ether = tmp_path / "ether.pcap"
-    wrpcap(str(ether), [Ether() / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(dport=9) / Raw(b"x")])
+    wrpcap(
+        str(ether), [Ether() / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(dport=9) / Raw(b"x")]
+    )
     assert main(["analyze", str(ether), "--out", str(tmp_path / "ok"), "-q"]) == 0
     assert json.loads((tmp_path / "ok" / "metrics.json").read_text())["undecoded_link_types"] == []

@@ -43,8 +43,21 @@ flows:
 def run_dir(tmp_path_factory, flowengine_bin, pcaplib) -> Path:
     tmp = tmp_path_factory.mktemp("timing")
     (tmp / "s.yaml").write_text(SCENARIO)
-    r = subprocess.run([sys.executable, "-m", "testbed", "run", str(tmp / "s.yaml"), "--out",
-                        str(tmp / "runs"), "-q"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "testbed",
+            "run",
+            str(tmp / "s.yaml"),
+            "--out",
+            str(tmp / "runs"),
+            "-q",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     (d,) = (tmp / "runs").iterdir()
     return d
@@ -53,7 +66,13 @@ def run_dir(tmp_path_factory, flowengine_bin, pcaplib) -> Path:
 def test_session_flow_lines_are_read():
     text = "ntg-session 1\nseed 1\nflow af=4 start=5 period=7 packets=3 reps=2 rep_period=11 x=y\n"
     t = session_flows(text)
-    assert t.loc[0].to_dict() == {"start": 5, "period": 7, "packets": 3, "reps": 2, "rep_period": 11}
+    assert t.loc[0].to_dict() == {
+        "start": 5,
+        "period": 7,
+        "packets": 3,
+        "reps": 2,
+        "rep_period": 11,
+    }
 
 
 def test_the_exact_planner_is_exact_in_pcap_mode(run_dir):
@@ -102,8 +121,9 @@ def test_errors_injected_into_a_real_capture_are_measured(run_dir, tmp_path):
         first_of_each.add(key)
         return True
 
-    moved = shift_packets(run_dir / "capture.pcap", copy / "capture.pcap",
-                          first_packet_of_ipv4_flows, 3_000_000)
+    moved = shift_packets(
+        run_dir / "capture.pcap", copy / "capture.pcap", first_packet_of_ipv4_flows, 3_000_000
+    )
     assert moved == 100
     m = analyze(copy, progress=None)
     t = m["timing"]

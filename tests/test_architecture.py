@@ -57,8 +57,10 @@ def test_a_generator_registered_from_its_own_folder_runs_offline(countgen, tmp_p
 def test_its_options_join_the_scenario_model_and_errors_name_the_owner(countgen):
     with pytest.raises(ScenarioError) as e:
         parse_scenario(LIVE, "s.yaml")
-    assert e.value.problems == ["s.yaml:8: testbed.generators[1].frames: `frames` is an option of "
-                                "countgen, not of tcpreplay"]
+    assert e.value.problems == [
+        "s.yaml:8: testbed.generators[1].frames: `frames` is an option of "
+        "countgen, not of tcpreplay"
+    ]
     ok = parse_scenario(LIVE.replace("label: replay, frames: 5", "label: replay"), "s.yaml")
     assert [g.name for g in ok.testbed.generators] == ["countgen", "tcpreplay"]
     assert ok.testbed.generators[0].frames == 5
@@ -68,7 +70,9 @@ def test_an_unknown_generator_lists_the_registered_ones():
     with pytest.raises(ScenarioError) as e:
         parse_scenario(OFFLINE.replace("countgen", "nosuch"), "s.yaml")
     assert "s.yaml:3: generator: unknown generator 'nosuch'" in e.value.problems[0]
-    with pytest.raises(PluginError, match="available: flowengine, ostinato, probe, scapy, tcpreplay"):
+    with pytest.raises(
+        PluginError, match="available: flowengine, ostinato, probe, scapy, tcpreplay"
+    ):
         get_generator("nosuch")
 
 
@@ -85,7 +89,13 @@ def test_methods_are_registered_and_plan_without_root():
     assert [s.kind for s in comparison].count("topspeed") == 4
     assert all(s.kind == "load" for s in comparison[4:]) and len(comparison) == 4 + 4 * 3
     five = plan_steps(load_scenario(REPO / "scenarios/seed001-comparison-trex.yaml").scenario)
-    assert [s.params["generator"] for s in five[:5]] == ["native", "tcpreplay", "ostinato", "scapy", "trex"]
+    assert [s.params["generator"] for s in five[:5]] == [
+        "native",
+        "tcpreplay",
+        "ostinato",
+        "scapy",
+        "trex",
+    ]
     assert len(five) == 5 + 5 * 3
     sweep = plan_steps(load_scenario(REPO / "scenarios/seed002-loss-sweep.yaml").scenario)
     assert [s.name for s in sweep][:2] == ["rate-1000pps", "rate-5000pps"]
@@ -94,8 +104,10 @@ def test_methods_are_registered_and_plan_without_root():
     assert len(failover) == 2 * 3 * 3 and {s.kind for s in failover} == {"failover"}
 
 
-@pytest.mark.skipif(not shutil.which("lint-imports", path=str(Path(sys.executable).parent)),
-                    reason="import-linter is not installed (pip install '.[test]')")
+@pytest.mark.skipif(
+    not shutil.which("lint-imports", path=str(Path(sys.executable).parent)),
+    reason="import-linter is not installed (pip install '.[test]')",
+)
 def test_the_layer_contracts_hold():
     lint = Path(sys.executable).parent / "lint-imports"
     p = subprocess.run([str(lint)], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -114,18 +126,26 @@ def test_version_is_known():
 
 
 def test_a_generator_registered_after_the_first_parse_joins_the_model():
-    parse_scenario(LIVE.replace("{name: countgen, frames: 5}", "{name: flowengine}")
-                   .replace("label: replay, frames: 5", "label: replay"), "s.yaml")
+    parse_scenario(
+        LIVE.replace("{name: countgen, frames: 5}", "{name: flowengine}").replace(
+            "label: replay, frames: 5", "label: replay"
+        ),
+        "s.yaml",
+    )
     GENERATORS.register("countgen", COUNTGEN)
     try:
-        scenario = parse_scenario(LIVE.replace("label: replay, frames: 5", "label: replay"), "s.yaml")
+        scenario = parse_scenario(
+            LIVE.replace("label: replay, frames: 5", "label: replay"), "s.yaml"
+        )
         assert scenario.testbed.generators[0].frames == 5
     finally:
         GENERATORS.unregister("countgen")
 
 
 def test_a_generator_that_cannot_send_live_is_refused_in_a_live_scenario():
-    offline_only = dataclasses.replace(COUNTGEN, capabilities=Capabilities(offline=True, live=False))
+    offline_only = dataclasses.replace(
+        COUNTGEN, capabilities=Capabilities(offline=True, live=False)
+    )
     GENERATORS.register("countgen", offline_only)
     try:
         with pytest.raises(ScenarioError) as e:

@@ -24,7 +24,9 @@ def test_a_sender_at_its_rate_at_once():
     r = rate_profile(s, t_launch=100.5)
     assert r["packets"] == pytest.approx(300_000, rel=0.01) and r["bytes_per_packet"] == 64
     assert r["first_packet_s"] == pytest.approx(0.51, abs=0.011)
-    assert r["pps"] == pytest.approx(100_000, rel=0.01) and r["steady_pps"] == pytest.approx(100_000, rel=0.01)
+    assert r["pps"] == pytest.approx(100_000, rel=0.01) and r["steady_pps"] == pytest.approx(
+        100_000, rel=0.01
+    )
     assert r["t90_s"] == pytest.approx(r["first_packet_s"], abs=0.011) and r["cv"] < 0.05
 
 
@@ -34,7 +36,9 @@ def test_a_slow_start_is_seen_as_late_90_percent():
     r = rate_profile(s, t_launch=100.0, t_go=100.5)
     assert r["first_packet_s"] == pytest.approx(1.01, abs=0.011)
     assert r["pps"] == pytest.approx(100_000, rel=0.01)
-    assert r["t90_s"] == pytest.approx(2.99, abs=0.02) and r["go_t90_s"] == pytest.approx(r["t90_s"] - 0.5)
+    assert r["t90_s"] == pytest.approx(2.99, abs=0.02) and r["go_t90_s"] == pytest.approx(
+        r["t90_s"] - 0.5
+    )
 
 
 def test_bursts_keep_the_per_second_rate_and_show_in_the_spread():
@@ -54,5 +58,6 @@ def test_core_split_is_a_share_of_the_wall_time():
     T = namedtuple("T", "user nice system idle iowait irq softirq steal guest guest_nice")
     a = [T(10, 0, 5, 100, 0, 0, 1, 0, 0, 0)]
     b = [T(30, 0, 35, 120, 0, 0, 21, 0, 0, 0)]  # +20 user, +30 system, +20 idle, +20 softirq
-    assert core_split(a, b) == {"cpu0": {"user": 22.2, "system": 33.3, "softirq": 22.2, "steal": 0.0,
-                                          "busy": 77.8}}
+    assert core_split(a, b) == {
+        "cpu0": {"user": 22.2, "system": 33.3, "softirq": 22.2, "steal": 0.0, "busy": 77.8}
+    }

@@ -25,18 +25,38 @@ def live(test):
         test = mark(test)
     return test
 
-SESSION = ("ntg-session 1\nseed 1\nflow af=4 proto=17 smac=02:00:00:00:00:01 "
-           "dmac=02:00:00:00:00:02 src=198.18.0.1/32 src_mode=fixed dst=198.19.0.1/32 "
-           "dst_mode=fixed sport=40000-40100 sport_mode=random dport=9-9 dport_mode=fixed "
-           "start=0 period=1000 packets={n} size=22-22 payload=- reps=1 rep_period=0\n")
+
+SESSION = (
+    "ntg-session 1\nseed 1\nflow af=4 proto=17 smac=02:00:00:00:00:01 "
+    "dmac=02:00:00:00:00:02 src=198.18.0.1/32 src_mode=fixed dst=198.19.0.1/32 "
+    "dst_mode=fixed sport=40000-40100 sport_mode=random dport=9-9 dport_mode=fixed "
+    "start=0 period=1000 packets={n} size=22-22 payload=- reps=1 rep_period=0\n"
+)
 
 
 def send(engine, pair, tmp_path, n):
     sess = tmp_path / "s.ntg"
     sess.write_text(SESSION.format(n=n))
-    p = subprocess.run(["ip", "netns", "exec", pair.gen, str(engine), "gen", str(sess),
-                        "--iface", "veth0", "--pace", "topspeed", "--stats", os.devnull],
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    p = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            pair.gen,
+            str(engine),
+            "gen",
+            str(sess),
+            "--iface",
+            "veth0",
+            "--pace",
+            "topspeed",
+            "--stats",
+            os.devnull,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
 
 
@@ -47,8 +67,9 @@ def test_captures_exactly_what_was_sent(flowengine_bin, pcaplib, pair, tmp_path,
 
     n = 3000
     before = pair.rx()
-    cap = Tcpdump(["ip", "netns", "exec", pair.peer], "veth1", tmp_path / "cap.pcap",
-                  immediate=immediate).start()  # fmt: skip
+    cap = Tcpdump(
+        ["ip", "netns", "exec", pair.peer], "veth1", tmp_path / "cap.pcap", immediate=immediate
+    ).start()
     assert cap.running() and cap.pid == cap.record.pid
     send(flowengine_bin, pair, tmp_path, n)
     stats = cap.stop()
@@ -70,16 +91,27 @@ def test_captures_exactly_what_was_sent(flowengine_bin, pcaplib, pair, tmp_path,
 def test_filter_and_snaplen(flowengine_bin, pcaplib, pair, tmp_path):
     from analysis.capture import read_capture
 
-    cap = Tcpdump(["ip", "netns", "exec", pair.peer], "veth1", tmp_path / "cap.pcap", snaplen=40,
-                  bpf="udp and dst port 9", immediate=True).start()  # fmt: skip
+    cap = Tcpdump(
+        ["ip", "netns", "exec", pair.peer],
+        "veth1",
+        tmp_path / "cap.pcap",
+        snaplen=40,
+        bpf="udp and dst port 9",
+        immediate=True,
+    ).start()
     send(flowengine_bin, pair, tmp_path, 200)
     stats = cap.stop()
     assert stats["captured"] == 200
     c = read_capture(tmp_path / "cap.pcap")
     assert set(c.cap_len.tolist()) == {40} and set(c.wire_len.tolist()) == {64}
 
-    none = Tcpdump(["ip", "netns", "exec", pair.peer], "veth1", tmp_path / "none.pcap",
-                   bpf="tcp", immediate=True).start()  # fmt: skip
+    none = Tcpdump(
+        ["ip", "netns", "exec", pair.peer],
+        "veth1",
+        tmp_path / "none.pcap",
+        bpf="tcp",
+        immediate=True,
+    ).start()
     send(flowengine_bin, pair, tmp_path, 100)
     assert none.stop()["captured"] == 0
 
@@ -111,9 +143,15 @@ def test_invalid_arguments_rejected_before_running(tmp_path):
 
 
 def test_parse_stats():
-    text = ("tcpdump: listening on veth1, link-type EN10MB (Ethernet), snapshot length 256 bytes\n"
-            "1 packet captured\n12 packets received by filter\n3 packets dropped by kernel\n"
-            "4 packets dropped by interface\n")  # fmt: skip
-    assert parse_stats(text) == {"captured": 1, "received_by_filter": 12,
-                                 "dropped_by_kernel": 3, "dropped_by_interface": 4}  # fmt: skip
+    text = (
+        "tcpdump: listening on veth1, link-type EN10MB (Ethernet), snapshot length 256 bytes\n"
+        "1 packet captured\n12 packets received by filter\n3 packets dropped by kernel\n"
+        "4 packets dropped by interface\n"
+    )
+    assert parse_stats(text) == {
+        "captured": 1,
+        "received_by_filter": 12,
+        "dropped_by_kernel": 3,
+        "dropped_by_interface": 4,
+    }
     assert parse_stats("garbage") == dict.fromkeys(parse_stats(""), None)

@@ -70,5 +70,7 @@ def test_the_offline_capture_is_byte_identical(name, tmp_path, flowengine_bin):
     assert result.status == "completed", result.manifest.get("error")
     capture = result.run_dir / "capture.pcap"
     assert sha256(capture) == CAPTURES[name]
-    assert result.manifest["files"]["capture.pcap"]["sha256"] == CAPTURES[name]  # hashed once, right
+    assert (
+        result.manifest["files"]["capture.pcap"]["sha256"] == CAPTURES[name]
+    )  # hashed once, right
     capture.unlink()  # flor-insertion-x10 is 760 MB

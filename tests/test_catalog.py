@@ -92,12 +92,22 @@ def test_list_has_one_line_per_run_with_the_analysis_numbers(runs, capsys):
     code, out, err = cli(capsys, "list", runs.root)
     assert code == 0, err
     lines = out.splitlines()
-    assert len(lines) == 1 + 3 and lines[0].split()[:4] == ["run_id", "scenario", "method", "status"]
+    assert len(lines) == 1 + 3 and lines[0].split()[:4] == [
+        "run_id",
+        "scenario",
+        "method",
+        "status",
+    ]
     code, out, _ = cli(capsys, "list", runs.root, "--json")
     rows = {r["folder"]: r for r in json.loads(out)}
     for folder in runs.quick:
         row, m = rows[str(folder)], _metrics(folder)
-        assert (row["scenario"], row["method"], row["status"], row["steps"]) == ("quickstart", "offline", "completed", 1)
+        assert (row["scenario"], row["method"], row["status"], row["steps"]) == (
+            "quickstart",
+            "offline",
+            "completed",
+            1,
+        )
         assert row["packets"] == m["packets"] and row["mean_pps"] == pytest.approx(m["mean_pps"])
         assert row["variance_pct"] == pytest.approx(m["variance_pct"])
         assert row["generators"] == "flowengine"
@@ -112,17 +122,24 @@ def test_show_gives_the_manifest_summary_and_the_steps(runs, capsys):
     assert "steps (1 row)" in out and "per_second (" in out
     code, out, _ = cli(capsys, "show", folder.name, "--in", runs.root, "--json")
     doc = json.loads(out)
-    assert doc["summary"]["scenario"] == "quickstart" and doc["summary"]["schema_version"] == SCHEMA_VERSION
+    assert (
+        doc["summary"]["scenario"] == "quickstart"
+        and doc["summary"]["schema_version"] == SCHEMA_VERSION
+    )
     assert doc["steps"][0]["mean_pps"] == pytest.approx(_metrics(folder)["mean_pps"])
     code, _, err = cli(capsys, "show", "no-such-run", "--in", runs.root)
     assert code == 2 and "no-such-run: no such run folder" in err
 
 
 def test_run_folders_are_found_in_trees_but_not_below_a_run_folder(runs, tmp_path):
-    assert find_run_folders([runs.root]) == sorted(find_run_folders([runs.root]), key=lambda p: p.name)
+    assert find_run_folders([runs.root]) == sorted(
+        find_run_folders([runs.root]), key=lambda p: p.name
+    )
     assert set(find_run_folders([runs.root.parent])) == {*runs.quick, runs.small}
-    assert find_run_folders([runs.quick[0], runs.root]) == [runs.quick[0], *[
-        p for p in find_run_folders([runs.root]) if p != runs.quick[0]]]  # each once
+    assert find_run_folders([runs.quick[0], runs.root]) == [
+        runs.quick[0],
+        *[p for p in find_run_folders([runs.root]) if p != runs.quick[0]],
+    ]  # each once
     with pytest.raises(CatalogError, match="no such run folder or directory"):
         find_run_folders([tmp_path / "nothing"])
 
@@ -146,8 +163,12 @@ def test_compare_gives_the_spread_over_repeated_runs(runs, tmp_path, capsys):
     assert row["steady_mean_pps_mean"] == pytest.approx(statistics.mean(rates))
     assert row["steady_mean_pps_std"] == pytest.approx(statistics.stdev(rates))
     assert (row["steady_mean_pps_min"], row["steady_mean_pps_max"]) == (9000.0, 11500.0)
-    assert row["steady_mean_pps_ci95"] == pytest.approx(4.303 * statistics.stdev(rates) / math.sqrt(3))
-    assert row["mean_pps_std"] == 0 and row["mean_pps_mean"] == pytest.approx(_metrics(runs.quick[0])["mean_pps"])
+    assert row["steady_mean_pps_ci95"] == pytest.approx(
+        4.303 * statistics.stdev(rates) / math.sqrt(3)
+    )
+    assert row["mean_pps_std"] == 0 and row["mean_pps_mean"] == pytest.approx(
+        _metrics(runs.quick[0])["mean_pps"]
+    )
     code, out, _ = cli(capsys, "compare", root, "--no-plots")
     assert code == 0 and "flowengine" in out and "10,167 ± 1,258" in out
     code, out, _ = cli(capsys, "compare", root, "--no-plots", "--csv")
@@ -157,7 +178,9 @@ def test_compare_gives_the_spread_over_repeated_runs(runs, tmp_path, capsys):
 def test_compare_of_seed001_runs_per_generator_and_step_with_plots(live, tmp_path, capsys):
     cmp = Catalog([live.root]).compare(by="generator")
     assert list(cmp.table["generator"]) == ["native", "scapy"] and set(cmp.table["n"]) == {5}
-    assert cmp.table["steady_mean_pps_mean"].iloc[0] > 50 * cmp.table["steady_mean_pps_mean"].iloc[1]
+    assert (
+        cmp.table["steady_mean_pps_mean"].iloc[0] > 50 * cmp.table["steady_mean_pps_mean"].iloc[1]
+    )
     assert any("--by step compares every step" in n for n in cmp.notes)  # the load steps
     steps = Catalog([live.root]).compare(by="step").table
     assert len(steps) == 8 and set(steps["kind"]) == {"topspeed", "load"}
@@ -165,7 +188,11 @@ def test_compare_of_seed001_runs_per_generator_and_step_with_plots(live, tmp_pat
     code, out, _ = cli(capsys, "compare", live.root, "--plots", plots)
     assert code == 0 and "native" in out and "scapy" in out
     assert sorted(p.name for p in plots.iterdir()) == [
-        "compare-cpu.png", "compare-memory.png", "compare-rate.png", "compare-variance.png"]
+        "compare-cpu.png",
+        "compare-memory.png",
+        "compare-rate.png",
+        "compare-variance.png",
+    ]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots.iterdir())
 
 
@@ -173,21 +200,30 @@ def test_offline_runs_have_no_cpu_plots_and_say_so(runs, tmp_path, capsys):
     code, out, _ = cli(capsys, "compare", *runs.quick, "--plots", tmp_path / "p")
     assert code == 0
     assert "none of cpu, memory: these runs have no such numbers" in out
-    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["compare-rate.png", "compare-variance.png"]
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
+        "compare-rate.png",
+        "compare-variance.png",
+    ]
 
 
 def test_runs_of_different_scenarios_are_refused_unless_allowed(runs, capsys, tmp_path):
     code, out, err = cli(capsys, "compare", runs.root, "--no-plots")
     assert code == 2 and out == ""
-    assert "2 different scenarios" in err and "quickstart (sha256 " in err and "small (sha256 " in err
+    assert (
+        "2 different scenarios" in err and "quickstart (sha256 " in err and "small (sha256 " in err
+    )
     assert "--allow-mixed" in err
     for flags in (["--allow-mixed"], ["--by", "scenario"]):
         code, out, err = cli(capsys, "compare", runs.root, "--no-plots", *flags)
         assert code == 0, err
         assert "3 runs of 2 scenarios" in out and "quickstart@" in out and "small@" in out
     # the same name, another file: still two scenarios
-    changed = copy_run(runs.quick[0], tmp_path / "r", "20261123T110000Z-quickstart",
-                       scenario={"name": "quickstart", "sha256": "0" * 64})
+    changed = copy_run(
+        runs.quick[0],
+        tmp_path / "r",
+        "20261123T110000Z-quickstart",
+        scenario={"name": "quickstart", "sha256": "0" * 64},
+    )
     code, _, err = cli(capsys, "compare", runs.quick[0], changed, "--no-plots")
     assert code == 2 and "a scenario file changed between runs" in err
 
@@ -200,7 +236,10 @@ def test_unfinished_runs_are_listed_and_left_out_of_compare(runs, tmp_path, caps
     assert code == 0 and "abandoned" in out
     code, out, err = cli(capsys, "compare", root, "--no-plots", "--json")
     assert code == 0 and json.loads(out)[0]["n"] == 1
-    assert "left out 1 run(s) that did not complete" in err and "20261123T120001Z-quickstart (abandoned)" in err
+    assert (
+        "left out 1 run(s) that did not complete" in err
+        and "20261123T120001Z-quickstart (abandoned)" in err
+    )
     code, out, _ = cli(capsys, "compare", root, "--no-plots", "--json", "--include-unfinished")
     assert code == 0 and json.loads(out)[0]["n"] == 2
 
@@ -217,7 +256,9 @@ def test_a_run_without_tables_is_not_analysed(runs, tmp_path, capsys):
         assert code == 2 and f"{bare}: not analysed" in err and f"`testbed analyze {bare}`" in err
 
 
-@pytest.mark.parametrize("case", ["newer manifest", "older file", "no version", "damaged", "another table"])
+@pytest.mark.parametrize(
+    "case", ["newer manifest", "older file", "no version", "damaged", "another table"]
+)
 def test_unreadable_tables_are_refused_naming_the_file(runs, tmp_path, capsys, case):
     root = tmp_path / "results"
     good = copy_run(runs.quick[0], root, "20261123T140000Z-quickstart")
@@ -236,12 +277,20 @@ def test_unreadable_tables_are_refused_naming_the_file(runs, tmp_path, capsys, c
             pq.write_table(table.replace_schema_metadata({}), steps)
             expected = [f"{steps}: no schema version"]
         elif case == "another table":
-            pq.write_table(table.replace_schema_metadata({b"ntg.schema_version": b"1.0", b"ntg.table": b"flows"}), steps)
+            pq.write_table(
+                table.replace_schema_metadata(
+                    {b"ntg.schema_version": b"1.0", b"ntg.table": b"flows"}
+                ),
+                steps,
+            )
             expected = [f"{steps}: holds the run table 'flows', not 'steps'"]
         else:
             steps.write_bytes(steps.read_bytes()[: steps.stat().st_size // 2])
             expected = [f"{steps}: not a readable Parquet file", f"testbed analyze {bad}"]
-    for action in (["compare", root, "--no-plots"], ["query", "SELECT count(*) AS n FROM steps", root]):
+    for action in (
+        ["compare", root, "--no-plots"],
+        ["query", "SELECT count(*) AS n FROM steps", root],
+    ):
         code, out, err = cli(capsys, *action)
         assert code == 2 and out == "", (action, out)
         assert all(e in err for e in expected), err
@@ -257,12 +306,25 @@ def test_a_newer_minor_version_is_read_with_its_added_columns(runs, tmp_path, ca
     steps = newer / "tables" / "steps.parquet"
     table = pq.read_table(steps)
     table = table.append_column("new_column", pa.array([1.5] * table.num_rows))
-    pq.write_table(table.replace_schema_metadata({b"ntg.schema_version": b"1.7", b"ntg.table": b"steps"}), steps)
-    code, out, err = cli(capsys, "query", "SELECT run_id, new_column, mean_pps FROM steps ORDER BY run_id", root, "--json")
+    pq.write_table(
+        table.replace_schema_metadata({b"ntg.schema_version": b"1.7", b"ntg.table": b"steps"}),
+        steps,
+    )
+    code, out, err = cli(
+        capsys,
+        "query",
+        "SELECT run_id, new_column, mean_pps FROM steps ORDER BY run_id",
+        root,
+        "--json",
+    )
     assert code == 0, err
     rows = json.loads(out)
     assert [r["new_column"] for r in rows] == [None, 1.5]
-    assert rows[0]["mean_pps"] == rows[1]["mean_pps"] == pytest.approx(_metrics(runs.quick[1])["mean_pps"])
+    assert (
+        rows[0]["mean_pps"]
+        == rows[1]["mean_pps"]
+        == pytest.approx(_metrics(runs.quick[1])["mean_pps"])
+    )
     code, out, _ = cli(capsys, "compare", root, "--no-plots", "--json")
     assert code == 0 and json.loads(out)[0]["n"] == 2
 
@@ -278,8 +340,10 @@ def test_the_same_run_twice_would_count_twice(runs, tmp_path, capsys):
 
 
 def test_query_sees_the_tables_as_views(runs, capsys):
-    sql = ("SELECT r.scenario, count(DISTINCT p.run_id) AS runs, sum(p.packets) AS packets "
-           "FROM per_second p JOIN run r USING (run_id) GROUP BY ALL ORDER BY 1")
+    sql = (
+        "SELECT r.scenario, count(DISTINCT p.run_id) AS runs, sum(p.packets) AS packets "
+        "FROM per_second p JOIN run r USING (run_id) GROUP BY ALL ORDER BY 1"
+    )
     code, out, err = cli(capsys, "query", sql, runs.root, "--json")
     assert code == 0, err
     rows = json.loads(out)
@@ -293,23 +357,31 @@ def test_query_sees_the_tables_as_views(runs, capsys):
     assert code == 2 and "testbed results query: the query failed: Binder Error" in err
 
 
-@pytest.mark.parametrize("sql, refused", [
-    ("COPY (SELECT 42) TO '{tmp}/x.csv'", "this is a COPY statement"),
-    ("SELECT * FROM read_text('/etc/shadow')", "Permission Error"),
-    ("SELECT * FROM read_csv('/etc/passwd')", "Permission Error"),
-    ("SELECT * FROM glob('/etc/*')", "Permission Error"),
-    ("SELECT * FROM read_parquet('{other}')", "Permission Error"),  # a run outside the catalogue
-    ("ATTACH '{tmp}/x.db' AS x", "this is a ATTACH statement"),
-    ("CREATE TABLE x AS SELECT 1", "this is a CREATE statement"),
-    ("COPY (SELECT * FROM steps) TO '{steps}' (FORMAT parquet)", "this is a COPY statement"),
-    ("INSTALL httpfs", "this is a LOAD statement"),
-    ("LOAD httpfs", "this is a LOAD statement"),
-    ("SET enable_external_access = true", "this is a SET statement"),
-    ("PRAGMA enable_profiling", "this is a PRAGMA statement"),
-    ("EXPORT DATABASE '{tmp}/exp'", "this is a EXPORT statement"),
-    ("SELECT 1; COPY (SELECT 42) TO '{tmp}/x.csv'", "one SELECT statement, not 2"),
-])
-def test_a_query_is_one_read_only_select_confined_to_the_run_tables(runs, tmp_path, capsys, sql, refused):
+@pytest.mark.parametrize(
+    "sql, refused",
+    [
+        ("COPY (SELECT 42) TO '{tmp}/x.csv'", "this is a COPY statement"),
+        ("SELECT * FROM read_text('/etc/shadow')", "Permission Error"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "Permission Error"),
+        ("SELECT * FROM glob('/etc/*')", "Permission Error"),
+        (
+            "SELECT * FROM read_parquet('{other}')",
+            "Permission Error",
+        ),  # a run outside the catalogue
+        ("ATTACH '{tmp}/x.db' AS x", "this is a ATTACH statement"),
+        ("CREATE TABLE x AS SELECT 1", "this is a CREATE statement"),
+        ("COPY (SELECT * FROM steps) TO '{steps}' (FORMAT parquet)", "this is a COPY statement"),
+        ("INSTALL httpfs", "this is a LOAD statement"),
+        ("LOAD httpfs", "this is a LOAD statement"),
+        ("SET enable_external_access = true", "this is a SET statement"),
+        ("PRAGMA enable_profiling", "this is a PRAGMA statement"),
+        ("EXPORT DATABASE '{tmp}/exp'", "this is a EXPORT statement"),
+        ("SELECT 1; COPY (SELECT 42) TO '{tmp}/x.csv'", "one SELECT statement, not 2"),
+    ],
+)
+def test_a_query_is_one_read_only_select_confined_to_the_run_tables(
+    runs, tmp_path, capsys, sql, refused
+):
     """A query runs as root (the README runs the testbed under sudo): it may read the catalogue's
     run tables and nothing else, write nothing, install nothing, change no setting."""
     root = tmp_path / "results"
@@ -332,16 +404,27 @@ def test_every_catalogue_connection_is_locked(runs):
     tables, no extension, no setting changed."""
     cat = Catalog([runs.root])
     cat.list()
-    for sql in ("SELECT * FROM read_text('/etc/hostname')", "SET enable_external_access = true",
-                "INSTALL httpfs", "SET memory_limit = '100GB'"):
+    for sql in (
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SET enable_external_access = true",
+        "INSTALL httpfs",
+        "SET memory_limit = '100GB'",
+    ):
         with pytest.raises(Exception, match="Permission Error|locked"):
             cat.con.sql(sql)
 
 
 def test_the_command_exits_2_for_bad_input():
-    p = subprocess.run([sys.executable, "-m", "testbed", "results", "list", "/nonexistent/place"],
-                       capture_output=True, text=True, cwd=REPO)
-    assert p.returncode == 2 and "testbed results list: /nonexistent/place: no such run folder" in p.stderr
+    p = subprocess.run(
+        [sys.executable, "-m", "testbed", "results", "list", "/nonexistent/place"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert (
+        p.returncode == 2
+        and "testbed results list: /nonexistent/place: no such run folder" in p.stderr
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,17 +436,38 @@ def test_coverage_over_time_from_ids_coverage_runs(tmp_path):
         pytest.skip("suricata is not installed")
     root = tmp_path / "results"
     extra = tmp_path / "extra.rules"  # a rule Suricata refuses to load: counted as missed
-    extra.write_text('alert tcp any any -> any 80 (msg:"needs lua"; flow:to_server,established; '
-                     'content:"x"; lua:foo.lua; sid:9000001; rev:1;)\n')
+    extra.write_text(
+        'alert tcp any any -> any 80 (msg:"needs lua"; flow:to_server,established; '
+        'content:"x"; lua:foo.lua; sid:9000001; rev:1;)\n'
+    )
     http = REPO / "tests" / "rules_cases" / "http_request" / "rules.rules"
     docs = []
-    for name, rules in (("20261120T100000Z-ids-coverage", [http]), ("20261121T100000Z-ids-coverage", [http, extra])):
-        p = subprocess.run([sys.executable, "-m", "testbed", "ids-coverage", *map(str, rules), "--out",
-                            str(root / name), "-q"], capture_output=True, text=True, cwd=REPO)
+    for name, rules in (
+        ("20261120T100000Z-ids-coverage", [http]),
+        ("20261121T100000Z-ids-coverage", [http, extra]),
+    ):
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "testbed",
+                "ids-coverage",
+                *map(str, rules),
+                "--out",
+                str(root / name),
+                "-q",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         assert p.returncode == 0, p.stderr
         docs.append(json.loads((root / name / "coverage.json").read_text()))
     overall, per_sid = Catalog([root]).coverage()
-    assert list(overall["run"]) == ["20261120T100000Z-ids-coverage", "20261121T100000Z-ids-coverage"]
+    assert list(overall["run"]) == [
+        "20261120T100000Z-ids-coverage",
+        "20261121T100000Z-ids-coverage",
+    ]
     assert list(overall["coverage"]) == pytest.approx([d["coverage"] for d in docs])
     assert overall["coverage"].iloc[1] < 1
     assert set(per_sid[per_sid["sid"] == 9000001]["state"]) == {"not loaded"}
@@ -380,10 +484,14 @@ def test_real_runs_write_the_run_tables_the_catalogue_reads(tmp_path, flowengine
     folders = [_run(REPO / "scenarios" / "quickstart.yaml", root) for _ in range(2)]
     for folder in folders:
         for table in ("run", "steps", "per_second", "flows"):
-            assert (folder / "tables" / f"{table}.parquet").is_file(), f"{folder}: no tables/{table}.parquet"
+            assert (folder / "tables" / f"{table}.parquet").is_file(), (
+                f"{folder}: no tables/{table}.parquet"
+            )
     code, out, err = cli(capsys, "compare", root, "--no-plots", "--json")
     assert code == 0, err
     row = json.loads(out)[0]
     assert row["n"] == 2 and row["mean_pps_mean"] == pytest.approx(_metrics(folders[0])["mean_pps"])
-    code, out, err = cli(capsys, "query", "SELECT sum(packets) AS n FROM per_second", root, "--json")
+    code, out, err = cli(
+        capsys, "query", "SELECT sum(packets) AS n FROM per_second", root, "--json"
+    )
     assert code == 0 and json.loads(out)[0]["n"] == sum(_metrics(f)["packets"] for f in folders)

@@ -28,8 +28,13 @@ QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 def run_testbed(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "testbed", *args],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=600, **kw,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+        **kw,
+    )
 
 
 def only_run_dir(out: Path) -> Path:
@@ -46,10 +51,24 @@ def quickstart(tmp_path_factory, flowengine_bin) -> Path:
 
 
 def test_run_folder_has_every_documented_file(quickstart):
-    for name in ["scenario.yaml", "session.ntg", "manifest.json", "capture.pcap", "engine-stats.csv",
-                 "engine-summary.json", "engine-flows.csv", "engine.log", "metrics.json", "tables/flows.parquet",
-                 "report.md", "report.html", "plots/rate.png", "plots/throughput.png",
-                 "plots/packet-sizes.png", "plots/flows-started.png"]:  # fmt: skip
+    for name in [
+        "scenario.yaml",
+        "session.ntg",
+        "manifest.json",
+        "capture.pcap",
+        "engine-stats.csv",
+        "engine-summary.json",
+        "engine-flows.csv",
+        "engine.log",
+        "metrics.json",
+        "tables/flows.parquet",
+        "report.md",
+        "report.html",
+        "plots/rate.png",
+        "plots/throughput.png",
+        "plots/packet-sizes.png",
+        "plots/flows-started.png",
+    ]:
         assert (quickstart / name).is_file(), name
     assert (quickstart / "scenario.yaml").read_bytes() == QUICKSTART.read_bytes()
 
@@ -74,20 +93,43 @@ def test_tshark_reads_every_packet_with_no_bad_checksum(quickstart):
     prefs = []
     for proto in ("ip", "tcp", "udp"):
         prefs += ["-o", f"{proto}.check_checksum:TRUE"]
-    count = subprocess.run([tshark, "-n", "-r", pcap, *prefs, "-T", "fields", "-e", "frame.number"],
-                           capture_output=True, text=True, check=True)  # fmt: skip
+    count = subprocess.run(
+        [tshark, "-n", "-r", pcap, *prefs, "-T", "fields", "-e", "frame.number"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     want = expected(load_scenario(QUICKSTART).scenario).packets
     assert len(count.stdout.split()) == want
     bad_filter = " || ".join(
         [f'{p}.checksum.status == "Bad"' for p in ("ip", "tcp", "udp", "icmp", "icmpv6")]
         + ["_ws.malformed", "_ws.expert.severity == error"]
     )
-    bad = subprocess.run([tshark, "-n", "-r", pcap, *prefs, "-Y", bad_filter],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    bad = subprocess.run(
+        [tshark, "-n", "-r", pcap, *prefs, "-Y", bad_filter],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert bad.stdout == "", bad.stdout[:2000]
     # and it really checked: the checksum fields were verified as good
-    good = subprocess.run([tshark, "-n", "-r", pcap, *prefs, "-Y", 'udp.checksum.status == "Good"',
-                           "-T", "fields", "-e", "frame.number"], capture_output=True, text=True)  # fmt: skip
+    good = subprocess.run(
+        [
+            tshark,
+            "-n",
+            "-r",
+            pcap,
+            *prefs,
+            "-Y",
+            'udp.checksum.status == "Good"',
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert len(good.stdout.split()) > 0
 
 
@@ -102,15 +144,25 @@ def test_scapy_recomputes_the_same_checksums(quickstart):
     from scapy.layers.inet import ICMP, IP, TCP, UDP
     from scapy.layers.inet6 import IPv6, ICMPv6EchoRequest
 
-    fields = [(IP, "chksum"), (TCP, "chksum"), (UDP, "chksum"), (ICMP, "chksum"),
-              (ICMPv6EchoRequest, "cksum")]  # fmt: skip
+    fields = [
+        (IP, "chksum"),
+        (TCP, "chksum"),
+        (UDP, "chksum"),
+        (ICMP, "chksum"),
+        (ICMPv6EchoRequest, "cksum"),
+    ]
     checked = collections.Counter()
     seen: collections.Counter = collections.Counter()
     with scapy_all.RawPcapReader(str(quickstart / "capture.pcap")) as reader:
         for raw, _ in reader:
-            kind = (raw[12:14], raw[23] if raw[12:14] == b"\x08\x00" else raw[20])  # EtherType, protocol
+            kind = (
+                raw[12:14],
+                raw[23] if raw[12:14] == b"\x08\x00" else raw[20],
+            )  # EtherType, protocol
             seen[kind] += 1
-            if seen[kind] > SCAPY_PER_KIND:  # dissected only up to the limit: Scapy is the slow part
+            if (
+                seen[kind] > SCAPY_PER_KIND
+            ):  # dissected only up to the limit: Scapy is the slow part
                 continue
             pkt = scapy_all.Ether(raw)
             present = [(layer, field) for layer, field in fields if layer in pkt]
@@ -155,7 +207,9 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path, flowengine_bin):
     digests = []
     for i, seed in enumerate(["7", "7", "8"]):
         out = tmp_path / str(i)
-        r = run_testbed("run", str(QUICKSTART), "--out", str(out), "--seed", seed, "--no-analyze", "-q")
+        r = run_testbed(
+            "run", str(QUICKSTART), "--out", str(out), "--seed", seed, "--no-analyze", "-q"
+        )
         assert r.returncode == 0, r.stderr
         digests.append(hashlib.sha256((only_run_dir(out) / "capture.pcap").read_bytes()).digest())
     assert digests[0] == digests[1]
@@ -184,13 +238,20 @@ def test_sigint_leaves_a_valid_pcap_and_an_interrupted_manifest(tmp_path, flowen
     out = tmp_path / "runs"
     proc = subprocess.Popen(
         [sys.executable, "-m", "testbed", "run", str(scenario), "--out", str(out), "-q"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     pcap = None
     while time.monotonic() < deadline:
         dirs = [p for p in out.glob("*") if p.is_dir()] if out.exists() else []
-        if dirs and (dirs[0] / "capture.pcap").exists() and (dirs[0] / "capture.pcap").stat().st_size > 1 << 20:
+        if (
+            dirs
+            and (dirs[0] / "capture.pcap").exists()
+            and (dirs[0] / "capture.pcap").stat().st_size > 1 << 20
+        ):
             pcap = dirs[0] / "capture.pcap"
             break
         time.sleep(0.05)
@@ -265,13 +326,21 @@ def test_a_run_shorter_than_a_second_reports_without_a_rate(tmp_path, flowengine
 
 # live examples that boot VMs run (and are analysed) in tests/test_vm.py only: a boot under TCG costs
 # 30-60 s, and there they are checked more closely
-RUN_ELSEWHERE = {"vm-quickstart.yaml", "vm-dut-poweroff.yaml", "seed002-failover-vm.yaml"}  # tests/test_vm.py
+RUN_ELSEWHERE = {
+    "vm-quickstart.yaml",
+    "vm-dut-poweroff.yaml",
+    "seed002-failover-vm.yaml",
+}  # tests/test_vm.py
 
 
 def _examples(live: bool) -> list[str]:
-    return sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml")
-                  if p.name != "quickstart.yaml" and ("\ntestbed:" in p.read_text()) == live
-                  and p.name not in RUN_ELSEWHERE)
+    return sorted(
+        p.name
+        for p in (ROOT / "scenarios").glob("*.yaml")
+        if p.name != "quickstart.yaml"
+        and ("\ntestbed:" in p.read_text()) == live
+        and p.name not in RUN_ELSEWHERE
+    )
 
 
 @pytest.mark.parametrize("scenario", _examples(live=False))
@@ -281,12 +350,16 @@ def test_every_example_scenario_runs_and_agrees_with_itself(scenario, tmp_path, 
     metrics = json.loads((only_run_dir(tmp_path) / "metrics.json").read_text())
     loaded = load_scenario(ROOT / "scenarios" / scenario)
     want = expected(loaded.scenario).packets
-    if loaded.scenario.attacks is not None:  # plus the attack sessions, synthesized here on their own
+    if (
+        loaded.scenario.attacks is not None
+    ):  # plus the attack sessions, synthesized here on their own
         from testbed.ids.rules.attacks import write_attacks
         from ntgcore.scenario import attack_rule_paths
 
         rules = attack_rule_paths(loaded.scenario.attacks, loaded.path)
-        want += write_attacks(loaded.scenario.attacks, rules, tmp_path / "expected-attacks").synth.packets
+        want += write_attacks(
+            loaded.scenario.attacks, rules, tmp_path / "expected-attacks"
+        ).synth.packets
         assert all(c["ok"] for c in metrics["checks"])
     assert metrics["packets"] == want
     assert metrics["timing"]["start_error"]["max_abs_ns"] == 0
@@ -300,12 +373,16 @@ def test_stochastic_planner_keeps_counts_and_shows_timing_errors(tmp_path, flowe
     r = run_testbed("run", str(scenario), "--out", str(tmp_path / "runs"), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     run_dir = only_run_dir(tmp_path / "runs")
-    assert "--planner stochastic" in " ".join(json.loads((run_dir / "manifest.json").read_text())["commands"][0]["argv"])
+    assert "--planner stochastic" in " ".join(
+        json.loads((run_dir / "manifest.json").read_text())["commands"][0]["argv"]
+    )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["packets"] == 10_000 and metrics["flows"]["count"] == 100
     assert all(c["ok"] for c in metrics["checks"])
     assert not any(c["name"].startswith("duration") for c in metrics["checks"])
-    assert metrics["timing"]["start_error"]["exact"] < 100  # drawn at random, not at their due times
+    assert (
+        metrics["timing"]["start_error"]["exact"] < 100
+    )  # drawn at random, not at their due times
 
 
 def test_checksum_offload_writes_pseudo_header_sums(tmp_path, flowengine_bin):
@@ -339,7 +416,9 @@ def test_more_flows_than_memory_allows_is_refused_before_any_work(tmp_path):
     out = tmp_path / "runs"
     r = run_testbed("run", str(scenario), "--out", str(out))
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "100,000,000,000 flows are alive at once" in r.stderr and "Lower repeat.count" in r.stderr
+    assert (
+        "100,000,000,000 flows are alive at once" in r.stderr and "Lower repeat.count" in r.stderr
+    )
     assert not out.exists()
     v = run_testbed("validate", str(scenario))
     assert v.returncode == 0 and "warning: up to 100,000,000,000 flows" in v.stderr
@@ -367,11 +446,25 @@ def test_two_engine_threads_give_the_same_capture(tmp_path, flowengine_bin):
 @pytest.mark.skipif(os.geteuid() != 0, reason="live examples create network namespaces: need root")
 @pytest.mark.parametrize("scenario", _examples(live=True))
 def test_every_live_example_runs_with_short_steps(scenario, tmp_path, flowengine_bin):
-    if "name: trex" in (ROOT / "scenarios" / scenario).read_text() and not os.environ.get("NTG_TREX_DIR"):
+    if "name: trex" in (ROOT / "scenarios" / scenario).read_text() and not os.environ.get(
+        "NTG_TREX_DIR"
+    ):
         skip_or_fail(f"{scenario} needs a TRex build: NTG_TREX_DIR is not set (.ci/run sets it)")
-    trials = ["--trials", "1"] if "method: failover" in (ROOT / "scenarios" / scenario).read_text() else []
-    r = run_testbed("run", str(ROOT / "scenarios" / scenario), "--out", str(tmp_path), "-q",
-                    "--duration", "1s", *trials)
+    trials = (
+        ["--trials", "1"]
+        if "method: failover" in (ROOT / "scenarios" / scenario).read_text()
+        else []
+    )
+    r = run_testbed(
+        "run",
+        str(ROOT / "scenarios" / scenario),
+        "--out",
+        str(tmp_path),
+        "-q",
+        "--duration",
+        "1s",
+        *trials,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     run = only_run_dir(tmp_path)
     if trials:  # one trial of each advertisement interval and fault

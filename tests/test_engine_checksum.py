@@ -15,7 +15,7 @@ def ref_sum(data: bytes) -> int:
     """Folded one's complement sum of 16-bit big-endian words (RFC 1071)."""
     if len(data) % 2:
         data += b"\0"
-    total = sum(int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
+    total = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return total
@@ -40,9 +40,20 @@ def results(tmp_path_factory):
         pytest.skip("no C compiler (cc, gcc or clang) to build tests/native/test_checksum.c")
     exe = tmp_path_factory.mktemp("checksum") / "test_checksum"
     subprocess.run(
-        [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(SRC),
-         str(REPO / "tests" / "native" / "test_checksum.c"), str(SRC / "csum.c"),
-         "-o", str(exe)],
+        [
+            cc,
+            "-std=c11",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            str(SRC),
+            str(REPO / "tests" / "native" / "test_checksum.c"),
+            str(SRC / "csum.c"),
+            "-o",
+            str(exe),
+        ],
         check=True,
     )
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout

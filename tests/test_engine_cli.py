@@ -23,19 +23,36 @@ import pytest
 NS = 1_000_000_000
 
 BASE = {
-    "af": 4, "proto": 17,
-    "smac": "02:00:00:00:00:01", "dmac": "02:00:00:00:00:02",
-    "src": "198.18.0.1/32", "src_mode": "fixed",
-    "dst": "198.19.0.1/32", "dst_mode": "fixed",
-    "sport": "40000-40000", "sport_mode": "fixed",
-    "dport": "9-9", "dport_mode": "fixed",
-    "start": 0, "period": 1000, "packets": 1, "size": "0-0", "payload": "-",
-    "reps": 1, "rep_period": 0,
+    "af": 4,
+    "proto": 17,
+    "smac": "02:00:00:00:00:01",
+    "dmac": "02:00:00:00:00:02",
+    "src": "198.18.0.1/32",
+    "src_mode": "fixed",
+    "dst": "198.19.0.1/32",
+    "dst_mode": "fixed",
+    "sport": "40000-40000",
+    "sport_mode": "fixed",
+    "dport": "9-9",
+    "dport_mode": "fixed",
+    "start": 0,
+    "period": 1000,
+    "packets": 1,
+    "size": "0-0",
+    "payload": "-",
+    "reps": 1,
+    "rep_period": 0,
 }
 
 ICMP4 = {"proto": 1, "sport": "0-0", "dport": "0-0"}
-ICMP6 = {"af": 6, "proto": 58, "src": "2001:db8::1/128", "dst": "2001:db8::2/128",
-         "sport": "0-0", "dport": "0-0"}
+ICMP6 = {
+    "af": 6,
+    "proto": 58,
+    "src": "2001:db8::1/128",
+    "dst": "2001:db8::2/128",
+    "sport": "0-0",
+    "dport": "0-0",
+}
 
 
 def flow(**kw):
@@ -63,11 +80,13 @@ def write_session(tmp_path, flows, seed=42, name="s.ntg"):
 
 
 def run(bin_, *args, input=None, check=True):
-    r = subprocess.run([str(bin_), *map(str, args)], capture_output=True, text=True,
-                       input=input, timeout=120)
+    r = subprocess.run(
+        [str(bin_), *map(str, args)], capture_output=True, text=True, input=input, timeout=120
+    )
     if check and r.returncode != 0:
-        raise AssertionError(f"exit {r.returncode}\nstdout: {r.stdout[-2000:]}\n"
-                             f"stderr: {r.stderr[-2000:]}")
+        raise AssertionError(
+            f"exit {r.returncode}\nstdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-2000:]}"
+        )
     return r
 
 
@@ -79,9 +98,13 @@ def gen(bin_, tmp_path, flows, seed=42, extra=(), name="out"):
     flows_csv = tmp_path / f"{name}.flows.csv"
     r = run(bin_, "gen", s, "-o", pcap, "--summary", summ, "--flows", flows_csv, *extra)
     return {
-        "session": s, "pcap": pcap, "records": read_pcap(pcap),
-        "summary": json.loads(summ.read_text()), "flows": read_csv(flows_csv),
-        "stats": list(csv.DictReader(r.stdout.splitlines())), "stderr": r.stderr,
+        "session": s,
+        "pcap": pcap,
+        "records": read_pcap(pcap),
+        "summary": json.loads(summ.read_text()),
+        "flows": read_csv(flows_csv),
+        "stats": list(csv.DictReader(r.stdout.splitlines())),
+        "stderr": r.stderr,
     }
 
 
@@ -92,6 +115,7 @@ def read_csv(path):
 
 # --- a tiny pcap reader -----------------------------------------------------
 
+
 def pcap_header(data):
     if data[:4] == b"\x4d\x3c\xb2\xa1":
         endian = "<"
@@ -99,8 +123,9 @@ def pcap_header(data):
         endian = ">"
     else:
         raise AssertionError(f"not a nanosecond pcap (magic {data[:4].hex()})")
-    magic, major, minor, zone, sigfigs, snaplen, link = struct.unpack_from(endian + "IHHiIII",
-                                                                           data, 0)
+    magic, major, minor, zone, sigfigs, snaplen, link = struct.unpack_from(
+        endian + "IHHiIII", data, 0
+    )
     assert (major, minor, zone, sigfigs, snaplen, link) == (2, 4, 0, 0, 65535, 1)
     return endian
 
@@ -116,7 +141,7 @@ def read_pcap(path):
         assert nsec < NS and incl == orig and incl <= 65535
         off += 16
         assert off + incl <= len(data), f"truncated record at {off}"
-        out.append((sec * NS + nsec, data[off:off + incl]))
+        out.append((sec * NS + nsec, data[off : off + incl]))
         off += incl
     return out
 
@@ -140,6 +165,7 @@ def walk_pcap(path):
 
 
 # --- frame field helpers (offsets per README "What the packets look like") --
+
 
 def l4_offset(frame):
     et = frame[12:14]
@@ -179,6 +205,7 @@ def hdr_len(af, proto):
 
 # --- tests --------------------------------------------------------------------
 
+
 def test_version(flowengine_bin):
     r = run(flowengine_bin, "version")
     assert r.stdout.strip() == "flowengine 0.1.0"
@@ -186,34 +213,100 @@ def test_version(flowengine_bin):
 
 def test_usage_errors_exit_2(flowengine_bin, tmp_path):
     s = write_session(tmp_path, [{}])
-    for args in ([], ["gen"], ["gen", s], ["gen", s, "--null", "-o", tmp_path / "x.pcap"],
-                 ["gen", s, "--null", "--bogus"], ["gen", s, "--null", "--seed", "x"],
-                 ["frobnicate"]):
+    for args in (
+        [],
+        ["gen"],
+        ["gen", s],
+        ["gen", s, "--null", "-o", tmp_path / "x.pcap"],
+        ["gen", s, "--null", "--bogus"],
+        ["gen", s, "--null", "--seed", "x"],
+        ["frobnicate"],
+    ):
         r = run(flowengine_bin, *args, check=False)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr
 
 
 ALL_KINDS = [
-    dict(af=4, proto=17, size="0-40", payload="0102030405", reps=3, rep_period=500,
-         packets=6, sport="40000-40100", sport_mode="random", dst="198.19.0.0/24",
-         dst_mode="increment"),
-    dict(af=4, proto=6, size="0-40", payload="a1b2c3", reps=3, rep_period=700, packets=5,
-         sport="41000-41100", sport_mode="increment", dport="8080-8080"),
+    dict(
+        af=4,
+        proto=17,
+        size="0-40",
+        payload="0102030405",
+        reps=3,
+        rep_period=500,
+        packets=6,
+        sport="40000-40100",
+        sport_mode="random",
+        dst="198.19.0.0/24",
+        dst_mode="increment",
+    ),
+    dict(
+        af=4,
+        proto=6,
+        size="0-40",
+        payload="a1b2c3",
+        reps=3,
+        rep_period=700,
+        packets=5,
+        sport="41000-41100",
+        sport_mode="increment",
+        dport="8080-8080",
+    ),
     dict(ICMP4, size="0-33", payload="ff00ee", reps=2, rep_period=300, packets=4),
-    dict(af=6, proto=17, src="2001:db8:a::/64", src_mode="random", dst="2001:db8:b::1/128",
-         size="1-41", payload="0badc0ffee", reps=3, rep_period=111, packets=5,
-         sport="42000-42010", sport_mode="increment"),
-    dict(af=6, proto=6, src="2001:db8:a::5/128", dst="2001:db8:c::/48", dst_mode="random",
-         size="0-39", payload="-", reps=2, rep_period=1234, packets=6,
-         sport="43000-43999", sport_mode="random", dport="8443-8443"),
+    dict(
+        af=6,
+        proto=17,
+        src="2001:db8:a::/64",
+        src_mode="random",
+        dst="2001:db8:b::1/128",
+        size="1-41",
+        payload="0badc0ffee",
+        reps=3,
+        rep_period=111,
+        packets=5,
+        sport="42000-42010",
+        sport_mode="increment",
+    ),
+    dict(
+        af=6,
+        proto=6,
+        src="2001:db8:a::5/128",
+        dst="2001:db8:c::/48",
+        dst_mode="random",
+        size="0-39",
+        payload="-",
+        reps=2,
+        rep_period=1234,
+        packets=6,
+        sport="43000-43999",
+        sport_mode="random",
+        dport="8443-8443",
+    ),
     dict(ICMP6, size="0-17", payload="abcdef", reps=2, rep_period=10, packets=4),
     # Fixed sizes, long and odd, and single-packet instances.
-    dict(af=4, proto=17, size="1471-1471", payload="ff" * 1500, packets=2, start=5,
-         sport="45000-45000"),
-    dict(af=6, proto=6, src="2001:db8::7/128", dst="2001:db8::8/128", size="7-7",
-         payload="ffffffffffffffffff", packets=1, reps=2, sport="44000-44001",
-         sport_mode="increment", dport="8000-8000"),
+    dict(
+        af=4,
+        proto=17,
+        size="1471-1471",
+        payload="ff" * 1500,
+        packets=2,
+        start=5,
+        sport="45000-45000",
+    ),
+    dict(
+        af=6,
+        proto=6,
+        src="2001:db8::7/128",
+        dst="2001:db8::8/128",
+        size="7-7",
+        payload="ffffffffffffffffff",
+        packets=1,
+        reps=2,
+        sport="44000-44001",
+        sport_mode="increment",
+        dport="8000-8000",
+    ),
 ]
 
 
@@ -244,9 +337,13 @@ def test_session_from_stdin(flowengine_bin, tmp_path):
 
 def test_frame_layout_and_payload(all_kinds):
     recs = all_kinds["records"]
-    assert len(recs) == sum(f["reps"] * f["packets"] for f in map(lambda d: flow_dict(**d), ALL_KINDS))
+    assert len(recs) == sum(
+        f["reps"] * f["packets"] for f in map(lambda d: flow_dict(**d), ALL_KINDS)
+    )
     for ts, fr in recs:
-        assert fr[0:6] == bytes.fromhex("020000000002") and fr[6:12] == bytes.fromhex("020000000001")
+        assert fr[0:6] == bytes.fromhex("020000000002") and fr[6:12] == bytes.fromhex(
+            "020000000001"
+        )
         if fr[12:14] == b"\x08\x00":
             assert fr[14] == 0x45 and fr[15] == 0
             assert struct.unpack_from("!H", fr, 16)[0] == len(fr) - 14
@@ -259,16 +356,21 @@ def test_frame_layout_and_payload(all_kinds):
             proto = fr[20]
         o = l4_offset(fr)
         hl = 20 if proto == 6 else 8
-        payload = fr[o + hl:]
+        payload = fr[o + hl :]
         if proto == 17:
             assert struct.unpack_from("!H", fr, o + 4)[0] == hl + len(payload)
         # The payload is the session's prefix truncated, then zeros.
         af = 4 if o == 34 else 6
         sport = icmp_id_seq(fr)[0] if proto in (1, 58) else ports(fr)[0]
-        line = next(f for f in map(lambda d: flow_dict(**d), ALL_KINDS)
-                    if (f["af"], f["proto"]) == (af, proto)
-                    and (proto in (1, 58) or int(f["sport"].split("-")[0]) <= sport
-                         <= int(f["sport"].split("-")[1])))
+        line = next(
+            f
+            for f in map(lambda d: flow_dict(**d), ALL_KINDS)
+            if (f["af"], f["proto"]) == (af, proto)
+            and (
+                proto in (1, 58)
+                or int(f["sport"].split("-")[0]) <= sport <= int(f["sport"].split("-")[1])
+            )
+        )
         assert int(line["size"].split("-")[0]) <= len(payload) <= int(line["size"].split("-")[1])
         prefix = b"" if line["payload"] == "-" else bytes.fromhex(line["payload"])
         n = min(len(prefix), len(payload))
@@ -315,11 +417,14 @@ def test_output_order_due_serial_index(flowengine_bin, tmp_path):
 def test_order_by_full_serial_beyond_2_32(flowengine_bin, tmp_path):
     # Line 1's serial is 2^32: its low 32 bits (0) are below those of line 0's
     # repetition 1 (serial 1) due at the same time, yet it must come after.
-    flows = [dict(ICMP4, start=0, period=10, packets=2, reps=2**32, rep_period=5),
-             dict(ICMP6, start=5, period=10, packets=2)]
+    flows = [
+        dict(ICMP4, start=0, period=10, packets=2, reps=2**32, rep_period=5),
+        dict(ICMP6, start=5, period=10, packets=2),
+    ]
     res = gen(flowengine_bin, tmp_path, flows, extra=["--max-packets", "12"])
-    got = [(ts, 4 if fr[12:14] == b"\x08\x00" else 6, *icmp_id_seq(fr))
-           for ts, fr in res["records"]]
+    got = [
+        (ts, 4 if fr[12:14] == b"\x08\x00" else 6, *icmp_id_seq(fr)) for ts, fr in res["records"]
+    ]
     small = [dict(flows[0], reps=20), flows[1]]
     want = []
     for due, serial, i in expected_schedule(small)[:12]:
@@ -336,9 +441,16 @@ def test_output_order_random_sessions(flowengine_bin, tmp_path, seed):
     flows = []
     for _ in range(25):
         base = ICMP4 if rnd.random() < 0.5 else ICMP6
-        flows.append(dict(base, start=rnd.randrange(0, 200), period=rnd.choice([1, 3, 7, 10, 50]),
-                          packets=rnd.randrange(1, 30), reps=rnd.randrange(1, 12),
-                          rep_period=rnd.choice([0, 1, 5, 20, 100])))
+        flows.append(
+            dict(
+                base,
+                start=rnd.randrange(0, 200),
+                period=rnd.choice([1, 3, 7, 10, 50]),
+                packets=rnd.randrange(1, 30),
+                reps=rnd.randrange(1, 12),
+                rep_period=rnd.choice([0, 1, 5, 20, 100]),
+            )
+        )
     recs = gen(flowengine_bin, tmp_path, flows, seed=seed)["records"]
     got = [(ts, *icmp_id_seq(fr)) for ts, fr in recs]
     want = [(due, serial % 65536, i % 65536) for due, serial, i in expected_schedule(flows)]
@@ -350,10 +462,21 @@ def test_tcp_flags_and_sequence(flowengine_bin, tmp_path, af):
     from scapy.all import TCP, Ether
 
     addr = {} if af == 4 else dict(src="2001:db8::1/128", dst="2001:db8::2/128")
-    flows = [dict(af=af, proto=6, packets=6, size="0-30", reps=3, rep_period=1,
-                  sport="50000-50002", sport_mode="increment", dport="80-80", **addr),
-             dict(af=af, proto=6, packets=1, size="3-3", sport="50010-50010", dport="80-80",
-                  **addr)]
+    flows = [
+        dict(
+            af=af,
+            proto=6,
+            packets=6,
+            size="0-30",
+            reps=3,
+            rep_period=1,
+            sport="50000-50002",
+            sport_mode="increment",
+            dport="80-80",
+            **addr,
+        ),
+        dict(af=af, proto=6, packets=1, size="3-3", sport="50010-50010", dport="80-80", **addr),
+    ]
     res = gen(flowengine_bin, tmp_path, flows)
     streams = {}
     for ts, fr in res["records"]:
@@ -384,8 +507,13 @@ def test_checksums_scapy(all_kinds):
     for _, fr in all_kinds["records"]:
         pkt = Ether(fr)
         assert raw(pkt) == fr
-        for layer, field in ((IP, "chksum"), (TCP, "chksum"), (UDP, "chksum"),
-                             (ICMP, "chksum"), (ICMPv6EchoRequest, "cksum")):
+        for layer, field in (
+            (IP, "chksum"),
+            (TCP, "chksum"),
+            (UDP, "chksum"),
+            (ICMP, "chksum"),
+            (ICMPv6EchoRequest, "cksum"),
+        ):
             if layer not in pkt:
                 continue
             seen.add(layer.__name__)
@@ -402,16 +530,36 @@ def test_checksums_tshark(all_kinds):
     tshark = shutil.which("tshark")
     if not tshark:
         pytest.skip("tshark not installed")
-    base = [tshark, "-r", str(all_kinds["pcap"]),
-            "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
-            "-o", "udp.check_checksum:TRUE",
-            # Payloads are ours: keep application dissectors off them.
-            "-d", "udp.port==1-65535,data", "-d", "tcp.port==1-65535,data"]
-    fields = ["ip.checksum.status", "udp.checksum.status", "tcp.checksum.status",
-              "icmp.checksum.status", "icmpv6.checksum.status", "_ws.malformed"]
-    r = subprocess.run(base + ["-T", "fields", "-E", "separator=|"] +
-                       [a for f in fields for a in ("-e", f)],
-                       capture_output=True, text=True, check=True)
+    base = [
+        tshark,
+        "-r",
+        str(all_kinds["pcap"]),
+        "-o",
+        "ip.check_checksum:TRUE",
+        "-o",
+        "tcp.check_checksum:TRUE",
+        "-o",
+        "udp.check_checksum:TRUE",
+        # Payloads are ours: keep application dissectors off them.
+        "-d",
+        "udp.port==1-65535,data",
+        "-d",
+        "tcp.port==1-65535,data",
+    ]
+    fields = [
+        "ip.checksum.status",
+        "udp.checksum.status",
+        "tcp.checksum.status",
+        "icmp.checksum.status",
+        "icmpv6.checksum.status",
+        "_ws.malformed",
+    ]
+    r = subprocess.run(
+        base + ["-T", "fields", "-E", "separator=|"] + [a for f in fields for a in ("-e", f)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows = [line.split("|") for line in r.stdout.splitlines()]
     assert len(rows) == len(all_kinds["records"])
     good = {f: 0 for f in fields[:5]}
@@ -424,15 +572,32 @@ def test_checksums_tshark(all_kinds):
                 good[f] += 1
     assert all(good.values()), good
     assert sum(good[f] for f in fields[1:5]) == len(rows)
-    bad = subprocess.run(base + ["-Y", "_ws.malformed || _ws.expert.severity >= error"],
-                         capture_output=True, text=True, check=True)
+    bad = subprocess.run(
+        base + ["-Y", "_ws.malformed || _ws.expert.severity >= error"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert bad.stdout.strip() == ""
 
 
 def test_flow_log_matches_session_and_pcap(all_kinds):
     rows = all_kinds["flows"]
-    assert list(rows[0]) == ["serial", "flow", "rep", "af", "proto", "src", "dst", "sport",
-                             "dport", "first_ns", "last_ns", "packets", "bytes"]
+    assert list(rows[0]) == [
+        "serial",
+        "flow",
+        "rep",
+        "af",
+        "proto",
+        "src",
+        "dst",
+        "sport",
+        "dport",
+        "first_ns",
+        "last_ns",
+        "packets",
+        "bytes",
+    ]
     assert len(rows) == sum(flow_dict(**f)["reps"] for f in ALL_KINDS)
     assert sorted(int(r["serial"]) for r in rows) == list(range(len(rows)))
     offsets = [sum(flow_dict(**f)["reps"] for f in ALL_KINDS[:k]) for k in range(len(ALL_KINDS))]
@@ -477,15 +642,41 @@ def test_summary(all_kinds):
 
 def test_address_and_port_modes(flowengine_bin, tmp_path):
     flows = [
-        dict(src="10.1.0.0/16", src_mode="random", dst="192.0.2.2/30", dst_mode="increment",
-             sport="1000-1009", sport_mode="random", dport="5-7", dport_mode="increment",
-             reps=50),
-        dict(af=6, src="2001:db8:1:0:ffff:ffff:ffff:fffe/48", src_mode="increment",
-             dst="2001:db8:2::/48", dst_mode="random", reps=4),
-        dict(af=6, src="2001:db8:1:ffff:ffff:ffff:ffff:ffff/48", src_mode="increment",
-             dst="::/0", dst_mode="random", reps=3),
-        dict(af=4, src="10.0.0.255/24", src_mode="increment", dst="0.0.0.0/0",
-             dst_mode="random", reps=3),
+        dict(
+            src="10.1.0.0/16",
+            src_mode="random",
+            dst="192.0.2.2/30",
+            dst_mode="increment",
+            sport="1000-1009",
+            sport_mode="random",
+            dport="5-7",
+            dport_mode="increment",
+            reps=50,
+        ),
+        dict(
+            af=6,
+            src="2001:db8:1:0:ffff:ffff:ffff:fffe/48",
+            src_mode="increment",
+            dst="2001:db8:2::/48",
+            dst_mode="random",
+            reps=4,
+        ),
+        dict(
+            af=6,
+            src="2001:db8:1:ffff:ffff:ffff:ffff:ffff/48",
+            src_mode="increment",
+            dst="::/0",
+            dst_mode="random",
+            reps=3,
+        ),
+        dict(
+            af=4,
+            src="10.0.0.255/24",
+            src_mode="increment",
+            dst="0.0.0.0/0",
+            dst_mode="random",
+            reps=3,
+        ),
     ]
     res = gen(flowengine_bin, tmp_path, flows)
     rows = sorted(res["flows"], key=lambda r: int(r["serial"]))
@@ -493,21 +684,33 @@ def test_address_and_port_modes(flowengine_bin, tmp_path):
     srcs = [ipaddress.ip_address(r["src"]) for r in r0]
     assert all(a in ipaddress.ip_network("10.1.0.0/16") for a in srcs)
     assert len(set(srcs)) > 40
-    assert [r["dst"] for r in r0[:6]] == ["192.0.2.2", "192.0.2.3", "192.0.2.0", "192.0.2.1",
-                                         "192.0.2.2", "192.0.2.3"]
+    assert [r["dst"] for r in r0[:6]] == [
+        "192.0.2.2",
+        "192.0.2.3",
+        "192.0.2.0",
+        "192.0.2.1",
+        "192.0.2.2",
+        "192.0.2.3",
+    ]
     assert all(1000 <= int(r["sport"]) <= 1009 for r in r0)
     assert len({r["sport"] for r in r0}) == 10
     assert [int(r["dport"]) for r in r0[:7]] == [5, 6, 7, 5, 6, 7, 5]
     # IPv6 /48 increment: the carry crosses from the low 64 bits into the high ones.
-    assert [r["src"] for r in r1] == ["2001:db8:1:0:ffff:ffff:ffff:fffe",
-                                      "2001:db8:1:0:ffff:ffff:ffff:ffff",
-                                      "2001:db8:1:1::", "2001:db8:1:1::1"]
+    assert [r["src"] for r in r1] == [
+        "2001:db8:1:0:ffff:ffff:ffff:fffe",
+        "2001:db8:1:0:ffff:ffff:ffff:ffff",
+        "2001:db8:1:1::",
+        "2001:db8:1:1::1",
+    ]
     dsts = [ipaddress.ip_address(r["dst"]) for r in r1]
     assert all(a in ipaddress.ip_network("2001:db8:2::/48") for a in dsts)
     assert len({int(a) >> 64 & 0xFFFF for a in dsts}) > 1  # host bits above bit 64 drawn too
     # Wrap inside the prefix: the carry never leaves the host bits.
-    assert [r["src"] for r in r2] == ["2001:db8:1:ffff:ffff:ffff:ffff:ffff", "2001:db8:1::",
-                                      "2001:db8:1::1"]
+    assert [r["src"] for r in r2] == [
+        "2001:db8:1:ffff:ffff:ffff:ffff:ffff",
+        "2001:db8:1::",
+        "2001:db8:1::1",
+    ]
     assert [r["src"] for r in r3] == ["10.0.0.255", "10.0.0.0", "10.0.0.1"]
     # The pcap carries what the flow log says.
     by_sport = {}
@@ -518,9 +721,11 @@ def test_address_and_port_modes(flowengine_bin, tmp_path):
 
 
 def test_per_second_csv(flowengine_bin, tmp_path):
-    flows = [dict(start=NS // 2, period=NS, packets=3, size="10-10"),
-             dict(start=5 * NS + 200, packets=1, size="0-0"),
-             dict(start=NS // 4, period=10, packets=2, reps=2, rep_period=NS)]
+    flows = [
+        dict(start=NS // 2, period=NS, packets=3, size="10-10"),
+        dict(start=5 * NS + 200, packets=1, size="0-0"),
+        dict(start=NS // 4, period=10, packets=2, reps=2, rep_period=NS),
+    ]
     res = gen(flowengine_bin, tmp_path, flows)
     big, small = 14 + 20 + 8 + 10, 14 + 20 + 8
     want = [
@@ -532,8 +737,20 @@ def test_per_second_csv(flowengine_bin, tmp_path):
         (4, 0, 0, 0, 0, 0),
         (5, 1, small, 1, 1, 0),
     ]
-    got = [tuple(int(r[k]) for k in ("second", "packets", "bytes", "flows_started",
-                                      "flows_finished", "active_flows")) for r in res["stats"]]
+    got = [
+        tuple(
+            int(r[k])
+            for k in (
+                "second",
+                "packets",
+                "bytes",
+                "flows_started",
+                "flows_finished",
+                "active_flows",
+            )
+        )
+        for r in res["stats"]
+    ]
     assert got == want
     # --stats sends the same rows to a file and leaves stdout empty.
     out = tmp_path / "stats.csv"
@@ -573,8 +790,10 @@ BAD_FLOW = [
     (dict(dport="80"), "dport: expected LO-HI (got 80)"),
     (dict(size="10-5"), "size: LO must not exceed HI (got 10-5)"),
     (dict(size="0-65494"), "size: at most 65493 payload bytes"),
-    (dict(af=6, proto=17, src="2001:db8::1/128", dst="2001:db8::2/128", size="0-65474"),
-     "size: at most 65473"),
+    (
+        dict(af=6, proto=17, src="2001:db8::1/128", dst="2001:db8::2/128", size="0-65474"),
+        "size: at most 65473",
+    ),
     (dict(af=5), "af: must be 4 or 6 (got 5)"),
     (dict(proto=2), "proto: must be 6, 17, 1 or 58 (got 2)"),
     (dict(ICMP6, af=4, src="10.0.0.1/32", dst="10.0.0.2/32"), "proto: 58 (ICMPv6) needs af=6"),
@@ -632,19 +851,43 @@ def test_bad_flow_keys(flowengine_bin, tmp_path):
 
 
 def _start_long_run(flowengine_bin, tmp_path, sink_args):
-    s = write_session(tmp_path, [dict(packets=10**9, period=1, size="22-22"),
-                                 dict(packets=10**6, period=1000, reps=1000, rep_period=1,
-                                      sport="1000-2000", sport_mode="increment")])
+    s = write_session(
+        tmp_path,
+        [
+            dict(packets=10**9, period=1, size="22-22"),
+            dict(
+                packets=10**6,
+                period=1000,
+                reps=1000,
+                rep_period=1,
+                sport="1000-2000",
+                sport_mode="increment",
+            ),
+        ],
+    )
     summ, flows_csv = tmp_path / "sum.json", tmp_path / "flows.csv"
-    proc = subprocess.Popen([str(flowengine_bin), "gen", str(s), *map(str, sink_args),
-                             "--summary", str(summ), "--flows", str(flows_csv)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            str(flowengine_bin),
+            "gen",
+            str(s),
+            *map(str, sink_args),
+            "--summary",
+            str(summ),
+            "--flows",
+            str(flows_csv),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(0.5)
     return proc, summ, flows_csv
 
 
-@pytest.mark.parametrize("sig,code,name", [(signal.SIGINT, 130, "SIGINT"),
-                                           (signal.SIGTERM, 143, "SIGTERM")])
+@pytest.mark.parametrize(
+    "sig,code,name", [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")]
+)
 def test_signal_stops_cleanly_null(flowengine_bin, tmp_path, sig, code, name):
     proc, summ, flows_csv = _start_long_run(flowengine_bin, tmp_path, ["--null"])
     assert proc.poll() is None, "finished before the signal"
@@ -695,7 +938,8 @@ def test_more_live_flows_than_memory_is_refused_before_sending(flowengine_bin, t
     assert "lower reps or packets" in r.stderr
     assert not pcap.exists()
     # the same number of instances one after another is fine: one is alive at a time
-    s2 = write_session(tmp_path, [flow(reps=2**40, rep_period=10_000, packets=10, period=1000)],
-                       name="seq.ntg")
+    s2 = write_session(
+        tmp_path, [flow(reps=2**40, rep_period=10_000, packets=10, period=1000)], name="seq.ntg"
+    )
     ok = run(flowengine_bin, "gen", s2, "--null", "--max-packets", "1000", "--planner", planner)
     assert ok.returncode == 0

@@ -29,14 +29,25 @@ pytestmark = [
 NS = 1_000_000_000
 
 BASE = {
-    "af": 4, "proto": 17,
-    "smac": "02:00:00:00:00:01", "dmac": "02:00:00:00:00:02",
-    "src": "198.18.0.1/32", "src_mode": "fixed",
-    "dst": "198.19.0.1/32", "dst_mode": "fixed",
-    "sport": "40000-40100", "sport_mode": "random",
-    "dport": "9-9", "dport_mode": "fixed",
-    "start": 0, "period": 1000, "packets": 1, "size": "22-22", "payload": "-",
-    "reps": 1, "rep_period": 0,
+    "af": 4,
+    "proto": 17,
+    "smac": "02:00:00:00:00:01",
+    "dmac": "02:00:00:00:00:02",
+    "src": "198.18.0.1/32",
+    "src_mode": "fixed",
+    "dst": "198.19.0.1/32",
+    "dst_mode": "fixed",
+    "sport": "40000-40100",
+    "sport_mode": "random",
+    "dport": "9-9",
+    "dport_mode": "fixed",
+    "start": 0,
+    "period": 1000,
+    "packets": 1,
+    "size": "22-22",
+    "payload": "-",
+    "reps": 1,
+    "rep_period": 0,
 }
 
 
@@ -70,9 +81,30 @@ class Capture:
     def __init__(self, pair, path):
         self.path = path
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", pair.peer, "tcpdump", "-i", "veth1", "-n", "-B", "32768",
-             "-s", "2048", "-U", "--immediate-mode", "--time-stamp-precision", "nano", "-w", str(path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                "ip",
+                "netns",
+                "exec",
+                pair.peer,
+                "tcpdump",
+                "-i",
+                "veth1",
+                "-n",
+                "-B",
+                "32768",
+                "-s",
+                "2048",
+                "-U",
+                "--immediate-mode",
+                "--time-stamp-precision",
+                "nano",
+                "-w",
+                str(path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.err = ""
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # tcpdump says so once its socket is bound
@@ -109,7 +141,7 @@ def read_pcap(path):
     out, off = [], 24
     while off + 16 <= len(data):
         sec, frac, incl, _ = struct.unpack_from("<IIII", data, off)
-        out.append((sec * NS + frac * scale, data[off + 16: off + 16 + incl]))
+        out.append((sec * NS + frac * scale, data[off + 16 : off + 16 + incl]))
         off += 16 + incl
     return out
 
@@ -119,9 +151,25 @@ def run(engine, pair, tmp_path, text, *args, timeout=30):
     sess.write_text(text)
     summ = tmp_path / "summary.json"
     t0 = time.monotonic()
-    p = subprocess.run(["ip", "netns", "exec", pair.gen, str(engine), "gen", str(sess),
-                        "--summary", str(summ), "--stats", str(tmp_path / "stats.csv"), *args],
-                       capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            pair.gen,
+            str(engine),
+            "gen",
+            str(sess),
+            "--summary",
+            str(summ),
+            "--stats",
+            str(tmp_path / "stats.csv"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     wall = time.monotonic() - t0
     summary = json.loads(summ.read_text()) if summ.exists() and summ.stat().st_size else None
     return p, summary, wall
@@ -132,8 +180,9 @@ def test_sent_equals_peer_rx_equals_capture(flowengine_bin, pair, tmp_path, tx):
     text = session_text({"packets": 20_000, "period": 1000})
     before = pair.rx()
     cap = Capture(pair, tmp_path / "cap.pcap")
-    p, s, _ = run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--pace", "topspeed",
-                  "--tx", tx)
+    p, s, _ = run(
+        flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--pace", "topspeed", "--tx", tx
+    )
     frames = cap.stop()
     assert p.returncode == 0, p.stderr
     assert s["sink"] == f"afpacket-{tx}"
@@ -174,8 +223,7 @@ def test_realtime_pacing(flowengine_bin, pair, tmp_path):
     assert sum(int(r.split(",")[1]) for r in rows[1:]) == 2_000
 
     # The same session at top speed takes a fraction of that.
-    p2, s2, _ = run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--pace",
-                    "topspeed")
+    p2, s2, _ = run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--pace", "topspeed")
     assert p2.returncode == 0 and s2["sent"] == 2_000
     assert s2["wall_seconds"] < 0.2, s2
 
@@ -183,8 +231,9 @@ def test_realtime_pacing(flowengine_bin, pair, tmp_path):
 def test_late_threshold_decides_what_counts_as_late(flowengine_bin, pair, tmp_path):
     text = session_text({"packets": 500, "period": 1_000_000})
     _, strict, _ = run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--late-ns", "1")
-    _, lenient, _ = run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0",
-                        "--late-ns", "1000000000")
+    _, lenient, _ = run(
+        flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--late-ns", "1000000000"
+    )
     assert strict["sent"] == lenient["sent"] == 500
     # nothing leaves within a nanosecond of its due time; nothing is a whole second late
     assert strict["late"] >= 450 and strict["max_late_ns"] > 0
@@ -210,7 +259,7 @@ def check_offload(frame):
         ihl = (frame[14] & 15) * 4
         proto, tot = frame[23], struct.unpack("!H", frame[16:18])[0]
         assert frame[24:26] == b"\0\0"  # IPv4 header checksum left to the NIC
-        l4 = frame[14 + ihl: 14 + tot]
+        l4 = frame[14 + ihl : 14 + tot]
         if proto == 1:
             assert l4[2:4] == b"\0\0"
             return
@@ -218,22 +267,41 @@ def check_offload(frame):
     else:
         assert et == 0x86DD
         proto, plen = frame[20], struct.unpack("!H", frame[18:20])[0]
-        l4 = frame[54: 54 + plen]
+        l4 = frame[54 : 54 + plen]
         pseudo = _sum16(frame[22:54]) + proto + len(l4)
     off = {17: 6, 6: 16, 58: 2}[proto]
-    assert struct.unpack("!H", l4[off: off + 2])[0] == _fold(pseudo), (proto, frame.hex())
+    assert struct.unpack("!H", l4[off : off + 2])[0] == _fold(pseudo), (proto, frame.hex())
 
 
 def test_csum_offload(flowengine_bin, pair, tmp_path):
     v6 = {"af": 6, "src": "2001:db8::1/128", "dst": "2001:db8::2/128"}
     icmp = {"sport": "0-0", "dport": "0-0", "sport_mode": "fixed"}
-    flows = [{"proto": 17}, {"proto": 6}, {"proto": 1, **icmp}, {"proto": 17, **v6},
-             {"proto": 6, **v6}, {"proto": 58, **v6, **icmp}]
-    text = session_text(*(dict(f, packets=50, period=10_000, size="0-301", payload="c0ffee",
-                               start=i) for i, f in enumerate(flows)))
+    flows = [
+        {"proto": 17},
+        {"proto": 6},
+        {"proto": 1, **icmp},
+        {"proto": 17, **v6},
+        {"proto": 6, **v6},
+        {"proto": 58, **v6, **icmp},
+    ]
+    text = session_text(
+        *(
+            dict(f, packets=50, period=10_000, size="0-301", payload="c0ffee", start=i)
+            for i, f in enumerate(flows)
+        )
+    )
     cap = Capture(pair, tmp_path / "cap.pcap")
-    p, s, _ = run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--pace", "topspeed",
-                  "--csum-offload")
+    p, s, _ = run(
+        flowengine_bin,
+        pair,
+        tmp_path,
+        text,
+        "--iface",
+        "veth0",
+        "--pace",
+        "topspeed",
+        "--csum-offload",
+    )
     frames = cap.stop()
     assert p.returncode == 0, p.stderr
     assert len(frames) == s["sent"] == 300
@@ -241,8 +309,20 @@ def test_csum_offload(flowengine_bin, pair, tmp_path):
         check_offload(f)
     # Every sink: the pcap holds the same frames.
     pc = tmp_path / "o.pcap"
-    p = subprocess.run([str(flowengine_bin), "gen", str(tmp_path / "s.txt"), "-o", str(pc),
-                        "--csum-offload", "--stats", os.devnull], capture_output=True, timeout=30)
+    p = subprocess.run(
+        [
+            str(flowengine_bin),
+            "gen",
+            str(tmp_path / "s.txt"),
+            "-o",
+            str(pc),
+            "--csum-offload",
+            "--stats",
+            os.devnull,
+        ],
+        capture_output=True,
+        timeout=30,
+    )
     assert p.returncode == 0
     written = [f for _, f in read_pcap(pc)]
     assert written == [f for _, f in frames]
@@ -280,9 +360,24 @@ def test_no_permission(flowengine_bin, pair, tmp_path):
     sess = tmp_path / "s.txt"
     sess.write_text(session_text({"packets": 10}))
     # A fresh user namespace has no CAP_NET_RAW over the test namespace.
-    p = subprocess.run(["ip", "netns", "exec", pair.gen, "unshare", "-U", str(flowengine_bin),
-                        "gen", str(sess), "--iface", "veth0"],
-                       capture_output=True, text=True, timeout=10)
+    p = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            pair.gen,
+            "unshare",
+            "-U",
+            str(flowengine_bin),
+            "gen",
+            str(sess),
+            "--iface",
+            "veth0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert p.returncode == 2
     assert "CAP_NET_RAW" in p.stderr and "unshare -Urn" in p.stderr
 
@@ -293,10 +388,26 @@ def test_sigterm_mid_run(flowengine_bin, pair, tmp_path):
     sess.write_text(session_text({"packets": 60_000, "period": 1_000_000}))
     summ = tmp_path / "summary.json"
     before = pair.rx()
-    proc = subprocess.Popen(["ip", "netns", "exec", pair.gen, str(flowengine_bin), "gen",
-                             str(sess), "--iface", "veth0", "--summary", str(summ),
-                             "--stats", os.devnull],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            pair.gen,
+            str(flowengine_bin),
+            "gen",
+            str(sess),
+            "--iface",
+            "veth0",
+            "--summary",
+            str(summ),
+            "--stats",
+            os.devnull,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(0.5)
         # ip netns exec execs the engine: the pid is the engine's.

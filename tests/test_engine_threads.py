@@ -27,28 +27,81 @@ THREADS = [2, 3]
 SESSIONS = {
     # meta-flows of every kind, random and increment modes, random payload sizes
     "mixed": [
-        dict(start=0, period=1_000_000, packets=40, reps=6, rep_period=3_000_000, size="0-100",
-             src="10.1.0.0/16", src_mode="random", dst="192.0.2.0/24", dst_mode="increment",
-             sport="1024-65535", sport_mode="random", dport="80-90", dport_mode="increment"),
-        dict(proto=6, start=5_000, period=250_000, packets=25, reps=7, rep_period=1_000_000,
-             sport="2000-2999", sport_mode="increment", size="0-40"),
+        dict(
+            start=0,
+            period=1_000_000,
+            packets=40,
+            reps=6,
+            rep_period=3_000_000,
+            size="0-100",
+            src="10.1.0.0/16",
+            src_mode="random",
+            dst="192.0.2.0/24",
+            dst_mode="increment",
+            sport="1024-65535",
+            sport_mode="random",
+            dport="80-90",
+            dport_mode="increment",
+        ),
+        dict(
+            proto=6,
+            start=5_000,
+            period=250_000,
+            packets=25,
+            reps=7,
+            rep_period=1_000_000,
+            sport="2000-2999",
+            sport_mode="increment",
+            size="0-40",
+        ),
         dict(start=0, period=1_500_000_000, packets=4, reps=2, rep_period=700_000_000),
         dict(ICMP4, start=10, period=1, packets=1, reps=50, rep_period=200_000),
         dict(ICMP6, start=0, period=333_333, packets=30, reps=5, rep_period=7),
-        dict(af=6, proto=6, src="2001:db8::/64", src_mode="random", dst="2001:db8:1::/120",
-             dst_mode="increment", start=3, period=400_000, packets=12, reps=9,
-             rep_period=2_500_000, size="1-300", payload="deadbeef"),
-        dict(af=6, proto=17, src="2001:db8::1/128", dst="2001:db8::2/128", start=0, period=10,
-             packets=500, reps=1, rep_period=0),
+        dict(
+            af=6,
+            proto=6,
+            src="2001:db8::/64",
+            src_mode="random",
+            dst="2001:db8:1::/120",
+            dst_mode="increment",
+            start=3,
+            period=400_000,
+            packets=12,
+            reps=9,
+            rep_period=2_500_000,
+            size="1-300",
+            payload="deadbeef",
+        ),
+        dict(
+            af=6,
+            proto=17,
+            src="2001:db8::1/128",
+            dst="2001:db8::2/128",
+            start=0,
+            period=10,
+            packets=500,
+            reps=1,
+            rep_period=0,
+        ),
     ],
     # many distinct periods, seconds with gaps between them (CSV gap rows)
     "periods": [
-        dict(dict(start=k * 37, period=10_000 + 997 * k, packets=20 + k, reps=1 + k % 5,
-                  rep_period=k * 113, sport="1000-60000", sport_mode="random",
-                  proto=(6, 17, 1)[k % 3]),
-             **({"sport": "0-0", "sport_mode": "fixed", "dport": "0-0"} if k % 3 == 2 else {}))
+        dict(
+            dict(
+                start=k * 37,
+                period=10_000 + 997 * k,
+                packets=20 + k,
+                reps=1 + k % 5,
+                rep_period=k * 113,
+                sport="1000-60000",
+                sport_mode="random",
+                proto=(6, 17, 1)[k % 3],
+            ),
+            **({"sport": "0-0", "sport_mode": "fixed", "dport": "0-0"} if k % 3 == 2 else {}),
+        )
         for k in range(40)
-    ] + [
+    ]
+    + [
         dict(start=3_000_000_000, period=700_000_000, packets=6, reps=3, rep_period=4_100_000_000),
     ],
 }
@@ -58,12 +111,32 @@ def _random_session(seed):
     rnd = random.Random(seed)
     flows = []
     for _ in range(25):
-        base = rnd.choice([ICMP4, ICMP6, {}, {"proto": 6}, {"af": 6, "proto": 6,
-                           "src": "2001:db8::/96", "src_mode": "random",
-                           "dst": "2001:db8::2/128"}])
-        flows.append(dict(base, start=rnd.randrange(0, 200), period=rnd.choice([1, 3, 7, 10, 50]),
-                          packets=rnd.randrange(1, 30), reps=rnd.randrange(1, 12),
-                          rep_period=rnd.choice([0, 1, 5, 20, 100]), size="0-20"))
+        base = rnd.choice(
+            [
+                ICMP4,
+                ICMP6,
+                {},
+                {"proto": 6},
+                {
+                    "af": 6,
+                    "proto": 6,
+                    "src": "2001:db8::/96",
+                    "src_mode": "random",
+                    "dst": "2001:db8::2/128",
+                },
+            ]
+        )
+        flows.append(
+            dict(
+                base,
+                start=rnd.randrange(0, 200),
+                period=rnd.choice([1, 3, 7, 10, 50]),
+                packets=rnd.randrange(1, 30),
+                reps=rnd.randrange(1, 12),
+                rep_period=rnd.choice([0, 1, 5, 20, 100]),
+                size="0-20",
+            )
+        )
     return flows
 
 
@@ -73,17 +146,46 @@ SESSIONS["random-2"] = _random_session(2)
 
 def gen_files(bin_, tmp_path, flows, name, *extra, sink="pcap", seed=42):
     s = write_session(tmp_path, flows, seed=seed, name=f"{name}.ntg")
-    out = {"pcap": tmp_path / f"{name}.pcap", "stats": tmp_path / f"{name}.csv",
-           "flows": tmp_path / f"{name}.flows.csv", "summary": tmp_path / f"{name}.json"}
+    out = {
+        "pcap": tmp_path / f"{name}.pcap",
+        "stats": tmp_path / f"{name}.csv",
+        "flows": tmp_path / f"{name}.flows.csv",
+        "summary": tmp_path / f"{name}.json",
+    }
     sink_args = ["-o", out["pcap"]] if sink == "pcap" else ["--null"]
-    run(bin_, "gen", s, *sink_args, "--stats", out["stats"], "--flows", out["flows"],
-        "--summary", out["summary"], *map(str, extra))
+    run(
+        bin_,
+        "gen",
+        s,
+        *sink_args,
+        "--stats",
+        out["stats"],
+        "--flows",
+        out["flows"],
+        "--summary",
+        out["summary"],
+        *map(str, extra),
+    )
     out["sum"] = json.loads(out["summary"].read_text())
     return out
 
 
-COUNTERS = ("status", "exit_code", "packets", "bytes", "flows_started", "flows_finished",
-            "first_ns", "last_ns", "sent", "sent_bytes", "failed", "planner", "sink", "seed")
+COUNTERS = (
+    "status",
+    "exit_code",
+    "packets",
+    "bytes",
+    "flows_started",
+    "flows_finished",
+    "first_ns",
+    "last_ns",
+    "sent",
+    "sent_bytes",
+    "failed",
+    "planner",
+    "sink",
+    "seed",
+)
 
 
 @pytest.mark.parametrize("name", sorted(SESSIONS))
@@ -125,8 +227,9 @@ def test_null_summary_counts_equal(flowengine_bin, tmp_path, n):
 def test_stochastic_per_flow_counts_exact(flowengine_bin, tmp_path):
     flows = SESSIONS["mixed"]
     one = gen_files(flowengine_bin, tmp_path, flows, "s1", "--planner", "stochastic")
-    two = gen_files(flowengine_bin, tmp_path, flows, "s2", "--planner", "stochastic",
-                    "--threads", 2)
+    two = gen_files(
+        flowengine_bin, tmp_path, flows, "s2", "--planner", "stochastic", "--threads", 2
+    )
     assert two["sum"]["planner"] == "stochastic" and two["sum"]["status"] == "completed"
 
     def per_serial(rows):
@@ -143,8 +246,9 @@ def test_stochastic_per_flow_counts_exact(flowengine_bin, tmp_path):
     recs = read_pcap(two["pcap"])
     assert len(recs) == two["sum"]["packets"] == sum(want.values())
     assert all(a[0] <= b[0] for a, b in zip(recs, recs[1:]))
-    assert collections.Counter(len(f) for _, f in recs) == \
-        collections.Counter(len(f) for _, f in read_pcap(one["pcap"]))
+    assert collections.Counter(len(f) for _, f in recs) == collections.Counter(
+        len(f) for _, f in read_pcap(one["pcap"])
+    )
 
 
 @pytest.mark.parametrize("n", THREADS)
@@ -152,15 +256,24 @@ def test_max_packets_total(flowengine_bin, tmp_path, n):
     """The total is exact (which packets, is not: README, "Threads")."""
     total = gen_files(flowengine_bin, tmp_path, SESSIONS["mixed"], "all", sink="null")["sum"]
     for limit in (1, 1000, 1025, total["packets"] - 1):
-        got = gen_files(flowengine_bin, tmp_path, SESSIONS["mixed"], "m", "--threads", n,
-                        "--max-packets", limit)
+        got = gen_files(
+            flowengine_bin, tmp_path, SESSIONS["mixed"], "m", "--threads", n, "--max-packets", limit
+        )
         s = got["sum"]
         assert s["status"] == "limited" and s["exit_code"] == 0 and s["packets"] == limit
         assert walk_pcap(got["pcap"]) == limit
         assert sum(int(r["packets"]) for r in read_csv(got["flows"])) == limit
         assert sum(int(r["packets"]) for r in read_csv(got["stats"])) == limit
-    got = gen_files(flowengine_bin, tmp_path, SESSIONS["mixed"], "m", "--threads", n,
-                    "--max-packets", total["packets"])
+    got = gen_files(
+        flowengine_bin,
+        tmp_path,
+        SESSIONS["mixed"],
+        "m",
+        "--threads",
+        n,
+        "--max-packets",
+        total["packets"],
+    )
     assert got["sum"]["status"] == "completed" and got["sum"]["packets"] == total["packets"]
 
 
@@ -172,17 +285,44 @@ def test_bad_thread_count_is_usage_error(flowengine_bin, tmp_path, value):
 
 
 def test_sigint_two_threads_valid_pcap(flowengine_bin, tmp_path):
-    s = write_session(tmp_path, [dict(packets=10**9, period=1, size="22-22"),
-                                 dict(packets=10**6, period=1000, reps=1000, rep_period=1,
-                                      sport="1000-2000", sport_mode="increment")])
+    s = write_session(
+        tmp_path,
+        [
+            dict(packets=10**9, period=1, size="22-22"),
+            dict(
+                packets=10**6,
+                period=1000,
+                reps=1000,
+                rep_period=1,
+                sport="1000-2000",
+                sport_mode="increment",
+            ),
+        ],
+    )
     outdir = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else tmp_path
     pcap = outdir / f"flowengine-threads-test-{os.getpid()}.pcap"
     summ, flows_csv, stats = tmp_path / "sum.json", tmp_path / "flows.csv", tmp_path / "st.csv"
     try:
-        proc = subprocess.Popen([str(flowengine_bin), "gen", str(s), "-o", str(pcap),
-                                 "--threads", "2", "--summary", str(summ), "--flows",
-                                 str(flows_csv), "--stats", str(stats)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                str(flowengine_bin),
+                "gen",
+                str(s),
+                "-o",
+                str(pcap),
+                "--threads",
+                "2",
+                "--summary",
+                str(summ),
+                "--flows",
+                str(flows_csv),
+                "--stats",
+                str(stats),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(0.5)
         assert proc.poll() is None, "finished before the signal"
         proc.send_signal(signal.SIGINT)
@@ -215,11 +355,22 @@ def test_live_two_threads_sent_equals_peer_rx(flowengine_bin, tmp_path, tx):
     pair = VethPair(prefix="ntgtest")
     try:
         pair.setup()
-        text = live.session_text({"packets": 5_000, "period": 1000, "reps": 4,
-                                  "rep_period": 1})
+        text = live.session_text({"packets": 5_000, "period": 1000, "reps": 4, "rep_period": 1})
         before = pair.rx()
-        p, s, _ = live.run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--pace",
-                           "topspeed", "--tx", tx, "--threads", "2")
+        p, s, _ = live.run(
+            flowengine_bin,
+            pair,
+            tmp_path,
+            text,
+            "--iface",
+            "veth0",
+            "--pace",
+            "topspeed",
+            "--tx",
+            tx,
+            "--threads",
+            "2",
+        )
         assert p.returncode == 0, p.stderr
         assert s["status"] == "completed" and s["threads"] == 2
         assert s["sink"] == f"afpacket-{tx}"
@@ -244,11 +395,11 @@ def test_live_two_threads_realtime_common_start(flowengine_bin, tmp_path):
     pair = VethPair(prefix="ntgtest")
     try:
         pair.setup()
-        text = live.session_text({"packets": 500, "period": 1_000_000, "reps": 2,
-                                  "rep_period": 0})
+        text = live.session_text({"packets": 500, "period": 1_000_000, "reps": 2, "rep_period": 0})
         before = pair.rx()
-        p, s, wall = live.run(flowengine_bin, pair, tmp_path, text, "--iface", "veth0",
-                              "--threads", "2")
+        p, s, wall = live.run(
+            flowengine_bin, pair, tmp_path, text, "--iface", "veth0", "--threads", "2"
+        )
         assert p.returncode == 0, p.stderr
         assert s["pace"] == "realtime" and s["sent"] == s["packets"] == 1000
         assert pair.rx() - before == 1000

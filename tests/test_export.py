@@ -45,9 +45,13 @@ def hours_capture(path: Path) -> Path:
     t0 = Decimal(1_700_000_000)  # 2023-11-14 22:13:20 UTC
     pkts = []
     for k in range(60):
-        p = (E / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=5004, dport=9) / Raw(b"x" * 50)
-             if k % 3 else
-             E / IPv6(src="2001:db8:1::1", dst="2001:db8:2::10") / TCP(sport=40000, dport=80, flags="PA"))
+        p = (
+            E / IP(src="198.18.0.1", dst="198.19.0.1") / UDP(sport=5004, dport=9) / Raw(b"x" * 50)
+            if k % 3
+            else E
+            / IPv6(src="2001:db8:1::1", dst="2001:db8:2::10")
+            / TCP(sport=40000, dport=80, flags="PA")
+        )
         p.time = t0 + k * 120  # every 2 minutes: two hours
         pkts.append(p)
     arp = E / ARP()
@@ -61,8 +65,13 @@ def hours_capture(path: Path) -> Path:
 def capinfos_count(path: Path) -> int | None:
     if not shutil.which("capinfos"):
         return None
-    out = subprocess.run(["capinfos", "-M", "-c", "-T", str(path)], capture_output=True, text=True,
-                         check=True).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run(
+            ["capinfos", "-M", "-c", "-T", str(path)], capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return int(out.split("\t")[-1])
 
 
@@ -73,8 +82,10 @@ def duck() -> duckdb.DuckDBPyConnection:
 
 
 def packets_in(con, out: Path, where: str = "") -> int:
-    return con.sql(f"SELECT count(*) FROM read_parquet('{out}/packets/**/*.parquet', "
-                   f"hive_partitioning = true) {where}").fetchall()[0][0]
+    return con.sql(
+        f"SELECT count(*) FROM read_parquet('{out}/packets/**/*.parquet', "
+        f"hive_partitioning = true) {where}"
+    ).fetchall()[0][0]
 
 
 def _halves(version: int, text: str) -> tuple[int, int]:
@@ -99,9 +110,16 @@ def check_export(out: Path, captures: list[Path]) -> None:
         want = capinfos_count(path)
         if want is not None:
             assert n == want
-        frames, ts = zip(*con.sql(
-            f"SELECT frame, ts_ns FROM read_parquet('{out}/packets/**/*.parquet', hive_partitioning = true) "
-            f"WHERE capture = '{name}' ORDER BY frame").fetchall()) if len(cap) else ((), ())
+        frames, ts = (
+            zip(
+                *con.sql(
+                    f"SELECT frame, ts_ns FROM read_parquet('{out}/packets/**/*.parquet', hive_partitioning = true) "
+                    f"WHERE capture = '{name}' ORDER BY frame"
+                ).fetchall()
+            )
+            if len(cap)
+            else ((), ())
+        )
         assert list(frames) == list(range(1, len(cap) + 1)) and list(ts) == cap.ts_ns.tolist()
         bad = con.sql(f"""SELECT count(*) FROM read_parquet('{out}/packets/**/*.parquet', hive_partitioning = true)
                           WHERE capture = '{name}' AND (date <> CAST(make_timestamp_ns(ts_ns) AS DATE)
@@ -114,15 +132,31 @@ def check_export(out: Path, captures: list[Path]) -> None:
                           WHERE capture = '{name}'""").fetchall()
         assert info["flows"] == len(want_flows) == len(got)
         assert sorted(got) == sorted(
-            (r.ip_version, r.proto, *_halves(r.ip_version, r.src), *_halves(r.ip_version, r.dst), r.sport,
-             r.dport, r.packets, r.bytes, r.first_ns, r.last_ns) for r in want_flows.itertuples())
+            (
+                r.ip_version,
+                r.proto,
+                *_halves(r.ip_version, r.src),
+                *_halves(r.ip_version, r.dst),
+                r.sport,
+                r.dport,
+                r.packets,
+                r.bytes,
+                r.first_ns,
+                r.last_ns,
+            )
+            for r in want_flows.itertuples()
+        )
         text = con.sql(f"""SELECT ip_version, ntg_ip(src_hi, src_lo), ntg_ip(dst_hi, dst_lo)
                            FROM read_parquet('{out}/flows/**/*.parquet', hive_partitioning = true)
                            WHERE capture = '{name}'""").fetchall()
         assert sorted(text) == sorted(
-            (r.ip_version, ipaddress.ip_address(r.src).exploded if r.ip_version == 6 else r.src,
-             ipaddress.ip_address(r.dst).exploded if r.ip_version == 6 else r.dst)
-            for r in want_flows.itertuples())
+            (
+                r.ip_version,
+                ipaddress.ip_address(r.src).exploded if r.ip_version == 6 else r.src,
+                ipaddress.ip_address(r.dst).exploded if r.ip_version == 6 else r.dst,
+            )
+            for r in want_flows.itertuples()
+        )
     for f in out.rglob("*.parquet"):
         meta = pq.read_schema(f).metadata
         assert meta[META_VERSION] == SCHEMA_VERSION.encode()
@@ -134,14 +168,17 @@ def test_a_generated_capture_exports_in_bounded_chunks(tmp_path, monkeypatch):
     write_pcap(pcap, 60_000)
     seen = []
     real = export.packet_table
-    monkeypatch.setattr(export, "packet_table",
-                        lambda cap, *a, **k: seen.append(len(cap)) or real(cap, *a, **k))
+    monkeypatch.setattr(
+        export, "packet_table", lambda cap, *a, **k: seen.append(len(cap)) or real(cap, *a, **k)
+    )
     out = tmp_path / "exp"
     doc = export_captures([pcap], out, chunk_packets=7_000, row_group=5_000)
     assert max(seen) <= 7_000 and sum(seen) == 60_000 and len(seen) == 9
     assert doc["captures"][0]["packets"] == 60_000
     check_export(out, [pcap])
-    assert len(list((out / "packets").rglob("*.parquet"))) == export.WRITERS  # a file per writer thread
+    assert (
+        len(list((out / "packets").rglob("*.parquet"))) == export.WRITERS
+    )  # a file per writer thread
     meta = pq.ParquetFile(next((out / "packets").rglob("*.parquet"))).metadata
     assert max(meta.row_group(i).num_rows for i in range(meta.num_row_groups)) <= 5_000
 
@@ -151,14 +188,22 @@ def test_packets_over_several_hours_land_in_their_hive_partitions(tmp_path):
     out = tmp_path / "exp"
     export_captures([pcap], out, chunk_packets=16)
     parts = sorted(str(p.relative_to(out / "packets")) for p in (out / "packets").glob("*/*"))
-    assert parts == ["date=2023-11-14/hour=20", "date=2023-11-14/hour=22",
-                     "date=2023-11-14/hour=23", "date=2023-11-15/hour=0"]
+    assert parts == [
+        "date=2023-11-14/hour=20",
+        "date=2023-11-14/hour=22",
+        "date=2023-11-14/hour=23",
+        "date=2023-11-15/hour=0",
+    ]
     check_export(out, [pcap])
     con = duck()
-    assert con.sql(f"SELECT typeof(date), typeof(hour) FROM read_parquet('{out}/packets/**/*.parquet', "
-                   "hive_partitioning = true) LIMIT 1").fetchall() == [("DATE", "BIGINT")]
+    assert con.sql(
+        f"SELECT typeof(date), typeof(hour) FROM read_parquet('{out}/packets/**/*.parquet', "
+        "hive_partitioning = true) LIMIT 1"
+    ).fetchall() == [("DATE", "BIGINT")]
     packets = f"read_parquet('{out}/packets/**/*.parquet', hive_partitioning = true)"
-    nonip = con.sql(f"SELECT ip_version, src_hi, src_lo, dst_hi, dst_lo FROM {packets} WHERE frame = 61")
+    nonip = con.sql(
+        f"SELECT ip_version, src_hi, src_lo, dst_hi, dst_lo FROM {packets} WHERE frame = 61"
+    )
     assert nonip.fetchall() == [(0, None, None, None, None)]
     types = con.sql(f"SELECT DISTINCT typeof(src_hi), typeof(dst_lo) FROM {packets}").fetchall()
     assert types == [("UBIGINT", "UBIGINT")]
@@ -186,16 +231,26 @@ def test_real_captures_export_with_the_counts_of_capinfos(tmp_path):
     pcaps = sorted(Path(root, "pcaps").glob("*.pcap"))
     assert pcaps, f"no pcaps/*.pcap under NTG_SHARED_DATA={root}"
     out = tmp_path / "real"
-    p = subprocess.run([sys.executable, "-m", "testbed", "export", *map(str, pcaps), "--parquet", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "testbed", "export", *map(str, pcaps), "--parquet", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     check_export(out, pcaps)
     assert packets_in(duck(), out) == sum(len(read_capture(x)) for x in pcaps)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed", "export", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", "export", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_command_refuses_what_is_not_a_capture_and_a_folder_in_the_way(tmp_path):
@@ -215,8 +270,16 @@ def test_the_command_refuses_what_is_not_a_capture_and_a_folder_in_the_way(tmp_p
     again = cli(str(pcap), "--parquet", str(out))
     assert again.returncode == 2 and "not empty" in again.stderr and "--replace" in again.stderr
     shutil.copy(pcap, tmp_path / "b.pcap")
-    replaced = cli(str(pcap), str(tmp_path / "b.pcap"), "--parquet", str(out),
-                   "--replace", "--compression", "zstd", "--no-flows")
+    replaced = cli(
+        str(pcap),
+        str(tmp_path / "b.pcap"),
+        "--parquet",
+        str(out),
+        "--replace",
+        "--compression",
+        "zstd",
+        "--no-flows",
+    )
     assert replaced.returncode == 0, replaced.stderr
     doc = json.loads((out / EXPORT_MANIFEST).read_text())
     assert [c["capture"] for c in doc["captures"]] == ["a.pcap", "b.pcap"]
@@ -267,6 +330,9 @@ def test_addresses_are_ipv4_mapped_and_plain_ipv6():
     hi = np.array([0, 0x20010DB800010000, 0], np.uint64)
     lo = np.array([0xC6120001, 1, 0], np.uint64)
     got_hi, got_lo = addresses(np.array([4, 6, 0], np.uint8), hi, lo)
-    assert list(zip(got_hi.to_pylist(), got_lo.to_pylist())) == \
-        [_halves(4, "198.18.0.1"), _halves(6, "2001:db8:1::1"), (None, None)]
+    assert list(zip(got_hi.to_pylist(), got_lo.to_pylist())) == [
+        _halves(4, "198.18.0.1"),
+        _halves(6, "2001:db8:1::1"),
+        (None, None),
+    ]
     assert [a.null_count for a in addresses(np.array([4, 6], np.uint8), hi[:2], lo[:2])] == [0, 0]

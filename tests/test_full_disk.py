@@ -32,9 +32,14 @@ def files_in(folder: Path) -> list[Path]:
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed", *map(str, args)], cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", *map(str, args)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +50,21 @@ def capture(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("cap") / "small.pcap"
     pkts = []
     for i in range(3000):
-        p = Ether() / IP(src="198.18.0.1", dst=f"198.19.0.{i % 50}") / UDP(sport=40000 + i % 7, dport=9) / Raw(b"x" * 100)
+        p = (
+            Ether()
+            / IP(src="198.18.0.1", dst=f"198.19.0.{i % 50}")
+            / UDP(sport=40000 + i % 7, dport=9)
+            / Raw(b"x" * 100)
+        )
         p.time = 1_700_000_000 + i / 1000
         pkts.append(p)
     wrpcap(str(path), pkts)
     return path
 
 
-def test_the_sampler_on_a_full_disk_stops_and_names_its_file_without_a_traceback(full_disk, monkeypatch):
+def test_the_sampler_on_a_full_disk_stops_and_names_its_file_without_a_traceback(
+    full_disk, monkeypatch
+):
     raised = []
     monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
     csv = full_disk / "samples.csv"
@@ -84,7 +96,9 @@ def test_analyze_on_a_full_disk_exits_4_and_writes_no_half_file(full_disk, captu
     assert res.returncode == 4, res.stderr
     assert "Traceback" not in res.stderr, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"testbed analyze: no space left on device: {out}"), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        f"testbed analyze: no space left on device: {out}"
+    ), lines
     assert "no file is left half-written: free some space" in lines[0]
     assert files_in(full_disk) == []  # no 0-byte metrics.json, no half plot, no temporary
 
@@ -95,16 +109,23 @@ def test_export_on_a_full_disk_exits_4_and_leaves_nothing(full_disk, capture):
     assert res.returncode == 4, res.stderr
     assert "Traceback" not in res.stderr, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("testbed export: no space left on device: "), lines
+    assert len(lines) == 1 and lines[0].startswith("testbed export: no space left on device: "), (
+        lines
+    )
     assert "no file is left half-written: free some space" in lines[0]
     assert files_in(full_disk) == [] and not out.exists()
 
 
-def test_multiply_with_its_plan_on_a_full_disk_exits_4_and_names_the_plan(full_disk, capture, tmp_path,
-                                                                          flowengine_bin):  # fmt: skip
+def test_multiply_with_its_plan_on_a_full_disk_exits_4_and_names_the_plan(
+    full_disk, capture, tmp_path, flowengine_bin
+):
     out, plan = tmp_path / "out.pcap", full_disk / "plan.csv"  # the output fits, its plan does not
-    res = cli("multiply", capture, "-T", "2", "--ranges", "198.18.128.0/17", "-o", out, "--plan", plan)
+    res = cli(
+        "multiply", capture, "-T", "2", "--ranges", "198.18.128.0/17", "-o", out, "--plan", plan
+    )
     assert res.returncode == 4, res.stderr
-    assert res.stderr.strip() == (f"testbed multiply: no space left on device: {plan}; no file is left "
-                                  f"half-written: free some space, or write elsewhere (-o, --plan)")
+    assert res.stderr.strip() == (
+        f"testbed multiply: no space left on device: {plan}; no file is left "
+        f"half-written: free some space, or write elsewhere (-o, --plan)"
+    )
     assert files_in(full_disk) == [] and not out.exists()

@@ -26,8 +26,14 @@ MEMORY_LIMIT = 2 * 2**30  # address space of the fuzzing child; a MemoryError is
 
 
 def run_targets(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TARGETS), *args], capture_output=True, text=True, cwd=ROOT,
-                          preexec_fn=limit_memory(MEMORY_LIMIT), timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(TARGETS), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=limit_memory(MEMORY_LIMIT),
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("target", sorted(EXAMPLES))

@@ -70,30 +70,41 @@ def test_crc32c_hardware_and_portable_paths_agree_on_random_keys():
     for length in list(range(0, 40)) + [63, 64, 65, 200, 1000]:
         keys = rng.integers(0, 256, size=(50, length), dtype=np.uint8)
         seed = int(rng.integers(0, 2**32))
-        assert np.array_equal(hashing.hash_keys("crc32c_hw", keys, seed),
-                              hashing.hash_keys("crc32c_sw", keys, seed)), length
+        assert np.array_equal(
+            hashing.hash_keys("crc32c_hw", keys, seed), hashing.hash_keys("crc32c_sw", keys, seed)
+        ), length
 
 
 # --- FNV-1a, lookup3, Murmur3, SuperFastHash, wyhash -------------------------------------------
 
+
 # The FNV reference test suite (Noll, isthe.com/chongo/tech/comp/fnv, test_fnv.c: "", "a", "foobar").
-@pytest.mark.parametrize("name,data,want", [
-    ("fnv1a_32", b"", 0x811C9DC5), ("fnv1a_32", b"a", 0xE40C292C),
-    ("fnv1a_32", b"foobar", 0xBF9CF968),
-    ("fnv1a_64", b"", 0xCBF29CE484222325), ("fnv1a_64", b"a", 0xAF63DC4C8601EC8C),
-    ("fnv1a_64", b"foobar", 0x85944171F73967E8),
-])
+@pytest.mark.parametrize(
+    "name,data,want",
+    [
+        ("fnv1a_32", b"", 0x811C9DC5),
+        ("fnv1a_32", b"a", 0xE40C292C),
+        ("fnv1a_32", b"foobar", 0xBF9CF968),
+        ("fnv1a_64", b"", 0xCBF29CE484222325),
+        ("fnv1a_64", b"a", 0xAF63DC4C8601EC8C),
+        ("fnv1a_64", b"foobar", 0x85944171F73967E8),
+    ],
+)
 def test_fnv1a_matches_the_fnv_test_suite(name, data, want):
     assert h(name, data) == want
 
 
 # Bob Jenkins' lookup3.c, driver5(): hashlittle("", 0, 0), ("", 0, 0xdeadbeef), and "Four score
 # and seven years ago" with initval 0 and 1.
-@pytest.mark.parametrize("data,seed,want", [
-    (b"", 0, 0xDEADBEEF), (b"", 0xDEADBEEF, 0xBD5B7DDE),
-    (b"Four score and seven years ago", 0, 0x17770551),
-    (b"Four score and seven years ago", 1, 0xCD628161),
-])
+@pytest.mark.parametrize(
+    "data,seed,want",
+    [
+        (b"", 0, 0xDEADBEEF),
+        (b"", 0xDEADBEEF, 0xBD5B7DDE),
+        (b"Four score and seven years ago", 0, 0x17770551),
+        (b"Four score and seven years ago", 1, 0xCD628161),
+    ],
+)
 def test_lookup3_matches_jenkins_driver5(data, seed, want):
     assert h("lookup3", data, seed) == want
 
@@ -102,11 +113,17 @@ def test_lookup3_matches_jenkins_driver5(data, seed, want):
 # article's and the test vectors collected in the StackOverflow "MurmurHash3 test vectors"
 # answer): the empty key with seeds 0, 1 and 0xffffffff, four zero bytes, "Hello, world!" with
 # seed 1234, and the quick brown fox.
-@pytest.mark.parametrize("data,seed,want", [
-    (b"", 0, 0), (b"", 1, 0x514E28B7), (b"", 0xFFFFFFFF, 0x81F16F39),
-    (b"\0\0\0\0", 0, 0x2362F9DE), (b"Hello, world!", 1234, 0xFAF6CDB3),
-    (b"The quick brown fox jumps over the lazy dog", 0, 0x2E4FF723),
-])
+@pytest.mark.parametrize(
+    "data,seed,want",
+    [
+        (b"", 0, 0),
+        (b"", 1, 0x514E28B7),
+        (b"", 0xFFFFFFFF, 0x81F16F39),
+        (b"\0\0\0\0", 0, 0x2362F9DE),
+        (b"Hello, world!", 1234, 0xFAF6CDB3),
+        (b"The quick brown fox jumps over the lazy dog", 0, 0x2E4FF723),
+    ],
+)
 def test_murmur3_32_matches_published_vectors(data, seed, want):
     assert h("murmur3_32", data, seed) == want
 
@@ -121,8 +138,12 @@ def test_murmur3_x64_128_matches_the_quick_brown_fox():
 def test_murmur3_lookup3_and_wyhash_pass_their_smhasher_verification_values():
     assert smhasher_verification(lambda d, s: h("murmur3_32", d, s), 32) == 0xB0F57EE3
     assert smhasher_verification(lambda d, s: h("lookup3", d, s), 32) == 0x3D83917A
-    both = lambda d, s: int.from_bytes(b"".join(  # noqa: E731 - the 128-bit value, h1 then h2
-        v.to_bytes(8, "little") for v in hashing.murmur3_128(d, s)), "little")
+    both = lambda d, s: int.from_bytes(
+        b"".join(  # noqa: E731 - the 128-bit value, h1 then h2
+            v.to_bytes(8, "little") for v in hashing.murmur3_128(d, s)
+        ),
+        "little",
+    )
     assert smhasher_verification(both, 128) == 0x6384BA69
     assert smhasher_verification(lambda d, s: h("wyhash", d, s), 64) == 0x9DAE7DD3  # SMHasher3
 
@@ -141,7 +162,9 @@ def test_superfasthash_of_nothing_is_zero_as_in_the_original():
 # wyhash final v4.2 with its default secret: the seven messages of its test_vector.cpp hashed
 # with seed = their index (the values SMHasher3's wyhash self-test lists).
 WYHASH_VECTORS = [
-    (b"", 0x93228A4DE0EEC5A2), (b"a", 0xC5BAC3DB178713C4), (b"abc", 0xA97F2F7B1D9B3314),
+    (b"", 0x93228A4DE0EEC5A2),
+    (b"a", 0xC5BAC3DB178713C4),
+    (b"abc", 0xA97F2F7B1D9B3314),
     (b"message digest", 0x786D1F1DF3801DF4),
     (b"abcdefghijklmnopqrstuvwxyz", 0xDCA5A8138AD37C87),
     (b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", 0xB9E734F117CFAF70),
@@ -160,20 +183,34 @@ def test_wyhash_matches_its_test_vectors(seed, vector):
 # length class from empty to three 1024-byte blocks with an overlapping last stripe.
 XSUM_PRIME32, XSUM_PRIME64 = 2654435761, 0x9E3779B185EBCA8D
 XXH3_SANITY = [
-    (0, 0, 0x2D06800538D394C2), (0, XSUM_PRIME64, 0xA8A6B918B2F0364A),
-    (1, 0, 0xC44BDFF4074EECDB), (1, XSUM_PRIME64, 0x032BE332DD766EF8),
-    (6, 0, 0x27B56A84CD2D7325), (6, XSUM_PRIME64, 0x84589C116AB59AB9),
-    (12, 0, 0xA713DAF0DFBB77E7), (12, XSUM_PRIME64, 0xE7303E1B2336DE0E),
-    (24, 0, 0xA3FE70BF9D3510EB), (24, XSUM_PRIME64, 0x850E80FC35BDD690),
-    (48, 0, 0x397DA259ECBA1F11), (48, XSUM_PRIME64, 0xADC2CBAA44ACC616),
-    (80, 0, 0xBCDEFBBB2C47C90A), (80, XSUM_PRIME64, 0xC6DD0CB699532E73),
-    (195, 0, 0xCD94217EE362EC3A), (195, XSUM_PRIME64, 0xBA68003D370CB3D9),
-    (403, 0, 0xCDEB804D65C6DEA4), (403, XSUM_PRIME64, 0x6259F6ECFD6443FD),
-    (512, 0, 0x617E49599013CB6B), (512, XSUM_PRIME64, 0x3CE457DE14C27708),
-    (2048, 0, 0xDD59E2C3A5F038E0), (2048, XSUM_PRIME64, 0x66F81670669ABABC),
-    (2099, 0, 0xC6B9D9B3FC9AC765), (2099, XSUM_PRIME64, 0x184F316843663974),
-    (2240, 0, 0x6E73A90539CF2948), (2240, XSUM_PRIME64, 0x757BA8487D1B5247),
-    (2367, 0, 0xCB37AEB9E5D361ED), (2367, XSUM_PRIME64, 0xD2DB3415B942B42A),
+    (0, 0, 0x2D06800538D394C2),
+    (0, XSUM_PRIME64, 0xA8A6B918B2F0364A),
+    (1, 0, 0xC44BDFF4074EECDB),
+    (1, XSUM_PRIME64, 0x032BE332DD766EF8),
+    (6, 0, 0x27B56A84CD2D7325),
+    (6, XSUM_PRIME64, 0x84589C116AB59AB9),
+    (12, 0, 0xA713DAF0DFBB77E7),
+    (12, XSUM_PRIME64, 0xE7303E1B2336DE0E),
+    (24, 0, 0xA3FE70BF9D3510EB),
+    (24, XSUM_PRIME64, 0x850E80FC35BDD690),
+    (48, 0, 0x397DA259ECBA1F11),
+    (48, XSUM_PRIME64, 0xADC2CBAA44ACC616),
+    (80, 0, 0xBCDEFBBB2C47C90A),
+    (80, XSUM_PRIME64, 0xC6DD0CB699532E73),
+    (195, 0, 0xCD94217EE362EC3A),
+    (195, XSUM_PRIME64, 0xBA68003D370CB3D9),
+    (403, 0, 0xCDEB804D65C6DEA4),
+    (403, XSUM_PRIME64, 0x6259F6ECFD6443FD),
+    (512, 0, 0x617E49599013CB6B),
+    (512, XSUM_PRIME64, 0x3CE457DE14C27708),
+    (2048, 0, 0xDD59E2C3A5F038E0),
+    (2048, XSUM_PRIME64, 0x66F81670669ABABC),
+    (2099, 0, 0xC6B9D9B3FC9AC765),
+    (2099, XSUM_PRIME64, 0x184F316843663974),
+    (2240, 0, 0x6E73A90539CF2948),
+    (2240, XSUM_PRIME64, 0x757BA8487D1B5247),
+    (2367, 0, 0xCB37AEB9E5D361ED),
+    (2367, XSUM_PRIME64, 0xD2DB3415B942B42A),
 ]
 
 
@@ -198,17 +235,23 @@ def test_xxh3_matches_llvms_vectors_and_short_strings():
         x ^= x >> 7
         x ^= (x << 17) % 2**64
         buf.append(x & 0xFF)
-    for length, want in [(3, 0x6EA2D59ACA5C3778), (8, 0xABC1413DA6CD0209),
-                         (9, 0x8BC89400BFED51F6), (17, 0xED4BE912BA5F836D),
-                         (129, 0xBC7138129BF065DA), (2243, 0x0979F786A24EDDE7)]:
+    for length, want in [
+        (3, 0x6EA2D59ACA5C3778),
+        (8, 0xABC1413DA6CD0209),
+        (9, 0x8BC89400BFED51F6),
+        (17, 0xED4BE912BA5F836D),
+        (129, 0xBC7138129BF065DA),
+        (2243, 0x0979F786A24EDDE7),
+    ]:
         assert h("xxh3", bytes(buf[:length])) == want, length
     assert h("xxh3", b"a") == 0xE6C632B61E964E1F and h("xxh3", b"abc") == 0x78AF5F94892F3950
 
 
 # --- Toeplitz ------------------------------------------------------------------------------------
 
-MS_KEY = bytes.fromhex("6d5a56da255b0ec24167253d43a38fb0d0ca2bcbae7b30b477cb2da38030f20c"
-                       "6a42b73bbeac01fa")
+MS_KEY = bytes.fromhex(
+    "6d5a56da255b0ec24167253d43a38fb0d0ca2bcbae7b30b477cb2da38030f20c6a42b73bbeac01fa"
+)
 
 # Microsoft, "RSS hashing functions" / "Verifying the RSS hash calculation": destination, source,
 # the hash of the addresses alone and with the TCP ports. The input is source address,
@@ -223,8 +266,14 @@ MS_IPV4 = [
 MS_IPV6 = [
     ("3ffe:2501:200:3::1", 1766, "3ffe:2501:200:1fff::7", 2794, 0x2CC18CD5, 0x40207D3D),
     ("ff02::1", 4739, "3ffe:501:8::260:97ff:fe40:efab", 14230, 0x0F0C461C, 0xDDE51BBF),
-    ("fe80::200:f8ff:fe21:67cf", 38024, "3ffe:1900:4545:3:200:f8ff:fe21:67cf", 44251,
-     0x4B61E985, 0x02D1FEEF),
+    (
+        "fe80::200:f8ff:fe21:67cf",
+        38024,
+        "3ffe:1900:4545:3:200:f8ff:fe21:67cf",
+        44251,
+        0x4B61E985,
+        0x02D1FEEF,
+    ),
 ]
 
 
@@ -275,11 +324,24 @@ def test_the_symmetric_toeplitz_key_gives_both_directions_the_same_value(family)
 
 # --- the library's contract ----------------------------------------------------------------------
 
+
 def test_the_registry_lists_every_hash_of_the_issue():
-    assert set(hashing.names()) >= {"coralreef", "lookup3", "murmur3_32", "murmur3_128",
-                                    "superfasthash", "fnv1a_32", "fnv1a_64", "crc32c",
-                                    "crc32c_sw", "crc32c_hw", "toeplitz", "toeplitz_ms", "wyhash",
-                                    "xxh3"}
+    assert set(hashing.names()) >= {
+        "coralreef",
+        "lookup3",
+        "murmur3_32",
+        "murmur3_128",
+        "superfasthash",
+        "fnv1a_32",
+        "fnv1a_64",
+        "crc32c",
+        "crc32c_sw",
+        "crc32c_hw",
+        "toeplitz",
+        "toeplitz_ms",
+        "wyhash",
+        "xxh3",
+    }
     assert "crc32c_sw" not in hashing.distinct_names()
 
 
@@ -290,9 +352,23 @@ def test_an_unknown_hash_name_is_refused_with_the_known_ones_listed():
         hashing.check_names(["crc32c", "nope"])
 
 
-@pytest.mark.parametrize("name", ["coralreef", "lookup3", "murmur3_32", "murmur3_128",
-                                  "superfasthash", "fnv1a_32", "fnv1a_64", "crc32c", "toeplitz",
-                                  "toeplitz_ms", "wyhash", "xxh3"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "coralreef",
+        "lookup3",
+        "murmur3_32",
+        "murmur3_128",
+        "superfasthash",
+        "fnv1a_32",
+        "fnv1a_64",
+        "crc32c",
+        "toeplitz",
+        "toeplitz_ms",
+        "wyhash",
+        "xxh3",
+    ],
+)
 def test_the_bulk_call_gives_each_keys_single_value(name):
     rng = np.random.default_rng(11)
     for length in (5, 12, 13, 36, 37):  # the specialized lengths and a generic one
@@ -307,8 +383,9 @@ def test_the_bulk_call_gives_each_keys_single_value(name):
 
 def test_a_tuple_is_hashed_as_its_packed_network_order_key():
     v4 = hashing.make_tuple(_addr("198.18.0.1"), _addr("198.19.0.2"), 1234, 80, 6)
-    assert hashing.tuple_key(v4) == (_addr("198.18.0.1") + _addr("198.19.0.2")
-                                     + struct.pack(">HHB", 1234, 80, 6))
+    assert hashing.tuple_key(v4) == (
+        _addr("198.18.0.1") + _addr("198.19.0.2") + struct.pack(">HHB", 1234, 80, 6)
+    )
     v6 = hashing.make_tuple(_addr("2001:db8::1"), _addr("2001:db8::2"), 5, 6, 17)
     assert len(hashing.tuple_key(v6)) == 37
     for a in hashing.algorithms():  # hash_tuple calls the entry's function, h() its bulk loop
@@ -316,13 +393,25 @@ def test_a_tuple_is_hashed_as_its_packed_network_order_key():
             key = hashing.tuple_key(t)[:-1] if a.rss_input else hashing.tuple_key(t)
             assert hashing.hash_tuple(a.name, t, 5) == h(a.name, key, 5), a.name
         assert hashing.hash_tuples(a.name, hashing.tuple_array([v4, v6]), 5).tolist() == [
-            hashing.hash_tuple(a.name, v4, 5), hashing.hash_tuple(a.name, v6, 5)]
+            hashing.hash_tuple(a.name, v4, 5),
+            hashing.hash_tuple(a.name, v6, 5),
+        ]
 
 
 def test_the_seed_changes_the_value_of_seeded_hashes():
     data = b"198.18.0.1 -> 198.19.0.2"
-    for name in ("lookup3", "murmur3_32", "murmur3_128", "superfasthash", "fnv1a_32",
-                 "fnv1a_64", "crc32c", "wyhash", "xxh3", "coralreef"):
+    for name in (
+        "lookup3",
+        "murmur3_32",
+        "murmur3_128",
+        "superfasthash",
+        "fnv1a_32",
+        "fnv1a_64",
+        "crc32c",
+        "wyhash",
+        "xxh3",
+        "coralreef",
+    ):
         assert h(name, data, 1) != h(name, data, 2), name
     assert h("toeplitz", data, 1) == h("toeplitz", data, 2)  # the key is its seed
 

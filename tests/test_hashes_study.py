@@ -27,8 +27,11 @@ def _lib(hashlib_path):
 
 # --- the flows -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("prefix,first,last", [(24, "100.100.0.1", "100.100.0.254"),
-                                               (16, "100.100.0.1", "100.100.255.254")])
+
+@pytest.mark.parametrize(
+    "prefix,first,last",
+    [(24, "100.100.0.1", "100.100.0.254"), (16, "100.100.0.1", "100.100.255.254")],
+)
 def test_sources_run_through_the_prefixs_hosts_as_in_seed_002(prefix, first, last):
     n = hs.hosts(prefix) * 2 + 3
     cols = hs.flow_columns(prefix, n, seed=1)
@@ -43,8 +46,9 @@ def test_sources_run_through_the_prefixs_hosts_as_in_seed_002(prefix, first, las
 
 def test_every_flow_of_a_long_24_run_is_distinct_even_without_the_random_destination():
     cols = hs.flow_columns(24, 254 * 300, seed=0)
-    triples = np.stack([cols["src"], cols["sport"].astype(np.uint32),
-                        cols["dport"].astype(np.uint32)], axis=1)
+    triples = np.stack(
+        [cols["src"], cols["sport"].astype(np.uint32), cols["dport"].astype(np.uint32)], axis=1
+    )
     assert len(np.unique(triples, axis=0)) == len(triples)
 
 
@@ -65,12 +69,18 @@ def test_the_tuple_key_is_the_engines_packed_5_tuple():
 
     cols = hs.flow_columns(24, 3, seed=5)
     keys = hs.flow_keys(cols, "tuple")
-    t = hashing.make_tuple(int(cols["src"][2]).to_bytes(4, "big"), int(cols["dst"][2]).to_bytes(4, "big"),
-                           int(cols["sport"][2]), int(cols["dport"][2]), hs.PROTO)
+    t = hashing.make_tuple(
+        int(cols["src"][2]).to_bytes(4, "big"),
+        int(cols["dst"][2]).to_bytes(4, "big"),
+        int(cols["sport"][2]),
+        int(cols["dport"][2]),
+        hs.PROTO,
+    )
     assert keys[2].tobytes() == hashing.tuple_key(t)
 
 
 # --- the statistics ------------------------------------------------------------------------------
+
 
 def test_the_birthday_expectation_is_about_n_squared_over_2m():
     for n in (1000, 250_000, 1_000_000, 16_000_000):
@@ -91,8 +101,10 @@ def test_the_poisson_test_equals_its_sums():
     lam = 3.0
     pmf = [math.exp(-lam) * lam**k / math.factorial(k) for k in range(60)]
     for k in (0, 1, 3, 7, 12):
-        lower, upper = sum(pmf[:k + 1]), sum(pmf[k:])
-        assert hs.poisson_two_sided(k, lam) == pytest.approx(min(1.0, 2 * min(lower, upper)), rel=1e-9)
+        lower, upper = sum(pmf[: k + 1]), sum(pmf[k:])
+        assert hs.poisson_two_sided(k, lam) == pytest.approx(
+            min(1.0, 2 * min(lower, upper)), rel=1e-9
+        )
 
 
 def test_spread_bins_split_the_32_bit_range_in_100():
@@ -111,11 +123,16 @@ def test_memory_beyond_the_machine_is_refused_with_what_it_needs():
 
 # --- the study -----------------------------------------------------------------------------------
 
+
 def test_a_small_study_finds_the_symmetric_toeplitz_key_far_above_the_bound(tmp_path):
     # The key 0x6d5a repeated has a 16-bit period: Toeplitz with it depends only on the XOR of
     # the input's 16-bit words, so 20K flows share at most 65536 values.
-    req = hs.StudyRequest(hashes=["crc32c", "toeplitz", "superfasthash"], flows=[10_000, 20_000],
-                          prefixes=[16, 24], repeats=2)
+    req = hs.StudyRequest(
+        hashes=["crc32c", "toeplitz", "superfasthash"],
+        flows=[10_000, 20_000],
+        prefixes=[16, 24],
+        repeats=2,
+    )
     study = hs.run_study(req)
     assert len(study.rows) == 3 * 2 * 2 * 2
     v = study.verdicts.set_index("hash")
@@ -137,14 +154,17 @@ def test_a_small_study_finds_the_symmetric_toeplitz_key_far_above_the_bound(tmp_
     assert "0.015 %" in report and "2.5 M hashes/s" in report and "| toeplitz |" in report
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--flows", "0"], "--flows 0: a collision needs at least 2 flows"),
-    (["--flows", "17M"], "--flows 17000000: at most 16,000,000"),
-    (["--hashes", "crc32c,md5"], "unknown hash 'md5'; known: coralreef, lookup3"),
-    (["--prefixes", "12"], "--prefixes 12: the study has /8, /16 and /24"),
-    (["--keys", "packet"], "--keys packet: known keys are flowid, tuple"),
-    (["--repeats", "0"], "--repeats 0: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--flows", "0"], "--flows 0: a collision needs at least 2 flows"),
+        (["--flows", "17M"], "--flows 17000000: at most 16,000,000"),
+        (["--hashes", "crc32c,md5"], "unknown hash 'md5'; known: coralreef, lookup3"),
+        (["--prefixes", "12"], "--prefixes 12: the study has /8, /16 and /24"),
+        (["--keys", "packet"], "--keys packet: known keys are flowid, tuple"),
+        (["--repeats", "0"], "--repeats 0: must be >= 1"),
+    ],
+)
 def test_bad_requests_exit_2_before_anything_is_written(argv, message, tmp_path, capsys):
     out = tmp_path / "study"
     assert main(["hash-study", *argv, "--out", str(out)]) == 2
@@ -154,8 +174,23 @@ def test_bad_requests_exit_2_before_anything_is_written(argv, message, tmp_path,
 
 def test_the_command_writes_the_study_and_prints_a_verdict_per_hash(tmp_path, capsys):
     out = tmp_path / "study"
-    rc = main(["hash-study", "--hashes", "lookup3,toeplitz", "--flows", "5K,10K",
-               "--prefixes", "24", "--keys", "flowid,tuple", "--repeats", "1", "--out", str(out)])
+    rc = main(
+        [
+            "hash-study",
+            "--hashes",
+            "lookup3,toeplitz",
+            "--flows",
+            "5K,10K",
+            "--prefixes",
+            "24",
+            "--keys",
+            "flowid,tuple",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "toeplitz       flowid  above the bound" in text
@@ -168,20 +203,46 @@ def test_bad_input_raises_bad_input_from_the_api_too():
         hs.check_request(hs.StudyRequest(hashes=[]))
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--repeats", "1000000000"], "argument --repeats: too large: at most 100 (got 1,000,000,000)"),
-    (["--repeats", "7" * 100_001], "argument --repeats: too large: a number of 100,001 digits; at most 100"),
-    (["--repeats", "-1"], "argument --repeats: must be >= 0 (got -1)"),
-    (["--hashes", "lookup3,crc32c", "--keys", "flowid,tuple", "--repeats", "100", "--flows",
-      ",".join(str(n) for n in range(2, 900))], "the study would make 1,197,600 result rows"),  # 2x2x3x100x(898+100)
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["--repeats", "1000000000"],
+            "argument --repeats: too large: at most 100 (got 1,000,000,000)",
+        ),
+        (
+            ["--repeats", "7" * 100_001],
+            "argument --repeats: too large: a number of 100,001 digits; at most 100",
+        ),
+        (["--repeats", "-1"], "argument --repeats: must be >= 0 (got -1)"),
+        (
+            [
+                "--hashes",
+                "lookup3,crc32c",
+                "--keys",
+                "flowid,tuple",
+                "--repeats",
+                "100",
+                "--flows",
+                ",".join(str(n) for n in range(2, 900)),
+            ],
+            "the study would make 1,197,600 result rows",
+        ),  # 2x2x3x100x(898+100)
+    ],
+)
 def test_counts_are_refused_before_anything_is_allocated(args, message, tmp_path):
     """`hash-study --repeats 1000000000` held 2.9 GB after 60 s, before writing anything; now exit 2
     at once, in a child held to 2 GiB of address space."""
     repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "study"
-    p = subprocess.run([sys.executable, "-m", "testbed.cli", "hash-study", *args, "--out", str(out), "-q"],
-                       cwd=repo, capture_output=True, text=True, timeout=60, preexec_fn=limit_memory())
+    p = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "hash-study", *args, "--out", str(out), "-q"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit_memory(),
+    )
     assert p.returncode == 2, p.stderr[-2000:]
     assert message in p.stderr and "Traceback" not in p.stderr
     assert not out.exists()

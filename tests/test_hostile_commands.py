@@ -55,14 +55,54 @@ READERS = {
     "detect": ["detect", IN, "--rules", "{RULES}", "--out", OUT],
     "detect --rules": ["detect", "{PCAP}", "--rules", IN, "--out", OUT],
     "detect --expect": ["detect", "{PCAP}", "--rules", "{RULES}", "--expect", IN, "--out", OUT],
-    "detect --suricata-config": ["detect", "{PCAP}", "--rules", "{RULES}", "--suricata-config", IN, "--out", OUT],
-    "ids-coverage --suricata-config": ["ids-coverage", "{RULES}", "--out", OUT, "--suricata-config", IN],
+    "detect --suricata-config": [
+        "detect",
+        "{PCAP}",
+        "--rules",
+        "{RULES}",
+        "--suricata-config",
+        IN,
+        "--out",
+        OUT,
+    ],
+    "ids-coverage --suricata-config": [
+        "ids-coverage",
+        "{RULES}",
+        "--out",
+        OUT,
+        "--suricata-config",
+        IN,
+    ],
     "multiply --scenario": ["multiply", "{PCAP}", "--scenario", IN, "-o", f"{OUT}/m.pcap"],
     "multiply": ["multiply", IN, "-T", "1", "--ranges", RANGES, "-o", f"{OUT}/m.pcap"],
-    "multiply --urls": ["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--urls", IN, "-o", f"{OUT}/m.pcap"],
+    "multiply --urls": [
+        "multiply",
+        "{PCAP}",
+        "-T",
+        "1",
+        "--ranges",
+        RANGES,
+        "--urls",
+        IN,
+        "-o",
+        f"{OUT}/m.pcap",
+    ],
     "spread": ["spread", IN, "--out", OUT],
-    "match-sweep --feeds pcap:": ["match-sweep", "--structs", "chain", "--hashes", "lookup3", "--sizes", "2^10",
-                                  "--feeds", f"pcap:{IN}", "--packets", "1000", "--out", OUT],
+    "match-sweep --feeds pcap:": [
+        "match-sweep",
+        "--structs",
+        "chain",
+        "--hashes",
+        "lookup3",
+        "--sizes",
+        "2^10",
+        "--feeds",
+        f"pcap:{IN}",
+        "--packets",
+        "1000",
+        "--out",
+        OUT,
+    ],
 }
 HOSTILE = ("dev-zero", "pipe", "not-utf8", "directory", "missing")
 
@@ -74,10 +114,34 @@ WRITERS = {
     "translate-rules": ["translate-rules", "{RULES}", "-o", f"{OUT}/t.rules", "--no-check"],
     "multiply": ["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "-o", f"{OUT}/m.pcap"],
     "detect": ["detect", "{PCAP}", "--rules", "{RULES}", "--out", f"{OUT}/d"],
-    "hash-study": ["hash-study", "--hashes", "lookup3", "--flows", "1000", "--prefixes", "24", "--repeats", "1",
-                   "--out", f"{OUT}/h"],
-    "match-sweep": ["match-sweep", "--structs", "chain", "--hashes", "lookup3", "--sizes", "2^10", "--feeds", "det",
-                    "--packets", "1000", "--out", f"{OUT}/ms"],
+    "hash-study": [
+        "hash-study",
+        "--hashes",
+        "lookup3",
+        "--flows",
+        "1000",
+        "--prefixes",
+        "24",
+        "--repeats",
+        "1",
+        "--out",
+        f"{OUT}/h",
+    ],
+    "match-sweep": [
+        "match-sweep",
+        "--structs",
+        "chain",
+        "--hashes",
+        "lookup3",
+        "--sizes",
+        "2^10",
+        "--feeds",
+        "det",
+        "--packets",
+        "1000",
+        "--out",
+        f"{OUT}/ms",
+    ],
     "results compare": ["results", "compare", "{RUN}", "--plots", f"{OUT}/cmp"],
     "schema": ["schema", "-o", f"{OUT}/schema.json"],
     "analyze RUN_DIR": ["analyze", "{RUN}", "--out", f"{OUT}/a"],
@@ -92,37 +156,191 @@ CHECKS_SPACE_FIRST = {"multiply"}
 REFUSED = {0: {2}, -1: {2}, 10**9: {2}}
 COUNTS = {
     "run --seed": (["run", "{SCENARIO}", "--out", OUT, "--seed", N], {0: {0}, -1: {2}, 10**9: {0}}),
-    "analyze --memory-limit": (["analyze", "{PCAP}", "--out", OUT, "--memory-limit", N],
-                               {0: {2}, -1: {2}, 10**9: {0}}),
+    "analyze --memory-limit": (
+        ["analyze", "{PCAP}", "--out", OUT, "--memory-limit", N],
+        {0: {2}, -1: {2}, 10**9: {0}},
+    ),
     "run --trials": (["run", "{SCENARIO}", "--out", OUT, "--trials", N], REFUSED),
-    "multiply --mtu": (["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--mtu", N, "-o", f"{OUT}/m.pcap"], REFUSED),
-    "multiply --max-flows": (["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--max-flows", N,
-                              "-o", f"{OUT}/m.pcap"], {0: {0}, -1: {2}, 10**9: {0}}),  # 0: the default bound
-    "multiply --max-seconds": (["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--max-seconds", N,
-                                "-o", f"{OUT}/m.pcap"], {0: {2}, -1: {2}, 10**9: {0}}),
-    "multiply --seed": (["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--seed", N, "-o", f"{OUT}/m.pcap"],
-                        {0: {0}, -1: {2}, 10**9: {0}}),
-    "hash-study --seed": (["hash-study", "--hashes", "lookup3", "--flows", "1000", "--prefixes", "24", "--repeats", "1",
-                           "--seed", N, "--out", OUT], {0: {0}, -1: {2}, 10**9: {0}}),
-    "spread --seed": (["spread", "{SPREAD}", "--out", OUT, "--seed", N], {0: {0}, -1: {2}, 10**9: {0}}),
-    "hash-study --prefixes": (["hash-study", "--hashes", "lookup3", "--flows", "1000", "--prefixes", N, "--repeats", "1",
-                               "--out", OUT], REFUSED),
-    "multiply -T": (["multiply", "{PCAP}", "-T", N, "--ranges", RANGES, "-o", f"{OUT}/m.pcap"], REFUSED),
-    "ids-coverage --multiply": (["ids-coverage", "{RULES}", "--out", OUT, "--multiply", N], REFUSED),
-    "detect --top": (["detect", "{PCAP}", "--rules", "{RULES}", "--out", OUT, "--top", N],
-                     {0: {0}, -1: {2}, 10**9: {0}}),
-    "hash-study --repeats": (["hash-study", "--hashes", "lookup3", "--flows", "1000", "--prefixes", "24",
-                              "--repeats", N, "--out", OUT], {0: {2}, -1: {2}, 10**9: {2}}),
-    "hash-study --flows": (["hash-study", "--hashes", "lookup3", "--flows", N, "--prefixes", "24",
-                            "--repeats", "1", "--out", OUT], REFUSED),
-    "match-sweep --repeats": (["match-sweep", "--structs", "chain", "--hashes", "lookup3", "--sizes", "2^10",
-                               "--feeds", "det", "--packets", "1000", "--repeats", N, "--out", OUT], REFUSED),
-    "match-sweep --packets": (["match-sweep", "--structs", "chain", "--hashes", "lookup3", "--sizes", "2^10",
-                               "--feeds", "det", "--packets", N, "--cell-timeout", "20", "--out", OUT],
-                              {0: {2}, -1: {2}, 10**9: {0, 2}}),
-    "match-sweep --cell-timeout": (["match-sweep", "--structs", "chain", "--hashes", "lookup3", "--sizes", "2^10",
-                                    "--feeds", "det", "--packets", "100000", "--cell-timeout", N, "--out", OUT],
-                                   REFUSED),
+    "multiply --mtu": (
+        ["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--mtu", N, "-o", f"{OUT}/m.pcap"],
+        REFUSED,
+    ),
+    "multiply --max-flows": (
+        [
+            "multiply",
+            "{PCAP}",
+            "-T",
+            "1",
+            "--ranges",
+            RANGES,
+            "--max-flows",
+            N,
+            "-o",
+            f"{OUT}/m.pcap",
+        ],
+        {0: {0}, -1: {2}, 10**9: {0}},
+    ),  # 0: the default bound
+    "multiply --max-seconds": (
+        [
+            "multiply",
+            "{PCAP}",
+            "-T",
+            "1",
+            "--ranges",
+            RANGES,
+            "--max-seconds",
+            N,
+            "-o",
+            f"{OUT}/m.pcap",
+        ],
+        {0: {2}, -1: {2}, 10**9: {0}},
+    ),
+    "multiply --seed": (
+        ["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "--seed", N, "-o", f"{OUT}/m.pcap"],
+        {0: {0}, -1: {2}, 10**9: {0}},
+    ),
+    "hash-study --seed": (
+        [
+            "hash-study",
+            "--hashes",
+            "lookup3",
+            "--flows",
+            "1000",
+            "--prefixes",
+            "24",
+            "--repeats",
+            "1",
+            "--seed",
+            N,
+            "--out",
+            OUT,
+        ],
+        {0: {0}, -1: {2}, 10**9: {0}},
+    ),
+    "spread --seed": (
+        ["spread", "{SPREAD}", "--out", OUT, "--seed", N],
+        {0: {0}, -1: {2}, 10**9: {0}},
+    ),
+    "hash-study --prefixes": (
+        [
+            "hash-study",
+            "--hashes",
+            "lookup3",
+            "--flows",
+            "1000",
+            "--prefixes",
+            N,
+            "--repeats",
+            "1",
+            "--out",
+            OUT,
+        ],
+        REFUSED,
+    ),
+    "multiply -T": (
+        ["multiply", "{PCAP}", "-T", N, "--ranges", RANGES, "-o", f"{OUT}/m.pcap"],
+        REFUSED,
+    ),
+    "ids-coverage --multiply": (
+        ["ids-coverage", "{RULES}", "--out", OUT, "--multiply", N],
+        REFUSED,
+    ),
+    "detect --top": (
+        ["detect", "{PCAP}", "--rules", "{RULES}", "--out", OUT, "--top", N],
+        {0: {0}, -1: {2}, 10**9: {0}},
+    ),
+    "hash-study --repeats": (
+        [
+            "hash-study",
+            "--hashes",
+            "lookup3",
+            "--flows",
+            "1000",
+            "--prefixes",
+            "24",
+            "--repeats",
+            N,
+            "--out",
+            OUT,
+        ],
+        {0: {2}, -1: {2}, 10**9: {2}},
+    ),
+    "hash-study --flows": (
+        [
+            "hash-study",
+            "--hashes",
+            "lookup3",
+            "--flows",
+            N,
+            "--prefixes",
+            "24",
+            "--repeats",
+            "1",
+            "--out",
+            OUT,
+        ],
+        REFUSED,
+    ),
+    "match-sweep --repeats": (
+        [
+            "match-sweep",
+            "--structs",
+            "chain",
+            "--hashes",
+            "lookup3",
+            "--sizes",
+            "2^10",
+            "--feeds",
+            "det",
+            "--packets",
+            "1000",
+            "--repeats",
+            N,
+            "--out",
+            OUT,
+        ],
+        REFUSED,
+    ),
+    "match-sweep --packets": (
+        [
+            "match-sweep",
+            "--structs",
+            "chain",
+            "--hashes",
+            "lookup3",
+            "--sizes",
+            "2^10",
+            "--feeds",
+            "det",
+            "--packets",
+            N,
+            "--cell-timeout",
+            "20",
+            "--out",
+            OUT,
+        ],
+        {0: {2}, -1: {2}, 10**9: {0, 2}},
+    ),
+    "match-sweep --cell-timeout": (
+        [
+            "match-sweep",
+            "--structs",
+            "chain",
+            "--hashes",
+            "lookup3",
+            "--sizes",
+            "2^10",
+            "--feeds",
+            "det",
+            "--packets",
+            "100000",
+            "--cell-timeout",
+            N,
+            "--out",
+            OUT,
+        ],
+        REFUSED,
+    ),
 }
 
 
@@ -138,22 +356,37 @@ def good(tmp_path_factory, flowengine_bin):
     scenario.write_text(SCENARIO)
     rules = base / "small.rules"
     rules.write_text(RULES)
-    result = run_scenario(load_scenario(scenario), base / "results", analyze=True, show_progress=False)
+    result = run_scenario(
+        load_scenario(scenario), base / "results", analyze=True, show_progress=False
+    )
     assert result.status == "completed", result.messages
-    return SimpleNamespace(base=base, SCENARIO=scenario, RULES=rules, RUN=result.run_dir,
-                           PCAP=result.run_dir / "capture.pcap", SPREAD=REPO / "scenarios" / "two-hosts.yaml")
+    return SimpleNamespace(
+        base=base,
+        SCENARIO=scenario,
+        RULES=rules,
+        RUN=result.run_dir,
+        PCAP=result.run_dir / "capture.pcap",
+        SPREAD=REPO / "scenarios" / "two-hosts.yaml",
+    )
 
 
 def _hostile(base: Path) -> dict[str, str]:
     not_utf8 = base / "not-utf8.bin"
     not_utf8.write_bytes(b"\xff\xfe\x00version: 1\x80\x81\xc3\x28" * 4096)
     (base / "a-directory").mkdir(exist_ok=True)
-    return {"dev-zero": "/dev/zero", "pipe": "{PIPE}", "not-utf8": str(not_utf8),
-            "directory": str(base / "a-directory"), "missing": str(base / "no-such-file")}
+    return {
+        "dev-zero": "/dev/zero",
+        "pipe": "{PIPE}",
+        "not-utf8": str(not_utf8),
+        "directory": str(base / "a-directory"),
+        "missing": str(base / "no-such-file"),
+    }
 
 
 def _argv(template: list[str], good, **subs: str) -> list[str]:
-    names = {f"{{{k}}}": str(v) for k, v in vars(good).items()} | {f"{{{k}}}": v for k, v in subs.items()}
+    names = {f"{{{k}}}": str(v) for k, v in vars(good).items()} | {
+        f"{{{k}}}": v for k, v in subs.items()
+    }
     out = []
     for arg in template:
         for key, value in names.items():
@@ -166,10 +399,18 @@ def _argv(template: list[str], good, **subs: str) -> list[str]:
 def _drive(cases: list[dict], work: Path) -> dict:
     (work / "cases.json").write_text(json.dumps(cases))
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, str(DRIVER), str(work / "cases.json"), str(work / "results.json")],
-                       cwd=work, env=env, capture_output=True, text=True, timeout=1200)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, str(DRIVER), str(work / "cases.json"), str(work / "results.json")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     if p.returncode != 0:  # every test of the table fails with this (the fixture is not run again)
-        return {"_driver": f"the driver failed ({p.returncode}): {p.stdout[-3000:]}{p.stderr[-3000:]}"}
+        return {
+            "_driver": f"the driver failed ({p.returncode}): {p.stdout[-3000:]}{p.stderr[-3000:]}"
+        }
     return json.loads((work / "results.json").read_text())
 
 
@@ -177,8 +418,14 @@ def _drive(cases: list[dict], work: Path) -> dict:
 def reader_results(good, tmp_path_factory):
     work = tmp_path_factory.mktemp("readers")
     hostile = _hostile(work)
-    cases = [{"id": f"{cmd}|{kind}", "argv": _argv(t, good, IN=hostile[kind], OUT=str(work / "out" / f"{i}-{kind}"))}
-             for i, (cmd, t) in enumerate(READERS.items()) for kind in HOSTILE]
+    cases = [
+        {
+            "id": f"{cmd}|{kind}",
+            "argv": _argv(t, good, IN=hostile[kind], OUT=str(work / "out" / f"{i}-{kind}")),
+        }
+        for i, (cmd, t) in enumerate(READERS.items())
+        for kind in HOSTILE
+    ]
     return _drive(cases, work)
 
 
@@ -191,12 +438,24 @@ def writer_results(good, tmp_path_factory):
             (ro / str(i)).mkdir()
         subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
         fill(full)
-        cases = [{"id": f"{cmd}|{place}", "argv": _argv(t, good, OUT=str((full if place == "full" else ro) / str(i)))}
-                 for i, (cmd, t) in enumerate(WRITERS.items()) for place in PLACES]
+        cases = [
+            {
+                "id": f"{cmd}|{place}",
+                "argv": _argv(t, good, OUT=str((full if place == "full" else ro) / str(i))),
+            }
+            for i, (cmd, t) in enumerate(WRITERS.items())
+            for place in PLACES
+        ]
         results = _drive(cases, work)
-        results["_left"] = {"full": sorted(str(p.relative_to(full)) for p in full.rglob("*") if p.is_file()
-                                           and p.name != "filler" and (p.stat().st_size == 0 or p.name.startswith(".")
-                                                                       or ".tmp" in p.name))}
+        results["_left"] = {
+            "full": sorted(
+                str(p.relative_to(full))
+                for p in full.rglob("*")
+                if p.is_file()
+                and p.name != "filler"
+                and (p.stat().st_size == 0 or p.name.startswith(".") or ".tmp" in p.name)
+            )
+        }
         return results
 
 
@@ -208,7 +467,9 @@ def count_results(good, tmp_path_factory):
         for j, value in enumerate(allowed):
             out = work / "out" / f"{i}-{j}"
             out.mkdir(parents=True)  # a good output place: only the count may be refused
-            cases.append({"id": f"{opt}|{value}", "argv": _argv(template, good, N=str(value), OUT=str(out))})
+            cases.append(
+                {"id": f"{opt}|{value}", "argv": _argv(template, good, N=str(value), OUT=str(out))}
+            )
     return _drive(cases, work)
 
 
@@ -220,7 +481,9 @@ def _result(results: dict, case: str) -> dict:
 def _check(result: dict, allowed: set[int]) -> None:
     said = f"argv {result['argv']}\nstderr: {result['stderr']}\nstdout: {result['stdout'][-1000:]}"
     assert "traceback" not in result, f"{said}\n{result['traceback']}"
-    assert result["status"] in allowed, f"exit {result['status']}, expected one of {sorted(allowed)}\n{said}"
+    assert result["status"] in allowed, (
+        f"exit {result['status']}, expected one of {sorted(allowed)}\n{said}"
+    )
     if result["status"] != 0:
         assert result["stderr"].strip(), f"exit {result['status']} without a word on stderr\n{said}"
 
@@ -234,7 +497,9 @@ def test_a_hostile_input_is_refused_with_a_message(reader_results, command, kind
 @pytest.mark.parametrize("place", PLACES)
 @pytest.mark.parametrize("command", WRITERS)
 def test_an_output_place_that_cannot_be_written_is_said(writer_results, command, place):
-    allowed = {PLACES[place]} | ({2} if place == "full" and command in CHECKS_SPACE_FIRST else set())
+    allowed = {PLACES[place]} | (
+        {2} if place == "full" and command in CHECKS_SPACE_FIRST else set()
+    )
     _check(_result(writer_results, f"{command}|{place}"), allowed)
 
 

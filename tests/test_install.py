@@ -41,7 +41,7 @@ def bootstrap_array(name: str) -> set[str]:
 
 def quickstart_section() -> str:
     text = (ROOT / "bootstrap.sh").read_text()
-    return text[text.index("  quickstart)"):text.index(";;", text.index("  quickstart)"))]
+    return text[text.index("  quickstart)") : text.index(";;", text.index("  quickstart)"))]
 
 
 def quickstart_packages() -> set[str]:
@@ -54,8 +54,12 @@ def quickstart_packages() -> set[str]:
 def test_quickstart_installs_every_tool_of_the_examples(path: Path) -> None:
     scenario = load_scenario(path).scenario
     have = quickstart_packages()
-    missing = sorted({f"{t.command} ({t.package})" for t in required_tools(scenario) if t.package not in have})
-    assert not missing, f"{path.name} needs {missing}, which `./bootstrap.sh quickstart` does not install"
+    missing = sorted(
+        {f"{t.command} ({t.package})" for t in required_tools(scenario) if t.package not in have}
+    )
+    assert not missing, (
+        f"{path.name} needs {missing}, which `./bootstrap.sh quickstart` does not install"
+    )
 
 
 def third_party_imports() -> dict[str, str]:
@@ -74,8 +78,11 @@ def third_party_imports() -> dict[str, str]:
                     continue
                 for n in names:
                     top = n.split(".")[0]
-                    if top not in own | LOADED_BY_ITS_HOST and top not in sys.stdlib_module_names \
-                            and top != "__future__":
+                    if (
+                        top not in own | LOADED_BY_ITS_HOST
+                        and top not in sys.stdlib_module_names
+                        and top != "__future__"
+                    ):
                         found.setdefault(top, str(f.relative_to(ROOT)))
     return found
 
@@ -83,8 +90,10 @@ def third_party_imports() -> dict[str, str]:
 def core_requirements() -> set[str]:
     """Distribution names `pip install .` installs: pyproject.toml's dependencies (no extras)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-")
-            for req in project["dependencies"]}
+    return {
+        re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-")
+        for req in project["dependencies"]
+    }
 
 
 def test_plain_install_gives_every_module_the_code_imports() -> None:
@@ -95,12 +104,16 @@ def test_plain_install_gives_every_module_the_code_imports() -> None:
         owners = {d.lower().replace("_", "-") for d in dists.get(module, [])}
         if not owners and module in PUT_ON_PATH_BY:
             try:
-                owners = {metadata.metadata(PUT_ON_PATH_BY[module])["Name"].lower().replace("_", "-")}
+                owners = {
+                    metadata.metadata(PUT_ON_PATH_BY[module])["Name"].lower().replace("_", "-")
+                }
             except metadata.PackageNotFoundError:
                 pass
         if not owners:
             problems.append(f"{module} (imported in {where}) is not installed at all")
         elif not owners & core:
-            problems.append(f"{module} (imported in {where}) comes from {sorted(owners)}, "
-                            f"which is not a core dependency in pyproject.toml")
+            problems.append(
+                f"{module} (imported in {where}) comes from {sorted(owners)}, "
+                f"which is not a core dependency in pyproject.toml"
+            )
     assert not problems, "\n".join(problems)

@@ -28,21 +28,46 @@ testbed:
 
 def env(marks: Path, netns_marks: Path) -> dict:
     """The test's own registries of runs and of namespaces: other runs on the host stay out."""
-    return {**os.environ, "PYTHONPATH": str(REPO), "NTG_RUN_MARKS": str(marks),
-            "NTG_NETNS_MARKS": str(netns_marks)}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "NTG_RUN_MARKS": str(marks),
+        "NTG_NETNS_MARKS": str(netns_marks),
+    }
 
 
 def ntg(*args, e: dict, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed", *map(str, args)], cwd=REPO, env=e,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", *map(str, args)],
+        cwd=REPO,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start_run(tmp_path: Path, out: Path, e: dict, packets: int = 200) -> subprocess.Popen:
     path = tmp_path / "short.yaml"
     path.write_text(SHORT.format(name="short", packets=packets))
-    return subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--out", str(out),
-                             "--no-analyze", "-q"], cwd=REPO, env=e, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed",
+            "run",
+            str(path),
+            "--out",
+            str(out),
+            "--no-analyze",
+            "-q",
+        ],
+        cwd=REPO,
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def namespaces() -> set[str]:
@@ -92,14 +117,19 @@ while True:
 """
 
 
-def kill_when(tmp_path: Path, watched: Path, marks: Path, netns_marks: Path, e: dict,
-              timeout: float = 60) -> dict:
+def kill_when(
+    tmp_path: Path, watched: Path, marks: Path, netns_marks: Path, e: dict, timeout: float = 60
+) -> dict:
     """Start a short live run and kill -9 it as soon as one of its namespaces' names is created
     in `watched` (/run/netns: the namespace itself; the netns marks folder: its mark). Returns
     the watcher's note: the run's mark, that name, and whether the namespace's mark existed then."""
     watched.mkdir(parents=True, exist_ok=True)
-    watcher = subprocess.Popen([sys.executable, "-c", WATCHER, watched, marks, netns_marks],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", WATCHER, watched, marks, netns_marks],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert watcher.stdout.readline() == "watching\n", watcher.communicate()
     run = start_run(tmp_path, tmp_path / "results", e)
     try:
@@ -133,7 +163,9 @@ def assert_cleanup_leaves_nothing(mark: dict, marks: Path, netns_marks: Path, e:
 
 @needs_root
 @pytest.mark.parametrize("attempt", range(3))
-def test_kill_9_as_a_namespace_appears_leaves_nothing_after_cleanup(tmp_path, attempt, flowengine_bin):
+def test_kill_9_as_a_namespace_appears_leaves_nothing_after_cleanup(
+    tmp_path, attempt, flowengine_bin
+):
     """The window between `ip netns add` and the namespace's mark (issue 24, item 10): the mark
     is there before the namespace, so cleanup knows the namespace as ours and deletes it."""
     marks, netns_marks = tmp_path / "marks", tmp_path / "netns-marks"
@@ -150,7 +182,9 @@ def test_kill_9_as_a_namespace_appears_leaves_nothing_after_cleanup(tmp_path, at
 
 
 @needs_root
-def test_kill_9_between_a_namespaces_mark_and_the_namespace_leaves_no_stale_mark(tmp_path, flowengine_bin):
+def test_kill_9_between_a_namespaces_mark_and_the_namespace_leaves_no_stale_mark(
+    tmp_path, flowengine_bin
+):
     """The kill lands after the namespace's mark, before `ip netns add`: cleanup finds no
     namespace and removes the mark that names it, so a later namespace of that name is not adopted."""
     marks, netns_marks = tmp_path / "marks", tmp_path / "netns-marks"
@@ -210,12 +244,16 @@ def kill_when_file(run: subprocess.Popen, path_of, timeout: float = 90, settle: 
 def analyze_killed(run_dir: Path, e: dict) -> tuple[subprocess.CompletedProcess, dict]:
     res = ntg("analyze", run_dir, "-q", e=e)
     assert "Traceback" not in res.stderr, res.stderr
-    assert f"testbed analyze: warning: {run_dir}: Incomplete run: the run was abandoned" in res.stderr
+    assert (
+        f"testbed analyze: warning: {run_dir}: Incomplete run: the run was abandoned" in res.stderr
+    )
     return res, json.loads((run_dir / "metrics.json").read_text())
 
 
 @needs_root
-def test_analyze_of_a_run_killed_while_sending_analyses_its_capture_and_fails(tmp_path, flowengine_bin, pcaplib):
+def test_analyze_of_a_run_killed_while_sending_analyses_its_capture_and_fails(
+    tmp_path, flowengine_bin, pcaplib
+):
     """One step, killed while it sends, then `testbed cleanup`: the step has no entry in the
     manifest, yet its capture and samples are analysed as step `run`, marked unrecorded; the
     run is incomplete, and its check that the step ended fails (exit 3), not 0 with no steps."""
@@ -234,34 +272,62 @@ def test_analyze_of_a_run_killed_while_sending_analyses_its_capture_and_fails(tm
         assert step["name"] == "run" and step["status"] == "unrecorded"
         held = packets_in(run_dir / "capture.pcap")
         assert held > 100 and step["traffic"]["packets"] == held == m["packets"]
-        assert step["resources"]["flowengine"]["samples"] > 0 and step["resources"]["dut"]["samples"] > 0
+        assert (
+            step["resources"]["flowengine"]["samples"] > 0
+            and step["resources"]["dut"]["samples"] > 0
+        )
         assert [c["ok"] for c in m["checks"]] == [False]
         assert "the run recorded the step's end" in m["checks"][0]["name"]
-        assert "check failed: run: the run recorded the step's end: expected its entry in manifest.json" in res.stderr
+        assert (
+            "check failed: run: the run recorded the step's end: expected its entry in manifest.json"
+            in res.stderr
+        )
         report = (run_dir / "report.md").read_text()
         assert "Incomplete run" in report and "unrecorded" in report
         steps = pq.read_table(run_dir / "tables" / "steps.parquet").to_pylist()
-        assert [(s["step"], s["status"], s["packets"]) for s in steps] == [("run", "unrecorded", held)]
+        assert [(s["step"], s["status"], s["packets"]) for s in steps] == [
+            ("run", "unrecorded", held)
+        ]
     finally:
         run.kill()
         ntg("cleanup", e=e)
 
 
 @needs_root
-def test_analyze_of_a_sweep_killed_in_its_second_step_keeps_both_steps(tmp_path, flowengine_bin, pcaplib):
+def test_analyze_of_a_sweep_killed_in_its_second_step_keeps_both_steps(
+    tmp_path, flowengine_bin, pcaplib
+):
     """Several steps: the first recorded in the manifest, the second (killed) only in its folder;
     each is analysed from its own capture, the first with its checks, the second unrecorded."""
     marks, netns_marks, out = tmp_path / "marks", tmp_path / "netns-marks", tmp_path / "results"
     e = env(marks, netns_marks)
     path = tmp_path / "sweep.yaml"
     path.write_text(SWEEP)
-    run = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--out", str(out), "--no-analyze",
-                            "-q"], cwd=REPO, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed",
+            "run",
+            str(path),
+            "--out",
+            str(out),
+            "--no-analyze",
+            "-q",
+        ],
+        cwd=REPO,
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         kill_when_file(run, lambda: next(out.glob("*/rate-1000pps/capture.pcap"), None), settle=1)
         assert ntg("cleanup", e=e).returncode == 0
         run_dir = next(out.iterdir())
-        assert [s["name"] for s in json.loads((run_dir / "manifest.json").read_text())["steps"]] == ["rate-500pps"]
+        assert [
+            s["name"] for s in json.loads((run_dir / "manifest.json").read_text())["steps"]
+        ] == ["rate-500pps"]
         res, m = analyze_killed(run_dir, e)
         assert res.returncode == 3, res.stderr
         first, second = m["steps"]

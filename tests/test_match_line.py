@@ -19,20 +19,39 @@ def rows(tmp_path_factory):
     if not cc:
         pytest.skip("no C compiler (cc, gcc or clang) to build tests/native/test_match_line.c")
     exe = tmp_path_factory.mktemp("match_line") / "test_match_line"
-    subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(SRC),
-                    str(REPO / "tests" / "native" / "test_match_line.c"), "-o", str(exe)], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=c11",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+            str(SRC),
+            str(REPO / "tests" / "native" / "test_match_line.c"),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     return [tuple(int(v) for v in line.split()) for line in out.splitlines()]
 
 
 def test_every_line_is_the_remainder(rows):
     assert len(rows) > 1000
-    wrong = [(n, h, line) for n, h, line in rows
-             if line != ((h & 0xFFFFFFFF) % n if n <= 2**32 else h % n)]
+    wrong = [
+        (n, h, line)
+        for n, h, line in rows
+        if line != ((h & 0xFFFFFFFF) % n if n <= 2**32 else h % n)
+    ]
     assert wrong == []
 
 
 def test_the_sizes_cover_each_path(rows):
     sizes = {n for n, _, _ in rows}
     assert {1, 2**32 - 1, 2**32, 2**32 + 1, 1000003, 2**16} <= sizes
-    assert any(n > 2**32 and n & (n - 1) for n in sizes) and any(n > 2**32 and not n & (n - 1) for n in sizes)
+    assert any(n > 2**32 and n & (n - 1) for n in sizes) and any(
+        n > 2**32 and not n & (n - 1) for n in sizes
+    )

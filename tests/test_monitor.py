@@ -9,12 +9,14 @@ from testbed.parts.monitor import COLUMNS, Sampler, read_samples
 from ntgcore.proc import Process
 
 BUSY = "while True: pass"
-THREADS = ("import threading, time\n"
-           "def spin():\n    while True: pass\n"
-           "def nap():\n    while True: time.sleep(0.01)\n"
-           "threading.Thread(target=spin, daemon=True).start()\n"
-           "threading.Thread(target=nap, daemon=True).start()\n"
-           "time.sleep(60)\n")  # fmt: skip
+THREADS = (
+    "import threading, time\n"
+    "def spin():\n    while True: pass\n"
+    "def nap():\n    while True: time.sleep(0.01)\n"
+    "threading.Thread(target=spin, daemon=True).start()\n"
+    "threading.Thread(target=nap, daemon=True).start()\n"
+    "time.sleep(60)\n"
+)
 
 
 @pytest.fixture
@@ -93,12 +95,16 @@ def test_thread_rows_like_top_h(tmp_path, procs):
 
 
 def test_children_and_processes_that_come_and_go(tmp_path, procs):
-    parent = procs("parent", "import subprocess, sys, time\n"
-                   "c = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
-                   "time.sleep(60)\n")  # fmt: skip
+    parent = procs(
+        "parent",
+        "import subprocess, sys, time\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+        "time.sleep(60)\n",
+    )
     short = procs("short", "import time; time.sleep(0.5)")
-    _, df = sample(tmp_path, 1.5, 4, lambda: {"parent": parent.pid, "short": short.pid,
-                                               "gone": 999_999_999})  # fmt: skip
+    _, df = sample(
+        tmp_path, 1.5, 4, lambda: {"parent": parent.pid, "short": short.pid, "gone": 999_999_999}
+    )
     fam = df[(df.kind == "process") & (df.label == "parent")]
     assert fam.pid.nunique() == 2  # the parent and its child, under the parent's label
     child = fam[fam.pid != parent.pid]

@@ -32,16 +32,30 @@ def shared_captures() -> list[Path]:
 def test_real_captures_are_multiplied_as_planned(flowengine_bin, tmp_path, capsys):
     for cap in shared_captures():
         out = tmp_path / (cap.stem + ".out.pcap")
-        assert main(["multiply", str(cap), "-o", str(out), "-T", "3", "--ranges", RANGES, "--seed", "4"]) == 0
+        assert (
+            main(
+                ["multiply", str(cap), "-o", str(out), "-T", "3", "--ranges", RANGES, "--seed", "4"]
+            )
+            == 0
+        )
         assert "as planned" in capsys.readouterr().out
         doc = json.loads((tmp_path / (cap.stem + ".out.report.json")).read_text())
         n_in, n_out = frame_count(cap), frame_count(out)
         assert (doc["ingress_packets"], doc["egress_packets"]) == (n_in, n_out), cap
         assert doc["packet_ratio"] == pytest.approx(n_out / n_in)
-        assert doc["ok"] and n_out == 4 * doc["ingress_rewritable_packets"] + doc["passed_through_packets"], cap
+        assert (
+            doc["ok"]
+            and n_out == 4 * doc["ingress_rewritable_packets"] + doc["passed_through_packets"]
+        ), cap
         originals = len({v[0] for v in read_plan(tmp_path / (cap.stem + ".out.plan.csv")).values()})
-        assert doc["shadow_flows_per_original"] == {"3": originals} == {"3": doc["original_flows"]}, cap
-        assert doc["shadow_directions_equal"] == doc["shadow_directions"] == 3 * doc["original_directions"]
+        assert (
+            doc["shadow_flows_per_original"] == {"3": originals} == {"3": doc["original_flows"]}
+        ), cap
+        assert (
+            doc["shadow_directions_equal"]
+            == doc["shadow_directions"]
+            == 3 * doc["original_directions"]
+        )
         for suffix in (".md", ".png"):
             assert (tmp_path / (cap.stem + ".out.report" + suffix)).stat().st_size > 0
 
@@ -52,7 +66,9 @@ def test_a_shadow_flow_missing_a_packet_is_found_and_named(flowengine_bin, tmp_p
     assert main(["multiply", str(cap), "-o", str(out), "-T", "2", "--ranges", RANGES]) == 0
     # SPFO: the frames of ingress packet k are 3k+1 (copy 1), 3k+2 (copy 2), 3k+3 (the original)
     cut = tmp_path / "cut.pcap"
-    subprocess.run(["editcap", str(out), str(cut), "101"], check=True, capture_output=True)   # copy 2 of packet 34
+    subprocess.run(
+        ["editcap", str(out), str(cut), "101"], check=True, capture_output=True
+    )  # copy 2 of packet 34
     doc = multiplied_report(cap, cut, tmp_path / "out.plan.csv", 2)
     assert not doc["ok"] and doc["shadow_directions_differ"] == 1
     (d,) = doc["differences"]
@@ -96,7 +112,28 @@ def test_substituted_urls_are_compared_by_packets_only(flowengine_bin, tmp_path,
     urls = tmp_path / "urls.txt"
     urls.write_text("/x\n/a-longer-target/y?z=1\n")
     out = tmp_path / "out.pcap"
-    assert main(["multiply", str(cap), "-o", str(out), "-T", "2", "--ranges", RANGES, "--urls", str(urls)]) == 0
+    assert (
+        main(
+            [
+                "multiply",
+                str(cap),
+                "-o",
+                str(out),
+                "-T",
+                "2",
+                "--ranges",
+                RANGES,
+                "--urls",
+                str(urls),
+            ]
+        )
+        == 0
+    )
     doc = json.loads((tmp_path / "out.report.json").read_text())
-    assert doc["ok"] and not doc["bytes_compared"] and doc["egress_bytes"] != 3 * doc["ingress_bytes"]
-    assert doc["packet_ratio"] == 3.0 and "URLs substituted" in (tmp_path / "out.report.md").read_text()
+    assert (
+        doc["ok"] and not doc["bytes_compared"] and doc["egress_bytes"] != 3 * doc["ingress_bytes"]
+    )
+    assert (
+        doc["packet_ratio"] == 3.0
+        and "URLs substituted" in (tmp_path / "out.report.md").read_text()
+    )

@@ -22,16 +22,22 @@ def execute(path: Path) -> str:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(REPO)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+    ).execute()
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    return "".join(str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in outputs)
+    return "".join(
+        str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in outputs
+    )
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the comparison run creates network namespaces: need root")
-def test_the_comparison_notebook_executes_on_a_real_run(tmp_path, run_scenario, flowengine_bin,
-                                                        monkeypatch):
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="the comparison run creates network namespaces: need root"
+)
+def test_the_comparison_notebook_executes_on_a_real_run(
+    tmp_path, run_scenario, flowengine_bin, monkeypatch
+):
     scenario = tmp_path / "nb.yaml"
     scenario.write_text("""version: 1
 name: nb-compare
@@ -53,7 +59,11 @@ testbed:
     assert "native" in text and "scapy" in text  # the comparison table names both generators
     assert "comparing 1 run(s) of nb-compare" in text
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "compare-cpu.png", "compare-memory.png", "compare-rate.png", "compare-variance.png"]
+        "compare-cpu.png",
+        "compare-memory.png",
+        "compare-rate.png",
+        "compare-variance.png",
+    ]
 
 
 def test_the_coverage_notebook_executes_on_real_coverage_runs(tmp_path, monkeypatch):
@@ -61,12 +71,30 @@ def test_the_coverage_notebook_executes_on_real_coverage_runs(tmp_path, monkeypa
         pytest.skip("suricata is not installed (apt-get install suricata)")
     root = tmp_path / "results"
     extra = tmp_path / "extra.rules"  # Suricata refuses it: a missed rule in the second run
-    extra.write_text('alert tcp any any -> any 80 (msg:"needs lua"; flow:to_server,established; '
-                     'content:"x"; lua:foo.lua; sid:9000001; rev:1;)\n')
+    extra.write_text(
+        'alert tcp any any -> any 80 (msg:"needs lua"; flow:to_server,established; '
+        'content:"x"; lua:foo.lua; sid:9000001; rev:1;)\n'
+    )
     http = REPO / "tests" / "rules_cases" / "http_request" / "rules.rules"
-    for name, rules in (("20261120T100000Z-ids-coverage", [http]), ("20261121T100000Z-ids-coverage", [http, extra])):
-        p = subprocess.run([sys.executable, "-m", "testbed", "ids-coverage", *map(str, rules), "--out",
-                            str(root / name), "-q"], capture_output=True, text=True, cwd=REPO)
+    for name, rules in (
+        ("20261120T100000Z-ids-coverage", [http]),
+        ("20261121T100000Z-ids-coverage", [http, extra]),
+    ):
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "testbed",
+                "ids-coverage",
+                *map(str, rules),
+                "--out",
+                str(root / name),
+                "-q",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         assert p.returncode == 0, p.stderr
     last = json.loads((root / name / "coverage.json").read_text())
     monkeypatch.setenv("NTG_RUN_DIRS", str(root))

@@ -60,8 +60,10 @@ def test_proto_reader_reports_the_line_of_a_mistake():
 
 
 def test_nested_enums_and_defaults_resolve():
-    fd = parse_proto('package P;\nmessage A { enum E { X = 0; Y = 1; } optional E e = 1 [default = Y];'
-                     ' optional string s = 2 [default = "hi"]; }\n')
+    fd = parse_proto(
+        "package P;\nmessage A { enum E { X = 0; Y = 1; } optional E e = 1 [default = Y];"
+        ' optional string s = 2 [default = "hi"]; }\n'
+    )
     f = fd.message_type[0].field
     assert f[0].type_name == ".P.A.E" and f[0].default_value == "Y"
     assert f[1].default_value == "hi"
@@ -106,8 +108,10 @@ def test_notifications_are_skipped_and_errors_raised():
     ours, theirs = socket.socketpair()
     script = [
         compatible,
-        lambda m, b: frame(5, 3, b"\x01\x02") + frame(2, m, msg.PortIdList(
-            port_id=[msg.PortId(id=4)]).SerializeToString()),
+        lambda m, b: (
+            frame(5, 3, b"\x01\x02")
+            + frame(2, m, msg.PortIdList(port_id=[msg.PortId(id=4)]).SerializeToString())
+        ),
         lambda m, b: frame(4, m, "Port Id 9 invalid".encode()),
         lambda m, b: frame(3, m, b"\xd4\xc3\xb2\xa1pcap"),
     ]
@@ -133,8 +137,10 @@ def test_every_call_has_a_timeout():
 
 
 def test_a_flow_of_n_packets_is_one_stream_of_n_packets_at_its_rate():
-    s = scenario("  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 53,"
-                 " rate: 2000, packets: 500, payload: {size: 18}}\n")
+    s = scenario(
+        "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 53,"
+        " rate: 2000, packets: 500, payload: {size: 18}}\n"
+    )
     plan = build_plan(s, 1)
     assert plan.transmit_mode == "sequential" and not plan.continuous and plan.packets == 500
     st = plan.streams[0].stream
@@ -151,7 +157,8 @@ def test_meta_flow_modes_become_ostinato_modes():
         "  - protocol: tcp\n    src: {cidr: 198.18.0.250/24, mode: increment}\n"
         "    dst: 198.19.0.0/28\n    src_port: random\n"
         "    dst_port: {range: 1000-1009, mode: increment}\n"
-        "    rate: 1000\n    packets: 1\n    repeat: {count: 100, period: 1ms}\n")
+        "    rate: 1000\n    packets: 1\n    repeat: {count: 100, period: 1ms}\n"
+    )
     st = build_plan(s, 1).streams[0]
     assert st.packets == 100 and st.pps == 1000
     ip = proto_of(st.stream, IP4).ip4
@@ -162,13 +169,18 @@ def test_meta_flow_modes_become_ostinato_modes():
     fields = {vf.offset: vf for vf in tcp.variable_field}
     assert fields[0].mode == msg.VariableField.kRandom and fields[0].mask == 0x3FFF
     assert tcp.tcp.src_port == 49152
-    assert fields[2].mode == msg.VariableField.kIncrement and (fields[2].value, fields[2].count) == (1000, 10)
+    assert fields[2].mode == msg.VariableField.kIncrement and (
+        fields[2].value,
+        fields[2].count,
+    ) == (1000, 10)
 
 
 def test_flows_chain_when_each_starts_as_the_previous_ends():
-    s = scenario("  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.1, rate: 100, packets: 10}\n"
-                 "  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.2, rate: 100, packets: 5,"
-                 " start: 100ms}\n")
+    s = scenario(
+        "  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.1, rate: 100, packets: 10}\n"
+        "  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.2, rate: 100, packets: 5,"
+        " start: 100ms}\n"
+    )
     plan = build_plan(s, 1)
     a, b = (x.stream for x in plan.streams)
     assert a.control.next == msg.StreamControl.e_nw_goto_next
@@ -177,23 +189,29 @@ def test_flows_chain_when_each_starts_as_the_previous_ends():
 
 
 def test_a_start_that_breaks_the_chain_is_refused_with_the_start_it_needs():
-    s = scenario("  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.1, rate: 100, packets: 10}\n"
-                 "  - {name: late, protocol: icmp, src: 198.18.0.1, dst: 198.19.0.2, rate: 100,"
-                 " packets: 5, start: 2s}\n")
+    s = scenario(
+        "  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.1, rate: 100, packets: 10}\n"
+        "  - {name: late, protocol: icmp, src: 198.18.0.1, dst: 198.19.0.2, rate: 100,"
+        " packets: 5, start: 2s}\n"
+    )
     with pytest.raises(GeneratorError, match=r"flows\[1\] \(late\): start: .* at 0\.1s \(got 2s\)"):
         build_plan(s, 1)
 
 
 def test_meta_flow_with_several_packets_per_instance_is_refused():
-    s = scenario("  - {name: dns, protocol: udp, src: 198.18.0.1, dst: 198.19.0.0/24, dst_port: 53,"
-                 " rate: 1000, packets: 2, repeat: {count: 10, period: 10ms}}\n")
+    s = scenario(
+        "  - {name: dns, protocol: udp, src: 198.18.0.1, dst: 198.19.0.0/24, dst_port: 53,"
+        " rate: 1000, packets: 2, repeat: {count: 10, period: 10ms}}\n"
+    )
     with pytest.raises(GeneratorError, match=r"flows\[0\] \(dns\): repeat: .*2 packets"):
         build_plan(s, 1)
 
 
 def test_random_ports_outside_an_aligned_block_are_refused():
-    s = scenario("  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 1000-1999,"
-                 " rate: 1000, packets: 1, repeat: {count: 10, period: 1ms}}\n")
+    s = scenario(
+        "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 1000-1999,"
+        " rate: 1000, packets: 1, repeat: {count: 10, period: 1ms}}\n"
+    )
     with pytest.raises(GeneratorError, match=r"flows\[0\]: dst_port: .*1000-1999.*1024-1535"):
         build_plan(s, 1)
 

@@ -28,8 +28,9 @@ from testbed.endpoints.netns.topology import VethPair
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
-    pytest.mark.skipif(shutil.which("drone") is None,
-                       reason="drone is not installed (apt-get install ostinato)"),
+    pytest.mark.skipif(
+        shutil.which("drone") is None, reason="drone is not installed (apt-get install ostinato)"
+    ),
     pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump is not installed"),
 ]
 
@@ -75,9 +76,28 @@ class Tcpdump:
         self.path = path
         self.err = path.with_suffix(".log")
         self.log = open(self.err, "wb")
-        self.proc = Process("tcpdump", ["ip", "netns", "exec", pair.peer, "tcpdump", "-i", "veth1",
-                                        "-n", "-B", "16384", "-s", "256", "-U", "--immediate-mode",
-                                        "-w", str(path)], stderr=self.log).start()
+        self.proc = Process(
+            "tcpdump",
+            [
+                "ip",
+                "netns",
+                "exec",
+                pair.peer,
+                "tcpdump",
+                "-i",
+                "veth1",
+                "-n",
+                "-B",
+                "16384",
+                "-s",
+                "256",
+                "-U",
+                "--immediate-mode",
+                "-w",
+                str(path),
+            ],
+            stderr=self.log,
+        ).start()
         deadline = time.monotonic() + 10
         while b"listening on" not in self.err.read_bytes():
             assert time.monotonic() < deadline and self.proc.poll() is None, self.err.read_text()
@@ -124,9 +144,13 @@ def test_n_packets_arrive_exactly_n_times(pair, tmp_path):
     n = 3000
     cap = Tcpdump(pair, tmp_path / "peer.pcap")
     before = pair.rx()
-    gen = run_adapter(Ostinato(), "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, "
-                      f"src_port: 4000, dst_port: 9, rate: 30kpps, packets: {n}, payload: {{size: 22}}}}\n",
-                      tmp_path / "run", Endpoint(pair.gen, "veth0"))
+    gen = run_adapter(
+        Ostinato(),
+        "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, "
+        f"src_port: 4000, dst_port: 9, rate: 30kpps, packets: {n}, payload: {{size: 22}}}}\n",
+        tmp_path / "run",
+        Endpoint(pair.gen, "veth0"),
+    )
     log = cap.stop()
     assert gen.status() == "completed"
     stats = gen.port_stats()["veth0"]
@@ -143,15 +167,21 @@ def test_address_and_port_modes_and_stats_match_the_capture(pair, tmp_path, pcap
 
     n = 300
     cap = Tcpdump(pair, tmp_path / "peer.pcap")
-    gen = run_adapter(Ostinato(), (
-        "  - protocol: tcp\n"
-        "    src: {cidr: 198.18.0.250/24, mode: increment}\n"
-        "    dst: 198.19.7.0/28\n"
-        "    src_port: 49152-65535\n"
-        "    dst_port: {range: 1000-1009, mode: increment}\n"
-        "    rate: 1000\n    packets: 1\n"
-        f"    repeat: {{count: {n}, period: 50us}}\n"
-        "    payload: {size: 10-40}\n"), tmp_path / "run", Endpoint(pair.gen, "veth0"))
+    gen = run_adapter(
+        Ostinato(),
+        (
+            "  - protocol: tcp\n"
+            "    src: {cidr: 198.18.0.250/24, mode: increment}\n"
+            "    dst: 198.19.7.0/28\n"
+            "    src_port: 49152-65535\n"
+            "    dst_port: {range: 1000-1009, mode: increment}\n"
+            "    rate: 1000\n    packets: 1\n"
+            f"    repeat: {{count: {n}, period: 50us}}\n"
+            "    payload: {size: 10-40}\n"
+        ),
+        tmp_path / "run",
+        Endpoint(pair.gen, "veth0"),
+    )
     cap.stop()
     c = read_capture(tmp_path / "peer.pcap")
     assert len(c) == n
@@ -171,9 +201,12 @@ def test_address_and_port_modes_and_stats_match_the_capture(pair, tmp_path, pcap
 def test_drone_capture_buffer_instead_of_tcpdump(single, tmp_path, pcaplib):
     from analysis.capture import read_capture
 
-    gen = run_adapter(Ostinato(capture_port="veth1"),
-                      "  - {protocol: icmp, src: 198.18.0.1, dst: 198.18.0.2, rate: 5000, packets: 200}\n",
-                      tmp_path / "run", Endpoint(single.gen, "veth0"))
+    gen = run_adapter(
+        Ostinato(capture_port="veth1"),
+        "  - {protocol: icmp, src: 198.18.0.1, dst: 198.18.0.2, rate: 5000, packets: 200}\n",
+        tmp_path / "run",
+        Endpoint(single.gen, "veth0"),
+    )
     assert gen.capture_path == tmp_path / "run" / "drone-capture.pcap"
     c = read_capture(gen.capture_path)
     assert len(c) == 200 and set(c.proto.tolist()) == {1}
@@ -184,8 +217,10 @@ def test_drone_capture_buffer_instead_of_tcpdump(single, tmp_path, pcaplib):
 
 def test_drone_killed_mid_run_fails_cleanly(pair, tmp_path):
     gen = Ostinato()
-    s = parse_scenario(HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9,"
-                       " rate: 500, duration: 20s}\n")
+    s = parse_scenario(
+        HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9,"
+        " rate: 500, duration: 20s}\n"
+    )
     gen.prepare(s, tmp_path, 3, Endpoint(pair.gen, "veth0"))
     gen.start()
     time.sleep(0.5)
@@ -204,7 +239,9 @@ def test_drone_killed_mid_run_fails_cleanly(pair, tmp_path):
 
 def test_a_port_drone_does_not_offer_lists_the_ports_it_has(pair, tmp_path):
     gen = Ostinato()
-    s = parse_scenario(HEAD + "  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.1, rate: 10, packets: 1}\n")
+    s = parse_scenario(
+        HEAD + "  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.1, rate: 10, packets: 1}\n"
+    )
     gen.prepare(s, tmp_path, 3, Endpoint(pair.gen, "eth7"))
     with pytest.raises(GeneratorError, match=r"does not offer port 'eth7'.*it offers: veth0"):
         gen.start()
@@ -212,7 +249,9 @@ def test_a_port_drone_does_not_offer_lists_the_ports_it_has(pair, tmp_path):
 
 
 def test_seed001_topspeed_for_a_duration(pair, tmp_path):
-    text = (Path(__file__).resolve().parent.parent / "scenarios" / "seed001-ostinato.yaml").read_text()
+    text = (
+        Path(__file__).resolve().parent.parent / "scenarios" / "seed001-ostinato.yaml"
+    ).read_text()
     s = parse_scenario(text, "seed001-ostinato.yaml")
     before = pair.rx()
     gen = Ostinato()
@@ -227,8 +266,10 @@ def test_seed001_topspeed_for_a_duration(pair, tmp_path):
 
 def test_stop_on_request_leaves_consistent_counters(pair, tmp_path):
     gen = Ostinato()
-    s = parse_scenario(HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9,"
-                       " rate: 2000, packets: 40000}\n")
+    s = parse_scenario(
+        HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9,"
+        " rate: 2000, packets: 40000}\n"
+    )
     before = pair.rx()
     gen.prepare(s, tmp_path, 3, Endpoint(pair.gen, "veth0"))
     gen.start()
@@ -246,17 +287,25 @@ def test_chained_and_concurrent_flows(pair, tmp_path, pcaplib):
     flow = "  - {{protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: {port}, rate: {rate}, {extra}}}\n"
     # Chained: the second flow starts when the first ends -> all of A, then all of B.
     cap = Tcpdump(pair, tmp_path / "chain.pcap")
-    gen = run_adapter(Ostinato(), flow.format(port=1, rate=5000, extra="packets: 500")
-                      + flow.format(port=2, rate=5000, extra="packets: 300, start: 100ms"),
-                      tmp_path / "chain", Endpoint(pair.gen, "veth0"))
+    gen = run_adapter(
+        Ostinato(),
+        flow.format(port=1, rate=5000, extra="packets: 500")
+        + flow.format(port=2, rate=5000, extra="packets: 300, start: 100ms"),
+        tmp_path / "chain",
+        Endpoint(pair.gen, "veth0"),
+    )
     cap.stop()
     assert gen.plan.transmit_mode == "sequential"
     assert list(read_capture(tmp_path / "chain.pcap").dport) == [1] * 500 + [2] * 300
     # Concurrent: both start at 0 with one duration -> interleaved, each at its own rate.
     cap = Tcpdump(pair, tmp_path / "both.pcap")
-    gen = run_adapter(Ostinato(), flow.format(port=1, rate=1000, extra="duration: 1s")
-                      + flow.format(port=2, rate=3000, extra="duration: 1s"),
-                      tmp_path / "both", Endpoint(pair.gen, "veth0"))
+    gen = run_adapter(
+        Ostinato(),
+        flow.format(port=1, rate=1000, extra="duration: 1s")
+        + flow.format(port=2, rate=3000, extra="duration: 1s"),
+        tmp_path / "both",
+        Endpoint(pair.gen, "veth0"),
+    )
     cap.stop()
     assert gen.plan.transmit_mode == "interleaved" and gen.status() == "completed"
     ports = read_capture(tmp_path / "both.pcap").dport.tolist()
@@ -268,11 +317,17 @@ def test_chained_and_concurrent_flows(pair, tmp_path, pcaplib):
 def test_ipv6_text_payload_and_icmpv6(pair, tmp_path):
     scapy = pytest.importorskip("scapy.all")
     cap = Tcpdump(pair, tmp_path / "v6.pcap")
-    run_adapter(Ostinato(), (
-        "  - {protocol: tcp, src: 2001:db8::1, dst: 2001:db8::2, src_port: 5000, dst_port: 80,"
-        " rate: 1000, packets: 5, payload: {text: hello, size: 20}}\n"
-        "  - {protocol: icmpv6, src: 2001:db8::1, dst: 2001:db8::2, rate: 1000, packets: 3,"
-        " start: 5ms}\n"), tmp_path / "run", Endpoint(pair.gen, "veth0"))
+    run_adapter(
+        Ostinato(),
+        (
+            "  - {protocol: tcp, src: 2001:db8::1, dst: 2001:db8::2, src_port: 5000, dst_port: 80,"
+            " rate: 1000, packets: 5, payload: {text: hello, size: 20}}\n"
+            "  - {protocol: icmpv6, src: 2001:db8::1, dst: 2001:db8::2, rate: 1000, packets: 3,"
+            " start: 5ms}\n"
+        ),
+        tmp_path / "run",
+        Endpoint(pair.gen, "veth0"),
+    )
     cap.stop()
     frames = scapy.rdpcap(str(tmp_path / "v6.pcap"))
     assert len(frames) == 8

@@ -30,9 +30,19 @@ def tool(name: str) -> str:
     return str(path)
 
 
-def ansible(*args: str, cwd: Path = REPO, timeout: float = 120, **env_extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PY_COLORS": "0", **env_extra}
-    return subprocess.run(list(args), capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+def ansible(
+    *args: str, cwd: Path = REPO, timeout: float = 120, **env_extra: str
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PY_COLORS": "0",
+        **env_extra,
+    }
+    return subprocess.run(
+        list(args), capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
 
 
 def recap(out: str) -> dict[str, int]:
@@ -52,8 +62,13 @@ def test_local_playbook_syntax():
 
 
 def test_site_playbook_syntax_with_the_example_inventory():
-    p = ansible(tool("ansible-playbook"), "--syntax-check", "-i", "playbooks/inventory.example.ini",
-                "playbooks/site.yml")  # fmt: skip
+    p = ansible(
+        tool("ansible-playbook"),
+        "--syntax-check",
+        "-i",
+        "playbooks/inventory.example.ini",
+        "playbooks/site.yml",
+    )
     assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -73,15 +88,28 @@ def test_ansible_lint_passes_on_playbooks():
     assert p.returncode == 0, p.stdout + p.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                    reason="the topology role creates network namespaces: needs root and iproute2")  # fmt: skip
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None,
+    reason="the topology role creates network namespaces: needs root and iproute2",
+)
 def test_topology_role_is_idempotent_both_ways():
     name = f"ntgpb-{secrets.token_hex(3)}"
     spaces = {f"{name}-{r}" for r in ("gen", "dut", "tap")}
 
     def play(state: str, *extra: str) -> dict[str, int]:
-        p = ansible(tool("ansible-playbook"), "playbooks/local.yml", "--tags", "topology", "-e", PYTHON_VAR,
-                    "-e", f"topology_name={name}", "-e", f"topology_state={state}", *extra)  # fmt: skip
+        p = ansible(
+            tool("ansible-playbook"),
+            "playbooks/local.yml",
+            "--tags",
+            "topology",
+            "-e",
+            PYTHON_VAR,
+            "-e",
+            f"topology_name={name}",
+            "-e",
+            f"topology_state={state}",
+            *extra,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         return recap(p.stdout)
 
@@ -99,29 +127,48 @@ def test_topology_role_is_idempotent_both_ways():
     assert not spaces & netns_list()
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ethtool") is None,
-                    reason="needs root (a namespace with a veth) and ethtool")  # fmt: skip
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ethtool") is None,
+    reason="needs root (a namespace with a veth) and ethtool",
+)
 def test_nic_tuning_module_sets_offloads_once_and_names_what_it_cannot_do():
     import json
 
     topo = load_topology("pair").renamed(f"ntgpb-{secrets.token_hex(3)}")
 
     def nic(**args) -> subprocess.CompletedProcess:
-        return ansible(tool("ansible"), "localhost", "-c", "local", "-M", "playbooks/library", "-m", "ntg_nic",
-                       "-e", PYTHON_VAR, "-a", json.dumps({"iface": "veth0", "netns": topo.netns("gen"), **args}))  # fmt: skip
+        return ansible(
+            tool("ansible"),
+            "localhost",
+            "-c",
+            "local",
+            "-M",
+            "playbooks/library",
+            "-m",
+            "ntg_nic",
+            "-e",
+            PYTHON_VAR,
+            "-a",
+            json.dumps({"iface": "veth0", "netns": topo.netns("gen"), **args}),
+        )
 
     with topo.up():
         first = nic(offloads={"gso": False, "tso": "no"})
         assert "localhost | CHANGED" in first.stdout, first.stdout + first.stderr
         assert "veth0: ethtool -K" in first.stdout
-        out = subprocess.run(topo.exec_argv("gen", "ethtool", "-k", "veth0"), capture_output=True, text=True).stdout
+        out = subprocess.run(
+            topo.exec_argv("gen", "ethtool", "-k", "veth0"), capture_output=True, text=True
+        ).stdout
         assert "generic-segmentation-offload: off" in out and "tcp-segmentation-offload: off" in out
         assert "localhost | SUCCESS" in nic(offloads={"gso": False, "tso": "no"}).stdout
         ring = nic(rx_ring=256)  # veths have no rings: the failure says which command and why
         assert ring.returncode != 0 and "ethtool -g veth0` failed" in ring.stdout
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the whole playbook installs packages and makes namespaces: needs root")
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="the whole playbook installs packages and makes namespaces: needs root",
+)
 def test_the_whole_local_playbook_is_idempotent(tmp_path):
     """Packages, the project (into a scratch virtual environment) and a topology: the second run
     of the whole play reports no change."""
@@ -130,9 +177,18 @@ def test_the_whole_local_playbook_is_idempotent(tmp_path):
     venv = tmp_path / "venv"
 
     def play(*extra: str) -> dict[str, int]:
-        p = ansible(tool("ansible-playbook"), "playbooks/local.yml", "-e", PYTHON_VAR,
-                    "-e", f"topology_name={name}", "-e", f"project_venv={venv}", *extra,
-                    timeout=900)  # fmt: skip
+        p = ansible(
+            tool("ansible-playbook"),
+            "playbooks/local.yml",
+            "-e",
+            PYTHON_VAR,
+            "-e",
+            f"topology_name={name}",
+            "-e",
+            f"project_venv={venv}",
+            *extra,
+            timeout=900,
+        )
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         return recap(p.stdout)
 
@@ -173,7 +229,9 @@ def trex_build() -> Path:
 
     d = os.environ.get("NTG_TREX_DIR")
     if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail("NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)")
+        skip_or_fail(
+            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
+        )
     return Path(d)
 
 
@@ -192,8 +250,10 @@ def local_generator(tmp_path: Path) -> Path:
     """An inventory with this machine as the one generator (no become: we are root already;
     pipelining: a module run costs one process instead of a copy, a chmod and a clean-up)."""
     inventory = tmp_path / "inventory.ini"
-    inventory.write_text("[generators]\nlocalhost ansible_connection=local ansible_become=false "
-                         f"ansible_pipelining=true ansible_python_interpreter={sys.executable}\n")  # fmt: skip
+    inventory.write_text(
+        "[generators]\nlocalhost ansible_connection=local ansible_become=false "
+        f"ansible_pipelining=true ansible_python_interpreter={sys.executable}\n"
+    )
     return inventory
 
 
@@ -204,8 +264,10 @@ def proc_alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                    reason="the role starts TRex in a namespace made by the test: needs root and iproute2")  # fmt: skip
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None,
+    reason="the role starts TRex in a namespace made by the test: needs root and iproute2",
+)
 def test_trex_role_installs_from_a_tarball_configures_starts_and_stops_in_a_namespace(tmp_path):
     """site.yml --tags trex against localhost: install from a tarball, config, start (STL) in a
     namespace made here, again (no change), ASTF from trex_dir (restarted), stopped (nothing left)."""
@@ -228,25 +290,51 @@ def test_trex_role_installs_from_a_tarball_configures_starts_and_stops_in_a_name
     pid = None
 
     def play(**overrides) -> tuple[dict[str, int], str]:
-        extra = {"trex_tarball": str(tarball), "trex_install_root": str(root), "trex_cfg_path": str(cfg),
-                 "trex_state_dir": str(state), "trex_netns": pair.gen, "trex_interfaces": ["veth0"],
-                 "trex_port_info": [macs], "trex_prefix": prefix, **overrides}  # fmt: skip
-        p = ansible(tool("ansible-playbook"), "-i", str(inventory), "playbooks/site.yml", "--tags", "trex",
-                    "-e", json.dumps(extra), timeout=120, ANSIBLE_GATHERING="explicit")  # fmt: skip
+        extra = {
+            "trex_tarball": str(tarball),
+            "trex_install_root": str(root),
+            "trex_cfg_path": str(cfg),
+            "trex_state_dir": str(state),
+            "trex_netns": pair.gen,
+            "trex_interfaces": ["veth0"],
+            "trex_port_info": [macs],
+            "trex_prefix": prefix,
+            **overrides,
+        }
+        p = ansible(
+            tool("ansible-playbook"),
+            "-i",
+            str(inventory),
+            "playbooks/site.yml",
+            "--tags",
+            "trex",
+            "-e",
+            json.dumps(extra),
+            timeout=120,
+            ANSIBLE_GATHERING="explicit",
+        )
         assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
         return recap(p.stdout), p.stdout
 
     def probe(mode: str) -> dict:
-        p = subprocess.run(["ip", "netns", "exec", pair.gen, sys.executable, "-c", TREX_PROBE, mode],
-                           capture_output=True, text=True, timeout=30)  # fmt: skip
+        p = subprocess.run(
+            ["ip", "netns", "exec", pair.gen, sys.executable, "-c", TREX_PROBE, mode],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert p.returncode == 0, p.stdout + p.stderr
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     def server_pid() -> int:
         pid = int((state / "trex.pid").read_text())
         assert proc_alive(pid)
-        assert str(pid) in subprocess.run(["ip", "netns", "pids", pair.gen], capture_output=True,
-                                          text=True).stdout.split()  # fmt: skip
+        assert (
+            str(pid)
+            in subprocess.run(
+                ["ip", "netns", "pids", pair.gen], capture_output=True, text=True
+            ).stdout.split()
+        )
         return pid
 
     try:
@@ -256,21 +344,40 @@ def test_trex_role_installs_from_a_tarball_configures_starts_and_stops_in_a_name
         assert rc["failed"] == 0 and rc["changed"] >= 4, out[-3000:]
         home = root / "v3.08"
         assert (home / "_t-rex-64-o").is_file() and (home / "so" / "x86_64").is_dir()
-        assert (home / ".ntg-tarball.sha1").read_text().strip() == hashlib.sha1(tarball.read_bytes()).hexdigest()
+        assert (home / ".ntg-tarball.sha1").read_text().strip() == hashlib.sha1(
+            tarball.read_bytes()
+        ).hexdigest()
         # config and flags are the adapter's own (generators/trex/server.py: a TrexServer made,
         # not started, for the same interface and MACs), the config parsed, key for key
         (tmp_path / "adapter").mkdir()
-        adapter = TrexServer(server_binary(str(build)), NetnsEndpoint(pair.gen, "veth0"), tmp_path / "adapter",
-                             macs["src_mac"], macs["dest_mac"])  # fmt: skip
+        adapter = TrexServer(
+            server_binary(str(build)),
+            NetnsEndpoint(pair.gen, "veth0"),
+            tmp_path / "adapter",
+            macs["src_mac"],
+            macs["dest_mac"],
+        )
         ref = yaml.safe_load(adapter.config.read_text())
         ref[0]["prefix"] = prefix  # the adapter's is random per run
         assert yaml.safe_load(cfg.read_text()) == ref
         flags = adapter.proc.record.argv
-        flags = [str(cfg) if a == str(adapter.config) else a for a in flags[flags.index(str(adapter.binary)) + 1 :]]
+        flags = [
+            str(cfg) if a == str(adapter.config) else a
+            for a in flags[flags.index(str(adapter.binary)) + 1 :]
+        ]
         pid = server_pid()
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
         assert argv == ["./_t-rex-64-o", *flags]
-        assert flags == ["-i", "--software", "--no-scapy-server", "--no-termio", "--iom", "0", "--cfg", str(cfg)]
+        assert flags == [
+            "-i",
+            "--software",
+            "--no-scapy-server",
+            "--no-termio",
+            "--iom",
+            "0",
+            "--cfg",
+            str(cfg),
+        ]
         assert os.readlink(f"/proc/{pid}/cwd") == str(home.resolve())
         version = probe("stl")
         assert version["version"] == "v3.08" and version.get("mode", "STL") == "STL", version
@@ -313,15 +420,40 @@ def test_trex_role_refuses_missing_or_both_sources(tmp_path):
     import json
 
     inventory = local_generator(tmp_path)
-    extra = {"trex_tarball": str(tmp_path / "a.tar.gz"), "trex_dir": str(tmp_path), "trex_interfaces": ["veth0"],
-             "trex_state_dir": str(tmp_path / "state"), "trex_cfg_path": str(tmp_path / "cfg.yaml")}  # fmt: skip
-    p = ansible(tool("ansible-playbook"), "-i", str(inventory), "playbooks/site.yml", "--tags", "trex",
-                "-e", json.dumps(extra), ANSIBLE_GATHERING="explicit")  # fmt: skip
+    extra = {
+        "trex_tarball": str(tmp_path / "a.tar.gz"),
+        "trex_dir": str(tmp_path),
+        "trex_interfaces": ["veth0"],
+        "trex_state_dir": str(tmp_path / "state"),
+        "trex_cfg_path": str(tmp_path / "cfg.yaml"),
+    }
+    p = ansible(
+        tool("ansible-playbook"),
+        "-i",
+        str(inventory),
+        "playbooks/site.yml",
+        "--tags",
+        "trex",
+        "-e",
+        json.dumps(extra),
+        ANSIBLE_GATHERING="explicit",
+    )
     assert p.returncode != 0 and "set trex_tarball" in p.stdout and "not both" in p.stdout, p.stdout
     extra.pop("trex_dir")  # now a tarball that does not exist
-    p = ansible(tool("ansible-playbook"), "-i", str(inventory), "playbooks/site.yml", "--tags", "trex",
-                "-e", json.dumps(extra), ANSIBLE_GATHERING="explicit")  # fmt: skip
-    assert p.returncode != 0 and f"no file {tmp_path / 'a.tar.gz'} on the controller" in p.stdout, p.stdout
+    p = ansible(
+        tool("ansible-playbook"),
+        "-i",
+        str(inventory),
+        "playbooks/site.yml",
+        "--tags",
+        "trex",
+        "-e",
+        json.dumps(extra),
+        ANSIBLE_GATHERING="explicit",
+    )
+    assert p.returncode != 0 and f"no file {tmp_path / 'a.tar.gz'} on the controller" in p.stdout, (
+        p.stdout
+    )
     assert not (tmp_path / "cfg.yaml").exists() and not (tmp_path / "state").exists()
 
 
@@ -335,18 +467,34 @@ def test_trex_role_check_mode_on_a_fresh_host_changes_nothing(tmp_path):
     with tarfile.open(tmp_path / "v9.99.tar.gz", "w:gz") as tar:
         tar.add(tmp_path / "v9.99", arcname="v9.99")
     out = tmp_path / "host"
-    extra = {"trex_tarball": str(tmp_path / "v9.99.tar.gz"), "trex_install_root": str(out / "opt"),
-             "trex_interfaces": ["veth0"], "trex_state_dir": str(out / "state"),
-             "trex_cfg_path": str(out / "cfg.yaml")}  # fmt: skip
-    p = ansible(tool("ansible-playbook"), "--check", "-i", str(local_generator(tmp_path)), "playbooks/site.yml",
-                "--tags", "trex", "-e", json.dumps(extra), ANSIBLE_GATHERING="explicit")  # fmt: skip
+    extra = {
+        "trex_tarball": str(tmp_path / "v9.99.tar.gz"),
+        "trex_install_root": str(out / "opt"),
+        "trex_interfaces": ["veth0"],
+        "trex_state_dir": str(out / "state"),
+        "trex_cfg_path": str(out / "cfg.yaml"),
+    }
+    p = ansible(
+        tool("ansible-playbook"),
+        "--check",
+        "-i",
+        str(local_generator(tmp_path)),
+        "playbooks/site.yml",
+        "--tags",
+        "trex",
+        "-e",
+        json.dumps(extra),
+        ANSIBLE_GATHERING="explicit",
+    )
     assert p.returncode == 0, p.stdout[-3000:]
     assert recap(p.stdout)["changed"] >= 4  # the folders, the checksum, the config, the script
     assert not out.exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                    reason="the role starts TRex in a namespace made by the test: needs root and iproute2")  # fmt: skip
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None,
+    reason="the role starts TRex in a namespace made by the test: needs root and iproute2",
+)
 def test_trex_role_fails_with_the_servers_words_when_it_cannot_start(tmp_path, pair):
     """An interface the namespace does not have: TRex exits at start-up, the task fails with the
     end of its log, and no process, pid file or DPDK files are left."""
@@ -356,11 +504,31 @@ def test_trex_role_fails_with_the_servers_words_when_it_cannot_start(tmp_path, p
 
     build = trex_build()
     state, prefix = tmp_path / "state", f"ntgpb{secrets.token_hex(3)}"
-    extra = {"trex_dir": str(build), "trex_interfaces": ["nosuch0"], "trex_netns": pair.gen, "trex_prefix": prefix,
-             "trex_state_dir": str(state), "trex_cfg_path": str(tmp_path / "trex_cfg.yaml")}  # fmt: skip
-    p = ansible(tool("ansible-playbook"), "-i", str(local_generator(tmp_path)), "playbooks/site.yml", "--tags", "trex",
-                "-e", json.dumps(extra), ANSIBLE_GATHERING="explicit")  # fmt: skip
+    extra = {
+        "trex_dir": str(build),
+        "trex_interfaces": ["nosuch0"],
+        "trex_netns": pair.gen,
+        "trex_prefix": prefix,
+        "trex_state_dir": str(state),
+        "trex_cfg_path": str(tmp_path / "trex_cfg.yaml"),
+    }
+    p = ansible(
+        tool("ansible-playbook"),
+        "-i",
+        str(local_generator(tmp_path)),
+        "playbooks/site.yml",
+        "--tags",
+        "trex",
+        "-e",
+        json.dumps(extra),
+        ANSIBLE_GATHERING="explicit",
+    )
     assert p.returncode != 0 and "the TRex server exited at start-up" in p.stdout, p.stdout[-3000:]
     assert "Could not find all interfaces" in p.stdout, p.stdout[-3000:]
     assert not (state / "trex.pid").exists() and not (DPDK_RUN / prefix).exists()
-    assert subprocess.run(["ip", "netns", "pids", pair.gen], capture_output=True, text=True).stdout.strip() == ""
+    assert (
+        subprocess.run(
+            ["ip", "netns", "pids", pair.gen], capture_output=True, text=True
+        ).stdout.strip()
+        == ""
+    )

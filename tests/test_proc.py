@@ -19,8 +19,12 @@ from tests.conftest import REPO
 
 
 def test_communicate_reads_both_streams_and_records_the_exit():
-    proc = Process("two streams", [sys.executable, "-c", "import sys; print('out'); sys.stderr.write('err'); sys.exit(3)"],
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE).start()  # fmt: skip
+    proc = Process(
+        "two streams",
+        [sys.executable, "-c", "import sys; print('out'); sys.stderr.write('err'); sys.exit(3)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ).start()
     assert proc.communicate(30) == (b"out\n", b"err")
     assert proc.wait() == 3 and proc.record.exit_code == 3 and proc.record.ended_utc is not None
 
@@ -74,7 +78,10 @@ def test_children_started_from_several_threads_are_all_in_the_runs_mark(tmp_path
                 t.join(60)
         assert not failures, failures
         doc = json.loads(mark.path.read_text())
-        assert sorted(c["pid"] for c in doc["children"]) == sorted(p.pid for p in procs) and len(procs) == 100
+        assert (
+            sorted(c["pid"] for c in doc["children"]) == sorted(p.pid for p in procs)
+            and len(procs) == 100
+        )
         assert [p.name for p in tmp_path.iterdir()] == [mark.path.name]  # no temporary file left
     finally:
         for p in procs:
@@ -84,48 +91,71 @@ def test_children_started_from_several_threads_are_all_in_the_runs_mark(tmp_path
 def _interrupted_child(body: str, tag: str) -> subprocess.CompletedProcess:
     """Run BODY in a fresh Python under `Interrupts(raising=True)`, with SIGINT ignored at start
     (as in a background job of a non-interactive shell); `sleep TAG` is the child it starts."""
-    script = ("import os, signal, sys, threading\n"
-              "from ntgcore.proc import Interrupted, Interrupts, Process\n"
-              "with Interrupts(raising=True):\n"
-              "    try:\n" + "".join(f"        {line}\n" for line in body.splitlines()) +
-              "    except Interrupted as exc:\n"
-              "        import psutil\n"  # still running when the exception arrives? (not at exit:
-              f"        left = [p.pid for p in psutil.process_iter(['cmdline']) if p.info['cmdline'] == ['sleep', '{tag}']]\n"
-              "        where = exc.__traceback__\n"
-              "        while where.tb_next:\n"
-              "            where = where.tb_next\n"
-              "        print('interrupted by', exc.name, 'in', where.tb_frame.f_code.co_name, 'left', left)\n")  # the death signal kills it then)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO)},
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    script = (
+        "import os, signal, sys, threading\n"
+        "from ntgcore.proc import Interrupted, Interrupts, Process\n"
+        "with Interrupts(raising=True):\n"
+        "    try:\n"
+        + "".join(f"        {line}\n" for line in body.splitlines())
+        + "    except Interrupted as exc:\n"
+        "        import psutil\n"  # still running when the exception arrives? (not at exit:
+        f"        left = [p.pid for p in psutil.process_iter(['cmdline']) if p.info['cmdline'] == ['sleep', '{tag}']]\n"
+        "        where = exc.__traceback__\n"
+        "        while where.tb_next:\n"
+        "            where = where.tb_next\n"
+        "        print('interrupted by', exc.name, 'in', where.tb_frame.f_code.co_name, 'left', left)\n"
+    )  # the death signal kills it then)
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
 
 
-HIT = ("    os.kill(os.getpid(), signal.SIGINT)\n"
-       "    sum(range(1000))\n")  # any Python code after it: the handler runs there
+HIT = (
+    "    os.kill(os.getpid(), signal.SIGINT)\n"
+    "    sum(range(1000))\n"
+)  # any Python code after it: the handler runs there
 
 
-@pytest.mark.parametrize("where,setup", [
-    ("an at-fork callback", "def hit():\n" + HIT + "os.register_at_fork(after_in_parent=hit)\n"),
-    ("Popen's own code after the fork",
-     "import subprocess\nclose = subprocess.Popen._close_pipe_fds\n"
-     "def hit(*args):\n" + HIT + "    return close(*args)\n"
-     "subprocess.Popen._close_pipe_fds = hit\n"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "where,setup",
+    [
+        (
+            "an at-fork callback",
+            "def hit():\n" + HIT + "os.register_at_fork(after_in_parent=hit)\n",
+        ),
+        (
+            "Popen's own code after the fork",
+            "import subprocess\nclose = subprocess.Popen._close_pipe_fds\n"
+            "def hit(*args):\n" + HIT + "    return close(*args)\n"
+            "subprocess.Popen._close_pipe_fds = hit\n",
+        ),
+    ],
+)
 def test_a_signal_while_popen_runs_is_raised_after_it_and_the_child_is_stopped(where, setup):
     """Raised in an at-fork callback, Python would print the exception and drop it; raised in
     Popen after the fork, the child would be left running with nobody holding it. The handler
     defers it while Popen runs; `start` raises it then, and stops the child first."""
-    done = _interrupted_child(setup + "Process('sleep', ['sleep', '30.25']).start()\n"
-                              "print('not interrupted')", "30.25")
+    done = _interrupted_child(
+        setup + "Process('sleep', ['sleep', '30.25']).start()\nprint('not interrupted')", "30.25"
+    )
     assert done.stdout == "interrupted by SIGINT in start left []\n", (where, done.stderr)
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("sig,call,tag", [("SIGTERM", "communicate", "30.5"), ("SIGHUP", "wait", "30.75")])
+@pytest.mark.parametrize(
+    "sig,call,tag", [("SIGTERM", "communicate", "30.5"), ("SIGHUP", "wait", "30.75")]
+)
 def test_an_interrupt_while_waiting_for_the_child_stops_it(sig, call, tag):
     """`communicate` (its output) and `wait` (its exit) both stop the child before they raise."""
     done = _interrupted_child(
         f"threading.Timer(0.5, os.kill, (os.getpid(), signal.{sig})).start()\n"
         f"Process('sleep', ['sleep', '{tag}'], stdout=-1).start().{call}()\n"
-        "print('not interrupted')", tag)
+        "print('not interrupted')",
+        tag,
+    )
     assert done.stdout == f"interrupted by {sig} in _handle left []\n", done.stderr

@@ -20,8 +20,10 @@ from ntgcore.scenario import parse_scenario
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
     pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (`ip netns`) is not installed"),
-    pytest.mark.skipif(shutil.which("tcpreplay") is None,
-                       reason="tcpreplay is not installed (apt-get install tcpreplay)"),
+    pytest.mark.skipif(
+        shutil.which("tcpreplay") is None,
+        reason="tcpreplay is not installed (apt-get install tcpreplay)",
+    ),
 ]
 
 
@@ -77,8 +79,9 @@ def test_replays_the_scenario_compiled_by_the_engine(flowengine_bin, pair, tmp_p
 @live
 def test_given_pcap_looped_and_preloaded(flowengine_bin, pair, tmp_path):
     (tmp_path / "a").mkdir()  # a pcap of 320 frames, compiled by the adapter itself
-    get_generator("tcpreplay").prepare(scenario(packets=300), tmp_path / "a", 1,
-                                       Endpoint(pair.gen, "veth0"))  # fmt: skip
+    get_generator("tcpreplay").prepare(
+        scenario(packets=300), tmp_path / "a", 1, Endpoint(pair.gen, "veth0")
+    )
     pcap = tmp_path / "a" / "tcpreplay-input" / "capture.pcap"
     spec = GeneratorSpec(name="tcpreplay", pcap=str(pcap), loop=3, preload=True)
     gen = get_generator("tcpreplay", spec)
@@ -93,8 +96,12 @@ def test_given_pcap_looped_and_preloaded(flowengine_bin, pair, tmp_path):
 @live
 def test_topspeed_duration_stops_by_itself(flowengine_bin, pair, tmp_path):
     gen = get_generator("tcpreplay")
-    gen.prepare(scenario(packets=2000), tmp_path, 1,
-                Endpoint(pair.gen, "veth0", pace="topspeed", duration_s=2))
+    gen.prepare(
+        scenario(packets=2000),
+        tmp_path,
+        1,
+        Endpoint(pair.gen, "veth0", pace="topspeed", duration_s=2),
+    )
     assert "--duration=2" in gen.commands()[-1].argv and "--loop=0" in gen.commands()[-1].argv
     t0 = time.monotonic()
     rx = run(gen, pair, timeout=20)
@@ -127,15 +134,24 @@ def test_needs_a_live_endpoint(tmp_path):
 
 @live
 def test_missing_pcap(tmp_path):
-    gen = get_generator("tcpreplay", GeneratorSpec(name="tcpreplay", pcap=str(tmp_path / "no.pcap")))
+    gen = get_generator(
+        "tcpreplay", GeneratorSpec(name="tcpreplay", pcap=str(tmp_path / "no.pcap"))
+    )
     with pytest.raises(GeneratorError, match="no.pcap does not exist"):
         gen.prepare(scenario(), tmp_path, 1, Endpoint("ntgtest-x", "veth0"))
 
 
 def test_parse_stats():
-    text = ("Warning: x\nActual: 12 packets (840 bytes) sent in 0.01 seconds\nRated: 1 Bps\n"
-            "Statistics for network device: veth0\n\tSuccessful packets:        11\n"
-            "\tFailed packets:            1\n\tTruncated packets:         0\n")  # fmt: skip
-    assert parse_stats(text) == {"actual_packets": 12, "actual_bytes": 840, "successful": 11,
-                                 "failed": 1, "truncated": 0}  # fmt: skip
+    text = (
+        "Warning: x\nActual: 12 packets (840 bytes) sent in 0.01 seconds\nRated: 1 Bps\n"
+        "Statistics for network device: veth0\n\tSuccessful packets:        11\n"
+        "\tFailed packets:            1\n\tTruncated packets:         0\n"
+    )
+    assert parse_stats(text) == {
+        "actual_packets": 12,
+        "actual_bytes": 840,
+        "successful": 11,
+        "failed": 1,
+        "truncated": 0,
+    }
     assert parse_stats("tcpreplay: fatal error") is None

@@ -20,8 +20,9 @@ from ntgcore.scenario import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_RULES = ROOT / "scenarios" / "rules" / "attacks-demo.rules"
-needs_suricata = pytest.mark.skipif(shutil.which("suricata") is None,
-                                    reason="suricata not installed (./bootstrap.sh test)")
+needs_suricata = pytest.mark.skipif(
+    shutil.which("suricata") is None, reason="suricata not installed (./bootstrap.sh test)"
+)
 
 FLOWS = """\
 flows:
@@ -38,8 +39,12 @@ flows:
 def write(tmp_path: Path, attacks: str, name: str = "mix", extra: str = "") -> Path:
     shutil.copy(DEMO_RULES, tmp_path / "demo.rules")
     path = tmp_path / f"{name}.yaml"
-    path.write_text(f"version: 1\nname: {name}\n{FLOWS}attacks:\n"
-                    + textwrap.indent(textwrap.dedent(attacks).strip(), "  ") + "\n" + extra)
+    path.write_text(
+        f"version: 1\nname: {name}\n{FLOWS}attacks:\n"
+        + textwrap.indent(textwrap.dedent(attacks).strip(), "  ")
+        + "\n"
+        + extra
+    )
     return path
 
 
@@ -51,12 +56,15 @@ def problems_of(path: Path) -> list[str]:
 
 # --- validation -----------------------------------------------------------------------------------
 def test_bad_attacks_fields_are_reported_with_file_and_line(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         rules: [demo.rules]
         select: {msg: "(unclosed", colour: red}
         count: 0
         rate: -1
-    """)
+    """,
+    )
     probs = problems_of(path)
     text = "\n".join(probs)
     assert f"{path}:13: attacks.select.msg: not a regular expression" in text
@@ -66,27 +74,40 @@ def test_bad_attacks_fields_are_reported_with_file_and_line(tmp_path):
 
 def test_missing_rule_file_and_unset_variable_name_the_line(tmp_path, monkeypatch):
     monkeypatch.delenv("NTG_NOT_SET_ANYWHERE", raising=False)
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         rules:
           - demo.rules
           - nowhere/none.rules
           - $NTG_NOT_SET_ANYWHERE/x.rules
-    """)
+    """,
+    )
     probs = problems_of(path)
     assert probs[0].startswith(f"{path}:14: attacks.rules[1]: no such rule file")
-    assert probs[1].startswith(f"{path}:15: attacks.rules[2]:") and "environment variable" in probs[1]
+    assert (
+        probs[1].startswith(f"{path}:15: attacks.rules[2]:") and "environment variable" in probs[1]
+    )
     monkeypatch.setenv("NTG_DEMO_DIR", str(tmp_path))
     ok = write(tmp_path, "rules: [$NTG_DEMO_DIR/demo.rules]", name="envok")
     assert load_scenario(ok).scenario.attacks.rules == ["$NTG_DEMO_DIR/demo.rules"]
 
 
 def test_validate_counts_the_selected_rules(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         rules: [demo.rules]
         select: {classtypes: [trojan-activity, web-application-attack], keywords: [content]}
-    """)
-    r = subprocess.run([sys.executable, "-m", "testbed", "validate", str(path)], capture_output=True,
-                       text=True, cwd=ROOT, timeout=120)
+    """,
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "attacks: 4 of 6 rules selected" in r.stdout
 
@@ -115,15 +136,23 @@ def mixed_run(tmp_path_factory, flowengine_bin):
         pytest.skip("mergecap is not installed (apt-get install wireshark-common)")
     tmp = tmp_path_factory.mktemp("attacks")
     ids = "suricata" if shutil.which("suricata") else "none"
-    path = write(tmp, f"""
+    path = write(
+        tmp,
+        f"""
         rules: [demo.rules]
         count: 9
         rate: 20
         start: 50ms
         ids: {ids}
-    """)
-    r = subprocess.run([sys.executable, "-m", "testbed", "run", str(path), "--out", str(tmp / "runs"), "-q"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    """,
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed", "run", str(path), "--out", str(tmp / "runs"), "-q"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     (run_dir,) = [p for p in (tmp / "runs").iterdir() if p.is_dir()]
     return run_dir
@@ -142,7 +171,7 @@ def test_capture_holds_benign_and_attack_packets_exactly(mixed_run):
     cap = read_capture(mixed_run / "capture.pcap")
     assert len(cap.ts_ns) == engine + attacks["packets"]
     assert len(read_capture(mixed_run / "benign.pcap").ts_ns) == engine
-    assert bool((cap.ts_ns[1:] >= cap.ts_ns[:-1]).all())          # merged by time
+    assert bool((cap.ts_ns[1:] >= cap.ts_ns[:-1]).all())  # merged by time
     # every attack session is in the capture with its packet count, at its scheduled time
     flows = flow_table(cap)
     per_pair = collections.Counter()
@@ -156,7 +185,9 @@ def test_capture_holds_benign_and_attack_packets_exactly(mixed_run):
     assert metrics["packets"] == engine + attacks["packets"]
     names = {c["name"]: c for c in metrics["checks"]}
     assert names["capture packets = benign + attack packets"]["ok"]
-    assert names["benign part: packets"]["measured"] == 400 and all(c["ok"] for c in metrics["checks"])
+    assert names["benign part: packets"]["measured"] == 400 and all(
+        c["ok"] for c in metrics["checks"]
+    )
 
 
 @needs_suricata
@@ -169,9 +200,15 @@ def test_suricata_alerts_for_the_attack_sids_in_the_mixed_capture(mixed_run):
     assert sent == {9100001, 9100002, 9100003, 9100004, 9100005, 9100006}
     assert alerted == sent
     assert manifest["attacks"]["alerted_sids"] == sorted(sent)
-    eve = [json.loads(line) for line in (mixed_run / "suricata" / "eve.json").read_text().splitlines()]
-    fired = collections.Counter(e["alert"]["signature_id"] for e in eve if e.get("event_type") == "alert")
-    assert set(fired) == sent and fired[9100001] >= 2   # scheduled 2 of 9 times: one alert per session
+    eve = [
+        json.loads(line) for line in (mixed_run / "suricata" / "eve.json").read_text().splitlines()
+    ]
+    fired = collections.Counter(
+        e["alert"]["signature_id"] for e in eve if e.get("event_type") == "alert"
+    )
+    assert (
+        set(fired) == sent and fired[9100001] >= 2
+    )  # scheduled 2 of 9 times: one alert per session
 
 
 def test_every_extra_alert_kind_is_counted_and_the_raw_number_kept():
@@ -182,9 +219,13 @@ def test_every_extra_alert_kind_is_counted_and_the_raw_number_kept():
     def model(text):
         return analyze(parse_rule_text(text, "t.rules", 1))
 
-    own = model('alert http any any -> any any (msg:"a"; http.uri; content:"/x/admin.php?cmd=1"; sid:1;)')
+    own = model(
+        'alert http any any -> any any (msg:"a"; http.uri; content:"/x/admin.php?cmd=1"; sid:1;)'
+    )
     port = model('alert tcp any any -> any 80 (msg:"b"; flags:S; sid:2;)')
-    part = model('alert http any any -> any any (msg:"c"; http.method; content:"GET"; http.uri; content:"admin.php"; sid:3;)')
+    part = model(
+        'alert http any any -> any any (msg:"c"; http.method; content:"GET"; http.uri; content:"admin.php"; sid:3;)'
+    )
     other = model('alert http any any -> any any (msg:"d"; http.uri; content:"/y/"; sid:4;)')
     generic = {2}
     assert extra_kind_of(own, port, generic) == "header_only"
@@ -199,17 +240,22 @@ def test_every_extra_alert_kind_is_counted_and_the_raw_number_kept():
 def test_live_attack_replay_reaches_the_suricata_dut(tmp_path, run_scenario, flowengine_bin):
     if shutil.which("tcpreplay") is None:
         pytest.skip("tcpreplay is not installed")
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         rules: [demo.rules]
         select: {sids: [9100001, 9100004, 9100005]}
         count: 6
         rate: 20
-    """, name="livemix", extra=textwrap.dedent("""\
+    """,
+        name="livemix",
+        extra=textwrap.dedent("""\
         testbed:
           dut: {kind: suricata, rules: [demo.rules]}
           capture: null
           monitor: {hz: 2}
-        """))
+        """),
+    )
     run = run_scenario(path)
     assert run.ok, run.messages
     step = run.manifest["steps"][0]
@@ -220,8 +266,11 @@ def test_live_attack_replay_reaches_the_suricata_dut(tmp_path, run_scenario, flo
     eve = run.run_dir / "dut" / "eve.json"
     if not eve.is_file():
         eve = next(run.run_dir.rglob("eve.json"))
-    fired = {json.loads(line)["alert"]["signature_id"] for line in eve.read_text().splitlines()
-             if '"event_type":"alert"' in line}
+    fired = {
+        json.loads(line)["alert"]["signature_id"]
+        for line in eve.read_text().splitlines()
+        if '"event_type":"alert"' in line
+    }
     assert {9100001, 9100004, 9100005} <= fired
 
 
@@ -235,13 +284,18 @@ def test_live_attacks_begin_start_after_the_generators(tmp_path, run_scenario, f
 
     if shutil.which("tcpreplay") is None:
         pytest.skip("tcpreplay is not installed")
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         rules: [demo.rules]
         select: {sids: [9100001, 9100004]}
         count: 2
         rate: 20
         start: 2s
-    """, name="livestart", extra="testbed:\n  monitor: {hz: 2}\n")
+    """,
+        name="livestart",
+        extra="testbed:\n  monitor: {hz: 2}\n",
+    )
     run = run_scenario(path, analyze=False)
     assert run.ok, run.messages
     step = run.manifest["steps"][0]
@@ -255,7 +309,7 @@ def test_live_attacks_begin_start_after_the_generators(tmp_path, run_scenario, f
     benign = [int(t) for t, a in zip(cap.ts_ns, src) if a == "198.18.200.1"]
     assert len(times) == attacks["packets"] and len(benign) == 400
     assert min(times) >= began_ns + 2_000_000_000, (min(times) - began_ns) / 1e9
-    assert min(benign) < began_ns + 1_000_000_000          # the benign flow did not wait
+    assert min(benign) < began_ns + 1_000_000_000  # the benign flow did not wait
 
 
 def test_a_generator_started_later_extends_the_step_deadline(tmp_path):
@@ -265,7 +319,10 @@ def test_a_generator_started_later_extends_the_step_deadline(tmp_path):
     path = write(tmp_path, "rules: [demo.rules]\nstart: 30s", name="later", extra="testbed: {}\n")
     (step,) = plan_steps(load_scenario(path).scenario)
     before = step.deadline_s()
-    step.generators = [*step.generators, generator_spec({"name": "tcpreplay", "label": "attacks", "start": "30s"})]
+    step.generators = [
+        *step.generators,
+        generator_spec({"name": "tcpreplay", "label": "attacks", "start": "30s"}),
+    ]
     assert step.deadline_s() == pytest.approx(before + 30)
 
 
@@ -273,15 +330,24 @@ def test_a_generator_started_later_extends_the_step_deadline(tmp_path):
 def test_attacks_over_ipv6_alert_in_the_mixed_capture(tmp_path, flowengine_bin):
     if shutil.which("mergecap") is None:
         pytest.skip("mergecap is not installed (apt-get install wireshark-common)")
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         rules: [demo.rules]
         count: 6
         rate: 20
         ip_version: 6
         ids: suricata
-    """, name="mix6")
-    r = subprocess.run([sys.executable, "-m", "testbed", "run", str(path), "--out", str(tmp_path / "runs"), "-q"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    """,
+        name="mix6",
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed", "run", str(path), "--out", str(tmp_path / "runs"), "-q"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     sessions = json.loads((run_dir / "attacks.json").read_text())["sessions"]

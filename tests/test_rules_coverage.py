@@ -14,10 +14,13 @@ import pytest
 from conftest import skip_or_fail
 from testbed.cli import main
 
+
 @pytest.fixture(autouse=True)
 def _suricata_present() -> None:
     if shutil.which("suricata") is None:
         skip_or_fail("suricata not installed (./bootstrap.sh test)")
+
+
 WEB_SERVER_FLOOR = 0.90
 
 
@@ -32,7 +35,9 @@ def test_et_web_server_coverage_floor(tmp_path: Path, capsys) -> None:
     rules = _shared() / "rules" / "et-open" / "emerging-web_server.rules"
     if not rules.is_file():
         pytest.skip(f"{rules} is missing")
-    code = main(["ids-coverage", str(rules), "--out", str(tmp_path), "--min", str(WEB_SERVER_FLOOR), "-q"])
+    code = main(
+        ["ids-coverage", str(rules), "--out", str(tmp_path), "--min", str(WEB_SERVER_FLOOR), "-q"]
+    )
     doc = json.loads((tmp_path / "coverage.json").read_text())
     assert code == 0, capsys.readouterr()
     assert doc["rules"] == 643 and doc["problems"] == []
@@ -53,14 +58,14 @@ def test_suricata_rule_errors_are_surfaced_and_min_gates(tmp_path: Path, capsys)
     code = main(["ids-coverage", str(f), "--out", str(out), "--min", "0.9", "-q"])
     err = capsys.readouterr().err
     doc = json.loads((out / "coverage.json").read_text())
-    assert code == 3                                   # 1 of 3 rules that can alert alerted: below 0.9
-    assert f"{f}:4:" in err                            # the malformed rule, with file:line
-    assert "2000002" in err and "suricata: " in err    # Suricata's own error line
+    assert code == 3  # 1 of 3 rules that can alert alerted: below 0.9
+    assert f"{f}:4:" in err  # the malformed rule, with file:line
+    assert "2000002" in err and "suricata: " in err  # Suricata's own error line
     rows = {r["sid"]: r for r in doc["rows"]}
     assert rows[2000001]["state"] == "alerted"
     assert rows[2000002]["state"] == "not loaded"
     assert rows[2000003]["state"] == "missed"
-    assert doc["coverage"] == pytest.approx(1 / 3)              # the rejected rule counts as missed
+    assert doc["coverage"] == pytest.approx(1 / 3)  # the rejected rule counts as missed
     assert doc["coverage_loaded"] == pytest.approx(0.5)
 
 
@@ -90,8 +95,18 @@ def test_unloadable_rules_count_against_min_and_are_reported(tmp_path: Path, cap
 def test_exclude_unloadable_leaves_them_out_of_the_gate(tmp_path: Path, capsys) -> None:
     f = tmp_path / "two.rules"
     f.write_text(REFUSED_AND_GOOD)
-    code = main(["ids-coverage", str(f), "--out", str(tmp_path / "out"), "--min", "0.9", "-q",
-                 "--exclude-unloadable"])
+    code = main(
+        [
+            "ids-coverage",
+            str(f),
+            "--out",
+            str(tmp_path / "out"),
+            "--min",
+            "0.9",
+            "-q",
+            "--exclude-unloadable",
+        ]
+    )
     out = capsys.readouterr()
     doc = json.loads((tmp_path / "out" / "coverage.json").read_text())
     assert code == 0, out
@@ -107,12 +122,17 @@ def test_ipv6_sessions_are_scored_by_their_address_pair(tmp_path: Path, capsys) 
         'alert http $EXTERNAL_NET any -> $HOME_NET any (msg:"http"; flow:to_server,established; http.uri; content:"/v6-path"; sid:1000961; rev:1;)\n'
         'alert udp $EXTERNAL_NET any -> $HOME_NET 53 (msg:"dns"; dns.query; content:"v6.example"; sid:1000962; rev:1;)\n'
     )
-    code = main(["ids-coverage", str(f), "--out", str(tmp_path / "out"), "--min", "1", "-q", "--ipv6"])
+    code = main(
+        ["ids-coverage", str(f), "--out", str(tmp_path / "out"), "--min", "1", "-q", "--ipv6"]
+    )
     doc = json.loads((tmp_path / "out" / "coverage.json").read_text())
     sessions = json.loads((tmp_path / "out" / "attacks.json").read_text())["sessions"]
     assert code == 0, capsys.readouterr()
     assert doc["ip_version"] == 6 and doc["alerted"] == 3 and doc["coverage"] == 1.0
-    assert all(s["client"].startswith("2001:db8:1::") and s["server"].startswith("2001:db8::") for s in sessions)
+    assert all(
+        s["client"].startswith("2001:db8:1::") and s["server"].startswith("2001:db8::")
+        for s in sessions
+    )
 
 
 def test_missing_rule_file_is_bad_input(tmp_path: Path, capsys) -> None:
@@ -120,7 +140,7 @@ def test_missing_rule_file_is_bad_input(tmp_path: Path, capsys) -> None:
     assert "no such rule file" in capsys.readouterr().err
 
 
-SNORT3_COMMUNITY_FLOOR = 0.90    # measured 92.0% (Suricata 7.0.10); docs/ids-coverage.md
+SNORT3_COMMUNITY_FLOOR = 0.90  # measured 92.0% (Suricata 7.0.10); docs/ids-coverage.md
 
 
 def test_snort3_community_translated_coverage_floor(tmp_path: Path, capsys) -> None:
@@ -132,7 +152,17 @@ def test_snort3_community_translated_coverage_floor(tmp_path: Path, capsys) -> N
     translated = tmp_path / "s3.rules"
     assert main(["translate-rules", str(src), "-o", str(translated), "--no-check"]) == 0
     out = tmp_path / "cov"
-    code = main(["ids-coverage", str(translated), "--out", str(out), "--min", str(SNORT3_COMMUNITY_FLOOR), "-q"])
+    code = main(
+        [
+            "ids-coverage",
+            str(translated),
+            "--out",
+            str(out),
+            "--min",
+            str(SNORT3_COMMUNITY_FLOOR),
+            "-q",
+        ]
+    )
     doc = json.loads((out / "coverage.json").read_text())
     assert code == 0, capsys.readouterr()
     assert doc["rules"] >= 4000 and doc["suricata_errors"] == []
@@ -140,8 +170,15 @@ def test_snort3_community_translated_coverage_floor(tmp_path: Path, capsys) -> N
     assert doc["extra_unrelated_fraction"] <= 0.01
 
 
-PROTOCOL_CASES = ("ftp_dialogue", "smtp_dialogue", "pop3_imap_dialogue", "sip", "dns_tcp", "tls_certificates")
-PROTOCOL_CASES_FLOOR = 0.90     # measured 100% (Suricata 7.0.10); docs/ids-coverage.md
+PROTOCOL_CASES = (
+    "ftp_dialogue",
+    "smtp_dialogue",
+    "pop3_imap_dialogue",
+    "sip",
+    "dns_tcp",
+    "tls_certificates",
+)
+PROTOCOL_CASES_FLOOR = 0.90  # measured 100% (Suricata 7.0.10); docs/ids-coverage.md
 
 
 def test_protocol_dialogue_cases_coverage_floor(tmp_path: Path, capsys) -> None:
@@ -150,7 +187,9 @@ def test_protocol_dialogue_cases_coverage_floor(tmp_path: Path, capsys) -> None:
     extra alert (CI gate for the protocols the shipped rule files hardly use)."""
     cases = Path(__file__).parent / "rules_cases"
     files = [str(cases / c / "rules.rules") for c in PROTOCOL_CASES]
-    code = main(["ids-coverage", *files, "--out", str(tmp_path), "--min", str(PROTOCOL_CASES_FLOOR), "-q"])
+    code = main(
+        ["ids-coverage", *files, "--out", str(tmp_path), "--min", str(PROTOCOL_CASES_FLOOR), "-q"]
+    )
     doc = json.loads((tmp_path / "coverage.json").read_text())
     assert code == 0, capsys.readouterr()
     assert doc["rules"] == 31 and doc["suricata_errors"] == []

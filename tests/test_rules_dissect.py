@@ -19,7 +19,9 @@ from testbed.ids.rules.dissect import DissectError, dissect, dissect_manifest, p
 from testbed.ids.rules.semantics import load_rules
 from testbed.ids.rules.synth import Session, synthesize
 
-CASES = sorted(p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file())
+CASES = sorted(
+    p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file()
+)
 ET_SAMPLE = 150
 
 
@@ -43,11 +45,13 @@ def test_golden_case_sessions_dissect_as_their_protocol(case: Path, tmp_path: Pa
 def test_golden_case_sessions_dissect_over_ipv6(case: Path, tmp_path: Path) -> None:
     expect = yaml.safe_load((case / "expect.yaml").read_text())
     if expect.get("ipv6") is False:
-        pytest.skip(f"{case.name}: expect.yaml has ipv6: false ({expect.get('ipv6_why', 'no reason given')})")
+        pytest.skip(
+            f"{case.name}: expect.yaml has ipv6: false ({expect.get('ipv6_why', 'no reason given')})"
+        )
     models, problems = load_rules([case / "rules.rules"])
     assert problems == []
     res = synthesize(models, tmp_path / "a.pcap", tmp_path / "a.json", ip_version=6)
-    assert any(":" in s.client for s in res.sessions)   # (an `icmp` rule with itype stays on IPv4)
+    assert any(":" in s.client for s in res.sessions)  # (an `icmp` rule with itype stays on IPv4)
     out = dissect_manifest(tmp_path / "a.json")
     assert len(out) == len(res.sessions) > 0
     assert problems_by_sid(out) == {}
@@ -77,18 +81,23 @@ def _write(path: Path, frames: list[bytes]) -> None:
             w.write(1_700_000_000_000_000_000 + k * 1000, frame)
 
 
-BAD_SESSIONS = [Session(1, [], "udp", "198.19.0.1", 40000, "198.18.0.1", 53, app="dns"),
-                Session(2, [], "udp", "198.19.0.1", 40001, "198.18.0.1", 5555, app="ftp")]
+BAD_SESSIONS = [
+    Session(1, [], "udp", "198.19.0.1", 40000, "198.18.0.1", 53, app="dns"),
+    Session(2, [], "udp", "198.19.0.1", 40001, "198.18.0.1", 5555, app="ftp"),
+]
 
 
 def _bad_pcap(path: Path) -> Path:
     """A truncated DNS query (malformed) and FTP bytes on a port no FTP dissector reads."""
     c, s = P.addr("198.19.0.1"), P.addr("198.18.0.1")
     truncated_dns = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05ab"
-    _write(path, [
-        P.ether(P.ipv4(c, s, 17, P.udp(c, s, 40000, 53, truncated_dns), 1), True),
-        P.ether(P.ipv4(c, s, 17, P.udp(c, s, 40001, 5555, b"USER alice\r\n"), 2), True),
-    ])
+    _write(
+        path,
+        [
+            P.ether(P.ipv4(c, s, 17, P.udp(c, s, 40000, 53, truncated_dns), 1), True),
+            P.ether(P.ipv4(c, s, 17, P.udp(c, s, 40001, 5555, b"USER alice\r\n"), 2), True),
+        ],
+    )
     return path
 
 
@@ -128,8 +137,19 @@ def test_dissecting_leaves_no_signal_handler_behind(tmp_path: Path) -> None:
         "      'pyshark' in sys.modules)\n"
     )
     root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, "-c", child, str(root / "tests/rules_cases/ftp_dialogue/rules.rules"),
-                        str(tmp_path)], capture_output=True, text=True, cwd=root, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            child,
+            str(root / "tests/rules_cases/ftp_dialogue/rules.rules"),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "-1", "False"]
 
@@ -159,14 +179,21 @@ def test_dissecting_is_immune_to_who_reaps_children(tmp_path: Path) -> None:
         "print('ok')\n"
     )
     root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, "-c", child, str(_bad_pcap(tmp_path / "bad.pcap"))],
-                       capture_output=True, text=True, cwd=root, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", child, str(_bad_pcap(tmp_path / "bad.pcap"))],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["ok"]
 
 
 @pytest.mark.parametrize("content", [None, b"not a capture\n"], ids=["missing", "not-a-pcap"])
-def test_a_capture_tshark_cannot_read_is_one_clear_line(tmp_path: Path, content: bytes | None) -> None:
+def test_a_capture_tshark_cannot_read_is_one_clear_line(
+    tmp_path: Path, content: bytes | None
+) -> None:
     pcap = tmp_path / "x.pcap"
     if content is not None:
         pcap.write_bytes(content)

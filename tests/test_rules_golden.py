@@ -15,8 +15,12 @@ from testbed.ids.rules.semantics import analyze
 from testbed.ids.rules.synth import icmpv4_only, synthesize
 from testbed.ids.rules.syntax import read_rules
 
-CASES = sorted(p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file())
-pytestmark = pytest.mark.skipif(shutil.which("suricata") is None, reason="suricata not installed (./bootstrap.sh test)")
+CASES = sorted(
+    p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file()
+)
+pytestmark = pytest.mark.skipif(
+    shutil.which("suricata") is None, reason="suricata not installed (./bootstrap.sh test)"
+)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -27,11 +31,15 @@ def test_golden_case(case: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_golden_case_over_ipv6(case: Path, tmp_path: Path) -> None:
     expect = yaml.safe_load((case / "expect.yaml").read_text())
-    if expect.get("ipv6") is False:      # a case that says why it cannot run over IPv6
-        pytest.skip(f"{case.name}: expect.yaml has ipv6: false ({expect.get('ipv6_why', 'no reason given')})")
+    if expect.get("ipv6") is False:  # a case that says why it cannot run over IPv6
+        pytest.skip(
+            f"{case.name}: expect.yaml has ipv6: false ({expect.get('ipv6_why', 'no reason given')})"
+        )
     res, models = check_case(case, tmp_path, ip_version=6)
-    v4 = {m.sid for m in models if icmpv4_only(m)}               # `icmp` rules with an ICMPv4 itype
-    assert res.sessions and all(":" in s.client and ":" in s.server for s in res.sessions if s.sid not in v4)
+    v4 = {m.sid for m in models if icmpv4_only(m)}  # `icmp` rules with an ICMPv4 itype
+    assert res.sessions and all(
+        ":" in s.client and ":" in s.server for s in res.sessions if s.sid not in v4
+    )
 
 
 def check_case(case: Path, tmp_path: Path, ip_version: int):
@@ -54,8 +62,12 @@ def check_case(case: Path, tmp_path: Path, ip_version: int):
     for s in res.sessions:
         own.setdefault(s.sid, set()).update(fired.get(frozenset((s.client, s.server)), set()))
     for sid in expect["alerts"]:
-        assert sid in own.get(sid, set()), f"sid {sid} did not alert on its session; fired: {dict(own)}"
-        assert own[sid] - {sid} - set(expect.get("silent", [])) == set(), f"extra alerts on sid {sid}'s session"
+        assert sid in own.get(sid, set()), (
+            f"sid {sid} did not alert on its session; fired: {dict(own)}"
+        )
+        assert own[sid] - {sid} - set(expect.get("silent", [])) == set(), (
+            f"extra alerts on sid {sid}'s session"
+        )
     for sid in expect.get("silent", []):
         assert sid not in {a.sid for a in suri.alerts}
     return res, models
@@ -65,4 +77,4 @@ def test_rules_that_name_ipv6_get_ipv6_sessions_by_themselves(tmp_path: Path) ->
     case = Path(__file__).parent / "rules_cases" / "ipv6_rules"
     res, _ = check_case(case, tmp_path, ip_version=4)
     family = {s.sid: 6 if ":" in s.client + s.server else 4 for s in res.sessions}
-    assert family == {1000920: 6, 1000921: 6, 1000922: 4}    # icmpv6 header, IPv6 address; plain udp
+    assert family == {1000920: 6, 1000921: 6, 1000922: 4}  # icmpv6 header, IPv6 address; plain udp

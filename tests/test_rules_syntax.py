@@ -34,9 +34,11 @@ def test_malformed_rules_are_reported_with_file_line_and_skipped(tmp_path: Path)
 
 
 def test_snort3_service_rule_and_sticky_buffers() -> None:
-    r = parse_rule_text('alert http (msg:"s3"; flow:to_server,established; http_uri; '
-                        'content:"/x.php",fast_pattern,nocase; content:"id=",distance 0; '
-                        'service:http; sid:7; rev:1;)')
+    r = parse_rule_text(
+        'alert http (msg:"s3"; flow:to_server,established; http_uri; '
+        'content:"/x.php",fast_pattern,nocase; content:"id=",distance 0; '
+        "service:http; sid:7; rev:1;)"
+    )
     assert r.is_service_rule and r.proto == "http"
     m = analyze(r)
     assert m.supported, m.reasons
@@ -45,13 +47,17 @@ def test_snort3_service_rule_and_sticky_buffers() -> None:
 
 
 def test_legacy_modifier_moves_the_content_into_its_buffer() -> None:
-    m = analyze(parse_rule_text('alert tcp any any -> any 80 (content:"/a"; http_uri; content:"b"; sid:9;)'))
+    m = analyze(
+        parse_rule_text('alert tcp any any -> any 80 (content:"/a"; http_uri; content:"b"; sid:9;)')
+    )
     assert [c.data for c in m.buffers["http.uri"]] == [b"/a"]
     assert [c.data for c in m.buffers["pkt"]] == [b"b"]
 
 
 def test_unknown_keyword_makes_the_rule_unsupported_with_reason() -> None:
-    m = analyze(parse_rule_text('alert tcp any any -> any any (content:"a"; frobnicate:3; sid:10;)'))
+    m = analyze(
+        parse_rule_text('alert tcp any any -> any any (content:"a"; frobnicate:3; sid:10;)')
+    )
     assert not m.supported and m.unknown == ["frobnicate"]
 
 
@@ -64,9 +70,12 @@ def test_content_decoding_and_ports() -> None:
 
 
 def test_layout_satisfies_positions_and_pcre() -> None:
-    m = analyze(parse_rule_text(
-        'alert tcp any any -> any any (content:"AB"; offset:3; depth:5; content:"CD"; distance:1; within:4; '
-        'pcre:"/^x\\d{3}/R"; sid:11;)'))
+    m = analyze(
+        parse_rule_text(
+            'alert tcp any any -> any any (content:"AB"; offset:3; depth:5; content:"CD"; distance:1; within:4; '
+            'pcre:"/^x\\d{3}/R"; sid:11;)'
+        )
+    )
     buf = build_buffer(m.buffers["pkt"])
     assert verify(buf, m.buffers["pkt"])
     assert buf.index(b"AB") >= 3 and b"CD" in buf
@@ -75,6 +84,10 @@ def test_layout_satisfies_positions_and_pcre() -> None:
 
 def test_regex_example_matches() -> None:
     import re
+
     for pat in (r"^/[a-z]{3,}\.php\?id=\d+$", r"(?:foo|bar)\s+\x41[^\r\n]{2}", r"(?<n>ab)\k<n>"):
         s = example(pat)
-        assert re.search(pat.replace("(?<n>", "(?P<n>").replace("\\k<n>", "(?P=n)").encode(), s), (pat, s)
+        assert re.search(pat.replace("(?<n>", "(?P<n>").replace("\\k<n>", "(?P=n)").encode(), s), (
+            pat,
+            s,
+        )

@@ -27,12 +27,15 @@ def test_byte_test_value_is_written_and_checked() -> None:
     buf = build_buffer(m, fill=b"\0")
     assert struct.unpack("!H", buf[4:6])[0] > 1000
     assert verify(buf, m)
-    assert not verify(b"\0" * 6, m)                       # the read value 0 fails the test
-    assert not verify(b"\0" * 5, m)                       # two bytes at 4 are not there
+    assert not verify(b"\0" * 6, m)  # the read value 0 fails the test
+    assert not verify(b"\0" * 5, m)  # two bytes at 4 are not there
 
 
 def test_byte_test_string_little_and_bitmask() -> None:
-    s = [Match("content", data=b"LEN "), _bt("4", "=", "257", "0", "relative", "string", "dec", relative=True)]
+    s = [
+        Match("content", data=b"LEN "),
+        _bt("4", "=", "257", "0", "relative", "string", "dec", relative=True),
+    ]
     assert build_buffer(s) == b"LEN 0257"
     little = [_bt("2", "=", "258", "0", "little")]
     assert build_buffer(little, fill=b"\0") == b"\x02\x01"
@@ -53,28 +56,34 @@ def test_contradictory_byte_tests_raise() -> None:
 
 
 def test_byte_jump_moves_the_relative_position() -> None:
-    m = [Match("content", data=b"AB"),
-         Match("byte_jump", relative=True, args=("1", "0", "relative")),
-         Match("content", data=b"CD", distance=0, within=2)]
+    m = [
+        Match("content", data=b"AB"),
+        Match("byte_jump", relative=True, args=("1", "0", "relative")),
+        Match("content", data=b"CD", distance=0, within=2),
+    ]
     buf = build_buffer(m, fill=b"\0")
     assert verify(buf, m)
     jump = buf[2]
-    assert buf[3 + jump:5 + jump] == b"CD"
+    assert buf[3 + jump : 5 + jump] == b"CD"
     # a jump value that lands elsewhere makes the following `within` fail
     assert not verify(b"AB\x05CD\0\0\0\0\0", m)
 
 
 def test_byte_jump_align_multiplier_from_beginning() -> None:
-    rpc = _model('content:"|00 01 86 A0|"; depth:4; offset:12; byte_jump:4,4,relative,align; '
-                 'byte_jump:4,4,relative,align; content:"|00 00 00 03|"; within:4;',
-                 "alert udp $EXTERNAL_NET any -> $HOME_NET 111")
+    rpc = _model(
+        'content:"|00 01 86 A0|"; depth:4; offset:12; byte_jump:4,4,relative,align; '
+        'byte_jump:4,4,relative,align; content:"|00 00 00 03|"; within:4;',
+        "alert udp $EXTERNAL_NET any -> $HOME_NET 111",
+    )
     payload = _messages(rpc, 1)[0][1]
     assert payload[12:16] == b"\x00\x01\x86\xa0" and payload.endswith(b"\x00\x00\x00\x03")
-    fb = _model('content:"HDR"; depth:3; byte_jump:2,3,little,from_beginning,post_offset 4,multiplier 2; '
-                'content:"TAIL"; within:4;')
+    fb = _model(
+        'content:"HDR"; depth:3; byte_jump:2,3,little,from_beginning,post_offset 4,multiplier 2; '
+        'content:"TAIL"; within:4;'
+    )
     payload = _messages(fb, 1)[0][1]
     val = struct.unpack("<H", payload[3:5])[0]
-    assert payload[val * 2 + 4:val * 2 + 8] == b"TAIL"
+    assert payload[val * 2 + 4 : val * 2 + 8] == b"TAIL"
 
 
 def test_absolute_content_listed_later_is_placed_first() -> None:
@@ -84,50 +93,65 @@ def test_absolute_content_listed_later_is_placed_first() -> None:
 
 
 def test_rule_user_agent_replaces_the_default() -> None:
-    req = http_request(_model('flow:to_server,established; http.header; content:"User-Agent|3A 20|Evil/1.0|0D 0A|";'))
+    req = http_request(
+        _model(
+            'flow:to_server,established; http.header; content:"User-Agent|3A 20|Evil/1.0|0D 0A|";'
+        )
+    )
     assert req.count(b"User-Agent") == 1 and b"User-Agent: Evil/1.0\r\n" in req
     plain = http_request(_model('flow:to_server,established; http.uri; content:"/x";'))
-    assert b"User-Agent: Mozilla/5.0\r\n" in plain           # no rule header: the default stays
+    assert b"User-Agent: Mozilla/5.0\r\n" in plain  # no rule header: the default stays
 
 
 def test_header_lines_blanks_and_names() -> None:
-    assert _header_lines(b"Opera/10 ") == [b"User-Agent: Opera/10 1"]   # no blank before a colon
+    assert _header_lines(b"Opera/10 ") == [b"User-Agent: Opera/10 1"]  # no blank before a colon
     assert _header_lines(b"X-Token") == [b"X-Token: 1"]
-    assert _header_lines(b"Accept: a \r\n") == [b"Accept: a 1"]         # libhtp trims end blanks
+    assert _header_lines(b"Accept: a \r\n") == [b"Accept: a 1"]  # libhtp trims end blanks
     assert _header_lines(b"text without a colon") == [b"X-Data: text without a colon"]
 
 
 def test_header_pinned_to_start_goes_first() -> None:
-    m = _model('flow:to_server,established; http.header; content:"User-Agent|3A|"; content:"probe"; '
-               'distance:0; pcre:"/^User-Agent\\x3a[^\\r\\n]*probe/i";')
+    m = _model(
+        'flow:to_server,established; http.header; content:"User-Agent|3A|"; content:"probe"; '
+        'distance:0; pcre:"/^User-Agent\\x3a[^\\r\\n]*probe/i";'
+    )
     req = http_request(m)
     assert req.split(b"\r\n")[1].startswith(b"User-Agent:")
 
 
 def test_raw_uri_length_with_normalized_contents() -> None:
-    m = _model('flow:to_server,established; http.uri.raw; bsize:12; http.uri; content:"/pid/pid.txt";')
+    m = _model(
+        'flow:to_server,established; http.uri.raw; bsize:12; http.uri; content:"/pid/pid.txt";'
+    )
     assert http_request(m).startswith(b"GET /pid/pid.txt HTTP/1.1\r\n")
-    longer = _model('flow:to_server,established; http.uri; content:"/swc"; content:"ctr="; distance:0; '
-                    'http.uri.raw; bsize:>50;')
+    longer = _model(
+        'flow:to_server,established; http.uri; content:"/swc"; content:"ctr="; distance:0; '
+        "http.uri.raw; bsize:>50;"
+    )
     uri = http_request(longer).split(b" ")[1]
     assert uri.startswith(b"/swcctr=") and len(uri) > 50
 
 
 def test_service_from_metadata() -> None:
-    raw = parse_rule_text('alert tcp any any -> any 25 (msg:"m"; file.data; content:"x"; '
-                          'metadata:ruleset community, service smtp, service pop3; sid:5;)')
+    raw = parse_rule_text(
+        'alert tcp any any -> any 25 (msg:"m"; file.data; content:"x"; '
+        "metadata:ruleset community, service smtp, service pop3; sid:5;)"
+    )
     assert services_of(raw) == ["smtp", "pop3"]
     assert analyze(raw).app == "smtp"
     # a raw-payload rule stays raw whatever the service says
     assert _model('content:"LOCK "; depth:5; metadata:ruleset community, service http;').app is None
     imap = _model('file.data; content:"x"; metadata:service imap;')
-    assert imap.app == "http"                              # Suricata 7 has no IMAP file.data
+    assert imap.app == "http"  # Suricata 7 has no IMAP file.data
 
 
 def test_smtp_file_data_is_a_base64_attachment() -> None:
     import base64
-    m = _model('flow:to_server,established; file.data; content:"MARK-123"; metadata:service smtp;',
-               "alert tcp $EXTERNAL_NET any -> $SMTP_SERVERS 25")
+
+    m = _model(
+        'flow:to_server,established; file.data; content:"MARK-123"; metadata:service smtp;',
+        "alert tcp $EXTERNAL_NET any -> $SMTP_SERVERS 25",
+    )
     msgs = _messages(m, 1)
     client = b"".join(d for fc, d in msgs if fc)
     assert msgs[0] == (False, b"220 mail.example.com ESMTP ready\r\n")
@@ -147,11 +171,12 @@ class _Rec:
 
 def test_udp_server_datagram_follows_a_client_one() -> None:
     from testbed.ids.rules.synth import Session
+
     s = Session(1, [], "udp", "198.19.0.1", 40000, "198.18.0.1", 7410)
     em = _Rec()
     _udp_session(em, s, [(False, b"REPLY")])
     assert len(em.frames) == 2
-    src_of = [f[14 + 12:14 + 16] for f in em.frames]       # IPv4 source address
+    src_of = [f[14 + 12 : 14 + 16] for f in em.frames]  # IPv4 source address
     assert src_of[0] == bytes([198, 19, 0, 1]) and src_of[1] == bytes([198, 18, 0, 1])
 
 
@@ -164,15 +189,26 @@ def test_dot_segment_in_normalized_uri_goes_to_the_query() -> None:
 
 def test_dcerpc_bind_and_request() -> None:
     import uuid
-    m = _model('flow:to_server,established; dcerpc.iface:12345678-1234-abcd-ef00-0123456789ab,=2; '
-               'dcerpc.opnum:7-9; dcerpc.stub_data; content:"AB";', "alert tcp $EXTERNAL_NET any -> $HOME_NET 135")
+
+    m = _model(
+        "flow:to_server,established; dcerpc.iface:12345678-1234-abcd-ef00-0123456789ab,=2; "
+        'dcerpc.opnum:7-9; dcerpc.stub_data; content:"AB";',
+        "alert tcp $EXTERNAL_NET any -> $HOME_NET 135",
+    )
     assert m.supported and m.app == "dcerpc"
-    assert m.buffer_opts["dcerpc"] == {"iface": "12345678-1234-abcd-ef00-0123456789ab", "version": 2, "opnum": 7}
+    assert m.buffer_opts["dcerpc"] == {
+        "iface": "12345678-1234-abcd-ef00-0123456789ab",
+        "version": 2,
+        "opnum": 7,
+    }
     (c1, bind), (c2, ack), (c3, req), _resp = _messages(m, 1)
     assert (c1, c2, c3) == (True, False, True)
     assert bind[2] == 11 and uuid.UUID("12345678-1234-abcd-ef00-0123456789ab").bytes_le in bind
     assert ack[2] == 12 and req[2] == 0
     assert struct.unpack("<H", req[22:24])[0] == 7 and req[24:] == b"AB"
-    assert struct.unpack("<H", req[8:10])[0] == len(req)          # frag_length
-    udp = _model('dcerpc.iface:12345678-1234-abcd-ef00-0123456789ab;', "alert udp $EXTERNAL_NET any -> $HOME_NET 135")
+    assert struct.unpack("<H", req[8:10])[0] == len(req)  # frag_length
+    udp = _model(
+        "dcerpc.iface:12345678-1234-abcd-ef00-0123456789ab;",
+        "alert udp $EXTERNAL_NET any -> $HOME_NET 135",
+    )
     assert not udp.supported and "UDP" in udp.reasons[0]

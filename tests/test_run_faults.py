@@ -19,10 +19,14 @@ from conftest import fill, skip_or_fail, tmpfs
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="mounts a tmpfs / creates network namespaces: needs root")
+needs_root = pytest.mark.skipif(
+    not ROOT, reason="mounts a tmpfs / creates network namespaces: needs root"
+)
 
-UDP = ("{protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 9, "
-       "rate: %s, packets: %d, payload: {size: 18}}")
+UDP = (
+    "{protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 9, "
+    "rate: %s, packets: %d, payload: {size: 18}}"
+)
 
 
 def scenario(tmp_path: Path, name: str, flow: str, testbed: str | None = None) -> Path:
@@ -42,8 +46,14 @@ def env(marks: Path | None = None) -> dict:
 
 
 def cli(*args: str, marks: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed", *map(str, args)], cwd=REPO, env=env(marks),
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "testbed", *map(str, args)],
+        cwd=REPO,
+        env=env(marks),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def manifest_of(out: Path) -> dict:
@@ -90,7 +100,8 @@ def assert_failed_for_no_space(res: subprocess.CompletedProcess, out: Path) -> t
 
 @needs_root
 def test_a_full_disk_ends_an_offline_run_with_its_exit_status_and_a_final_manifest(
-        tmp_path, small_disk, flowengine_bin):  # fmt: skip
+    tmp_path, small_disk, flowengine_bin
+):
     res = cli("run", REPO / "scenarios" / "quickstart.yaml", "--out", small_disk, "-q")
     run_dir, m = assert_failed_for_no_space(res, small_disk)
     assert (run_dir / "capture.pcap").stat().st_size > 1_000_000  # the partial capture is kept
@@ -98,25 +109,35 @@ def test_a_full_disk_ends_an_offline_run_with_its_exit_status_and_a_final_manife
 
 
 @needs_root
-def test_a_disk_full_before_the_run_starts_runs_nothing_and_says_so(tmp_path, small_disk, flowengine_bin):
+def test_a_disk_full_before_the_run_starts_runs_nothing_and_says_so(
+    tmp_path, small_disk, flowengine_bin
+):
     fill(small_disk)  # to the last block
     out = small_disk / "results"
     out.mkdir()
     res = cli("run", REPO / "scenarios" / "quickstart.yaml", "--out", out, "-q")
     assert res.returncode == 4, res.stderr
     assert "Traceback" not in res.stderr
-    assert "testbed run: no space left on device: " in res.stderr and "nothing was run" in res.stderr
+    assert (
+        "testbed run: no space left on device: " in res.stderr and "nothing was run" in res.stderr
+    )
     for run_dir in out.iterdir():  # tmpfs: a folder takes no block; no room for a manifest
-        assert f"cannot write the final manifest {run_dir / 'manifest.json'}; there is none" in res.stderr
+        assert (
+            f"cannot write the final manifest {run_dir / 'manifest.json'}; there is none"
+            in res.stderr
+        )
         assert not (run_dir / ".manifest.json.tmp").exists()
 
 
 @needs_root
 def test_a_full_disk_ends_a_live_run_with_its_exit_status_and_a_final_manifest(
-        tmp_path, small_disk, flowengine_bin):  # fmt: skip
+    tmp_path, small_disk, flowengine_bin
+):
     # full frames captured at 20 kpps: the tap's capture fills 3 MiB in well under a second
-    flow = ("{protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 9, "
-            "rate: 20000, packets: 100000, payload: {size: 1400}}")
+    flow = (
+        "{protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 9, "
+        "rate: 20000, packets: 100000, payload: {size: 1400}}"
+    )
     path = scenario(tmp_path, "fill", flow, "capture: {at: 'tap:tap0', snaplen: 1500}")
     before = namespaces()
     res = cli("run", path, "--out", small_disk, "-q", marks=tmp_path / "marks")
@@ -128,24 +149,37 @@ def test_a_full_disk_ends_a_live_run_with_its_exit_status_and_a_final_manifest(
 
 @needs_root
 def test_a_live_run_stops_its_step_when_the_capture_fills_the_disk_and_counts_what_it_holds(
-        tmp_path, small_disk):  # fmt: skip
+    tmp_path, small_disk
+):
     # drone at top speed, 64-byte frames: tcpdump fills 3 MiB in well under a second, and goes
     # on counting packets it cannot write; the step must stop then, not at its 8 s
     if not shutil.which("drone"):
         skip_or_fail("drone is not installed (apt-get install ostinato, or ./bootstrap.sh test)")
-    res = cli("run", REPO / "scenarios" / "seed001-ostinato.yaml", "--out", small_disk, "--duration", "8s",
-              "-q", marks=tmp_path / "marks")  # fmt: skip
+    res = cli(
+        "run",
+        REPO / "scenarios" / "seed001-ostinato.yaml",
+        "--out",
+        small_disk,
+        "--duration",
+        "8s",
+        "-q",
+        marks=tmp_path / "marks",
+    )
     run_dir, m = assert_failed_for_no_space(res, small_disk)  # no traceback of any thread either
     capture = run_dir / "capture.pcap"
-    assert m["error"] == f"no space left on device: {capture}"  # what filled, not the manifest after it
+    assert (
+        m["error"] == f"no space left on device: {capture}"
+    )  # what filled, not the manifest after it
     assert f"run failed: no space left on device: {capture};" in res.stderr
     step = m["steps"][0]
     assert step["status"] == "failed" and step["error"] == f"no space left on device: {capture}"
     in_file = len(read_capture(capture))
     assert step["capture"]["captured"] == step["loss"]["captured"] == in_file > 0
     assert step["capture"]["captured_by_tcpdump"] >= in_file
-    took = (datetime.fromisoformat(step["finished_utc"].rstrip("Z"))
-            - datetime.fromisoformat(step["generators_started_utc"].rstrip("Z"))).total_seconds()
+    took = (
+        datetime.fromisoformat(step["finished_utc"].rstrip("Z"))
+        - datetime.fromisoformat(step["generators_started_utc"].rstrip("Z"))
+    ).total_seconds()
     assert took < 6, took  # the generator stopped when the disk filled (then ~3 s of orderly stop)
 
 
@@ -154,9 +188,24 @@ def test_a_live_run_stops_its_step_when_the_capture_fills_the_disk_and_counts_wh
 
 
 def start_live(path: Path, out: Path, marks: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "testbed", "run", str(path), "--out", str(out),
-                             "--no-analyze", "-q"], cwd=REPO, env=env(marks), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed",
+            "run",
+            str(path),
+            "--out",
+            str(out),
+            "--no-analyze",
+            "-q",
+        ],
+        cwd=REPO,
+        env=env(marks),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_sending(marks: Path, names: set[str], timeout: float = 30, settle: float = 1) -> dict:
@@ -183,7 +232,9 @@ def kill_9_while_sending(tmp_path: Path, out: Path, marks: Path) -> dict:
     if shutil.which("drone"):
         gens = "[{name: flowengine}, {name: ostinato}]"
         wanted.add("drone")
-    path = scenario(tmp_path, "long", UDP % (1000, 60000), f"generators: {gens}\ndut: {{kind: tcpdump}}")
+    path = scenario(
+        tmp_path, "long", UDP % (1000, 60000), f"generators: {gens}\ndut: {{kind: tcpdump}}"
+    )
     cli = start_live(path, out, marks)
     try:
         mark = wait_sending(marks, wanted)
@@ -196,7 +247,9 @@ def kill_9_while_sending(tmp_path: Path, out: Path, marks: Path) -> dict:
 
 
 @needs_root
-def test_kill_9_of_a_live_run_takes_its_children_and_cleanup_removes_the_rest(tmp_path, flowengine_bin):
+def test_kill_9_of_a_live_run_takes_its_children_and_cleanup_removes_the_rest(
+    tmp_path, flowengine_bin
+):
     out, marks = tmp_path / "results", tmp_path / "marks"
     mark = kill_9_while_sending(tmp_path, out, marks)
     try:
@@ -219,13 +272,20 @@ def test_kill_9_of_a_live_run_takes_its_children_and_cleanup_removes_the_rest(tm
         assert all(f"deleted namespace {ns}" in res.stdout for ns in mark["locations"])
         assert not set(mark["locations"]) & namespaces()
         m = manifest_of(out)
-        assert m["status"] == "abandoned" and m["abandoned_utc"] and str(mark["pid"]) in m["abandoned_reason"]
+        assert (
+            m["status"] == "abandoned"
+            and m["abandoned_utc"]
+            and str(mark["pid"]) in m["abandoned_reason"]
+        )
         assert not list(marks.glob("*.json"))
         assert "nothing to clean up" in cli("cleanup", marks=marks).stdout
         run_dir = out / m["run_id"]  # its analysis says that it was abandoned
         res = cli("analyze", run_dir, "-q")
         assert "Incomplete run: the run was abandoned" in res.stderr, res.stderr
-        assert json.loads((run_dir / "metrics.json").read_text())["incomplete_run"]["status"] == "abandoned"
+        assert (
+            json.loads((run_dir / "metrics.json").read_text())["incomplete_run"]["status"]
+            == "abandoned"
+        )
         assert "Incomplete run: the run was abandoned" in (run_dir / "report.md").read_text()
     finally:
         cli("cleanup", marks=marks)
@@ -237,7 +297,9 @@ def test_kill_9_of_a_run_with_a_trex_server_and_cleanup_removes_its_dpdk_folder(
     (/var/run/dpdk/<prefix>) outlives it: the mark records it and `testbed cleanup` removes it."""
     trex_dir = os.environ.get("NTG_TREX_DIR")
     if not trex_dir or not (Path(trex_dir) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail("NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)")
+        skip_or_fail(
+            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
+        )
     out, marks = tmp_path / "results", tmp_path / "marks"
     path = scenario(tmp_path, "trexlong", UDP % (1000, 60000), "capture: null")
     path.write_text(path.read_text() + "generator: trex\n")
@@ -283,13 +345,26 @@ def test_cleanup_kills_what_is_left_inside_a_dead_runs_namespace(tmp_path):
     try:
         gone = subprocess.Popen(["true"])
         gone.wait()
-        dead = {"run_id": "run", "run_dir": str(run_dir), "pid": gone.pid, "start_ticks": 1,
-                "backend": "netns", "locations": [ns], "children": []}
+        dead = {
+            "run_id": "run",
+            "run_dir": str(run_dir),
+            "pid": gone.pid,
+            "start_ticks": 1,
+            "backend": "netns",
+            "locations": [ns],
+            "children": [],
+        }
         (marks / "run.1.json").write_text(json.dumps(dead))
         e = {**env(marks), "NTG_NETNS_MARKS": str(netns_marks)}
         time.sleep(0.3)  # `ip netns exec` has exec'd sleep
-        res = subprocess.run([sys.executable, "-m", "testbed", "cleanup"], cwd=REPO, env=e,
-                             capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            [sys.executable, "-m", "testbed", "cleanup"],
+            cwd=REPO,
+            env=e,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert res.returncode == 0, res.stderr
         assert f"killed 1 process(es) left in namespace {ns} (sleep)" in res.stdout, res.stdout
         assert orphan.wait(10) == -9 and ns not in namespaces()
@@ -310,12 +385,25 @@ def test_cleanup_removes_what_dead_children_left_and_only_that(tmp_path):
     (run_dir / "manifest.json").write_text(json.dumps({"run_id": "run", "status": "running"}))
     gone = subprocess.Popen(["true"])
     gone.wait()
-    left = [{"path": str(made / "pfx")}, {"path": str(made / "file")}, {"path": "relative/x"},
-            {"path": "/tmp"}, {"path": str(made / "shared-busy"), "only_if_empty": True},
-            {"path": str(made / "shared-empty"), "only_if_empty": True}]
-    dead = {"run_id": "run", "run_dir": str(run_dir), "pid": gone.pid, "start_ticks": 1, "backend": None,
-            "locations": [], "children": [{"name": "srv", "pid": gone.pid, "start_ticks": 1,
-                                            "argv": ["true"], "leftovers": left}]}  # fmt: skip
+    left = [
+        {"path": str(made / "pfx")},
+        {"path": str(made / "file")},
+        {"path": "relative/x"},
+        {"path": "/tmp"},
+        {"path": str(made / "shared-busy"), "only_if_empty": True},
+        {"path": str(made / "shared-empty"), "only_if_empty": True},
+    ]
+    dead = {
+        "run_id": "run",
+        "run_dir": str(run_dir),
+        "pid": gone.pid,
+        "start_ticks": 1,
+        "backend": None,
+        "locations": [],
+        "children": [
+            {"name": "srv", "pid": gone.pid, "start_ticks": 1, "argv": ["true"], "leftovers": left}
+        ],
+    }
     (marks / "run.1.json").write_text(json.dumps(dead))
     res = cli("cleanup", "--dry-run", marks=marks)
     assert f"would remove {made / 'pfx'}, left by srv" in res.stdout
@@ -327,12 +415,14 @@ def test_cleanup_removes_what_dead_children_left_and_only_that(tmp_path):
     assert f"remove the empty folder {made / 'shared-empty'}" in res.stdout
 
 
-def test_kill_9_of_an_offline_run_takes_the_engine_and_cleanup_marks_it_abandoned(tmp_path, flowengine_bin):
+def test_kill_9_of_an_offline_run_takes_the_engine_and_cleanup_marks_it_abandoned(
+    tmp_path, flowengine_bin
+):
     """An offline run marks itself too (no root needed): after a `kill -9` the engine goes with it
     and `testbed cleanup` (or the next run) finalises the manifest as `abandoned`."""
     out, marks = tmp_path / "results", tmp_path / "marks"
     path = scenario(tmp_path, "long-offline", UDP % ("1000000", 50_000_000))  # seconds of writing
-    proc = start_live(path, out, marks)   # the same command line; the scenario has no testbed:
+    proc = start_live(path, out, marks)  # the same command line; the scenario has no testbed:
     try:
         mark = wait_sending(marks, {"flowengine"}, timeout=60, settle=0.2)
     except AssertionError:
@@ -347,8 +437,15 @@ def test_kill_9_of_an_offline_run_takes_the_engine_and_cleanup_marks_it_abandone
     assert not alive(engine)
     assert mark["backend"] is None and mark["locations"] == []
     assert manifest_of(out)["status"] == "running"
-    res = cli("run", scenario(tmp_path, "next", UDP % (1000, 10)), "--out", tmp_path / "next", "--no-analyze",
-              "-q", marks=marks)  # fmt: skip
+    res = cli(
+        "run",
+        scenario(tmp_path, "next", UDP % (1000, 10)),
+        "--out",
+        tmp_path / "next",
+        "--no-analyze",
+        "-q",
+        marks=marks,
+    )
     assert res.returncode == 0, res.stderr
     assert f"run {mark['run_id']}: its process {mark['pid']} is gone" in res.stderr
     m = manifest_of(out)
@@ -388,16 +485,36 @@ def test_cleanup_touches_only_what_a_dead_run_marked_and_still_is_that_run(tmp_p
     subprocess.run(["ip", "netns", "add", stranger], check=True)
     try:
         ticks = int(Path(f"/proc/{other.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        dead = {"run_id": "run", "run_dir": str(run_dir), "pid": other.pid, "start_ticks": ticks - 1,
-                "backend": "netns", "locations": [stranger],
-                "children": [{"name": "sleep", "pid": other.pid, "start_ticks": ticks - 1,
-                              "argv": ["sleep", "60"]}]}  # fmt: skip
-        living = {**dead, "run_id": "living", "run_dir": str(tmp_path / "nowhere"), "start_ticks": ticks}
+        dead = {
+            "run_id": "run",
+            "run_dir": str(run_dir),
+            "pid": other.pid,
+            "start_ticks": ticks - 1,
+            "backend": "netns",
+            "locations": [stranger],
+            "children": [
+                {
+                    "name": "sleep",
+                    "pid": other.pid,
+                    "start_ticks": ticks - 1,
+                    "argv": ["sleep", "60"],
+                }
+            ],
+        }
+        living = {
+            **dead,
+            "run_id": "living",
+            "run_dir": str(tmp_path / "nowhere"),
+            "start_ticks": ticks,
+        }
         (marks / "run.1.json").write_text(json.dumps(dead))
         (marks / "living.2.json").write_text(json.dumps(living))
         res = cli("cleanup", marks=marks)
         assert res.returncode == 0, res.stderr
-        assert f"namespace {stranger} was not made by ntg-testbed" in res.stdout and "living" not in res.stdout
+        assert (
+            f"namespace {stranger} was not made by ntg-testbed" in res.stdout
+            and "living" not in res.stdout
+        )
         assert other.poll() is None and stranger in namespaces()
         assert json.loads((run_dir / "manifest.json").read_text())["status"] == "abandoned"
         assert sorted(p.name for p in marks.glob("*.json")) == ["living.2.json"]
@@ -413,9 +530,12 @@ def test_cleanup_touches_only_what_a_dead_run_marked_and_still_is_that_run(tmp_p
 
 @pytest.mark.parametrize("status", ["running", "abandoned", "failed", "interrupted"])
 def test_analyze_warns_about_a_run_that_did_not_finish_and_marks_the_report(
-        tmp_path, status, flowengine_bin, pcaplib):  # fmt: skip
+    tmp_path, status, flowengine_bin, pcaplib
+):
     out = tmp_path / "r"
-    res = cli("run", scenario(tmp_path, "tiny", UDP % (1000, 300)), "--out", out, "-q", "--no-analyze")
+    res = cli(
+        "run", scenario(tmp_path, "tiny", UDP % (1000, 300)), "--out", out, "-q", "--no-analyze"
+    )
     assert res.returncode == 0, res.stderr
     run_dir = next(out.iterdir())
     m = json.loads((run_dir / "manifest.json").read_text())

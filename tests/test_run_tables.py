@@ -16,8 +16,16 @@ import pytest
 
 from analysis import analyze
 from analysis.live import analyze_live
-from analysis.tables import (META_TABLE, META_VERSION, SCHEMA_VERSION, SCHEMAS, SchemaError,
-                             read_table, table_path, write_table)
+from analysis.tables import (
+    META_TABLE,
+    META_VERSION,
+    SCHEMA_VERSION,
+    SCHEMAS,
+    SchemaError,
+    read_table,
+    table_path,
+    write_table,
+)
 from tests.test_analysis_report import FLOWS, write_run
 
 pytestmark = pytest.mark.usefixtures("pcaplib")
@@ -27,15 +35,42 @@ DOC = ROOT / "docs" / "run-tables.md"
 RUN_TABLES = ("run", "steps", "per_second", "flows", "timing", "resources", "alerts")
 
 EVE = [
-    {"timestamp": "2023-11-14T22:13:20.500000+0000", "event_type": "alert", "src_ip": "198.18.0.1",
-     "src_port": 5004, "dest_ip": "198.19.0.1", "dest_port": 5004, "proto": "UDP",
-     "alert": {"action": "allowed", "gid": 1, "signature_id": 9000001, "rev": 2, "signature": "probe",
-               "category": "test", "severity": 3}},
-    {"timestamp": "2023-11-14T22:13:21.000000+0000", "event_type": "alert",
-     "src_ip": "2001:0db8:0001:0000:0000:0000:0000:0001", "src_port": 40001,
-     "dest_ip": "2001:0db8:0002:0000:0000:0000:0000:0010", "dest_port": 80, "proto": "TCP",
-     "alert": {"action": "allowed", "gid": 1, "signature_id": 9000002, "rev": 1, "signature": "v6",
-               "category": "", "severity": 2}},
+    {
+        "timestamp": "2023-11-14T22:13:20.500000+0000",
+        "event_type": "alert",
+        "src_ip": "198.18.0.1",
+        "src_port": 5004,
+        "dest_ip": "198.19.0.1",
+        "dest_port": 5004,
+        "proto": "UDP",
+        "alert": {
+            "action": "allowed",
+            "gid": 1,
+            "signature_id": 9000001,
+            "rev": 2,
+            "signature": "probe",
+            "category": "test",
+            "severity": 3,
+        },
+    },
+    {
+        "timestamp": "2023-11-14T22:13:21.000000+0000",
+        "event_type": "alert",
+        "src_ip": "2001:0db8:0001:0000:0000:0000:0000:0001",
+        "src_port": 40001,
+        "dest_ip": "2001:0db8:0002:0000:0000:0000:0000:0010",
+        "dest_port": 80,
+        "proto": "TCP",
+        "alert": {
+            "action": "allowed",
+            "gid": 1,
+            "signature_id": 9000002,
+            "rev": 1,
+            "signature": "v6",
+            "category": "",
+            "severity": 2,
+        },
+    },
     {"timestamp": "2023-11-14T22:13:22.000000+0000", "event_type": "stats", "stats": {}},
 ]
 
@@ -47,11 +82,17 @@ def rows(run: Path, name: str) -> list[dict]:
 def test_an_offline_run_has_every_table_with_run_id_and_step(tmp_path):
     run = tmp_path / "r"
     manifest = write_run(run)
-    manifest.update(schema_version=SCHEMA_VERSION, created_utc="2026-11-22T10:45:12.123456Z",
-                    git={"revision": "abc", "dirty": False}, host={"hostname": "h", "cpus": 2})
+    manifest.update(
+        schema_version=SCHEMA_VERSION,
+        created_utc="2026-11-22T10:45:12.123456Z",
+        git={"revision": "abc", "dirty": False},
+        host={"hostname": "h", "cpus": 2},
+    )
     (run / "manifest.json").write_text(json.dumps(manifest))
     (run / "suricata").mkdir()
-    (run / "suricata" / "eve.json").write_text("".join(json.dumps(e) + "\n" for e in EVE) + "not json\n")
+    (run / "suricata" / "eve.json").write_text(
+        "".join(json.dumps(e) + "\n" for e in EVE) + "not json\n"
+    )
     m = analyze(run)
     written = {p.stem for p in (run / "tables").glob("*.parquet")}
     assert written == {"run", "steps", "per_second", "flows", "alerts"}  # no session.ntg: no timing
@@ -64,12 +105,25 @@ def test_an_offline_run_has_every_table_with_run_id_and_step(tmp_path):
         if name != "run":
             assert set(table.column("step").to_pylist()) == {"run"}
     (r,) = rows(run, "run")
-    assert (r["scenario"], r["status"], r["seed"], r["mode"], r["schema_version"], r["git_revision"],
-            r["cpus"]) == ("unit", "completed", 1, "offline", SCHEMA_VERSION, "abc", 2)
+    assert (
+        r["scenario"],
+        r["status"],
+        r["seed"],
+        r["mode"],
+        r["schema_version"],
+        r["git_revision"],
+        r["cpus"],
+    ) == ("unit", "completed", 1, "offline", SCHEMA_VERSION, "abc", 2)
     assert r["created_utc"].isoformat() == "2026-11-22T10:45:12.123456+00:00"
     (s,) = rows(run, "steps")
-    assert (s["kind"], s["generator"], s["packets"], s["bytes"], s["flows"], s["sent"]) == \
-        ("offline", "flowengine", m["packets"], m["bytes"], len(FLOWS), m["packets"])
+    assert (s["kind"], s["generator"], s["packets"], s["bytes"], s["flows"], s["sent"]) == (
+        "offline",
+        "flowengine",
+        m["packets"],
+        m["bytes"],
+        len(FLOWS),
+        m["packets"],
+    )
     assert s["mean_pps"] == m["mean_pps"] and s["warmup_s"] == m["warmup"]["seconds"]
     assert s["loss_rate"] is None and s["cpu_mean"] is None
     ps = read_table(run, "per_second")
@@ -81,7 +135,8 @@ def test_an_offline_run_has_every_table_with_run_id_and_step(tmp_path):
     alerts = rows(run, "alerts")
     assert [(a["sid"], a["src"], a["dst"], a["source"]) for a in alerts] == [
         (9000001, "198.18.0.1", "198.19.0.1", "suricata/eve.json"),
-        (9000002, "2001:db8:1::1", "2001:db8:2::10", "suricata/eve.json")]
+        (9000002, "2001:db8:1::1", "2001:db8:2::10", "suricata/eve.json"),
+    ]
     assert alerts[0]["ts_ns"] == 1_700_000_000_500_000_000
 
 
@@ -100,7 +155,12 @@ def test_analysing_again_rewrites_the_tables_and_drops_the_ones_that_no_longer_a
     assert rows(run, "run")[0]["analysed_utc"] > first
     assert not table_path(run, "alerts").exists() and table_path(run, "coverage").is_file()
     assert sorted(p.name for p in (run / "tables").iterdir()) == [
-        "coverage.parquet", "flows.parquet", "per_second.parquet", "run.parquet", "steps.parquet"]
+        "coverage.parquet",
+        "flows.parquet",
+        "per_second.parquet",
+        "run.parquet",
+        "steps.parquet",
+    ]
 
 
 def test_a_capture_analysed_on_its_own_is_a_run_named_after_its_report_folder(tmp_path):
@@ -127,36 +187,78 @@ def test_a_live_run_has_a_row_per_step_with_loss_resources_and_dut_alerts(tmp_pa
         "0.5,process,gen:a:flowengine,10,,flowengine,50.0,3000,0.1,1\n"
         "0.5,process,gen:b:tcpreplay,11,,tcpreplay,30.0,1000,0.1,1\n"
         "0.5,thread,dut,12,13,W#01,20.0,,,\n"
-        "0.5,process,dut,12,,suricata,25.0,9000,1.0,4\n")
+        "0.5,process,dut,12,,suricata,25.0,9000,1.0,4\n"
+    )
     (fast / "dut").mkdir()
     (fast / "dut" / "eve.json").write_text("".join(json.dumps(e) + "\n" for e in EVE))
     gens = {"a": {"name": "flowengine"}, "b": {"name": "tcpreplay"}}
-    manifest = {"run_id": "20261123T000000Z-live", "status": "completed", "mode": "live",
-                "method": "loss-sweep", "scenario": {"name": "live"}, "steps": [
-                    {"name": "fast", "kind": "rate", "params": {"packet_rate": 1000}, "dir": "steps/fast",
-                     "status": "completed", "generators": gens, "dut": {"kind": "suricata", "alerts": 2},
-                     "loss": {"sent": 100, "wire": 100, "dut": 90, "dut_dropped": 10, "loss_rate": 0.1}},
-                    {"name": "slow", "kind": "rate", "params": {"packet_rate": 10}, "dir": "steps/slow",
-                     "status": "failed", "error": "boom", "generators": {}}]}
+    manifest = {
+        "run_id": "20261123T000000Z-live",
+        "status": "completed",
+        "mode": "live",
+        "method": "loss-sweep",
+        "scenario": {"name": "live"},
+        "steps": [
+            {
+                "name": "fast",
+                "kind": "rate",
+                "params": {"packet_rate": 1000},
+                "dir": "steps/fast",
+                "status": "completed",
+                "generators": gens,
+                "dut": {"kind": "suricata", "alerts": 2},
+                "loss": {"sent": 100, "wire": 100, "dut": 90, "dut_dropped": 10, "loss_rate": 0.1},
+            },
+            {
+                "name": "slow",
+                "kind": "rate",
+                "params": {"packet_rate": 10},
+                "dir": "steps/slow",
+                "status": "failed",
+                "error": "boom",
+                "generators": {},
+            },
+        ],
+    }
     (run / "manifest.json").write_text(json.dumps(manifest))
     analyze_live(run)
     assert {p.stem for p in (run / "tables").glob("*.parquet")} == {
-        "run", "steps", "per_second", "flows", "resources", "alerts"}
+        "run",
+        "steps",
+        "per_second",
+        "flows",
+        "resources",
+        "alerts",
+    }
     (r,) = rows(run, "run")
     assert (r["mode"], r["method"]) == ("live", "loss-sweep")
     fast_row, slow_row = rows(run, "steps")
-    assert (fast_row["step"], fast_row["generator"], fast_row["packets"], fast_row["flows"]) == \
-        ("fast", "flowengine,tcpreplay", sum(c for _, c, _ in FLOWS), len(FLOWS))
-    assert (fast_row["sent"], fast_row["wire"], fast_row["dut"], fast_row["loss_rate"],
-            fast_row["dut_dropped"], fast_row["alerts"]) == (100, 100, 90, 0.1, 10, 2)
+    assert (fast_row["step"], fast_row["generator"], fast_row["packets"], fast_row["flows"]) == (
+        "fast",
+        "flowengine,tcpreplay",
+        sum(c for _, c, _ in FLOWS),
+        len(FLOWS),
+    )
+    assert (
+        fast_row["sent"],
+        fast_row["wire"],
+        fast_row["dut"],
+        fast_row["loss_rate"],
+        fast_row["dut_dropped"],
+        fast_row["alerts"],
+    ) == (100, 100, 90, 0.1, 10, 2)
     assert json.loads(fast_row["params"]) == {"packet_rate": 1000}
     assert (fast_row["cpu_max"], fast_row["rss_max"]) == (80.0, 4000.0)  # both generators at t=0.5
     assert (fast_row["dut_cpu_mean"], fast_row["dut_rss_max"]) == (25.0, 9000.0)
     assert (slow_row["status"], slow_row["error"], slow_row["packets"]) == ("failed", "boom", None)
     assert {x["step"] for x in rows(run, "flows")} == {"fast"}
-    assert len(rows(run, "resources")) == 5 and {x["step"] for x in rows(run, "resources")} == {"fast"}
+    assert len(rows(run, "resources")) == 5 and {x["step"] for x in rows(run, "resources")} == {
+        "fast"
+    }
     assert [(a["step"], a["sid"], a["source"]) for a in rows(run, "alerts")] == [
-        ("fast", 9000001, "steps/fast/dut/eve.json"), ("fast", 9000002, "steps/fast/dut/eve.json")]
+        ("fast", 9000001, "steps/fast/dut/eve.json"),
+        ("fast", 9000002, "steps/fast/dut/eve.json"),
+    ]
     assert sum(x["packets"] for x in rows(run, "per_second")) == fast_row["packets"]
 
 
@@ -171,13 +273,21 @@ def _write_raw(run: Path, name: str, meta: dict[bytes, bytes] | None) -> Path:
     return path
 
 
-@pytest.mark.parametrize("version, words", [
-    ("0.9", "run `testbed analyze"), ("2.0", "use a newer testbed"), ("11.3", "use a newer testbed")])
+@pytest.mark.parametrize(
+    "version, words",
+    [
+        ("0.9", "run `testbed analyze"),
+        ("2.0", "use a newer testbed"),
+        ("11.3", "use a newer testbed"),
+    ],
+)
 def test_a_table_of_another_major_is_refused_saying_what_to_do(tmp_path, version, words):
     path = _write_raw(tmp_path, "steps", {META_VERSION: version.encode(), META_TABLE: b"steps"})
     with pytest.raises(SchemaError) as e:
         read_table(tmp_path, "steps")
-    assert str(path) in str(e.value) and f"schema {version}" in str(e.value) and words in str(e.value)
+    assert (
+        str(path) in str(e.value) and f"schema {version}" in str(e.value) and words in str(e.value)
+    )
 
 
 def test_a_newer_minor_of_the_same_major_is_read(tmp_path):
@@ -234,14 +344,34 @@ def doc_queries() -> list[str]:
     return run_tables
 
 
-def test_the_documented_duckdb_queries_run_on_real_analysed_runs(tmp_path, monkeypatch, flowengine_bin):
+def test_the_documented_duckdb_queries_run_on_real_analysed_runs(
+    tmp_path, monkeypatch, flowengine_bin
+):
     import subprocess
 
     out = tmp_path / "results"
     for scenario in ("quickstart.yaml", "attacks-mixed.yaml"):
-        p = subprocess.run([sys.executable, "-m", "testbed", "run", str(ROOT / "scenarios" / scenario),
-                            "--out", str(out), "-q"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-        if scenario == "attacks-mixed.yaml" and p.returncode != 0 and "suricata" in p.stderr.lower():
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "testbed",
+                "run",
+                str(ROOT / "scenarios" / scenario),
+                "--out",
+                str(out),
+                "-q",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if (
+            scenario == "attacks-mixed.yaml"
+            and p.returncode != 0
+            and "suricata" in p.stderr.lower()
+        ):
             continue  # without Suricata: no run with alerts
         assert p.returncode == 0, p.stdout + p.stderr
     runs = sorted(out.iterdir())
@@ -263,4 +393,6 @@ def test_the_documented_duckdb_queries_run_on_real_analysed_runs(tmp_path, monke
     flows = [r for r in results[2] if r[0] == quick[1]]
     assert sum(r[2] for r in flows) == metrics["flows"]["count"]
     if with_alerts:
-        assert sum(r[4] for r in results[3]) == len(rows(next(r for r in runs if "attacks" in r.name), "alerts"))
+        assert sum(r[4] for r in results[3]) == len(
+            rows(next(r for r in runs if "attacks" in r.name), "alerts")
+        )

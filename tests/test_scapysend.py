@@ -69,8 +69,9 @@ def test_topspeed_bounded_count_matches_wire_and_capture(pair, pcaplib, tmp_path
     plan = json.loads((tmp_path / "scapy-plan.json").read_text())
     assert [f["src"] for f in plan["flows"]] == ["198.18.0.0", "2001:db8::1", "198.18.0.1"]
     assert plan["flows"][0]["sport"] == 5000 and plan["flows"][0]["size"] == 30
-    cap = Tcpdump(["ip", "netns", "exec", pair.peer], "veth1", tmp_path / "cap.pcap",
-                  immediate=True).start()  # fmt: skip
+    cap = Tcpdump(
+        ["ip", "netns", "exec", pair.peer], "veth1", tmp_path / "cap.pcap", immediate=True
+    ).start()
     before = pair.rx()
     gen.start()
     assert gen.wait(60)
@@ -104,8 +105,12 @@ def test_realtime_follows_the_flow_rate(pair, tmp_path):
 @live
 def test_topspeed_duration_stops_by_itself(pair, tmp_path):
     gen = get_generator("scapy")
-    gen.prepare(scenario(packets=10), tmp_path, 1,
-                Endpoint(pair.gen, "veth0", pace="topspeed", duration_s=2))
+    gen.prepare(
+        scenario(packets=10),
+        tmp_path,
+        1,
+        Endpoint(pair.gen, "veth0", pace="topspeed", duration_s=2),
+    )
     before = pair.rx()
     gen.start()
     assert gen.wait(30)

@@ -26,11 +26,15 @@ def test_the_installed_package_finds_the_checkout_it_was_installed_from():
     checkout. (Run from a checkout that is not the installed one, the record names that one.)"""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NTG_SOURCE_TREE")}
     code = "import ntgcore.sourcetree as s; print(s.__file__); print(s.source_tree())"
-    out = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     module, found = out.stdout.split()
     assert (Path(found) / MARK).is_file() and (Path(found) / "playbooks" / "vm_guest.yml").is_file()
-    if not Path(module).is_relative_to(ROOT):  # the installed copy: its own folder has no bootstrap.sh
+    if not Path(module).is_relative_to(
+        ROOT
+    ):  # the installed copy: its own folder has no bootstrap.sh
         assert not (Path(module).parents[1] / MARK).is_file()
 
 
@@ -38,4 +42,8 @@ def test_a_folder_without_bootstrap_sh_is_passed_over_and_none_found_says_what_t
     assert find_source_tree([tmp_path, ROOT]) == ROOT
     with pytest.raises(SourceTreeMissing) as err:
         find_source_tree([tmp_path])
-    assert err.value.exit_status == 2 and str(tmp_path) in str(err.value) and "set NTG_SOURCE_TREE" in str(err.value)
+    assert (
+        err.value.exit_status == 2
+        and str(tmp_path) in str(err.value)
+        and "set NTG_SOURCE_TREE" in str(err.value)
+    )

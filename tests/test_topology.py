@@ -87,8 +87,15 @@ def test_a_topology_file_is_read_bounded_and_named(tmp_path, kind):
     with pytest.raises(TopologyError) as exc:
         load_topology(path)
     (problem,) = exc.value.problems
-    assert problem.startswith(f"{path}") and {"dev-zero": "longer than 32.0 MiB", "not-utf8": "not UTF-8",
-                                              "directory": "is a directory"}[kind] in problem, problem
+    assert (
+        problem.startswith(f"{path}")
+        and {
+            "dev-zero": "longer than 32.0 MiB",
+            "not-utf8": "not UTF-8",
+            "directory": "is a directory",
+        }[kind]
+        in problem
+    ), problem
 
 
 def test_address_outside_the_benchmark_ranges_is_refused(tmp_path):
@@ -96,7 +103,9 @@ def test_address_outside_the_benchmark_ranges_is_refused(tmp_path):
     with pytest.raises(TopologyError) as exc:
         load_topology(path)
     (problem,) = exc.value.problems
-    assert problem.startswith(f"{path}:4: links[0].a.address: addresses must lie in 198.18.0.0/15 or 2001:db8::/32")
+    assert problem.startswith(
+        f"{path}:4: links[0].a.address: addresses must lie in 198.18.0.0/15 or 2001:db8::/32"
+    )
 
 
 def test_link_to_an_undeclared_namespace_is_reported_with_its_line(tmp_path):
@@ -115,7 +124,7 @@ def test_mirror_and_duplicate_problems_each_get_a_line(tmp_path):
             b: {ns: dut, iface: d1, address: 198.18.0.2/24}
         mirrors:
           - {from: dut0, to: nope0, ns: dut}
-        """)  # fmt: skip
+        """)
     path = write(tmp_path, text)
     with pytest.raises(TopologyError) as exc:
         load_topology(path)
@@ -130,12 +139,18 @@ def test_unknown_key_suggests_the_known_one(tmp_path):
     path = write(tmp_path, GOOD.replace("namespaces:", "namespace:"))
     with pytest.raises(TopologyError) as exc:
         load_topology(path)
-    assert f"{path}:2: namespace: unknown key `namespace`; did you mean `namespaces`?" in exc.value.problems
+    assert (
+        f"{path}:2: namespace: unknown key `namespace`; did you mean `namespaces`?"
+        in exc.value.problems
+    )
 
 
 def test_offloads_accept_yaml_off_and_refuse_unknown_features():
     base = {"name": "t", "namespaces": ["a"], "links": []}
-    assert parse_topology({**base, "offloads": {"tso": False, "gro": "on"}}).offloads == {"tso": False, "gro": True}
+    assert parse_topology({**base, "offloads": {"tso": False, "gro": "on"}}).offloads == {
+        "tso": False,
+        "gro": True,
+    }
     with pytest.raises(TopologyError, match="unknown offload `tsoo`"):
         parse_topology({**base, "offloads": {"tsoo": False}})
 
@@ -147,8 +162,12 @@ def test_renamed_checks_the_new_name():
 
 def test_cli_reports_bad_input_without_traceback(tmp_path):
     path = write(tmp_path, GOOD.replace("198.18.0.2/24", "192.168.1.1/24"))
-    p = subprocess.run([sys.executable, "-m", "testbed.topology", "show", str(path)],
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "testbed.topology", "show", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert p.stderr.startswith(f"{path}:5: links[0].b.address: addresses must lie in")
     assert "Traceback" not in p.stderr
@@ -164,18 +183,35 @@ def test_apply_builds_isolated_namespaces_and_remove_deletes_them(topo):
     assert names <= netns_list()
     for role in topo.namespaces:
         ns = topo.netns(role)
-        links = json.loads(subprocess.run(["ip", "-n", ns, "-j", "link", "show"], capture_output=True,
-                                          text=True, check=True).stdout)  # fmt: skip
+        links = json.loads(
+            subprocess.run(
+                ["ip", "-n", ns, "-j", "link", "show"], capture_output=True, text=True, check=True
+            ).stdout
+        )
         assert sorted(link["ifname"] for link in links) == sorted(["lo", *topo.iface(role)])
         assert all("UP" in link["flags"] for link in links)
-        routes = subprocess.run(["ip", "-n", ns, "route", "show", "default"], capture_output=True, text=True)
+        routes = subprocess.run(
+            ["ip", "-n", ns, "route", "show", "default"], capture_output=True, text=True
+        )
         assert routes.stdout.strip() == ""
-        sysctl = subprocess.run(topo.exec_argv(role, "sysctl", "-n", "net.ipv4.ip_forward",
-                                               "net.ipv6.conf.all.disable_ipv6"),
-                                capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+        sysctl = subprocess.run(
+            topo.exec_argv(
+                role, "sysctl", "-n", "net.ipv4.ip_forward", "net.ipv6.conf.all.disable_ipv6"
+            ),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         assert sysctl == ["0", "1"]
     c = topo.counters("gen", "gen0")
-    assert set(c) == {"rx_packets", "rx_bytes", "rx_dropped", "tx_packets", "tx_bytes", "tx_dropped"}
+    assert set(c) == {
+        "rx_packets",
+        "rx_bytes",
+        "rx_dropped",
+        "tx_packets",
+        "tx_bytes",
+        "tx_dropped",
+    }
     assert all(isinstance(v, int) and v >= 0 for v in c.values())
     assert topo.state()["namespaces"]["dut"]["interfaces"]["dut0"]["address"] == ["198.18.0.2/24"]
     assert len(topo.remove()) == 3
@@ -185,7 +221,9 @@ def test_apply_builds_isolated_namespaces_and_remove_deletes_them(topo):
 @needs_netns
 def test_apply_and_remove_are_idempotent(topo):
     plan = topo.apply(dry_run=True)
-    assert plan and not {topo.netns(r) for r in topo.namespaces} & netns_list()  # a dry run makes nothing
+    assert (
+        plan and not {topo.netns(r) for r in topo.namespaces} & netns_list()
+    )  # a dry run makes nothing
     first = topo.apply()
     assert "create veth {0}/gen0 <-> {1}/dut0".format(topo.netns("gen"), topo.netns("dut")) in first
     assert topo.apply() == []
@@ -197,32 +235,51 @@ def test_apply_and_remove_are_idempotent(topo):
 def test_apply_repairs_only_what_drifted(topo):
     topo.apply()
     gen, dut = topo.netns("gen"), topo.netns("dut")
-    for argv in (["ip", "-n", gen, "link", "set", "gen0", "down"],
-                 ["ip", "-n", dut, "addr", "del", "198.18.0.2/24", "dev", "dut0"],
-                 ["ip", "-n", dut, "addr", "add", "198.18.9.9/24", "dev", "dut0"],
-                 topo.exec_argv("dut", "ethtool", "-K", "mir0", "gso", "on"),
-                 topo.exec_argv("dut", "tc", "qdisc", "del", "dev", "dut0", "clsact")):  # fmt: skip
+    for argv in (
+        ["ip", "-n", gen, "link", "set", "gen0", "down"],
+        ["ip", "-n", dut, "addr", "del", "198.18.0.2/24", "dev", "dut0"],
+        ["ip", "-n", dut, "addr", "add", "198.18.9.9/24", "dev", "dut0"],
+        topo.exec_argv("dut", "ethtool", "-K", "mir0", "gso", "on"),
+        topo.exec_argv("dut", "tc", "qdisc", "del", "dev", "dut0", "clsact"),
+    ):
         subprocess.run(argv, check=True, capture_output=True)
-    assert sorted(topo.apply()) == sorted([
-        f"{gen}/gen0: up",
-        f"{dut}/dut0: delete address 198.18.9.9/24",
-        f"{dut}/dut0: add address 198.18.0.2/24",
-        f"{dut}/mir0: ethtool -K gso off",
-        f"{dut}/dut0: add clsact qdisc",
-        f"{dut}/dut0: mirror ingress to mir0",
-    ])  # fmt: skip
+    assert sorted(topo.apply()) == sorted(
+        [
+            f"{gen}/gen0: up",
+            f"{dut}/dut0: delete address 198.18.9.9/24",
+            f"{dut}/dut0: add address 198.18.0.2/24",
+            f"{dut}/mir0: ethtool -K gso off",
+            f"{dut}/dut0: add clsact qdisc",
+            f"{dut}/dut0: mirror ingress to mir0",
+        ]
+    )
     assert topo.apply() == []
 
 
 @needs_netns
 def test_ipv6_is_on_only_where_an_ipv6_address_is_given():
-    t = parse_topology({
-        "name": f"ntgt-{secrets.token_hex(3)}", "namespaces": ["a", "b"],
-        "links": [{"a": {"ns": "a", "iface": "a0", "address": "2001:db8::1/64"}, "b": {"ns": "b", "iface": "b0"}}],
-    })  # fmt: skip
+    t = parse_topology(
+        {
+            "name": f"ntgt-{secrets.token_hex(3)}",
+            "namespaces": ["a", "b"],
+            "links": [
+                {
+                    "a": {"ns": "a", "iface": "a0", "address": "2001:db8::1/64"},
+                    "b": {"ns": "b", "iface": "b0"},
+                }
+            ],
+        }
+    )
     with t.up():
-        flags = [subprocess.run(t.exec_argv(r, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6"),
-                                capture_output=True, text=True, check=True).stdout.strip() for r in ("a", "b")]  # fmt: skip
+        flags = [
+            subprocess.run(
+                t.exec_argv(r, "sysctl", "-n", "net.ipv6.conf.all.disable_ipv6"),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            for r in ("a", "b")
+        ]
         assert flags == ["0", "1"]
         assert t.state()["namespaces"]["a"]["interfaces"]["a0"]["address"] == ["2001:db8::1/64"]
         assert t.apply() == []
@@ -244,10 +301,17 @@ def test_mirror_copies_every_frame_arriving_at_the_dut_to_the_tap(topo):
     with topo.up():
         where = {"gen": "gen0", "dut": "dut0", "tap": "tap0"}
         before = {r: topo.counters(r, i) for r, i in where.items()}
-        subprocess.run(topo.exec_argv("gen", sys.executable, "-c", SEND, "gen0", "5"), check=True, timeout=30)
+        subprocess.run(
+            topo.exec_argv("gen", sys.executable, "-c", SEND, "gen0", "5"), check=True, timeout=30
+        )
         after = {r: topo.counters(r, i) for r, i in where.items()}
-        delta = {r: (after[r]["tx_packets"] - before[r]["tx_packets"],
-                     after[r]["rx_packets"] - before[r]["rx_packets"]) for r in where}  # fmt: skip
+        delta = {
+            r: (
+                after[r]["tx_packets"] - before[r]["tx_packets"],
+                after[r]["rx_packets"] - before[r]["rx_packets"],
+            )
+            for r in where
+        }
         assert delta == {"gen": (5, 0), "dut": (0, 5), "tap": (0, 5)}
         assert after["tap"]["rx_bytes"] - before["tap"]["rx_bytes"] == 5 * 64
 
@@ -266,12 +330,21 @@ def test_cli_up_show_down(tmp_path):
     name = f"ntgt-{secrets.token_hex(3)}"
     run = [sys.executable, "-m", "testbed.topology"]
     try:
-        up = subprocess.run([*run, "up", "default", "--name", name, "--json"], capture_output=True, text=True, timeout=60)
+        up = subprocess.run(
+            [*run, "up", "default", "--name", name, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert up.returncode == 0, up.stderr
         assert f"create namespace {name}-gen" in json.loads(up.stdout)
-        show = subprocess.run([*run, "show", "default", "--name", name], capture_output=True, text=True, timeout=60)
+        show = subprocess.run(
+            [*run, "show", "default", "--name", name], capture_output=True, text=True, timeout=60
+        )
         assert f"{name}-tap (tap): present" in show.stdout and "tap0: up mtu 1500" in show.stdout
-        down = subprocess.run([*run, "down", "default", "--name", name], capture_output=True, text=True, timeout=60)
+        down = subprocess.run(
+            [*run, "down", "default", "--name", name], capture_output=True, text=True, timeout=60
+        )
         assert down.returncode == 0 and down.stdout.count("delete namespace") == 3
     finally:
         load_topology("default").renamed(name).remove()

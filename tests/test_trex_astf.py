@@ -37,13 +37,22 @@ from conftest import skip_or_fail
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "scenarios" / "rules" / "attacks-demo.rules"
 HEAD = "version: 1\nname: t\nseed: 3\nflows:\n"
-WEB = ("  - {name: web, protocol: tcp, src: 198.18.0.0/24, dst: 198.19.0.1, dst_port: 80, rate: 1000,"
-       " packets: 1, payload: {text: 'GET / HTTP/1.1', size: 77}, repeat: {count: %d, period: %s}}\n")
+WEB = (
+    "  - {name: web, protocol: tcp, src: 198.18.0.0/24, dst: 198.19.0.1, dst_port: 80, rate: 1000,"
+    " packets: 1, payload: {text: 'GET / HTTP/1.1', size: 77}, repeat: {count: %d, period: %s}}\n"
+)
 ATTACKS = f"attacks: {{rules: ['{RULES}'], count: 12, rate: 20}}\n"
 needs_client = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import importlib.util as u; "
-                    "raise SystemExit(u.find_spec('lbr_trex_client') is None)"]).returncode != 0,
-    reason="lbr-trex-client is not installed")  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util as u; raise SystemExit(u.find_spec('lbr_trex_client') is None)",
+        ]
+    ).returncode
+    != 0,
+    reason="lbr-trex-client is not installed",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -63,42 +72,70 @@ def test_tcp_flows_and_attack_rules_become_templates():
     s = parse_scenario(HEAD + WEB % (200, "5ms") + ATTACKS)
     p = build_astf_profile(s, response_bytes=112, attack_sessions=dialogues(s))
     web, *attacks = p.templates
-    assert (web.client, web.server, web.port, web.cps, web.limit) == \
-        (("198.18.0.1", "198.18.0.254"), ("198.19.0.1", "198.19.0.1"), 80, 200.0, 200)
+    assert (web.client, web.server, web.port, web.cps, web.limit) == (
+        ("198.18.0.1", "198.18.0.254"),
+        ("198.19.0.1", "198.19.0.1"),
+        80,
+        200.0,
+        200,
+    )
     assert web.request_bytes == 77 and web.response_bytes == 112
     assert bytes.fromhex(web.messages[0][1]).startswith(b"GET / HTTP/1.1\0")
     # the demo file's four TCP rules (the two UDP ones stay in the attack pcap), 12 sessions cycled
     # on the rules' sides ($EXTERNAL_NET clients 198.19.254.x -> $HOME_NET servers 198.18.255.k)
     assert [(t.sid, t.port, t.limit, t.server[0]) for t in attacks] == [
-        (9100001, 80, 3, "198.18.255.1"), (9100002, 80, 3, "198.18.255.2"),
-        (9100003, 80, 3, "198.18.255.3"), (9100004, 7777, 3, "198.18.255.4")]
+        (9100001, 80, 3, "198.18.255.1"),
+        (9100002, 80, 3, "198.18.255.2"),
+        (9100003, 80, 3, "198.18.255.3"),
+        (9100004, 7777, 3, "198.18.255.4"),
+    ]
     assert {t.client for t in attacks} == {("198.19.254.1", "198.19.254.254")}
     assert sum(t.cps for t in attacks) == 20.0 and p.connections == 212
     first = bytes.fromhex(attacks[0].messages[0][1])
     assert first.startswith(b"GET /ntg-demo/admin") and b"debug=1" in first
-    assert attacks[0].messages[1][0] is False and bytes.fromhex(attacks[0].messages[1][1]).startswith(b"HTTP/1.")
+    assert attacks[0].messages[1][0] is False and bytes.fromhex(
+        attacks[0].messages[1][1]
+    ).startswith(b"HTTP/1.")
     assert any("sid 9100005 (udp)" in a for a in p.approximations)
     assert any("`random` becomes TRex's sequential" in a for a in p.approximations)
     # without the dialogues (the orchestration gives them) the attacks stay with the attack pcap
     alone = build_astf_profile(s)
-    assert len(alone.templates) == 1 and any("the run's attack pcap carries them" in a for a in alone.approximations)
+    assert len(alone.templates) == 1 and any(
+        "the run's attack pcap carries them" in a for a in alone.approximations
+    )
 
 
-@pytest.mark.parametrize("text, message", [
-    ("  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9, rate: 10, packets: 1}\n",
-     r"flows\[0\]: protocol udp: ASTF mode carries TCP sessions only"),
-    ("  - {protocol: tcp, src: '2001:db8::1', dst: '2001:db8::2', dst_port: 80, rate: 10, packets: 1}\n",
-     r"flows\[0\]: src: ASTF mode maps IPv4 sessions only"),
-    ("  - {protocol: tcp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 80-81, rate: 10, packets: 1}\n",
-     r"flows\[0\]: dst_port: an ASTF template serves one server port, not the range 80-81"),
-    ("  - {name: d, protocol: tcp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 80, rate: 10, duration: 2s}\n",
-     r"flows\[0\] \(d\): duration: an ASTF session carries a number of payloads"),
-    ("  - {protocol: tcp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 80, rate: 10, packets: 2000,"
-     " payload: {size: 1000}}\n", r"flows\[0\]: packets × payload: 2,000,000 bytes in one connection"),
-    ("  - {protocol: tcp, src: 198.18.0.1, dst: 198.19.0.0/24, dst_port: 80, rate: 10, packets: 1}\n"
-     "  - {name: b, protocol: tcp, src: 198.18.0.2, dst: 198.19.0.7, dst_port: 80, rate: 10, packets: 1}\n",
-     r"flows\[1\] \(b\): dst/dst_port: serves port 80 on addresses that flows\[0\] serves too"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9, rate: 10, packets: 1}\n",
+            r"flows\[0\]: protocol udp: ASTF mode carries TCP sessions only",
+        ),
+        (
+            "  - {protocol: tcp, src: '2001:db8::1', dst: '2001:db8::2', dst_port: 80, rate: 10, packets: 1}\n",
+            r"flows\[0\]: src: ASTF mode maps IPv4 sessions only",
+        ),
+        (
+            "  - {protocol: tcp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 80-81, rate: 10, packets: 1}\n",
+            r"flows\[0\]: dst_port: an ASTF template serves one server port, not the range 80-81",
+        ),
+        (
+            "  - {name: d, protocol: tcp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 80, rate: 10, duration: 2s}\n",
+            r"flows\[0\] \(d\): duration: an ASTF session carries a number of payloads",
+        ),
+        (
+            "  - {protocol: tcp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 80, rate: 10, packets: 2000,"
+            " payload: {size: 1000}}\n",
+            r"flows\[0\]: packets × payload: 2,000,000 bytes in one connection",
+        ),
+        (
+            "  - {protocol: tcp, src: 198.18.0.1, dst: 198.19.0.0/24, dst_port: 80, rate: 10, packets: 1}\n"
+            "  - {name: b, protocol: tcp, src: 198.18.0.2, dst: 198.19.0.7, dst_port: 80, rate: 10, packets: 1}\n",
+            r"flows\[1\] \(b\): dst/dst_port: serves port 80 on addresses that flows\[0\] serves too",
+        ),
+    ],
+)
 def test_what_astf_cannot_express_is_refused_naming_the_flow(text, message):
     with pytest.raises(GeneratorError, match=message):
         build_astf_profile(parse_scenario(HEAD + text))
@@ -115,10 +152,17 @@ def test_options_and_a_server_without_its_server_side_are_refused(tmp_path, monk
     monkeypatch.setenv("NTG_TREX_DIR", str(tmp_path))
     (tmp_path / "_t-rex-64-o").write_text("#!/bin/sh\n")
     (tmp_path / "_t-rex-64-o").chmod(0o755)
-    with pytest.raises(GeneratorError, match=r"mode astf with `server: start` needs `server_iface`: "
-                       r"TRex's server side \(port 1\), the other end of veth0's veth"):
-        Trex(mode="astf").prepare(parse_scenario(HEAD + WEB % (2, "1ms")), tmp_path / "r", 3,
-                                  NetnsEndpoint("nowhere", "veth0"))
+    with pytest.raises(
+        GeneratorError,
+        match=r"mode astf with `server: start` needs `server_iface`: "
+        r"TRex's server side \(port 1\), the other end of veth0's veth",
+    ):
+        Trex(mode="astf").prepare(
+            parse_scenario(HEAD + WEB % (2, "1ms")),
+            tmp_path / "r",
+            3,
+            NetnsEndpoint("nowhere", "veth0"),
+        )
 
 
 @needs_client
@@ -129,10 +173,18 @@ def test_the_profile_file_loads_in_trex_client(tmp_path):
     gen = Trex(mode="astf", response_bytes=112, attack_sessions=dialogues(s))
     gen.write_astf_profile(s, tmp_path)
     data = json.loads((tmp_path / "trex-astf-profile.json").read_text())
-    assert data["tg_names"] == ["0-web", "1-sid9100001", "2-sid9100002", "3-sid9100003", "4-sid9100004"]
+    assert data["tg_names"] == [
+        "0-web",
+        "1-sid9100001",
+        "2-sid9100002",
+        "3-sid9100003",
+        "4-sid9100004",
+    ]
     web = data["templates"][0]
     assert web["client_template"]["cps"] == 200.0 and web["client_template"]["limit"] == 200
-    assert web["server_template"]["assoc"] == [{"port": 80, "ip_start": "198.19.0.1", "ip_end": "198.19.0.1"}]
+    assert web["server_template"]["assoc"] == [
+        {"port": 80, "ip_start": "198.19.0.1", "ip_end": "198.19.0.1"}
+    ]
     assert data["ip_gen_dist_list"][0]["distribution"] == "seq"
     spec = json.loads((tmp_path / "trex-profile-spec.json").read_text())
     assert spec["mode"] == "astf" and spec["connections"] == 212
@@ -152,7 +204,9 @@ def astf_ns():
         pytest.skip("tcpdump is not installed")
     d = os.environ.get("NTG_TREX_DIR")
     if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail("NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)")
+        skip_or_fail(
+            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
+        )
     from testbed.endpoints.netns.topology import VethPair
 
     p = VethPair(prefix="ntgtest", split=False)
@@ -166,9 +220,28 @@ class Tcpdump:
     def __init__(self, ns: str, iface: str, path: Path):
         self.path, self.err = path, path.with_suffix(".log")
         self.log = open(self.err, "wb")
-        self.proc = Process(f"tcpdump-{iface}", ["ip", "netns", "exec", ns, "tcpdump", "-i", iface, "-n",
-                                                  "-B", "16384", "-s", "256", "-U", "-w", str(path), "tcp"],
-                            stderr=self.log).start()  # fmt: skip
+        self.proc = Process(
+            f"tcpdump-{iface}",
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "tcpdump",
+                "-i",
+                iface,
+                "-n",
+                "-B",
+                "16384",
+                "-s",
+                "256",
+                "-U",
+                "-w",
+                str(path),
+                "tcp",
+            ],
+            stderr=self.log,
+        ).start()
         deadline = time.monotonic() + 10
         while b"listening on" not in self.err.read_bytes():
             assert time.monotonic() < deadline and self.proc.poll() is None, self.err.read_text()
@@ -221,12 +294,16 @@ def test_astf_sessions_live_all_established_and_closed_and_seen_on_the_wire(astf
     a = stats["astf"]
     total = n + 12
     assert a["connections_expected"] == total
-    assert (a["connections_attempted"], a["connections_established"], a["connections_closed"]) == (total,) * 3, a
+    assert (a["connections_attempted"], a["connections_established"], a["connections_closed"]) == (
+        total,
+    ) * 3, a
     assert (a["server_accepted"], a["server_closed"]) == (total, total), a
     assert a["drops"] == a["connection_drops"] == a["server_drops"] == 0 and not a["errors"], a
     groups = a["templates"]
     assert groups["0-web"]["client"]["tcps_connects"] == n
-    assert all(groups[f"{k}-sid91000{k:02d}"]["client"]["tcps_closed"] == 3 for k in range(1, 5)), groups
+    assert all(groups[f"{k}-sid91000{k:02d}"]["client"]["tcps_closed"] == 3 for k in range(1, 5)), (
+        groups
+    )
     assert stats["trex"]["server_version"] == "v3.08"
     # the wire: veth1 receives the client side's segments, veth0 the server side's
     for i, log in logs.items():
@@ -236,7 +313,10 @@ def test_astf_sessions_live_all_established_and_closed_and_seen_on_the_wire(astf
     assert server["synack"] == a["server_accepted"] and server["syn"] == 0
     assert client["fin"] == a["connections_closed"] and server["fin"] == a["server_closed"]
     assert client["payload"].count(b"GET / HTTP/1.1\0") == n
-    assert client["payload"].count(b"GET /ntg-demo/admin") == 3 and b"ntg-demo-bot/0.1" in client["payload"]
+    assert (
+        client["payload"].count(b"GET /ntg-demo/admin") == 3
+        and b"ntg-demo-bot/0.1" in client["payload"]
+    )
     assert client["payload"].count(b"NTGDEMO\x00\x01") == 3
     assert server["payload"].count(b"HTTP/1.1 200") + server["payload"].count(b"HTTP/1.0 200") == 9
     # the common counters: the client side's segments (sent on veth0, captured on veth1); the
@@ -248,9 +328,11 @@ def test_astf_sessions_live_all_established_and_closed_and_seen_on_the_wire(astf
     assert all(r.exit_code is not None for r in gen.commands())
     assert not (Path("/var/run/dpdk") / gen.server.prefix).exists()
     assert "--astf" in gen.server.proc.record.argv
-    print(f"\nASTF live: {total} connections in {took:.2f}s (start to end), server up in "
-          f"{stats['trex']['server_started_s']}s; {client['packets']} client + {server['packets']} "
-          f"server segments captured")
+    print(
+        f"\nASTF live: {total} connections in {took:.2f}s (start to end), server up in "
+        f"{stats['trex']['server_started_s']}s; {client['packets']} client + {server['packets']} "
+        f"server segments captured"
+    )
 
 
 @needs_client
@@ -260,13 +342,21 @@ def test_a_running_stateless_server_is_refused_for_astf_profiles(astf_ns, tmp_pa
     from testbed.endpoints.netns import NetnsEndpoint
 
     where = NetnsEndpoint(astf_ns.gen, "veth0")
-    srv = TrexServer(server_binary(os.environ["NTG_TREX_DIR"]), where, tmp_path, "02:00:00:00:00:01",
-                     "02:00:00:00:00:02").start()
+    srv = TrexServer(
+        server_binary(os.environ["NTG_TREX_DIR"]),
+        where,
+        tmp_path,
+        "02:00:00:00:00:01",
+        "02:00:00:00:00:02",
+    ).start()
     gen = Trex(mode="astf", server={"host": "127.0.0.1"})
     try:
-        with pytest.raises(GeneratorError, match=r"trex: connect: RPC configuration mismatch - server RPC "
-                           r"configuration: 'STL', client RPC configuration: 'ASTF' \(the generator's "
-                           r"`mode: astf` needs a TRex server started with --astf"):
+        with pytest.raises(
+            GeneratorError,
+            match=r"trex: connect: RPC configuration mismatch - server RPC "
+            r"configuration: 'STL', client RPC configuration: 'ASTF' \(the generator's "
+            r"`mode: astf` needs a TRex server started with --astf",
+        ):
             gen.prepare(parse_scenario(HEAD + WEB % (2, "1ms")), tmp_path / "run", 3, where)
         assert gen.status() == "failed" and srv.alive()  # not ours to stop
     finally:
@@ -281,7 +371,12 @@ def test_a_stop_mid_run_stops_the_connections_and_releases(astf_ns, tmp_path):
 
     gen = Trex(mode="astf", server_iface="veth1")
     try:
-        gen.prepare(parse_scenario(HEAD + WEB % (2000, "5ms")), tmp_path, 3, NetnsEndpoint(astf_ns.gen, "veth0"))
+        gen.prepare(
+            parse_scenario(HEAD + WEB % (2000, "5ms")),
+            tmp_path,
+            3,
+            NetnsEndpoint(astf_ns.gen, "veth0"),
+        )
         gen.start()
         time.sleep(1.0)
         gen.stop(interrupt=True)
@@ -303,18 +398,27 @@ def test_astf_through_testbed_run_with_the_astf_topology(tmp_path, run_scenario)
         pytest.skip("live tests create network namespaces: need root")
     d = os.environ.get("NTG_TREX_DIR")
     if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail("NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)")
+        skip_or_fail(
+            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
+        )
     path = tmp_path / "astf.yaml"
-    path.write_text(HEAD + WEB % (100, "5ms") + "generator: trex\ntestbed:\n  topology: astf\n"
-                    "  generators: [{name: trex, at: 'gen:gen0', mode: astf, server_iface: gen1,"
-                    " response_bytes: 112}]\n  capture: {at: 'gen:gen1', snaplen: 128}\n")
+    path.write_text(
+        HEAD + WEB % (100, "5ms") + "generator: trex\ntestbed:\n  topology: astf\n"
+        "  generators: [{name: trex, at: 'gen:gen0', mode: astf, server_iface: gen1,"
+        " response_bytes: 112}]\n  capture: {at: 'gen:gen1', snaplen: 128}\n"
+    )
     run = run_scenario(path)
     assert run.ok, run.messages
     step = run.manifest["steps"][0]
     g = step["generators"]["trex"]
     a = g["port_stats"]["astf"]
-    assert (a["connections_attempted"], a["connections_established"], a["connections_closed"],
-            a["server_closed"], a["drops"]) == (100, 100, 100, 100, 0)
+    assert (
+        a["connections_attempted"],
+        a["connections_established"],
+        a["connections_closed"],
+        a["server_closed"],
+        a["drops"],
+    ) == (100, 100, 100, 100, 0)
     assert g["packets_sent"] == g["port_stats"]["gen0"]["opackets"] == step["loss"]["wire"]
     assert step["loss"]["loss_rate"] == 0
     report = (run.run_dir / "report.md").read_text()

@@ -30,14 +30,19 @@ from generators.trex.expand import ExpandError, frames
 from generators.trex.stl_profile import MAX_LATENCY_STREAMS, build_profile
 
 from conftest import skip_or_fail
+
 # one namespace with both ends of a veth pair (veth0: TRex port 0, veth1: port 1), the client check
 from test_trex_astf import astf_ns, needs_client  # noqa: F401  (a fixture)
 
 HEAD = "version: 1\nname: t\nseed: 3\nflows:\n"
-UDP = ("  - {name: u, protocol: udp, src: 198.18.0.0/24, dst: 198.19.0.1, dst_port: 9, rate: 10000,"
-       " packets: 1, payload: {size: 18}, repeat: {count: %d, period: 100us}}\n")
-TCP = ("  - {name: t, protocol: tcp, src: 198.18.1.1, dst: 198.19.0.2, dst_port: 80, rate: 1000,"
-       " packets: 500, start: 0.5s}\n")
+UDP = (
+    "  - {name: u, protocol: udp, src: 198.18.0.0/24, dst: 198.19.0.1, dst_port: 9, rate: 10000,"
+    " packets: 1, payload: {size: 18}, repeat: {count: %d, period: 100us}}\n"
+)
+TCP = (
+    "  - {name: t, protocol: tcp, src: 198.18.1.1, dst: 198.19.0.2, dst_port: 80, rate: 1000,"
+    " packets: 500, start: 0.5s}\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -56,38 +61,64 @@ def test_one_probe_per_flow_beside_its_traffic():
     assert [st.pg_id for st in traffic] == [1, 2] and [st.pg_id for st in probes] == [3, 4]
     u, t = probes
     # from the flow's first packet to its last: 2 s of the UDP flow, 0.5 s of the TCP one at its start
-    assert (u.mode, u.isg_us, u.rate, u.vm) == ({"type": "single_burst", "total_pkts": 2000}, 0.0, {"pps": 1000.0}, [])
+    assert (u.mode, u.isg_us, u.rate, u.vm) == (
+        {"type": "single_burst", "total_pkts": 2000},
+        0.0,
+        {"pps": 1000.0},
+        [],
+    )
     assert (t.mode["total_pkts"], t.isg_us) == (500, 500_000.0)
     # the flow's first packet; UDP over IPv4 without a checksum (TRex's trailer would break it)
-    assert u.packet["ip"] == traffic[0].packet["ip"] and u.packet["l4"] == dict(traffic[0].packet["l4"], chksum=0)
+    assert u.packet["ip"] == traffic[0].packet["ip"] and u.packet["l4"] == dict(
+        traffic[0].packet["l4"], chksum=0
+    )
     assert t.packet["l4"] == traffic[1].packet["l4"]
     # TRex's 16-byte trailer needs payload: the TCP flow's empty payload becomes 16 bytes
     assert (u.frame_bytes, t.frame_bytes) == ((60, 60), (70, 70))
     assert p.expected_seconds == 2.0 and p.packets == 20000 + 500 + 2000 + 500
-    assert any("latency_pps: one latency probe per flow" in a and "leaves them out" in a for a in p.approximations)
+    assert any(
+        "latency_pps: one latency probe per flow" in a and "leaves them out" in a
+        for a in p.approximations
+    )
     # without stream_stats the probes are pg_id 1.. ; at pace topspeed they run with the traffic
     fast = build_profile(s, 3, pace="topspeed", duration_s=2, topspeed_pps=100_000, latency_pps=500)
     assert [(st.pg_id, st.mode["type"], st.pps) for st in fast.streams] == [
-        (None, "continuous", 50_000), (None, "continuous", 50_000), (1, "continuous", 500), (2, "continuous", 500)]
+        (None, "continuous", 50_000),
+        (None, "continuous", 50_000),
+        (1, "continuous", 500),
+        (2, "continuous", 500),
+    ]
 
 
-@pytest.mark.parametrize("value, message", [
-    (0, r"latency_pps: 0: the latency probes' rate .* give a number > 0"),
-    (-5, r"latency_pps: -5: .* > 0"),
-    ("fast", r"latency_pps: 'fast': .* > 0"),
-    (True, r"latency_pps: True: "),
-    (60_000, r"latency_pps: 60000 pps for each of 2 flow\(s\) is 120,000 probes/s; .* give at most 50000"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (0, r"latency_pps: 0: the latency probes' rate .* give a number > 0"),
+        (-5, r"latency_pps: -5: .* > 0"),
+        ("fast", r"latency_pps: 'fast': .* > 0"),
+        (True, r"latency_pps: True: "),
+        (
+            60_000,
+            r"latency_pps: 60000 pps for each of 2 flow\(s\) is 120,000 probes/s; .* give at most 50000",
+        ),
+    ],
+)
 def test_bad_latency_rates_are_refused_naming_the_field(value, message):
     with pytest.raises(GeneratorError, match=message):
         build_profile(parse_scenario(HEAD + UDP % 10 + TCP), 3, latency_pps=value)
 
 
 def test_more_probes_than_trex_times_and_bad_options_are_refused(tmp_path, monkeypatch):
-    many = HEAD + "".join(f"  - {{protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: {k + 1},"
-                          f" rate: 10, packets: 1}}\n" for k in range(MAX_LATENCY_STREAMS + 1))
-    with pytest.raises(GeneratorError, match=r"latency_pps: one latency probe per flow, and TRex times at "
-                       r"most 128 latency streams; the scenario has 129 flows"):
+    many = HEAD + "".join(
+        f"  - {{protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: {k + 1},"
+        f" rate: 10, packets: 1}}\n"
+        for k in range(MAX_LATENCY_STREAMS + 1)
+    )
+    with pytest.raises(
+        GeneratorError,
+        match=r"latency_pps: one latency probe per flow, and TRex times at "
+        r"most 128 latency streams; the scenario has 129 flows",
+    ):
         build_profile(parse_scenario(many), 3, latency_pps=10)
     # the options as a scenario gives them: pydantic names the field
     assert TrexSpec(latency_pps=1000, server_iface="gen1").latency_pps == 1000
@@ -96,29 +127,41 @@ def test_more_probes_than_trex_times_and_bad_options_are_refused(tmp_path, monke
             TrexSpec(latency_pps=bad)
     with pytest.raises(GeneratorError, match=r"latency_pps: 0: "):
         Trex(latency_pps=0)
-    with pytest.raises(GeneratorError, match=r"latency_pps: latency probes are stateless streams; mode astf"):
+    with pytest.raises(
+        GeneratorError, match=r"latency_pps: latency probes are stateless streams; mode astf"
+    ):
         Trex(mode="astf", latency_pps=100)
     from testbed.endpoints.netns import NetnsEndpoint
 
     monkeypatch.setenv("NTG_TREX_DIR", str(tmp_path))
     (tmp_path / "_t-rex-64-o").write_text("#!/bin/sh\n")
     (tmp_path / "_t-rex-64-o").chmod(0o755)
-    with pytest.raises(GeneratorError, match=r"latency_pps with `server: start` needs `server_iface`: TRex "
-                       r"times the probes it receives on its own port 1, the other end of veth0's veth"):
-        Trex(latency_pps=100).prepare(parse_scenario(HEAD + UDP % 10), tmp_path / "r", 3,
-                                      NetnsEndpoint("nowhere", "veth0"))
+    with pytest.raises(
+        GeneratorError,
+        match=r"latency_pps with `server: start` needs `server_iface`: TRex "
+        r"times the probes it receives on its own port 1, the other end of veth0's veth",
+    ):
+        Trex(latency_pps=100).prepare(
+            parse_scenario(HEAD + UDP % 10), tmp_path / "r", 3, NetnsEndpoint("nowhere", "veth0")
+        )
 
 
 def test_the_scenario_validates_with_latency_options(tmp_path):
     path = tmp_path / "lat.yaml"
-    path.write_text(HEAD + UDP % 100 + "generator: trex\ntestbed:\n  topology: astf\n"
-                    "  generators: [{name: trex, at: 'gen:gen0', server_iface: gen1, latency_pps: 1000}]\n"
-                    "  capture: {at: 'gen:gen1'}\n")
+    path.write_text(
+        HEAD + UDP % 100 + "generator: trex\ntestbed:\n  topology: astf\n"
+        "  generators: [{name: trex, at: 'gen:gen0', server_iface: gen1, latency_pps: 1000}]\n"
+        "  capture: {at: 'gen:gen1'}\n"
+    )
     cli = [sys.executable, "-m", "testbed.cli", "validate", str(path)]
-    ok = subprocess.run(cli, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    ok = subprocess.run(
+        cli, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent
+    )
     assert ok.returncode == 0 and ": ok:" in ok.stdout, ok.stderr
     path.write_text(path.read_text().replace("latency_pps: 1000", "latency_pps: 0"))
-    bad = subprocess.run(cli, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    bad = subprocess.run(
+        cli, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent
+    )
     assert bad.returncode != 0 and "latency_pps" in bad.stderr, (bad.stdout, bad.stderr)
 
 
@@ -163,7 +206,9 @@ def check_latency(lat: dict, sent: int) -> None:
     assert set(seq) == {"dropped", "out_of_order", "dup", "seq_too_high", "seq_too_low"}
     # TRex's loss estimate from the sequence numbers: at most what did not arrive (a lost last
     # probe has no successor to reveal it); a veth neither reorders nor duplicates
-    assert 0 <= seq["dropped"] <= sent - lat["rx_pkts"] and seq["dup"] == seq["out_of_order"] == 0, lat
+    assert (
+        0 <= seq["dropped"] <= sent - lat["rx_pkts"] and seq["dup"] == seq["out_of_order"] == 0
+    ), lat
 
 
 @needs_client
@@ -199,13 +244,18 @@ def test_latency_probes_live_timed_on_trex_own_receiving_port(astf_ns, tmp_path)
     rx = stats["veth1"]
     assert rx["trex_port"] == 1 and 0.97 * total <= rx["ipackets"] <= total, rx
     assert rx["ipackets"] + rx["ierrors"] == total, rx  # what TRex's receive side lost, it counts
-    assert "veth1" in (tmp_path / "trex_cfg.yaml").read_text() and "--astf" not in gen.server.proc.record.argv
+    assert (
+        "veth1" in (tmp_path / "trex_cfg.yaml").read_text()
+        and "--astf" not in gen.server.proc.record.argv
+    )
     assert json.loads((tmp_path / "trex-stats.json").read_text())["latency"] == lat
     assert all(r.exit_code is not None for r in gen.commands())
     u = lat["flows[0] (u) latency"]
-    print(f"\nlatency live: probes {u['tx_pkts']} sent, {u['rx_pkts']} received; min/avg/max "
-          f"{u['min_us']}/{u['avg_us']}/{u['max_us']} µs, jitter {u['jitter_us']} µs; "
-          f"histogram {u['histogram']}; port 1 {rx['ipackets']} of {total}, ierrors {rx['ierrors']}")
+    print(
+        f"\nlatency live: probes {u['tx_pkts']} sent, {u['rx_pkts']} received; min/avg/max "
+        f"{u['min_us']}/{u['avg_us']}/{u['max_us']} µs, jitter {u['jitter_us']} µs; "
+        f"histogram {u['histogram']}; port 1 {rx['ipackets']} of {total}, ierrors {rx['ierrors']}"
+    )
 
 
 @needs_client
@@ -217,24 +267,38 @@ def test_latency_through_testbed_run_with_the_astf_topology(tmp_path, run_scenar
         pytest.skip("live tests create network namespaces: need root")
     d = os.environ.get("NTG_TREX_DIR")
     if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail("NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)")
+        skip_or_fail(
+            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
+        )
     path = tmp_path / "latency.yaml"
-    path.write_text(HEAD + UDP % 10000 + "generator: trex\ntestbed:\n  topology: astf\n"
-                    "  generators: [{name: trex, at: 'gen:gen0', server_iface: gen1, latency_pps: 2000}]\n"
-                    "  capture: {at: 'gen:gen1', snaplen: 128}\n")
+    path.write_text(
+        HEAD + UDP % 10000 + "generator: trex\ntestbed:\n  topology: astf\n"
+        "  generators: [{name: trex, at: 'gen:gen0', server_iface: gen1, latency_pps: 2000}]\n"
+        "  capture: {at: 'gen:gen1', snaplen: 128}\n"
+    )
     run = run_scenario(path)
     assert run.ok, run.messages
     step = run.manifest["steps"][0]
     g = step["generators"]["trex"]
     lat = g["port_stats"]["latency"]
     check_latency(lat["flows[0] (u) latency"], 2000)
-    assert g["packets_sent"] == g["port_stats"]["gen0"]["opackets"] == 10000 + 2000 == step["loss"]["wire"]
+    assert (
+        g["packets_sent"]
+        == g["port_stats"]["gen0"]["opackets"]
+        == 10000 + 2000
+        == step["loss"]["wire"]
+    )
     assert step["loss"]["loss_rate"] == 0
     report = (run.run_dir / "report.md").read_text()
     assert "Latency (TRex latency probes): timed by TRex on its own receiving port" in report
     u = lat["flows[0] (u) latency"]
-    row = (f"| run | trex | flows[0] (u) latency | 2,000 | {u['rx_pkts']:,} | {u['min_us']:,} | {u['avg_us']:,} "
-           f"| {u['max_us']:,} | {u['histogram_max_from_us']:,} | {u['jitter_us']:,} |")
+    row = (
+        f"| run | trex | flows[0] (u) latency | 2,000 | {u['rx_pkts']:,} | {u['min_us']:,} | {u['avg_us']:,} "
+        f"| {u['max_us']:,} | {u['histogram_max_from_us']:,} | {u['jitter_us']:,} |"
+    )
     assert row in report, report
     assert (run.run_dir / "latency-histogram.png").stat().st_size > 5000
-    assert "TRex latency probes: packets per latency range" in (run.run_dir / "report.html").read_text()
+    assert (
+        "TRex latency probes: packets per latency range"
+        in (run.run_dir / "report.html").read_text()
+    )

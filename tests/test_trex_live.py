@@ -43,7 +43,9 @@ def trex(monkeypatch):
     """The shared server build, the registered plugin; afterwards no TRex process may be left."""
     d = os.environ.get("NTG_TREX_DIR")
     if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail("NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)")
+        skip_or_fail(
+            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
+        )
     if "trex" not in GENERATORS:
         GENERATORS.register("trex", PLUGIN)
     made = []
@@ -71,9 +73,28 @@ class Tcpdump:
         self.path = path
         self.err = path.with_suffix(".log")
         self.log = open(self.err, "wb")
-        self.proc = Process("tcpdump", ["ip", "netns", "exec", pair.peer, "tcpdump", "-i", "veth1",
-                                        "-n", "-B", "65536", "-s", "256", "-U", "--immediate-mode",
-                                        "-w", str(path)], stderr=self.log).start()
+        self.proc = Process(
+            "tcpdump",
+            [
+                "ip",
+                "netns",
+                "exec",
+                pair.peer,
+                "tcpdump",
+                "-i",
+                "veth1",
+                "-n",
+                "-B",
+                "65536",
+                "-s",
+                "256",
+                "-U",
+                "--immediate-mode",
+                "-w",
+                str(path),
+            ],
+            stderr=self.log,
+        ).start()
         deadline = time.monotonic() + 10
         while b"listening on" not in self.err.read_bytes():
             assert time.monotonic() < deadline and self.proc.poll() is None, self.err.read_text()
@@ -100,11 +121,17 @@ def test_a_started_server_sends_what_the_peer_captures(trex, pair, tmp_path, pca
     n = 30_000
     cap = Tcpdump(pair, tmp_path / "peer.pcap")
     before = pair.rx()
-    gen = run(trex, Trex(), (
-        "  - protocol: udp\n    src: 198.18.0.0/24\n    dst: {cidr: 198.19.0.10/24, mode: increment}\n"
-        "    dst_port: {range: 1000-1099, mode: increment}\n    rate: 100kpps\n    packets: 1\n"
-        f"    repeat: {{count: {n}, period: 10us}}\n    payload: {{size: 18-100}}\n"), tmp_path / "run",
-        Endpoint(pair.gen, "veth0"))
+    gen = run(
+        trex,
+        Trex(),
+        (
+            "  - protocol: udp\n    src: 198.18.0.0/24\n    dst: {cidr: 198.19.0.10/24, mode: increment}\n"
+            "    dst_port: {range: 1000-1099, mode: increment}\n    rate: 100kpps\n    packets: 1\n"
+            f"    repeat: {{count: {n}, period: 10us}}\n    payload: {{size: 18-100}}\n"
+        ),
+        tmp_path / "run",
+        Endpoint(pair.gen, "veth0"),
+    )
     log = cap.stop()
     assert gen.status() == "completed", gen.error()
     stats = gen.port_stats()
@@ -120,7 +147,9 @@ def test_a_started_server_sends_what_the_peer_captures(trex, pair, tmp_path, pca
     assert dst == [ipaddress.ip_address("198.19.0.0") + (10 + k) % 256 for k in range(300)]
     assert list(c.dport[:300]) == [1000 + k % 100 for k in range(300)]
     assert len(set(c.src_lo.tolist())) == 256  # random in the /24
-    assert {int(x) for x in c.wire_len} <= set(range(60, 143)) and len(set(c.wire_len.tolist())) > 50
+    assert {int(x) for x in c.wire_len} <= set(range(60, 143)) and len(
+        set(c.wire_len.tolist())
+    ) > 50
     # every checksum right: TRex fixes them in software on a veth
     scapy = pytest.importorskip("scapy.all")
     for f in scapy.rdpcap(str(tmp_path / "peer.pcap"), count=200):
@@ -131,15 +160,26 @@ def test_a_started_server_sends_what_the_peer_captures(trex, pair, tmp_path, pca
     assert names == ["trex-build", "trex-server", "trex-worker"]
     assert all(r.exit_code is not None for r in gen.commands())
     assert not (DPDK_RUN / gen.server.prefix).exists()
-    for f in ("trex-profile.py", "trex-stats.json", "trex-worker.jsonl", "trex_cfg.yaml", "trex-server.log"):
+    for f in (
+        "trex-profile.py",
+        "trex-stats.json",
+        "trex-worker.jsonl",
+        "trex_cfg.yaml",
+        "trex-server.log",
+    ):
         assert (tmp_path / "run" / f).is_file(), f
 
 
 @pytest.fixture
 def running_server(pair, tmp_path):
     """A TRex server already running in the pair's `gen` namespace (a user's own)."""
-    srv = TrexServer(server_binary(os.environ["NTG_TREX_DIR"]), Endpoint(pair.gen, "veth0"),
-                     tmp_path, "02:00:00:00:00:01", "02:00:00:00:00:02")
+    srv = TrexServer(
+        server_binary(os.environ["NTG_TREX_DIR"]),
+        Endpoint(pair.gen, "veth0"),
+        tmp_path,
+        "02:00:00:00:00:01",
+        "02:00:00:00:00:02",
+    )
     srv.start()
     try:
         yield srv
@@ -147,12 +187,21 @@ def running_server(pair, tmp_path):
         srv.stop()
 
 
-def test_a_running_server_at_an_address_and_a_version_mismatch(trex, pair, tmp_path, running_server):
-    text = ("  - {protocol: tcp, src: 198.18.0.1, dst: 198.19.0.1, src_port: 4000, dst_port: 80,"
-            " rate: 20kpps, packets: 2000, payload: {size: 6}}\n")
+def test_a_running_server_at_an_address_and_a_version_mismatch(
+    trex, pair, tmp_path, running_server
+):
+    text = (
+        "  - {protocol: tcp, src: 198.18.0.1, dst: 198.19.0.1, src_port: 4000, dst_port: 80,"
+        " rate: 20kpps, packets: 2000, payload: {size: 6}}\n"
+    )
     before = pair.rx()
-    gen = run(trex, Trex(server={"host": "127.0.0.1", "sync_port": 4501, "async_port": 4500}), text,
-              tmp_path / "a", Endpoint(pair.gen, "veth0"))
+    gen = run(
+        trex,
+        Trex(server={"host": "127.0.0.1", "sync_port": 4501, "async_port": 4500}),
+        text,
+        tmp_path / "a",
+        Endpoint(pair.gen, "veth0"),
+    )
     assert gen.status() == "completed" and gen.counters().packets_sent == 2000
     time.sleep(0.2)
     assert pair.rx() - before == 2000
@@ -161,14 +210,19 @@ def test_a_running_server_at_an_address_and_a_version_mismatch(trex, pair, tmp_p
     # The client claims another API version: the server's refusal, naming both, and what to install.
     bad = Trex(server={"host": "127.0.0.1"}, api_override={"major": 4, "minor": 9})
     trex.append(bad)
-    with pytest.raises(GeneratorError, match=r"connect: RPC version mismatch.*server: '5.1', client: "
-                       r"'4.9'.*lbr-trex-client 3.4.0, API STL 5.1.*install the lbr-trex-client release"):
+    with pytest.raises(
+        GeneratorError,
+        match=r"connect: RPC version mismatch.*server: '5.1', client: "
+        r"'4.9'.*lbr-trex-client 3.4.0, API STL 5.1.*install the lbr-trex-client release",
+    ):
         bad.prepare(parse_scenario(HEAD + text), tmp_path / "b", 3, Endpoint(pair.gen, "veth0"))
     assert bad.status() == "failed" and running_server.alive()
     # Nothing listens at this port: a clear error, nothing left.
     none = Trex(server={"host": "127.0.0.1", "sync_port": 4611, "async_port": 4610}, rpc_timeout=2)
     trex.append(none)
-    with pytest.raises(GeneratorError, match=r"connect: .*Failed to get server response from tcp://127.0.0.1:4611"):
+    with pytest.raises(
+        GeneratorError, match=r"connect: .*Failed to get server response from tcp://127.0.0.1:4611"
+    ):
         none.prepare(parse_scenario(HEAD + text), tmp_path / "c", 3, Endpoint(pair.gen, "veth0"))
     assert none.status() == "failed" and none.wait(1)
 
@@ -176,8 +230,10 @@ def test_a_running_server_at_an_address_and_a_version_mismatch(trex, pair, tmp_p
 def test_server_killed_mid_run_fails_cleanly(trex, pair, tmp_path):
     gen = Trex()
     trex.append(gen)
-    s = parse_scenario(HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9,"
-                       " rate: 1000, duration: 30s}\n")
+    s = parse_scenario(
+        HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9,"
+        " rate: 1000, duration: 30s}\n"
+    )
     gen.prepare(s, tmp_path, 3, Endpoint(pair.gen, "veth0"))
     gen.start()
     time.sleep(1.5)
@@ -197,8 +253,10 @@ def test_server_killed_mid_run_fails_cleanly(trex, pair, tmp_path):
 def test_a_stop_on_request_stops_the_traffic_and_keeps_consistent_counters(trex, pair, tmp_path):
     gen = Trex()
     trex.append(gen)
-    s = parse_scenario(HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9,"
-                       " rate: 5000, packets: 100000}\n")
+    s = parse_scenario(
+        HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: 9,"
+        " rate: 5000, packets: 100000}\n"
+    )
     before = pair.rx()
     gen.prepare(s, tmp_path, 3, Endpoint(pair.gen, "veth0"))
     t0 = time.monotonic()
@@ -217,18 +275,34 @@ def test_a_port_held_by_another_user_is_not_taken(trex, pair, tmp_path, running_
     """acquire without force: the other owner's port is refused with TRex's own words."""
     import sys
 
-    holder = subprocess.Popen(pair.topology.exec_argv("gen", sys.executable, "-W", "ignore", "-c",
-        "import lbr_trex_client, sys, time\nfrom trex.stl.api import STLClient\n"
-        "c = STLClient(server='127.0.0.1', username='someone-else', verbose_level='error')\n"
-        "c.connect(); c.acquire(ports=[0]); print('held', flush=True); time.sleep(30)"),
-        stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        pair.topology.exec_argv(
+            "gen",
+            sys.executable,
+            "-W",
+            "ignore",
+            "-c",
+            "import lbr_trex_client, sys, time\nfrom trex.stl.api import STLClient\n"
+            "c = STLClient(server='127.0.0.1', username='someone-else', verbose_level='error')\n"
+            "c.connect(); c.acquire(ports=[0]); print('held', flush=True); time.sleep(30)",
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         gen = Trex(server={"host": "127.0.0.1"})
         trex.append(gen)
         with pytest.raises(GeneratorError, match=r"acquire: .*someone-else"):
-            gen.prepare(parse_scenario(HEAD + "  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.1,"
-                                       " rate: 10, packets: 1}\n"), tmp_path, 3, Endpoint(pair.gen, "veth0"))
+            gen.prepare(
+                parse_scenario(
+                    HEAD + "  - {protocol: icmp, src: 198.18.0.1, dst: 198.19.0.1,"
+                    " rate: 10, packets: 1}\n"
+                ),
+                tmp_path,
+                3,
+                Endpoint(pair.gen, "veth0"),
+            )
     finally:
         holder.kill()
         holder.wait()
@@ -238,14 +312,20 @@ def test_a_testbed_run_with_generator_trex(trex, tmp_path, run_scenario):
     """The whole lifecycle: `generator: trex` in a scenario, the default topology, tcpdump on the
     tap, the manifest with the common counters and TRex's port statistics, nothing left."""
     path = tmp_path / "trex.yaml"
-    path.write_text(HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000,"
-                    " dst_port: 9, rate: 20kpps, packets: 4000, payload: {size: 18}}\n"
-                    "generator: trex\ntestbed:\n  generators: [{name: trex, rate_unit: bps_L2}]\n")
+    path.write_text(
+        HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000,"
+        " dst_port: 9, rate: 20kpps, packets: 4000, payload: {size: 18}}\n"
+        "generator: trex\ntestbed:\n  generators: [{name: trex, rate_unit: bps_L2}]\n"
+    )
     run = run_scenario(path)
     assert run.ok, run.messages
     step = run.manifest["steps"][0]
     gen = step["generators"]["trex"]
-    assert gen["status"] == "completed" and gen["packets_sent"] == 4000 and gen["bytes_sent"] == 4000 * 60
+    assert (
+        gen["status"] == "completed"
+        and gen["packets_sent"] == 4000
+        and gen["bytes_sent"] == 4000 * 60
+    )
     assert gen["port_stats"]["gen0"]["opackets"] == 4000
     assert gen["port_stats"]["trex"]["server_version"] == "v3.08"
     assert step["loss"]["wire"] == 4000
@@ -258,10 +338,14 @@ def test_a_testbed_run_with_generator_trex(trex, tmp_path, run_scenario):
             assert c.get("exit_code") is not None, c
 
 
-def test_topspeed_is_continuous_at_its_explicit_rate_and_stopped_after_the_duration(trex, pair, tmp_path):
+def test_topspeed_is_continuous_at_its_explicit_rate_and_stopped_after_the_duration(
+    trex, pair, tmp_path
+):
     from ntgcore.scenario import load_scenario
 
-    s = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "seed001-ostinato.yaml").scenario
+    s = load_scenario(
+        Path(__file__).resolve().parent.parent / "scenarios" / "seed001-ostinato.yaml"
+    ).scenario
     gen = Trex(topspeed_pps=50_000)
     trex.append(gen)
     before = pair.rx()
@@ -270,19 +354,24 @@ def test_topspeed_is_continuous_at_its_explicit_rate_and_stopped_after_the_durat
     assert gen.wait(30) and gen.status() == "completed"
     sent = gen.counters().packets_sent
     time.sleep(0.2)
-    assert 40_000 < sent < 65_000 and pair.rx() - before == sent  # 1 s at 50 kpps, give or take a poll
+    assert (
+        40_000 < sent < 65_000 and pair.rx() - before == sent
+    )  # 1 s at 50 kpps, give or take a poll
     assert gen.counters().bytes_sent == 60 * sent
 
 
-def test_a_server_killed_in_a_testbed_run_fails_the_run_and_finalises_its_folder(trex, tmp_path, run_scenario,
-                                                                                 ntg_results):
+def test_a_server_killed_in_a_testbed_run_fails_the_run_and_finalises_its_folder(
+    trex, tmp_path, run_scenario, ntg_results
+):
     import threading
 
     import psutil
 
     path = tmp_path / "trexkill.yaml"
-    path.write_text(HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, dst_port: 9, rate: 2000,"
-                    " duration: 20s}\ngenerator: trex\ntestbed: {capture: null}\n")
+    path.write_text(
+        HEAD + "  - {protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, dst_port: 9, rate: 2000,"
+        " duration: 20s}\ngenerator: trex\ntestbed: {capture: null}\n"
+    )
     out: dict = {}
     runner = threading.Thread(target=lambda: out.setdefault("run", run_scenario(path)), daemon=True)
     runner.start()
@@ -291,7 +380,9 @@ def test_a_server_killed_in_a_testbed_run_fails_the_run_and_finalises_its_folder
     while victim is None and time.monotonic() < deadline:
         for p in psutil.process_iter(["cmdline"]):
             cmd = p.info["cmdline"] or []
-            if any(a.endswith("_t-rex-64-o") for a in cmd) and any(str(ntg_results) in a for a in cmd):
+            if any(a.endswith("_t-rex-64-o") for a in cmd) and any(
+                str(ntg_results) in a for a in cmd
+            ):
                 victim = p
         time.sleep(0.1)
     assert victim is not None, "the run's TRex server did not appear"
@@ -308,20 +399,40 @@ def test_a_server_killed_in_a_testbed_run_fails_the_run_and_finalises_its_folder
     for c in run.manifest["commands"]:
         assert c.get("exit_code") is not None or c["status"] != "running", c
         if c.get("pid"):
-            assert not psutil.pid_exists(c["pid"]) or psutil.Process(c["pid"]).status() == psutil.STATUS_ZOMBIE
-    now = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
-    assert run.manifest["testbed"]["namespaces"] and not set(run.manifest["testbed"]["namespaces"]) & now
-    assert (run.run_dir / "manifest.json").is_file() and (run.run_dir / "gen-trex" / "trex-stats.json").is_file()
+            assert (
+                not psutil.pid_exists(c["pid"])
+                or psutil.Process(c["pid"]).status() == psutil.STATUS_ZOMBIE
+            )
+    now = set(
+        subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    )
+    assert (
+        run.manifest["testbed"]["namespaces"]
+        and not set(run.manifest["testbed"]["namespaces"]) & now
+    )
+    assert (run.run_dir / "manifest.json").is_file() and (
+        run.run_dir / "gen-trex" / "trex-stats.json"
+    ).is_file()
 
 
 def test_per_stream_statistics(trex, pair, tmp_path):
     gen = Trex(stream_stats=True)
-    flow = ("  - {{name: {name}, protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: {port},"
-            " rate: 10kpps, packets: {n}}}\n")
-    run(trex, gen, flow.format(name="a", port=1, n=1500) + flow.format(name="b", port=2, n=700),
-        tmp_path, Endpoint(pair.gen, "veth0"))
+    flow = (
+        "  - {{name: {name}, protocol: udp, src: 198.18.0.1, dst: 198.19.0.1, dst_port: {port},"
+        " rate: 10kpps, packets: {n}}}\n"
+    )
+    run(
+        trex,
+        gen,
+        flow.format(name="a", port=1, n=1500) + flow.format(name="b", port=2, n=700),
+        tmp_path,
+        Endpoint(pair.gen, "veth0"),
+    )
     streams = gen.port_stats()["streams"]
-    assert {k: v["tx_pkts"] for k, v in streams.items()} == {"flows[0] (a)": 1500, "flows[1] (b)": 700}
+    assert {k: v["tx_pkts"] for k, v in streams.items()} == {
+        "flows[0] (a)": 1500,
+        "flows[1] (b)": 700,
+    }
     assert streams["flows[1] (b)"]["tx_bytes"] == 700 * 64 and streams["flows[1] (b)"]["pg_id"] == 2
     assert gen.counters().packets_sent == 2200
     assert "stream_stats" in (tmp_path / "trex-approximations.txt").read_text()

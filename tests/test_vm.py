@@ -26,8 +26,14 @@ from ntgcore.scenario import load_scenario
 from testbed.endpoints.netns.topology import TopologyError
 from testbed.endpoints.vm import BACKEND, VmEndpoint, load_vm_topology
 from testbed.endpoints.vm import image as vm_image
-from testbed.endpoints.vm.bootfiles import (INITRAMFS_INIT, BootFileError, initramfs, module_order, pvh_entry,
-                                           vmlinux_from_bzimage)
+from testbed.endpoints.vm.bootfiles import (
+    INITRAMFS_INIT,
+    BootFileError,
+    initramfs,
+    module_order,
+    pvh_entry,
+    vmlinux_from_bzimage,
+)
 from testbed.endpoints.vm.machine import PRESETS, WORK_ROOT, Machine, VmError
 from testbed.parts.fault import PowerSwitch
 from testbed.runner import analyze_live_run, run_scenario
@@ -36,14 +42,20 @@ from conftest import skip_or_fail
 
 PAIR = {
     "topology": {
-        "name": "ntgvmt", "mtu": 1500, "namespaces": ["gen", "rx"],
-        "links": [{"a": {"ns": "gen", "iface": "gen0", "address": "198.18.0.1/24"},
-                   "b": {"ns": "rx", "iface": "rx0", "address": "198.18.0.2/24"}}],
+        "name": "ntgvmt",
+        "mtu": 1500,
+        "namespaces": ["gen", "rx"],
+        "links": [
+            {
+                "a": {"ns": "gen", "iface": "gen0", "address": "198.18.0.1/24"},
+                "b": {"ns": "rx", "iface": "rx0", "address": "198.18.0.2/24"},
+            }
+        ],
     },
     # 2 vCPUs: when the engine layer is not kept yet, the guest builds it with -j2 (about 2x faster
     # under TCG than one vCPU)
     "vms": {"gen": {"preset": "ci", "cpus": 2}},
-}  # fmt: skip
+}
 
 
 def test_the_back_end_is_registered_under_vm():
@@ -57,7 +69,9 @@ def test_a_vm_role_that_is_not_in_the_topology_is_named_with_its_line(tmp_path):
     f.write_text("topology: pair\nvms:\n  gen: {preset: ci}\n  dut: {preset: ci}\n")
     with pytest.raises(TopologyError) as err:
         load_vm_topology(str(f))
-    assert err.value.problems == [f"{f}:4: vms.dut: not a role of topology ntg-pair (roles: gen, peer)"]
+    assert err.value.problems == [
+        f"{f}:4: vms.dut: not a role of topology ntg-pair (roles: gen, peer)"
+    ]
 
 
 def test_an_unknown_preset_is_refused_with_the_known_ones(tmp_path):
@@ -77,8 +91,15 @@ def test_a_vm_topology_file_is_read_bounded_and_named(tmp_path, kind):
     with pytest.raises(TopologyError) as err:
         load_vm_topology(str(path))
     (problem,) = err.value.problems
-    assert problem.startswith(f"{path}") and {"dev-zero": "longer than 32.0 MiB", "not-utf8": ":2: the VM topology "
-                                              "file is not UTF-8", "directory": "is a directory"}[kind] in problem
+    assert (
+        problem.startswith(f"{path}")
+        and {
+            "dev-zero": "longer than 32.0 MiB",
+            "not-utf8": ":2: the VM topology file is not UTF-8",
+            "directory": "is a directory",
+        }[kind]
+        in problem
+    )
 
 
 def test_the_recipe_hash_changes_with_the_package_list():
@@ -121,7 +142,10 @@ def fake_elf(note_type: int) -> bytes:
 
 def test_the_kernel_is_taken_out_of_a_bzimage_whatever_of_xz_or_gzip_it_is_packed_with():
     elf = fake_elf(18)
-    for packed in (lzma.compress(elf, lzma.FORMAT_XZ) + struct.pack("<I", len(elf)), gzip.compress(elf)):
+    for packed in (
+        lzma.compress(elf, lzma.FORMAT_XZ) + struct.pack("<I", len(elf)),
+        gzip.compress(elf),
+    ):
         assert vmlinux_from_bzimage(fake_bzimage(packed)) == elf
     assert pvh_entry(elf) == 0x1000850 and pvh_entry(fake_elf(17)) is None
     with pytest.raises(BootFileError, match="payload starts with 28b52ffd.*not xz, lzma or gzip"):
@@ -131,14 +155,27 @@ def test_the_kernel_is_taken_out_of_a_bzimage_whatever_of_xz_or_gzip_it_is_packe
 
 
 def test_modules_load_after_the_modules_they_need_each_once():
-    dep = ("kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko kernel/fs/mbcache.ko kernel/fs/jbd2/jbd2.ko\n"
-           "kernel/fs/jbd2/jbd2.ko:\nkernel/fs/mbcache.ko:\nkernel/lib/crc16.ko:\n"
-           "kernel/drivers/virtio/virtio_ring.ko: kernel/drivers/virtio/virtio.ko\n"
-           "kernel/drivers/virtio/virtio.ko:\nkernel/arch/x86/crypto/crc32c-intel.ko:\n"
-           "kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio_ring.ko kernel/drivers/virtio/virtio.ko\n")  # fmt: skip
+    dep = (
+        "kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko kernel/fs/mbcache.ko kernel/fs/jbd2/jbd2.ko\n"
+        "kernel/fs/jbd2/jbd2.ko:\nkernel/fs/mbcache.ko:\nkernel/lib/crc16.ko:\n"
+        "kernel/drivers/virtio/virtio_ring.ko: kernel/drivers/virtio/virtio.ko\n"
+        "kernel/drivers/virtio/virtio.ko:\nkernel/arch/x86/crypto/crc32c-intel.ko:\n"
+        "kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio_ring.ko kernel/drivers/virtio/virtio.ko\n"
+    )
     order = [Path(p).stem for p in module_order(dep, ("virtio_blk", "crc32c_intel", "ext4"))]
-    assert order == ["virtio", "virtio_ring", "virtio_blk", "crc32c-intel", "jbd2", "mbcache", "crc16", "ext4"]
-    with pytest.raises(BootFileError, match="module virtio_scsi is not in the guest kernel's modules.dep"):
+    assert order == [
+        "virtio",
+        "virtio_ring",
+        "virtio_blk",
+        "crc32c-intel",
+        "jbd2",
+        "mbcache",
+        "crc16",
+        "ext4",
+    ]
+    with pytest.raises(
+        BootFileError, match="module virtio_scsi is not in the guest kernel's modules.dep"
+    ):
         module_order(dep, ("virtio_scsi",))
 
 
@@ -152,12 +189,17 @@ def test_the_initramfs_holds_klibc_our_init_the_console_and_the_modules_in_order
     for m in ("kernel/a/virtio.ko", "kernel/b/virtio_blk.ko"):
         (mods / m).parent.mkdir(parents=True, exist_ok=True)
         (mods / m).write_bytes(m.encode())
-    (mods / "modules.dep").write_text("kernel/b/virtio_blk.ko: kernel/a/virtio.ko\nkernel/a/virtio.ko:\n")
+    (mods / "modules.dep").write_text(
+        "kernel/b/virtio_blk.ko: kernel/a/virtio.ko\nkernel/a/virtio.ko:\n"
+    )
     members = cpio_members(initramfs(root, version, ("virtio_blk",)))
     assert members["init"][1] == INITRAMFS_INIT.read_bytes() and members["init"][0] == 0o100755
     assert members["dev/console"][0] == 0o20600 and members["dev/console"][2] == (5, 1)
     assert members["lib/klibc-ABC.so"][1] == b"klibc" and members["bin/run-init"][1] == b"run-init"
-    assert sorted(n for n in members if n.startswith("modules/")) == ["modules/00-virtio.ko", "modules/01-virtio_blk.ko"]
+    assert sorted(n for n in members if n.startswith("modules/")) == [
+        "modules/00-virtio.ko",
+        "modules/01-virtio_blk.ko",
+    ]
     (root / "usr/lib/klibc/bin/run-init").unlink()
     with pytest.raises(BootFileError, match="no klibc in"):
         initramfs(root, version, ("virtio_blk",))
@@ -167,7 +209,9 @@ def test_the_image_boots_the_kernel_it_took_out_of_debians_and_its_own_initramfs
     """The fast boot path is the one a Machine uses: qemu's -kernel is the ELF image with a PVH
     entry that the image's build took out of Debian's bzImage, -initrd our udev-less initramfs
     with the recipe's modules; boot="debian" is the path it replaced."""
-    assert guest_image.kernel.read_bytes() == vmlinux_from_bzimage(guest_image.debian_kernel.read_bytes())
+    assert guest_image.kernel.read_bytes() == vmlinux_from_bzimage(
+        guest_image.debian_kernel.read_bytes()
+    )
     assert pvh_entry(guest_image.kernel.read_bytes()) is not None
     members = cpio_members(guest_image.initrd.read_bytes())
     assert members["init"][1] == INITRAMFS_INIT.read_bytes()
@@ -210,7 +254,9 @@ def _qemu_of(name: str) -> list[int]:
 def guest_image():
     missing = [t.command for t in (*vm_image.TOOLS, *BACKEND.tools) if not t.found()]
     if missing or os.geteuid() != 0:
-        skip_or_fail(f"a VM needs root and {', '.join(missing) or 'nothing more'} (./bootstrap.sh test installs them)")
+        skip_or_fail(
+            f"a VM needs root and {', '.join(missing) or 'nothing more'} (./bootstrap.sh test installs them)"
+        )
     return vm_image.ensure_image()
 
 
@@ -229,10 +275,16 @@ def test_a_vm_boots_builds_the_engine_sends_powers_off_and_leaves_nothing(guest_
         machine = site.machines["gen"]
         # the engine was built in this guest by the role, or before and kept as the layer it
         # booted from: either way the role now finds nothing to change
-        assert any("the native engine built in the guest" in s or "the engine as built in the guest before" in s
-                   for s in steps), steps  # fmt: skip
-        assert guest_image.engine_layer().is_file() and facts["layer"] == guest_image.engine_layer().name \
-            or machine.base is None  # fmt: skip
+        assert any(
+            "the native engine built in the guest" in s
+            or "the engine as built in the guest before" in s
+            for s in steps
+        ), steps
+        assert (
+            guest_image.engine_layer().is_file()
+            and facts["layer"] == guest_image.engine_layer().name
+            or machine.base is None
+        )
         again = machine.provision()
         assert again["changed"] == 0 and again["failed"] == 0 and again["ok"] >= 5, again
 
@@ -241,22 +293,33 @@ def test_a_vm_boots_builds_the_engine_sends_powers_off_and_leaves_nothing(guest_
         assert machine.run("ip", "-o", "addr", "show", "gen0").stdout.count("198.18.0.1/24") == 1
         # booted on the fast path (the command line only it gives), with sshd's PATH without PAM
         assert "cryptomgr.notests" in machine.run("cat", "/proc/cmdline").stdout.split()
-        assert machine.run("sh", "-c", "for p in python3 flowengine; do command -v $p; done").stdout.split() == [
-            "/usr/bin/python3", "/usr/local/bin/flowengine"]  # fmt: skip
-        version = subprocess.run(gen.argv("/usr/local/bin/flowengine", "version"), capture_output=True,
-                                 text=True, timeout=60)  # fmt: skip
+        assert machine.run(
+            "sh", "-c", "for p in python3 flowengine; do command -v $p; done"
+        ).stdout.split() == ["/usr/bin/python3", "/usr/local/bin/flowengine"]
+        version = subprocess.run(
+            gen.argv("/usr/local/bin/flowengine", "version"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert version.returncode == 0 and version.stdout.strip(), version.stderr
         # five datagrams from the guest's NIC through its tap and the bridge to the receiver
         rx_before = site.counters("rx:rx0")["rx_packets"]
-        sent = subprocess.run(gen.argv("bash", "-c", "for i in 1 2 3 4 5; do echo $i >/dev/udp/198.18.0.2/9; done"),
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        sent = subprocess.run(
+            gen.argv("bash", "-c", "for i in 1 2 3 4 5; do echo $i >/dev/udp/198.18.0.2/9; done"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert sent.returncode == 0, sent.stderr
         assert site.counters("rx:rx0")["rx_packets"] - rx_before >= 5
         assert gen.counters()["tx_packets"] >= 3
 
         gen.power_off()
         assert not gen.exists() and not _qemu_of(machine.name)
-        assert machine.proc.record.status == "exit status 0", machine.proc.record  # the monitor's quit, no SIGKILL
+        assert machine.proc.record.status == "exit status 0", (
+            machine.proc.record
+        )  # the monitor's quit, no SIGKILL
     finally:
         removed = site.remove()
     assert any("powered off VM" in s for s in removed)
@@ -267,7 +330,9 @@ def test_a_vm_boots_builds_the_engine_sends_powers_off_and_leaves_nothing(guest_
 
 
 def test_a_guest_that_is_not_ready_in_time_shows_its_console(guest_image):
-    site = BACKEND.open({**PAIR, "vms": {"gen": {"preset": "ci", "engine": False, "boot_timeout": 1}}})
+    site = BACKEND.open(
+        {**PAIR, "vms": {"gen": {"preset": "ci", "engine": False, "boot_timeout": 1}}}
+    )
     try:
         with pytest.raises(VmError) as err:
             site.apply()
@@ -281,8 +346,13 @@ def test_the_guest_playbook_passes_the_syntax_check():
     binary = Path(sys.executable).parent / "ansible-playbook"
     if not binary.exists():
         skip_or_fail("ansible-playbook is not installed (pip install '.[test]')")
-    p = subprocess.run([str(binary), "--syntax-check", "-i", "198.19.255.2,", "playbooks/vm_guest.yml"],
-                       capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    p = subprocess.run(
+        [str(binary), "--syntax-check", "-i", "198.19.255.2,", "playbooks/vm_guest.yml"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -299,13 +369,20 @@ def test_the_vm_quickstart_runs_the_same_step_in_a_vm_and_in_a_namespace(guest_i
     the VM (and then from a namespace), the capture holds both, the manifest says where it ran."""
     if "vm" not in ENDPOINTS:
         ENDPOINTS.register("vm", BACKEND)
-    loaded = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "vm-quickstart.yaml")
+    loaded = load_scenario(
+        Path(__file__).resolve().parent.parent / "scenarios" / "vm-quickstart.yaml"
+    )
     result = run_scenario(loaded, tmp_path, duration_ns=1_000_000_000, show_progress=False)
     m = json.loads((result.run_dir / "manifest.json").read_text())
     assert result.status == "completed", m.get("error")
     assert m["testbed"]["backend"] == "vm"
     vm = m["testbed"]["machines"]["vm"]
-    assert vm["accelerator"] == "tcg" and vm["vcpus"] == 2 and vm["memory_mb"] == 4096 and vm["boot_s"] > 0
+    assert (
+        vm["accelerator"] == "tcg"
+        and vm["vcpus"] == 2
+        and vm["memory_mb"] == 4096
+        and vm["boot_s"] > 0
+    )
     steps = {s["name"]: s for s in m["steps"]}
     assert len(steps) == 2, list(steps)
     for entry in steps.values():  # each step's engine reported what it sent, all of it captured
@@ -313,8 +390,13 @@ def test_the_vm_quickstart_runs_the_same_step_in_a_vm_and_in_a_namespace(guest_i
         assert entry["status"] == "completed" and counters["packets_sent"] > 0, entry
         assert entry["capture"]["captured"] == counters["packets_sent"], entry
     assert_analysed(result.run_dir)
-    namespace = [line for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                                 text=True).stdout.splitlines() if m["testbed"]["topology"] in line]  # fmt: skip
+    namespace = [
+        line
+        for line in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True
+        ).stdout.splitlines()
+        if m["testbed"]["topology"] in line
+    ]
     assert not namespace and not _qemu_of(m["testbed"]["topology"] + "-vm")
 
 
@@ -328,7 +410,9 @@ def test_cleanup_deletes_only_marked_vm_folders(tmp_path, monkeypatch):
         d.mkdir(parents=True)
         (d / "overlay.qcow2").write_bytes(b"x")
     (ours / "made-by-ntg-testbed").write_text("VM ntgdead-gen\n")
-    assert BACKEND.discard([str(ours), str(other)], dry_run=True) == [f"would delete VM folder {ours}"]
+    assert BACKEND.discard([str(ours), str(other)], dry_run=True) == [
+        f"would delete VM folder {ours}"
+    ]
     assert ours.exists()
     assert BACKEND.discard([str(ours), str(other)]) == [f"deleted VM folder {ours}"]
     assert not ours.exists() and other.exists()
@@ -344,7 +428,9 @@ def test_a_dut_in_a_vm_counts_until_the_vm_is_powered_off_mid_step(guest_image, 
     wire and the capture go on to the end; the step completes and teardown leaves nothing."""
     if "vm" not in ENDPOINTS:
         ENDPOINTS.register("vm", BACKEND)
-    loaded = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "vm-dut-poweroff.yaml")
+    loaded = load_scenario(
+        Path(__file__).resolve().parent.parent / "scenarios" / "vm-dut-poweroff.yaml"
+    )
     result = run_scenario(loaded, tmp_path, show_progress=False)
     m = json.loads((result.run_dir / "manifest.json").read_text())
     assert result.status == "completed", m.get("error")
@@ -353,9 +439,14 @@ def test_a_dut_in_a_vm_counts_until_the_vm_is_powered_off_mid_step(guest_image, 
     machine, gen = m["testbed"]["machines"]["dut"], m["testbed"]["machines"]["gen"]
     assert machine["layer"] is None  # tcpdump is in the image: no engine layer
     assert gen["layer"] == guest_image.engine_layer().name and gen["nics"] == ["mgmt", "gen0"], gen
-    engine = [c for c in m["commands"]  # the engine ran in the generator's guest, through the relay
-              if "testbed.endpoints.vm.relay" in c["argv"] and "exec flowengine" in c["argv"][-1]]
-    assert engine and all(f"{m['testbed']['topology']}-gen" in c["argv"] for c in engine), m["commands"]
+    engine = [
+        c
+        for c in m["commands"]  # the engine ran in the generator's guest, through the relay
+        if "testbed.endpoints.vm.relay" in c["argv"] and "exec flowengine" in c["argv"][-1]
+    ]
+    assert engine and all(f"{m['testbed']['topology']}-gen" in c["argv"] for c in engine), m[
+        "commands"
+    ]
     assert machine["nics"] == ["mgmt", "dut0"]  # mir0, where the mirror sends, stayed on the host
     (ev,) = step["faults"]["events"]
     assert ev["kind"] == "power-off" and ev["undone"] is True and step["faults"]["all_undone"], ev
@@ -370,7 +461,9 @@ def test_a_dut_in_a_vm_counts_until_the_vm_is_powered_off_mid_step(guest_image, 
     assert loss["lost_at_dut"] == 1200 - dut["received"] >= len(ts) - before_off
     assert_analysed(result.run_dir)
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert m["testbed"]["topology"] not in namespaces and not _qemu_of(m["testbed"]["topology"] + "-dut")
+    assert m["testbed"]["topology"] not in namespaces and not _qemu_of(
+        m["testbed"]["topology"] + "-dut"
+    )
     assert not (WORK_ROOT / (m["testbed"]["topology"] + "-dut")).exists()
 
 
@@ -384,7 +477,9 @@ def test_a_vrrp_pair_in_vms_fails_over_when_the_masters_vm_is_powered_off(guest_
     leaves no qemu or namespace."""
     if "vm" not in ENDPOINTS:
         ENDPOINTS.register("vm", BACKEND)
-    text = (Path(__file__).resolve().parent.parent / "scenarios" / "seed002-failover-vm.yaml").read_text()
+    text = (
+        Path(__file__).resolve().parent.parent / "scenarios" / "seed002-failover-vm.yaml"
+    ).read_text()
     assert "advert_int: [1s, 100ms]" in text
     path = tmp_path / "fo.yaml"
     path.write_text(text.replace("advert_int: [1s, 100ms]", "advert_int: [1s]"))
@@ -392,14 +487,21 @@ def test_a_vrrp_pair_in_vms_fails_over_when_the_masters_vm_is_powered_off(guest_
     m = json.loads((result.run_dir / "manifest.json").read_text())
     assert result.status == "completed", m.get("error")
     machines = m["testbed"]["machines"]
-    assert set(machines) == {"master", "backup"} and all(v["accelerator"] == "tcg" for v in machines.values())
+    assert set(machines) == {"master", "backup"} and all(
+        v["accelerator"] == "tcg" for v in machines.values()
+    )
     (step,) = m["steps"]
     (ev,) = step["faults"]["events"]
     assert ev["kind"] == "power-off" and ev["target"] == "master:m0" and ev["undone"] is True, ev
     vrrp = step["vrrp"]
     took_over = [t for t in vrrp["transitions"] if t["role"] == "backup" and t["state"] == "MASTER"]
-    assert took_over and took_over[0]["realtime_ns"] > ev["in_effect_realtime_ns"], vrrp["transitions"]
-    rows = {r["protocol"]: r for r in json.loads((result.run_dir / "metrics.json").read_text())["failover"]}
+    assert took_over and took_over[0]["realtime_ns"] > ev["in_effect_realtime_ns"], vrrp[
+        "transitions"
+    ]
+    rows = {
+        r["protocol"]: r
+        for r in json.loads((result.run_dir / "metrics.json").read_text())["failover"]
+    }
     udp, icmp, tcp = rows["udp"], rows["icmp"], rows["tcp"]
     assert udp["master_answered_before"] and udp["backup_answered"], udp
     # VRRPv3 master-down interval: 3 x 1 s + (256 - 100) / 256 x 1 s = 3.61 s after the master's

@@ -57,7 +57,9 @@ def engine_version(path: Path | None = None) -> str:
 def engine_options(path: Path) -> str:
     """The usage text of `flowengine gen --help` (which options this build has), or ""."""
     try:
-        return subprocess.run([str(path), "gen", "--help"], capture_output=True, text=True, timeout=10).stdout
+        return subprocess.run(
+            [str(path), "gen", "--help"], capture_output=True, text=True, timeout=10
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return ""
 
@@ -93,11 +95,17 @@ class FlowEngine(ProcessGenerator):
         if endpoint is not None:  # live: the capture comes from the testbed's tcpdump
             sink = ["--iface", endpoint.iface, "--pace", endpoint.pace]
         argv = [
-            str(self._binary), "gen", str(session), *sink,
-            "--seed", str(seed),
-            "--summary", str(run_dir / "engine-summary.json"),
-            "--flows", str(run_dir / "engine-flows.csv"),
-        ]  # fmt: skip
+            str(self._binary),
+            "gen",
+            str(session),
+            *sink,
+            "--seed",
+            str(seed),
+            "--summary",
+            str(run_dir / "engine-summary.json"),
+            "--flows",
+            str(run_dir / "engine-flows.csv"),
+        ]
         options = scenario.flowengine
         if options.planner != "exact":
             argv += ["--planner", options.planner]
@@ -107,11 +115,19 @@ class FlowEngine(ProcessGenerator):
             argv += ["--max-packets", str(self.max_packets)]
         if options.threads > 1:
             argv += ["--threads", str(options.threads)]
-        if endpoint is not None and endpoint.start_at_ns is not None and "--start-at" in engine_options(self._binary):
-            argv = endpoint.argv_self_held(*argv, "--start-at", str(endpoint.start_at_ns))  # waits after set-up
+        if (
+            endpoint is not None
+            and endpoint.start_at_ns is not None
+            and "--start-at" in engine_options(self._binary)
+        ):
+            argv = endpoint.argv_self_held(
+                *argv, "--start-at", str(endpoint.start_at_ns)
+            )  # waits after set-up
         elif endpoint is not None:
             argv = endpoint.argv(*argv)
-        self._proc = Process("flowengine", argv, stdout=subprocess.PIPE, stderr=self.open_log("engine.log"))
+        self._proc = Process(
+            "flowengine", argv, stdout=subprocess.PIPE, stderr=self.open_log("engine.log")
+        )
 
     def start_failure(self, exc: OSError) -> str:
         return f"cannot start {self._binary}: {exc}"
@@ -173,7 +189,9 @@ class FlowEngineSpec(GeneratorSpec):
 
 
 PLUGIN = GeneratorPlugin(
-    name="flowengine", options=FlowEngineSpec, adapter=FlowEngine,
+    name="flowengine",
+    options=FlowEngineSpec,
+    adapter=FlowEngine,
     capabilities=Capabilities(offline=True, live=True),
     summary="the native C flow engine (generators/flowengine/README.md)",
-)  # fmt: skip
+)

@@ -46,8 +46,14 @@ class Ostinato(Generator):
 
     name = "ostinato"
 
-    def __init__(self, spec=None, *, capture_port: str | None = None, rate_accuracy: str = "High",
-                 rpc_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        spec=None,
+        *,
+        capture_port: str | None = None,
+        rate_accuracy: str = "High",
+        rpc_timeout: float = 10.0,
+    ) -> None:
         super().__init__(spec)
         self.capture_port = _option(spec, "capture_port", capture_port)
         self.rate_accuracy = _option(spec, "rate_accuracy", rate_accuracy)
@@ -79,30 +85,38 @@ class Ostinato(Generator):
             raise GeneratorError(
                 "generator ostinato sends live through drone and cannot write a pcap by itself: "
                 "the scenario needs a `testbed:` section (a live veth endpoint), or use "
-                "generator: flowengine for an offline capture")
+                "generator: flowengine for an offline capture"
+            )
         self._binary = drone_path()
         self.endpoint, self.run_dir = endpoint, Path(run_dir)
         self.plan = build_plan(scenario, seed, endpoint.pace, endpoint.duration_s)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.run_dir / "ostinato-streams.txt", "w") as out:
-            out.write(f"# transmit mode {self.plan.transmit_mode}; continuous {self.plan.continuous}; "
-                      f"duration_s {self.plan.duration_s}; start delay {self.plan.start_delay_s}s\n")
+            out.write(
+                f"# transmit mode {self.plan.transmit_mode}; continuous {self.plan.continuous}; "
+                f"duration_s {self.plan.duration_s}; start delay {self.plan.start_delay_s}s\n"
+            )
             for sp in self.plan.streams:
                 out.write(f"# {sp.label}: {sp.packets} packets at {sp.pps:g} pps\n")
                 out.write(text_format.MessageToString(sp.stream) + "\n")
         notes = self.run_dir / "ostinato-approximations.txt"
-        notes.write_text("".join(f"- {a}\n" for a in self.plan.approximations)
-                         or "none: every flow is sent as the scenario says\n")
+        notes.write_text(
+            "".join(f"- {a}\n" for a in self.plan.approximations)
+            or "none: every flow is sent as the scenario says\n"
+        )
 
     # ---- run ------------------------------------------------------------------------------
 
     def start(self, on_progress: Callable[[Progress], None] | None = None) -> None:
-        assert self.plan is not None and self.endpoint is not None and self.run_dir, "prepare() first"
+        assert self.plan is not None and self.endpoint is not None and self.run_dir, (
+            "prepare() first"
+        )
         ports = [self.endpoint.iface] + ([self.capture_port] if self.capture_port else [])
         self._status = "running"
         try:
-            self.drone = Drone(self.endpoint, ports, self.run_dir, self.rate_accuracy,
-                               self.rpc_timeout)
+            self.drone = Drone(
+                self.endpoint, ports, self.run_dir, self.rate_accuracy, self.rpc_timeout
+            )
             self.drone.start()
             client = self.drone.client()
             names = client.ports()
@@ -111,7 +125,8 @@ class Ostinato(Generator):
                 raise GeneratorError(
                     f"drone does not offer port {missing[0]!r} in "
                     f"{self.endpoint.where}; it offers: {', '.join(sorted(names)) or 'none'} "
-                    f"(is the interface there and up before drone starts?)")
+                    f"(is the interface there and up before drone starts?)"
+                )
             self._tx_port = tx = names[self.endpoint.iface]
             cap = names.get(self.capture_port) if self.capture_port else None
             self._configure(client, tx)
@@ -131,24 +146,35 @@ class Ostinato(Generator):
         except BaseException as exc:  # a bug or Ctrl-C: never leave drone running
             self._fail(f"{type(exc).__name__}: {exc}")
             raise
-        self._monitor = threading.Thread(target=self._watch, args=(client, names, cap, on_progress),
-                                         name="ostinato-monitor", daemon=True)
+        self._monitor = threading.Thread(
+            target=self._watch,
+            args=(client, names, cap, on_progress),
+            name="ostinato-monitor",
+            daemon=True,
+        )
         self._monitor.start()
 
     def _configure(self, client, tx: int) -> None:
         assert self.plan is not None
         port = msg.Port()
         port.port_id.id = tx
-        port.transmit_mode = (msg.kInterleavedTransmit if self.plan.transmit_mode == "interleaved"
-                              else msg.kSequentialTransmit)
+        port.transmit_mode = (
+            msg.kInterleavedTransmit
+            if self.plan.transmit_mode == "interleaved"
+            else msg.kSequentialTransmit
+        )
         client.ack("modifyPort", msg.PortConfigList(port=[port]))
         old = client.call("getStreamIdList", msg.PortId(id=tx))
         if old.stream_id:
             client.ack("deleteStream", old)
         ids = [msg.StreamId(id=s.stream.stream_id.id) for s in self.plan.streams]
         client.ack("addStream", msg.StreamIdList(port_id=msg.PortId(id=tx), stream_id=ids))
-        client.ack("modifyStream", msg.StreamConfigList(
-            port_id=msg.PortId(id=tx), stream=[s.stream for s in self.plan.streams]))
+        client.ack(
+            "modifyStream",
+            msg.StreamConfigList(
+                port_id=msg.PortId(id=tx), stream=[s.stream for s in self.plan.streams]
+            ),
+        )
 
     def _watch(self, client, names: dict[str, int], cap: int | None, on_progress) -> None:
         assert self.plan is not None and self.drone is not None and self.run_dir
@@ -162,7 +188,9 @@ class Ostinato(Generator):
                 time.sleep(POLL_S)
                 now = time.monotonic()
                 if not self.drone.alive():
-                    raise DroneError(f"drone exited during the run ({self.drone.proc.record.status})")
+                    raise DroneError(
+                        f"drone exited during the run ({self.drone.proc.record.status})"
+                    )
                 st = client.call("getStats", client.port_list(tx)).port_stats[0]
                 if on_progress:
                     on_progress(Progress(now - t0, expected, st.tx_pkts))
@@ -183,16 +211,21 @@ class Ostinato(Generator):
                     break
                 if now > deadline:
                     client.ack("stopTransmit", client.port_list(tx))
-                    raise DroneError(f"drone was still sending {MAX_OVERRUN_S:g}s after the "
-                                     f"expected end ({expected:.3g}s); stopped it")
+                    raise DroneError(
+                        f"drone was still sending {MAX_OVERRUN_S:g}s after the "
+                        f"expected end ({expected:.3g}s); stopped it"
+                    )
             self.transmit_seconds = time.monotonic() - t0
             time.sleep(STATS_PERIOD_S + 0.2)  # one more refresh so the counters are final
             self._stats = self._read_stats(client, names)
             if cap is not None:
                 client.ack("stopCapture", client.port_list(cap))
                 self.capture_path = self.run_dir / "drone-capture.pcap"
-                self.capture_path.write_bytes(client.call("getCaptureBuffer", msg.PortId(id=cap),
-                                                          timeout=max(self.rpc_timeout, 60)))
+                self.capture_path.write_bytes(
+                    client.call(
+                        "getCaptureBuffer", msg.PortId(id=cap), timeout=max(self.rpc_timeout, 60)
+                    )
+                )
             client.close()
             self.drone.stop()
             if self._status == "running":
@@ -202,8 +235,10 @@ class Ostinato(Generator):
             if self.drone:
                 self.drone.proc.wait(2)  # a dying drone resets the connection before it is reaped
             if self.drone and not self.drone.alive():
-                reason = (f"drone exited during the run ({self.drone.proc.record.status}); "
-                          f"last output: {self.drone.log_tail() or '(none)'}; cause seen: {exc}")
+                reason = (
+                    f"drone exited during the run ({self.drone.proc.record.status}); "
+                    f"last output: {self.drone.log_tail() or '(none)'}; cause seen: {exc}"
+                )
             self._fail(reason)
         except Exception as exc:  # a bug here must not leave drone running
             self._fail(f"{type(exc).__name__}: {exc}")
@@ -286,7 +321,8 @@ class OstinatoSpec(GeneratorSpec):
 
     name: Literal["ostinato"] = "ostinato"
     capture_port: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_.-]{1,15}$",
+        None,
+        pattern=r"^[A-Za-z0-9_.-]{1,15}$",
         description="ostinato: also capture with drone on this interface of its namespace "
         "(startCapture/getCaptureBuffer), saved as drone-capture.pcap.",
     )
@@ -296,10 +332,15 @@ class OstinatoSpec(GeneratorSpec):
 
 
 PLUGIN = GeneratorPlugin(
-    name="ostinato", options=OstinatoSpec, adapter=Ostinato,
+    name="ostinato",
+    options=OstinatoSpec,
+    adapter=Ostinato,
     tools=(Tool("drone", "ostinato"),),
-    capabilities=Capabilities(offline=False, live=True, port_stats=True,
-                              counters=("packets_attempted", "packets_sent", "bytes_attempted",
-                                        "bytes_sent")),
+    capabilities=Capabilities(
+        offline=False,
+        live=True,
+        port_stats=True,
+        counters=("packets_attempted", "packets_sent", "bytes_attempted", "bytes_sent"),
+    ),
     summary="Ostinato's drone through our own RPC client (generators/ostinato/README.md)",
-)  # fmt: skip
+)

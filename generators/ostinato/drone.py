@@ -34,10 +34,18 @@ def drone_version(path: str | None = None) -> str:
     """The installed package's version. drone itself is not run for this: outside a test
     namespace it would see the host's interfaces and try to reach its update server."""
     try:
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "ostinato"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", "ostinato"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         version = out.stdout.strip()
-        return f"ostinato {version} (Debian package)" if version else "unknown (not from a Debian package)"
+        return (
+            f"ostinato {version} (Debian package)"
+            if version
+            else "unknown (not from a Debian package)"
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unavailable ({exc})"
 
@@ -54,10 +62,14 @@ def listening_ports(endpoint: Endpoint) -> set[int]:
 
 def endpoint_links(endpoint: Endpoint) -> list[str]:
     """Interfaces at the endpoint other than loopback (veth names without their @peer suffix)."""
-    out = subprocess.run(endpoint.argv("ip", "-o", "link", "show"), capture_output=True, text=True,
-                         timeout=10)  # fmt: skip
-    names = [line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines()
-             if line.count(":") >= 2]
+    out = subprocess.run(
+        endpoint.argv("ip", "-o", "link", "show"), capture_output=True, text=True, timeout=10
+    )
+    names = [
+        line.split(":")[1].strip().split("@")[0]
+        for line in out.stdout.splitlines()
+        if line.count(":") >= 2
+    ]
     return [n for n in names if n and n != "lo"]
 
 
@@ -86,8 +98,14 @@ class Drone(EndpointServer):
     """One drone process at `endpoint` (a network namespace made for the run), offering `ports`;
     `client()` connects to it."""
 
-    def __init__(self, endpoint: Endpoint, ports: list[str], run_dir: Path,
-                 rate_accuracy: str = "High", rpc_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        ports: list[str],
+        run_dir: Path,
+        rate_accuracy: str = "High",
+        rpc_timeout: float = 10.0,
+    ) -> None:
         if endpoint is None:
             raise GeneratorError("drone must run inside a network namespace made for the run")
         if not endpoint.exists():
@@ -101,11 +119,26 @@ class Drone(EndpointServer):
         offered = list(dict.fromkeys(ports + endpoint_links(endpoint)))
         self.ini = write_ini(self.config_home, offered, rate_accuracy)
         port = free_port(endpoint)
-        argv = endpoint.argv("env", f"XDG_CONFIG_HOME={self.config_home}",
-                             f"HOME={self.config_home}", self.binary, "-p", str(port))
+        argv = endpoint.argv(
+            "env",
+            f"XDG_CONFIG_HOME={self.config_home}",
+            f"HOME={self.config_home}",
+            self.binary,
+            "-p",
+            str(port),
+        )
         # drone cleans up and exits with 255 on SIGTERM
-        super().__init__("drone", "drone", self.binary, argv, endpoint, run_dir / "drone.log", port,
-                         clean_exit=255, hint=INSTALL_HINT)
+        super().__init__(
+            "drone",
+            "drone",
+            self.binary,
+            argv,
+            endpoint,
+            run_dir / "drone.log",
+            port,
+            clean_exit=255,
+            hint=INSTALL_HINT,
+        )
 
     def client(self, version: str | None = None) -> DroneClient:
         sock = self.endpoint.connect("127.0.0.1", self.port, self.rpc_timeout)

@@ -60,7 +60,10 @@ _LABELS = {
     "required": descriptor_pb2.FieldDescriptorProto.LABEL_REQUIRED,
     "repeated": descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
 }
-_TOKEN = re.compile(r'\s+|//[^\n]*|/\*.*?\*/|("[^"]*"|[A-Za-z_][\w.]*|-?(?:0[xX][0-9a-fA-F]+|\d+(?:\.\d+)?)|[{};=\[\](),<>])', re.S)
+_TOKEN = re.compile(
+    r'\s+|//[^\n]*|/\*.*?\*/|("[^"]*"|[A-Za-z_][\w.]*|-?(?:0[xX][0-9a-fA-F]+|\d+(?:\.\d+)?)|[{};=\[\](),<>])',
+    re.S,
+)
 
 
 def _tokens(text: str) -> list[tuple[str, int]]:
@@ -130,7 +133,9 @@ def parse_proto(text: str, name: str = "ostinato.proto") -> descriptor_pb2.FileD
             line = r.line()
             label = r.take()
             if label not in _LABELS:
-                raise ProtoSyntaxError(f"{name}:{line}: expected optional, required or repeated, found {label!r}")
+                raise ProtoSyntaxError(
+                    f"{name}:{line}: expected optional, required or repeated, found {label!r}"
+                )
             type_name, field_name = r.take(), r.take()
             r.take("=")
             f = m.field.add(name=field_name, number=int(r.take()), label=_LABELS[label])
@@ -211,12 +216,16 @@ def _build():
     pool.Add(fd)
     classes = {}
     for m in fd.message_type:
-        classes[m.name] = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{fd.package}.{m.name}"))
+        classes[m.name] = message_factory.GetMessageClass(
+            pool.FindMessageTypeByName(f"{fd.package}.{m.name}")
+        )
     for e in fd.enum_type:  # top-level enum values as plain constants: msg.kSequentialTransmit
         for v in e.value:
             classes[v.name] = v.number
-    methods = {m.name: (i, m.input_type.rsplit(".", 1)[1], m.output_type.rsplit(".", 1)[1])
-               for i, m in enumerate(fd.service[0].method)}
+    methods = {
+        m.name: (i, m.input_type.rsplit(".", 1)[1], m.output_type.rsplit(".", 1)[1])
+        for i, m in enumerate(fd.service[0].method)
+    }
     return classes, methods
 
 
@@ -241,9 +250,15 @@ class DroneClient:
     Every call is bounded by `timeout` seconds; an error frame from drone raises DroneError with
     drone's text; notification frames are skipped."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 7878, timeout: float = 10.0,
-                 version: str = CLIENT_VERSION, client_name: str = CLIENT_NAME,
-                 sock: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 7878,
+        timeout: float = 10.0,
+        version: str = CLIENT_VERSION,
+        client_name: str = CLIENT_NAME,
+        sock: socket.socket | None = None,
+    ) -> None:
         """Connect to host:port, or use `sock` (already connected, e.g. inside a namespace)."""
         self.timeout = timeout
         peer = sock.getpeername() if sock else (host, port)

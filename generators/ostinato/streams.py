@@ -87,12 +87,14 @@ class _Builder:
                 f"{label}: repeat: a meta-flow whose instances have {flow.packet_count} packets "
                 f"each cannot be expressed in Ostinato, which varies fields per packet and cannot "
                 f"interleave flow instances; use one packet per instance (packets: 1), or "
-                f"generator: flowengine")
+                f"generator: flowengine"
+            )
         if meta:
             if flow.repeat_period_ns == 0 and not self.topspeed:
                 raise GeneratorError(
                     f"{label}: repeat.period: 0 starts all {flow.repetitions} instances at once, "
-                    f"which a packet-rate stream cannot do; give a period > 0")
+                    f"which a packet-rate stream cannot do; give a period > 0"
+                )
             packets = flow.repetitions
             pps = NS / flow.repeat_period_ns if flow.repeat_period_ns else 0.0
         else:
@@ -138,8 +140,10 @@ class _Builder:
             if not meta and packets > 1:
                 # A counter would make every frame distinct, and drone builds distinct frames one
                 # by one before sending (about 0.13 ms each here): keep the ID constant.
-                self.note("IPv4: the IP ID is 0 in every packet; the engine writes the packet "
-                          "index mod 2^16")
+                self.note(
+                    "IPv4: the IP ID is 0 in every packet; the engine writes the packet "
+                    "index mod 2^16"
+                )
         else:
             p.protocol_id.id = IP6
             p.ip6.hop_limit = 64
@@ -160,9 +164,11 @@ class _Builder:
                     p.tcp.flags, p.tcp.ack_num = SYN | FIN, 0
                 else:
                     p.tcp.flags, p.tcp.ack_num = ACK | PSH, rng.getrandbits(32)
-                    self.note("TCP: every packet of a multi-packet flow carries ACK|PSH and the same "
-                              "sequence number; the engine marks the first SYN and the last FIN|ACK "
-                              "and advances the sequence number by the payload")
+                    self.note(
+                        "TCP: every packet of a multi-packet flow carries ACK|PSH and the same "
+                        "sequence number; the engine marks the first SYN and the last FIN|ACK "
+                        "and advances the sequence number by the payload"
+                    )
         else:
             p = s.protocol.add()
             p.protocol_id.id = ICMP
@@ -176,8 +182,10 @@ class _Builder:
                 self.counter(p, 16, 4, 0, 65536, inc=True)
             elif packets > 1:  # sequence = packet index
                 self.counter(p, 16, 6, 0, 65536, inc=True)
-            self.note("ICMP: the identifier counts instances within each flow (a one-instance flow "
-                      "uses the flow's index); the engine numbers instances across the session")
+            self.note(
+                "ICMP: the identifier counts instances within each flow (a one-instance flow "
+                "uses the flow's index); the engine numbers instances across the session"
+            )
 
         content = flow.payload.content
         p = s.protocol.add()
@@ -194,16 +202,30 @@ class _Builder:
     # ---- fields ---------------------------------------------------------------------------
 
     @staticmethod
-    def counter(proto, bits: int, offset: int, value: int, count: int, inc: bool, mask: int | None = None,
-                random_mode: bool = False) -> None:
+    def counter(
+        proto,
+        bits: int,
+        offset: int,
+        value: int,
+        count: int,
+        inc: bool,
+        mask: int | None = None,
+        random_mode: bool = False,
+    ) -> None:
         vf = proto.variable_field.add()
-        vf.type = {8: msg.VariableField.kCounter8, 16: msg.VariableField.kCounter16,
-                   32: msg.VariableField.kCounter32}[bits]
+        vf.type = {
+            8: msg.VariableField.kCounter8,
+            16: msg.VariableField.kCounter16,
+            32: msg.VariableField.kCounter32,
+        }[bits]
         vf.offset = offset
         vf.mask = mask if mask is not None else (1 << bits) - 1
         vf.value = value
-        vf.mode = msg.VariableField.kRandom if random_mode else (
-            msg.VariableField.kIncrement if inc else msg.VariableField.kDecrement)
+        vf.mode = (
+            msg.VariableField.kRandom
+            if random_mode
+            else (msg.VariableField.kIncrement if inc else msg.VariableField.kDecrement)
+        )
         vf.count = min(count, MAX_COUNT)
         vf.step = 1
 
@@ -223,8 +245,10 @@ class _Builder:
             setattr(ip4, f"{side}_ip", int(self._fixed_host(addr, rng)))
             setattr(ip4, f"{side}_ip_mode", modes.e_im_fixed)
             if not addr.is_single and addr.mode == "random":
-                self.note("random addresses of one-instance flows are drawn by this adapter from "
-                          "the run's seed, not by the engine's generator: same block, other draw")
+                self.note(
+                    "random addresses of one-instance flows are drawn by this adapter from "
+                    "the run's seed, not by the engine's generator: same block, other draw"
+                )
             return
         setattr(ip4, f"{side}_ip", int(iface.ip))
         setattr(ip4, f"{side}_ip_mask", mask)
@@ -233,8 +257,10 @@ class _Builder:
             setattr(ip4, f"{side}_ip_mode", modes.e_im_inc_host)
         else:
             setattr(ip4, f"{side}_ip_mode", modes.e_im_random_host)
-            self.note("random addresses of meta-flows use Ostinato's random-host mode: uniform in "
-                      "the block like the engine, but other draws")
+            self.note(
+                "random addresses of meta-flows use Ostinato's random-host mode: uniform in "
+                "the block like the engine, but other draws"
+            )
 
     def address6(self, ip6, side: str, addr, meta: bool, rng, label: str) -> None:
         iface = addr.interface
@@ -251,12 +277,16 @@ class _Builder:
         if addr.mode == "increment":
             setattr(ip6, f"{side}_addr_mode", modes.kIncHost)
             if size > MAX_COUNT:
-                self.note("IPv6 increment over a block of more than 2^32 addresses wraps after "
-                          "2^32 instances (Ostinato's count is 32 bits)")
+                self.note(
+                    "IPv6 increment over a block of more than 2^32 addresses wraps after "
+                    "2^32 instances (Ostinato's count is 32 bits)"
+                )
         else:
             setattr(ip6, f"{side}_addr_mode", modes.kRandomHost)
-            self.note("random addresses of meta-flows use Ostinato's random-host mode: uniform in "
-                      "the block like the engine, but other draws")
+            self.note(
+                "random addresses of meta-flows use Ostinato's random-host mode: uniform in "
+                "the block like the engine, but other draws"
+            )
 
     def port(self, proto, l4, side: str, offset: int, ports, meta: bool, rng, label: str) -> None:
         if ports is None:  # src_port default: the ephemeral ports, drawn per instance
@@ -282,13 +312,18 @@ class _Builder:
             raise GeneratorError(
                 f"{label}: {side}_port: Ostinato draws random ports only in a block of 2^k ports "
                 f"starting at a multiple of 2^k; {lo}-{hi} is not one (e.g. {start}-{start + k - 1} "
-                f"is, and 49152-65535, the default, is); or use mode: increment")
+                f"is, and 49152-65535, the default, is); or use mode: increment"
+            )
         self.counter(proto, 16, offset, lo, size, inc=False, mask=size - 1, random_mode=True)
-        self.note("random ports of meta-flows are drawn by drone: uniform in the range like the "
-                  "engine, but other draws")
+        self.note(
+            "random ports of meta-flows are drawn by drone: uniform in the range like the "
+            "engine, but other draws"
+        )
 
 
-def build_plan(scenario, seed: int, pace: str = "realtime", duration_s: float | None = None) -> Plan:
+def build_plan(
+    scenario, seed: int, pace: str = "realtime", duration_s: float | None = None
+) -> Plan:
     """The streams for `scenario` on one port, or a GeneratorError saying what cannot be sent."""
     plan = _plan(scenario, seed, pace, duration_s)
     if not plan.continuous:
@@ -296,7 +331,8 @@ def build_plan(scenario, seed: int, pace: str = "realtime", duration_s: float | 
             if s.packets > MAX_COUNT:
                 raise GeneratorError(
                     f"{s.label}: {s.packets} packets are more than one drone stream counts "
-                    f"({MAX_COUNT}); split the flow, or use a duration (sent continuously)")
+                    f"({MAX_COUNT}); split the flow, or use a duration (sent continuously)"
+                )
     return plan
 
 
@@ -317,8 +353,10 @@ def _plan(scenario, seed: int, pace: str, duration_s: float | None) -> Plan:
         return flow.packet_count * flow.period_ns
 
     if topspeed:
-        b.note("pace topspeed: every stream at packets/sec 0 (drone sends as fast as it can), "
-               "flows one after another in scenario order; flow start times are not used")
+        b.note(
+            "pace topspeed: every stream at packets/sec 0 (drone sends as fast as it can), "
+            "flows one after another in scenario order; flow start times are not used"
+        )
         continuous = duration_s is not None
         if continuous:  # loop the whole chain until the adapter stops it after duration_s
             streams[-1].stream.control.next = msg.StreamControl.e_nw_goto_id
@@ -335,13 +373,15 @@ def _plan(scenario, seed: int, pace: str, duration_s: float | None) -> Plan:
                     f"{_label(i, flow)}: packets: concurrent flows (all starting at 0) are sent in "
                     f"Ostinato's interleaved mode, which sends until stopped and ignores packet "
                     f"counts; give every flow a `duration` (and no repeat), or chain the flows "
-                    f"with start times")
+                    f"with start times"
+                )
         durations = {f.duration for f in flows}
         if len(durations) > 1:
             raise GeneratorError(
                 f"{_label(1, flows[1])}: duration: concurrent flows must all last as long "
                 f"(Ostinato stops a port, not a stream); got "
-                f"{', '.join(f'{d / NS:g}s' for d in sorted(durations))}")
+                f"{', '.join(f'{d / NS:g}s' for d in sorted(durations))}"
+            )
         for s in streams:
             s.stream.control.mode = msg.StreamControl.e_sm_continuous
         return Plan(streams, "interleaved", True, flows[0].duration / NS, 0.0, b.approx)
@@ -354,10 +394,14 @@ def _plan(scenario, seed: int, pace: str, duration_s: float | None) -> Plan:
                 f"{_label(k, flows[k])}: start: Ostinato sends the streams of a port one after "
                 f"another, so this flow can start only when the one before ends, at "
                 f"{expected / NS:.9g}s (got {flows[k].start / NS:.9g}s); set start to that, start "
-                f"every flow at 0 with a duration (concurrent flows), or use generator: flowengine")
+                f"every flow at 0 with a duration (concurrent flows), or use generator: flowengine"
+            )
     last = flows[-1]
-    continuous = len(flows) == 1 and last.duration is not None and not (
-        last.repeat is not None and last.repeat.count > 1)
+    continuous = (
+        len(flows) == 1
+        and last.duration is not None
+        and not (last.repeat is not None and last.repeat.count > 1)
+    )
     if continuous:
         streams[-1].stream.control.mode = msg.StreamControl.e_sm_continuous
         streams[-1].stream.control.next = msg.StreamControl.e_nw_goto_id
@@ -365,8 +409,10 @@ def _plan(scenario, seed: int, pace: str, duration_s: float | None) -> Plan:
     else:
         duration = None
         if any(f.duration is not None for f in flows):
-            b.note("a `duration` flow chained with other flows is sent as its packet count "
-                   "(the packets due inside the duration), as the engine does")
+            b.note(
+                "a `duration` flow chained with other flows is sent as its packet count "
+                "(the packets due inside the duration), as the engine does"
+            )
     if flows[0].start:
         b.note("the first flow's start is kept by waiting that long before startTransmit")
     return Plan(streams, "sequential", continuous, duration, flows[0].start / NS, b.approx)

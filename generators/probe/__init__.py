@@ -29,15 +29,26 @@ from ntgcore.scenario import GeneratorSpec
 PLAN, SUMMARY, LOG = "probe-plan.json", "probe-summary.json", "probe.log"
 WORKER = Path(__file__).resolve().parent / "worker.py"
 HEADER = 16  # the payload's magic, number and send time
-EXIT_STATUS = {0: "completed", 130: "interrupted", 143: "interrupted", -2: "interrupted", -15: "interrupted"}
+EXIT_STATUS = {
+    0: "completed",
+    130: "interrupted",
+    143: "interrupted",
+    -2: "interrupted",
+    -15: "interrupted",
+}
 
 
 class ProbeSpec(GeneratorSpec):
     """The probe stream's options."""
 
     name: Literal["probe"] = "probe"
-    ports: int = Field(256, ge=1, le=1000, description="UDP: source ports cycled through, so a reply's "
-                       "destination port names its request (the window must exceed the round trip).")
+    ports: int = Field(
+        256,
+        ge=1,
+        le=1000,
+        description="UDP: source ports cycled through, so a reply's "
+        "destination port names its request (the window must exceed the round trip).",
+    )
     base_port: int = Field(20000, ge=1024, le=64535, description="UDP: the first source port.")
 
 
@@ -47,19 +58,32 @@ def probe_flows(scenario) -> list[dict]:
     out = []
     for proto in ("icmp", "udp"):
         if sum(f.protocol == proto for f in scenario.flows) > 1:
-            raise GeneratorError(f"probe: at most one {proto} flow: replies name their request by "
-                                 f"{'identifier' if proto == 'icmp' else 'port'}, shared by every {proto} flow")
+            raise GeneratorError(
+                f"probe: at most one {proto} flow: replies name their request by "
+                f"{'identifier' if proto == 'icmp' else 'port'}, shared by every {proto} flow"
+            )
     for i, f in enumerate(scenario.flows):
         where = f"flows[{i}]" + (f" ({f.name})" if f.name else "")
         if f.protocol not in ("icmp", "udp", "tcp") or f.ip_version != 4:
-            raise GeneratorError(f"probe: {where}: the probe sends IPv4 icmp, udp or tcp, not "
-                                 f"{f.protocol} over IPv{f.ip_version}")
+            raise GeneratorError(
+                f"probe: {where}: the probe sends IPv4 icmp, udp or tcp, not "
+                f"{f.protocol} over IPv{f.ip_version}"
+            )
         if not (f.src.is_single and f.dst.is_single) or f.repeat is not None:
             raise GeneratorError(f"probe: {where}: single addresses and no `repeat`, please")
-        out.append({"name": f.name or f"flow{i}", "protocol": f.protocol, "src": str(f.src.interface.ip),
-                    "dst": str(f.dst.interface.ip), "dport": f.dst_port.bounds[0] if f.dst_port else 0,
-                    "size": max(HEADER, f.payload.sizes[0]), "start_ns": f.start,
-                    "period_ns": f.period_ns, "packets": f.packet_count})
+        out.append(
+            {
+                "name": f.name or f"flow{i}",
+                "protocol": f.protocol,
+                "src": str(f.src.interface.ip),
+                "dst": str(f.dst.interface.ip),
+                "dport": f.dst_port.bounds[0] if f.dst_port else 0,
+                "size": max(HEADER, f.payload.sizes[0]),
+                "start_ns": f.start,
+                "period_ns": f.period_ns,
+                "packets": f.packet_count,
+            }
+        )
     return out
 
 
@@ -75,8 +99,12 @@ class Probe(ProcessGenerator):
             raise GeneratorError("probe sends live only: the scenario needs a `testbed:` section")
         spec = self.spec if isinstance(self.spec, ProbeSpec) else ProbeSpec()
         self._run_dir = Path(run_dir)
-        plan = {"ports": spec.ports, "base_port": spec.base_port, "summary": str(self._run_dir / SUMMARY),
-                "flows": probe_flows(scenario)}
+        plan = {
+            "ports": spec.ports,
+            "base_port": spec.base_port,
+            "summary": str(self._run_dir / SUMMARY),
+            "flows": probe_flows(scenario),
+        }
         (self._run_dir / PLAN).write_text(json.dumps(plan, indent=1) + "\n")
         argv = endpoint.argv(sys.executable, str(WORKER), str(self._run_dir / PLAN))
         self._proc = Process("probe", argv, stdout=self.open_log(LOG), stderr=subprocess.STDOUT)
@@ -93,9 +121,14 @@ class Probe(ProcessGenerator):
 
 
 PLUGIN = GeneratorPlugin(
-    name="probe", options=ProbeSpec, adapter=Probe,
-    capabilities=Capabilities(offline=False, live=True,
-                              counters=("packets_attempted", "packets_sent", "packets_failed", "bytes_sent")),
+    name="probe",
+    options=ProbeSpec,
+    adapter=Probe,
+    capabilities=Capabilities(
+        offline=False,
+        live=True,
+        counters=("packets_attempted", "packets_sent", "packets_failed", "bytes_sent"),
+    ),
     summary="numbered ICMP echo, UDP and TCP probes through the kernel's stack (method failover)",
 )
 

@@ -107,7 +107,10 @@ class Flow:
         except BlockingIOError:
             pass
         except OSError as exc:
-            self.tcp["ended"], self.tcp["ended_realtime_ns"] = exc.strerror or str(exc), time.time_ns()
+            self.tcp["ended"], self.tcp["ended_realtime_ns"] = (
+                exc.strerror or str(exc),
+                time.time_ns(),
+            )
             self.failed += 1
             return
         try:
@@ -115,7 +118,10 @@ class Flow:
             self.sent += 1
             self.bytes += len(data) + 40
         except OSError as exc:
-            self.tcp["ended"], self.tcp["ended_realtime_ns"] = exc.strerror or str(exc), time.time_ns()
+            self.tcp["ended"], self.tcp["ended_realtime_ns"] = (
+                exc.strerror or str(exc),
+                time.time_ns(),
+            )
             self.failed += 1
 
 
@@ -144,10 +150,21 @@ def main(path: str) -> int:
                 heapq.heappush(queue, (due + flows[i].f["period_ns"], i, n + 1))
     except KeyboardInterrupt:
         pass
-    summary = {"sent": sum(f.sent for f in flows), "failed": sum(f.failed for f in flows),
-               "bytes": sum(f.bytes for f in flows),
-               "flows": [{"name": f.f["name"], "protocol": f.f["protocol"], "sent": f.sent,
-                          "failed": f.failed, **({"tcp": f.tcp} if f.tcp else {})} for f in flows]}
+    summary = {
+        "sent": sum(f.sent for f in flows),
+        "failed": sum(f.failed for f in flows),
+        "bytes": sum(f.bytes for f in flows),
+        "flows": [
+            {
+                "name": f.f["name"],
+                "protocol": f.f["protocol"],
+                "sent": f.sent,
+                "failed": f.failed,
+                **({"tcp": f.tcp} if f.tcp else {}),
+            }
+            for f in flows
+        ],
+    }
     with open(plan["summary"], "w") as out:
         json.dump(summary, out, indent=1)
     return status["code"]

@@ -85,9 +85,11 @@ class Replay(ProcessGenerator):
         if pcap is not None:
             pcap = Path(pcap)
             if not pcap.is_file():
-                raise GeneratorError(f"tcpreplay: pcap {pcap} does not exist; give an existing file "
-                                     "in the scenario's tcpreplay.pcap (or none to replay the "
-                                     "scenario's own flows)")  # fmt: skip
+                raise GeneratorError(
+                    f"tcpreplay: pcap {pcap} does not exist; give an existing file "
+                    "in the scenario's tcpreplay.pcap (or none to replay the "
+                    "scenario's own flows)"
+                )
         else:
             looped = endpoint.duration_s is not None and getattr(self.spec, "loop", None) is None
             pcap = self._compile(scenario, seed, LOOP_PACKETS if looped else None)
@@ -109,8 +111,9 @@ class Replay(ProcessGenerator):
         if getattr(self.spec, "preload", False):
             argv.append("--preload-pcap")
         argv.append(str(pcap))
-        self._proc = Process("tcpreplay", endpoint.argv(*argv), stdout=self.open_log(LOG),
-                             stderr=subprocess.STDOUT)  # fmt: skip
+        self._proc = Process(
+            "tcpreplay", endpoint.argv(*argv), stdout=self.open_log(LOG), stderr=subprocess.STDOUT
+        )
 
     def _compile(self, scenario, seed: int, max_packets: int | None = None) -> Path:
         """The scenario's flows as a pcap, written by the native engine offline; only the first
@@ -124,8 +127,10 @@ class Replay(ProcessGenerator):
         self._engine.wait()
         if self._engine.status() != "completed":
             note = self._engine.commands()[0].note or self._engine.commands()[0].status
-            raise GeneratorError(f"tcpreplay: compiling the scenario into a pcap with flowengine "
-                                 f"failed: {note} (log: {folder / 'engine.log'})")  # fmt: skip
+            raise GeneratorError(
+                f"tcpreplay: compiling the scenario into a pcap with flowengine "
+                f"failed: {note} (log: {folder / 'engine.log'})"
+            )
         return folder / "capture.pcap"
 
     def start_failure(self, exc: OSError) -> str:
@@ -170,18 +175,23 @@ class ReplaySpec(GeneratorSpec):
     """tcpreplay in a live run: which capture it replays, and how."""
 
     name: Literal["tcpreplay"] = "tcpreplay"
-    pcap: str | None = Field(None, description="tcpreplay: the capture to replay (default: the "
-                             "scenario's flows, generated first by the native engine).")
+    pcap: str | None = Field(
+        None,
+        description="tcpreplay: the capture to replay (default: the "
+        "scenario's flows, generated first by the native engine).",
+    )
     loop: int | None = Field(None, ge=1, description="tcpreplay: play the capture this many times.")
     preload: bool = Field(False, description="tcpreplay: load the capture into memory first.")
 
 
 PLUGIN = GeneratorPlugin(
-    name="tcpreplay", options=ReplaySpec, adapter=Replay,
+    name="tcpreplay",
+    options=ReplaySpec,
+    adapter=Replay,
     tools=(Tool("tcpreplay", "tcpreplay"),),
     capabilities=Capabilities(offline=False, live=True),
     summary="replays a pcap (or the scenario's flows, compiled by the engine) with tcpreplay",
-)  # fmt: skip
+)
 
 
 __all__ = ["PLUGIN", "Replay", "ReplaySpec", "parse_stats", "tcpreplay_version"]

@@ -26,8 +26,13 @@ PLAN = "scapy-plan.json"
 SUMMARY = "scapy-summary.json"
 LOG = "scapy.log"
 # the worker's own exit codes after SIGINT/SIGTERM, and the same signals before its handlers ran
-EXIT_STATUS = {0: "completed", 130: "interrupted", 143: "interrupted", -2: "interrupted",
-               -15: "interrupted"}  # fmt: skip
+EXIT_STATUS = {
+    0: "completed",
+    130: "interrupted",
+    143: "interrupted",
+    -2: "interrupted",
+    -15: "interrupted",
+}
 
 
 def _first_port(p, default: int) -> int:
@@ -38,24 +43,26 @@ def plan_flows(scenario) -> list[dict]:
     """What the worker needs of each flow of the scenario."""
     out = []
     for f in scenario.flows:
-        out.append({
-            "name": f.name,
-            "af": f.ip_version,
-            "protocol": f.protocol,
-            "smac": scenario.ethernet.src,
-            "dmac": scenario.ethernet.dst,
-            "src": str(f.src.interface.ip),
-            "dst": str(f.dst.interface.ip),
-            "sport": _first_port(f.src_port, 49152),
-            "dport": _first_port(f.dst_port, 0),
-            "size": f.payload.sizes[0],
-            "payload_hex": f.payload.content.hex(),
-            "start_ns": f.start,
-            "period_ns": f.period_ns,
-            "packets": f.packet_count,
-            "reps": f.repetitions,
-            "rep_period_ns": f.repeat_period_ns,
-        })  # fmt: skip
+        out.append(
+            {
+                "name": f.name,
+                "af": f.ip_version,
+                "protocol": f.protocol,
+                "smac": scenario.ethernet.src,
+                "dmac": scenario.ethernet.dst,
+                "src": str(f.src.interface.ip),
+                "dst": str(f.dst.interface.ip),
+                "sport": _first_port(f.src_port, 49152),
+                "dport": _first_port(f.dst_port, 0),
+                "size": f.payload.sizes[0],
+                "payload_hex": f.payload.content.hex(),
+                "start_ns": f.start,
+                "period_ns": f.period_ns,
+                "packets": f.packet_count,
+                "reps": f.repetitions,
+                "rep_period_ns": f.repeat_period_ns,
+            }
+        )
     return out
 
 
@@ -82,8 +89,9 @@ class ScapySend(ProcessGenerator):
                 "section that says where the generator sends"
             )
         if importlib.util.find_spec("scapy") is None:
-            raise GeneratorError(f"scapy is not installed; install it with `{sys.executable} -m "
-                                 "pip install scapy`")  # fmt: skip
+            raise GeneratorError(
+                f"scapy is not installed; install it with `{sys.executable} -m pip install scapy`"
+            )
         if endpoint.duration_s is not None and endpoint.duration_s <= 0:
             raise GeneratorError(f"duration {endpoint.duration_s} s must be positive")
         self._run_dir = Path(run_dir)
@@ -99,8 +107,14 @@ class ScapySend(ProcessGenerator):
         # The worker imports this repository's packages, wherever it is installed or checked out.
         root = Path(__file__).resolve().parent.parent.parent
         path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
-        argv = endpoint.argv("env", f"PYTHONPATH={path}", sys.executable, "-m",
-                             "generators.scapysend.worker", str(self._run_dir / PLAN))  # fmt: skip
+        argv = endpoint.argv(
+            "env",
+            f"PYTHONPATH={path}",
+            sys.executable,
+            "-m",
+            "generators.scapysend.worker",
+            str(self._run_dir / PLAN),
+        )
         self._proc = Process("scapy", argv, stdout=self.open_log(LOG), stderr=subprocess.STDOUT)
 
     def start_failure(self, exc: OSError) -> str:
@@ -124,7 +138,6 @@ class ScapySend(ProcessGenerator):
         return Counters(sent + failed, sent, failed, nbytes + fbytes, nbytes, fbytes)
 
 
-
 class ScapySpec(GeneratorSpec):
     """Scapy's sendp in a live run (seed 001's slow baseline); no options of its own."""
 
@@ -132,10 +145,12 @@ class ScapySpec(GeneratorSpec):
 
 
 PLUGIN = GeneratorPlugin(
-    name="scapy", options=ScapySpec, adapter=ScapySend,
+    name="scapy",
+    options=ScapySpec,
+    adapter=ScapySend,
     capabilities=Capabilities(offline=False, live=True),
     summary="Scapy's sendp, one packet at a time (seed 001's baseline)",
-)  # fmt: skip
+)
 
 
 __all__ = ["PLUGIN", "ScapySend", "ScapySpec", "plan_flows", "scapy_version"]

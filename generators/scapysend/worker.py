@@ -127,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         summary.update(run(plan))
         summary["status"] = "completed"
     except (OSError, ValueError) as exc:
-        error = (f"interface {plan.get('iface')}: {exc} (check the interface names of the "
-                 "topology: `ip -n NAMESPACE link`)")
+        error = (
+            f"interface {plan.get('iface')}: {exc} (check the interface names of the "
+            "topology: `ip -n NAMESPACE link`)"
+        )
         print(f"scapy sender: {error}", file=sys.stderr)
         summary.update(status="failed", error=error)
         code = 2

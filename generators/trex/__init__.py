@@ -39,8 +39,14 @@ from ntgcore.scenario import GeneratorSpec
 from .astf_offline import AstfOfflineExpansion, expected_capture
 from .astf_profile import AstfProfile, build_astf_profile, python_code
 from .offline import OfflineExpansion
-from .stl_profile import (MAX_LATENCY_PPS, RATE_UNITS, Profile, build_profile, check_latency_pps,
-                          latency_by_label)
+from .stl_profile import (
+    MAX_LATENCY_PPS,
+    RATE_UNITS,
+    Profile,
+    build_profile,
+    check_latency_pps,
+    latency_by_label,
+)
 from .server import ASYNC_PORT, SYNC_PORT, TrexServer, server_binary
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -109,8 +115,10 @@ class Trex(Generator):
         if self.latency_pps is not None:
             check_latency_pps(self.latency_pps, 0)
             if self.mode == "astf":
-                raise GeneratorError("trex: latency_pps: latency probes are stateless streams; "
-                                     "mode astf has none (its sessions are TRex's TCP stack's)")
+                raise GeneratorError(
+                    "trex: latency_pps: latency probes are stateless streams; "
+                    "mode astf has none (its sessions are TRex's TCP stack's)"
+                )
         self.attack_sessions: tuple[list[dict], list[str]] | None = options.get("attack_sessions")
         self.astf: AstfProfile | None = None
         self.api_override: dict | None = options.get("api_override")  # tests only
@@ -168,12 +176,14 @@ class Trex(Generator):
                 raise GeneratorError(
                     f"trex: latency_pps with `server: start` needs `server_iface`: TRex times the "
                     f"probes it receives on its own port 1, the other end of {endpoint.iface}'s "
-                    f"veth in the same namespace (the packaged topology `astf`: gen0 and gen1)")
+                    f"veth in the same namespace (the packaged topology `astf`: gen0 and gen1)"
+                )
             if self.mode == "astf" and not self.server_iface:
                 raise GeneratorError(
                     f"trex: mode astf with `server: start` needs `server_iface`: TRex's server "
                     f"side (port 1), the other end of {endpoint.iface}'s veth in the same "
-                    f"namespace (TRex answers its own connections there)")
+                    f"namespace (TRex answers its own connections there)"
+                )
         self.endpoint = endpoint
         if self.mode == "astf":
             self.write_astf_profile(scenario, run_dir)
@@ -181,21 +191,35 @@ class Trex(Generator):
             self.write_profile(scenario, run_dir, seed, endpoint.pace, endpoint.duration_s)
         self._bring_up()
 
-    def write_profile(self, scenario, run_dir: Path, seed: int, pace: str = "realtime",
-                      duration_s: float | None = None) -> Profile:
+    def write_profile(
+        self,
+        scenario,
+        run_dir: Path,
+        seed: int,
+        pace: str = "realtime",
+        duration_s: float | None = None,
+    ) -> Profile:
         """The profile mapped (refusals here) and built by the worker with TRex's client, written
         into `run_dir` (trex-profile.py/.json/.yaml, the spec, the approximations); no server."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.profile = build_profile(scenario, seed, pace=pace, duration_s=duration_s,
-                                     rate_unit=self.rate_unit, topspeed_pps=self.topspeed_pps,
-                                     stream_stats=self.stream_stats, latency_pps=self.latency_pps)
+        self.profile = build_profile(
+            scenario,
+            seed,
+            pace=pace,
+            duration_s=duration_s,
+            rate_unit=self.rate_unit,
+            topspeed_pps=self.topspeed_pps,
+            stream_stats=self.stream_stats,
+            latency_pps=self.latency_pps,
+        )
         self._mac = (scenario.ethernet.src, scenario.ethernet.dst)
         spec_path = self.run_dir / "trex-profile-spec.json"
         spec_path.write_text(json.dumps(self.profile.as_dict(), indent=1) + "\n")
         (self.run_dir / "trex-approximations.txt").write_text(
             "".join(f"- {a}\n" for a in self.profile.approximations)
-            or "none: every flow is sent as the scenario says\n")
+            or "none: every flow is sent as the scenario says\n"
+        )
         self._build(spec_path)
         return self.profile
 
@@ -205,13 +229,17 @@ class Trex(Generator):
         loaded by the worker with TRex's client (`trex-astf-profile.json`); no server."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.astf = build_astf_profile(scenario, response_bytes=self.response_bytes,
-                                       attack_sessions=self.attack_sessions)
+        self.astf = build_astf_profile(
+            scenario, response_bytes=self.response_bytes, attack_sessions=self.attack_sessions
+        )
         self._mac = (scenario.ethernet.src, scenario.ethernet.dst)
-        (self.run_dir / "trex-profile-spec.json").write_text(json.dumps(self.astf.as_dict(), indent=1) + "\n")
+        (self.run_dir / "trex-profile-spec.json").write_text(
+            json.dumps(self.astf.as_dict(), indent=1) + "\n"
+        )
         (self.run_dir / "trex-approximations.txt").write_text(
             "".join(f"- {a}\n" for a in self.astf.approximations)
-            or "none: every TCP flow is one ASTF template as the scenario says\n")
+            or "none: every TCP flow is one ASTF template as the scenario says\n"
+        )
         py = self.run_dir / "trex-astf-profile.py"
         py.write_text(python_code(self.astf))
         self._build(py, "astf-build")
@@ -227,12 +255,18 @@ class Trex(Generator):
         (ASTF: loads the profile file with ASTFProfile.load_py and writes its JSON)."""
         assert self.run_dir is not None
         log = open(self.run_dir / "trex-build.log", "wb")
-        proc = Process("trex-build", self._python(str(WORKER), how, str(spec_path), str(self.run_dir)),
-                       stdout=subprocess.PIPE, stderr=log)
+        proc = Process(
+            "trex-build",
+            self._python(str(WORKER), how, str(spec_path), str(self.run_dir)),
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
         try:
             done = proc.start().communicate(BUILD_TIMEOUT_S)
             if done is None:
-                raise GeneratorError(f"trex: building the profile took more than {BUILD_TIMEOUT_S:g}s")
+                raise GeneratorError(
+                    f"trex: building the profile took more than {BUILD_TIMEOUT_S:g}s"
+                )
             out = done[0]
         except OSError as exc:
             raise GeneratorError(f"trex: cannot run the worker: {exc}") from exc
@@ -244,7 +278,9 @@ class Trex(Generator):
         if errors or not any(e.get("event") == "built" for e in events):
             e = errors[0] if errors else {}
             where = f"{e['stream']}: " if e.get("stream") else ""
-            detail = e.get("message") or _tail(self.run_dir / "trex-build.log") or proc.record.status
+            detail = (
+                e.get("message") or _tail(self.run_dir / "trex-build.log") or proc.record.status
+            )
             proc.record.note = detail
             raise GeneratorError(f"trex: {where}the TRex client refused the profile: {detail}")
 
@@ -258,15 +294,22 @@ class Trex(Generator):
         """The server (when this run starts one) and the worker, connected, the port acquired
         and reset, the streams added: all before the run's clock starts, so that `start` only
         says go (TRex's own start-up, ~2.5 s here, is not counted as sending time)."""
-        assert (self.profile or self.astf) is not None and self.endpoint is not None and self.run_dir
+        assert (
+            (self.profile or self.astf) is not None and self.endpoint is not None and self.run_dir
+        )
         self._status = "running"  # processes run from here on: a stop must reach them
         try:
             if self.starts_server:
                 assert self._binary is not None
                 two_ports = self.mode == "astf" or self.latency_pps is not None
-                self.server = TrexServer(self._binary, self.endpoint, self.run_dir, *self._mac,
-                                         server_iface=self.server_iface if two_ports else None,
-                                         astf=self.mode == "astf")
+                self.server = TrexServer(
+                    self._binary,
+                    self.endpoint,
+                    self.run_dir,
+                    *self._mac,
+                    server_iface=self.server_iface if two_ports else None,
+                    astf=self.mode == "astf",
+                )
                 self.server.start()
                 host, sync, asyn = "127.0.0.1", SYNC_PORT, ASYNC_PORT
                 at_endpoint = True
@@ -279,17 +322,26 @@ class Trex(Generator):
                 # A server on loopback is the one in the endpoint's namespace; any other host is
                 # reached from here (a namespace of the run has no route out).
                 at_endpoint = _loopback(host)
-            job = {"host": host, "sync_port": sync, "async_port": asyn, "port": self.port,
-                   "mode": self.mode, "profile": str(self.profile_file),
-                   "duration_s": self._duration_s(), "expected_s": self.expected_seconds,
-                   "connections": self.astf.connections if self.astf is not None else None,
-                   "max_overrun_s": MAX_OVERRUN_S,
-                   "ready_timeout_s": READY_WAIT_S, "rpc_timeout": self.rpc_timeout,
-                   "stream_stats": self.stream_stats,
-                   "latency_pg_ids": [s.pg_id for s in (self.profile.streams if self.profile else ())
-                                      if s.latency],
-                   "server_port": bool(self.server_iface and self.latency_pps is not None),
-                   "api_override": self.api_override}  # fmt: skip
+            job = {
+                "host": host,
+                "sync_port": sync,
+                "async_port": asyn,
+                "port": self.port,
+                "mode": self.mode,
+                "profile": str(self.profile_file),
+                "duration_s": self._duration_s(),
+                "expected_s": self.expected_seconds,
+                "connections": self.astf.connections if self.astf is not None else None,
+                "max_overrun_s": MAX_OVERRUN_S,
+                "ready_timeout_s": READY_WAIT_S,
+                "rpc_timeout": self.rpc_timeout,
+                "stream_stats": self.stream_stats,
+                "latency_pg_ids": [
+                    s.pg_id for s in (self.profile.streams if self.profile else ()) if s.latency
+                ],
+                "server_port": bool(self.server_iface and self.latency_pps is not None),
+                "api_override": self.api_override,
+            }
             job_path = self.run_dir / "trex-job.json"
             job_path.write_text(json.dumps(job, indent=1) + "\n")
             argv = self._python(str(WORKER), "run", str(job_path))
@@ -324,7 +376,9 @@ class Trex(Generator):
         return self.profile.expected_seconds
 
     def _duration_s(self) -> float | None:
-        if self.astf is not None:  # TRex opens new connections this long (each template to its limit)
+        if (
+            self.astf is not None
+        ):  # TRex opens new connections this long (each template to its limit)
             return self.astf.open_seconds
         assert self.profile is not None
         return self.profile.duration_s if self.profile.continuous else None
@@ -369,7 +423,9 @@ class Trex(Generator):
                 if event.get("event") == "progress":
                     if self._on_progress:
                         total = self.expected_seconds
-                        self._on_progress(Progress(event.get("t", 0.0), total, event.get("opackets", 0)))
+                        self._on_progress(
+                            Progress(event.get("t", 0.0), total, event.get("opackets", 0))
+                        )
                     continue
                 keep.write(json.dumps(event) + "\n")
                 keep.flush()
@@ -393,8 +449,10 @@ class Trex(Generator):
                 time.sleep(0.05)
                 if self.server is not None and not self.server.alive():
                     self.server.proc.wait(1)
-                    reason = (f"the TRex server exited during the run ({self.server.proc.record.status}); "
-                              f"last output: {self.server.log_tail() or '(none)'}")
+                    reason = (
+                        f"the TRex server exited during the run ({self.server.proc.record.status}); "
+                        f"last output: {self.server.log_tail() or '(none)'}"
+                    )
                     self.worker.stop(signal.SIGTERM, grace=3)
                     break
                 if self._stop_request.is_set() and not asked:
@@ -417,18 +475,25 @@ class Trex(Generator):
             if reason is None and error is not None:
                 reason = f"{error.get('stage')}: {error.get('message')}"
                 if self.server is not None and not self.server.alive():
-                    reason = (f"the TRex server exited during the run ({self.server.proc.record.status}); "
-                              f"the client said: {reason}")
+                    reason = (
+                        f"the TRex server exited during the run ({self.server.proc.record.status}); "
+                        f"the client said: {reason}"
+                    )
             if reason is None and done is None:
-                reason = (f"the worker ended without a result ({self.worker.record.status}): "
-                          f"{_tail(self.run_dir / 'trex-worker.log') or '(no output)'}")
+                reason = (
+                    f"the worker ended without a result ({self.worker.record.status}): "
+                    f"{_tail(self.run_dir / 'trex-worker.log') or '(no output)'}"
+                )
             if reason is None and done.get("status") == "overrun":
-                reason = (f"TRex was still sending {MAX_OVERRUN_S:g}s after the expected end "
-                          f"({self.expected_seconds:.3g}s); stopped it")
+                reason = (
+                    f"TRex was still sending {MAX_OVERRUN_S:g}s after the expected end "
+                    f"({self.expected_seconds:.3g}s); stopped it"
+                )
             if reason is not None:
                 self._fail(reason)
-            elif done.get("status") == "stopped" and (self._interrupt or self.astf is not None
-                                                       or not self.profile.continuous):
+            elif done.get("status") == "stopped" and (
+                self._interrupt or self.astf is not None or not self.profile.continuous
+            ):
                 self._status = "interrupted"
             else:
                 self._status = "completed"
@@ -456,8 +521,11 @@ class Trex(Generator):
             self._status = "failed"
             self._error = f"trex: {reason}"
         # The reason goes with the process it is about: the server when it died, else the worker.
-        server_died = self.server is not None and self.server.proc.record.exit_code is not None \
+        server_died = (
+            self.server is not None
+            and self.server.proc.record.exit_code is not None
             and "server exited" in reason
+        )
         proc = self.server.proc if server_died else self.worker  # type: ignore[union-attr]
         if proc is not None and not proc.record.note:
             proc.record.note = reason
@@ -488,27 +556,41 @@ class Trex(Generator):
         when this run started it, its start-up time."""
         if not self._stats or self.endpoint is None:
             return {}
-        out = {self.endpoint.iface: dict(self._stats["port_stats"], seconds=self._stats["seconds"],
-                                         trex_port=self._stats["port"])}
+        out = {
+            self.endpoint.iface: dict(
+                self._stats["port_stats"],
+                seconds=self._stats["seconds"],
+                trex_port=self._stats["port"],
+            )
+        }
         if self.astf is not None:
             if self.server_iface and self._stats.get("server_port_stats"):
-                out[self.server_iface] = dict(self._stats["server_port_stats"], seconds=self._stats["seconds"],
-                                              trex_port=1)
+                out[self.server_iface] = dict(
+                    self._stats["server_port_stats"], seconds=self._stats["seconds"], trex_port=1
+                )
             out["astf"] = astf_summary(self._stats.get("astf", {}), self.astf.connections)
             out["astf"]["templates"] = self._stats.get("groups", {})
         if self.astf is None and self.server_iface and self._stats.get("server_port_stats"):
-            out[self.server_iface] = dict(self._stats["server_port_stats"], seconds=self._stats["seconds"],
-                                          trex_port=1)  # STL: the latency probes' receiving port
+            out[self.server_iface] = dict(
+                self._stats["server_port_stats"], seconds=self._stats["seconds"], trex_port=1
+            )  # STL: the latency probes' receiving port
         if self._stats.get("latency") and self.profile is not None:
             out["latency"] = latency_by_label(self.profile, self._stats["latency"])
         if self._stats.get("streams") and self.profile is not None:
             by_pg = {str(st.pg_id): st for st in self.profile.streams if st.pg_id}
-            out["streams"] = {by_pg[pg].label: dict(v, name=by_pg[pg].name, pg_id=int(pg))
-                              for pg, v in self._stats["streams"].items() if pg in by_pg}
+            out["streams"] = {
+                by_pg[pg].label: dict(v, name=by_pg[pg].name, pg_id=int(pg))
+                for pg, v in self._stats["streams"].items()
+                if pg in by_pg
+            }
         info = next((e for e in self._events if e.get("event") == "connected"), {})
-        out["trex"] = {"server_version": info.get("server_version"), "client_api": info.get("client_api"),
-                       "server_started_s": round(self.server.started_s, 3)
-                       if self.server and self.server.started_s else None}  # fmt: skip
+        out["trex"] = {
+            "server_version": info.get("server_version"),
+            "client_api": info.get("client_api"),
+            "server_started_s": round(self.server.started_s, 3)
+            if self.server and self.server.started_s
+            else None,
+        }
         return out
 
     def counters(self) -> Counters:
@@ -539,17 +621,19 @@ class Trex(Generator):
 
 
 # TRex's TCP counters (client side / server side) under the names the report uses
-ASTF_SUMMARY = {"connections_attempted": ("client", "tcps_connattempt"),
-                "connections_established": ("client", "tcps_connects"),
-                "connections_closed": ("client", "tcps_closed"),
-                "drops": ("client", "tcps_drops"),
-                "connection_drops": ("client", "tcps_conndrops"),
-                "server_accepted": ("server", "tcps_accepts"),
-                "server_established": ("server", "tcps_connects"),
-                "server_closed": ("server", "tcps_closed"),
-                "server_drops": ("server", "tcps_drops"),
-                "retransmit_timeouts": ("client", "tcps_rexmttimeo"),
-                "server_retransmit_timeouts": ("server", "tcps_rexmttimeo")}  # fmt: skip
+ASTF_SUMMARY = {
+    "connections_attempted": ("client", "tcps_connattempt"),
+    "connections_established": ("client", "tcps_connects"),
+    "connections_closed": ("client", "tcps_closed"),
+    "drops": ("client", "tcps_drops"),
+    "connection_drops": ("client", "tcps_conndrops"),
+    "server_accepted": ("server", "tcps_accepts"),
+    "server_established": ("server", "tcps_connects"),
+    "server_closed": ("server", "tcps_closed"),
+    "server_drops": ("server", "tcps_drops"),
+    "retransmit_timeouts": ("client", "tcps_rexmttimeo"),
+    "server_retransmit_timeouts": ("server", "tcps_rexmttimeo"),
+}
 
 
 def astf_summary(counters: dict, expected: int) -> dict:
@@ -557,8 +641,12 @@ def astf_summary(counters: dict, expected: int) -> dict:
     out: dict = {"connections_expected": expected}
     for name, (side, key) in ASTF_SUMMARY.items():
         out[name] = int(counters.get(side, {}).get(key, 0))
-    out["errors"] = {f"{side}.{k}": v for side in ("client", "server")
-                     for k, v in counters.get(side, {}).items() if k.startswith("err_")}
+    out["errors"] = {
+        f"{side}.{k}": v
+        for side in ("client", "server")
+        for k, v in counters.get(side, {}).items()
+        if k.startswith("err_")
+    }
     out["client"] = counters.get("client", {})
     out["server"] = counters.get("server", {})
     return out
@@ -576,8 +664,11 @@ def _parse(text: str) -> list[dict]:
 
 def _tail(path: Path, lines: int = 3) -> str:
     try:
-        text = [ln for ln in path.read_text(errors="replace").splitlines()
-                if ln.strip() and "Warning" not in ln]
+        text = [
+            ln
+            for ln in path.read_text(errors="replace").splitlines()
+            if ln.strip() and "Warning" not in ln
+        ]
     except OSError:
         return ""
     return " | ".join(text[-lines:])
@@ -587,8 +678,11 @@ class TrexServerAddress(BaseModel):
     """A TRex server that is already running (a user's own)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    host: str = Field("127.0.0.1", description="Its address; on loopback it is the one inside the "
-                      "generator's namespace (the client runs there), else reached from the host.")
+    host: str = Field(
+        "127.0.0.1",
+        description="Its address; on loopback it is the one inside the "
+        "generator's namespace (the client runs there), else reached from the host.",
+    )
     sync_port: int = Field(SYNC_PORT, ge=1, le=65535, description="Its RPC port (TRex: 4501).")
     async_port: int = Field(ASYNC_PORT, ge=1, le=65535, description="Its event port (TRex: 4500).")
 
@@ -599,36 +693,69 @@ class TrexSpec(GeneratorSpec):
 
     name: Literal["trex"] = "trex"
     server: Union[Literal["start"], TrexServerAddress] = Field(
-        "start", description="trex: `start` runs a server inside the generator's namespace for "
+        "start",
+        description="trex: `start` runs a server inside the generator's namespace for "
         "the run (needs `trex_dir` or $NTG_TREX_DIR); or {host, sync_port, async_port} of a "
-        "running one.")
-    trex_dir: str | None = Field(None, description="trex: a TRex build (the folder holding "
-                                 "server/_t-rex-64-o); default $NTG_TREX_DIR.")
-    port: int = Field(0, ge=0, le=63, description="trex: the TRex port that sends (a started "
-                      "server has port 0 on the generator's interface).")
+        "running one.",
+    )
+    trex_dir: str | None = Field(
+        None,
+        description="trex: a TRex build (the folder holding "
+        "server/_t-rex-64-o); default $NTG_TREX_DIR.",
+    )
+    port: int = Field(
+        0,
+        ge=0,
+        le=63,
+        description="trex: the TRex port that sends (a started "
+        "server has port 0 on the generator's interface).",
+    )
     rate_unit: Literal[RATE_UNITS] | None = Field(  # type: ignore[valid-type]
-        None, description="trex: how stream rates are given to TRex: pps (default), bps_L2 or "
-        "percent (of the nominal line rate; refused for streams sent for a duration).")
-    topspeed_pps: float | None = Field(None, gt=0, le=100_000_000, description="trex: the "
-                                       "explicit packet rate of pace topspeed (default 300000).")
+        None,
+        description="trex: how stream rates are given to TRex: pps (default), bps_L2 or "
+        "percent (of the nominal line rate; refused for streams sent for a duration).",
+    )
+    topspeed_pps: float | None = Field(
+        None,
+        gt=0,
+        le=100_000_000,
+        description="trex: the explicit packet rate of pace topspeed (default 300000).",
+    )
     rpc_timeout: float | None = Field(None, gt=0, le=300, description="trex: seconds per RPC call.")
-    stream_stats: bool | None = Field(None, description="trex: TRex's per-stream counters "
-                                      "(STLFlowStats) into port_stats.streams; TRex marks the "
-                                      "packets for them (IPv4 ID, TOS bit).")
+    stream_stats: bool | None = Field(
+        None,
+        description="trex: TRex's per-stream counters "
+        "(STLFlowStats) into port_stats.streams; TRex marks the "
+        "packets for them (IPv4 ID, TOS bit).",
+    )
     mode: Literal[MODES] | None = Field(  # type: ignore[valid-type]
-        None, description="trex: `stl` (default): flows as stateless streams; `astf`: TCP flows "
-        "and `attacks:` TCP sessions as TRex's own TCP connections (generators/trex/README.md).")
-    server_iface: str | None = Field(None, description="trex, with server: start: TRex's port 1, "
-                                     "the other end of the generator's veth in its namespace: "
-                                     "the server side (mode astf) or the latency probes' receiver "
-                                     "(latency_pps).")
-    response_bytes: int | None = Field(None, ge=0, le=1_000_000, description="trex, mode astf: "
-                                       "bytes the server answers every TCP flow's request with.")
-    latency_pps: float | None = Field(None, gt=0, le=MAX_LATENCY_PPS, description="trex, stl: one "
-                                      "latency probe per flow at this rate (STLFlowLatencyStats): "
-                                      "min/avg/max latency, jitter, histogram, sequence errors into "
-                                      "port_stats.latency; TRex receives them on port 1 "
-                                      "(`server_iface`).")
+        None,
+        description="trex: `stl` (default): flows as stateless streams; `astf`: TCP flows "
+        "and `attacks:` TCP sessions as TRex's own TCP connections (generators/trex/README.md).",
+    )
+    server_iface: str | None = Field(
+        None,
+        description="trex, with server: start: TRex's port 1, "
+        "the other end of the generator's veth in its namespace: "
+        "the server side (mode astf) or the latency probes' receiver "
+        "(latency_pps).",
+    )
+    response_bytes: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="trex, mode astf: bytes the server answers every TCP flow's request with.",
+    )
+    latency_pps: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_LATENCY_PPS,
+        description="trex, stl: one "
+        "latency probe per flow at this rate (STLFlowLatencyStats): "
+        "min/avg/max latency, jitter, histogram, sequence errors into "
+        "port_stats.latency; TRex receives them on port 1 "
+        "(`server_iface`).",
+    )
 
     def plays_attacks(self) -> bool:
         return self.mode == "astf"  # the `attacks:` TCP sessions on TRex's own TCP stack
@@ -637,15 +764,28 @@ class TrexSpec(GeneratorSpec):
         """Mode astf offline writes the profile's TCP connections (refusals: GeneratorError)."""
         if self.mode != "astf":
             return None
-        return expected_capture(build_astf_profile(scenario, response_bytes=self.response_bytes or 0))
+        return expected_capture(
+            build_astf_profile(scenario, response_bytes=self.response_bytes or 0)
+        )
 
 
 PLUGIN = GeneratorPlugin(
-    name="trex", options=TrexSpec, adapter=Trex,
-    capabilities=Capabilities(offline=True, live=True, port_stats=True,
-                              counters=("packets_attempted", "packets_sent", "packets_failed",
-                                        "bytes_attempted", "bytes_sent")),
+    name="trex",
+    options=TrexSpec,
+    adapter=Trex,
+    capabilities=Capabilities(
+        offline=True,
+        live=True,
+        port_stats=True,
+        counters=(
+            "packets_attempted",
+            "packets_sent",
+            "packets_failed",
+            "bytes_attempted",
+            "bytes_sent",
+        ),
+    ),
     summary="Cisco TRex stateless or ASTF, through lbr-trex-client in a worker process (generators/trex/README.md)",
-)  # fmt: skip
+)
 
 __all__ = ["PLUGIN", "Trex", "TrexSpec", "TrexServerAddress", "client_version"]

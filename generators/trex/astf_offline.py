@@ -25,12 +25,12 @@ from ntgcore.generator import Counters, Progress
 
 from .astf_profile import NS, AstfProfile, TemplateSpec
 
-MSS = 1460                  # TRex's default tcp.mss
-SEGMENT_GAP_NS = 20_000     # 20 µs between the segments of one connection
-CLIENT_PORT_FIRST = 1025    # the client ports: 1025-65535 per client address, in turn
+MSS = 1460  # TRex's default tcp.mss
+SEGMENT_GAP_NS = 20_000  # 20 µs between the segments of one connection
+CLIENT_PORT_FIRST = 1025  # the client ports: 1025-65535 per client address, in turn
 CLIENT_PORTS = 65535 - CLIENT_PORT_FIRST + 1
 PROGRESS_EVERY = 8192
-HEADERS = 14 + 20 + 20        # Ethernet, IPv4, TCP without options
+HEADERS = 14 + 20 + 20  # Ethernet, IPv4, TCP without options
 
 
 def connection_start_ns(t: TemplateSpec, k: int) -> int:
@@ -57,11 +57,21 @@ class TemplatePlan:
         client = (self.client0 + k % self.nclients).to_bytes(4, "big")
         server = (self.server0 + k % self.nservers).to_bytes(4, "big")
         cport = CLIENT_PORT_FIRST + (k // self.nclients) % CLIENT_PORTS
-        return P.tcp_session(client, server, cport, self.t.port, self.messages, mss=MSS,
-                             seed=connection_seed(seed, self.index, k), macs=macs)
+        return P.tcp_session(
+            client,
+            server,
+            cport,
+            self.t.port,
+            self.messages,
+            mss=MSS,
+            seed=connection_seed(seed, self.index, k),
+            macs=macs,
+        )
 
 
-def astf_frames(profile: AstfProfile, seed: int, macs: tuple[bytes, bytes]) -> Iterator[tuple[int, bytes]]:
+def astf_frames(
+    profile: AstfProfile, seed: int, macs: tuple[bytes, bytes]
+) -> Iterator[tuple[int, bytes]]:
     """(time in ns from 0, Ethernet frame) of every connection of `profile`, in time order (ties:
     the order they were scheduled in)."""
     plans = [TemplatePlan(i, t) for i, t in enumerate(profile.templates)]
@@ -74,7 +84,9 @@ def astf_frames(profile: AstfProfile, seed: int, macs: tuple[bytes, bytes]) -> I
         t, _o, plan, k, frames = heapq.heappop(heap)
         if plan is not None:
             if k + 1 < plan.t.limit:
-                heapq.heappush(heap, (connection_start_ns(plan.t, k + 1), next(order), plan, k + 1, None))
+                heapq.heappush(
+                    heap, (connection_start_ns(plan.t, k + 1), next(order), plan, k + 1, None)
+                )
             frames = plan.session(k, seed, macs)
         frame = next(frames, None)
         if frame is None:
@@ -86,7 +98,9 @@ def astf_frames(profile: AstfProfile, seed: int, macs: tuple[bytes, bytes]) -> I
 class AstfOfflineExpansion:
     """Writes the capture (nanosecond pcap, stamped from 0 like the stateless expansion's)."""
 
-    def __init__(self, profile: AstfProfile, run_dir: Path, seed: int, macs: tuple[str, str]) -> None:
+    def __init__(
+        self, profile: AstfProfile, run_dir: Path, seed: int, macs: tuple[str, str]
+    ) -> None:
         self.profile = profile
         self.path = Path(run_dir) / "capture.pcap"
         self.seed = seed
@@ -123,15 +137,36 @@ def expected_capture(profile: AstfProfile) -> dict:
     connection) and `what`, `testbed validate`'s line."""
     packets = sum(t.limit * packets_per_connection(t) for t in profile.templates)
     payload = sum(t.limit * (t.request_bytes + t.response_bytes) for t in profile.templates)
-    last = max((connection_start_ns(t, t.limit - 1) + (packets_per_connection(t) - 1) * SEGMENT_GAP_NS
-                for t in profile.templates if t.limit), default=0)
-    what = (f"  offline (trex, mode astf): capture.pcap with {profile.connections:,} TCP connection(s) "
-            f"of {len(profile.templates)} template(s), {packets:,} packets over {last / NS:g} s "
-            f"(handshake, segments of at most {MSS} bytes each ACKed, FIN both ways; "
-            f"generators/trex/README.md)")
-    return {"packets": packets, "bytes": HEADERS * packets + payload, "flows": 2 * profile.connections,
-            "first_ns": 0, "last_ns": last, "what": what}
+    last = max(
+        (
+            connection_start_ns(t, t.limit - 1) + (packets_per_connection(t) - 1) * SEGMENT_GAP_NS
+            for t in profile.templates
+            if t.limit
+        ),
+        default=0,
+    )
+    what = (
+        f"  offline (trex, mode astf): capture.pcap with {profile.connections:,} TCP connection(s) "
+        f"of {len(profile.templates)} template(s), {packets:,} packets over {last / NS:g} s "
+        f"(handshake, segments of at most {MSS} bytes each ACKed, FIN both ways; "
+        f"generators/trex/README.md)"
+    )
+    return {
+        "packets": packets,
+        "bytes": HEADERS * packets + payload,
+        "flows": 2 * profile.connections,
+        "first_ns": 0,
+        "last_ns": last,
+        "what": what,
+    }
 
 
-__all__ = ["AstfOfflineExpansion", "astf_frames", "expected_capture", "packets_per_connection",
-           "MSS", "CLIENT_PORT_FIRST", "SEGMENT_GAP_NS"]
+__all__ = [
+    "AstfOfflineExpansion",
+    "astf_frames",
+    "expected_capture",
+    "packets_per_connection",
+    "MSS",
+    "CLIENT_PORT_FIRST",
+    "SEGMENT_GAP_NS",
+]

@@ -89,13 +89,19 @@ class AstfProfile:
         0.77 s), so opening `limit` of them takes as long as `limit` events of a Poisson process;
         (limit + 5·√limit + 12)/cps falls short with a probability below 1e-7 per template. The
         worker ends the traffic as soon as every connection has closed on both sides."""
-        return max(((t.limit + 5 * math.sqrt(t.limit) + 12) / t.cps for t in self.templates), default=0.0)
+        return max(
+            ((t.limit + 5 * math.sqrt(t.limit) + 12) / t.cps for t in self.templates), default=0.0
+        )
 
     def as_dict(self) -> dict:
-        return {"mode": "astf", "connections": self.connections,
-                "expected_seconds": self.expected_seconds, "open_seconds": self.open_seconds,
-                "templates": [asdict(t) for t in self.templates],
-                "approximations": self.approximations}  # fmt: skip
+        return {
+            "mode": "astf",
+            "connections": self.connections,
+            "expected_seconds": self.expected_seconds,
+            "open_seconds": self.open_seconds,
+            "templates": [asdict(t) for t in self.templates],
+            "approximations": self.approximations,
+        }
 
 
 def _label(i: int, flow) -> str:
@@ -105,8 +111,10 @@ def _label(i: int, flow) -> str:
 def _range(addr, what: str, label: str) -> tuple[str, str]:
     net = addr.interface.network
     if net.version != 4:
-        raise GeneratorError(f"trex: {label}: {what}: ASTF mode maps IPv4 sessions only "
-                             f"(TRex's ASTF IPv6 is a global switch); use mode: stl")
+        raise GeneratorError(
+            f"trex: {label}: {what}: ASTF mode maps IPv4 sessions only "
+            f"(TRex's ASTF IPv6 is a global switch); use mode: stl"
+        )
     if net.num_addresses <= 2:
         return str(net[0]), str(net[-1])
     return str(net[1]), str(net[-2])  # the block's host addresses
@@ -120,86 +128,126 @@ def _overlap(a: tuple[str, str], b: tuple[str, str]) -> bool:
 def flow_template(i: int, flow, response_bytes: int, notes: list[str]) -> TemplateSpec:
     label = _label(i, flow)
     if flow.protocol != "tcp":
-        raise GeneratorError(f"trex: {label}: protocol {flow.protocol}: ASTF mode carries TCP "
-                             f"sessions only; use mode: stl for other protocols")
+        raise GeneratorError(
+            f"trex: {label}: protocol {flow.protocol}: ASTF mode carries TCP "
+            f"sessions only; use mode: stl for other protocols"
+        )
     client = _range(flow.src, "src", label)
     server = _range(flow.dst, "dst", label)
     lo, hi = flow.dst_port.bounds if flow.dst_port else (0, 0)
     if lo != hi:
-        raise GeneratorError(f"trex: {label}: dst_port: an ASTF template serves one server port, "
-                             f"not the range {lo}-{hi}; give one port per flow")
+        raise GeneratorError(
+            f"trex: {label}: dst_port: an ASTF template serves one server port, "
+            f"not the range {lo}-{hi}; give one port per flow"
+        )
     if flow.packets is None:
-        raise GeneratorError(f"trex: {label}: duration: an ASTF session carries a number of "
-                             f"payloads (`packets`), not a duration; give `packets` (per connection) "
-                             f"and `repeat.count` (connections)")
+        raise GeneratorError(
+            f"trex: {label}: duration: an ASTF session carries a number of "
+            f"payloads (`packets`), not a duration; give `packets` (per connection) "
+            f"and `repeat.count` (connections)"
+        )
     conns = flow.repetitions
     if conns > MAX_CONNECTIONS:
-        raise GeneratorError(f"trex: {label}: repeat.count: {conns:,} connections, more than "
-                             f"{MAX_CONNECTIONS:,}")
+        raise GeneratorError(
+            f"trex: {label}: repeat.count: {conns:,} connections, more than {MAX_CONNECTIONS:,}"
+        )
     cps = NS / flow.repeat_period_ns if flow.repeat else 1.0
     if flow.repeat and flow.repeat_period_ns <= 0:
-        raise GeneratorError(f"trex: {label}: repeat.period: 0 would open every connection at "
-                             f"once; give a period (1/cps)")
+        raise GeneratorError(
+            f"trex: {label}: repeat.period: 0 would open every connection at "
+            f"once; give a period (1/cps)"
+        )
     smin, smax = flow.payload.sizes
     content = flow.payload.content
     one = content + bytes(max(0, smax - len(content)))
     request = one * flow.packets
     if len(request) + response_bytes > MAX_SESSION_BYTES:
-        raise GeneratorError(f"trex: {label}: packets × payload: {len(request) + response_bytes:,} "
-                             f"bytes in one connection, more than {MAX_SESSION_BYTES:,}")
+        raise GeneratorError(
+            f"trex: {label}: packets × payload: {len(request) + response_bytes:,} "
+            f"bytes in one connection, more than {MAX_SESSION_BYTES:,}"
+        )
     if not request and not response_bytes:
         notes.append(f"{label}: no payload: every connection is a handshake and the closing FINs")
     for what, addr in (("src", flow.src), ("dst", flow.dst)):
         if not addr.is_single and addr.mode == "random":
-            notes.append(f"{label}: {what}: `random` becomes TRex's sequential distribution over "
-                         f"the block (seed 001's `distribution: seq`)")
+            notes.append(
+                f"{label}: {what}: `random` becomes TRex's sequential distribution over "
+                f"the block (seed 001's `distribution: seq`)"
+            )
     if flow.src_port is not None:
         notes.append(f"{label}: src_port: TRex's TCP stack chooses the client ports")
     if flow.start:
-        notes.append(f"{label}: start: every ASTF template starts with the traffic "
-                     f"({flow.start / NS:g}s offset ignored)")
+        notes.append(
+            f"{label}: start: every ASTF template starts with the traffic "
+            f"({flow.start / NS:g}s offset ignored)"
+        )
     if smin != smax:
         notes.append(f"{label}: payload.size {smin}-{smax}: every payload has {smax} bytes")
     if flow.packets > 1:
-        notes.append(f"{label}: packets: {flow.packets} payloads sent as one request of "
-                     f"{len(request)} bytes; TRex's stack cuts it into MSS-sized segments")
-    messages = ([(True, request.hex())] if request else []) + \
-        ([(False, bytes(response_bytes).hex())] if response_bytes else [])
+        notes.append(
+            f"{label}: packets: {flow.packets} payloads sent as one request of "
+            f"{len(request)} bytes; TRex's stack cuts it into MSS-sized segments"
+        )
+    messages = ([(True, request.hex())] if request else []) + (
+        [(False, bytes(response_bytes).hex())] if response_bytes else []
+    )
     return TemplateSpec(label, flow.name or f"flow{i}", client, server, lo, cps, conns, messages)
 
 
-def attack_templates(sessions: list[dict], rate: float, skipped: list[str],
-                     notes: list[str]) -> list[TemplateSpec]:
+def attack_templates(
+    sessions: list[dict], rate: float, skipped: list[str], notes: list[str]
+) -> list[TemplateSpec]:
     """One template per attack rule: `sessions` as testbed.ids.rules.attacks.tcp_dialogues gives
     them ({sid, client: (first, last), server, server_port, messages: [(from_client, bytes)],
     count}), at `rate` sessions/s in all."""
     if skipped:
         notes.append("attacks: not TCP sessions, not played by TRex: " + "; ".join(skipped[:20]))
     if not sessions:
-        raise GeneratorError("trex: attacks: no selected rule is a TCP session with a handshake "
-                             "(what ASTF replays); widen attacks.select")
+        raise GeneratorError(
+            "trex: attacks: no selected rule is a TCP session with a handshake "
+            "(what ASTF replays); widen attacks.select"
+        )
     if len(sessions) > MAX_TEMPLATES:
-        raise GeneratorError(f"trex: attacks: {len(sessions)} TCP rules selected, ASTF mode takes at "
-                             f"most {MAX_TEMPLATES} (one server address each)")
+        raise GeneratorError(
+            f"trex: attacks: {len(sessions)} TCP rules selected, ASTF mode takes at "
+            f"most {MAX_TEMPLATES} (one server address each)"
+        )
     total = sum(x["count"] for x in sessions)
     out = []
     for x in sessions:
         size = sum(len(d) for _c, d in x["messages"])
         if size > MAX_SESSION_BYTES:
-            raise GeneratorError(f"trex: attacks: sid {x['sid']}: {size:,} bytes in one session, "
-                                 f"more than {MAX_SESSION_BYTES:,}")
-        out.append(TemplateSpec(f"attacks sid {x['sid']}", f"sid{x['sid']}", tuple(x["client"]),
-                                (x["server"], x["server"]), int(x["server_port"]),
-                                float(rate) * x["count"] / total, int(x["count"]),
-                                [(bool(c), bytes(d).hex()) for c, d in x["messages"]], sid=x["sid"]))  # fmt: skip
-    notes.append(f"attacks: {total} sessions of {len(out)} rule(s) at {float(rate):g}/s in all, each "
-                 f"rule's share at its own rate (TRex interleaves them; the attack pcap orders them "
-                 f"by rule); every rule served from its own address")
+            raise GeneratorError(
+                f"trex: attacks: sid {x['sid']}: {size:,} bytes in one session, "
+                f"more than {MAX_SESSION_BYTES:,}"
+            )
+        out.append(
+            TemplateSpec(
+                f"attacks sid {x['sid']}",
+                f"sid{x['sid']}",
+                tuple(x["client"]),
+                (x["server"], x["server"]),
+                int(x["server_port"]),
+                float(rate) * x["count"] / total,
+                int(x["count"]),
+                [(bool(c), bytes(d).hex()) for c, d in x["messages"]],
+                sid=x["sid"],
+            )
+        )
+    notes.append(
+        f"attacks: {total} sessions of {len(out)} rule(s) at {float(rate):g}/s in all, each "
+        f"rule's share at its own rate (TRex interleaves them; the attack pcap orders them "
+        f"by rule); every rule served from its own address"
+    )
     return out
 
 
-def build_astf_profile(scenario, *, response_bytes: int = 0,
-                       attack_sessions: tuple[list[dict], list[str]] | None = None) -> AstfProfile:
+def build_astf_profile(
+    scenario,
+    *,
+    response_bytes: int = 0,
+    attack_sessions: tuple[list[dict], list[str]] | None = None,
+) -> AstfProfile:
     """`attack_sessions`: the `attacks:` section's TCP dialogues and what was left out, as
     testbed.ids.rules.attacks.tcp_dialogues gives them (the orchestration reads rules, not the
     adapters); without them an `attacks:` section is left to the run's attack pcap."""
@@ -207,13 +255,16 @@ def build_astf_profile(scenario, *, response_bytes: int = 0,
     templates = [flow_template(i, f, response_bytes, notes) for i, f in enumerate(scenario.flows)]
     if scenario.attacks is not None:
         if attack_sessions is None:
-            notes.append("attacks: not part of the ASTF profile (no attack sessions given to the "
-                         "adapter); the run's attack pcap carries them")
+            notes.append(
+                "attacks: not part of the ASTF profile (no attack sessions given to the "
+                "adapter); the run's attack pcap carries them"
+            )
         else:
             if scenario.attacks.ip_version != 4:
                 raise GeneratorError("trex: attacks.ip_version: ASTF mode maps IPv4 sessions only")
-            templates += attack_templates(attack_sessions[0], float(scenario.attacks.rate),
-                                          attack_sessions[1], notes)
+            templates += attack_templates(
+                attack_sessions[0], float(scenario.attacks.rate), attack_sessions[1], notes
+            )
             if scenario.attacks.start:
                 notes.append("attacks: start: the attack templates start with the traffic")
     if len(templates) > MAX_TEMPLATES + len(scenario.flows):
@@ -225,7 +276,8 @@ def build_astf_profile(scenario, *, response_bytes: int = 0,
                 raise GeneratorError(
                     f"trex: {ta.label}: dst/dst_port: serves port {ta.port} on addresses that "
                     f"{tb.label} serves too ({tb.server[0]}-{tb.server[1]}); TRex's server side "
-                    f"tells ASTF templates apart by port and address: give them disjoint `dst`")
+                    f"tells ASTF templates apart by port and address: give them disjoint `dst`"
+                )
     return AstfProfile(templates, notes)
 
 
@@ -257,8 +309,10 @@ def python_code(profile: AstfProfile) -> str:
         "TEMPLATES = [",
     ]
     for k, t in enumerate(profile.templates):
-        lines.append(f"    dict(name={tg_name(k, t)!r}, client={list(t.client)!r}, server={list(t.server)!r}, "
-                     f"port={t.port}, cps={t.cps!r}, limit={t.limit},")
+        lines.append(
+            f"    dict(name={tg_name(k, t)!r}, client={list(t.client)!r}, server={list(t.server)!r}, "
+            f"port={t.port}, cps={t.cps!r}, limit={t.limit},"
+        )
         lines.append(f"         messages={[list(m) for m in t.messages]!r}),")
     lines += [
         "]",

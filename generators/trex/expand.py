@@ -54,8 +54,11 @@ SEED_MUL = 514229  # generate_random_seed(): seed * (thread + 1) * 514229
 M32 = 0xFFFFFFFF
 U64 = np.uint64
 CHUNK = 1 << 16  # packets expanded at a time (their rows stay in the CPU's caches)
-PCAP_HEADER = (np.array([0xA1B23C4D], "<u4").tobytes() + np.array([2, 4], "<u2").tobytes()
-               + np.array([0, 0, 65535, 1], "<u4").tobytes())  # nanosecond pcap, Ethernet
+PCAP_HEADER = (
+    np.array([0xA1B23C4D], "<u4").tobytes()
+    + np.array([2, 4], "<u2").tobytes()
+    + np.array([0, 0, 65535, 1], "<u4").tobytes()
+)  # nanosecond pcap, Ethernet
 CHECKSUM_MODES = ("wire", "offload")
 
 
@@ -109,8 +112,15 @@ def template(p: dict) -> Template:
     if proto == "udp":
         hdr = _be(l4["sport"], 2) + _be(l4["dport"], 2) + _be(8 + len(payload), 2) + b"\0\0"
     elif proto == "tcp":
-        hdr = (_be(l4["sport"], 2) + _be(l4["dport"], 2) + _be(l4["seq"], 4) + _be(l4["ack"], 4)
-               + bytes([0x50, l4["flags"]]) + _be(l4["window"], 2) + b"\0\0\0\0")
+        hdr = (
+            _be(l4["sport"], 2)
+            + _be(l4["dport"], 2)
+            + _be(l4["seq"], 4)
+            + _be(l4["ack"], 4)
+            + bytes([0x50, l4["flags"]])
+            + _be(l4["window"], 2)
+            + b"\0\0\0\0"
+        )
     else:
         hdr = bytes([l4["type"], l4["code"], 0, 0]) + _be(l4["id"], 2) + _be(l4["seq"], 2)
     seg = bytearray(hdr + payload)
@@ -118,14 +128,26 @@ def template(p: dict) -> Template:
     if proto == "icmp":
         ck = _csum(bytes(seg))
     else:
-        pseudo = src + dst + (_be(pnum, 2) + _be(len(seg), 2) if v == 4 else _be(len(seg), 4) + _be(pnum, 4))
+        pseudo = (
+            src
+            + dst
+            + (_be(pnum, 2) + _be(len(seg), 2) if v == 4 else _be(len(seg), 4) + _be(pnum, 4))
+        )
         ck = _csum(pseudo + bytes(seg))
         if proto == "udp" and ck == 0:
             ck = 0xFFFF
-    seg[ck_at:ck_at + 2] = _be(ck, 2)
+    seg[ck_at : ck_at + 2] = _be(ck, 2)
     if v == 4:
-        l3h = bytearray(bytes([0x45, 0]) + _be(20 + len(seg), 2) + b"\0\0" + b"\x40\0" + bytes([64, pnum])
-                        + b"\0\0" + src + dst)
+        l3h = bytearray(
+            bytes([0x45, 0])
+            + _be(20 + len(seg), 2)
+            + b"\0\0"
+            + b"\x40\0"
+            + bytes([64, pnum])
+            + b"\0\0"
+            + src
+            + dst
+        )
         l3h[10:12] = _be(_csum(bytes(l3h)), 2)
         etype = b"\x08\x00"
     else:
@@ -135,7 +157,10 @@ def template(p: dict) -> Template:
     data += bytes(max(0, MIN_FRAME - len(data)))  # TRex pads short templates with zeros
     l4o = ETH + len(l3h)
     name = "IP" if v == 4 else "IPv6"
-    fields = {f"{name}.src": ETH + (12 if v == 4 else 8), f"{name}.dst": ETH + (16 if v == 4 else 24)}
+    fields = {
+        f"{name}.src": ETH + (12 if v == 4 else 8),
+        f"{name}.dst": ETH + (16 if v == 4 else 24),
+    }
     fields["IP.len" if v == 4 else "IPv6.plen"] = ETH + (2 if v == 4 else 4)
     if v == 4:
         fields["IP.chksum"] = ETH + 10
@@ -155,6 +180,7 @@ def template(p: dict) -> Template:
 
 def _lcg_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """state_i = A_i s0 + C_i (mod 2^32) for i = lo (0..65535) and i = hi * 65536."""
+
     def run(a: int, c: int) -> tuple[np.ndarray, np.ndarray]:
         A = np.empty(1 << 16, np.uint64)
         C = np.empty(1 << 16, np.uint64)
@@ -162,8 +188,8 @@ def _lcg_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         m = 1
         am, cm = a, c  # the step of m states
         while m < (1 << 16):  # doubling: state_{m+i} = A_i state_m + C_i
-            A[m:2 * m] = (A[:m] * U64(am)) & U64(M32)
-            C[m:2 * m] = (A[:m] * U64(cm) + C[:m]) & U64(M32)
+            A[m : 2 * m] = (A[:m] * U64(am)) & U64(M32)
+            C[m : 2 * m] = (A[:m] * U64(cm) + C[:m]) & U64(M32)
             am, cm = (am * am) & M32, (am * cm + cm) & M32
             m *= 2
         return A, C
@@ -279,11 +305,15 @@ class Program:
 def compile_stream(s: dict) -> Program:
     """A stream's spec -> the program as TRex compiles it (trim clamps, offsets, the seed)."""
     if s.get("latency"):
-        raise ExpandError(f"{s['label']}: latency_pps: a latency probe carries TRex's sequence "
-                          f"number and send time in its last 16 bytes; not expanded")
+        raise ExpandError(
+            f"{s['label']}: latency_pps: a latency probe carries TRex's sequence "
+            f"number and send time in its last 16 bytes; not expanded"
+        )
     if s.get("pg_id"):
-        raise ExpandError(f"{s['label']}: stream_stats: TRex rewrites the IPv4 ID and TOS of a "
-                          f"counted stream (pg_id); not expanded")
+        raise ExpandError(
+            f"{s['label']}: stream_stats: TRex rewrites the IPv4 ID and TOS of a "
+            f"counted stream (pg_id); not expanded"
+        )
     tpl = template(s["packet"])
     byname: dict[str, Var] = {}
     vars_: list[Var] = []
@@ -291,24 +321,38 @@ def compile_stream(s: dict) -> Program:
     for ins in s["vm"]:
         op = ins["op"]
         if op == "var":
-            v = Var(ins["name"], ins["size"], ins["kind"], ins["min"], ins["max"], ins["init"],
-                    ins.get("step", 1), ins.get("next_var"), pos=len(vars_))
+            v = Var(
+                ins["name"],
+                ins["size"],
+                ins["kind"],
+                ins["min"],
+                ins["max"],
+                ins["init"],
+                ins.get("step", 1),
+                ins.get("next_var"),
+                pos=len(vars_),
+            )
             if vars_ and vars_[-1].next_var == v.name:
                 v.prev = vars_[-1]
             elif any(u.next_var == v.name for u in vars_):
-                raise ExpandError(f"{s['label']}: {v.name}: next_var must name the next variable "
-                                  f"(TRex refuses it otherwise)")
+                raise ExpandError(
+                    f"{s['label']}: {v.name}: next_var must name the next variable "
+                    f"(TRex refuses it otherwise)"
+                )
             if v.range == 1 << 64:
-                raise ExpandError(f"{s['label']}: {v.name}: a variable over all 2^64 values: TRex's "
-                                  f"server computes its range as max - min + 1 in 64 bits (0) and "
-                                  f"dies dividing by it (SIGFPE, seen with a /64 address block)")
+                raise ExpandError(
+                    f"{s['label']}: {v.name}: a variable over all 2^64 values: TRex's "
+                    f"server computes its range as max - min + 1 in 64 bits (0) and "
+                    f"dies dividing by it (SIGFPE, seen with a /64 address block)"
+                )
             byname[v.name] = v
             vars_.append(v)
         elif op == "write":
             v = byname.get(ins["var"])
             if v is None:
-                raise ExpandError(f"{s['label']}: write of {ins['var']!r} before (or without) "
-                                  f"its variable")
+                raise ExpandError(
+                    f"{s['label']}: write of {ins['var']!r} before (or without) its variable"
+                )
             field = ins["field"]
             off = field if isinstance(field, int) else tpl.fields.get(field)
             if off is None:
@@ -328,14 +372,18 @@ def compile_stream(s: dict) -> Program:
             raise ExpandError(f"{s['label']}: trim: min packet size {trim.lo} >= max {trim.hi}")
         trim.lo = max(trim.lo, MIN_TRIM)
         if trim.lo > trim.hi:
-            raise ExpandError(f"{s['label']}: trim: frames of at most {trim.hi} bytes: TRex raises "
-                              f"the minimum to {MIN_TRIM} and cannot send this range")
+            raise ExpandError(
+                f"{s['label']}: trim: frames of at most {trim.hi} bytes: TRex raises "
+                f"the minimum to {MIN_TRIM} and cannot send this range"
+            )
         trim.init = min(max(trim.init, trim.lo), trim.hi)
     seed0 = None
     if any(v.kind == "random" for v in vars_):
         if not s.get("random_seed"):
-            raise ExpandError(f"{s['label']}: random_seed 0: TRex seeds its generator from the "
-                              f"clock, nothing to reproduce")
+            raise ExpandError(
+                f"{s['label']}: random_seed 0: TRex seeds its generator from the "
+                f"clock, nothing to reproduce"
+            )
         seed0 = (s["random_seed"] * SEED_MUL) & M32  # one data-plane thread (low_end)
     return Program(tpl, vars_, writes, trim, fixes, seed0)
 
@@ -400,7 +448,9 @@ def _compose(v: Var, r: list) -> np.ndarray:
     return U64(v.lo) + raw % U64(v.range)
 
 
-def _rand_values(prog: Program, v: Var, k: np.ndarray, block: np.ndarray | None = None) -> np.ndarray:
+def _rand_values(
+    prog: Program, v: Var, k: np.ndarray, block: np.ndarray | None = None
+) -> np.ndarray:
     """v's value in packet k: drawn in the packet where it last ran. `block`: the draws of
     contiguous packets k, one row each (every random variable runs in every packet)."""
     if block is not None:
@@ -442,7 +492,9 @@ def var_values(prog: Program, v: Var, k: np.ndarray, block: np.ndarray | None = 
 def _words(m: np.ndarray, a: int, b: int) -> np.ndarray:
     """Sum of the big-endian 16-bit words of columns a..b (b - a even) of each row."""
     cols = m[:, a:b].astype(np.uint32)
-    return (cols[:, 0::2] << 8).sum(axis=1, dtype=np.uint64) + cols[:, 1::2].sum(axis=1, dtype=np.uint64)
+    return (cols[:, 0::2] << 8).sum(axis=1, dtype=np.uint64) + cols[:, 1::2].sum(
+        axis=1, dtype=np.uint64
+    )
 
 
 def _fold(total: np.ndarray) -> np.ndarray:
@@ -454,7 +506,9 @@ def _fold(total: np.ndarray) -> np.ndarray:
 def _field(buf: np.ndarray, off: int, size: int) -> np.ndarray:
     """Column `off`..`off + size` of every row of the C-contiguous uint8 matrix buf as one
     big-endian integer field: assigning to it writes all rows in one pass (no byte-swapped copy)."""
-    dt = np.dtype({"names": ["f"], "formats": [f">u{size}"], "offsets": [off], "itemsize": buf.shape[1]})
+    dt = np.dtype(
+        {"names": ["f"], "formats": [f">u{size}"], "offsets": [off], "itemsize": buf.shape[1]}
+    )
     return buf.view(dt).reshape(len(buf))["f"]
 
 
@@ -476,8 +530,12 @@ def _contrib(off: int, size: int, w: np.ndarray) -> np.ndarray:
             return w
         if size == 4:
             return (w >> U64(16)) + (w & U64(0xFFFF))
-        return ((w >> U64(48)) + ((w >> U64(32)) & U64(0xFFFF)) + ((w >> U64(16)) & U64(0xFFFF))
-                + (w & U64(0xFFFF)))
+        return (
+            (w >> U64(48))
+            + ((w >> U64(32)) & U64(0xFFFF))
+            + ((w >> U64(16)) & U64(0xFFFF))
+            + (w & U64(0xFFFF))
+        )
     total = np.zeros(len(w), np.uint64)
     for i in range(size):  # odd offset: byte by byte
         b = (w >> U64(8 * (size - 1 - i))) & U64(0xFF)
@@ -530,14 +588,17 @@ class StreamExpander:
             if span & covered:
                 self.fast = False
             covered |= span
-            z[off:off + size] = bytes(size)
+            z[off : off + size] = bytes(size)
         ip_ck = {24, 25} if t.version == 4 else set()
         l4_ck = {self.l4_ck, self.l4_ck + 1}
         for a in ip_ck | l4_ck:
             z[a] = 0
         self.regions = {}
-        spans = {"ip": (14, 34), "pseudo": (26, 34) if t.version == 4 else (22, 54),
-                 "l4": (t.l4, self.hdr_end)}
+        spans = {
+            "ip": (14, 34),
+            "pseudo": (26, 34) if t.version == 4 else (22, 54),
+            "l4": (t.l4, self.hdr_end),
+        }
         for name, (a, b) in spans.items():
             const = int(np.frombuffer(bytes(z[a:b]), ">u2").sum(dtype=np.uint64))
             inside = []
@@ -564,7 +625,11 @@ class StreamExpander:
         groups: list[list[int]] = []
         for i in order:
             g = groups[-1] if groups else None
-            if g and w[g[-1]][1] + w[g[-1]][2] == w[i][1] and sum(w[j][2] for j in g) + w[i][2] <= 8:
+            if (
+                g
+                and w[g[-1]][1] + w[g[-1]][2] == w[i][1]
+                and sum(w[j][2] for j in g) + w[i][2] <= 8
+            ):
                 g.append(i)
             else:
                 groups.append([i])
@@ -603,8 +668,9 @@ class StreamExpander:
             t = self.isg_ns + b * ((self.burst - 1) * self.ipg_ns + self.ibg_ns) + j * self.ipg_ns
         return np.rint(t).astype(np.int64)
 
-    def frames(self, k: np.ndarray, buf: np.ndarray | None = None, headroom: int = 0
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def frames(
+        self, k: np.ndarray, buf: np.ndarray | None = None, headroom: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Rows (len(k), width) of frames (bytes past each length are not part of it), lengths.
         `buf`: a C-contiguous (len(k), headroom + at least width) uint8 matrix to build them in,
         from column `headroom` on (the rows returned are a view of it)."""
@@ -612,7 +678,7 @@ class StreamExpander:
         n = len(k)
         if buf is None:
             buf, headroom = np.empty((n, self.width), np.uint8), 0
-        m = buf[:, headroom:headroom + self.width]
+        m = buf[:, headroom : headroom + self.width]
         self._dst = (buf, headroom)
         m[:] = self.row
         k = np.asarray(k, np.int64)
@@ -620,7 +686,9 @@ class StreamExpander:
             return m, np.full(n, self.width, np.int64)
         block = None
         if self.draws and self.heads_only and n and k[-1] - k[0] + 1 == n:
-            block = fastrand_run(prog.seed0, int(k[0]) * self.draws, n * self.draws).reshape(n, self.draws)
+            block = fastrand_run(prog.seed0, int(k[0]) * self.draws, n * self.draws).reshape(
+                n, self.draws
+            )
         values = {v.name: var_values(prog, v, k, block) for v in prog.vars}
         written = []
         for v, off, size, add in prog.writes:
@@ -635,8 +703,11 @@ class StreamExpander:
             for i, shift in parts[1:]:
                 val = (val << U64(shift)) | written[i]
             self._set(off, size, val)
-        length = (values[prog.trim.name].astype(np.int64) if prog.trim is not None
-                  else np.full(n, self.width, np.int64))
+        length = (
+            values[prog.trim.name].astype(np.int64)
+            if prog.trim is not None
+            else np.full(n, self.width, np.int64)
+        )
         for fix in prog.fixes:
             if fix == "icmp":  # fix_chksum: the IPv4 header
                 self._ipv4(m, written, full=True)
@@ -673,7 +744,7 @@ class StreamExpander:
         seg = (length - t.l4).astype(np.uint64)
         pnum = {"udp": 17, "tcp": 6, "icmpv6": 58}[t.proto]
         if not self.fast:
-            m[:, at:at + 2] = 0
+            m[:, at : at + 2] = 0
         if t.version == 4:
             base = self._sum("pseudo", written, n) if self.fast else _words(m, 26, 34)
             pseudo = base + U64(pnum) + seg
@@ -725,8 +796,15 @@ class Chunk:
         return self.frames[i, : self.lengths[i]].tobytes()
 
 
-def expand(profile, *, checksums: str = "wire", duration_s: float | None = None,
-           chunk: int = CHUNK, max_packets: int | None = None, headroom: int = 0) -> Iterator[Chunk]:
+def expand(
+    profile,
+    *,
+    checksums: str = "wire",
+    duration_s: float | None = None,
+    chunk: int = CHUNK,
+    max_packets: int | None = None,
+    headroom: int = 0,
+) -> Iterator[Chunk]:
     """The profile's packets in TRex's sending order, in chunks of at most `chunk` packets.
 
     `duration_s` bounds continuous streams (default: the profile's duration); `max_packets`
@@ -757,7 +835,7 @@ def expand(profile, *, checksums: str = "wire", duration_s: float | None = None,
     if max_packets is not None:
         order = order[:max_packets]
     for a in range(0, len(order), chunk):
-        sel = order[a:a + chunk]
+        sel = order[a : a + chunk]
         s, k, t = sid[sel], idx[sel], times[sel]
         buf, f = rows(len(sel))
         n = np.empty(len(sel), np.int64)
@@ -771,7 +849,11 @@ def expand(profile, *, checksums: str = "wire", duration_s: float | None = None,
 
 def frames(profile, **kw) -> list[tuple[int, bytes]]:
     """Every packet as (time in ns from the start, frame bytes): small profiles and tests."""
-    return [(int(c.times_ns[i]), c.frame(i)) for c in expand(profile, **kw) for i in range(len(c.lengths))]
+    return [
+        (int(c.times_ns[i]), c.frame(i))
+        for c in expand(profile, **kw)
+        for i in range(len(c.lengths))
+    ]
 
 
 def pcap_records(c: Chunk, t0_ns: int = 0) -> np.ndarray:
@@ -809,5 +891,16 @@ def write_pcap(profile, path: str | Path, *, t0_ns: int = 0, **kw) -> dict:
     return {"packets": packets, "bytes": byts, "path": str(path)}
 
 
-__all__ = ["CHECKSUM_MODES", "Chunk", "ExpandError", "StreamExpander", "compile_stream", "expand",
-           "fastrand", "fastrand_reference", "frames", "template", "write_pcap"]
+__all__ = [
+    "CHECKSUM_MODES",
+    "Chunk",
+    "ExpandError",
+    "StreamExpander",
+    "compile_stream",
+    "expand",
+    "fastrand",
+    "fastrand_reference",
+    "frames",
+    "template",
+    "write_pcap",
+]

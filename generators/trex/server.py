@@ -34,8 +34,10 @@ BINARY = "_t-rex-64-o"
 DPDK_RUN = Path("/var/run/dpdk")
 SYNC_PORT, ASYNC_PORT = 4501, 4500
 START_TIMEOUT_S = 20.0
-DIR_HINT = ("set `trex_dir:` of the trex generator, or the environment variable NTG_TREX_DIR, to a "
-            "TRex build (the folder with server/_t-rex-64-o, or that server folder itself)")
+DIR_HINT = (
+    "set `trex_dir:` of the trex generator, or the environment variable NTG_TREX_DIR, to a "
+    "TRex build (the folder with server/_t-rex-64-o, or that server folder itself)"
+)
 
 
 def server_binary(trex_dir: str | None) -> Path:
@@ -50,8 +52,9 @@ def server_binary(trex_dir: str | None) -> Path:
     raise GeneratorError(f"trex: no executable {BINARY} in {base} or {base / 'server'}; {DIR_HINT}")
 
 
-def write_config(path: Path, iface: str, src_mac: str, dst_mac: str, prefix: str,
-                 server_iface: str | None = None) -> Path:
+def write_config(
+    path: Path, iface: str, src_mac: str, dst_mac: str, prefix: str, server_iface: str | None = None
+) -> Path:
     """trex_cfg.yaml for one Linux interface in layer-2 mode (port 0) plus a dummy port 1; with
     `server_iface` both ends of one veth pair (ASTF: port 0 the client side, port 1 the server
     side; STL: port 0 sends, port 1 receives the latency probes), each port sending to the other
@@ -67,7 +70,8 @@ def write_config(path: Path, iface: str, src_mac: str, dst_mac: str, prefix: str
         "  low_end_core: 0\n"
         "  port_info:\n"
         f"    - {{src_mac: '{src_mac}', dest_mac: '{dst_mac}'}}\n"
-        f"    - {{src_mac: '{dst_mac}', dest_mac: '{src_mac}'}}\n")
+        f"    - {{src_mac: '{dst_mac}', dest_mac: '{src_mac}'}}\n"
+    )
     return path
 
 
@@ -75,21 +79,35 @@ def interface_mac(endpoint: Endpoint, iface: str) -> str:
     """The MAC address of `iface` in the endpoint's namespace (refused when it is not there)."""
     import json
 
-    proc = subprocess.run(endpoint.argv("ip", "-j", "link", "show", "dev", iface), capture_output=True,
-                          text=True, timeout=10)
+    proc = subprocess.run(
+        endpoint.argv("ip", "-j", "link", "show", "dev", iface),
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     try:
         return json.loads(proc.stdout)[0]["address"]
     except (ValueError, IndexError, KeyError):
-        raise GeneratorError(f"trex: server_iface: no interface {iface} in {endpoint.where} (TRex's "
-                             f"port 1 must be the other end of {endpoint.iface}'s veth, in the "
-                             f"same namespace): {proc.stderr.strip()}") from None
+        raise GeneratorError(
+            f"trex: server_iface: no interface {iface} in {endpoint.where} (TRex's "
+            f"port 1 must be the other end of {endpoint.iface}'s veth, in the "
+            f"same namespace): {proc.stderr.strip()}"
+        ) from None
 
 
 class TrexServer(EndpointServer):
     """One server process at `endpoint` (a network namespace made for the run)."""
 
-    def __init__(self, binary: Path, endpoint: Endpoint, run_dir: Path, src_mac: str, dst_mac: str,
-                 server_iface: str | None = None, astf: bool | None = None) -> None:
+    def __init__(
+        self,
+        binary: Path,
+        endpoint: Endpoint,
+        run_dir: Path,
+        src_mac: str,
+        dst_mac: str,
+        server_iface: str | None = None,
+        astf: bool | None = None,
+    ) -> None:
         """`server_iface`: TRex's port 1 on this interface of the same namespace, the other end
         of the endpoint's veth (the ports' MAC addresses are then the two interfaces' own): the
         server side in ASTF mode, the receiving port of the latency probes in STL mode. `astf`
@@ -100,19 +118,41 @@ class TrexServer(EndpointServer):
         self.prefix = f"ntg{secrets.token_hex(4)}"
         self.astf = server_iface is not None if astf is None else astf
         if server_iface is not None:
-            src_mac, dst_mac = interface_mac(endpoint, endpoint.iface), interface_mac(endpoint, server_iface)
-        self.config = write_config(run_dir / "trex_cfg.yaml", endpoint.iface, src_mac, dst_mac, self.prefix,
-                                   server_iface)
+            src_mac, dst_mac = (
+                interface_mac(endpoint, endpoint.iface),
+                interface_mac(endpoint, server_iface),
+            )
+        self.config = write_config(
+            run_dir / "trex_cfg.yaml", endpoint.iface, src_mac, dst_mac, self.prefix, server_iface
+        )
         self._made_dpdk_run = not DPDK_RUN.exists()
         leftovers = [Leftover(str(DPDK_RUN / self.prefix))]  # for `testbed cleanup` after a kill -9
         if self._made_dpdk_run:
             leftovers.append(Leftover(str(DPDK_RUN), only_if_empty=True))
-        argv = endpoint.argv(str(binary), "-i", "--software", "--no-scapy-server", "--no-termio",
-                             "--iom", "0", "--cfg", str(self.config),
-                             *(["--astf"] if self.astf else []))  # fmt: skip
+        argv = endpoint.argv(
+            str(binary),
+            "-i",
+            "--software",
+            "--no-scapy-server",
+            "--no-termio",
+            "--iom",
+            "0",
+            "--cfg",
+            str(self.config),
+            *(["--astf"] if self.astf else []),
+        )
         # the TRex server exits with 255 on SIGTERM
-        super().__init__("trex: the server", "trex-server", str(binary), argv, endpoint,
-                         run_dir / "trex-server.log", SYNC_PORT, cwd=binary.parent, clean_exit=255)
+        super().__init__(
+            "trex: the server",
+            "trex-server",
+            str(binary),
+            argv,
+            endpoint,
+            run_dir / "trex-server.log",
+            SYNC_PORT,
+            cwd=binary.parent,
+            clean_exit=255,
+        )
         self.proc.leftovers = leftovers
 
     def start(self, timeout: float = START_TIMEOUT_S) -> "TrexServer":
@@ -136,4 +176,11 @@ class TrexServer(EndpointServer):
                 pass
 
 
-__all__ = ["TrexServer", "server_binary", "write_config", "interface_mac", "SYNC_PORT", "ASYNC_PORT"]
+__all__ = [
+    "TrexServer",
+    "server_binary",
+    "write_config",
+    "interface_mac",
+    "SYNC_PORT",
+    "ASYNC_PORT",
+]

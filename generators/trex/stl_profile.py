@@ -60,7 +60,9 @@ class StreamSpec:
     pps: float  # its packet rate, whatever unit TRex is given
     frame_bytes: tuple[int, int]  # frame length without FCS: min, max
     pg_id: int | None = None  # TRex's per-stream statistics (STLFlowStats), when asked for
-    latency: bool = False  # a latency probe (STLFlowLatencyStats with pg_id), not the flow's traffic
+    latency: bool = (
+        False  # a latency probe (STLFlowLatencyStats with pg_id), not the flow's traffic
+    )
 
 
 @dataclass
@@ -89,9 +91,12 @@ class Profile:
         return [s for s in self.streams if not s.latency]
 
     def as_dict(self) -> dict:
-        return {"continuous": self.continuous, "duration_s": self.duration_s,
-                "approximations": list(self.approximations),
-                "streams": [asdict(s) for s in self.streams]}  # fmt: skip
+        return {
+            "continuous": self.continuous,
+            "duration_s": self.duration_s,
+            "approximations": list(self.approximations),
+            "streams": [asdict(s) for s in self.streams],
+        }
 
 
 def stream_end_s(s: StreamSpec) -> float:
@@ -146,18 +151,24 @@ class _Builder:
         overlap = flow.repeat_period_ns < n * flow.period_ns
         if not overlap and len(varying) <= 1 and flow.protocol in ("tcp", "udp"):
             return [self.stream(i, flow, continuous)]  # one multi-burst, the field engine steps
-        why = (f"its instances of {n} packets ({n * flow.period_ns / NS:.9g}s) overlap (one every "
-               f"{flow.repeat_period_ns / NS:.9g}s)" if overlap else
-               f"{' and '.join(varying)} vary per instance, and TRex's field engine steps one "
-               f"field per instance of a multi-packet meta-flow (a packet counter's `next_var`)")
+        why = (
+            f"its instances of {n} packets ({n * flow.period_ns / NS:.9g}s) overlap (one every "
+            f"{flow.repeat_period_ns / NS:.9g}s)"
+            if overlap
+            else f"{' and '.join(varying)} vary per instance, and TRex's field engine steps one "
+            f"field per instance of a multi-packet meta-flow (a packet counter's `next_var`)"
+        )
         if count > MAX_INSTANCE_STREAMS:
             raise GeneratorError(
                 f"{label}: repeat.count: {why}; such a meta-flow is sent as one stream per "
                 f"instance, at most {MAX_INSTANCE_STREAMS} of them, and it has {count}; lower "
                 f"repeat.count, fix all but one field per instance and space the instances, or "
-                f"use generator: flowengine")
-        self.note(f"{label}: {why}: sent as {count} streams, one per instance (each a burst "
-                  f"starting at the instance's start), the per-instance fields chosen here")
+                f"use generator: flowengine"
+            )
+        self.note(
+            f"{label}: {why}: sent as {count} streams, one per instance (each a burst "
+            f"starting at the instance's start), the per-instance fields chosen here"
+        )
         rng = random.Random(f"{self.seed}:{i}:instances")
         return [self.stream(i, flow, continuous, instance=(r, rng)) for r in range(count)]
 
@@ -184,16 +195,22 @@ class _Builder:
                     f"{period_ns / NS:.9g}s last {(span_ns + period_ns) / NS:.9g}s, longer than "
                     f"repeat.period ({flow.repeat_period_ns / NS:.9g}s); TRex sends the instances "
                     f"of one stream one after another (a multi-burst), so they cannot overlap; "
-                    f"lengthen repeat.period, or use generator: flowengine")
+                    f"lengthen repeat.period, or use generator: flowengine"
+                )
             pps = NS / period_ns
-            mode = {"type": "multi_burst", "pkts_per_burst": n, "ibg_us": gap_ns * US_PER_NS,
-                    "count": flow.repetitions}  # fmt: skip
+            mode = {
+                "type": "multi_burst",
+                "pkts_per_burst": n,
+                "ibg_us": gap_ns * US_PER_NS,
+                "count": flow.repetitions,
+            }
             packets = n * flow.repetitions
         elif meta:
             if flow.repeat_period_ns == 0:
                 raise GeneratorError(
                     f"{label}: repeat.period: 0 starts all {flow.repetitions} instances at once, "
-                    f"which a packet-rate stream cannot do; give a period > 0")
+                    f"which a packet-rate stream cannot do; give a period > 0"
+                )
             pps = NS / flow.repeat_period_ns
             packets = flow.repetitions
             mode = {"type": "single_burst", "total_pkts": packets}
@@ -207,20 +224,34 @@ class _Builder:
             if self.topspeed_pps is not None:
                 pps = self.topspeed_pps
         if packets is not None and packets > MAX_BURST:
-            raise GeneratorError(f"{label}: packets: {packets} packets are more than one TRex burst "
-                                 f"counts ({MAX_BURST}); split the flow")
+            raise GeneratorError(
+                f"{label}: packets: {packets} packets are more than one TRex burst "
+                f"counts ({MAX_BURST}); split the flow"
+            )
 
         lo, hi = flow.payload.sizes
         header = flow.header_bytes
         eth = self.scenario.ethernet
-        pkt: dict = {"eth": {"src": eth.src, "dst": eth.dst}, "payload_hex": flow.payload.content.hex(),
-                     "payload_len": hi}  # fmt: skip
+        pkt: dict = {
+            "eth": {"src": eth.src, "dst": eth.dst},
+            "payload_hex": flow.payload.content.hex(),
+            "payload_len": hi,
+        }
         l3 = "IP" if flow.ip_version == 4 else "IPv6"
         pkt["ip"] = {"version": flow.ip_version, "src": "", "dst": ""}
         counter = None
         if meta and n > 1:
-            counter = {"op": "var", "name": "pkt_in_instance", "size": 2, "kind": "inc", "min": 0,
-                       "max": n - 1, "init": 0, "step": 1, "next_var": None}  # fmt: skip
+            counter = {
+                "op": "var",
+                "name": "pkt_in_instance",
+                "size": 2,
+                "kind": "inc",
+                "min": 0,
+                "max": n - 1,
+                "init": 0,
+                "step": 1,
+                "next_var": None,
+            }
             vm.append(counter)
         stepped: list[str] = []  # fields that vary per instance
 
@@ -233,7 +264,8 @@ class _Builder:
                         f"(a packet counter steps one variable when it wraps, `next_var`), and "
                         f"{stepped[0]} varies already; fix one of them (a single address, or a "
                         f"single port such as `src_port: 50000`), use `packets: 1` per instance, "
-                        f"or use generator: flowengine")
+                        f"or use generator: flowengine"
+                    )
                 counter["next_var"] = var["name"]
             stepped.append(where)
             vm.append(var)
@@ -247,9 +279,11 @@ class _Builder:
             if not per_instance or addr.is_single:
                 pkt["ip"][side] = str(self._fixed_host(addr, rng))
                 if not addr.is_single and addr.mode == "random":
-                    self.note("random addresses of one-instance flows are drawn by this adapter "
-                              "from the run's seed, not by the engine's generator: same block, "
-                              "other draw")
+                    self.note(
+                        "random addresses of one-instance flows are drawn by this adapter "
+                        "from the run's seed, not by the engine's generator: same block, "
+                        "other draw"
+                    )
                 continue
             net = iface.network
             host_bits = net.max_prefixlen - net.prefixlen
@@ -257,24 +291,40 @@ class _Builder:
                 raise GeneratorError(
                     f"{label}: {side}: TRex's field engine varies at most {MAX_VAR_BITS} bits of "
                     f"a field's range (its server dies on a whole 64-bit range), and {addr.cidr} "
-                    f"has {host_bits} host bits; use a /65 or a smaller block")
+                    f"has {host_bits} host bits; use a /65 or a smaller block"
+                )
             pkt["ip"][side] = str(iface.ip)
             size = 4 if host_bits <= 32 else 8
             width = 8 * size
             base = int(net.network_address) & ~((1 << width) - 1)  # the part that stays
             low = lambda a: int(a) - base  # noqa: E731
-            var = {"op": "var", "name": f"ip_{side}", "size": size,
-                   "kind": "inc" if addr.mode == "increment" else "random",
-                   "min": low(net.network_address), "max": low(net.broadcast_address),
-                   "init": low(iface.ip), "step": 1, "next_var": None}  # fmt: skip
+            var = {
+                "op": "var",
+                "name": f"ip_{side}",
+                "size": size,
+                "kind": "inc" if addr.mode == "increment" else "random",
+                "min": low(net.network_address),
+                "max": low(net.broadcast_address),
+                "init": low(iface.ip),
+                "step": 1,
+                "next_var": None,
+            }
             per_instance_var(var, side)
             offset_fixup = (4 if flow.ip_version == 4 else 16) - size
-            vm.append({"op": "write", "var": var["name"], "field": f"{l3}.{side}",
-                       "offset_fixup": offset_fixup})  # fmt: skip
+            vm.append(
+                {
+                    "op": "write",
+                    "var": var["name"],
+                    "field": f"{l3}.{side}",
+                    "offset_fixup": offset_fixup,
+                }
+            )
             if addr.mode == "random":
-                self.note("random addresses of meta-flows are drawn by TRex's field engine "
-                          "(uniform in the block like the engine, other draws; repeatable: the "
-                          "stream's random_seed comes from the scenario's seed)")
+                self.note(
+                    "random addresses of meta-flows are drawn by TRex's field engine "
+                    "(uniform in the block like the engine, other draws; repeatable: the "
+                    "stream's random_seed comes from the scenario's seed)"
+                )
 
         proto = flow.protocol
         if proto in ("tcp", "udp"):
@@ -286,19 +336,39 @@ class _Builder:
                 plo, phi = ports.bounds
                 if instance is not None and plo != phi:
                     r, irng = instance
-                    l4[side] = plo + r % (phi - plo + 1) if ports.mode == "increment" else irng.randint(plo, phi)
+                    l4[side] = (
+                        plo + r % (phi - plo + 1)
+                        if ports.mode == "increment"
+                        else irng.randint(plo, phi)
+                    )
                     continue
                 if plo == phi or not per_instance:
-                    l4[side] = plo if (plo == phi or ports.mode == "increment") else rng.randint(plo, phi)
+                    l4[side] = (
+                        plo if (plo == phi or ports.mode == "increment") else rng.randint(plo, phi)
+                    )
                     continue
                 l4[side] = plo
-                var = {"op": "var", "name": f"port_{side}", "size": 2,
-                       "kind": "inc" if ports.mode == "increment" else "random",
-                       "min": plo, "max": phi, "init": plo, "step": 1, "next_var": None}  # fmt: skip
+                var = {
+                    "op": "var",
+                    "name": f"port_{side}",
+                    "size": 2,
+                    "kind": "inc" if ports.mode == "increment" else "random",
+                    "min": plo,
+                    "max": phi,
+                    "init": plo,
+                    "step": 1,
+                    "next_var": None,
+                }
                 where = "src_port" if side == "sport" else "dst_port"
                 per_instance_var(var, where)
-                vm.append({"op": "write", "var": var["name"], "field": f"{l4name}.{side}",
-                           "offset_fixup": 0})  # fmt: skip
+                vm.append(
+                    {
+                        "op": "write",
+                        "var": var["name"],
+                        "field": f"{l4name}.{side}",
+                        "offset_fixup": 0,
+                    }
+                )
             if proto == "tcp":
                 l4["window"] = 65535
                 l4["seq"] = rng.getrandbits(32)
@@ -306,18 +376,26 @@ class _Builder:
                     l4["flags"], l4["ack"] = SYN | FIN, 0
                 else:
                     l4["flags"], l4["ack"] = ACK | PSH, rng.getrandbits(32)
-                    self.note("TCP: every packet of a multi-packet flow carries ACK|PSH and the "
-                              "same sequence number; the engine marks the first SYN and the last "
-                              "FIN|ACK and advances the sequence number by the payload")
+                    self.note(
+                        "TCP: every packet of a multi-packet flow carries ACK|PSH and the "
+                        "same sequence number; the engine marks the first SYN and the last "
+                        "FIN|ACK and advances the sequence number by the payload"
+                    )
         else:
-            l4 = {"proto": proto, "type": 8 if proto == "icmp" else 128, "code": 0,
-                  "id": (instance[0] if instance else i) % 65536, "seq": 0}  # fmt: skip
+            l4 = {
+                "proto": proto,
+                "type": 8 if proto == "icmp" else 128,
+                "code": 0,
+                "id": (instance[0] if instance else i) % 65536,
+                "seq": 0,
+            }
             if counter is not None:
                 raise GeneratorError(
                     f"{label}: repeat: an ICMP meta-flow whose instances have {n} packets each "
                     f"would vary the identifier per instance and the sequence per packet, and "
                     f"TRex's field engine cannot keep the ICMP checksum right for both; use "
-                    f"`packets: 1` per instance, or generator: flowengine")
+                    f"`packets: 1` per instance, or generator: flowengine"
+                )
             varied = None
             if meta:  # identifier = instance number
                 l4["id"], varied, count = 0, "id", flow.repetitions
@@ -328,37 +406,88 @@ class _Builder:
                     raise GeneratorError(
                         f"{label}: {'repeat.count' if meta else 'packets'}: the ICMP {varied} "
                         f"counts {count} values, and past 65,535 TRex's field engine cannot keep "
-                        f"the ICMP checksum right (it has no ICMPv4 checksum fix); split the flow")
-                vm.append({"op": "var", "name": f"icmp_{varied}", "size": 2, "kind": "inc",
-                           "min": 0, "max": 65535, "init": 0, "step": 1, "next_var": None})
+                        f"the ICMP checksum right (it has no ICMPv4 checksum fix); split the flow"
+                    )
+                vm.append(
+                    {
+                        "op": "var",
+                        "name": f"icmp_{varied}",
+                        "size": 2,
+                        "kind": "inc",
+                        "min": 0,
+                        "max": 65535,
+                        "init": 0,
+                        "step": 1,
+                        "next_var": None,
+                    }
+                )
                 # TRex's Scapy names no ICMPv6 echo fields: their offsets (id 4, seq 6 into it)
-                where = f"ICMP.{varied}" if proto == "icmp" else 14 + 40 + (4 if varied == "id" else 6)
-                vm.append({"op": "write", "var": f"icmp_{varied}", "field": where, "offset_fixup": 0})
+                where = (
+                    f"ICMP.{varied}" if proto == "icmp" else 14 + 40 + (4 if varied == "id" else 6)
+                )
+                vm.append(
+                    {"op": "write", "var": f"icmp_{varied}", "field": where, "offset_fixup": 0}
+                )
                 if proto == "icmp":
                     # The field engine has no ICMPv4 checksum fix: the checksum is a second
                     # variable that counts down in step with the counted field (a ones-complement
                     # sum: one more in the field is one less in the checksum, modulo 0xFFFF).
                     c0 = icmp_checksum(l4, flow.payload.content, hi) or 0xFFFF
-                    vm.append({"op": "var", "name": "icmp_chksum", "size": 2, "kind": "dec",
-                               "min": 1, "max": 0xFFFF, "init": c0, "step": 1, "next_var": None})
-                    vm.append({"op": "write", "var": "icmp_chksum", "field": "ICMP.chksum",
-                               "offset_fixup": 0})  # fmt: skip
-            self.note("ICMP: the identifier counts instances within each flow (a one-instance "
-                      "flow uses the flow's index); the engine numbers instances across the session")
+                    vm.append(
+                        {
+                            "op": "var",
+                            "name": "icmp_chksum",
+                            "size": 2,
+                            "kind": "dec",
+                            "min": 1,
+                            "max": 0xFFFF,
+                            "init": c0,
+                            "step": 1,
+                            "next_var": None,
+                        }
+                    )
+                    vm.append(
+                        {
+                            "op": "write",
+                            "var": "icmp_chksum",
+                            "field": "ICMP.chksum",
+                            "offset_fixup": 0,
+                        }
+                    )
+            self.note(
+                "ICMP: the identifier counts instances within each flow (a one-instance "
+                "flow uses the flow's index); the engine numbers instances across the session"
+            )
         pkt["l4"] = l4
 
         if lo != hi:  # a random frame length, the template's tail trimmed per packet
-            vm.append({"op": "var", "name": "frame_len", "size": 2, "kind": "random",
-                       "min": header + lo, "max": header + hi, "init": header + lo, "step": 1,
-                       "next_var": None})  # fmt: skip
+            vm.append(
+                {
+                    "op": "var",
+                    "name": "frame_len",
+                    "size": 2,
+                    "kind": "random",
+                    "min": header + lo,
+                    "max": header + hi,
+                    "init": header + lo,
+                    "step": 1,
+                    "next_var": None,
+                }
+            )
             vm.append({"op": "trim", "var": "frame_len"})
             if flow.ip_version == 4:
                 vm.append({"op": "write", "var": "frame_len", "field": "IP.len", "add": -14})
             else:
                 vm.append({"op": "write", "var": "frame_len", "field": "IPv6.plen", "add": -54})
             if proto == "udp":
-                vm.append({"op": "write", "var": "frame_len", "field": "UDP.len",
-                           "add": -(14 + (20 if flow.ip_version == 4 else 40))})  # fmt: skip
+                vm.append(
+                    {
+                        "op": "write",
+                        "var": "frame_len",
+                        "field": "UDP.len",
+                        "add": -(14 + (20 if flow.ip_version == 4 else 40)),
+                    }
+                )
         if vm:  # what varies: the checksums are recomputed per packet (IPv4 header, L4)
             vm.append({"op": "fix_checksums", "l3": l3, "l4": proto})
 
@@ -367,9 +496,20 @@ class _Builder:
         name = (flow.name or f"flow{i}")[:48] + (f"#{instance[0]}" if instance else "")
         start_ns = flow.start + (instance[0] * flow.repeat_period_ns if instance else 0)
         seed_key = i if instance is None else i * 1_000_003 + instance[0] + 1
-        return StreamSpec(i, label, name, pkt, vm, mode, rate,
-                          start_ns * US_PER_NS if not continuous else 0.0,
-                          stream_seed(self.seed, seed_key), packets, pps, frame)  # fmt: skip
+        return StreamSpec(
+            i,
+            label,
+            name,
+            pkt,
+            vm,
+            mode,
+            rate,
+            start_ns * US_PER_NS if not continuous else 0.0,
+            stream_seed(self.seed, seed_key),
+            packets,
+            pps,
+            frame,
+        )
 
     def rate(self, label: str, pps: float, frame: tuple[int, int], continuous: bool) -> dict:
         unit = self.rate_unit
@@ -379,7 +519,8 @@ class _Builder:
             raise GeneratorError(
                 f"{label}: payload.size: rate_unit {unit} with a random frame length would not "
                 f"give the scenario's packet rate (TRex converts a bit rate with the template's "
-                f"length); use rate_unit: pps, or a fixed size")
+                f"length); use rate_unit: pps, or a fixed size"
+            )
         if unit == "bps_L2":
             # TRex's L2 bit rate counts the frame with its FCS.
             return {"bps_L2": pps * (frame[0] + FCS) * 8}
@@ -388,9 +529,12 @@ class _Builder:
                 f"{label}: rate_unit: percent is of the port's nominal line rate (10 Gbit/s in "
                 f"software mode, whatever a veth carries), and a stream sent for a duration at a "
                 f"percentage is scheduled for that rate: a 5 s run sent 74 M packets and took "
-                f"161 s (../shared/trex/README.md); use rate_unit: pps")
-        self.note("rate_unit percent: the percentage is of the nominal 10 Gbit/s line rate that a "
-                  "software-mode port reports, computed from the scenario's packet rate")
+                f"161 s (../shared/trex/README.md); use rate_unit: pps"
+            )
+        self.note(
+            "rate_unit percent: the percentage is of the nominal 10 Gbit/s line rate that a "
+            "software-mode port reports, computed from the scenario's packet rate"
+        )
         return {"percentage": 100.0 * pps * (frame[0] + FCS + L1_OVERHEAD) * 8 / LINE_RATE_BPS}
 
     @staticmethod
@@ -412,9 +556,17 @@ class _Builder:
         return net.network_address + rng.randrange(net.num_addresses)
 
 
-def build_profile(scenario, seed: int, *, pace: str = "realtime", duration_s: float | None = None,
-                  rate_unit: str = "pps", topspeed_pps: float = 300_000.0,
-                  stream_stats: bool = False, latency_pps: float | None = None) -> Profile:
+def build_profile(
+    scenario,
+    seed: int,
+    *,
+    pace: str = "realtime",
+    duration_s: float | None = None,
+    rate_unit: str = "pps",
+    topspeed_pps: float = 300_000.0,
+    stream_stats: bool = False,
+    latency_pps: float | None = None,
+) -> Profile:
     """The profile for `scenario` on one TRex port, or a GeneratorError saying what cannot be sent.
 
     `pace` topspeed (with `duration_s`): every stream continuous, together at `topspeed_pps`
@@ -432,39 +584,59 @@ def build_profile(scenario, seed: int, *, pace: str = "realtime", duration_s: fl
     b = _Builder(scenario, seed, rate_unit, topspeed_pps if topspeed else None)
     streams = [s for i, f in enumerate(flows) for s in b.streams(i, f, continuous=topspeed)]
     if len(streams) > MAX_STREAMS:
-        raise GeneratorError(f"flows: the scenario needs {len(streams)} TRex streams; at most "
-                             f"{MAX_STREAMS} are sent on one port (fewer flows or instances)")
+        raise GeneratorError(
+            f"flows: the scenario needs {len(streams)} TRex streams; at most "
+            f"{MAX_STREAMS} are sent on one port (fewer flows or instances)"
+        )
     if stream_stats:
         for k, st in enumerate(streams):
             st.pg_id = k + 1
-        b.note("stream_stats: TRex counts every stream (STLFlowStats) by marking its packets: on "
-               "the wire the IPv4 ID is TRex's (0xFC00 and up, not 0) and the TOS field's lowest "
-               "bit is set")
+        b.note(
+            "stream_stats: TRex counts every stream (STLFlowStats) by marking its packets: on "
+            "the wire the IPv4 ID is TRex's (0xFC00 and up, not 0) and the TOS field's lowest "
+            "bit is set"
+        )
     if topspeed:  # the explicit rate shared by all streams (a meta-flow may have become several)
         each = topspeed_pps / len(streams)
         for st in streams:
             st.pps = each
             st.rate = b.rate(st.label, each, st.frame_bytes, True)
-        b.note(f"pace topspeed: every stream continuous at {each:g} pps ({topspeed_pps:g} pps in "
-               f"all: TRex's top speed is the nominal 10 Gbit/s line rate of a software-mode "
-               f"port, not what a veth carries), stopped after {duration_s:g}s; flow start "
-               f"times are not used")
-        return Profile(streams + latency_probes(b, flows, streams, latency_pps, True),
-                       True, duration_s, b.approx)
+        b.note(
+            f"pace topspeed: every stream continuous at {each:g} pps ({topspeed_pps:g} pps in "
+            f"all: TRex's top speed is the nominal 10 Gbit/s line rate of a software-mode "
+            f"port, not what a veth carries), stopped after {duration_s:g}s; flow start "
+            f"times are not used"
+        )
+        return Profile(
+            streams + latency_probes(b, flows, streams, latency_pps, True),
+            True,
+            duration_s,
+            b.approx,
+        )
     if any(f.start for f in flows):
-        b.note("flow start times are the streams' inter-stream gaps (isg): every stream starts "
-               "when the traffic starts and waits its flow's start before its first packet")
+        b.note(
+            "flow start times are the streams' inter-stream gaps (isg): every stream starts "
+            "when the traffic starts and waits its flow's start before its first packet"
+        )
     if any(f.duration is not None for f in flows):
-        b.note("a `duration` flow is sent as its packet count (the packets due inside the "
-               "duration), as the engine does")
+        b.note(
+            "a `duration` flow is sent as its packet count (the packets due inside the "
+            "duration), as the engine does"
+        )
     if len(flows) > 1:
-        b.note("concurrent streams of one port are interleaved by TRex's scheduler; each keeps its "
-               "rate, but packets due at the same instant leave in TRex's order, not the engine's")
+        b.note(
+            "concurrent streams of one port are interleaved by TRex's scheduler; each keeps its "
+            "rate, but packets due at the same instant leave in TRex's order, not the engine's"
+        )
     total = sum(s.pps for s in streams)
     if total > 450_000:
-        b.note(f"the streams add up to {total:,.0f} pps; a software-mode TRex on a veth tops out "
-               f"at about 430-480 kpps of 64-byte frames (../shared/trex/README.md)")
-    return Profile(streams + latency_probes(b, flows, streams, latency_pps, False), False, None, b.approx)
+        b.note(
+            f"the streams add up to {total:,.0f} pps; a software-mode TRex on a veth tops out "
+            f"at about 430-480 kpps of 64-byte frames (../shared/trex/README.md)"
+        )
+    return Profile(
+        streams + latency_probes(b, flows, streams, latency_pps, False), False, None, b.approx
+    )
 
 
 def check_latency_pps(latency_pps: float | None, flows: int) -> None:
@@ -472,23 +644,33 @@ def check_latency_pps(latency_pps: float | None, flows: int) -> None:
     probes (one per flow) together at most MAX_LATENCY_PPS, at most MAX_LATENCY_STREAMS of them."""
     if latency_pps is None:
         return
-    if isinstance(latency_pps, bool) or not isinstance(latency_pps, (int, float)) or not latency_pps > 0:
-        raise GeneratorError(f"latency_pps: {latency_pps!r}: the latency probes' rate in packets "
-                             f"per second of each flow's probe; give a number > 0 (e.g. 1000)")
+    if (
+        isinstance(latency_pps, bool)
+        or not isinstance(latency_pps, (int, float))
+        or not latency_pps > 0
+    ):
+        raise GeneratorError(
+            f"latency_pps: {latency_pps!r}: the latency probes' rate in packets "
+            f"per second of each flow's probe; give a number > 0 (e.g. 1000)"
+        )
     if flows > MAX_LATENCY_STREAMS:
-        raise GeneratorError(f"latency_pps: one latency probe per flow, and TRex times at most "
-                             f"{MAX_LATENCY_STREAMS} latency streams; the scenario has {flows} flows")
+        raise GeneratorError(
+            f"latency_pps: one latency probe per flow, and TRex times at most "
+            f"{MAX_LATENCY_STREAMS} latency streams; the scenario has {flows} flows"
+        )
     flows = max(flows, 1)
     if latency_pps * flows > MAX_LATENCY_PPS:
         raise GeneratorError(
             f"latency_pps: {latency_pps:g} pps for each of {flows} flow(s) is "
             f"{latency_pps * flows:,.0f} probes/s; TRex reads and times every probe in software "
             f"on its receive side, so the probes together are kept to {MAX_LATENCY_PPS:,} pps; "
-            f"give at most {MAX_LATENCY_PPS / flows:g}")
+            f"give at most {MAX_LATENCY_PPS / flows:g}"
+        )
 
 
-def latency_probes(b: _Builder, flows: list, streams: list[StreamSpec], latency_pps: float | None,
-                   continuous: bool) -> list[StreamSpec]:
+def latency_probes(
+    b: _Builder, flows: list, streams: list[StreamSpec], latency_pps: float | None, continuous: bool
+) -> list[StreamSpec]:
     """One latency probe per flow (`latency_pps`): the flow's first packet as its first stream
     builds it (fixed fields: no field engine), at `latency_pps` from the flow's first packet to
     its last (continuous with the traffic at pace topspeed), counted by TRex with
@@ -515,19 +697,36 @@ def latency_probes(b: _Builder, flows: list, streams: list[StreamSpec], latency_
             packets = max(1, math.ceil(span * latency_pps))
             mode = {"type": "single_burst", "total_pkts": packets}
         label = _label(i, flow) + " latency"
-        probes.append(StreamSpec(i, label, (flow.name or f"flow{i}")[:40] + "-latency", pkt, [], mode,
-                                 {"pps": float(latency_pps)}, isg, stream_seed(b.seed, -1 - i),
-                                 packets, float(latency_pps), frame, pg_id=first_pg + i, latency=True))
-    b.note(f"latency_pps: one latency probe per flow beside its traffic ({len(probes)} in all, "
-           f"{latency_pps:g} pps each, in pps whatever rate_unit says), its flow's first packet "
-           f"with fixed fields, at least {LATENCY_TRAILER} payload bytes; TRex writes its sequence "
-           f"number and send time over the last {LATENCY_TRAILER} payload bytes, marks the IPv4 "
-           f"header (ID 0xFFFF, the TOS field's lowest bit; its checksum fixed) and leaves the L4 "
-           f"checksum as the template had it (wrong for TCP, ICMP and IPv6 UDP; IPv4 UDP probes "
-           f"carry 0, no checksum), and times the probe on the TRex port that receives it; the probes' "
-           f"packets are sent on the same port as the traffic and counted with it (packets_sent, "
-           f"the capture); the offline expansion (capture.pcap, expand.py) leaves them out: "
-           f"their bytes carry TRex's send times")
+        probes.append(
+            StreamSpec(
+                i,
+                label,
+                (flow.name or f"flow{i}")[:40] + "-latency",
+                pkt,
+                [],
+                mode,
+                {"pps": float(latency_pps)},
+                isg,
+                stream_seed(b.seed, -1 - i),
+                packets,
+                float(latency_pps),
+                frame,
+                pg_id=first_pg + i,
+                latency=True,
+            )
+        )
+    b.note(
+        f"latency_pps: one latency probe per flow beside its traffic ({len(probes)} in all, "
+        f"{latency_pps:g} pps each, in pps whatever rate_unit says), its flow's first packet "
+        f"with fixed fields, at least {LATENCY_TRAILER} payload bytes; TRex writes its sequence "
+        f"number and send time over the last {LATENCY_TRAILER} payload bytes, marks the IPv4 "
+        f"header (ID 0xFFFF, the TOS field's lowest bit; its checksum fixed) and leaves the L4 "
+        f"checksum as the template had it (wrong for TCP, ICMP and IPv6 UDP; IPv4 UDP probes "
+        f"carry 0, no checksum), and times the probe on the TRex port that receives it; the probes' "
+        f"packets are sent on the same port as the traffic and counted with it (packets_sent, "
+        f"the capture); the offline expansion (capture.pcap, expand.py) leaves them out: "
+        f"their bytes carry TRex's send times"
+    )
     return probes
 
 
@@ -535,8 +734,11 @@ def latency_by_label(profile: Profile, by_pg: dict) -> dict:
     """The worker's latency numbers (by pg_id) under the probes' labels, each with its name,
     pg_id and flow index; `global` as TRex gave it."""
     probes = {str(s.pg_id): s for s in profile.streams if s.latency}
-    out = {probes[pg].label: dict(v, name=probes[pg].name, pg_id=int(pg), flow=probes[pg].flow_index)
-           for pg, v in by_pg.items() if pg in probes}
+    out = {
+        probes[pg].label: dict(v, name=probes[pg].name, pg_id=int(pg), flow=probes[pg].flow_index)
+        for pg, v in by_pg.items()
+        if pg in probes
+    }
     if "global" in by_pg:
         out["global"] = by_pg["global"]
     return out
@@ -544,17 +746,33 @@ def latency_by_label(profile: Profile, by_pg: dict) -> dict:
 
 def icmp_checksum(l4: dict, content: bytes, payload_len: int) -> int:
     """The ICMPv4 echo checksum of the template (type, code, id, seq, the padded payload)."""
-    payload = (content + bytes(max(0, payload_len - len(content))))[: max(payload_len, len(content))]
-    data = bytes([l4["type"], l4["code"], 0, 0]) + l4["id"].to_bytes(2, "big") + \
-        l4["seq"].to_bytes(2, "big") + payload
+    payload = (content + bytes(max(0, payload_len - len(content))))[
+        : max(payload_len, len(content))
+    ]
+    data = (
+        bytes([l4["type"], l4["code"], 0, 0])
+        + l4["id"].to_bytes(2, "big")
+        + l4["seq"].to_bytes(2, "big")
+        + payload
+    )
     if len(data) % 2:
         data += b"\0"
-    total = sum(int.from_bytes(data[k:k + 2], "big") for k in range(0, len(data), 2))
+    total = sum(int.from_bytes(data[k : k + 2], "big") for k in range(0, len(data), 2))
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF
 
 
-__all__ = ["Profile", "StreamSpec", "build_profile", "check_latency_pps", "latency_by_label",
-           "latency_probes", "stream_end_s", "stream_seed", "RATE_UNITS", "MAX_LATENCY_PPS",
-           "MAX_LATENCY_STREAMS"]
+__all__ = [
+    "Profile",
+    "StreamSpec",
+    "build_profile",
+    "check_latency_pps",
+    "latency_by_label",
+    "latency_probes",
+    "stream_end_s",
+    "stream_seed",
+    "RATE_UNITS",
+    "MAX_LATENCY_PPS",
+    "MAX_LATENCY_STREAMS",
+]

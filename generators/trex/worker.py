@@ -76,37 +76,68 @@ def build_packet(p: dict):
     if l4["proto"] == "udp":
         l4p = UDP(sport=l4["sport"], dport=l4["dport"], chksum=l4.get("chksum"))  # None: computed
     elif l4["proto"] == "tcp":
-        l4p = TCP(sport=l4["sport"], dport=l4["dport"], flags=l4["flags"], seq=l4["seq"],
-                  ack=l4["ack"], window=l4["window"])
+        l4p = TCP(
+            sport=l4["sport"],
+            dport=l4["dport"],
+            flags=l4["flags"],
+            seq=l4["seq"],
+            ack=l4["ack"],
+            window=l4["window"],
+        )
     elif l4["proto"] == "icmp":
         l4p = ICMP(type=l4["type"], code=l4["code"], id=l4["id"], seq=l4["seq"])
     else:
         l4p = ICMPv6EchoRequest(id=l4["id"], seq=l4["seq"])
     content = bytes.fromhex(p["payload_hex"])
-    payload = (content + bytes(max(0, p["payload_len"] - len(content))))[: max(p["payload_len"], len(content))]
+    payload = (content + bytes(max(0, p["payload_len"] - len(content))))[
+        : max(p["payload_len"], len(content))
+    ]
     return eth / l3 / l4p / Raw(payload)
 
 
 def build_stream(s: dict):
-    from trex.stl.api import (STLFlowLatencyStats, STLFlowStats, STLPktBuilder, STLStream, STLTXCont,
-                              STLTXMultiBurst, STLTXSingleBurst, STLVM, CTRexVmInsFixHwCs)
+    from trex.stl.api import (
+        STLFlowLatencyStats,
+        STLFlowStats,
+        STLPktBuilder,
+        STLStream,
+        STLTXCont,
+        STLTXMultiBurst,
+        STLTXSingleBurst,
+        STLVM,
+        CTRexVmInsFixHwCs,
+    )
 
     pkt = build_packet(s["packet"])
     vm = STLVM()
     for ins in s["vm"]:
         op = ins["op"]
         if op == "var":
-            vm.var(name=ins["name"], min_value=ins["min"], max_value=ins["max"], init_value=ins["init"],
-                   size=ins["size"], op=ins["kind"], step=ins["step"], next_var=ins["next_var"])
+            vm.var(
+                name=ins["name"],
+                min_value=ins["min"],
+                max_value=ins["max"],
+                init_value=ins["init"],
+                size=ins["size"],
+                op=ins["kind"],
+                step=ins["step"],
+                next_var=ins["next_var"],
+            )
         elif op == "write":
-            vm.write(fv_name=ins["var"], pkt_offset=ins["field"], offset_fixup=ins.get("offset_fixup", 0),
-                     add_val=ins.get("add", 0))
+            vm.write(
+                fv_name=ins["var"],
+                pkt_offset=ins["field"],
+                offset_fixup=ins.get("offset_fixup", 0),
+                add_val=ins.get("add", 0),
+            )
         elif op == "trim":
             vm.trim(fv_name=ins["var"])
         elif op == "fix_checksums":
             l3, l4 = ins["l3"], ins["l4"]
             if l4 in ("tcp", "udp"):
-                kind = CTRexVmInsFixHwCs.L4_TYPE_UDP if l4 == "udp" else CTRexVmInsFixHwCs.L4_TYPE_TCP
+                kind = (
+                    CTRexVmInsFixHwCs.L4_TYPE_UDP if l4 == "udp" else CTRexVmInsFixHwCs.L4_TYPE_TCP
+                )
                 vm.fix_chksum_hw(l3_offset=l3, l4_offset=l4.upper(), l4_type=kind)
             elif l4 == "icmp":
                 vm.fix_chksum()
@@ -120,14 +151,22 @@ def build_stream(s: dict):
     elif m["type"] == "single_burst":
         mode = STLTXSingleBurst(total_pkts=m["total_pkts"], **rate)
     else:
-        mode = STLTXMultiBurst(pkts_per_burst=m["pkts_per_burst"], ibg=m["ibg_us"], count=m["count"],
-                               **rate)
+        mode = STLTXMultiBurst(
+            pkts_per_burst=m["pkts_per_burst"], ibg=m["ibg_us"], count=m["count"], **rate
+        )
     counted = None
     if s.get("pg_id"):  # a latency probe: TRex's latency, jitter and sequence checks too
         counted = (STLFlowLatencyStats if s.get("latency") else STLFlowStats)(pg_id=s["pg_id"])
-    return STLStream(name=s["name"], packet=STLPktBuilder(pkt=pkt, vm=vm), mode=mode,
-                     isg=s["isg_us"], random_seed=s["random_seed"], flow_stats=counted,
-                     mac_src_override_by_pkt=True, mac_dst_override_mode=1)
+    return STLStream(
+        name=s["name"],
+        packet=STLPktBuilder(pkt=pkt, vm=vm),
+        mode=mode,
+        isg=s["isg_us"],
+        random_seed=s["random_seed"],
+        flow_stats=counted,
+        mac_src_override_by_pkt=True,
+        mac_dst_override_mode=1,
+    )
 
 
 def build(spec_path: str, outdir: str) -> int:
@@ -153,19 +192,26 @@ def build(spec_path: str, outdir: str) -> int:
     (out / "trex-profile.yaml").write_text(yaml.safe_dump(data, default_flow_style=False))
     again = STLProfile.load_py(str(py)).to_json()
     if _without_ids(again) != _without_ids(data):
-        emit("error", stage="build", message=f"{py} does not load back as the profile that was built")
+        emit(
+            "error", stage="build", message=f"{py} does not load back as the profile that was built"
+        )
         return 2
-    emit("built", streams=len(streams), files=[str(py), str(out / "trex-profile.json"),
-                                               str(out / "trex-profile.yaml")])
+    emit(
+        "built",
+        streams=len(streams),
+        files=[str(py), str(out / "trex-profile.json"), str(out / "trex-profile.yaml")],
+    )
     return 0
 
 
 # dump_to_code names ICMPv6 echo fields by a layer name that TRex's own loader cannot find
 # ("no layer ICMPv6EchoRequest-0"): the dump gets their byte offsets instead (IPv6 without
 # extension headers: the ICMPv6 header at 54, its identifier at 58, its sequence at 60).
-_DUMP_FIXES = (("pkt_offset='ICMPv6EchoRequest.id'", "pkt_offset=58"),
-               ("pkt_offset='ICMPv6EchoRequest.seq'", "pkt_offset=60"),
-               ("l4_offset='ICMPv6EchoRequest'", "l4_offset=54"))
+_DUMP_FIXES = (
+    ("pkt_offset='ICMPv6EchoRequest.id'", "pkt_offset=58"),
+    ("pkt_offset='ICMPv6EchoRequest.seq'", "pkt_offset=60"),
+    ("l4_offset='ICMPv6EchoRequest'", "l4_offset=54"),
+)
 
 
 def fix_dump(code: str) -> str:
@@ -200,23 +246,34 @@ def latency_stats(pgid: dict, probes: set, port: int) -> dict:
         f = flow.get(int(pg), flow.get(pg, {}))
         l_ = lat.get(int(pg), lat.get(pg, {}))
         inner, err = l_.get("latency", {}), l_.get("err_cntrs", {})
-        out[pg] = {"tx_pkts": _number((f.get("tx_pkts") or {}).get(port)),
-                   "tx_bytes": _number((f.get("tx_bytes") or {}).get(port)),
-                   "rx_pkts": _number((f.get("rx_pkts") or {}).get("total")),  # all ports
-                   "rx_bytes": _number((f.get("rx_bytes") or {}).get("total")),
-                   "min_us": _number(inner.get("total_min")), "avg_us": _number(inner.get("average")),
-                   "max_us": _number(inner.get("total_max")), "jitter_us": _number(inner.get("jitter")),
-                   "histogram": {str(k): int(v) for k, v in sorted((inner.get("histogram") or {}).items(),
-                                                                    key=lambda kv: float(kv[0]))},
-                   # the highest range that holds a probe: TRex's total_max can miss a probe's
-                   # last sampling period (README, "Latency probes"), its histogram does not
-                   "histogram_max_from_us": _number(max((float(k) for k, v in
-                                                         (inner.get("histogram") or {}).items() if v),
-                                                        default=None)),
-                   "seq_errors": {k: int(err.get(k, 0)) for k in SEQ_ERRORS}}  # fmt: skip
+        out[pg] = {
+            "tx_pkts": _number((f.get("tx_pkts") or {}).get(port)),
+            "tx_bytes": _number((f.get("tx_bytes") or {}).get(port)),
+            "rx_pkts": _number((f.get("rx_pkts") or {}).get("total")),  # all ports
+            "rx_bytes": _number((f.get("rx_bytes") or {}).get("total")),
+            "min_us": _number(inner.get("total_min")),
+            "avg_us": _number(inner.get("average")),
+            "max_us": _number(inner.get("total_max")),
+            "jitter_us": _number(inner.get("jitter")),
+            "histogram": {
+                str(k): int(v)
+                for k, v in sorted(
+                    (inner.get("histogram") or {}).items(), key=lambda kv: float(kv[0])
+                )
+            },
+            # the highest range that holds a probe: TRex's total_max can miss a probe's
+            # last sampling period (README, "Latency probes"), its histogram does not
+            "histogram_max_from_us": _number(
+                max(
+                    (float(k) for k, v in (inner.get("histogram") or {}).items() if v), default=None
+                )
+            ),
+            "seq_errors": {k: int(err.get(k, 0)) for k in SEQ_ERRORS},
+        }
     if probes:
-        out["global"] = {k: int(v) for k, v in (lat.get("global") or {}).items()
-                         if isinstance(v, (int, float))}
+        out["global"] = {
+            k: int(v) for k, v in (lat.get("global") or {}).items() if isinstance(v, (int, float))
+        }
     return out
 
 
@@ -229,9 +286,15 @@ def _number(value):
 
 def _client(client_cls, job: dict):
     """A TRex client (STL or ASTF) for JOB's server, and the API it speaks as text."""
-    client = client_cls(server=job["host"], sync_port=job["sync_port"], async_port=job["async_port"],
-                        username=job.get("username") or "ntg-testbed", verbose_level="error",
-                        sync_timeout=job.get("rpc_timeout"), async_timeout=job.get("rpc_timeout"))
+    client = client_cls(
+        server=job["host"],
+        sync_port=job["sync_port"],
+        async_port=job["async_port"],
+        username=job.get("username") or "ntg-testbed",
+        verbose_level="error",
+        sync_timeout=job.get("rpc_timeout"),
+        async_timeout=job.get("rpc_timeout"),
+    )
     ours = client.ctx.api_ver
     api = "{name} {major}.{minor}".format(**ours)
     if job.get("api_override"):  # tests: pretend to be another client version
@@ -245,9 +308,11 @@ def _error_text(exc: BaseException, api: str) -> str:
     of the wrong version or a server in the wrong mode."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     if "RPC version mismatch" in text:
-        text += (f" (this client is lbr-trex-client {_client_version()}, API {api}; install the "
-                 f"lbr-trex-client release that matches the server's TRex version: 3.4.0 "
-                 f"for TRex v3.0x)")
+        text += (
+            f" (this client is lbr-trex-client {_client_version()}, API {api}; install the "
+            f"lbr-trex-client release that matches the server's TRex version: 3.4.0 "
+            f"for TRex v3.0x)"
+        )
     return text + _mode_hint(text)
 
 
@@ -256,8 +321,13 @@ def _connect(client, api: str, mode: str, error, need: str) -> None:
     mode than MODE with ERROR, NEED saying what to start instead."""
     client.connect()
     version = client.get_server_version()
-    emit("connected", server_version=version.get("version"), mode=version.get("mode"),
-         client_api=api, ports=client.get_port_count())
+    emit(
+        "connected",
+        server_version=version.get("version"),
+        mode=version.get("mode"),
+        client_api=api,
+        ports=client.get_port_count(),
+    )
     if version.get("mode") not in (None, mode):
         raise error(f"the server runs in {version.get('mode')} mode; {need}")
 
@@ -276,10 +346,13 @@ def run(job_path: str) -> int:
     acquired = False
     status = "failed"
     try:
-        _connect(client, api, "STL", STLError, "stateless profiles need a server started without --astf")
+        _connect(
+            client, api, "STL", STLError, "stateless profiles need a server started without --astf"
+        )
         if port >= client.get_port_count():
-            raise STLError(f"the server has {client.get_port_count()} port(s); port {port} is "
-                           f"not one of them")
+            raise STLError(
+                f"the server has {client.get_port_count()} port(s); port {port} is not one of them"
+            )
         stage = "acquire"
         client.acquire(ports=[port], force=False)
         acquired = True
@@ -330,19 +403,36 @@ def run(job_path: str) -> int:
         probes = {str(pg) for pg in job.get("latency_pg_ids") or ()}
         if job.get("stream_stats") or probes:
             pgid = client.get_pgid_stats()
-            receiver = 1 if job.get("server_port") else None  # TRex's port 1 receives what port 0 sent
-            for pg, st in pgid.get("flow_stats", {}).items():  # TRex's per-stream counters, by pg_id
+            receiver = (
+                1 if job.get("server_port") else None
+            )  # TRex's port 1 receives what port 0 sent
+            for pg, st in pgid.get(
+                "flow_stats", {}
+            ).items():  # TRex's per-stream counters, by pg_id
                 if pg != "global" and str(pg) not in probes:
-                    streams[str(pg)] = {k: int(st.get(k, {}).get(port, 0)) for k in ("tx_pkts", "tx_bytes")}
+                    streams[str(pg)] = {
+                        k: int(st.get(k, {}).get(port, 0)) for k in ("tx_pkts", "tx_bytes")
+                    }
                     if receiver is not None:
-                        streams[str(pg)].update({k: int(st.get(k, {}).get(receiver, 0))
-                                                 for k in ("rx_pkts", "rx_bytes")})
+                        streams[str(pg)].update(
+                            {
+                                k: int(st.get(k, {}).get(receiver, 0))
+                                for k in ("rx_pkts", "rx_bytes")
+                            }
+                        )
             latency = latency_stats(pgid, probes, port)
         server_port = stats.get(1) if job.get("server_port") else None
-        emit("stats", port=port, seconds=round(seconds, 6), port_stats=_port_stats(stats, port),
-             server_port_stats=_port_stats(stats, 1) if server_port else {},
-             total=_port_stats({0: stats["total"]}, 0), global_=stats.get("global", {}),
-             streams=streams, latency=latency)
+        emit(
+            "stats",
+            port=port,
+            seconds=round(seconds, 6),
+            port_stats=_port_stats(stats, port),
+            server_port_stats=_port_stats(stats, 1) if server_port else {},
+            total=_port_stats({0: stats["total"]}, 0),
+            global_=stats.get("global", {}),
+            streams=streams,
+            latency=latency,
+        )
         stage = "release"
         client.release(ports=[port])
         acquired = False
@@ -369,8 +459,10 @@ def run(job_path: str) -> int:
 def _mode_hint(text: str) -> str:
     if "RPC configuration mismatch" not in text:
         return ""
-    return (" (the generator's `mode: astf` needs a TRex server started with --astf, `mode: stl` "
-            "one started without it)")
+    return (
+        " (the generator's `mode: astf` needs a TRex server started with --astf, `mode: stl` "
+        "one started without it)"
+    )
 
 
 def _client_version() -> str:
@@ -405,8 +497,11 @@ def astf_build(profile_py: str, outdir: str) -> int:
 # TRex's TCP counters (tcps_*) and its flow-table errors (err_*) kept in `stats`; the rest of
 # get_traffic_stats (udps_*, per-mbuf counters, ...) stays in TRex.
 def _tcp_counters(side: dict) -> dict:
-    return {k: int(v) for k, v in side.items()
-            if isinstance(v, (int, float)) and (k.startswith("tcps_") or k.startswith("err_")) and v}
+    return {
+        k: int(v)
+        for k, v in side.items()
+        if isinstance(v, (int, float)) and (k.startswith("tcps_") or k.startswith("err_")) and v
+    }
 
 
 def run_astf(job: dict) -> int:
@@ -454,17 +549,22 @@ def run_astf(job: dict) -> int:
                 pass
             now = time.monotonic()
             traffic = client.get_traffic_stats(skip_zero=False)
-            emit("progress", t=round(now - t0, 3),
-                 opackets=int(traffic.get("client", {}).get("tcps_sndtotal", 0)),
-                 connections=int(traffic.get("client", {}).get("tcps_connattempt", 0)))
+            emit(
+                "progress",
+                t=round(now - t0, 3),
+                opackets=int(traffic.get("client", {}).get("tcps_sndtotal", 0)),
+                connections=int(traffic.get("client", {}).get("tcps_connattempt", 0)),
+            )
             if _stop:
                 status = "stopped"
                 break
             if now > deadline:
                 status = "overrun"
                 break
-            if job.get("connections") and all(int(traffic.get(side, {}).get("tcps_closed", 0)) >= job["connections"]
-                                              for side in ("client", "server")):
+            if job.get("connections") and all(
+                int(traffic.get(side, {}).get("tcps_closed", 0)) >= job["connections"]
+                for side in ("client", "server")
+            ):
                 break  # every connection opened and closed on both sides: no need to wait for `duration`
         seconds = time.monotonic() - t0
         stage = "stop"
@@ -477,15 +577,21 @@ def run_astf(job: dict) -> int:
             names = client.get_tg_names()
             if names:
                 for name, st in client.get_traffic_tg_stats(names, skip_zero=False).items():
-                    groups[name] = {side: _tcp_counters(st.get(side, {})) for side in ("client", "server")}
+                    groups[name] = {
+                        side: _tcp_counters(st.get(side, {})) for side in ("client", "server")
+                    }
         except Exception as exc:  # per-template counters are extra: never fail the run on them
             groups = {"error": f"{type(exc).__name__}: {exc}"}
-        emit("stats", port=0, seconds=round(seconds, 6),
-             port_stats=_port_stats(stats, 0),
-             server_port_stats=_port_stats(stats, 1) if 1 in stats else {},
-             total=_port_stats({0: stats["total"]}, 0),
-             astf={side: _tcp_counters(traffic.get(side, {})) for side in ("client", "server")},
-             groups=groups)
+        emit(
+            "stats",
+            port=0,
+            seconds=round(seconds, 6),
+            port_stats=_port_stats(stats, 0),
+            server_port_stats=_port_stats(stats, 1) if 1 in stats else {},
+            total=_port_stats({0: stats["total"]}, 0),
+            astf={side: _tcp_counters(traffic.get(side, {})) for side in ("client", "server")},
+            groups=groups,
+        )
         stage = "release"
         client.release()
         acquired = False
@@ -521,8 +627,13 @@ def sim(profile: str, out: str, sim_dir: str) -> int:
     # although the server gets the init_value (add_streams sends to_json). The check is skipped.
     trex_stl_sim.STLSim.verify_json = lambda self, streams: None
     rc = trex_stl_sim.main(["-p", sim_dir, "-r", "-f", profile, "-o", out])
-    emit("simulated" if rc == 0 else "error", rc=rc, pcap=out, stage="sim",
-         message="" if rc == 0 else f"bp-sim-64 exited with {rc}")
+    emit(
+        "simulated" if rc == 0 else "error",
+        rc=rc,
+        pcap=out,
+        stage="sim",
+        message="" if rc == 0 else f"bp-sim-64 exited with {rc}",
+    )
     return 0 if rc == 0 else 2
 
 
@@ -540,12 +651,18 @@ def main(argv: list) -> int:
         if len(argv) == 3 and argv[0] == "astf-build":
             return astf_build(argv[1], argv[2])
     except Exception as exc:
-        emit("error", stage=argv[0] if argv else "?", message=f"{type(exc).__name__}: {exc}",
-             trace=traceback.format_exc(limit=5))
+        emit(
+            "error",
+            stage=argv[0] if argv else "?",
+            message=f"{type(exc).__name__}: {exc}",
+            trace=traceback.format_exc(limit=5),
+        )
         return 2
-    print("usage: worker.py build PROFILE.json OUTDIR | run JOB.json | sim PROFILE.py OUT.pcap SIMDIR"
-          " | astf-build PROFILE.py OUTDIR",
-          file=sys.stderr)
+    print(
+        "usage: worker.py build PROFILE.json OUTDIR | run JOB.json | sim PROFILE.py OUT.pcap SIMDIR"
+        " | astf-build PROFILE.py OUTDIR",
+        file=sys.stderr,
+    )
     return 2
 
 

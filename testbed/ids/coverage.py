@@ -54,7 +54,13 @@ from ntgcore.scenario import parse_scenario
 from .regression import Baseline, compare_coverage
 from .regression import markdown_lines as baseline_markdown
 from .regression import summary_lines as comparison_summary
-from .multiplied import MAX_COPIES, MultipliedCapture, multiplied_home_net, multiply_attacks, score_multiplied
+from .multiplied import (
+    MAX_COPIES,
+    MultipliedCapture,
+    multiplied_home_net,
+    multiply_attacks,
+    score_multiplied,
+)
 from .multiplied import markdown_lines as multiplied_markdown
 from .multiplied import summary_line as multiplied_summary
 from .report import markdown_html
@@ -66,8 +72,13 @@ from .suricata import Dut, SuricataResult, run_offline
 BENIGN_NET = ("198.18.240.0/24", "198.19.240.0/24")
 
 
-def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult, *,
-          exclude_unloadable: bool = False) -> dict:
+def score(
+    models: list[RuleModel],
+    synth: SynthResult,
+    suri: SuricataResult,
+    *,
+    exclude_unloadable: bool = False,
+) -> dict:
     """The coverage counts of `models` whose sessions `synth` wrote and Suricata read (`suri`)."""
     by_pair: dict[frozenset, set[int]] = defaultdict(set)
     for a in suri.alerts:
@@ -87,8 +98,13 @@ def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult, *,
     extra_sids: Counter = Counter()
     extra_sids_kind: dict[str, Counter] = defaultdict(Counter)
     for m in models:
-        row = {"sid": m.sid, "where": m.raw.where, "msg": m.raw.msg,
-               "classtype": m.raw.first("classtype") or "-", "keywords": m.keywords}
+        row = {
+            "sid": m.sid,
+            "where": m.raw.where,
+            "msg": m.raw.msg,
+            "classtype": m.raw.first("classtype") or "-",
+            "keywords": m.keywords,
+        }
         sess = sessions_of.get(m.sid, [])
         row["loaded"] = m.sid not in failed_load
         row["synthesized"] = bool(sess)
@@ -123,9 +139,12 @@ def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult, *,
             row["state"], row["reason"] = "missed", "not synthesized: " + synth.failed[m.sid]
         else:
             row["state"] = "missed"
-            row["reason"] = ("alerted on another session" if m.sid in alerted_any else
-                             "no alert: session written, the IDS did not match "
-                             f"(buffers {', '.join(sorted(m.buffers)) or 'none'})")
+            row["reason"] = (
+                "alerted on another session"
+                if m.sid in alerted_any
+                else "no alert: session written, the IDS did not match "
+                f"(buffers {', '.join(sorted(m.buffers)) or 'none'})"
+            )
         rows.append(row)
     loaded = [r for r in rows if r["loaded"]]
     can_alert = [r for r in loaded if r["state"] != "silent"]
@@ -164,7 +183,10 @@ def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult, *,
         "extra_sids": dict(extra_sids.most_common(20)),
         # the same sessions by the worst kind of extra alert on them (EXTRA_KINDS, docs/ids-coverage.md)
         **{f"extra_{k}_sessions": extra_kind[k] for k in EXTRA_KINDS},
-        **{f"extra_{k}_fraction": (extra_kind[k] / sessions if sessions else 0.0) for k in EXTRA_KINDS},
+        **{
+            f"extra_{k}_fraction": (extra_kind[k] / sessions if sessions else 0.0)
+            for k in EXTRA_KINDS
+        },
         "extra_sids_by_kind": {k: dict(extra_sids_kind[k].most_common(20)) for k in EXTRA_KINDS},
         "missed_reasons": dict(reasons.most_common()),
         "per_keyword": {k: dict(v) for k, v in sorted(per_kw.items())},
@@ -182,11 +204,25 @@ def score(models: list[RuleModel], synth: SynthResult, suri: SuricataResult, *,
 # unrelated: anything else, i.e. the session carried bytes that neither rule asked for. The
 #   "<= 1% of sessions" target is judged on this kind.
 EXTRA_KINDS = ("header_only", "overlapping", "unrelated")
-_HTTP_FRAMING = (b"get", b"post", b"head", b" http/1.", b"http/1.", b"http/1.1", b"http/1.0", b"\r\n")
+_HTTP_FRAMING = (
+    b"get",
+    b"post",
+    b"head",
+    b" http/1.",
+    b"http/1.",
+    b"http/1.1",
+    b"http/1.0",
+    b"\r\n",
+)
 
 
 def _contents(m: RuleModel) -> list[bytes]:
-    return [x.data for ms in m.buffers.values() for x in ms if x.kind == "content" and not x.negated and x.data]
+    return [
+        x.data
+        for ms in m.buffers.values()
+        for x in ms
+        if x.kind == "content" and not x.negated and x.data
+    ]
 
 
 def extra_kind_of(own: RuleModel, other: RuleModel | None, generic: set[int]) -> str:
@@ -197,7 +233,7 @@ def extra_kind_of(own: RuleModel, other: RuleModel | None, generic: set[int]) ->
         return "header_only"
     theirs = _contents(other)
     if not theirs:
-        return "unrelated"                     # pcre / byte_test only: nothing to compare
+        return "unrelated"  # pcre / byte_test only: nothing to compare
     mine = b"\n".join(_contents(own)).lower()
     framing = _HTTP_FRAMING if own.app == "http" else ()
     if all(c.lower() in mine or c.lower() in framing for c in theirs):
@@ -213,14 +249,30 @@ def _reason_class(reason: str) -> str:
     return r[:90]
 
 
-def run_coverage(rule_files: list[str | Path], out_dir: str | Path, *, ids: str = "suricata",
-                 mixes: tuple[float, ...] = (), progress=None, ip_version: int = 4,
-                 exclude_unloadable: bool = False, baseline: Baseline | None = None,
-                 dut: Dut | None = None) -> dict:
+def run_coverage(
+    rule_files: list[str | Path],
+    out_dir: str | Path,
+    *,
+    ids: str = "suricata",
+    mixes: tuple[float, ...] = (),
+    progress=None,
+    ip_version: int = 4,
+    exclude_unloadable: bool = False,
+    baseline: Baseline | None = None,
+    dut: Dut | None = None,
+) -> dict:
     """One DUT (default: `suricata` on PATH with our configuration): its coverage document."""
-    return run_coverage_duts(rule_files, out_dir, [dut or Dut()], ids=ids, mixes=mixes, progress=progress,
-                             ip_version=ip_version, exclude_unloadable=exclude_unloadable,
-                             baseline=baseline)["duts"][0]
+    return run_coverage_duts(
+        rule_files,
+        out_dir,
+        [dut or Dut()],
+        ids=ids,
+        mixes=mixes,
+        progress=progress,
+        ip_version=ip_version,
+        exclude_unloadable=exclude_unloadable,
+        baseline=baseline,
+    )["duts"][0]
 
 
 @dataclass
@@ -234,11 +286,21 @@ class _MixCapture:
     benign_packets: int
 
 
-def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: list[Dut], *,
-                      ids: str = "suricata", mixes: tuple[float, ...] = (), progress=None,
-                      ip_version: int = 4, exclude_unloadable: bool = False,
-                      baseline: Baseline | None = None, allowed: dict[int, str] | None = None,
-                      allow_path: str | None = None, multiply: tuple[int, ...] = ()) -> dict:
+def run_coverage_duts(
+    rule_files: list[str | Path],
+    out_dir: str | Path,
+    duts: list[Dut],
+    *,
+    ids: str = "suricata",
+    mixes: tuple[float, ...] = (),
+    progress=None,
+    ip_version: int = 4,
+    exclude_unloadable: bool = False,
+    baseline: Baseline | None = None,
+    allowed: dict[int, str] | None = None,
+    allow_path: str | None = None,
+    multiply: tuple[int, ...] = (),
+) -> dict:
     """The sessions synthesized once (and the mixed captures made once), read by every DUT.
 
     One DUT writes its reports into `out_dir`; several each into `out_dir/NAME/`, compared per sid
@@ -264,8 +326,13 @@ def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: l
     unknown = Counter(k for m in models for k in m.unknown)
     say(f"parsed {len(models):,} rules ({len(problems)} problems)")
     t1 = time.monotonic()
-    synth = synthesize(models, out / "attacks.pcap", out / "attacks.json", ip_version=ip_version,
-                       progress=lambda i, n: say(f"synthesizing {i:,}/{n:,}"))
+    synth = synthesize(
+        models,
+        out / "attacks.pcap",
+        out / "attacks.json",
+        ip_version=ip_version,
+        progress=lambda i, n: say(f"synthesizing {i:,}/{n:,}"),
+    )
     t2 = time.monotonic()
     say(f"wrote {len(synth.sessions):,} sessions, {synth.packets:,} packets")
     mixed = []
@@ -275,7 +342,9 @@ def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: l
     multiplied: list[MultipliedCapture] = []
     for copies in multiply:
         say(f"multiplying the attack sessions: T = {copies}")
-        multiplied.append(multiply_attacks(out / "attacks.pcap", copies, out / f"multiply-{copies}"))
+        multiplied.append(
+            multiply_attacks(out / "attacks.pcap", copies, out / f"multiply-{copies}")
+        )
     several = len(duts) > 1
     docs: list[dict] = []
     for dut in duts:
@@ -283,43 +352,74 @@ def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: l
         where.mkdir(parents=True, exist_ok=True)
         say(f"running suricata ({dut.name})" if several else "running suricata")
         t3 = time.monotonic()
-        suri = run_offline(out / "attacks.pcap", list(rule_files), where / "suricata",
-                           binary=dut.binary, config=dut.config)
+        suri = run_offline(
+            out / "attacks.pcap",
+            list(rule_files),
+            where / "suricata",
+            binary=dut.binary,
+            config=dut.config,
+        )
         t4 = time.monotonic()
         info = dut.describe(suri.config)
         doc = {
-            "ids": ids, "ids_version": info["version"], "dut": info,
+            "ids": ids,
+            "ids_version": info["version"],
+            "dut": info,
             "rule_files": [str(f) for f in rule_files],
-            "problems": [str(p) for p in problems], "unknown_keywords": dict(unknown.most_common()),
-            "suricata_errors": suri.errors[:200], "suricata_rules_loaded": suri.rules_loaded,
+            "problems": [str(p) for p in problems],
+            "unknown_keywords": dict(unknown.most_common()),
+            "suricata_errors": suri.errors[:200],
+            "suricata_rules_loaded": suri.rules_loaded,
             "suricata_rules_failed": suri.rules_failed,
-            "packets": synth.packets, "ip_version": ip_version,
-            "timing_s": {"parse_and_synthesize": round(t2 - t_start, 3), "synthesize": round(t2 - t1, 3),
-                         "suricata": round(t4 - t3, 3)},
+            "packets": synth.packets,
+            "ip_version": ip_version,
+            "timing_s": {
+                "parse_and_synthesize": round(t2 - t_start, 3),
+                "synthesize": round(t2 - t1, 3),
+                "suricata": round(t4 - t3, 3),
+            },
             **score(models, synth, suri, exclude_unloadable=exclude_unloadable),
             "mixes": {},
         }
         for mc in mixed:
             say(f"suricata on the mix at {mc.key}" + (f" ({dut.name})" if several else ""))
             folder = where / mc.folder.name if several else mc.folder
-            suri_m = run_offline(mc.pcap, list(rule_files), folder / "suricata", binary=dut.binary,
-                                 config=dut.config)
+            suri_m = run_offline(
+                mc.pcap, list(rule_files), folder / "suricata", binary=dut.binary, config=dut.config
+            )
             doc["mixes"][mc.key] = _mix_result(models, mc, suri_m, exclude_unloadable)
         if multiplied:
             doc["multiplied"] = {}
         for mt in multiplied:
-            say(f"suricata on the attacks multiplied T = {mt.copies}" + (f" ({dut.name})" if several else ""))
+            say(
+                f"suricata on the attacks multiplied T = {mt.copies}"
+                + (f" ({dut.name})" if several else "")
+            )
             folder = where / mt.folder.name if several else mt.folder
             t5 = time.monotonic()
-            suri_t = run_offline(mt.pcap, list(rule_files), folder / "suricata", binary=dut.binary,
-                                 config=dut.config, home_net=multiplied_home_net(mt))
+            suri_t = run_offline(
+                mt.pcap,
+                list(rule_files),
+                folder / "suricata",
+                binary=dut.binary,
+                config=dut.config,
+                home_net=multiplied_home_net(mt),
+            )
             doc["multiplied"][str(mt.copies)] = score_multiplied(mt, suri, suri_t, models)
             doc["multiplied"][str(mt.copies)]["suricata_s"] = round(time.monotonic() - t5, 3)
         if baseline is not None:
-            doc["baseline"] = _compared(baseline.doc, doc, allowed, path=baseline.path, allow_path=allow_path)
+            doc["baseline"] = _compared(
+                baseline.doc, doc, allowed, path=baseline.path, allow_path=allow_path
+            )
         if docs:
-            doc["versus"] = _compared(docs[0], doc, allowed, path=str(out / duts[0].name / "coverage.json"),
-                                      allow_path=allow_path, dut=duts[0].name)
+            doc["versus"] = _compared(
+                docs[0],
+                doc,
+                allowed,
+                path=str(out / duts[0].name / "coverage.json"),
+                allow_path=allow_path,
+                dut=duts[0].name,
+            )
         doc["timing_s"]["total"] = round(time.monotonic() - t_start, 3)
         docs.append(doc)
     for dut, doc in zip(duts, docs):
@@ -331,8 +431,19 @@ def run_coverage_duts(rule_files: list[str | Path], out_dir: str | Path, duts: l
     return result
 
 
-ROW_KEYS = ("sid", "where", "msg", "classtype", "state", "loaded", "synthesized", "alerted", "reason",
-            "extra_sids", "extra_kind")
+ROW_KEYS = (
+    "sid",
+    "where",
+    "msg",
+    "classtype",
+    "state",
+    "loaded",
+    "synthesized",
+    "alerted",
+    "reason",
+    "extra_sids",
+    "extra_kind",
+)
 
 
 def _slim(row: dict) -> dict:
@@ -340,20 +451,39 @@ def _slim(row: dict) -> dict:
     return {k: row[k] for k in ROW_KEYS if k in row}
 
 
-def _compared(old: dict, new: dict, allowed: dict[int, str], *, path: str, allow_path: str | None,
-              dut: str | None = None) -> dict:
+def _compared(
+    old: dict,
+    new: dict,
+    allowed: dict[int, str],
+    *,
+    path: str,
+    allow_path: str | None,
+    dut: str | None = None,
+) -> dict:
     """compare_coverage of the unmixed rows, and of every mix both documents have per-sid rows for."""
-    cmp = {"path": path, "allow_path": allow_path, **({"dut": dut} if dut else {}),
-           **compare_coverage(old, new, allowed), "mixes": {}}
+    cmp = {
+        "path": path,
+        "allow_path": allow_path,
+        **({"dut": dut} if dut else {}),
+        **compare_coverage(old, new, allowed),
+        "mixes": {},
+    }
     for key, mx in new.get("mixes", {}).items():
         before = old.get("mixes", {}).get(key)
         if not isinstance(before, dict) or not isinstance(before.get("rows"), list):
-            why = ("it was not mixed at this fraction" if not isinstance(before, dict) else
-                   "its mix has no per-sid rows (written before they were kept)")
+            why = (
+                "it was not mixed at this fraction"
+                if not isinstance(before, dict)
+                else "its mix has no per-sid rows (written before they were kept)"
+            )
             cmp["mixes"][key] = {"compared": False, "why": why}
             continue
-        cmp["mixes"][key] = {"compared": True, "path": path, "allow_path": allow_path,
-                             **compare_coverage(before, mx, allowed)}
+        cmp["mixes"][key] = {
+            "compared": True,
+            "path": path,
+            "allow_path": allow_path,
+            **compare_coverage(before, mx, allowed),
+        }
     return cmp
 
 
@@ -380,8 +510,13 @@ def blocking(docs: list[dict]) -> list[tuple[str, list[int]]]:
     return found
 
 
-def attack_coverage(pcap: Path, attacks: Attacks, rule_paths: list[Path], out_dir: Path,
-                    baseline: Baseline | None = None) -> dict:
+def attack_coverage(
+    pcap: Path,
+    attacks: Attacks,
+    rule_paths: list[Path],
+    out_dir: Path,
+    baseline: Baseline | None = None,
+) -> dict:
     """Suricata offline on `pcap` (which holds the attack sessions); coverage of the selected rules
     written as coverage.json/md/html and tables/coverage.parquet into out_dir (a run folder: its
     name is the table's run_id). With `baseline`, the per-sid comparison (the `baseline` section;
@@ -390,18 +525,29 @@ def attack_coverage(pcap: Path, attacks: Attacks, rule_paths: list[Path], out_di
     suri = run_offline(pcap, [str(p) for p in rule_paths], out_dir / "suricata")
     info = Dut().describe(suri.config)
     doc = {
-        "ids": "suricata", "ids_version": info["version"], "dut": info, "rule_files": [str(p) for p in rule_paths],
-        "problems": attacks.problems, "unknown_keywords": {}, "suricata_errors": suri.errors[:200],
-        "suricata_rules_loaded": suri.rules_loaded, "suricata_rules_failed": suri.rules_failed,
-        "packets": attacks.synth.packets, "capture": pcap.name,
+        "ids": "suricata",
+        "ids_version": info["version"],
+        "dut": info,
+        "rule_files": [str(p) for p in rule_paths],
+        "problems": attacks.problems,
+        "unknown_keywords": {},
+        "suricata_errors": suri.errors[:200],
+        "suricata_rules_loaded": suri.rules_loaded,
+        "suricata_rules_failed": suri.rules_failed,
+        "packets": attacks.synth.packets,
+        "capture": pcap.name,
         **score(list({m.sid: m for m in attacks.scheduled}.values()), attacks.synth, suri),
         "mixes": {},
     }
     if baseline is not None:
-        doc["baseline"] = _compared(baseline.doc, doc, baseline.allowed, path=baseline.path,
-                                    allow_path=baseline.allow_path)
-    doc["timing_s"] = {"parse_and_synthesize": 0.0, "suricata": round(time.monotonic() - t, 3),
-                       "total": round(time.monotonic() - t, 3)}
+        doc["baseline"] = _compared(
+            baseline.doc, doc, baseline.allowed, path=baseline.path, allow_path=baseline.allow_path
+        )
+    doc["timing_s"] = {
+        "parse_and_synthesize": 0.0,
+        "suricata": round(time.monotonic() - t, 3),
+        "total": round(time.monotonic() - t, 3),
+    }
     write_reports(doc, out_dir)
     doc["summary"] = summary_lines(doc)
     return doc
@@ -426,8 +572,18 @@ def played_sessions(pcap: Path, dialogues: list[dict]) -> SynthResult:
         if d is None or key in seen:
             continue
         seen.add(key)
-        res.sessions.append(Session(d["sid"], list(d.get("related", [])), "tcp", key[0], key[1], key[2],
-                                    key[3], start_ns=int(cap.ts_ns[i])))
+        res.sessions.append(
+            Session(
+                d["sid"],
+                list(d.get("related", [])),
+                "tcp",
+                key[0],
+                key[1],
+                key[2],
+                key[3],
+                start_ns=int(cap.ts_ns[i]),
+            )
+        )
         res.synthesized[d["sid"]] = "ok"
     for d in dialogues:
         if d["sid"] not in res.synthesized:
@@ -435,8 +591,14 @@ def played_sessions(pcap: Path, dialogues: list[dict]) -> SynthResult:
     return res
 
 
-def played_coverage(pcap: Path, spec, rule_paths: list[Path], dialogues: list[dict], out_dir: Path,
-                    baseline: Baseline | None = None) -> dict:
+def played_coverage(
+    pcap: Path,
+    spec,
+    rule_paths: list[Path],
+    dialogues: list[dict],
+    out_dir: Path,
+    baseline: Baseline | None = None,
+) -> dict:
     """`attack_coverage` of the attack sessions a generator played (`dialogues`, from
     tcp_dialogues(spec, rule_paths)) in `pcap`, a capture of both directions; the sessions found
     are listed in out_dir/attacks/played.json (the document's `played_sessions`: how many)."""
@@ -446,9 +608,18 @@ def played_coverage(pcap: Path, spec, rule_paths: list[Path], dialogues: list[di
     synth = played_sessions(pcap, dialogues)
     listing = out_dir / "attacks" / "played.json"
     listing.parent.mkdir(parents=True, exist_ok=True)
-    listing.write_text(json.dumps({"capture": str(pcap), "packets": synth.packets,
-                                   "sessions": [s.as_dict() for s in synth.sessions],
-                                   "no_session": {str(k): v for k, v in synth.failed.items()}}, indent=1) + "\n")
+    listing.write_text(
+        json.dumps(
+            {
+                "capture": str(pcap),
+                "packets": synth.packets,
+                "sessions": [s.as_dict() for s in synth.sessions],
+                "no_session": {str(k): v for k, v in synth.failed.items()},
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     attacks = Attacks(Path(pcap), listing, synth, models, problems, models)
     doc = attack_coverage(Path(pcap), attacks, rule_paths, out_dir, baseline=baseline)
     doc["played_sessions"] = len(synth.sessions)
@@ -500,8 +671,9 @@ flows:
     return pcap
 
 
-def _mix_capture(models: list[RuleModel], out: Path, frac: float, attack_packets: int,
-                 ip_version: int) -> _MixCapture:
+def _mix_capture(
+    models: list[RuleModel], out: Path, frac: float, attack_packets: int, ip_version: int
+) -> _MixCapture:
     """out/mix-F/: benign load and the attack sessions again (their times inside the benign
     load's), merged by time into mixed.pcap."""
     mdir = out / f"mix-{frac:g}"
@@ -512,23 +684,45 @@ def _mix_capture(models: list[RuleModel], out: Path, frac: float, attack_packets
     benign = _benign_pcap(mdir, benign_packets, duration_s)
     cap = read_capture(benign)
     t0 = int(cap.ts_ns[0]) if len(cap.ts_ns) else T0_NS
-    synth = synthesize(models, mdir / "attacks.pcap", mdir / "attacks.json", t0_ns=t0, ip_version=ip_version)
+    synth = synthesize(
+        models, mdir / "attacks.pcap", mdir / "attacks.json", t0_ns=t0, ip_version=ip_version
+    )
     merged = mdir / "mixed.pcap"
-    merge_pcaps([benign, mdir / "attacks.pcap"], merged)   # the one merge (testbed/ids/rules/attacks.py)
+    merge_pcaps(
+        [benign, mdir / "attacks.pcap"], merged
+    )  # the one merge (testbed/ids/rules/attacks.py)
     benign.unlink(missing_ok=True)
     return _MixCapture(f"{frac:g}", mdir, synth, merged, len(cap.ts_ns))
 
 
-def _mix_result(models: list[RuleModel], mc: _MixCapture, suri: SuricataResult, exclude_unloadable: bool) -> dict:
+def _mix_result(
+    models: list[RuleModel], mc: _MixCapture, suri: SuricataResult, exclude_unloadable: bool
+) -> dict:
     counts = score(models, mc.synth, suri, exclude_unloadable=exclude_unloadable)
     total = mc.benign_packets + mc.synth.packets
-    keep = ("loaded", "silent", "alerted", "missed", "coverage", "coverage_loaded", "unloadable",
-            "sessions", "extra_alert_sessions", "extra_fraction",
-            "extra_specific_sessions", "extra_specific_fraction", "extra_unrelated_sessions", "extra_unrelated_fraction")
+    keep = (
+        "loaded",
+        "silent",
+        "alerted",
+        "missed",
+        "coverage",
+        "coverage_loaded",
+        "unloadable",
+        "sessions",
+        "extra_alert_sessions",
+        "extra_fraction",
+        "extra_specific_sessions",
+        "extra_specific_fraction",
+        "extra_unrelated_sessions",
+        "extra_unrelated_fraction",
+    )
     res = {k: counts[k] for k in keep}
-    res.update(benign_packets=mc.benign_packets, attack_packets=mc.synth.packets,
-               attack_fraction=mc.synth.packets / total if total else 0.0)
-    res["rows"] = [_slim(r) for r in counts["rows"]]   # per sid: a later run's baseline of this mix
+    res.update(
+        benign_packets=mc.benign_packets,
+        attack_packets=mc.synth.packets,
+        attack_fraction=mc.synth.packets / total if total else 0.0,
+    )
+    res["rows"] = [_slim(r) for r in counts["rows"]]  # per sid: a later run's baseline of this mix
     return res
 
 
@@ -548,10 +742,18 @@ def summary_lines(doc: dict) -> list[str]:
         f"coverage: {_pct(doc['coverage'])}: {doc['alerted']:,} of {_counted(doc):,} rules that can alert "
         f"alerted for their own sid; {doc['missed']:,} missed; {doc['silent']} noalert rules not counted",
         f"unloadable: {doc['unloadable']:,} rules that could alert were refused by {doc['ids']}"
-        + (f" (sids {', '.join(map(str, doc['unloadable_sids'][:20]))}"
-           + (", ..." if doc["unloadable"] > 20 else "") + ")" if doc["unloadable"] else "")
-        + ("; left out of the coverage (--exclude-unloadable)" if doc["unloadable_excluded"] else
-           "; counted as missed in the coverage")
+        + (
+            f" (sids {', '.join(map(str, doc['unloadable_sids'][:20]))}"
+            + (", ..." if doc["unloadable"] > 20 else "")
+            + ")"
+            if doc["unloadable"]
+            else ""
+        )
+        + (
+            "; left out of the coverage (--exclude-unloadable)"
+            if doc["unloadable_excluded"]
+            else "; counted as missed in the coverage"
+        )
         + f"; coverage of the loaded rules {_pct(doc['coverage_loaded'])}",
         f"extra alerts (raw): {doc['extra_alert_sessions']:,} of {doc['sessions']:,} sessions ({_pct(doc['extra_fraction'])}) "
         f"had another sid fire: header-only rules, which match any session to that port: "
@@ -561,14 +763,18 @@ def summary_lines(doc: dict) -> list[str]:
         f"unrelated: {doc.get('extra_unrelated_sessions', 0):,} ({_pct(doc.get('extra_unrelated_fraction', 0))})",
     ]
     for k, mx in doc.get("mixes", {}).items():
-        lines.append(f"mixed at {_pct(mx['attack_fraction'])} attack packets ({mx['benign_packets']:,} benign): "
-                     f"coverage {_pct(mx['coverage'])}, extra {_pct(mx['extra_fraction'])} "
-                     f"(unrelated {_pct(mx.get('extra_unrelated_fraction', 0))})")
+        lines.append(
+            f"mixed at {_pct(mx['attack_fraction'])} attack packets ({mx['benign_packets']:,} benign): "
+            f"coverage {_pct(mx['coverage'])}, extra {_pct(mx['extra_fraction'])} "
+            f"(unrelated {_pct(mx.get('extra_unrelated_fraction', 0))})"
+        )
     for mt in doc.get("multiplied", {}).values():
         lines.append(multiplied_summary(mt))
     t = doc["timing_s"]
-    lines.append(f"time: parse+synthesize {t['parse_and_synthesize']:.2f} s, suricata {t['suricata']:.2f} s, "
-                 f"total {t.get('total', 0):.2f} s")
+    lines.append(
+        f"time: parse+synthesize {t['parse_and_synthesize']:.2f} s, suricata {t['suricata']:.2f} s, "
+        f"total {t.get('total', 0):.2f} s"
+    )
     if doc.get("dut"):
         lines.append(dut_line(doc["dut"]))
     return lines
@@ -600,10 +806,23 @@ def _comparisons(doc: dict, several: bool = False):
         yield title, source, head, label, cmp, None
         for mkey, mcmp in cmp.get("mixes", {}).items():
             if mcmp.get("compared"):
-                yield (f"{title}, mixed at {mkey}", source, f"{head}, mixed at {mkey}",
-                       f"{label}, mixed at {mkey}", mcmp, cmp)
+                yield (
+                    f"{title}, mixed at {mkey}",
+                    source,
+                    f"{head}, mixed at {mkey}",
+                    f"{label}, mixed at {mkey}",
+                    mcmp,
+                    cmp,
+                )
             else:
-                yield f"{title}, mixed at {mkey}", source, f"{head}, mixed at {mkey}", label, mcmp, cmp
+                yield (
+                    f"{title}, mixed at {mkey}",
+                    source,
+                    f"{head}, mixed at {mkey}",
+                    label,
+                    mcmp,
+                    cmp,
+                )
 
 
 def sid_change_lines(doc: dict, several: bool = False) -> list[str]:
@@ -648,32 +867,69 @@ def markdown(doc: dict) -> str:
         out += multiplied_markdown(mt)
     out += ["## Why rules were missed", "", "| reason | rules |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in doc["missed_reasons"].items()]
-    out += ["", "## Per keyword", "", "| keyword | rules | alerted | coverage |", "|---|---|---|---|"]
+    out += [
+        "",
+        "## Per keyword",
+        "",
+        "| keyword | rules | alerted | coverage |",
+        "|---|---|---|---|",
+    ]
     for k, v in sorted(doc["per_keyword"].items(), key=lambda kv: -kv[1]["rules"]):
-        out.append(f"| {k} | {v['rules']} | {v.get('alerted', 0)} | {_pct(v.get('alerted', 0) / v['rules'])} |")
-    out += ["", "## Per classtype", "", "| classtype | rules | alerted | coverage |", "|---|---|---|---|"]
+        out.append(
+            f"| {k} | {v['rules']} | {v.get('alerted', 0)} | {_pct(v.get('alerted', 0) / v['rules'])} |"
+        )
+    out += [
+        "",
+        "## Per classtype",
+        "",
+        "| classtype | rules | alerted | coverage |",
+        "|---|---|---|---|",
+    ]
     for k, v in sorted(doc["per_classtype"].items(), key=lambda kv: -kv[1]["rules"]):
-        out.append(f"| {k} | {v['rules']} | {v.get('alerted', 0)} | {_pct(v.get('alerted', 0) / v['rules'])} |")
+        out.append(
+            f"| {k} | {v['rules']} | {v.get('alerted', 0)} | {_pct(v.get('alerted', 0) / v['rules'])} |"
+        )
     if doc["extra_sids"]:
-        out += ["", "## Sids firing on other rules' sessions", "", "| sid | kind | sessions |", "|---|---|---|"]
+        out += [
+            "",
+            "## Sids firing on other rules' sessions",
+            "",
+            "| sid | kind | sessions |",
+            "|---|---|---|",
+        ]
         kind = {str(s): k for k, sids in doc.get("extra_sids_by_kind", {}).items() for s in sids}
         out += [f"| {k} | {kind.get(str(k), '-')} | {v} |" for k, v in doc["extra_sids"].items()]
         unrelated = [r for r in doc["rows"] if r.get("extra_kind") == "unrelated"]
         if unrelated:
-            out += ["", f"## Sessions with unrelated extra alerts ({len(unrelated)})", "", "| sid | where | other sids |",
-                    "|---|---|---|"]
-            out += [f"| {r['sid']} | {r['where']} | {', '.join(map(str, r['extra_sids']))} |" for r in unrelated[:500]]
+            out += [
+                "",
+                f"## Sessions with unrelated extra alerts ({len(unrelated)})",
+                "",
+                "| sid | where | other sids |",
+                "|---|---|---|",
+            ]
+            out += [
+                f"| {r['sid']} | {r['where']} | {', '.join(map(str, r['extra_sids']))} |"
+                for r in unrelated[:500]
+            ]
     if doc["unknown_keywords"]:
         out += ["", "## Unknown keywords", "", "| keyword | rules |", "|---|---|"]
         out += [f"| {k} | {v} |" for k, v in doc["unknown_keywords"].items()]
     if doc["problems"]:
-        out += ["", "## Malformed rules (skipped)", ""] + [f"- `{p}`" for p in doc["problems"][:200]]
+        out += ["", "## Malformed rules (skipped)", ""] + [
+            f"- `{p}`" for p in doc["problems"][:200]
+        ]
     if doc["suricata_errors"]:
         out += ["", "## Suricata errors", "", "```"] + doc["suricata_errors"][:50] + ["```"]
     refused = [r for r in doc["rows"] if r["state"] == "not loaded"]
     if refused:
-        out += ["", f"## Rules {doc['ids']} refused to load ({len(refused)})", "", "| sid | where | error |",
-                "|---|---|---|"]
+        out += [
+            "",
+            f"## Rules {doc['ids']} refused to load ({len(refused)})",
+            "",
+            "| sid | where | error |",
+            "|---|---|---|",
+        ]
         out += [f"| {r['sid']} | {r['where']} | {r['reason']} |" for r in refused[:2000]]
     missed = [r for r in doc["rows"] if r["state"] == "missed"]
     out += ["", f"## Missed rules ({len(missed)})", "", "| sid | where | reason |", "|---|---|---|"]
@@ -707,12 +963,21 @@ def coverage_rows(run_id: str, step: str, doc: dict) -> list[dict]:
     """The run table `coverage` (analysis.tables) of one coverage document: a row per sid, and per
     sid and mix (`mix`: the attack packet fraction asked for; null for the attack capture alone)."""
     dut = doc.get("dut") or {}
-    common = {"run_id": run_id, "step": step, "ids_version": doc.get("ids_version"),
-              "config_sha256": dut.get("config_sha256")}
-    rows = [{**common, **_slim(r), "extra_sids": r.get("extra_sids", []), "mix": None} for r in doc["rows"]]
+    common = {
+        "run_id": run_id,
+        "step": step,
+        "ids_version": doc.get("ids_version"),
+        "config_sha256": dut.get("config_sha256"),
+    }
+    rows = [
+        {**common, **_slim(r), "extra_sids": r.get("extra_sids", []), "mix": None}
+        for r in doc["rows"]
+    ]
     for key, mx in doc.get("mixes", {}).items():
-        rows += [{**common, **_slim(r), "extra_sids": r.get("extra_sids", []), "mix": float(key)}
-                 for r in mx.get("rows", [])]
+        rows += [
+            {**common, **_slim(r), "extra_sids": r.get("extra_sids", []), "mix": float(key)}
+            for r in mx.get("rows", [])
+        ]
     return rows
 
 
@@ -720,11 +985,33 @@ def coverage_multiplied_rows(run_id: str, step: str, doc: dict) -> list[dict]:
     """The run table `coverage_multiplied` of one coverage document: a row per T and sid of its
     `multiplied` section (none without --multiply)."""
     dut = doc.get("dut") or {}
-    common = {"run_id": run_id, "step": step, "ids_version": doc.get("ids_version"),
-              "config_sha256": dut.get("config_sha256")}
-    return [{**common, "copies": int(t), "reason": r.get("reason"),
-             **{k: r[k] for k in ("sid", "msg", "alerts", "alerts_multiplied", "expected", "per_copy", "scales")}}
-            for t, m in doc.get("multiplied", {}).items() for r in m["rows"]]
+    common = {
+        "run_id": run_id,
+        "step": step,
+        "ids_version": doc.get("ids_version"),
+        "config_sha256": dut.get("config_sha256"),
+    }
+    return [
+        {
+            **common,
+            "copies": int(t),
+            "reason": r.get("reason"),
+            **{
+                k: r[k]
+                for k in (
+                    "sid",
+                    "msg",
+                    "alerts",
+                    "alerts_multiplied",
+                    "expected",
+                    "per_copy",
+                    "scales",
+                )
+            },
+        }
+        for t, m in doc.get("multiplied", {}).items()
+        for r in m["rows"]
+    ]
 
 
 def write_coverage_table(out: Path, steps: list[tuple[str, dict]]) -> Path:
@@ -736,27 +1023,44 @@ def write_coverage_table(out: Path, steps: list[tuple[str, dict]]) -> Path:
         write_table(out, "coverage_multiplied", multiplied)
     else:
         table_path(out, "coverage_multiplied").unlink(missing_ok=True)
-    return write_table(out, "coverage", [row for step, doc in steps for row in coverage_rows(run_id, step, doc)])
+    return write_table(
+        out, "coverage", [row for step, doc in steps for row in coverage_rows(run_id, step, doc)]
+    )
 
 
 def comparison_markdown(result: dict) -> str:
     docs = result["duts"]
     first = docs[0]["dut"]["name"]
-    out = [f"# IDS detection coverage of {len(docs)} DUTs", "",
-           f"- the same {docs[0]['sessions']:,} sessions ({docs[0]['packets']:,} packets, `attacks.pcap`) read by "
-           f"each DUT; each is compared per sid with the first, {first}"]
+    out = [
+        f"# IDS detection coverage of {len(docs)} DUTs",
+        "",
+        f"- the same {docs[0]['sessions']:,} sessions ({docs[0]['packets']:,} packets, `attacks.pcap`) read by "
+        f"each DUT; each is compared per sid with the first, {first}",
+    ]
     if result["blocking"]:
-        out += ["- gate: failed: " + "; ".join(f"{what}: sids {', '.join(map(str, sids[:20]))}"
-                                                + (", ..." if len(sids) > 20 else "") for what, sids in result["blocking"])]
+        out += [
+            "- gate: failed: "
+            + "; ".join(
+                f"{what}: sids {', '.join(map(str, sids[:20]))}"
+                + (", ..." if len(sids) > 20 else "")
+                for what, sids in result["blocking"]
+            )
+        ]
     else:
         out += ["- gate: passed (no newly failing sid that is not allowed)"]
-    out += ["", "| DUT | binary | version | configuration | config sha256 | coverage | alerted | missed | "
-            "not loaded | report |", "|---|---|---|---|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "| DUT | binary | version | configuration | config sha256 | coverage | alerted | missed | "
+        "not loaded | report |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for d in docs:
         u = d["dut"]
-        out.append(f"| {u['name']} | `{u['binary']}` | {u['version']} | {('`' + u['config'] + '`') if u['config'] else 'the testbed'} "
-                   f"| {(u.get('config_sha256') or '-')[:16]} | {_pct(d['coverage'])} | {d['alerted']} | {d['missed']} "
-                   f"| {d['unloadable']} | `{u['name']}/coverage.html` |")
+        out.append(
+            f"| {u['name']} | `{u['binary']}` | {u['version']} | {('`' + u['config'] + '`') if u['config'] else 'the testbed'} "
+            f"| {(u.get('config_sha256') or '-')[:16]} | {_pct(d['coverage'])} | {d['alerted']} | {d['missed']} "
+            f"| {d['unloadable']} | `{u['name']}/coverage.html` |"
+        )
     out.append("")
     for d in docs:
         out += _comparison_markdown(d, prefix=f"{d['dut']['name']}: ")
@@ -768,8 +1072,17 @@ def write_comparison(result: dict, out: Path) -> None:
     gate), comparison.md and .html in `out`."""
     docs = result["duts"]
     summary = {
-        "duts": [{**d["dut"], "coverage": d["coverage"], "alerted": d["alerted"], "missed": d["missed"],
-                  "unloadable": d["unloadable"], "report": f"{d['dut']['name']}/coverage.json"} for d in docs],
+        "duts": [
+            {
+                **d["dut"],
+                "coverage": d["coverage"],
+                "alerted": d["alerted"],
+                "missed": d["missed"],
+                "unloadable": d["unloadable"],
+                "report": f"{d['dut']['name']}/coverage.json",
+            }
+            for d in docs
+        ],
         "versus": {d["dut"]["name"]: d["versus"] for d in docs[1:]},
         "baseline": {d["dut"]["name"]: d["baseline"] for d in docs if d.get("baseline")},
         "blocking": [{"what": what, "sids": sids} for what, sids in result["blocking"]],

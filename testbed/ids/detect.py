@@ -53,8 +53,10 @@ RUNMODE = "single"
 # http_method, status, tls fingerprint, ...), so that an expect file checks what it checks under
 # plain Suricata
 EVE_TYPES = DEFAULT_EVE_TYPES
-ANY_REASON = ("not given: any, since which side of the capture is home is not known and no alert "
-              "should be lost for an address; --home-net narrows it")
+ANY_REASON = (
+    "not given: any, since which side of the capture is home is not known and no alert "
+    "should be lost for an address; --home-net narrows it"
+)
 RUN_REASON = "not given: the testbed's own HOME_NET, since the run's addresses are ours"
 
 
@@ -72,24 +74,34 @@ def address_group(text: str, flag: str) -> str:
     group defined by itself (``--home-net $HOME_NET``, or ``$EXTERNAL_NET``, which is ``!$HOME_NET``)."""
     items = [t.strip() for t in text.strip().strip("[]").split(",")]
     if not items or any(not t for t in items):
-        raise BadInput(f"{flag} {text!r}: empty item; give addresses or CIDR blocks separated by "
-                       "commas, e.g. 192.0.2.0/24,2001:db8::/32, or `any`")
-    own = {"--home-net": ("$HOME_NET", "$EXTERNAL_NET"), "--external-net": ("$EXTERNAL_NET",)}.get(flag, ())
+        raise BadInput(
+            f"{flag} {text!r}: empty item; give addresses or CIDR blocks separated by "
+            "commas, e.g. 192.0.2.0/24,2001:db8::/32, or `any`"
+        )
+    own = {"--home-net": ("$HOME_NET", "$EXTERNAL_NET"), "--external-net": ("$EXTERNAL_NET",)}.get(
+        flag, ()
+    )
     for item in items:
         bare = item.lstrip("!")
         if item.startswith("!") and bare == "any":
-            raise BadInput(f"{flag}: {item!r} is no address at all (Suricata refuses an address group "
-                           "with the complete address space negated); give addresses or CIDR blocks, or `any`")
+            raise BadInput(
+                f"{flag}: {item!r} is no address at all (Suricata refuses an address group "
+                "with the complete address space negated); give addresses or CIDR blocks, or `any`"
+            )
         if bare in own:
-            raise BadInput(f"{flag}: {item!r} defines the group by itself (Suricata refuses the loop); "
-                           "give addresses or CIDR blocks, e.g. 192.0.2.0/24, or `any`")
+            raise BadInput(
+                f"{flag}: {item!r} defines the group by itself (Suricata refuses the loop); "
+                "give addresses or CIDR blocks, e.g. 192.0.2.0/24, or `any`"
+            )
         if bare in ("any", "$HOME_NET", "$EXTERNAL_NET"):
             continue
         try:
             ipaddress.ip_network(bare, strict=False)
         except ValueError:
-            raise BadInput(f"{flag}: {item!r} is not an address or CIDR block (e.g. 192.0.2.0/24, "
-                           "2001:db8::/32, or `any`)") from None
+            raise BadInput(
+                f"{flag}: {item!r} is not an address or CIDR block (e.g. 192.0.2.0/24, "
+                "2001:db8::/32, or `any`)"
+            ) from None
     return items[0] if len(items) == 1 else "[" + ",".join(items) + "]"
 
 
@@ -101,12 +113,16 @@ def resolve_inputs(paths: list[str | Path], rules: list[str | Path] | None) -> D
         run_dir = paths[0]
         capture = run_dir / "capture.pcap"
         if not capture.is_file():
-            raise BadInput(f"{run_dir}: a folder without capture.pcap; give capture files or a run folder")
+            raise BadInput(
+                f"{run_dir}: a folder without capture.pcap; give capture files or a run folder"
+            )
         captures = [capture, *more_captures(run_dir)]
     else:
         for p in paths:
             if p.is_dir():
-                raise BadInput(f"{p}: a folder among several inputs; give capture files, or one run folder")
+                raise BadInput(
+                    f"{p}: a folder among several inputs; give capture files, or one run folder"
+                )
             if not p.exists():
                 raise BadInput(f"{p}: no such capture file")
         captures = paths
@@ -115,15 +131,21 @@ def resolve_inputs(paths: list[str | Path], rules: list[str | Path] | None) -> D
     elif run_dir is not None:
         rule_paths = run_rule_files(run_dir)
     else:
-        raise BadInput("no rules: give --rules FILE.rules (a run folder with attacks brings its own)")
+        raise BadInput(
+            "no rules: give --rules FILE.rules (a run folder with attacks brings its own)"
+        )
     for r in rule_paths:
         if r.is_dir():
-            raise BadInput(f"{r}: a directory, not a rule file; give its .rules files (e.g. {r}/*.rules)")
+            raise BadInput(
+                f"{r}: a directory, not a rule file; give its .rules files (e.g. {r}/*.rules)"
+            )
         if not r.exists():
             raise BadInput(f"{r}: no such rule file; give paths of .rules files")
-        if not r.is_file():   # read here and again by Suricata: a pipe would be empty the second time
+        if (
+            not r.is_file()
+        ):  # read here and again by Suricata: a pipe would be empty the second time
             raise BadInput(f"{r}: a device or a pipe, not a rule file; give a .rules file")
-        read_rule_text(r)   # BadInput before Suricata runs: not UTF-8 (FILE:LINE), too long
+        read_rule_text(r)  # BadInput before Suricata runs: not UTF-8 (FILE:LINE), too long
     return DetectInput(captures, rule_paths, run_dir)
 
 
@@ -135,7 +157,11 @@ def more_captures(run_dir: Path) -> list[Path]:
     except (BadInput, AttributeError):  # none, or damaged: no other captures named
         return []
     listed = steps[0].get("captures", []) if len(steps) == 1 and steps[0].get("dir") == "." else []
-    return [run_dir / c["file"] for c in listed if not c.get("counted") and (run_dir / c["file"]).is_file()]
+    return [
+        run_dir / c["file"]
+        for c in listed
+        if not c.get("counted") and (run_dir / c["file"]).is_file()
+    ]
 
 
 def run_rule_files(run_dir: Path) -> list[Path]:
@@ -143,14 +169,19 @@ def run_rule_files(run_dir: Path) -> list[Path]:
     for manifest in (run_dir / "attacks.json", run_dir / "attacks" / "attacks.json"):
         if manifest.is_file():
             doc = read_json(manifest, "attack manifest")
-            files = (doc.get("attacks") or {}).get("rule_files", []) if isinstance(doc, dict) else []
+            files = (
+                (doc.get("attacks") or {}).get("rule_files", []) if isinstance(doc, dict) else []
+            )
             if files:
                 return [Path(f) for f in files]
-    raise BadInput(f"{run_dir}: the run had no attacks, so it names no rules; give --rules FILE.rules")
+    raise BadInput(
+        f"{run_dir}: the run had no attacks, so it names no rules; give --rules FILE.rules"
+    )
 
 
-def address_vars(inputs: DetectInput, home_net: str | None, external_net: str | None,
-                 config: Path | None) -> tuple[str | None, str | None, str]:
+def address_vars(
+    inputs: DetectInput, home_net: str | None, external_net: str | None, config: Path | None
+) -> tuple[str | None, str | None, str]:
     """(HOME_NET, EXTERNAL_NET, why) for the run; None leaves a user configuration's own value."""
     if home_net is not None:
         external = external_net or ("any" if home_net == "any" else "!$HOME_NET")
@@ -162,16 +193,26 @@ def address_vars(inputs: DetectInput, home_net: str | None, external_net: str | 
     return "any", external_net or "any", ANY_REASON
 
 
-def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None = None,
-               external_net: str | None = None, checksum: str = "auto", config: str | Path | None = None,
-               expect: ExpectFile | None = None, expect_path: str | Path | None = None,
-               formats: tuple[str, ...] = FORMATS, top: int = TOP_FLOWS, midstream: bool = False,
-               progress=None) -> dict:
+def run_detect(
+    inputs: DetectInput,
+    out_dir: str | Path,
+    *,
+    home_net: str | None = None,
+    external_net: str | None = None,
+    checksum: str = "auto",
+    config: str | Path | None = None,
+    expect: ExpectFile | None = None,
+    expect_path: str | Path | None = None,
+    formats: tuple[str, ...] = FORMATS,
+    top: int = TOP_FLOWS,
+    midstream: bool = False,
+    progress=None,
+) -> dict:
     say = progress or (lambda msg: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    captures = [_capture_summary(p) for p in inputs.captures]   # CaptureError: not a capture
+    captures = [_capture_summary(p) for p in inputs.captures]  # CaptureError: not a capture
     if len(inputs.captures) > 1:
         say(f"merging {len(inputs.captures)} captures by time")
         pcap = out / "merged.pcap"
@@ -185,16 +226,33 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
         pcap = inputs.captures[0]
     cfg = Path(config) if config is not None else None
     home, external, why = address_vars(inputs, home_net, external_net, cfg)
-    say(f"running suricata on {pcap} (HOME_NET {home or 'from the configuration'}, checksums {checksum})")
-    suri = run_offline(pcap, inputs.rules, out, home_net=home, external_net=external, checksum=checksum,
-                       config=cfg, eve_types=EVE_TYPES, runmode=RUNMODE,
-                       stream={"midstream": "true"} if midstream else None)
-    if is_full(out):   # Suricata says nothing when eve.json finds the disk full: its events stop there
-        raise NoSpace(f"{no_space_at(suri.eve)}: the file system filled while Suricata wrote it, so its events "
-                      "are cut (kept as they are, not counted); free some space or choose another --out")
+    say(
+        f"running suricata on {pcap} (HOME_NET {home or 'from the configuration'}, checksums {checksum})"
+    )
+    suri = run_offline(
+        pcap,
+        inputs.rules,
+        out,
+        home_net=home,
+        external_net=external,
+        checksum=checksum,
+        config=cfg,
+        eve_types=EVE_TYPES,
+        runmode=RUNMODE,
+        stream={"midstream": "true"} if midstream else None,
+    )
+    if is_full(
+        out
+    ):  # Suricata says nothing when eve.json finds the disk full: its events stop there
+        raise NoSpace(
+            f"{no_space_at(suri.eve)}: the file system filled while Suricata wrote it, so its events "
+            "are cut (kept as they are, not counted); free some space or choose another --out"
+        )
     if not suri.eve.is_file():
-        raise BadInput(f"{cfg}: Suricata wrote no eve.json into {out}: enable an eve-log output with "
-                       "`filename: eve.json` and `types: [alert]` in that configuration")
+        raise BadInput(
+            f"{cfg}: Suricata wrote no eve.json into {out}: enable an eve-log output with "
+            "`filename: eve.json` and `types: [alert]` in that configuration"
+        )
     events = list(read_eve(suri.eve))
     doc = {
         "command": "detect",
@@ -209,13 +267,27 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
         "checksum_validation": checksum,
         "midstream": midstream,
         "suricata_config": str(cfg) if cfg else "ours (suricata.yaml in the output folder)",
-        "ids": "suricata", "ids_version": suricata_version(),
+        "ids": "suricata",
+        "ids_version": suricata_version(),
         "suricata_command": suri.command,
-        "rules_loaded": suri.rules_loaded, "rules_failed": suri.rules_failed,
-        "load_errors": [{"file": e.file, "line": e.line, "sid": e.sid, "reason": e.reason,
-                         "suricata": e.line_text} for e in suri.load_errors],
-        "suricata_errors": [e for e in suri.errors if "error parsing signature" not in e
-                            and not any(r.reason and e.endswith(r.reason) for r in suri.load_errors)][:200],
+        "rules_loaded": suri.rules_loaded,
+        "rules_failed": suri.rules_failed,
+        "load_errors": [
+            {
+                "file": e.file,
+                "line": e.line,
+                "sid": e.sid,
+                "reason": e.reason,
+                "suricata": e.line_text,
+            }
+            for e in suri.load_errors
+        ],
+        "suricata_errors": [
+            e
+            for e in suri.errors
+            if "error parsing signature" not in e
+            and not any(r.reason and e.endswith(r.reason) for r in suri.load_errors)
+        ][:200],
         "eve": suri.eve.name,
         "events": dict(Counter(ev.get("event_type", "?") for ev in events).most_common()),
         **alerts_per_sid(events, top),
@@ -223,9 +295,12 @@ def run_detect(inputs: DetectInput, out_dir: str | Path, *, home_net: str | None
     }
     if expect is not None:
         results = evaluate(expect, events)
-        doc["expect"] = {"file": str(expect_path), "passed": sum(r.ok for r in results),
-                         "failed": sum(not r.ok for r in results),
-                         "checks": [r.as_dict() | {"text": str(r)} for r in results]}
+        doc["expect"] = {
+            "file": str(expect_path),
+            "passed": sum(r.ok for r in results),
+            "failed": sum(not r.ok for r in results),
+            "checks": [r.as_dict() | {"text": str(r)} for r in results],
+        }
     doc["timing_s"] = round(time.monotonic() - t0, 3)
     write_reports(doc, out, formats)
     return doc
@@ -238,8 +313,10 @@ def _capture_summary(path: Path) -> dict:
         first, last = int(cap.ts_ns.min()), int(cap.ts_ns.max())
         info.update(first_utc=_utc(first / 1e9), last_utc=_utc(last / 1e9))
     if cap.problem is not None:
-        info["problem"] = (f"damaged at byte offset {cap.problem.offset}: {cap.problem.message} "
-                           f"({cap.problem.packets_read:,} packets read before it)")
+        info["problem"] = (
+            f"damaged at byte offset {cap.problem.offset}: {cap.problem.message} "
+            f"({cap.problem.packets_read:,} packets read before it)"
+        )
     return info
 
 
@@ -252,7 +329,11 @@ def _time_range(captures: list[dict]) -> dict:
 
 
 def _utc(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(epoch, timezone.utc)
+        .isoformat(timespec="microseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def eve_epoch(stamp: str) -> float:
@@ -273,21 +354,44 @@ def alerts_per_sid(events: list[dict], top: int = TOP_FLOWS) -> dict:
         a = ev.get("alert", {})
         key = (int(a.get("gid", 1)), int(a.get("signature_id", 0)))
         t = eve_epoch(ev["timestamp"])
-        row = per.setdefault(key, {"gid": key[0], "sid": key[1], "rev": a.get("rev"), "msg": a.get("signature", ""),
-                                   "category": a.get("category", ""), "severity": a.get("severity"),
-                                   "alerts": 0, "first_epoch": t, "last_epoch": t})
+        row = per.setdefault(
+            key,
+            {
+                "gid": key[0],
+                "sid": key[1],
+                "rev": a.get("rev"),
+                "msg": a.get("signature", ""),
+                "category": a.get("category", ""),
+                "severity": a.get("severity"),
+                "alerts": 0,
+                "first_epoch": t,
+                "last_epoch": t,
+            },
+        )
         row["alerts"] += 1
         row["first_epoch"] = min(row["first_epoch"], t)
         row["last_epoch"] = max(row["last_epoch"], t)
-        flows[key][(ev.get("proto", ""), short_address(ev.get("src_ip")), ev.get("src_port"),
-                    short_address(ev.get("dest_ip")), ev.get("dest_port"))] += 1
+        flows[key][
+            (
+                ev.get("proto", ""),
+                short_address(ev.get("src_ip")),
+                ev.get("src_port"),
+                short_address(ev.get("dest_ip")),
+                ev.get("dest_port"),
+            )
+        ] += 1
     rows = []
     for key, row in sorted(per.items(), key=lambda kv: (-kv[1]["alerts"], kv[0])):
         row["first_utc"], row["last_utc"] = _utc(row["first_epoch"]), _utc(row["last_epoch"])
-        row["first_epoch"], row["last_epoch"] = round(row["first_epoch"], 6), round(row["last_epoch"], 6)
+        row["first_epoch"], row["last_epoch"] = (
+            round(row["first_epoch"], 6),
+            round(row["last_epoch"], 6),
+        )
         row["flows"] = len(flows[key])
-        row["top_flows"] = [{"proto": p, "src_ip": s, "src_port": sp, "dest_ip": d, "dest_port": dp, "alerts": n}
-                            for (p, s, sp, d, dp), n in flows[key].most_common(top)]
+        row["top_flows"] = [
+            {"proto": p, "src_ip": s, "src_port": sp, "dest_ip": d, "dest_port": dp, "alerts": n}
+            for (p, s, sp, d, dp), n in flows[key].most_common(top)
+        ]
         rows.append(row)
     return {"alerts": total, "sids": rows}
 
@@ -305,12 +409,14 @@ def summary_lines(doc: dict) -> list[str]:
     packets = sum(c["packets"] for c in caps)
     lines = [
         f"capture: {', '.join(c['path'] for c in caps)} ({packets:,} packets"
-        + (f", {doc['first_utc']} .. {doc['last_utc']}" if packets else "") + ")",
+        + (f", {doc['first_utc']} .. {doc['last_utc']}" if packets else "")
+        + ")",
         f"rules: {', '.join(doc['rule_files'])}; {doc['rules_loaded'] if doc['rules_loaded'] is not None else '?'} "
         f"loaded, {len(doc['load_errors'])} refused by {doc['ids']} {doc['ids_version']}",
         f"HOME_NET {doc['home_net']}, EXTERNAL_NET {doc['external_net']} ({doc['home_net_reason']}); "
         f"checksum validation {doc['checksum_validation']}"
-        + ("; stream midstream on" if doc.get("midstream") else "") + f"; configuration {doc['suricata_config']}",
+        + ("; stream midstream on" if doc.get("midstream") else "")
+        + f"; configuration {doc['suricata_config']}",
         f"alerts: {doc['alerts']:,} from {len(doc['sids'])} sid(s)",
     ]
     for c in caps:
@@ -318,35 +424,67 @@ def summary_lines(doc: dict) -> list[str]:
             lines.append(f"warning: {c['path']}: {c['problem']}")
     if doc["expect"] is not None:
         e = doc["expect"]
-        lines.append(f"expect: {e['passed']} of {e['passed'] + e['failed']} checks passed ({e['file']})")
+        lines.append(
+            f"expect: {e['passed']} of {e['passed'] + e['failed']} checks passed ({e['file']})"
+        )
     return lines
 
 
 def markdown(doc: dict) -> str:
     out = ["# IDS detections", "", *[f"- {x}" for x in summary_lines(doc)], ""]
-    out += ["## Alerts per sid", "", "| sid | msg | alerts | first (UTC) | last (UTC) | first, last (epoch) | flows |",
-            "|---|---|---|---|---|---|---|"]
+    out += [
+        "## Alerts per sid",
+        "",
+        "| sid | msg | alerts | first (UTC) | last (UTC) | first, last (epoch) | flows |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in doc["sids"]:
         sid = f"{r['gid']}:{r['sid']}" if r["gid"] != 1 else str(r["sid"])
-        out.append(f"| {sid} | {_cell(r['msg'])} | {r['alerts']} | {r['first_utc']} | {r['last_utc']} | "
-                   f"{r['first_epoch']:.6f}, {r['last_epoch']:.6f} | {r['flows']} |")
+        out.append(
+            f"| {sid} | {_cell(r['msg'])} | {r['alerts']} | {r['first_utc']} | {r['last_utc']} | "
+            f"{r['first_epoch']:.6f}, {r['last_epoch']:.6f} | {r['flows']} |"
+        )
     if doc["sids"]:
-        out += ["", "## Flows per sid (the busiest first)", "", "| sid | flow | alerts |", "|---|---|---|"]
+        out += [
+            "",
+            "## Flows per sid (the busiest first)",
+            "",
+            "| sid | flow | alerts |",
+            "|---|---|---|",
+        ]
         for r in doc["sids"]:
             for f in r["top_flows"]:
                 out.append(f"| {r['sid']} | {flow_text(f)} | {f['alerts']} |")
             if r["flows"] > len(r["top_flows"]):
-                out.append(f"| {r['sid']} | ... and {r['flows'] - len(r['top_flows'])} more flows | |")
+                out.append(
+                    f"| {r['sid']} | ... and {r['flows'] - len(r['top_flows'])} more flows | |"
+                )
     if doc["expect"] is not None:
-        out += ["", "## Expected results", "", "| check | result | expected | found | hint |", "|---|---|---|---|---|"]
+        out += [
+            "",
+            "## Expected results",
+            "",
+            "| check | result | expected | found | hint |",
+            "|---|---|---|---|---|",
+        ]
         for c in doc["expect"]["checks"]:
             name = f"{c['check']} {c['name']}".strip()
-            out.append(f"| {name} | {'pass' if c['ok'] else 'FAIL'} | {c['expected']} | {c['found']} | {c['hint']} |")
+            out.append(
+                f"| {name} | {'pass' if c['ok'] else 'FAIL'} | {c['expected']} | {c['found']} | {c['hint']} |"
+            )
     if doc["load_errors"]:
-        out += ["", f"## Rules Suricata refused ({len(doc['load_errors'])})", "", "| where | sid | why |", "|---|---|---|"]
+        out += [
+            "",
+            f"## Rules Suricata refused ({len(doc['load_errors'])})",
+            "",
+            "| where | sid | why |",
+            "|---|---|---|",
+        ]
         for e in doc["load_errors"]:
-            out.append(f"| {e['file']}:{e['line']} | {e['sid'] if e['sid'] is not None else '-'} | "
-                       f"{_cell(e['reason'] or e['suricata'])} |")
+            out.append(
+                f"| {e['file']}:{e['line']} | {e['sid'] if e['sid'] is not None else '-'} | "
+                f"{_cell(e['reason'] or e['suricata'])} |"
+            )
     if doc["suricata_errors"]:
         out += ["", "## Other Suricata errors", "", "```", *doc["suricata_errors"][:50], "```"]
     out += ["", "## Events in eve.json", "", "| event_type | events |", "|---|---|"]
@@ -356,13 +494,17 @@ def markdown(doc: dict) -> str:
 
 
 def _cell(text: str) -> str:
-    return str(text).replace("|", "\u00a6")   # a table cell cannot hold |
+    return str(text).replace("|", "\u00a6")  # a table cell cannot hold |
 
 
 def write_reports(doc: dict, out: Path, formats: tuple[str, ...] = FORMATS) -> None:
     """detect.json, .md and .html (those in `formats`), each whole or not at all (`replacing`)."""
     md = markdown(doc)
-    texts = {"json": json.dumps(doc, indent=1) + "\n", "md": md, "html": markdown_html(md, "IDS detections")}
+    texts = {
+        "json": json.dumps(doc, indent=1) + "\n",
+        "md": md,
+        "html": markdown_html(md, "IDS detections"),
+    }
     for fmt in ("json", "md", "html"):
         if fmt in formats:
             with replacing(out / f"detect.{fmt}") as tmp:

@@ -48,7 +48,9 @@ class Filter(BaseModel):
     max: int | None = Field(None, ge=0, description="at most this many")
     lt: int | None = Field(None, ge=1, description="fewer than this many")
     gt: int | None = Field(None, ge=0, description="more than this many")
-    match: dict[str, Scalar] = Field(min_length=1, description="dotted EVE key -> value; all must hold")
+    match: dict[str, Scalar] = Field(
+        min_length=1, description="dotted EVE key -> value; all must hold"
+    )
 
     @model_validator(mode="after")
     def _one_bound(self) -> "Filter":
@@ -59,13 +61,25 @@ class Filter(BaseModel):
         return self
 
     def holds(self, n: int) -> bool:
-        return ((self.count is None or n == self.count) and (self.min is None or n >= self.min)
-                and (self.max is None or n <= self.max) and (self.lt is None or n < self.lt)
-                and (self.gt is None or n > self.gt))
+        return (
+            (self.count is None or n == self.count)
+            and (self.min is None or n >= self.min)
+            and (self.max is None or n <= self.max)
+            and (self.lt is None or n < self.lt)
+            and (self.gt is None or n > self.gt)
+        )
 
     def wanted(self) -> str:
-        words = {"count": "exactly", "min": "at least", "max": "at most", "lt": "fewer than", "gt": "more than"}
-        return " and ".join(f"{words[b]} {getattr(self, b)}" for b in BOUNDS if getattr(self, b) is not None)
+        words = {
+            "count": "exactly",
+            "min": "at least",
+            "max": "at most",
+            "lt": "fewer than",
+            "gt": "more than",
+        }
+        return " and ".join(
+            f"{words[b]} {getattr(self, b)}" for b in BOUNDS if getattr(self, b) is not None
+        )
 
 
 class Check(BaseModel):
@@ -84,18 +98,27 @@ class CheckResult:
     index: int
     name: str
     ok: bool
-    expected: str          # "exactly 1 event(s) with event_type=alert, alert.signature_id=1000001"
+    expected: str  # "exactly 1 event(s) with event_type=alert, alert.signature_id=1000001"
     found: int
-    hint: str = ""         # for a failure: which match key excluded the events the others select
+    hint: str = ""  # for a failure: which match key excluded the events the others select
 
     def as_dict(self) -> dict:
-        return {"check": self.index, "name": self.name, "ok": self.ok, "expected": self.expected,
-                "found": self.found, "hint": self.hint}
+        return {
+            "check": self.index,
+            "name": self.name,
+            "ok": self.ok,
+            "expected": self.expected,
+            "found": self.found,
+            "hint": self.hint,
+        }
 
     def __str__(self) -> str:
         head = f"check {self.index} ({self.name}): " if self.name else f"check {self.index}: "
-        return (head + f"expected {self.expected}; found {self.found}"
-                + (f" ({self.hint})" if self.hint else ""))
+        return (
+            head
+            + f"expected {self.expected}; found {self.found}"
+            + (f" ({self.hint})" if self.hint else "")
+        )
 
 
 def load_expect(path: str | Path) -> ExpectFile:
@@ -109,14 +132,18 @@ def load_expect(path: str | Path) -> ExpectFile:
     except YamlProblem as exc:
         raise ExpectError(exc.problems) from None
     if not isinstance(data, dict):
-        raise ExpectError([f"{file}:1: (top level): expected a mapping with `checks:`, a list of "
-                           "{filter: {count: N, match: {KEY: VALUE}}}"])
+        raise ExpectError(
+            [
+                f"{file}:1: (top level): expected a mapping with `checks:`, a list of "
+                "{filter: {count: N, match: {KEY: VALUE}}}"
+            ]
+        )
     lines = yaml_lines(text)
     try:
         return ExpectFile.model_validate(data)
     except ValidationError as exc:
         problems = [format_error(e, file, lines, ExpectFile) for e in exc.errors(include_url=False)]
-        problems.sort(key=lambda p: int(p[len(file) + 1:].split(":", 1)[0]))
+        problems.sort(key=lambda p: int(p[len(file) + 1 :].split(":", 1)[0]))
         raise ExpectError(problems) from None
 
 
@@ -161,8 +188,11 @@ def evaluate(expect: ExpectFile, events: list[dict]) -> list[CheckResult]:
         what = ", ".join(f"{k}={v}" for k, v in f.match.items())
         expected = f"{f.wanted()} event(s) with {what}"
         ok = f.holds(found)
-        results.append(CheckResult(i, check.name or "", ok, expected, found,
-                                   "" if ok else _hint(f.match, events)))
+        results.append(
+            CheckResult(
+                i, check.name or "", ok, expected, found, "" if ok else _hint(f.match, events)
+            )
+        )
     return results
 
 
@@ -174,8 +204,11 @@ def _hint(match: dict[str, Scalar], events: list[dict]) -> str:
     parts = []
     for key in match:
         rest = {k: v for k, v in match.items() if k != key}
-        values = Counter(_shown(ev, key) for ev in events
-                         if matches(ev, rest) and not matches(ev, {key: match[key]}))
+        values = Counter(
+            _shown(ev, key)
+            for ev in events
+            if matches(ev, rest) and not matches(ev, {key: match[key]})
+        )
         if values:
             got = ", ".join(f"{v} ({n})" for v, n in values.most_common(3))
             parts.append(f"{sum(values.values())} more event(s) without {key}: {key} was {got}")

@@ -49,8 +49,8 @@ class MultipliedCapture:
     pcap: Path
     plan: Path
     summary: dict
-    addresses: dict[str, tuple[str, int]]   # every address -> (original address, copy)
-    home_net: str                           # HOME_NET for it: home without the shadow ranges + theirs
+    addresses: dict[str, tuple[str, int]]  # every address -> (original address, copy)
+    home_net: str  # HOME_NET for it: home without the shadow ranges + theirs
 
 
 def _networks(bracketed: str) -> list:
@@ -78,22 +78,39 @@ def _without_shadows(home: list) -> list:
 
 
 def _collapsed(nets: list) -> list[str]:
-    return [str(n) for v in (4, 6) for n in ipaddress.collapse_addresses([n for n in nets if n.version == v])]
+    return [
+        str(n)
+        for v in (4, 6)
+        for n in ipaddress.collapse_addresses([n for n in nets if n.version == v])
+    ]
 
 
-def multiply_attacks(pcap: Path, copies: int, out_dir: Path, seed: int = 1,
-                     home_net: str = HOME_NET) -> MultipliedCapture:
+def multiply_attacks(
+    pcap: Path, copies: int, out_dir: Path, seed: int = 1, home_net: str = HOME_NET
+) -> MultipliedCapture:
     """out_dir/attacks.pcap, shadow_plan.csv and multiply.json: `pcap` with T = `copies`, the
     shadows of `home_net`'s addresses (a bracketed list of CIDRs) in HOME_SHADOW_RANGES."""
     out_dir.mkdir(parents=True, exist_ok=True)
     home = _collapsed(_without_shadows(_networks(home_net)))
-    params = MultiplyParams(copies=copies, ranges=SHADOW_RANGES, seed=seed, home=tuple(home),
-                            home_ranges=HOME_SHADOW_RANGES)
+    params = MultiplyParams(
+        copies=copies,
+        ranges=SHADOW_RANGES,
+        seed=seed,
+        home=tuple(home),
+        home_ranges=HOME_SHADOW_RANGES,
+    )
     out, plan = out_dir / "attacks.pcap", out_dir / "shadow_plan.csv"
     summary = multiply_capture(Path(pcap), out, plan, out_dir / "multiply.json", params)
     multiplied = home + list(HOME_SHADOW_RANGES)
-    return MultipliedCapture(copies, out_dir, out, plan, summary, shadow_addresses(plan),
-                             "[" + ",".join(_collapsed([ipaddress.ip_network(n) for n in multiplied])) + "]")
+    return MultipliedCapture(
+        copies,
+        out_dir,
+        out,
+        plan,
+        summary,
+        shadow_addresses(plan),
+        "[" + ",".join(_collapsed([ipaddress.ip_network(n) for n in multiplied])) + "]",
+    )
 
 
 def multiplied_home_net(mc: MultipliedCapture) -> str:
@@ -111,10 +128,14 @@ def _copy_of(mc: MultipliedCapture, src: str, dst: str) -> int | None:
     return a[1]
 
 
-def _reason(model: RuleModel | None, per_copy: list[int], base: int, unmapped: int, passed: int) -> str:
+def _reason(
+    model: RuleModel | None, per_copy: list[int], base: int, unmapped: int, passed: int
+) -> str:
     if model is not None and model.track == "by_rule":
-        return ("threshold/detection_filter tracks by_rule: one counter for the original and all its copies "
-                "(by_src, by_dst and by_both count each copy's own addresses)")
+        return (
+            "threshold/detection_filter tracks by_rule: one counter for the original and all its copies "
+            "(by_src, by_dst and by_both count each copy's own addresses)"
+        )
     if unmapped:
         return f"{unmapped} alerts on addresses not of one copy (an alert without addresses, or across copies)"
     if passed:
@@ -124,8 +145,9 @@ def _reason(model: RuleModel | None, per_copy: list[int], base: int, unmapped: i
     return "the copies alert differently from the original: see eve.json of both runs"
 
 
-def score_multiplied(mc: MultipliedCapture, base: SuricataResult, suri: SuricataResult,
-                     models: list[RuleModel]) -> dict:
+def score_multiplied(
+    mc: MultipliedCapture, base: SuricataResult, suri: SuricataResult, models: list[RuleModel]
+) -> dict:
     """Per sid: alerts unmultiplied, multiplied, per copy; which scale (T+1)x and why not."""
     t = mc.copies
     before = Counter(a.sid for a in base.alerts)
@@ -145,20 +167,32 @@ def score_multiplied(mc: MultipliedCapture, base: SuricataResult, suri: Suricata
     for sid in sorted(set(before) | set(after)):
         copies = per_copy[sid]
         scales = not unmapped[sid] and all(n == before[sid] for n in copies)
-        row = {"sid": sid, "msg": by_sid[sid].raw.msg if sid in by_sid else "", "alerts": before[sid],
-               "alerts_multiplied": after[sid], "expected": (t + 1) * before[sid], "per_copy": copies,
-               "scales": scales}
+        row = {
+            "sid": sid,
+            "msg": by_sid[sid].raw.msg if sid in by_sid else "",
+            "alerts": before[sid],
+            "alerts_multiplied": after[sid],
+            "expected": (t + 1) * before[sid],
+            "per_copy": copies,
+            "scales": scales,
+        }
         if not scales:
             row["reason"] = _reason(by_sid.get(sid), copies, before[sid], unmapped[sid], passed)
         rows.append(row)
     total_before, total_after = sum(before.values()), sum(after.values())
     return {
-        "copies": t, "capture": str(mc.pcap), "plan": str(mc.plan),
-        "packets_in": mc.summary["packets_in"], "packets_out": mc.summary["packets_out"],
+        "copies": t,
+        "capture": str(mc.pcap),
+        "plan": str(mc.plan),
+        "packets_in": mc.summary["packets_in"],
+        "packets_out": mc.summary["packets_out"],
         "passed_through": passed,
-        "alerts": total_before, "alerts_multiplied": total_after, "expected": (t + 1) * total_before,
+        "alerts": total_before,
+        "alerts_multiplied": total_after,
+        "expected": (t + 1) * total_before,
         "ratio": total_after / total_before if total_before else 0.0,
-        "sids": len(rows), "sids_scaling": sum(r["scales"] for r in rows),
+        "sids": len(rows),
+        "sids_scaling": sum(r["scales"] for r in rows),
         "not_scaling": [r["sid"] for r in rows if not r["scales"]],
         "rows": rows,
     }
@@ -166,24 +200,37 @@ def score_multiplied(mc: MultipliedCapture, base: SuricataResult, suri: Suricata
 
 def summary_line(m: dict) -> str:
     bad = m["not_scaling"]
-    return (f"multiplied T={m['copies']} ({m['packets_in']:,} packets -> {m['packets_out']:,}): alerts "
-            f"{m['alerts_multiplied']:,} = {m['ratio']:.2f} x {m['alerts']:,} (expected {m['expected']:,}); "
-            f"{m['sids_scaling']} of {m['sids']} sids alert exactly (T+1)x"
-            + (f"; not: sids {', '.join(map(str, bad[:20]))}{', ...' if len(bad) > 20 else ''} "
-               "(the report says why)" if bad else "")
-            + (f"; suricata {m['suricata_s']:.1f} s" if "suricata_s" in m else ""))
+    return (
+        f"multiplied T={m['copies']} ({m['packets_in']:,} packets -> {m['packets_out']:,}): alerts "
+        f"{m['alerts_multiplied']:,} = {m['ratio']:.2f} x {m['alerts']:,} (expected {m['expected']:,}); "
+        f"{m['sids_scaling']} of {m['sids']} sids alert exactly (T+1)x"
+        + (
+            f"; not: sids {', '.join(map(str, bad[:20]))}{', ...' if len(bad) > 20 else ''} "
+            "(the report says why)"
+            if bad
+            else ""
+        )
+        + (f"; suricata {m['suricata_s']:.1f} s" if "suricata_s" in m else "")
+    )
 
 
 def markdown_lines(m: dict) -> list[str]:
     t = m["copies"]
-    out = [f"## Attack sessions multiplied, T = {t}", "",
-           f"Every session and T = {t} shadow sessions of it (`{Path(m['capture']).parent.name}/attacks.pcap`, "
-           f"plan `shadow_plan.csv`); HOME_NET holds the shadows of home addresses. Alerts per copy "
-           "mapped by the plan; a sid scales when each of the T+1 copies has its unmultiplied alerts.", "",
-           f"- {summary_line(m)}", "",
-           "| sid | msg | alerts | multiplied | expected (T+1)x | per copy (0 = original) | scales | why not |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"## Attack sessions multiplied, T = {t}",
+        "",
+        f"Every session and T = {t} shadow sessions of it (`{Path(m['capture']).parent.name}/attacks.pcap`, "
+        f"plan `shadow_plan.csv`); HOME_NET holds the shadows of home addresses. Alerts per copy "
+        "mapped by the plan; a sid scales when each of the T+1 copies has its unmultiplied alerts.",
+        "",
+        f"- {summary_line(m)}",
+        "",
+        "| sid | msg | alerts | multiplied | expected (T+1)x | per copy (0 = original) | scales | why not |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in m["rows"]:
-        out.append(f"| {r['sid']} | {r['msg']} | {r['alerts']} | {r['alerts_multiplied']} | {r['expected']} | "
-                   f"{' '.join(map(str, r['per_copy']))} | {'yes' if r['scales'] else 'no'} | {r.get('reason', '')} |")
+        out.append(
+            f"| {r['sid']} | {r['msg']} | {r['alerts']} | {r['alerts_multiplied']} | {r['expected']} | "
+            f"{' '.join(map(str, r['per_copy']))} | {'yes' if r['scales'] else 'no'} | {r.get('reason', '')} |"
+        )
     return out + [""]

@@ -26,8 +26,8 @@ from pathlib import Path
 from ntgcore.errors import BadInput
 from ntgcore.files import read_bounded
 
-REMOVED = "removed"          # the state of a sid that is no longer in the rule files
-LISTED = 50                  # sids named per list on stderr (the reports list them all)
+REMOVED = "removed"  # the state of a sid that is no longer in the rule files
+LISTED = 50  # sids named per list on stderr (the reports list them all)
 # read at most (`read_bounded`): ET Open's coverage.json is tens of MB; an allow file a sid a line
 MAX_BASELINE_BYTES = 128 * 2**20
 MAX_ALLOW_BYTES = 16 * 2**20
@@ -39,7 +39,7 @@ class Baseline:
 
     path: str
     doc: dict
-    allowed: dict[int, str] = field(default_factory=dict)   # sid -> reason ("" when none given)
+    allowed: dict[int, str] = field(default_factory=dict)  # sid -> reason ("" when none given)
     allow_path: str | None = None
 
 
@@ -54,14 +54,16 @@ def _read_coverage_json(path: Path) -> dict:
     what = "give the coverage.json of an earlier `testbed ids-coverage` run"
     try:
         text = read_bounded(path, MAX_BASELINE_BYTES, "baseline")
-    except BadInput as exc:   # missing, a directory or device, too long, not UTF-8 (FILE:LINE)
+    except BadInput as exc:  # missing, a directory or device, too long, not UTF-8 (FILE:LINE)
         raise BadInput(f"baseline {path}: cannot read it: {exc}; {what}") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadInput(f"baseline {path}:{exc.lineno}: not JSON ({exc.msg}); {what}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
-        raise BadInput(f"baseline {path}: not a coverage.json (no `rows` list of per-rule results); {what}")
+        raise BadInput(
+            f"baseline {path}: not a coverage.json (no `rows` list of per-rule results); {what}"
+        )
     for i, row in enumerate(doc["rows"]):
         problem = _row_problem(row)
         if problem:
@@ -95,8 +97,10 @@ def load_allow(path: Path) -> dict[int, str]:
             continue
         first, *rest = body.split(maxsplit=1)
         if not (first.isascii() and first.isdigit()) or int(first) == 0:
-            raise BadInput(f"{path}:{number}: {first!r} is not a sid; a line is a sid (a positive integer), "
-                           "optionally followed by the reason; # starts a comment")
+            raise BadInput(
+                f"{path}:{number}: {first!r} is not a sid; a line is a sid (a positive integer), "
+                "optionally followed by the reason; # starts a comment"
+            )
         allowed[int(first)] = rest[0] if rest else ""
     return allowed
 
@@ -121,9 +125,14 @@ def _by_sid(doc: dict) -> dict[int, dict]:
 
 def _entry(sid: int, old: dict | None, new: dict | None) -> dict:
     here = new or old or {}
-    return {"sid": sid, "where": here.get("where", ""), "msg": here.get("msg", ""),
-            "before": _state(old) if old else None, "now": _state(new) if new else REMOVED,
-            "reason": (new or {}).get("reason", "") if new else "no longer in the rule files"}
+    return {
+        "sid": sid,
+        "where": here.get("where", ""),
+        "msg": here.get("msg", ""),
+        "before": _state(old) if old else None,
+        "now": _state(new) if new else REMOVED,
+        "reason": (new or {}).get("reason", "") if new else "no longer in the rule files",
+    }
 
 
 def compare_coverage(old: dict, new: dict, allowed: dict[int, str] | None = None) -> dict:
@@ -144,8 +153,16 @@ def compare_coverage(old: dict, new: dict, allowed: dict[int, str] | None = None
         if o is not None and n is not None:
             was, got = set(o.get("extra_sids", [])), set(n.get("extra_sids", []))
             if was != got:
-                extra_changed.append({"sid": sid, "where": n.get("where", ""), "before": sorted(was),
-                                      "now": sorted(got), "gained": sorted(got - was), "lost": sorted(was - got)})
+                extra_changed.append(
+                    {
+                        "sid": sid,
+                        "where": n.get("where", ""),
+                        "before": sorted(was),
+                        "now": sorted(got),
+                        "gained": sorted(got - was),
+                        "lost": sorted(was - got),
+                    }
+                )
     added = [_entry(sid, None, now[sid]) for sid in sorted(now.keys() - before.keys())]
     removed = [_entry(sid, before[sid], None) for sid in sorted(before.keys() - now.keys())]
     failing_sids = {e["sid"] for e in failing}
@@ -155,9 +172,15 @@ def compare_coverage(old: dict, new: dict, allowed: dict[int, str] | None = None
         "rule_files": {"before": old.get("rule_files", []), "now": new.get("rule_files", [])},
         "ids_version": {"before": old.get("ids_version"), "now": new.get("ids_version")},
         "coverage": {"before": old.get("coverage"), "now": new.get("coverage")},
-        "counts": {"newly_failing": len(failing), "newly_failing_allowed": len(failing) - len(blocking),
-                   "blocking": len(blocking), "newly_passing": len(passing),
-                   "extra_changed": len(extra_changed), "added": len(added), "removed": len(removed)},
+        "counts": {
+            "newly_failing": len(failing),
+            "newly_failing_allowed": len(failing) - len(blocking),
+            "blocking": len(blocking),
+            "newly_passing": len(passing),
+            "extra_changed": len(extra_changed),
+            "added": len(added),
+            "removed": len(removed),
+        },
         "blocking_sids": blocking,
         "newly_failing": failing,
         "newly_passing": passing,
@@ -176,17 +199,21 @@ def _sids(entries: list, n: int = LISTED) -> str:
 
 def _headline(cmp: dict) -> str:
     c = cmp["counts"]
-    return (f"{c['newly_failing']} newly failing ({c['newly_failing_allowed']} allowed, {c['blocking']} not), "
-            f"{c['newly_passing']} newly passing, {c['extra_changed']} with changed extra alerts, "
-            f"{c['added']} added, {c['removed']} removed")
+    return (
+        f"{c['newly_failing']} newly failing ({c['newly_failing_allowed']} allowed, {c['blocking']} not), "
+        f"{c['newly_passing']} newly passing, {c['extra_changed']} with changed extra alerts, "
+        f"{c['added']} added, {c['removed']} removed"
+    )
 
 
 def _rule_set_note(cmp: dict) -> str | None:
     if cmp["same_rules"]:
         return None
     c = cmp["counts"]
-    return (f"the baseline was measured on another rule set ({c['added']} rules added, {c['removed']} removed; "
-            "rules in only one of the two runs are listed, not compared)")
+    return (
+        f"the baseline was measured on another rule set ({c['added']} rules added, {c['removed']} removed; "
+        "rules in only one of the two runs are listed, not compared)"
+    )
 
 
 def summary_lines(cmp: dict, head: str | None = None, label: str = "baseline") -> list[str]:
@@ -198,12 +225,20 @@ def summary_lines(cmp: dict, head: str | None = None, label: str = "baseline") -
     if note:
         lines.append(f"{label}: {note}")
     for e in cmp["newly_failing"][:LISTED]:
-        mark = (" [allowed" + (f": {e['allow_reason']}" if e.get("allow_reason") else "") + "]"
-                if e["allowed"] else "")
-        lines.append(f"{label}: sid {e['sid']} newly failing ({e['before']} -> {e['now']})"
-                     + (f": {e['reason']}" if e["reason"] else "") + mark)
+        mark = (
+            " [allowed" + (f": {e['allow_reason']}" if e.get("allow_reason") else "") + "]"
+            if e["allowed"]
+            else ""
+        )
+        lines.append(
+            f"{label}: sid {e['sid']} newly failing ({e['before']} -> {e['now']})"
+            + (f": {e['reason']}" if e["reason"] else "")
+            + mark
+        )
     if len(cmp["newly_failing"]) > LISTED:
-        lines.append(f"{label}: ... and {len(cmp['newly_failing']) - LISTED} more newly failing (coverage.md)")
+        lines.append(
+            f"{label}: ... and {len(cmp['newly_failing']) - LISTED} more newly failing (coverage.md)"
+        )
     if cmp["newly_passing"]:
         lines.append(f"{label}: newly passing sids {_sids(cmp['newly_passing'])}")
     return lines
@@ -214,12 +249,18 @@ def _cell(text: str) -> str:
     return text.replace("|", "/")
 
 
-def markdown_lines(cmp: dict, title: str = "Changes against the baseline", source: str = "baseline") -> list[str]:
+def markdown_lines(
+    cmp: dict, title: str = "Changes against the baseline", source: str = "baseline"
+) -> list[str]:
     """The "Changes against the baseline" section of coverage.md (`title`; `source` names what the
     path is: the baseline, or the DUT compared with)."""
-    out = [f"## {title}", "", f"- {source}: `{cmp.get('path', '')}`"
-           + (f", allow file `{cmp['allow_path']}`" if cmp.get("allow_path") else ""),
-           f"- {_headline(cmp)}"]
+    out = [
+        f"## {title}",
+        "",
+        f"- {source}: `{cmp.get('path', '')}`"
+        + (f", allow file `{cmp['allow_path']}`" if cmp.get("allow_path") else ""),
+        f"- {_headline(cmp)}",
+    ]
     cov, ver = cmp["coverage"], cmp["ids_version"]
     if isinstance(cov["before"], (int, float)) and isinstance(cov["now"], (int, float)):
         out.append(f"- coverage {100 * cov['before']:.1f}% -> {100 * cov['now']:.1f}%")
@@ -231,21 +272,56 @@ def markdown_lines(cmp: dict, title: str = "Changes against the baseline", sourc
     if cmp["allow_unused"]:
         out.append(f"- allowed but not newly failing: {_sids(cmp['allow_unused'])}")
     if cmp["newly_failing"]:
-        out += ["", f"### Newly failing ({len(cmp['newly_failing'])})", "",
-                "| sid | where | before | now | reason | allowed |", "|---|---|---|---|---|---|"]
-        out += [f"| {e['sid']} | {e['where']} | {e['before']} | {e['now']} | {_cell(e['reason'])} | "
-                + (("yes" + (f": {_cell(e['allow_reason'])}" if e.get("allow_reason") else "")) if e["allowed"] else "no")
-                + " |" for e in cmp["newly_failing"]]
+        out += [
+            "",
+            f"### Newly failing ({len(cmp['newly_failing'])})",
+            "",
+            "| sid | where | before | now | reason | allowed |",
+            "|---|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {e['sid']} | {e['where']} | {e['before']} | {e['now']} | {_cell(e['reason'])} | "
+            + (
+                ("yes" + (f": {_cell(e['allow_reason'])}" if e.get("allow_reason") else ""))
+                if e["allowed"]
+                else "no"
+            )
+            + " |"
+            for e in cmp["newly_failing"]
+        ]
     if cmp["newly_passing"]:
-        out += ["", f"### Newly passing ({len(cmp['newly_passing'])})", "", "| sid | where | before |", "|---|---|---|"]
+        out += [
+            "",
+            f"### Newly passing ({len(cmp['newly_passing'])})",
+            "",
+            "| sid | where | before |",
+            "|---|---|---|",
+        ]
         out += [f"| {e['sid']} | {e['where']} | {e['before']} |" for e in cmp["newly_passing"]]
     if cmp["extra_changed"]:
-        out += ["", f"### Extra alerts changed ({len(cmp['extra_changed'])})", "",
-                "| sid | where | other sids now | gained | lost |", "|---|---|---|---|---|"]
-        out += [f"| {e['sid']} | {e['where']} | {_sids(e['now'], 20) or '-'} | {_sids(e['gained'], 20) or '-'} | "
-                f"{_sids(e['lost'], 20) or '-'} |" for e in cmp["extra_changed"]]
+        out += [
+            "",
+            f"### Extra alerts changed ({len(cmp['extra_changed'])})",
+            "",
+            "| sid | where | other sids now | gained | lost |",
+            "|---|---|---|---|---|",
+        ]
+        out += [
+            f"| {e['sid']} | {e['where']} | {_sids(e['now'], 20) or '-'} | {_sids(e['gained'], 20) or '-'} | "
+            f"{_sids(e['lost'], 20) or '-'} |"
+            for e in cmp["extra_changed"]
+        ]
     for key, title in (("added", "Added rules"), ("removed", "Removed rules")):
         if cmp[key]:
-            out += ["", f"### {title} ({len(cmp[key])})", "", "| sid | where | state |", "|---|---|---|"]
-            out += [f"| {e['sid']} | {e['where']} | {e['now'] if key == 'added' else e['before']} |" for e in cmp[key]]
+            out += [
+                "",
+                f"### {title} ({len(cmp[key])})",
+                "",
+                "| sid | where | state |",
+                "|---|---|---|",
+            ]
+            out += [
+                f"| {e['sid']} | {e['where']} | {e['now'] if key == 'added' else e['before']} |"
+                for e in cmp[key]
+            ]
     return out + [""]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import html
 
-STYLE = ("body{font-family:sans-serif;max-width:70em;margin:auto}td{border:1px solid #ccc;padding:2px 6px}"
-         "table{border-collapse:collapse}")
+STYLE = (
+    "body{font-family:sans-serif;max-width:70em;margin:auto}td{border:1px solid #ccc;padding:2px 6px}"
+    "table{border-collapse:collapse}"
+)
 
 
 def markdown_html(md: str, title: str) -> str:
@@ -41,5 +43,7 @@ def markdown_html(md: str, title: str) -> str:
             body.append(f"<pre>{html.escape(line)}</pre>")
     if in_table:
         body.append("</table>")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n"
+    )

@@ -61,34 +61,60 @@ from .rules.translate import LoadCheck, TranslationReport, translate_rules_file
 from .rules.variables import EXTERNAL_NET, HOME_NET, PORT_GROUPS, SERVER_VARS
 
 CHECKSUM_MODES = ("auto", "all", "none")
-INSTALL_HINT = ("Suricata is not installed: run `./bootstrap.sh test` (installs suricata from "
-                "bookworm-backports), or `apt-get install -t bookworm-backports suricata`")
+INSTALL_HINT = (
+    "Suricata is not installed: run `./bootstrap.sh test` (installs suricata from "
+    "bookworm-backports), or `apt-get install -t bookworm-backports suricata`"
+)
 # A small classification table of our own, used when the rules folder has none.
 CLASSTYPES = [
-    ("not-suspicious", "Not Suspicious Traffic", 3), ("unknown", "Unknown Traffic", 3),
-    ("bad-unknown", "Potentially Bad Traffic", 2), ("attempted-recon", "Attempted Information Leak", 2),
-    ("successful-recon-limited", "Information Leak", 2), ("successful-recon-largescale", "Large Scale Information Leak", 2),
-    ("attempted-dos", "Attempted Denial of Service", 2), ("successful-dos", "Denial of Service", 2),
-    ("attempted-user", "Attempted User Privilege Gain", 1), ("unsuccessful-user", "Unsuccessful User Privilege Gain", 1),
-    ("successful-user", "Successful User Privilege Gain", 1), ("attempted-admin", "Attempted Administrator Privilege Gain", 1),
-    ("successful-admin", "Successful Administrator Privilege Gain", 1), ("rpc-portmap-decode", "Decode of an RPC Query", 2),
-    ("shellcode-detect", "Executable code was detected", 1), ("string-detect", "A suspicious string was detected", 3),
-    ("suspicious-filename-detect", "A suspicious filename was detected", 2), ("suspicious-login", "An attempted login using a suspicious username was detected", 2),
-    ("system-call-detect", "A system call was detected", 2), ("tcp-connection", "A TCP connection was detected", 4),
-    ("trojan-activity", "A Network Trojan was detected", 1), ("unusual-client-port-connection", "A client was using an unusual port", 2),
-    ("network-scan", "Detection of a Network Scan", 3), ("denial-of-service", "Detection of a Denial of Service Attack", 2),
-    ("non-standard-protocol", "Detection of a non-standard protocol or event", 2), ("protocol-command-decode", "Generic Protocol Command Decode", 3),
-    ("web-application-activity", "access to a potentially vulnerable web application", 2), ("web-application-attack", "Web Application Attack", 1),
-    ("misc-activity", "Misc activity", 3), ("misc-attack", "Misc Attack", 2), ("icmp-event", "Generic ICMP event", 3),
-    ("inappropriate-content", "Inappropriate Content was Detected", 1), ("policy-violation", "Potential Corporate Privacy Violation", 1),
+    ("not-suspicious", "Not Suspicious Traffic", 3),
+    ("unknown", "Unknown Traffic", 3),
+    ("bad-unknown", "Potentially Bad Traffic", 2),
+    ("attempted-recon", "Attempted Information Leak", 2),
+    ("successful-recon-limited", "Information Leak", 2),
+    ("successful-recon-largescale", "Large Scale Information Leak", 2),
+    ("attempted-dos", "Attempted Denial of Service", 2),
+    ("successful-dos", "Denial of Service", 2),
+    ("attempted-user", "Attempted User Privilege Gain", 1),
+    ("unsuccessful-user", "Unsuccessful User Privilege Gain", 1),
+    ("successful-user", "Successful User Privilege Gain", 1),
+    ("attempted-admin", "Attempted Administrator Privilege Gain", 1),
+    ("successful-admin", "Successful Administrator Privilege Gain", 1),
+    ("rpc-portmap-decode", "Decode of an RPC Query", 2),
+    ("shellcode-detect", "Executable code was detected", 1),
+    ("string-detect", "A suspicious string was detected", 3),
+    ("suspicious-filename-detect", "A suspicious filename was detected", 2),
+    ("suspicious-login", "An attempted login using a suspicious username was detected", 2),
+    ("system-call-detect", "A system call was detected", 2),
+    ("tcp-connection", "A TCP connection was detected", 4),
+    ("trojan-activity", "A Network Trojan was detected", 1),
+    ("unusual-client-port-connection", "A client was using an unusual port", 2),
+    ("network-scan", "Detection of a Network Scan", 3),
+    ("denial-of-service", "Detection of a Denial of Service Attack", 2),
+    ("non-standard-protocol", "Detection of a non-standard protocol or event", 2),
+    ("protocol-command-decode", "Generic Protocol Command Decode", 3),
+    ("web-application-activity", "access to a potentially vulnerable web application", 2),
+    ("web-application-attack", "Web Application Attack", 1),
+    ("misc-activity", "Misc activity", 3),
+    ("misc-attack", "Misc Attack", 2),
+    ("icmp-event", "Generic ICMP event", 3),
+    ("inappropriate-content", "Inappropriate Content was Detected", 1),
+    ("policy-violation", "Potential Corporate Privacy Violation", 1),
     ("default-login-attempt", "Attempt to login by a default username and password", 2),
-    ("targeted-activity", "Targeted Malicious Activity was Detected", 1), ("exploit-kit", "Exploit Kit Activity Detected", 1),
-    ("external-ip-check", "Device Retrieving External IP Address Detected", 2), ("domain-c2", "Domain Observed Used for C2 Detected", 1),
-    ("pup-activity", "Possibly Unwanted Program Detected", 2), ("credential-theft", "Successful Credential Theft Detected", 1),
-    ("social-engineering", "Possible Social Engineering Attempted", 2), ("coin-mining", "Crypto Currency Mining Activity Detected", 2),
-    ("command-and-control", "Malware Command and Control Activity Detected", 1), ("sdf", "Sensitive Data", 2),
-    ("file-format", "Known malicious file or file based exploit", 1), ("malware-cnc", "Known malware command and control traffic", 1),
-    ("client-side-exploit", "Known client side exploit attempt", 1), ("successful-recon", "Information Leak", 2),
+    ("targeted-activity", "Targeted Malicious Activity was Detected", 1),
+    ("exploit-kit", "Exploit Kit Activity Detected", 1),
+    ("external-ip-check", "Device Retrieving External IP Address Detected", 2),
+    ("domain-c2", "Domain Observed Used for C2 Detected", 1),
+    ("pup-activity", "Possibly Unwanted Program Detected", 2),
+    ("credential-theft", "Successful Credential Theft Detected", 1),
+    ("social-engineering", "Possible Social Engineering Attempted", 2),
+    ("coin-mining", "Crypto Currency Mining Activity Detected", 2),
+    ("command-and-control", "Malware Command and Control Activity Detected", 1),
+    ("sdf", "Sensitive Data", 2),
+    ("file-format", "Known malicious file or file based exploit", 1),
+    ("malware-cnc", "Known malware command and control traffic", 1),
+    ("client-side-exploit", "Known client side exploit attempt", 1),
+    ("successful-recon", "Information Leak", 2),
 ]
 
 
@@ -120,12 +146,12 @@ class Alert:
 
 @dataclass(frozen=True)
 class RuleLoadError:
-    line_text: str            # Suricata's own error line
+    line_text: str  # Suricata's own error line
     sid: int | None = None
     file: str | None = None
     line: int | None = None
-    reason: str = ""          # the error lines Suricata printed just before (what is wrong)
-    rule: str = ""            # the rule text Suricata echoed, as far as its log line goes
+    reason: str = ""  # the error lines Suricata printed just before (what is wrong)
+    rule: str = ""  # the rule text Suricata echoed, as far as its log line goes
 
     def __str__(self) -> str:
         return self.line_text
@@ -139,12 +165,12 @@ class SuricataResult:
     load_errors: list[RuleLoadError] = field(default_factory=list)
     rules_loaded: int | None = None
     rules_failed: int | None = None
-    errors: list[str] = field(default_factory=list)       # all E: lines
+    errors: list[str] = field(default_factory=list)  # all E: lines
     version: str = ""
     command: list[str] = field(default_factory=list)
     record: dict = field(default_factory=dict)
     eve: Path | None = None
-    config: Path | None = None        # the suricata.yaml it read (ours as written, or the user's)
+    config: Path | None = None  # the suricata.yaml it read (ours as written, or the user's)
 
     @property
     def failed_sids(self) -> set[int]:
@@ -157,8 +183,10 @@ def suricata_binary(path: str | Path | None = None) -> str:
     if path is not None:
         p = Path(path)
         if not p.is_file() or not os.access(p, os.X_OK):
-            raise BadInput(f"{path}: no such executable; give the path of a Suricata binary "
-                           "(or of a script that runs one)")
+            raise BadInput(
+                f"{path}: no such executable; give the path of a Suricata binary "
+                "(or of a script that runs one)"
+            )
         return str(p.resolve())
     exe = shutil.which("suricata")
     if not exe:
@@ -168,7 +196,9 @@ def suricata_binary(path: str | Path | None = None) -> str:
 
 def suricata_version_line(binary: str | Path | None = None) -> str:
     """The first line of ``suricata -V``, e.g. "This is Suricata version 7.0.10 RELEASE"."""
-    out = subprocess.run([suricata_binary(binary), "-V"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [suricata_binary(binary), "-V"], capture_output=True, text=True, timeout=30
+    )
     text = out.stdout + out.stderr
     m = re.search(r"^.*version\s+\S+.*$", text, re.M)
     return m.group(0).strip() if m else (text.strip().splitlines() or ["unknown"])[0]
@@ -197,21 +227,32 @@ class Dut:
         sha256 of the configuration file Suricata read (`config_used`: ours as written for the run
         when `config` is None; hashed with its output folder's path taken out, so the same rules
         give the same hash)."""
-        cfg = Path(self.config) if self.config is not None else (Path(config_used) if config_used else None)
+        cfg = (
+            Path(self.config)
+            if self.config is not None
+            else (Path(config_used) if config_used else None)
+        )
         digest = None
         if cfg is not None and cfg.is_file():
             data = cfg.read_bytes()
-            if self.config is None:   # ours names its own folder: hashed without it, equal across folders
+            if (
+                self.config is None
+            ):  # ours names its own folder: hashed without it, equal across folders
                 data = data.replace(str(cfg.parent.resolve()).encode(), b"<out>")
             digest = hashlib.sha256(data).hexdigest()
         line = suricata_version_line(self.binary)
-        return {"name": self.name, "binary": suricata_binary(self.binary),
-                "version": _version_of(line), "version_line": line,
-                "config": str(self.config) if self.config is not None else None, "config_sha256": digest}
+        return {
+            "name": self.name,
+            "binary": suricata_binary(self.binary),
+            "version": _version_of(line),
+            "version_line": line,
+            "config": str(self.config) if self.config is not None else None,
+            "config_sha256": digest,
+        }
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-RESERVED = ("tables", "benign")     # names a DUT's subfolder cannot have (nor mix-*)
+RESERVED = ("tables", "benign")  # names a DUT's subfolder cannot have (nor mix-*)
 
 
 def _named(value: str) -> tuple[str | None, str]:
@@ -238,12 +279,16 @@ def check_config(path: str | os.PathLike) -> None:
     if not p.exists():
         raise BadInput(f"{p}: no such Suricata configuration file")
     if not p.is_file() and not p.is_dir():
-        raise BadInput(f"{p}: not a regular file (a device or a pipe); Suricata reads its configuration "
-                       "itself: give a suricata.yaml file")
+        raise BadInput(
+            f"{p}: not a regular file (a device or a pipe); Suricata reads its configuration "
+            "itself: give a suricata.yaml file"
+        )
     text = read_bounded(p, MAX_CONFIG_BYTES, "Suricata configuration")
     if not text.lstrip("\ufeff").startswith("%YAML"):
-        raise BadInput(f"{p}:1: not a Suricata configuration: Suricata needs its first two lines to be "
-                       "`%YAML 1.1` and `---`")
+        raise BadInput(
+            f"{p}:1: not a Suricata configuration: Suricata needs its first two lines to be "
+            "`%YAML 1.1` and `---`"
+        )
 
 
 def make_duts(binaries: list[str] | None, configs: list[str] | None) -> list[Dut]:
@@ -257,8 +302,10 @@ def make_duts(binaries: list[str] | None, configs: list[str] | None) -> list[Dut
     cfgs = [_named(c) for c in configs or []]
     n = max(len(bins), len(cfgs), 1)
     if any(len(vals) not in (0, 1, n) for vals in (bins, cfgs)):
-        raise BadInput(f"{len(bins)} --suricata and {len(cfgs)} --suricata-config do not pair up: give "
-                       "as many of each, or one of one kind for all of the other")
+        raise BadInput(
+            f"{len(bins)} --suricata and {len(cfgs)} --suricata-config do not pair up: give "
+            "as many of each, or one of one kind for all of the other"
+        )
     for _, c in cfgs:
         check_config(c)
     for _, b in bins:
@@ -270,8 +317,10 @@ def make_duts(binaries: list[str] | None, configs: list[str] | None) -> list[Dut
     for i, (b, c) in enumerate(pairs):
         key = (str(Path(b).resolve()) if b else None, str(Path(c).resolve()) if c else None)
         if key in seen:
-            raise BadInput(f"DUT {i + 1} is DUT {seen[key] + 1} again (the same binary and configuration): "
-                           "give DUTs that differ")
+            raise BadInput(
+                f"DUT {i + 1} is DUT {seen[key] + 1} again (the same binary and configuration): "
+                "give DUTs that differ"
+            )
         seen[key] = i
     names = [(nb or nc) for (nb, _), (nc, _) in zip(bins, cfgs)]
     auto = _auto_names(pairs)
@@ -279,7 +328,7 @@ def make_duts(binaries: list[str] | None, configs: list[str] | None) -> list[Dut
     used: set[str] = set()
     for i, (b, c) in enumerate(pairs):
         name = names[i] or auto[i]
-        if name in RESERVED or name.startswith("mix-"):   # the output folder's own entries
+        if name in RESERVED or name.startswith("mix-"):  # the output folder's own entries
             name = f"dut-{name}"
         base, k = name, 2
         while name in used:
@@ -314,10 +363,31 @@ def _auto_names(pairs: list[tuple[str | None, str | None]]) -> list[str]:
 # The EVE event types of Suricata 7's default suricata.yaml, with its options (`testbed detect` logs
 # these, so that expect checks see what they see under plain Suricata: http and tls extended).
 DEFAULT_EVE_TYPES: tuple[str | tuple[str, dict[str, str]], ...] = (
-    ("alert", {"tagged-packets": "yes"}), ("anomaly", {"enabled": "yes"}), ("http", {"extended": "yes"}),
-    "dns", ("tls", {"extended": "yes"}), ("files", {"force-magic": "no"}), "smtp", "ftp", "rdp", "nfs", "smb",
-    "tftp", "ike", "dcerpc", "krb5", "bittorrent-dht", "snmp", "rfb", "sip", "quic",
-    ("dhcp", {"enabled": "yes", "extended": "no"}), "ssh", "mqtt", "http2", "flow",
+    ("alert", {"tagged-packets": "yes"}),
+    ("anomaly", {"enabled": "yes"}),
+    ("http", {"extended": "yes"}),
+    "dns",
+    ("tls", {"extended": "yes"}),
+    ("files", {"force-magic": "no"}),
+    "smtp",
+    "ftp",
+    "rdp",
+    "nfs",
+    "smb",
+    "tftp",
+    "ike",
+    "dcerpc",
+    "krb5",
+    "bittorrent-dht",
+    "snmp",
+    "rfb",
+    "sip",
+    "quic",
+    ("dhcp", {"enabled": "yes", "extended": "no"}),
+    "ssh",
+    "mqtt",
+    "http2",
+    "flow",
 )
 
 
@@ -341,11 +411,20 @@ def _classification_file(rule_files: list[Path], out_dir: Path) -> Path:
     return own
 
 
-def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net: str = HOME_NET,
-                 external_net: str = EXTERNAL_NET, port_groups: dict[str, str] | None = None,
-                 live_iface: str | None = None, checksum: str = "all",
-                 eve_types: tuple = ("alert",), stats_interval: int | None = None,
-                 stream: dict[str, str] | None = None, classify_from: list[str | Path] | None = None) -> Path:
+def write_config(
+    out_dir: str | Path,
+    *,
+    rule_files: list[str | Path],
+    home_net: str = HOME_NET,
+    external_net: str = EXTERNAL_NET,
+    port_groups: dict[str, str] | None = None,
+    live_iface: str | None = None,
+    checksum: str = "all",
+    eve_types: tuple = ("alert",),
+    stats_interval: int | None = None,
+    stream: dict[str, str] | None = None,
+    classify_from: list[str | Path] | None = None,
+) -> Path:
     """Write suricata.yaml into `out_dir` and return its path. `eve_types`: names, or (name,
     {option: value}) as in `DEFAULT_EVE_TYPES`; `stream`: more `stream:` settings (midstream);
     `classify_from`: the rule files whose folder's classification.config to use (default `rule_files`)."""
@@ -354,7 +433,11 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rules = [str(Path(r).resolve()) for r in rule_files]
-    addr = {"HOME_NET": home_net, "EXTERNAL_NET": external_net, **{v: "$HOME_NET" for v in SERVER_VARS}}
+    addr = {
+        "HOME_NET": home_net,
+        "EXTERNAL_NET": external_net,
+        **{v: "$HOME_NET" for v in SERVER_VARS},
+    }
     ports = dict(PORT_GROUPS, **(port_groups or {}))
     q = json.dumps  # YAML accepts JSON strings
     lines = ["%YAML 1.1", "---", "# written by testbed.ids.suricata", "vars:", "  address-groups:"]
@@ -363,14 +446,16 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
     lines += [
         f"default-log-dir: {q(str(out.resolve()))}",
         f"default-rule-path: {q(str(Path(rules[0]).parent) if rules else str(out))}",
-        "rule-files:", *[f"  - {q(r)}" for r in rules],
+        "rule-files:",
+        *[f"  - {q(r)}" for r in rules],
         f"classification-file: {q(str(_classification_file([Path(r) for r in (classify_from or rules)], out)))}",
         "outputs:",
         "  - eve-log:",
         "      enabled: yes",
         "      filetype: regular",
         "      filename: eve.json",
-        "      types:", *_eve_type_lines(eve_types),
+        "      types:",
+        *_eve_type_lines(eve_types),
         "logging:",
         "  default-log-level: notice",
         "  outputs:",
@@ -392,39 +477,96 @@ def write_config(out_dir: str | Path, *, rule_files: list[str | Path], home_net:
         "app-layer:",
         "  protocols:",
     ]
-    for proto in ("tls", "ssh", "smtp", "ftp", "imap", "pop3", "smb", "dcerpc", "nfs", "tftp",
-                  "krb5", "snmp", "sip", "rdp", "dhcp", "ntp", "modbus", "dnp3", "enip", "ike",
-                  "http2", "mqtt", "rfb", "telnet", "pgsql", "quic", "bittorrent-dht"):
+    for proto in (
+        "tls",
+        "ssh",
+        "smtp",
+        "ftp",
+        "imap",
+        "pop3",
+        "smb",
+        "dcerpc",
+        "nfs",
+        "tftp",
+        "krb5",
+        "snmp",
+        "sip",
+        "rdp",
+        "dhcp",
+        "ntp",
+        "modbus",
+        "dnp3",
+        "enip",
+        "ike",
+        "http2",
+        "mqtt",
+        "rfb",
+        "telnet",
+        "pgsql",
+        "quic",
+        "bittorrent-dht",
+    ):
         lines += [f"    {proto}:", "      enabled: yes"]
         if proto == "tls":
             lines += ["      detection-ports:", "        dp: 443"]
         if proto in ("modbus", "dnp3", "enip"):
             lines[-1] = "      enabled: detection-only"
     lines += [
-        "    dns:", "      tcp:", "        enabled: yes", "        detection-ports:", "          dp: 53",
-        "      udp:", "        enabled: yes", "        detection-ports:", "          dp: 53",
-        "    http:", "      enabled: yes", "      libhtp:", "        default-config:",
-        "          personality: IDS", "          request-body-limit: 1mb", "          response-body-limit: 1mb",
-        "          double-decode-path: no", "          double-decode-query: no",
-        "detect:", "  profile: medium", "  sgh-mpm-context: auto",
+        "    dns:",
+        "      tcp:",
+        "        enabled: yes",
+        "        detection-ports:",
+        "          dp: 53",
+        "      udp:",
+        "        enabled: yes",
+        "        detection-ports:",
+        "          dp: 53",
+        "    http:",
+        "      enabled: yes",
+        "      libhtp:",
+        "        default-config:",
+        "          personality: IDS",
+        "          request-body-limit: 1mb",
+        "          response-body-limit: 1mb",
+        "          double-decode-path: no",
+        "          double-decode-query: no",
+        "detect:",
+        "  profile: medium",
+        "  sgh-mpm-context: auto",
         "host-mode: auto",
-        "threading:", "  set-cpu-affinity: no",
-        "unix-command:", "  enabled: no",
+        "threading:",
+        "  set-cpu-affinity: no",
+        "unix-command:",
+        "  enabled: no",
     ]
     if stats_interval is not None:  # counters (capture.kernel_packets, kernel_drops) in eve.json
         lines += ["stats:", "  enabled: yes", f"  interval: {stats_interval}"]
     if live_iface is not None:
-        lines += ["af-packet:", f"  - interface: {q(live_iface)}", "    cluster-id: 99",
-                  "    cluster-type: cluster_flow", "    defrag: yes", "    checksum-checks: yes"]
+        lines += [
+            "af-packet:",
+            f"  - interface: {q(live_iface)}",
+            "    cluster-id: 99",
+            "    cluster-type: cluster_flow",
+            "    defrag: yes",
+            "    checksum-checks: yes",
+        ]
     path = out / "suricata.yaml"
-    with replacing(path) as tmp:   # a full disk leaves no half configuration
+    with replacing(path) as tmp:  # a full disk leaves no half configuration
         tmp.write_text("\n".join(lines) + "\n")
     return path
 
 
-def suricata_argv(config: str | Path, out_dir: str | Path, *, pcap: str | Path | None = None,
-                  live_iface: str | None = None, argv_prefix: list[str] | None = None,
-                  runmode: str | None = None, checksum: str = "all", binary: str | Path | None = None) -> list[str]:
+def suricata_argv(
+    config: str | Path,
+    out_dir: str | Path,
+    *,
+    pcap: str | Path | None = None,
+    live_iface: str | None = None,
+    argv_prefix: list[str] | None = None,
+    runmode: str | None = None,
+    checksum: str = "all",
+    binary: str | Path | None = None,
+) -> list[str]:
     """The command line: offline (`pcap`) or live on `live_iface` (at an endpoint: `argv_prefix`);
     `checksum` "all" or "none" is ``-k``, "auto" leaves the choice to the configuration; `binary`
     another Suricata than the one on PATH."""
@@ -442,15 +584,17 @@ def suricata_argv(config: str | Path, out_dir: str | Path, *, pcap: str | Path |
     return [*(argv_prefix or []), *argv]
 
 
-_LOAD_ERR = re.compile(r'error parsing signature "(?P<rule>.*)" from file (?P<file>\S+) at line (?P<line>\d+)')
+_LOAD_ERR = re.compile(
+    r'error parsing signature "(?P<rule>.*)" from file (?P<file>\S+) at line (?P<line>\d+)'
+)
 # Suricata cuts a log line at 2,047 bytes: the error of a long rule loses its "from file F at line N"
 _LOAD_ERR_CUT = re.compile(r'error parsing signature "(?P<rule>.*)$')
 _NO_RULES = re.compile(r"rule files? specified, but no rules were loaded")
 # Suricata reads a rule file with fgets into an 8,192-byte buffer (DETECT_MAX_RULE_SIZE): a longer
 # line is read in pieces, each parsed (and refused) as a rule of its own, and every later line is
 # numbered one more per piece. We give Suricata such a line as a comment and refuse it ourselves.
-MAX_RULE_LINE = 8191      # bytes of a line, its newline included, that Suricata reads at once
-ECHO = 300                # characters of a rule or an error line we repeat in messages
+MAX_RULE_LINE = 8191  # bytes of a line, its newline included, that Suricata reads at once
+ECHO = 300  # characters of a rule or an error line we repeat in messages
 _SID = re.compile(r"\bsid\s*:\s*(\d+)")
 _COUNTS = re.compile(r"(\d+) rules successfully loaded, (\d+) rules failed")
 _ELINE = re.compile(r"(?:^|\s)(?:E|Error):?\s|<Error>")
@@ -471,9 +615,20 @@ def parse_log(text: str) -> tuple[list[str], list[RuleLoadError], int | None, in
             if m:
                 sid = _SID.search(m.group("rule"))
                 reason = "; ".join(re.sub(r"^.*?\bE:\s*", "", p) for p in pending)
-                where = (m.group("file"), int(m.group("line"))) if "file" in m.re.groupindex else (None, None)
-                load.append(RuleLoadError(line.strip(), int(sid.group(1)) if sid else None,
-                                          *where, reason, m.group("rule")))
+                where = (
+                    (m.group("file"), int(m.group("line")))
+                    if "file" in m.re.groupindex
+                    else (None, None)
+                )
+                load.append(
+                    RuleLoadError(
+                        line.strip(),
+                        int(sid.group(1)) if sid else None,
+                        *where,
+                        reason,
+                        m.group("rule"),
+                    )
+                )
                 pending = []
             else:
                 pending.append(line.strip())
@@ -499,14 +654,25 @@ def parse_eve(path: str | Path) -> list[Alert]:
         if ev.get("event_type") != "alert":
             continue
         a = ev.get("alert", {})
-        alerts.append(Alert(int(a.get("signature_id", 0)), int(a.get("gid", 1)), short_address(ev.get("src_ip")),
-                            int(ev.get("src_port", 0) or 0), short_address(ev.get("dest_ip")),
-                            int(ev.get("dest_port", 0) or 0), ev.get("proto", ""),
-                            ev.get("timestamp", ""), a.get("signature", "")))
+        alerts.append(
+            Alert(
+                int(a.get("signature_id", 0)),
+                int(a.get("gid", 1)),
+                short_address(ev.get("src_ip")),
+                int(ev.get("src_port", 0) or 0),
+                short_address(ev.get("dest_ip")),
+                int(ev.get("dest_port", 0) or 0),
+                ev.get("proto", ""),
+                ev.get("timestamp", ""),
+                a.get("signature", ""),
+            )
+        )
     return alerts
 
 
-def _run_into(output: Path, name: str, argv: list[str], timeout: float) -> tuple[int | None, Process]:
+def _run_into(
+    output: Path, name: str, argv: list[str], timeout: float
+) -> tuple[int | None, Process]:
     """Run `argv` to its end, its stdout and stderr into `output`; stopped after `timeout` s."""
     with open(output, "w") as so:
         proc = Process(name, argv, stdout=so, stderr=subprocess.STDOUT)
@@ -518,11 +684,21 @@ def _run_into(output: Path, name: str, argv: list[str], timeout: float) -> tuple
     return code, proc
 
 
-def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | Path, *,
-                timeout: float = 600.0, runmode: str | None = None, home_net: str | None = HOME_NET,
-                external_net: str | None = EXTERNAL_NET, checksum: str = "all",
-                config: str | Path | None = None, eve_types: tuple = ("alert",),
-                binary: str | Path | None = None, stream: dict[str, str] | None = None) -> SuricataResult:
+def run_offline(
+    pcap: str | Path,
+    rule_files: list[str | Path],
+    out_dir: str | Path,
+    *,
+    timeout: float = 600.0,
+    runmode: str | None = None,
+    home_net: str | None = HOME_NET,
+    external_net: str | None = EXTERNAL_NET,
+    checksum: str = "all",
+    config: str | Path | None = None,
+    eve_types: tuple = ("alert",),
+    binary: str | Path | None = None,
+    stream: dict[str, str] | None = None,
+) -> SuricataResult:
     """Run `suricata -r pcap`; alerts and rule-load errors in the result.
 
     Without `config`, our configuration (`write_config`) with `home_net`, `external_net`,
@@ -544,13 +720,24 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
     rule_files, too_long, copies = loadable_rule_files(given, out / "rules.loadable")
     origin: list[tuple[int, str]] = []
     if config is None:
-        config = write_config(out, rule_files=rule_files, checksum=checksum, eve_types=eve_types,
-                              home_net=home_net or HOME_NET, external_net=external_net or EXTERNAL_NET,
-                              stream=stream, classify_from=given)
-        argv = suricata_argv(config, out, pcap=pcap, runmode=runmode, checksum=checksum, binary=binary)
+        config = write_config(
+            out,
+            rule_files=rule_files,
+            checksum=checksum,
+            eve_types=eve_types,
+            home_net=home_net or HOME_NET,
+            external_net=external_net or EXTERNAL_NET,
+            stream=stream,
+            classify_from=given,
+        )
+        argv = suricata_argv(
+            config, out, pcap=pcap, runmode=runmode, checksum=checksum, binary=binary
+        )
     else:
         joined, origin = _joined_rules(rule_files, out)
-        argv = suricata_argv(config, out, pcap=pcap, runmode=runmode, checksum=checksum, binary=binary)
+        argv = suricata_argv(
+            config, out, pcap=pcap, runmode=runmode, checksum=checksum, binary=binary
+        )
         argv += ["-S", str(joined)]
         for name, value in (("HOME_NET", home_net), ("EXTERNAL_NET", external_net)):
             if value is not None:
@@ -574,21 +761,35 @@ def run_offline(pcap: str | Path, rule_files: list[str | Path], out_dir: str | P
         if key not in seen:
             seen.add(key)
             e = _original_place(e, origin) if origin else e
-            if e.file is None:   # its log line was cut before "from file": found by its text
+            if e.file is None:  # its log line was cut before "from file": found by its text
                 e = _place_by_text(e, rule_files)
             if e.file in copies:
                 e = replace(e, file=copies[e.file])
             uniq.append(replace(e, line_text=_cut(e.line_text), reason=_cut(e.reason), rule=""))
-    if loaded is None and _NO_RULES.search(text):   # no counts line when every rule was refused
+    if loaded is None and _NO_RULES.search(text):  # no counts line when every rule was refused
         loaded, failed = 0, len(uniq)
     order = {str(r): i for i, r in enumerate(given)}
     uniq = sorted(too_long + uniq, key=lambda e: (order.get(e.file, len(order)), e.line or 0))
     if failed is not None:
         failed += len(too_long)
-    res = SuricataResult(out, code, parse_eve(out / "eve.json"), uniq, loaded, failed, errors,
-                         command=argv, record=proc.record.as_dict(), eve=out / "eve.json", config=Path(config))
+    res = SuricataResult(
+        out,
+        code,
+        parse_eve(out / "eve.json"),
+        uniq,
+        loaded,
+        failed,
+        errors,
+        command=argv,
+        record=proc.record.as_dict(),
+        eve=out / "eve.json",
+        config=Path(config),
+    )
     if code != 0:
-        raise SuricataError(f"suricata failed ({proc.record.status}); its errors:", errors or text.splitlines()[-20:])
+        raise SuricataError(
+            f"suricata failed ({proc.record.status}); its errors:",
+            errors or text.splitlines()[-20:],
+        )
     return res
 
 
@@ -597,7 +798,9 @@ def _cut(text: str, limit: int = ECHO) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
-def loadable_rule_files(rule_files: list[Path], work: Path) -> tuple[list[Path], list[RuleLoadError], dict[str, str]]:
+def loadable_rule_files(
+    rule_files: list[Path], work: Path
+) -> tuple[list[Path], list[RuleLoadError], dict[str, str]]:
     """The rule files as Suricata can read them, the rules refused for it, and copy -> original.
 
     A file with a line of more than `MAX_RULE_LINE` bytes (its newline included) is copied into
@@ -612,11 +815,19 @@ def loadable_rule_files(rule_files: list[Path], work: Path) -> tuple[list[Path],
         try:
             with open(rf, "rb") as f:
                 for n, raw in enumerate(f, 1):
-                    if len(raw) > MAX_RULE_LINE:   # (line, size, head, its sid: at the end of the rule)
-                        long_lines.append((n, len(raw.rstrip(b"\r\n")), raw[:ECHO].lstrip(),
-                                           _SID.findall(raw[-ECHO:].decode(errors="replace"))))
+                    if (
+                        len(raw) > MAX_RULE_LINE
+                    ):  # (line, size, head, its sid: at the end of the rule)
+                        long_lines.append(
+                            (
+                                n,
+                                len(raw.rstrip(b"\r\n")),
+                                raw[:ECHO].lstrip(),
+                                _SID.findall(raw[-ECHO:].decode(errors="replace")),
+                            )
+                        )
         except OSError:
-            out.append(rf)   # Suricata says what is wrong with it
+            out.append(rf)  # Suricata says what is wrong with it
             continue
         if not long_lines:
             out.append(rf)
@@ -634,19 +845,25 @@ def loadable_rule_files(rule_files: list[Path], work: Path) -> tuple[list[Path],
         out.append(copy)
         for n, size, head, sid in long_lines:
             if head[:1] in (b"", b"#"):
-                continue   # a comment (Suricata skips a line starting with # or a blank)
+                continue  # a comment (Suricata skips a line starting with # or a blank)
             text = head.decode(errors="replace")
-            refused.append(RuleLoadError(
-                _cut(text), int(sid[-1]) if sid else None, str(rf), n,
-                f"a rule line of {size:,} bytes: Suricata reads at most {MAX_RULE_LINE:,} bytes of a line "
-                "(its newline included) and would parse the pieces as rules of their own; shorten the rule"))
+            refused.append(
+                RuleLoadError(
+                    _cut(text),
+                    int(sid[-1]) if sid else None,
+                    str(rf),
+                    n,
+                    f"a rule line of {size:,} bytes: Suricata reads at most {MAX_RULE_LINE:,} bytes of a line "
+                    "(its newline included) and would parse the pieces as rules of their own; shorten the rule",
+                )
+            )
     return out, refused, copies
 
 
 def _place_by_text(e: RuleLoadError, rule_files: list[Path]) -> RuleLoadError:
     """The file and line of a refused rule whose error line Suricata cut before its place: the
     first line that starts with the rule text it echoed."""
-    head = e.rule.rstrip("\ufffd").encode()   # a cut may split a character
+    head = e.rule.rstrip("\ufffd").encode()  # a cut may split a character
     if not head:
         return e
     for rf in rule_files:
@@ -689,8 +906,10 @@ def _original_place(e: RuleLoadError, origin: list[tuple[int, str]]) -> RuleLoad
 # ---------------------------------------------------------------------------------------------
 # test mode: does Suricata load a rule file?
 
-def parse_test_output(text: str, rule_files: list[Path] | tuple[Path, ...] = ()
-                      ) -> tuple[dict[int, list[str]], list[str], int | None, int | None]:
+
+def parse_test_output(
+    text: str, rule_files: list[Path] | tuple[Path, ...] = ()
+) -> tuple[dict[int, list[str]], list[str], int | None, int | None]:
     """Pair each "error parsing signature" line with the error lines just before it, under the
     refused rule's sid (minus its line number when it has none). A line Suricata cut before its
     "from file F at line N" (a rule of more than about 2,000 bytes, whose sid is often cut off too)
@@ -714,7 +933,9 @@ def parse_test_output(text: str, rule_files: list[Path] | tuple[Path, ...] = ()
             sid = int(sm.group(1)) if sm else -int(m.group("line"))
         elif cut:
             sm = _SID.findall(cut.group("rule"))
-            e = _place_by_text(RuleLoadError(line, int(sm[-1]) if sm else None, rule=cut.group("rule")), rule_files)
+            e = _place_by_text(
+                RuleLoadError(line, int(sm[-1]) if sm else None, rule=cut.group("rule")), rule_files
+            )
             sid = e.sid if e.sid is not None else -(e.line or 0)
         if m or cut:
             reason = [re.sub(r"^.*?\bE:\s*", "", p) for p in pending] or [line]
@@ -728,7 +949,9 @@ def parse_test_output(text: str, rule_files: list[Path] | tuple[Path, ...] = ()
     return failures, errors, loaded, failed
 
 
-def check_load(rules_path: str | Path, work_dir: str | Path, *, timeout: float = 300.0) -> LoadCheck:
+def check_load(
+    rules_path: str | Path, work_dir: str | Path, *, timeout: float = 300.0
+) -> LoadCheck:
     """``suricata -T`` on one rule file with our configuration (`write_config`); test mode needs no pcap."""
     out = Path(work_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -748,9 +971,11 @@ def check_load(rules_path: str | Path, work_dir: str | Path, *, timeout: float =
             pass
         if m:
             loaded, failed = int(m.group(1)), int(m.group(2))
-    if loaded is None and _NO_RULES.search(text + (log.read_text(errors="replace") if log.exists() else "")):
-        loaded, failed = 0, len(failures)   # no counts line when every rule was refused
-    for e in too_long:   # given to Suricata as comments: refused here
+    if loaded is None and _NO_RULES.search(
+        text + (log.read_text(errors="replace") if log.exists() else "")
+    ):
+        loaded, failed = 0, len(failures)  # no counts line when every rule was refused
+    for e in too_long:  # given to Suricata as comments: refused here
         failures.setdefault(e.sid if e.sid is not None else -(e.line or 0), []).append(e.reason)
     if failed is not None:
         failed += len(too_long)
@@ -759,8 +984,14 @@ def check_load(rules_path: str | Path, work_dir: str | Path, *, timeout: float =
     return LoadCheck(loaded, failed, failures, list(dict.fromkeys(errors)), code, argv, seconds)
 
 
-def translate_file(in_path: str | Path, out_path: str | Path, *, check: bool = True,
-                   work_dir: str | Path | None = None, app_header: bool = False) -> TranslationReport:
+def translate_file(
+    in_path: str | Path,
+    out_path: str | Path,
+    *,
+    check: bool = True,
+    work_dir: str | Path | None = None,
+    app_header: bool = False,
+) -> TranslationReport:
     """Translate a Snort 3 rule file (`translate_rules_file`); with `check`, `check_load` the
     output in `work_dir` (default: beside the output, ``.suricata-check``) into ``report.load``."""
     report = translate_rules_file(in_path, out_path, app_header=app_header)
@@ -773,6 +1004,7 @@ def translate_file(in_path: str | Path, out_path: str | Path, *, check: bool = T
 # ---------------------------------------------------------------------------------------------
 # live
 
+
 class LiveSuricata:
     """Suricata reading a veth with af-packet, inside a namespace: a live run's device under test.
 
@@ -781,8 +1013,14 @@ class LiveSuricata:
     it wrote: `kernel_packets` (what its socket saw), `dropped` (kernel drops), `received`
     (kernel_packets - dropped), `decoded` and `alerts`."""
 
-    def __init__(self, argv_prefix: list[str], iface: str, rule_files: list[str | Path],
-                 out_dir: str | Path, ready_timeout: float = 90.0) -> None:
+    def __init__(
+        self,
+        argv_prefix: list[str],
+        iface: str,
+        rule_files: list[str | Path],
+        out_dir: str | Path,
+        ready_timeout: float = 90.0,
+    ) -> None:
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         rules = [Path(r) for r in rule_files]
@@ -793,8 +1031,13 @@ class LiveSuricata:
             empty = self.out / "no-rules.rules"
             empty.write_text("")
             rules = [empty]
-        config = write_config(self.out, rule_files=rules, live_iface=iface,
-                              eve_types=("alert", "stats"), stats_interval=1)
+        config = write_config(
+            self.out,
+            rule_files=rules,
+            live_iface=iface,
+            eve_types=("alert", "stats"),
+            stats_interval=1,
+        )
         argv = [*argv_prefix, *suricata_argv(config, self.out, live_iface=iface)]
         self._stdout = open(self.out / "suricata.stdout", "w")
         self.proc = Process("suricata", argv, stdout=self._stdout, stderr=subprocess.STDOUT)
@@ -829,14 +1072,18 @@ class LiveSuricata:
                 raise SuricataError("interrupted while Suricata was starting", [])
             if self.proc.poll() is not None:
                 errors, _, _, _ = parse_log(self._log())
-                raise SuricataError(f"suricata ended while starting ({self.proc.record.status}); "
-                                    "its errors:", errors or self._log().splitlines()[-15:])
+                raise SuricataError(
+                    f"suricata ended while starting ({self.proc.record.status}); its errors:",
+                    errors or self._log().splitlines()[-15:],
+                )
             if "threads are running" in self._log() or "Engine started" in self._log():
                 return self
             time.sleep(0.1)
         self.proc.stop()
-        raise SuricataError(f"suricata did not start within {self.ready_timeout:g} s; its log:",
-                            self._log().splitlines()[-15:])
+        raise SuricataError(
+            f"suricata did not start within {self.ready_timeout:g} s; its log:",
+            self._log().splitlines()[-15:],
+        )
 
     def running(self) -> bool:
         return self.proc.popen is not None and self.proc.poll() is None

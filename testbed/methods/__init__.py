@@ -38,8 +38,12 @@ class Step:
         assert tb is not None
         if "deadline_s" in self.params:  # a step whose length its method knows (multiply)
             return float(self.params["deadline_s"])
-        delay = max((g.start for g in self.generators), default=0) / NS   # the latest generator start
-        delay += self.params.get("start_lead_s", 0.0)   # several hosts: their agreed start comes later
+        delay = (
+            max((g.start for g in self.generators), default=0) / NS
+        )  # the latest generator start
+        delay += self.params.get(
+            "start_lead_s", 0.0
+        )  # several hosts: their agreed start comes later
         if any(g.pace == "topspeed" for g in self.generators):
             return (tb.duration or 0) / NS + delay
         horizon = max(f.last_due_ns for f in self.scenario.flows) / NS
@@ -102,8 +106,13 @@ def flow_key_hash(flow: Flow, hash_name: str) -> int:
     protocol number; seed 0."""
     sport = flow.src_port.bounds[0] if flow.src_port else 0
     dport = flow.dst_port.bounds[0] if flow.dst_port else 0
-    t = make_tuple(flow.src.interface.ip.packed, flow.dst.interface.ip.packed, sport, dport,
-                   PROTOCOL_NUMBERS[flow.protocol])
+    t = make_tuple(
+        flow.src.interface.ip.packed,
+        flow.dst.interface.ip.packed,
+        sport,
+        dport,
+        PROTOCOL_NUMBERS[flow.protocol],
+    )
     return hash_tuple(hash_name, t)
 
 
@@ -121,18 +130,30 @@ def spread_shares(scenario: Scenario) -> tuple[dict[str, Scenario], dict[str, An
     shares: dict[str, Scenario] = {}
     info: dict[str, Any] = {
         "rule": f"flow i goes to host {spread.hash}(first 5-tuple of flow i, seed 0) mod {n}",
-        "hash": spread.hash, "start_lead_s": spread.start_lead / NS, "hosts": []}
+        "hash": spread.hash,
+        "start_lead_s": spread.start_lead / NS,
+        "hosts": [],
+    }
     for i, host in enumerate(spread.hosts):
         title = spread.label(i)
         mine = [k for k, o in enumerate(owner) if o == i]
         if not mine:
-            raise BadInput(f"testbed.spread.hosts[{i}] ({host.at}): the split by flow hash gives this "
-                           f"host none of the {len(scenario.flows)} flows; give more flows or fewer hosts")
+            raise BadInput(
+                f"testbed.spread.hosts[{i}] ({host.at}): the split by flow hash gives this "
+                f"host none of the {len(scenario.flows)} flows; give more flows or fewer hosts"
+            )
         flows = [scenario.flows[k] for k in mine]
         shares[title] = scenario.model_copy(update={"flows": flows})
-        info["hosts"].append({
-            "name": title, "at": host.at, "capture": host.capture, "flows": mine,
-            "flow_names": [f.name or f"flow {k}" for k, f in zip(mine, flows)],
-            "flow_count": len(flows), "first_due_ns": min(f.start for f in flows),
-            "packets_planned": sum(f.packet_count * f.repetitions for f in flows)})
+        info["hosts"].append(
+            {
+                "name": title,
+                "at": host.at,
+                "capture": host.capture,
+                "flows": mine,
+                "flow_names": [f.name or f"flow {k}" for k, f in zip(mine, flows)],
+                "flow_count": len(flows),
+                "first_due_ns": min(f.start for f in flows),
+                "packets_planned": sum(f.packet_count * f.repetitions for f in flows),
+            }
+        )
     return shares, info

@@ -72,10 +72,18 @@ class CapturePart(Part):
     key = "capture"
     tools = (Tool("tcpdump", "tcpdump"),)
 
-    def __init__(self, spec: CaptureSpec, endpoint: Endpoint, step_dir: Path, also_at: str | None = None) -> None:
+    def __init__(
+        self, spec: CaptureSpec, endpoint: Endpoint, step_dir: Path, also_at: str | None = None
+    ) -> None:
         self.file = capture_file(also_at)
-        self.tcpdump = Tcpdump(endpoint.argv, endpoint.iface, step_dir / self.file, snaplen=spec.snaplen,
-                               buffer_kib=spec.buffer_kib, name=self.file.removesuffix(".pcap"))
+        self.tcpdump = Tcpdump(
+            endpoint.argv,
+            endpoint.iface,
+            step_dir / self.file,
+            snaplen=spec.snaplen,
+            buffer_kib=spec.buffer_kib,
+            name=self.file.removesuffix(".pcap"),
+        )
 
     def start(self, abort) -> None:
         self.tcpdump.start()
@@ -112,8 +120,15 @@ class Dut(Part):
     kind = "dut"
     POWER_GRACE_S = 3.0  # a DUT's end seen before its VM's power is: this long to tell them apart
 
-    def __init__(self, spec: DutSpec, endpoint: Endpoint, step_dir: Path, scenario_dir: Path) -> None:
-        self.spec, self.endpoint, self.dir, self.scenario_dir = spec, endpoint, step_dir, scenario_dir
+    def __init__(
+        self, spec: DutSpec, endpoint: Endpoint, step_dir: Path, scenario_dir: Path
+    ) -> None:
+        self.spec, self.endpoint, self.dir, self.scenario_dir = (
+            spec,
+            endpoint,
+            step_dir,
+            scenario_dir,
+        )
         self.impl: Tcpdump | LiveSuricata | None = None
         self.died: str | None = None
         self.powered_off = False
@@ -133,8 +148,10 @@ class Dut(Part):
             if time.monotonic() - self._ended_at < self.POWER_GRACE_S:
                 return None
         if self.died is None:
-            self.died = (f"the device under test ({self.kind}) ended during the step: "
-                         f"{self.impl.record.status}")
+            self.died = (
+                f"the device under test ({self.kind}) ended during the step: "
+                f"{self.impl.record.status}"
+            )
         return self.died
 
     def no_space(self) -> Path | None:
@@ -174,14 +191,22 @@ class TcpdumpDut(Dut):
     def start(self, abort) -> None:
         keep = self.spec.write or isinstance(self.endpoint, PowerSwitch)
         out = self.dir / "dut.pcap" if keep else Path("/dev/null")
-        self.impl = Tcpdump(self.endpoint.argv, self.endpoint.iface, out, snaplen=self.spec.snaplen,
-                            buffer_kib=self.spec.buffer_kib, name="dut-tcpdump")  # fmt: skip
+        self.impl = Tcpdump(
+            self.endpoint.argv,
+            self.endpoint.iface,
+            out,
+            snaplen=self.spec.snaplen,
+            buffer_kib=self.spec.buffer_kib,
+            name="dut-tcpdump",
+        )
         self.impl.start()
         if keep and not out.exists():
             self.impl.stop(settle=0)
-            raise TcpdumpError(f"the DUT in {self.endpoint.where} writes {out}, which the host does not "
-                               "see: put the run folder in a folder the VM shares (/tmp, the working "
-                               "folder, or one in NTG_VM_SHARE, docs/vm.md)")  # fmt: skip
+            raise TcpdumpError(
+                f"the DUT in {self.endpoint.where} writes {out}, which the host does not "
+                "see: put the run folder in a folder the VM shares (/tmp, the working "
+                "folder, or one in NTG_VM_SHARE, docs/vm.md)"
+            )
 
     def counted_until_off(self) -> dict:
         out = self.dir / "dut.pcap"
@@ -190,14 +215,23 @@ class TcpdumpDut(Dut):
         except CaptureError as exc:
             return {"received": None, "note": str(exc)}
         last = int(cap.ts_ns.max()) if len(cap) else None
-        return {"received": len(cap), "captured": len(cap), "last_packet_guest_ns": last,
-                **({"note": f"{out.name}: {cap.problem.message}"} if cap.problem else {})}
+        return {
+            "received": len(cap),
+            "captured": len(cap),
+            "last_packet_guest_ns": last,
+            **({"note": f"{out.name}: {cap.problem.message}"} if cap.problem else {}),
+        }
 
 
 class SuricataDut(Dut):
     kind = "suricata"
-    tools = (Tool("suricata", "suricata",
-                  "apt-get install -t bookworm-backports suricata (with bookworm-backports in the apt sources)"),)
+    tools = (
+        Tool(
+            "suricata",
+            "suricata",
+            "apt-get install -t bookworm-backports suricata (with bookworm-backports in the apt sources)",
+        ),
+    )
 
     def start(self, abort) -> None:
         rules = [self.scenario_dir / r for r in self.spec.rules]
@@ -232,7 +266,9 @@ class MonitorPart(Part):
 class GeneratorPart(Part):
     """One generator adapter placed at an endpoint (None: offline, it writes the capture)."""
 
-    def __init__(self, spec: GeneratorSpec, gen: Generator, endpoint: Endpoint | None, folder: Path) -> None:
+    def __init__(
+        self, spec: GeneratorSpec, gen: Generator, endpoint: Endpoint | None, folder: Path
+    ) -> None:
         self.spec, self.gen, self.endpoint, self.dir = spec, gen, endpoint, folder
         self.key = f"gen:{spec.title}"
 
@@ -249,6 +285,10 @@ class GeneratorPart(Part):
 
     def pids(self) -> dict[str, int]:
         out = _live(self.records(), lambda r: f"gen:{self.spec.title}:{r.name}")
-        if self.endpoint is not None and out:  # the place's own processes (a VM's qemu) while it sends
-            out.update({f"gen:{self.spec.title}:{k}": pid for k, pid in self.endpoint.pids().items()})
+        if (
+            self.endpoint is not None and out
+        ):  # the place's own processes (a VM's qemu) while it sends
+            out.update(
+                {f"gen:{self.spec.title}:{k}": pid for k, pid in self.endpoint.pids().items()}
+            )
         return out

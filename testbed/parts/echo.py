@@ -37,7 +37,10 @@ def main() -> int:
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
-    rx, tx = bound(socket.SOCK_DGRAM, args.bind, args.port), bound(socket.SOCK_DGRAM, args.bind, args.reply_port)
+    rx, tx = (
+        bound(socket.SOCK_DGRAM, args.bind, args.port),
+        bound(socket.SOCK_DGRAM, args.bind, args.reply_port),
+    )
     listener = bound(socket.SOCK_STREAM, args.bind, args.port)
     listener.listen(16)
     marker = b"|" + args.name.encode()

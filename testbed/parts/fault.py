@@ -53,11 +53,11 @@ class FaultEvent:
     target: str
     n: int
     planned_s: float
-    applied_realtime_ns: int | None = None      # when it was issued
+    applied_realtime_ns: int | None = None  # when it was issued
     applied_mono_ns: int | None = None
-    in_effect_realtime_ns: int | None = None    # when the signal or command had returned
+    in_effect_realtime_ns: int | None = None  # when the signal or command had returned
     in_effect_mono_ns: int | None = None
-    undone: bool | None = False          # None: cannot be undone (kill)
+    undone: bool | None = False  # None: cannot be undone (kill)
     undone_realtime_ns: int | None = None
     undone_mono_ns: int | None = None
     pid: int | None = None
@@ -65,7 +65,11 @@ class FaultEvent:
     undo: Callable[[], None] | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "undo" and (v is not None or k == "undone")}
+        return {
+            k: v
+            for k, v in self.__dict__.items()
+            if k != "undo" and (v is not None or k == "undone")
+        }
 
 
 def _now() -> tuple[int, int]:
@@ -78,7 +82,9 @@ class FaultPart(Part):
     key = "faults"
     tools = (Tool("ip", "iproute2"), Tool("tc", "iproute2"))
 
-    def __init__(self, specs: list[FaultSpec], site: Site, pids: Callable[[], dict[str, int]]) -> None:
+    def __init__(
+        self, specs: list[FaultSpec], site: Site, pids: Callable[[], dict[str, int]]
+    ) -> None:
         self.specs, self.site, self.step_pids = list(specs), site, pids
         self.events: list[FaultEvent] = []
         self._records: list[CommandRecord] = []
@@ -90,12 +96,16 @@ class FaultPart(Part):
         places = site.places()
         for i, s in enumerate(self.specs):  # before anything starts
             if s.at is not None and s.at not in places:
-                raise FaultError(f"testbed.faults[{i}].at: `{s.at}` is not an interface of topology "
-                                 f"{site.name} (it has: {', '.join(places)})")
+                raise FaultError(
+                    f"testbed.faults[{i}].at: `{s.at}` is not an interface of topology "
+                    f"{site.name} (it has: {', '.join(places)})"
+                )
             if s.kind == "power-off" and not isinstance(site.endpoint(s.at), PowerSwitch):
-                raise FaultError(f"testbed.faults[{i}]: `power-off` needs a VM back end; `{s.at}` is "
-                                 f"{site.endpoint(s.at).where}, which has no power to switch off: "
-                                 f"use kill, stop or link-down")
+                raise FaultError(
+                    f"testbed.faults[{i}]: `power-off` needs a VM back end; `{s.at}` is "
+                    f"{site.endpoint(s.at).where}, which has no power to switch off: "
+                    f"use kill, stop or link-down"
+                )
 
     # -- the part ------------------------------------------------------------------------------
 
@@ -103,9 +113,13 @@ class FaultPart(Part):
         labels = self.step_pids()
         for i, s in enumerate(self.specs):
             if s.process is not None and not fnmatch.filter(labels, s.process):
-                raise FaultError(f"testbed.faults[{i}].process: no process `{s.process}` in this step "
-                                 f"(its processes: {', '.join(sorted(labels)) or 'none'})")
-        plan = sorted((t, i, n) for i, s in enumerate(self.specs) for n, t in enumerate(s.times_ns()))
+                raise FaultError(
+                    f"testbed.faults[{i}].process: no process `{s.process}` in this step "
+                    f"(its processes: {', '.join(sorted(labels)) or 'none'})"
+                )
+        plan = sorted(
+            (t, i, n) for i, s in enumerate(self.specs) for n, t in enumerate(s.times_ns())
+        )
         self.origin = _now()
         self._thread = threading.Thread(target=self._run, args=(plan,), name="faults", daemon=True)
         self._thread.start()
@@ -120,10 +134,12 @@ class FaultPart(Part):
         with self._lock:
             for ev in reversed(self.events):  # everything still applied, newest first
                 self._undo(ev)
-        return {"origin_realtime_ns": self.origin[0] if self.origin else None,
-                "origin_mono_ns": self.origin[1] if self.origin else None,
-                "events": [e.as_dict() for e in self.events],
-                "all_undone": all(e.undone is not False for e in self.events)}
+        return {
+            "origin_realtime_ns": self.origin[0] if self.origin else None,
+            "origin_mono_ns": self.origin[1] if self.origin else None,
+            "events": [e.as_dict() for e in self.events],
+            "all_undone": all(e.undone is not False for e in self.events),
+        }
 
     def records(self) -> list[CommandRecord]:
         return list(self._records)
@@ -151,7 +167,9 @@ class FaultPart(Part):
                     spec = self.specs[i]
                     ev = self._apply(spec, n, t)
                     if ev.error:
-                        self._problem = f"fault {spec.kind} {spec.target} at {t / 1e9:g} s: {ev.error}"
+                        self._problem = (
+                            f"fault {spec.kind} {spec.target} at {t / 1e9:g} s: {ev.error}"
+                        )
                         return
                     if spec.duration is not None and ev.undone is False:
                         undo_at.append((t + spec.duration, ev))
@@ -180,7 +198,9 @@ class FaultPart(Part):
         except (OSError, NtgError) as exc:
             ev.error = f"could not undo: {exc}"
 
-    def _actions(self, spec: FaultSpec, ev: FaultEvent) -> tuple[Callable[[], None], Callable[[], None] | None]:
+    def _actions(
+        self, spec: FaultSpec, ev: FaultEvent
+    ) -> tuple[Callable[[], None], Callable[[], None] | None]:
         if spec.process is not None:
             pid = self._pid(spec.process)
             ev.pid = pid
@@ -194,26 +214,39 @@ class FaultPart(Part):
             return switch.power_off, switch.power_on
         iface = endpoint.iface
         if spec.kind == "link-down":
-            return (lambda: self._command(endpoint, "ip", "link", "set", iface, "down"),
-                    lambda: self._command(endpoint, "ip", "link", "set", iface, "up"))
-        return (lambda: self._command(endpoint, "tc", "qdisc", "add", "dev", iface, "root", "netem",
-                                      *netem_args(spec)),
-                lambda: self._command(endpoint, "tc", "qdisc", "del", "dev", iface, "root"))
+            return (
+                lambda: self._command(endpoint, "ip", "link", "set", iface, "down"),
+                lambda: self._command(endpoint, "ip", "link", "set", iface, "up"),
+            )
+        return (
+            lambda: self._command(
+                endpoint, "tc", "qdisc", "add", "dev", iface, "root", "netem", *netem_args(spec)
+            ),
+            lambda: self._command(endpoint, "tc", "qdisc", "del", "dev", iface, "root"),
+        )
 
     def _pid(self, label: str) -> int:
         labels = self.step_pids()
         found = sorted(fnmatch.filter(labels, label))
         if not found:
-            raise FaultError(f"no process `{label}` runs now (running: {', '.join(sorted(labels)) or 'none'})")
+            raise FaultError(
+                f"no process `{label}` runs now (running: {', '.join(sorted(labels)) or 'none'})"
+            )
         return labels[found[0]]
 
     def _command(self, endpoint: Endpoint, *argv: str) -> None:
-        proc = Process(f"fault {argv[0]}", endpoint.argv(*argv), stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+        proc = Process(
+            f"fault {argv[0]}",
+            endpoint.argv(*argv),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self._records.append(proc.record)
         done = proc.start().communicate(COMMAND_TIMEOUT_S)
         if done is None:
-            raise FaultError(f"`{' '.join(argv)}` in {endpoint.where} did not end within {COMMAND_TIMEOUT_S:g} s")
+            raise FaultError(
+                f"`{' '.join(argv)}` in {endpoint.where} did not end within {COMMAND_TIMEOUT_S:g} s"
+            )
         err = done[1]
         code = proc.wait()
         if code != 0:
@@ -221,7 +254,9 @@ class FaultPart(Part):
             proc.record.note = text
             if argv[0] == "tc" and "qdisc kind is unknown" in text:
                 text += " (this kernel has no netem: load sch_netem, or build the kernel with CONFIG_NET_SCH_NETEM)"
-            raise FaultError(f"`{' '.join(argv)}` in {endpoint.where} failed ({proc.record.status}): {text}")
+            raise FaultError(
+                f"`{' '.join(argv)}` in {endpoint.where} failed ({proc.record.status}): {text}"
+            )
 
 
 def netem_args(spec: FaultSpec) -> list[str]:

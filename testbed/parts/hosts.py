@@ -49,8 +49,12 @@ def spread_accounting(entry: dict, step_dir: Path, info: dict, start_at_ns: int 
     hosts, files = [], []
     for h in info["hosts"]:
         gen = gens.get(h["name"], {})
-        row: dict[str, Any] = {**h, "status": gen.get("status"), "packets_sent": gen.get("packets_sent"),
-                               "bytes_sent": gen.get("bytes_sent")}
+        row: dict[str, Any] = {
+            **h,
+            "status": gen.get("status"),
+            "packets_sent": gen.get("packets_sent"),
+            "bytes_sent": gen.get("bytes_sent"),
+        }
         cap = captures.get(h["capture"]) if h.get("capture") else None
         if cap is not None and (step_dir / cap["file"]).is_file():
             try:
@@ -58,12 +62,20 @@ def spread_accounting(entry: dict, step_dir: Path, info: dict, start_at_ns: int 
             except CaptureError as exc:
                 row["capture_problem"] = str(exc)
             else:
-                row.update(capture_file=cap["file"], captured=span["packets"],
-                           first_packet_ns=span["first_ns"], last_packet_ns=span["last_ns"])
+                row.update(
+                    capture_file=cap["file"],
+                    captured=span["packets"],
+                    first_packet_ns=span["first_ns"],
+                    last_packet_ns=span["last_ns"],
+                )
                 if span["packets"] and start_at_ns is not None:
-                    row["start_offset_ms"] = (span["first_ns"] - start_at_ns - h["first_due_ns"]) / 1e6
+                    row["start_offset_ms"] = (
+                        span["first_ns"] - start_at_ns - h["first_due_ns"]
+                    ) / 1e6
                 if span["packets"] and span["last_ns"] > span["first_ns"]:
-                    row["rate_pps"] = (span["packets"] - 1) / ((span["last_ns"] - span["first_ns"]) / 1e9)
+                    row["rate_pps"] = (span["packets"] - 1) / (
+                        (span["last_ns"] - span["first_ns"]) / 1e9
+                    )
                 files.append(step_dir / cap["file"])
         hosts.append(row)
     out["hosts"] = hosts
@@ -90,22 +102,39 @@ def spread_accounting(entry: dict, step_dir: Path, info: dict, start_at_ns: int 
             out["merge_problem"] = str(exc)
             return out
         if as_capture:
-            merged_stats(entry, [c for c in entry["captures"] if c["at"] in {h.get("capture") for h in hosts}],
-                         target.name)
+            merged_stats(
+                entry,
+                [c for c in entry["captures"] if c["at"] in {h.get("capture") for h in hosts}],
+                target.name,
+            )
         host_sum = sum(h["captured"] for h in hosts)
-        out["merged"] = {"file": target.name, "packets": merged["packets"], "hosts_captured": host_sum,
-                         "is_step_capture": as_capture,
-                         "first_ns": merged["first_ns"], "last_ns": merged["last_ns"]}
+        out["merged"] = {
+            "file": target.name,
+            "packets": merged["packets"],
+            "hosts_captured": host_sum,
+            "is_step_capture": as_capture,
+            "first_ns": merged["first_ns"],
+            "last_ns": merged["last_ns"],
+        }
         if merged["packets"] > 1 and merged["last_ns"] > merged["first_ns"]:
-            out["merged"]["rate_pps"] = (merged["packets"] - 1) / ((merged["last_ns"] - merged["first_ns"]) / 1e9)
+            out["merged"]["rate_pps"] = (merged["packets"] - 1) / (
+                (merged["last_ns"] - merged["first_ns"]) / 1e9
+            )
         checks = [("merged capture = sum of the hosts' captures", host_sum, merged["packets"])]
         if out["packets_sent"] is not None:
-            checks.append(("merged capture = sum of the hosts' generator counters",
-                           out["packets_sent"], merged["packets"]))
+            checks.append(
+                (
+                    "merged capture = sum of the hosts' generator counters",
+                    out["packets_sent"],
+                    merged["packets"],
+                )
+            )
         step_count = (entry.get("capture") or {}).get("captured")
         if step_count is not None and not as_capture:
             checks.append(("step capture = merged capture", merged["packets"], step_count))
-        out["checks"] = [{"name": n, "expected": e, "measured": m, "ok": e == m} for n, e, m in checks]
+        out["checks"] = [
+            {"name": n, "expected": e, "measured": m, "ok": e == m} for n, e, m in checks
+        ]
     return out
 
 
@@ -117,7 +146,9 @@ def merged_stats(entry: dict, rows: list[dict], file: str) -> None:
         values = [r.get(key) for r in rows]
         stats[key] = sum(values) if all(v is not None for v in values) else None
     entry["capture"] = stats
-    entry["captures"].append({"file": file, "at": "+".join(r["at"] for r in rows), "counted": True, **stats})
+    entry["captures"].append(
+        {"file": file, "at": "+".join(r["at"] for r in rows), "counted": True, **stats}
+    )
     loss = entry.get("loss")
     wires = [entry.get("wire", {}).get(r["at"], {}).get("rx_packets") for r in rows]
     if loss is not None and all(w is not None for w in wires):
@@ -137,9 +168,13 @@ def collect_hosts(folder: Path) -> dict:
     try:
         info = json.loads((folder / "spread.json").read_text())
     except (OSError, ValueError) as exc:
-        raise BadInput(f"{folder}/spread.json: {exc}; run `testbed spread SCENARIO --out {folder}` first") from None
+        raise BadInput(
+            f"{folder}/spread.json: {exc}; run `testbed spread SCENARIO --out {folder}` first"
+        ) from None
     start = folder / "start_at_ns"
-    start_at_ns = int(start.read_text()) if start.is_file() and start.read_text().strip().isdigit() else None
+    start_at_ns = (
+        int(start.read_text()) if start.is_file() and start.read_text().strip().isdigit() else None
+    )
     entry: dict[str, Any] = {"generators": {}, "captures": []}
     hosts = []
     for h in info["hosts"]:
@@ -149,8 +184,11 @@ def collect_hosts(folder: Path) -> dict:
         except (OSError, ValueError):
             summary = None  # not fetched: the host failed or was not reached; kept as missing
         if summary is not None:
-            entry["generators"][h["name"]] = {"status": summary.get("status"), "packets_sent": summary.get("sent"),
-                                              "bytes_sent": summary.get("sent_bytes")}
+            entry["generators"][h["name"]] = {
+                "status": summary.get("status"),
+                "packets_sent": summary.get("sent"),
+                "bytes_sent": summary.get("sent_bytes"),
+            }
         capture = f"{h['name']}/capture.pcap"
         if (folder / capture).is_file():
             entry["captures"].append({"at": f"{h['name']}:capture", "file": capture})

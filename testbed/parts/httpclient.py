@@ -58,8 +58,13 @@ def main() -> int:
             t0 = time.monotonic()
             pad = args.pad[i % len(args.pad)] if args.pad else 0
             status, got = fetch(args.url + name + ("?" + "p" * pad if pad else ""))
-            row = {"page": name, "status": status, "bytes": got, "expected": size,
-                   "seconds": round(time.monotonic() - t0, 6)}
+            row = {
+                "page": name,
+                "status": status,
+                "bytes": got,
+                "expected": size,
+                "seconds": round(time.monotonic() - t0, 6),
+            }
             with lock:
                 print(json.dumps(row), flush=True)
                 ok[0] = ok[0] and status == 200 and got == size

@@ -34,11 +34,26 @@ import psutil
 
 from ntgcore.files import no_space_at
 
-COLUMNS = ("t", "kind", "label", "pid", "tid", "name", "cpu_percent", "rss_bytes", "mem_percent",
-           "num_threads")  # fmt: skip
+COLUMNS = (
+    "t",
+    "kind",
+    "label",
+    "pid",
+    "tid",
+    "name",
+    "cpu_percent",
+    "rss_bytes",
+    "mem_percent",
+    "num_threads",
+)
 MAX_HZ = 10.0
-_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ProcessLookupError,
-         FileNotFoundError)  # fmt: skip
+_GONE = (
+    psutil.NoSuchProcess,
+    psutil.ZombieProcess,
+    psutil.AccessDenied,
+    ProcessLookupError,
+    FileNotFoundError,
+)
 
 
 def _thread_name(pid: int, tid: int) -> str:
@@ -61,7 +76,7 @@ def _children_map() -> dict[int, list[int]]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         if len(fields) > 1:
             kids.setdefault(int(fields[1]), []).append(int(entry.name))
     return kids
@@ -108,7 +123,9 @@ class Sampler:
         try:
             hz = float(hz)
         except (TypeError, ValueError):
-            raise ValueError(f"sampling rate {hz!r} is not a number; use 0 < hz <= {MAX_HZ:g}") from None
+            raise ValueError(
+                f"sampling rate {hz!r} is not a number; use 0 < hz <= {MAX_HZ:g}"
+            ) from None
         if not 0 < hz <= MAX_HZ:
             raise ValueError(f"sampling rate {hz:g} Hz is out of range; use 0 < hz <= {MAX_HZ:g}")
         self.out_csv = Path(out_csv)
@@ -264,8 +281,20 @@ class Sampler:
             prev = self._proc_cpu.get(p.pid)
             pct = _pct(cpu, prev[0], at - prev[1]) if prev else None
             self._proc_cpu[p.pid] = (cpu, at)
-            rows.append((t, "process", label, p.pid, "", name, pct, rss,
-                         round(rss / self._mem_total * 100.0, 3), len(threads)))  # fmt: skip
+            rows.append(
+                (
+                    t,
+                    "process",
+                    label,
+                    p.pid,
+                    "",
+                    name,
+                    pct,
+                    rss,
+                    round(rss / self._mem_total * 100.0, 3),
+                    len(threads),
+                )
+            )
             for th in threads:
                 key = (p.pid, th.id)
                 tcpu = th.user_time + th.system_time
@@ -275,8 +304,7 @@ class Sampler:
                 tname = self._names.get(key)
                 if tname is None:  # read once per thread: /proc/PID/task/TID/comm
                     tname = self._names[key] = _thread_name(p.pid, th.id)
-                rows.append((t, "thread", label, p.pid, th.id, tname, tpct,
-                             "", "", ""))  # fmt: skip
+                rows.append((t, "thread", label, p.pid, th.id, tname, tpct, "", "", ""))
         rows += self._system_rows(t)
         self._csv.writerows(rows)
         self._file.flush()

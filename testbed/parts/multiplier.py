@@ -46,11 +46,36 @@ def page_name(i: int, size: int) -> str:
     return f"page-{i}-{size}.bin"
 
 
-def engine_argv(binary: str, spec: InlineMultiplySpec, copies: int, seed: int, ifaces: tuple[str, str, str],
-                summary: Path) -> list[str]:
-    argv = [binary, "multiply", "--live", *ifaces, "-T", str(copies), "--ranges", ",".join(spec.ranges),
-            "--seed", str(seed), "--order", spec.order, "--ports", spec.ports,
-            "--max-flows", str(spec.max_flows), "--max-addrs", str(spec.max_addrs), "--summary", str(summary)]
+def engine_argv(
+    binary: str,
+    spec: InlineMultiplySpec,
+    copies: int,
+    seed: int,
+    ifaces: tuple[str, str, str],
+    summary: Path,
+) -> list[str]:
+    argv = [
+        binary,
+        "multiply",
+        "--live",
+        *ifaces,
+        "-T",
+        str(copies),
+        "--ranges",
+        ",".join(spec.ranges),
+        "--seed",
+        str(seed),
+        "--order",
+        spec.order,
+        "--ports",
+        spec.ports,
+        "--max-flows",
+        str(spec.max_flows),
+        "--max-addrs",
+        str(spec.max_addrs),
+        "--summary",
+        str(summary),
+    ]
     if spec.original:
         argv += ["--original", ",".join(spec.original)]
     if spec.both:
@@ -62,7 +87,9 @@ class InlineMultiplier(Part):
     key = "multiplier"
     tools = (Tool("python3", "python3"),)
 
-    def __init__(self, spec: InlineMultiplySpec, copies: int, seed: int, site: Site, step_dir: Path) -> None:
+    def __init__(
+        self, spec: InlineMultiplySpec, copies: int, seed: int, site: Site, step_dir: Path
+    ) -> None:
         self.spec, self.copies, self.seed, self.site, self.dir = spec, copies, seed, site, step_dir
         self.server: EndpointServer | None = None
         self.mult: Process | None = None
@@ -85,37 +112,77 @@ class InlineMultiplier(Part):
         spec = self.spec
         pages = self._pages()
         srv = self.site.endpoint(spec.server)
-        self.server = EndpointServer("the HTTP server", "http-server", "python3",
-                                     [*srv.argv(), sys.executable, "-m", "http.server", str(spec.port),
-                                      "--directory", str(self.dir / "www")],
-                                     srv, self.dir / "http-server.log", spec.port)
+        self.server = EndpointServer(
+            "the HTTP server",
+            "http-server",
+            "python3",
+            [
+                *srv.argv(),
+                sys.executable,
+                "-m",
+                "http.server",
+                str(spec.port),
+                "--directory",
+                str(self.dir / "www"),
+            ],
+            srv,
+            self.dir / "http-server.log",
+            spec.port,
+        )
         self.server.start()
         at, out, dut = (self.site.endpoint(p) for p in (spec.at, spec.out, spec.dut))
         if len({e.where for e in (at, out, dut)}) != 1:
-            raise MultiplierError(f"inline: {spec.at}, {spec.out} and {spec.dut} must be interfaces of one "
-                                  f"namespace (the multiplier's)")
+            raise MultiplierError(
+                f"inline: {spec.at}, {spec.out} and {spec.dut} must be interfaces of one "
+                f"namespace (the multiplier's)"
+            )
         binary = str(GENERATORS.get("flowengine").adapter.executable())
         log = open(self.dir / "multiplier.log", "wb")
         self._logs.append(log)
-        self.mult = Process("multiplier", [*at.argv(), *engine_argv(binary, spec, self.copies, self.seed,
-                                                                      (at.iface, out.iface, dut.iface),
-                                                                      self.dir / SUMMARY)],
-                            stdout=log, stderr=subprocess.STDOUT).start()
+        self.mult = Process(
+            "multiplier",
+            [
+                *at.argv(),
+                *engine_argv(
+                    binary,
+                    spec,
+                    self.copies,
+                    self.seed,
+                    (at.iface, out.iface, dut.iface),
+                    self.dir / SUMMARY,
+                ),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ).start()
         t0 = time.monotonic()
         while b"ready" not in (self.dir / "multiplier.log").read_bytes():
             if self.mult.poll() is not None:
                 text = (self.dir / "multiplier.log").read_text(errors="replace").strip()
-                raise MultiplierError(f"the inline multiplier ended at start-up ({self.mult.record.status}): "
-                                      f"{text.removeprefix('flowengine multiply: ')}")
+                raise MultiplierError(
+                    f"the inline multiplier ended at start-up ({self.mult.record.status}): "
+                    f"{text.removeprefix('flowengine multiply: ')}"
+                )
             if abort() or time.monotonic() - t0 > READY_TIMEOUT_S:
-                raise MultiplierError(f"the inline multiplier was not ready within {READY_TIMEOUT_S:g}s; "
-                                      f"see {self.dir / 'multiplier.log'}")
+                raise MultiplierError(
+                    f"the inline multiplier was not ready within {READY_TIMEOUT_S:g}s; "
+                    f"see {self.dir / 'multiplier.log'}"
+                )
             time.sleep(0.02)
         cl = self.site.endpoint(spec.client)
         clog = open(self.dir / CLIENT_LOG, "wb")
         self._logs.append(clog)
-        argv = [*cl.argv(), sys.executable, str(CLIENT), "--url", f"http://{spec.server_address}:{spec.port}/",
-                "--rounds", str(spec.rounds), "--parallel", str(spec.parallel)]
+        argv = [
+            *cl.argv(),
+            sys.executable,
+            str(CLIENT),
+            "--url",
+            f"http://{spec.server_address}:{spec.port}/",
+            "--rounds",
+            str(spec.rounds),
+            "--parallel",
+            str(spec.parallel),
+        ]
         for name, size in pages:
             argv += ["--page", f"{name}:{size}"]
         for pad in spec.request_pad:
@@ -153,9 +220,13 @@ class InlineMultiplier(Part):
         for f in self._logs:
             f.close()
         rows = self.results()
-        out: dict = {"copies": self.copies, "client_exit": client_code, "fetches": len(rows),
-                     "fetches_ok": sum(r["status"] == 200 and r["bytes"] == r["expected"] for r in rows),
-                     "bytes": sum(r["bytes"] for r in rows)}
+        out: dict = {
+            "copies": self.copies,
+            "client_exit": client_code,
+            "fetches": len(rows),
+            "fetches_ok": sum(r["status"] == 200 and r["bytes"] == r["expected"] for r in rows),
+            "bytes": sum(r["bytes"] for r in rows),
+        }
         try:
             out["engine"] = json.loads((self.dir / SUMMARY).read_text())
         except (OSError, ValueError):
@@ -167,4 +238,6 @@ class InlineMultiplier(Part):
         return [p.record for p in procs if p is not None]
 
     def pids(self) -> dict[str, int]:
-        return {f"multiplier:{r.name}": r.pid for r in self.records() if r.pid and r.exit_code is None}
+        return {
+            f"multiplier:{r.name}": r.pid for r in self.records() if r.pid and r.exit_code is None
+        }

@@ -44,7 +44,10 @@ _STAT_RE = re.compile(r"^\s*(\d+)\s+(packets? [a-z ]+?)\s*$")
 _HINTS = (
     ("No such device", "check the interface name: `ip -n NAMESPACE link` lists the interfaces"),
     ("permission", "capturing needs root or CAP_NET_RAW and CAP_NET_ADMIN: run as root"),
-    ("Operation not permitted", "capturing needs root or CAP_NET_RAW and CAP_NET_ADMIN: run as root"),
+    (
+        "Operation not permitted",
+        "capturing needs root or CAP_NET_RAW and CAP_NET_ADMIN: run as root",
+    ),
     ("Cannot open network namespace", "the namespace does not exist: bring the topology up first"),
     ("is not up", "bring the interface up: `ip -n NAMESPACE link set IFACE up`"),
     ("syntax error", "fix the capture filter (BPF syntax, see `man pcap-filter`)"),
@@ -83,16 +86,34 @@ class Tcpdump:
         immediate: bool = False,
     ) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", iface):
-            raise TcpdumpError(f"{iface!r} is not a valid interface name (1-15 letters, digits, _.:@-)")
+            raise TcpdumpError(
+                f"{iface!r} is not a valid interface name (1-15 letters, digits, _.:@-)"
+            )
         if snaplen < 1 or buffer_kib < 1:
-            raise TcpdumpError(f"snaplen ({snaplen}) and buffer_kib ({buffer_kib}) must be positive")
+            raise TcpdumpError(
+                f"snaplen ({snaplen}) and buffer_kib ({buffer_kib}) must be positive"
+            )
         self.iface = iface
         self.immediate = immediate
         self.out = Path(out)
         self.name = name
         # -Z root: tcpdump keeps its user, and with it the death signal a change of user clears
-        argv = ["tcpdump", "-n", "-U", "-Z", "root", "-w", str(self.out), "-s", str(snaplen),
-                "-B", str(buffer_kib), "-i", iface, "--time-stamp-precision=nano"]  # fmt: skip
+        argv = [
+            "tcpdump",
+            "-n",
+            "-U",
+            "-Z",
+            "root",
+            "-w",
+            str(self.out),
+            "-s",
+            str(snaplen),
+            "-B",
+            str(buffer_kib),
+            "-i",
+            iface,
+            "--time-stamp-precision=nano",
+        ]
         if immediate:  # every packet handed over at once, instead of in blocks (TPACKET_V3)
             argv.append("--immediate-mode")
         if bpf:
@@ -122,8 +143,10 @@ class Tcpdump:
         try:
             self._proc.start()
         except OSError as exc:
-            raise TcpdumpError(f"cannot run {self._proc.argv[0]}: {exc}; install tcpdump "
-                               "(`apt-get install tcpdump`) and iproute2") from exc  # fmt: skip
+            raise TcpdumpError(
+                f"cannot run {self._proc.argv[0]}: {exc}; install tcpdump "
+                "(`apt-get install tcpdump`) and iproute2"
+            ) from exc
         self._reader = threading.Thread(target=self._read, name=f"{self.name}-stderr", daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout
@@ -134,8 +157,9 @@ class Tcpdump:
             if time.monotonic() > deadline:
                 self._proc.stop(signal.SIGKILL, grace=2)
                 self._reader.join(2)
-                raise TcpdumpError(self._failure(f"{self.name} did not start listening within "
-                                                 f"{timeout:g}s"))  # fmt: skip
+                raise TcpdumpError(
+                    self._failure(f"{self.name} did not start listening within {timeout:g}s")
+                )
         return self
 
     def _read(self) -> None:
@@ -182,8 +206,13 @@ class Tcpdump:
     def filled(self) -> Path | None:
         """The output file once its file system is full (latched): tcpdump cannot write any more
         of what it captures, and does not say so."""
-        if (self._filled is None and self._proc.popen is not None and not self._stopped
-                and self.out.is_file() and is_full(self.out)):
+        if (
+            self._filled is None
+            and self._proc.popen is not None
+            and not self._stopped
+            and self.out.is_file()
+            and is_full(self.out)
+        ):
             self._filled = self.out
         return self._filled
 

@@ -51,39 +51,56 @@ class VrrpError(NtgError):
 def keepalived_config(spec: FailoverSpec, role: str, iface: str, advert_ns: int) -> str:
     """keepalived.conf of one DUT for one step."""
     master = role == "master"
-    return "\n".join([
-        f"# ntg-testbed: the {role} DUT of a fail-over step (docs/failover.md)",
-        "global_defs {",
-        f"    router_id ntg-{role}",
-        "}",
-        "vrrp_instance ntg {",
-        f"    state {'MASTER' if master else 'BACKUP'}",
-        f"    interface {iface}",
-        f"    virtual_router_id {spec.vrid}",
-        f"    priority {spec.master_priority if master else spec.backup_priority}",
-        f"    version {spec.vrrp_version}",
-        f"    advert_int {advert_ns / 1e9:g}",
-        "    virtual_ipaddress {",
-        f"        {spec.vip} dev {iface}",
-        "    }",
-        "}",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"# ntg-testbed: the {role} DUT of a fail-over step (docs/failover.md)",
+            "global_defs {",
+            f"    router_id ntg-{role}",
+            "}",
+            "vrrp_instance ntg {",
+            f"    state {'MASTER' if master else 'BACKUP'}",
+            f"    interface {iface}",
+            f"    virtual_router_id {spec.vrid}",
+            f"    priority {spec.master_priority if master else spec.backup_priority}",
+            f"    version {spec.vrrp_version}",
+            f"    advert_int {advert_ns / 1e9:g}",
+            "    virtual_ipaddress {",
+            f"        {spec.vip} dev {iface}",
+            "    }",
+            "}",
+            "",
+        ]
+    )
 
 
 class Keepalived:
     """One keepalived in the foreground at `endpoint`; its log is read for state changes."""
 
-    def __init__(self, role: str, endpoint: Endpoint, folder: Path, config: str, pid_dir: Path | None = None) -> None:
+    def __init__(
+        self, role: str, endpoint: Endpoint, folder: Path, config: str, pid_dir: Path | None = None
+    ) -> None:
         self.role, self.endpoint = role, endpoint
         self.conf = folder / f"{role}.conf"
         self.conf.write_text(config)
         self.log_path = folder / f"{role}.log"
         pid_dir = pid_dir or folder
-        argv = endpoint.argv("keepalived", "--dont-fork", "--log-console", "--log-detail", "--no-syslog",
-                             "--vrrp", "--use-file", str(self.conf), "--pid", str(pid_dir / f"{role}.pid"),
-                             "--vrrp_pid", str(pid_dir / f"{role}-vrrp.pid"))
-        self.proc = Process(f"keepalived-{role}", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        argv = endpoint.argv(
+            "keepalived",
+            "--dont-fork",
+            "--log-console",
+            "--log-detail",
+            "--no-syslog",
+            "--vrrp",
+            "--use-file",
+            str(self.conf),
+            "--pid",
+            str(pid_dir / f"{role}.pid"),
+            "--vrrp_pid",
+            str(pid_dir / f"{role}-vrrp.pid"),
+        )
+        self.proc = Process(
+            f"keepalived-{role}", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         self.transitions: list[dict] = []
         self.state: str | None = None
         self._reader: threading.Thread | None = None
@@ -92,7 +109,9 @@ class Keepalived:
     def start(self) -> None:
         self._log = open(self.log_path, "w")
         self.proc.start()
-        self._reader = threading.Thread(target=self._read, name=f"keepalived-{self.role}", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read, name=f"keepalived-{self.role}", daemon=True
+        )
         self._reader.start()
 
     def _read(self) -> None:
@@ -102,8 +121,9 @@ class Keepalived:
             m = _STATE.search(line)
             if m:
                 self.state = m.group(2)
-                self.transitions.append({"role": self.role, "state": self.state,
-                                         "realtime_ns": real, "mono_ns": mono})
+                self.transitions.append(
+                    {"role": self.role, "state": self.state, "realtime_ns": real, "mono_ns": mono}
+                )
             if self._log is not None and not self._log.closed:
                 self._log.write(f"{real} {line}\n")
                 self._log.flush()
@@ -133,20 +153,26 @@ class VrrpPair(Part):
         places = site.places()
         for key in ("master", "backup"):
             if getattr(spec, key) not in places:
-                raise VrrpError(f"testbed.failover.{key}: `{getattr(spec, key)}` is not an interface of "
-                                f"topology {site.name} (it has: {', '.join(places)})")
+                raise VrrpError(
+                    f"testbed.failover.{key}: `{getattr(spec, key)}` is not an interface of "
+                    f"topology {site.name} (it has: {', '.join(places)})"
+                )
         self.lan_places = [p for p in places if p.split(":")[0] == spec.lan]
         if not self.lan_places:
-            raise VrrpError(f"testbed.failover.lan: topology {site.name} has no namespace `{spec.lan}` "
-                            "with interfaces to bridge")
+            raise VrrpError(
+                f"testbed.failover.lan: topology {site.name} has no namespace `{spec.lan}` "
+                "with interfaces to bridge"
+            )
         self.places = {"master": spec.master, "backup": spec.backup}
         # DUTs in VMs (VM back end): their processes run in the guest, reached through ssh
         self.in_vm = {r for r, p in self.places.items() if not site.endpoint(p).local_processes}
         signalled = sorted(set(spec.fault) & {"kill", "stop"})
         if "master" in self.in_vm and signalled:
-            raise VrrpError(f"testbed.failover.fault: `{signalled[0]}` signals the master's keepalived as a "
-                            f"process of this machine, but the master ({spec.master}) is a VM: use power-off "
-                            "(the VM switched off) or link-down")
+            raise VrrpError(
+                f"testbed.failover.fault: `{signalled[0]}` signals the master's keepalived as a "
+                f"process of this machine, but the master ({spec.master}) is a VM: use power-off "
+                "(the VM switched off) or link-down"
+            )
         self.daemons: dict[str, Keepalived] = {}
         self.echoes: dict[str, Process] = {}
         self._records: list[CommandRecord] = []
@@ -157,11 +183,15 @@ class VrrpPair(Part):
     # -- commands ------------------------------------------------------------------------------
 
     def _run(self, endpoint: Endpoint, *argv: str, check: bool = True) -> str:
-        proc = Process(f"vrrp {argv[0]}", endpoint.argv(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = Process(
+            f"vrrp {argv[0]}", endpoint.argv(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         self._records.append(proc.record)
         done = proc.start().communicate(COMMAND_TIMEOUT_S)
         if done is None:
-            raise VrrpError(f"`{' '.join(argv)}` in {endpoint.where} did not end within {COMMAND_TIMEOUT_S:g} s")
+            raise VrrpError(
+                f"`{' '.join(argv)}` in {endpoint.where} did not end within {COMMAND_TIMEOUT_S:g} s"
+            )
         out, err = done
         if proc.wait() != 0 and check:
             proc.record.note = err.decode(errors="replace").strip()
@@ -172,10 +202,24 @@ class VrrpPair(Part):
 
     def start(self, abort) -> None:
         if shutil.which("keepalived") is None:
-            raise ToolMissing("keepalived is not installed: apt-get install keepalived (or ./bootstrap.sh test)")
+            raise ToolMissing(
+                "keepalived is not installed: apt-get install keepalived (or ./bootstrap.sh test)"
+            )
         self.dir.mkdir(exist_ok=True)
         lan = self.site.endpoint(self.lan_places[0])
-        self._run(lan, "ip", "link", "add", BRIDGE, "type", "bridge", "stp_state", "0", "forward_delay", "0")
+        self._run(
+            lan,
+            "ip",
+            "link",
+            "add",
+            BRIDGE,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+        )
         self.bridged = True
         self._run(lan, "ip", "link", "set", BRIDGE, "type", "bridge", "mcast_snooping", "0")
         for place in self.lan_places:
@@ -186,20 +230,40 @@ class VrrpPair(Part):
         for i, role in enumerate(ROLES):
             ep = self.site.endpoint(self.places[role])
             self.macs[role] = self._run(ep, "cat", f"/sys/class/net/{ep.iface}/address").strip()
-            echo = Process(f"echo-{role}", ep.argv(sys.executable, str(ECHO), "--bind", self.vip_ip,
-                                                       "--port", str(port), "--reply-port", str(port + 1 + i),
-                                                       "--name", role),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            echo = Process(
+                f"echo-{role}",
+                ep.argv(
+                    sys.executable,
+                    str(ECHO),
+                    "--bind",
+                    self.vip_ip,
+                    "--port",
+                    str(port),
+                    "--reply-port",
+                    str(port + 1 + i),
+                    "--name",
+                    role,
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
             self.echoes[role] = echo
             echo.start()
             line = echo.popen.stdout.readline().decode(errors="replace").strip()  # type: ignore[union-attr]
             if line != "ready":
-                raise VrrpError(f"the echo of the {role} did not start: {line or echo.record.status}")
+                raise VrrpError(
+                    f"the echo of the {role} did not start: {line or echo.record.status}"
+                )
         t0 = time.monotonic()
         for role in ROLES:
             ep = self.site.endpoint(self.places[role])
-            d = Keepalived(role, ep, self.dir, keepalived_config(self.spec, role, ep.iface, advert),
-                           pid_dir=Path("/run") if role in self.in_vm else None)
+            d = Keepalived(
+                role,
+                ep,
+                self.dir,
+                keepalived_config(self.spec, role, ep.iface, advert),
+                pid_dir=Path("/run") if role in self.in_vm else None,
+            )
             self.daemons[role] = d
             d.start()
         want = {"master": "MASTER", "backup": "BACKUP"}
@@ -207,15 +271,22 @@ class VrrpPair(Part):
         while any(self.daemons[r].state != s for r, s in want.items()):
             for role, d in self.daemons.items():
                 if d.proc.poll() is not None:
-                    raise VrrpError(f"keepalived of the {role} exited at start-up ({d.proc.record.status}); "
-                                    f"its log {d.log_path}: {d.log_tail()}")
+                    raise VrrpError(
+                        f"keepalived of the {role} exited at start-up ({d.proc.record.status}); "
+                        f"its log {d.log_path}: {d.log_tail()}"
+                    )
             if abort():
                 raise VrrpError("interrupted while keepalived was starting")
             if time.monotonic() > deadline:
-                late = [f"the {r} is {self.daemons[r].state or 'in no state yet'}, not {s}"
-                        for r, s in want.items() if self.daemons[r].state != s]
-                raise VrrpError(f"keepalived never became ready within {self.spec.ready_timeout / 1e9:g} s: "
-                                f"{'; '.join(late)}; logs in {self.dir}")
+                late = [
+                    f"the {r} is {self.daemons[r].state or 'in no state yet'}, not {s}"
+                    for r, s in want.items()
+                    if self.daemons[r].state != s
+                ]
+                raise VrrpError(
+                    f"keepalived never became ready within {self.spec.ready_timeout / 1e9:g} s: "
+                    f"{'; '.join(late)}; logs in {self.dir}"
+                )
             time.sleep(0.02)
         self.ready_s = time.monotonic() - t0
 
@@ -236,25 +307,45 @@ class VrrpPair(Part):
             lan = self.site.endpoint(self.lan_places[0])
             if lan.exists():
                 self._run(lan, "ip", "link", "del", BRIDGE, check=False)
-        return {"vip": self.spec.vip, "vrid": self.spec.vrid, "version": self.spec.vrrp_version,
-                "advert_int_s": self.spec.advert_int[0] / 1e9, "udp_port": self.spec.udp_port,
-                "reply_ports": {r: self.spec.udp_port + 1 + i for i, r in enumerate(ROLES)},
-                "places": self.places, "macs": self.macs, "ready_s": self.ready_s,
-                "transitions": sorted((t for d in self.daemons.values() for t in d.transitions),
-                                      key=lambda t: t["mono_ns"]),
-                "keepalived": {r: d.proc.record.status for r, d in self.daemons.items()}}
+        return {
+            "vip": self.spec.vip,
+            "vrid": self.spec.vrid,
+            "version": self.spec.vrrp_version,
+            "advert_int_s": self.spec.advert_int[0] / 1e9,
+            "udp_port": self.spec.udp_port,
+            "reply_ports": {r: self.spec.udp_port + 1 + i for i, r in enumerate(ROLES)},
+            "places": self.places,
+            "macs": self.macs,
+            "ready_s": self.ready_s,
+            "transitions": sorted(
+                (t for d in self.daemons.values() for t in d.transitions),
+                key=lambda t: t["mono_ns"],
+            ),
+            "keepalived": {r: d.proc.record.status for r, d in self.daemons.items()},
+        }
 
     def records(self) -> list[CommandRecord]:
-        return ([d.proc.record for d in self.daemons.values()] + [e.record for e in self.echoes.values()]
-                + self._records)
+        return (
+            [d.proc.record for d in self.daemons.values()]
+            + [e.record for e in self.echoes.values()]
+            + self._records
+        )
 
     def pids(self) -> dict[str, int]:
         """The daemons and echoes running on this machine (in a VM's guest they are not processes
         of this machine: what runs here is their ssh relay; the VM's qemu is the endpoint's)."""
-        out = {f"vrrp:{r}": d.proc.pid for r, d in self.daemons.items()
-               if d.proc.pid and d.proc.record.exit_code is None and r not in self.in_vm}
-        out.update({f"vrrp:{r}:echo": e.pid for r, e in self.echoes.items()
-                    if e.pid and e.record.exit_code is None and r not in self.in_vm})
+        out = {
+            f"vrrp:{r}": d.proc.pid
+            for r, d in self.daemons.items()
+            if d.proc.pid and d.proc.record.exit_code is None and r not in self.in_vm
+        }
+        out.update(
+            {
+                f"vrrp:{r}:echo": e.pid
+                for r, e in self.echoes.items()
+                if e.pid and e.record.exit_code is None and r not in self.in_vm
+            }
+        )
         return out
 
 

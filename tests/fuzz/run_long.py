@@ -43,17 +43,38 @@ def main() -> int:
         rounds = examples = 0
         findings: list[str] = []
         while time.monotonic() < end:
-            out = subprocess.run([sys.executable, str(TARGETS), target, "--random", "--examples", str(args.round),
-                                  "--save", str(args.save)], capture_output=True, text=True, cwd=ROOT,
-                                 preexec_fn=_limit_memory)  # fmt: skip
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    str(TARGETS),
+                    target,
+                    "--random",
+                    "--examples",
+                    str(args.round),
+                    "--save",
+                    str(args.save),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                preexec_fn=_limit_memory,
+            )
             rounds += 1
             examples += args.round  # a round with a finding stops early: an upper bound
             if out.returncode != 0:
                 stored = [line for line in out.stderr.splitlines() if ": stored " in line]
-                findings += stored or [out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"]
+                findings += stored or [
+                    out.stderr.strip().splitlines()[-1]
+                    if out.stderr.strip()
+                    else f"exit {out.returncode}"
+                ]
                 print(f"{target}: finding: {findings[-1]}", file=sys.stderr)
-        summary[target] = {"seconds": round(share), "rounds": rounds, "examples_at_most": examples,
-                           "findings": findings}  # fmt: skip
+        summary[target] = {
+            "seconds": round(share),
+            "rounds": rounds,
+            "examples_at_most": examples,
+            "findings": findings,
+        }
         print(f"{target}: {rounds} rounds, up to {examples:,} examples, {len(findings)} findings")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1) + "\n")

@@ -95,7 +95,7 @@ def run_rules(data: bytes) -> None:
         path.write_bytes(data)
         try:
             rules, problems = read_rules(path)
-        except BadInput as exc:   # the one refusal of a whole file; its text is still parsed below
+        except BadInput as exc:  # the one refusal of a whole file; its text is still parsed below
             assert str(exc).startswith(f"{path}:") and "not UTF-8" in str(exc), exc
             path.write_text(data.decode("utf-8", errors="replace"))
             rules, problems = read_rules(path)
@@ -114,7 +114,9 @@ def run_pcap(data: bytes) -> None:
         except CaptureError:
             return
         n = len(capture.ts_ns)
-        assert all(len(getattr(capture, c)) == n for c in ("wire_len", "cap_len", "proto", "src_lo"))
+        assert all(
+            len(getattr(capture, c)) == n for c in ("wire_len", "cap_len", "proto", "src_lo")
+        )
         capture.to_frame()
 
 
@@ -126,20 +128,49 @@ RUN = {"scenario": run_scenario, "rules": run_rules, "pcap": run_pcap}
 
 
 def _frames() -> list[bytes]:
-    eth4, eth6 = b"\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01\x08\x00", b"\x02" * 12 + b"\x86\xdd"
+    eth4, eth6 = (
+        b"\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01\x08\x00",
+        b"\x02" * 12 + b"\x86\xdd",
+    )
     udp = struct.pack("!HHHH", 40000, 53, 8 + 4, 0) + b"abcd"
     tcp = struct.pack("!HHIIBBHHH", 40000, 80, 1, 0, 5 << 4, 0x02, 65535, 0, 0)
-    ip4 = lambda proto, l4: struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4), 1, 0x4000, 64, proto, 0,
-                                        bytes([198, 18, 0, 1]), bytes([198, 19, 0, 1])) + l4  # noqa: E731
-    ip6 = struct.pack("!IHBB16s16s", 6 << 28, len(udp), 17, 64, b"\x20\x01\x0d\xb8" + b"\x00" * 11 + b"\x01",
-                      b"\x20\x01\x0d\xb8" + b"\x00" * 11 + b"\x02") + udp
+    ip4 = lambda proto, l4: (
+        struct.pack(
+            "!BBHHHBBH4s4s",
+            0x45,
+            0,
+            20 + len(l4),
+            1,
+            0x4000,
+            64,
+            proto,
+            0,
+            bytes([198, 18, 0, 1]),
+            bytes([198, 19, 0, 1]),
+        )
+        + l4
+    )  # noqa: E731
+    ip6 = (
+        struct.pack(
+            "!IHBB16s16s",
+            6 << 28,
+            len(udp),
+            17,
+            64,
+            b"\x20\x01\x0d\xb8" + b"\x00" * 11 + b"\x01",
+            b"\x20\x01\x0d\xb8" + b"\x00" * 11 + b"\x02",
+        )
+        + udp
+    )
     icmp = struct.pack("!BBHHH", 8, 0, 0, 1, 1) + b"ping"
     return [eth4 + ip4(17, udp), eth4 + ip4(6, tcp), eth6 + ip6, eth4 + ip4(1, icmp)]
 
 
 def pcap_seed(nanoseconds: bool = False, big_endian: bool = False) -> bytes:
     e = ">" if big_endian else "<"
-    out = struct.pack(e + "IHHiIII", 0xA1B23C4D if nanoseconds else 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    out = struct.pack(
+        e + "IHHiIII", 0xA1B23C4D if nanoseconds else 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1
+    )
     for i, frame in enumerate(_frames()):
         out += struct.pack(e + "IIII", 1 + i, 500 * i, len(frame), len(frame)) + frame
     return out
@@ -155,7 +186,9 @@ def pcapng_seed() -> bytes:
     out += block(1, struct.pack("<HHI", 1, 0, 65535) + tsresol)
     for i, frame in enumerate(_frames()):
         ts = 1_000_000_000 + i * 1000
-        out += block(6, struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, len(frame), len(frame)) + frame)
+        out += block(
+            6, struct.pack("<IIIII", 0, ts >> 32, ts & 0xFFFFFFFF, len(frame), len(frame)) + frame
+        )
     out += block(3, struct.pack("<I", len(_frames()[0])) + _frames()[0])  # a simple packet block
     return out
 
@@ -165,25 +198,128 @@ def seeds(target: str) -> list[bytes]:
         return [p.read_bytes() for p in sorted((ROOT / "scenarios").glob("*.yaml"))]
     if target == "rules":
         found = sorted((ROOT / "tests" / "rules_cases").glob("*/rules.rules"))
-        return [p.read_bytes() for p in found] + [p.read_bytes() for p in sorted((ROOT / "scenarios" / "rules").glob("*.rules"))]
+        return [p.read_bytes() for p in found] + [
+            p.read_bytes() for p in sorted((ROOT / "scenarios" / "rules").glob("*.rules"))
+        ]
     return [pcap_seed(), pcap_seed(nanoseconds=True, big_endian=True), pcapng_seed()]
 
 
 TOKENS = {
-    "scenario": [b"&a ", b"*a", b"<<: *a\n", b"!!int ", b"!!str ", b"!!binary ", b"!!float ", b"!foo ", b"[", b"]",
-                 b"{", b"}", b"- ", b": ", b"\n  ", b"\n    ", b"? ", b"|\n", b">-\n", b"'", b'"', b"---\n", b"...\n",
-                 b"~", b"0x1F", b"0o7", b"1e999999s", b"1e-999999ms", b"-1", b".inf", b".nan", b"9" * 40, b"\t",
-                 b"\x00", b"\xef\xbb\xbf", b"%YAML 1.1\n", b"198.18.0.0/15", b"2001:db8::/32", b"repeat: {count: ",
-                 b"0.000000001", b"65536", b"1Mpps", b"999999999999kpps", "µs".encode(), b"random", b"increment",
-                 b"testbed: {}", b"attacks: {rules: [x]}", b"period: 1e400s", b"size: 65535"],
-    "rules": [b"content:\"", b"|00 0", b";", b"(", b")", b"\\\n", b"pcre:\"/", b"/i\";", b"byte_test:", b"byte_jump:",
-              b"sid:", b"rev:", b"$HOME_NET", b"any", b"[", b"]", b"!", b",", b"flowbits:set,", b"threshold:",
-              b"dsize:>", b"depth:", b"offset:-", b"within:", b"distance:", b"http.uri;", b"alert ", b"->", b"<>",
-              b"# ", b"\n", b"9" * 30, b"isdataat:", b"flow:to_server;", b"nocase;", b"fast_pattern;",
-              b"metadata:", b"dce_iface:", b"dcerpc.opnum:", b"tls.sni;", b"dns.query;", b"(?", b"{9999}", b"\\x"],
-    "pcap": [b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\n\r\r\n", b"\x4d\x3c\x2b\x1a",
-             b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\xff\xff\xff\x7f", b"\x01\x00\x00\x00", b"\x06\x00\x00\x00",
-             b"\x08\x00\x45", b"\x86\xdd\x60", b"\x81\x00", b"\x00\x00\x01\x00", b"\x09\x00\x01\x00"],
+    "scenario": [
+        b"&a ",
+        b"*a",
+        b"<<: *a\n",
+        b"!!int ",
+        b"!!str ",
+        b"!!binary ",
+        b"!!float ",
+        b"!foo ",
+        b"[",
+        b"]",
+        b"{",
+        b"}",
+        b"- ",
+        b": ",
+        b"\n  ",
+        b"\n    ",
+        b"? ",
+        b"|\n",
+        b">-\n",
+        b"'",
+        b'"',
+        b"---\n",
+        b"...\n",
+        b"~",
+        b"0x1F",
+        b"0o7",
+        b"1e999999s",
+        b"1e-999999ms",
+        b"-1",
+        b".inf",
+        b".nan",
+        b"9" * 40,
+        b"\t",
+        b"\x00",
+        b"\xef\xbb\xbf",
+        b"%YAML 1.1\n",
+        b"198.18.0.0/15",
+        b"2001:db8::/32",
+        b"repeat: {count: ",
+        b"0.000000001",
+        b"65536",
+        b"1Mpps",
+        b"999999999999kpps",
+        "µs".encode(),
+        b"random",
+        b"increment",
+        b"testbed: {}",
+        b"attacks: {rules: [x]}",
+        b"period: 1e400s",
+        b"size: 65535",
+    ],
+    "rules": [
+        b'content:"',
+        b"|00 0",
+        b";",
+        b"(",
+        b")",
+        b"\\\n",
+        b'pcre:"/',
+        b'/i";',
+        b"byte_test:",
+        b"byte_jump:",
+        b"sid:",
+        b"rev:",
+        b"$HOME_NET",
+        b"any",
+        b"[",
+        b"]",
+        b"!",
+        b",",
+        b"flowbits:set,",
+        b"threshold:",
+        b"dsize:>",
+        b"depth:",
+        b"offset:-",
+        b"within:",
+        b"distance:",
+        b"http.uri;",
+        b"alert ",
+        b"->",
+        b"<>",
+        b"# ",
+        b"\n",
+        b"9" * 30,
+        b"isdataat:",
+        b"flow:to_server;",
+        b"nocase;",
+        b"fast_pattern;",
+        b"metadata:",
+        b"dce_iface:",
+        b"dcerpc.opnum:",
+        b"tls.sni;",
+        b"dns.query;",
+        b"(?",
+        b"{9999}",
+        b"\\x",
+    ],
+    "pcap": [
+        b"\xd4\xc3\xb2\xa1",
+        b"\xa1\xb2\xc3\xd4",
+        b"\x4d\x3c\xb2\xa1",
+        b"\n\r\r\n",
+        b"\x4d\x3c\x2b\x1a",
+        b"\xff\xff\xff\xff",
+        b"\x00\x00\x00\x00",
+        b"\xff\xff\xff\x7f",
+        b"\x01\x00\x00\x00",
+        b"\x06\x00\x00\x00",
+        b"\x08\x00\x45",
+        b"\x86\xdd\x60",
+        b"\x81\x00",
+        b"\x00\x00\x01\x00",
+        b"\x09\x00\x01\x00",
+    ],
 }
 
 
@@ -193,53 +329,129 @@ def mutated(draw, target: str) -> bytes:
     pool = seeds(target)
     data = bytearray(draw(st.sampled_from(pool)))
     for _ in range(draw(st.integers(1, 8))):
-        op = draw(st.sampled_from(["set", "insert", "delete", "copy", "token", "splice", "truncate"]))
+        op = draw(
+            st.sampled_from(["set", "insert", "delete", "copy", "token", "splice", "truncate"])
+        )
         at = draw(st.integers(0, max(0, len(data))))
         if op == "set" and data:
             data[min(at, len(data) - 1)] = draw(st.integers(0, 255))
         elif op == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=8))
         elif op == "delete":
-            del data[at:at + draw(st.integers(1, 64))]
+            del data[at : at + draw(st.integers(1, 64))]
         elif op == "copy" and data:
             start = draw(st.integers(0, len(data) - 1))
-            chunk = data[start:start + draw(st.integers(1, 256))]
+            chunk = data[start : start + draw(st.integers(1, 256))]
             data[at:at] = chunk * draw(st.integers(1, 4))
         elif op == "token":
             data[at:at] = draw(st.sampled_from(TOKENS[target]))
         elif op == "splice":
             other = draw(st.sampled_from(pool))
-            data[at:] = other[draw(st.integers(0, len(other))):]
+            data[at:] = other[draw(st.integers(0, len(other))) :]
         elif op == "truncate":
             del data[at:]
-    return bytes(data[:1 << 18])
+    return bytes(data[: 1 << 18])
 
 
 SCALARS = st.one_of(
-    st.integers(-2**70, 2**70), st.floats(allow_nan=True), st.booleans(), st.none(), st.text(max_size=20),
-    st.sampled_from(["1e999999s", "1e-9999ms", "1e400", "99999999999999999999h", "0.0000000001s", "1Mpps",
-                     "1e30kpps", "-0", "0", "198.18.0.0/0", "::/0", "2001:db8::/128", "65535", "0-65535",
-                     "random", "increment", "1-0", "64..9000", "de ad", "0x", "µs", "0.5ns", "1e9"]),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "1e999999s",
+            "1e-9999ms",
+            "1e400",
+            "99999999999999999999h",
+            "0.0000000001s",
+            "1Mpps",
+            "1e30kpps",
+            "-0",
+            "0",
+            "198.18.0.0/0",
+            "::/0",
+            "2001:db8::/128",
+            "65535",
+            "0-65535",
+            "random",
+            "increment",
+            "1-0",
+            "64..9000",
+            "de ad",
+            "0x",
+            "µs",
+            "0.5ns",
+            "1e9",
+        ]
+    ),
 )
-FLOW_KEYS = ["name", "protocol", "src", "dst", "src_port", "dst_port", "start", "rate", "period", "packets",
-             "duration", "payload", "repeat"]
+FLOW_KEYS = [
+    "name",
+    "protocol",
+    "src",
+    "dst",
+    "src_port",
+    "dst_port",
+    "start",
+    "rate",
+    "period",
+    "packets",
+    "duration",
+    "payload",
+    "repeat",
+]
 
 
 @st.composite
 def shaped_scenario(draw) -> bytes:
     """A scenario built from the format's own keys with odd values: reaches the validators."""
-    value = st.recursive(SCALARS, lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["min", "max", "count", "period", "cidr",
-                                                                     "mode", "range", "size", "text", "hex"]),
-                                                     inner, max_size=3)), max_leaves=6)
+    value = st.recursive(
+        SCALARS,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.dictionaries(
+                st.sampled_from(
+                    [
+                        "min",
+                        "max",
+                        "count",
+                        "period",
+                        "cidr",
+                        "mode",
+                        "range",
+                        "size",
+                        "text",
+                        "hex",
+                    ]
+                ),
+                inner,
+                max_size=3,
+            ),
+        ),
+        max_leaves=6,
+    )
     protocol = st.sampled_from(["udp", "tcp", "icmp", "icmpv6", "sctp"])
-    flows = draw(st.lists(st.fixed_dictionaries(
-        {"protocol": protocol, "src": st.sampled_from(["198.18.0.1", "2001:db8::1", "198.18.0.0/16"]),
-         "dst": st.sampled_from(["198.19.0.1", "2001:db8::2", "198.19.0.0/24"])},
-        optional={k: value for k in FLOW_KEYS if k not in ("protocol", "src", "dst")}), min_size=1, max_size=3))
+    flows = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {
+                    "protocol": protocol,
+                    "src": st.sampled_from(["198.18.0.1", "2001:db8::1", "198.18.0.0/16"]),
+                    "dst": st.sampled_from(["198.19.0.1", "2001:db8::2", "198.19.0.0/24"]),
+                },
+                optional={k: value for k in FLOW_KEYS if k not in ("protocol", "src", "dst")},
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
     doc = {"version": 1, "name": "fuzz", "flows": flows}
     if draw(st.booleans()):
-        doc["flowengine"] = draw(st.dictionaries(st.sampled_from(["planner", "threads", "checksum_offload"]), value))
+        doc["flowengine"] = draw(
+            st.dictionaries(st.sampled_from(["planner", "threads", "checksum_offload"]), value)
+        )
     return yaml.safe_dump(doc, allow_unicode=True).encode("utf-8", "surrogatepass")
 
 
@@ -258,8 +470,14 @@ def fuzz(target: str, examples: int, derandomize: bool = True, save: Path | None
     failures: dict[str, bytes] = {}
     ran = [0]
 
-    @settings(max_examples=examples, derandomize=derandomize, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck), print_blob=True)
+    @settings(
+        max_examples=examples,
+        derandomize=derandomize,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
     @given(inputs(target))
     def one(data: bytes) -> None:
         ran[0] += 1
@@ -291,7 +509,9 @@ def keep(target: str, data: bytes, folder: Path) -> Path:
 
 def replay(target: str, paths: list[Path]) -> int:
     """Run every kept input (files, or folders of them) once; the number that fail."""
-    files = [f for p in paths for f in (sorted(p.glob(f"*{SUFFIX[target]}")) if p.is_dir() else [p])]
+    files = [
+        f for p in paths for f in (sorted(p.glob(f"*{SUFFIX[target]}")) if p.is_dir() else [p])
+    ]
     failed = 0
     for f in files:
         try:
@@ -320,9 +540,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("target", choices=sorted(RUN))
     ap.add_argument("--examples", type=int, default=300)
-    ap.add_argument("--random", action="store_true", help="a new random run (default: the fixed one)")
+    ap.add_argument(
+        "--random", action="store_true", help="a new random run (default: the fixed one)"
+    )
     ap.add_argument("--save", type=Path, help="folder to store findings in (e.g. tests/fuzz_cases)")
-    ap.add_argument("--replay", type=Path, nargs="+", metavar="PATH", help="run these kept inputs instead")
+    ap.add_argument(
+        "--replay", type=Path, nargs="+", metavar="PATH", help="run these kept inputs instead"
+    )
     args = ap.parse_args()
     if args.replay:
         return 1 if replay(args.target, args.replay) else 0

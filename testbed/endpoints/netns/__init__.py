@@ -70,7 +70,7 @@ class NetnsEndpoint(Endpoint):
     def counters(self, iface: str | None = None) -> dict[str, int]:
         if self.topology is None:
             raise ValueError("counters need the endpoint's topology")
-        role = self.netns[len(self.topology.name) + 1:]
+        role = self.netns[len(self.topology.name) + 1 :]
         return self.topology.counters(role, iface or self.iface)
 
 
@@ -91,7 +91,9 @@ class NetnsSite(Site):
     def locations(self) -> list[str]:
         return sorted({self.topology.netns(r) for r in self.topology.namespaces})
 
-    def endpoint(self, place: str, pace: str = "realtime", duration_s: float | None = None) -> NetnsEndpoint:
+    def endpoint(
+        self, place: str, pace: str = "realtime", duration_s: float | None = None
+    ) -> NetnsEndpoint:
         role, iface = place.split(":", 1)
         return NetnsEndpoint(self.topology.netns(role), iface, pace, duration_s, self.topology)
 

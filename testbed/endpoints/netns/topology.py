@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ntgcore.errors import BadInput, NtgError
 from ntgcore.files import read_bounded
@@ -46,11 +54,16 @@ MARKS = Path(os.environ.get("NTG_NETNS_MARKS", "/run/ntg-testbed/netns"))
 COUNTERS = ("rx_packets", "rx_bytes", "rx_dropped", "tx_packets", "tx_bytes", "tx_dropped")
 # ethtool -K short names and the lines `ethtool -k` prints for them
 OFFLOADS = {
-    "rx": "rx-checksumming", "tx": "tx-checksumming", "sg": "scatter-gather",
-    "tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload",
-    "gro": "generic-receive-offload", "lro": "large-receive-offload",
-    "rxvlan": "rx-vlan-offload", "txvlan": "tx-vlan-offload",
-}  # fmt: skip
+    "rx": "rx-checksumming",
+    "tx": "tx-checksumming",
+    "sg": "scatter-gather",
+    "tso": "tcp-segmentation-offload",
+    "gso": "generic-segmentation-offload",
+    "gro": "generic-receive-offload",
+    "lro": "large-receive-offload",
+    "rxvlan": "rx-vlan-offload",
+    "txvlan": "tx-vlan-offload",
+}
 _IFACE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 
@@ -79,8 +92,10 @@ def _in_benchmark_ranges(text: str) -> str:
     if "/" not in text:
         raise ValueError("give the prefix length too, like 198.18.0.1/24")
     if not any(iface.network.subnet_of(n) for n in ALLOWED_NETWORKS if n.version == iface.version):
-        raise ValueError("addresses must lie in 198.18.0.0/15 or 2001:db8::/32 (the benchmarking "
-                         "and documentation ranges); pick one there")  # fmt: skip
+        raise ValueError(
+            "addresses must lie in 198.18.0.0/15 or 2001:db8::/32 (the benchmarking "
+            "and documentation ranges); pick one there"
+        )
     return str(iface)
 
 
@@ -116,7 +131,9 @@ class Link(_Model):
 
     a: End
     b: End
-    mtu: int | None = Field(None, ge=68, le=65535, description="This link's MTU (default: the topology's).")
+    mtu: int | None = Field(
+        None, ge=68, le=65535, description="This link's MTU (default: the topology's)."
+    )
 
 
 class Mirror(_Model):
@@ -138,7 +155,9 @@ def _on_off(v: Any) -> bool:
 
 class Topology(_Model):
     name: str = Field(description="Prefix of every namespace name: <name>-<role>.")
-    mtu: int | None = Field(1500, ge=68, le=65535, description="MTU of every veth (null: leave it).")
+    mtu: int | None = Field(
+        1500, ge=68, le=65535, description="MTU of every veth (null: leave it)."
+    )
     offloads: dict[str, bool] = Field(
         {}, description="ethtool -K features set on every veth: " + ", ".join(OFFLOADS)
     )
@@ -151,7 +170,9 @@ class Topology(_Model):
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME.match(v):
-            raise ValueError("1-32 characters of a-z 0-9 and -, starting and ending with a letter or digit")
+            raise ValueError(
+                "1-32 characters of a-z 0-9 and -, starting and ending with a letter or digit"
+            )
         return v
 
     @field_validator("namespaces")
@@ -186,7 +207,9 @@ class Topology(_Model):
     def netns(self, role: str) -> str:
         """The full namespace name of `role`."""
         if role not in self.namespaces:
-            raise KeyError(f"no namespace role `{role}` in topology {self.name} (roles: {', '.join(self.namespaces)})")
+            raise KeyError(
+                f"no namespace role `{role}` in topology {self.name} (roles: {', '.join(self.namespaces)})"
+            )
         return f"{self.name}-{role}"
 
     def iface(self, role: str) -> list[str]:
@@ -196,7 +219,9 @@ class Topology(_Model):
 
     def renamed(self, name: str) -> "Topology":
         """The same topology under another namespace prefix (checked like `name`)."""
-        return parse_topology({**self.model_dump(by_alias=True), "name": name}, f"topology {self.name} renamed")
+        return parse_topology(
+            {**self.model_dump(by_alias=True), "name": name}, f"topology {self.name} renamed"
+        )
 
     def exec_argv(self, role: str, *argv: str) -> list[str]:
         """`ip netns exec <ns> argv...` as an argument list."""
@@ -216,8 +241,12 @@ class Topology(_Model):
             yield link.b
 
     def _wants_ipv6(self, role: str) -> bool:
-        return any(ipaddress.ip_interface(a).version == 6 for e in self._ends() if e.ns == role
-                   for a in e.address)  # fmt: skip
+        return any(
+            ipaddress.ip_interface(a).version == 6
+            for e in self._ends()
+            if e.ns == role
+            for a in e.address
+        )
 
     # -- state --------------------------------------------------------------------------------
 
@@ -235,8 +264,10 @@ class Topology(_Model):
             ns = self.netns(role)
             if ns in present:
                 if not (MARKS / ns).exists():
-                    failed.append(f"namespace {ns} was not made by ntg-testbed (no mark in {MARKS}): "
-                                  "left alone")
+                    failed.append(
+                        f"namespace {ns} was not made by ntg-testbed (no mark in {MARKS}): "
+                        "left alone"
+                    )
                     continue
                 steps.append(f"delete namespace {ns}")
                 if not dry_run:
@@ -261,7 +292,9 @@ class Topology(_Model):
     def counters(self, role: str, iface: str) -> dict[str, int]:
         """Kernel counters of `iface` in the namespace of `role` (/sys/class/net/IFACE/statistics)."""
         if iface not in self.iface(role):
-            raise KeyError(f"no interface `{iface}` in role `{role}` (it has: {', '.join(self.iface(role))})")
+            raise KeyError(
+                f"no interface `{iface}` in role `{role}` (it has: {', '.join(self.iface(role))})"
+            )
         paths = [f"/sys/class/net/{iface}/statistics/{c}" for c in COUNTERS]
         out = _cmd(self, *self.exec_argv(role, "cat", *paths)).split()
         return dict(zip(COUNTERS, map(int, out)))
@@ -278,11 +311,15 @@ class Topology(_Model):
                     if name == "lo":
                         continue
                     info["interfaces"][name] = {
-                        "up": "UP" in link.get("flags", []), "mtu": link.get("mtu"),
-                        "address": [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
-                                    if a.get("scope") != "link"],
+                        "up": "UP" in link.get("flags", []),
+                        "mtu": link.get("mtu"),
+                        "address": [
+                            f"{a['local']}/{a['prefixlen']}"
+                            for a in link.get("addr_info", [])
+                            if a.get("scope") != "link"
+                        ],
                         **(self.counters(role, name) if name in self.iface(role) else {}),
-                    }  # fmt: skip
+                    }
             roles[role] = info
         return {"name": self.name, "namespaces": roles}
 
@@ -303,18 +340,32 @@ def _cross_check(t: Topology) -> list[tuple[tuple, str]]:
             end: End = getattr(link, side)
             loc = ("links", i, side)
             if end.ns not in t.namespaces:
-                problems.append((loc + ("ns",), f"namespace `{end.ns}` is not declared; declared: "
-                                 f"{', '.join(t.namespaces)} (add it to `namespaces`)"))  # fmt: skip
+                problems.append(
+                    (
+                        loc + ("ns",),
+                        f"namespace `{end.ns}` is not declared; declared: "
+                        f"{', '.join(t.namespaces)} (add it to `namespaces`)",
+                    )
+                )
             key = (end.ns, end.iface)
             if key in seen:
-                problems.append((loc + ("iface",), f"interface `{end.iface}` in `{end.ns}` is "
-                                 f"already used at {_where(seen[key])}"))  # fmt: skip
+                problems.append(
+                    (
+                        loc + ("iface",),
+                        f"interface `{end.iface}` in `{end.ns}` is "
+                        f"already used at {_where(seen[key])}",
+                    )
+                )
             seen.setdefault(key, loc)
             for j, a in enumerate(end.address):
                 ip = a.split("/")[0]
                 if ip in addresses:
-                    problems.append((loc + ("address", j), f"address {ip} is already used at "
-                                     f"{_where(addresses[ip])}"))  # fmt: skip
+                    problems.append(
+                        (
+                            loc + ("address", j),
+                            f"address {ip} is already used at {_where(addresses[ip])}",
+                        )
+                    )
                 addresses.setdefault(ip, loc)
             mtu = link.mtu or t.mtu
             if mtu and mtu < 1280 and any(":" in a for a in end.address):
@@ -322,7 +373,12 @@ def _cross_check(t: Topology) -> list[tuple[tuple, str]]:
     for i, m in enumerate(t.mirrors):
         loc = ("mirrors", i)
         if m.ns not in t.namespaces:
-            problems.append((loc + ("ns",), f"namespace `{m.ns}` is not declared; declared: {', '.join(t.namespaces)}"))
+            problems.append(
+                (
+                    loc + ("ns",),
+                    f"namespace `{m.ns}` is not declared; declared: {', '.join(t.namespaces)}",
+                )
+            )
             continue
         for key, name in (("from", m.from_), ("to", m.to)):
             if (m.ns, name) not in seen:
@@ -340,13 +396,17 @@ def _where(loc: tuple) -> str:
 # Loading
 
 
-def parse_topology(data: Any, file: str = "<topology>", lines: dict[tuple, int] | None = None) -> Topology:
+def parse_topology(
+    data: Any, file: str = "<topology>", lines: dict[tuple, int] | None = None
+) -> Topology:
     """Validate a mapping; errors as `FILE:LINE: field: message` (line 1 without `lines`)."""
     if lines is None:
         lines = {}
         _every_path(data, (), lines)
     if not isinstance(data, dict):
-        raise TopologyError([f"{file}:1: (top level): expected a mapping with name, namespaces and links"])
+        raise TopologyError(
+            [f"{file}:1: (top level): expected a mapping with name, namespaces and links"]
+        )
     try:
         return Topology.model_validate(data)
     except ValidationError as exc:
@@ -369,12 +429,20 @@ def parse_topology(data: Any, file: str = "<topology>", lines: dict[tuple, int] 
 def _every_path(data: Any, path: tuple, out: dict[tuple, int]) -> None:
     """Line 1 for every key of a mapping that has no YAML text, so errors still name the field."""
     out[path] = 1
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    items = (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    )
     for key, value in items:
         _every_path(value, path + (key,), out)
 
 
-def load_topology(ref: str | Path | dict, base_dir: Path | None = None, source: str | None = None) -> Topology:
+def load_topology(
+    ref: str | Path | dict, base_dir: Path | None = None, source: str | None = None
+) -> Topology:
     """A topology from a packaged name (`default`), a YAML path (relative to `base_dir`), or a
     mapping (`source` names it in errors, e.g. `scenario.yaml: testbed.topology`)."""
     if isinstance(ref, dict):
@@ -411,12 +479,16 @@ _FIXES = {
 
 def _cmd(t: Topology | None, *argv: str, check: bool = True, timeout: float = 30) -> str:
     """Run a short command through ntgcore.proc.Process; its stdout, or TopologyCommandError."""
-    proc = Process(f"topology {argv[0]}", list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = Process(
+        f"topology {argv[0]}", list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         proc.start()
     except FileNotFoundError:
         package = {"ip": "iproute2", "tc": "iproute2", "ethtool": "ethtool"}.get(argv[0], argv[0])
-        raise TopologyCommandError(f"`{argv[0]}` is not installed; install it: apt-get install {package}") from None
+        raise TopologyCommandError(
+            f"`{argv[0]}` is not installed; install it: apt-get install {package}"
+        ) from None
     done = proc.communicate(timeout)
     if done is None:
         raise TopologyCommandError(f"`{' '.join(argv)}` did not finish within {timeout:g} s")
@@ -427,8 +499,10 @@ def _cmd(t: Topology | None, *argv: str, check: bool = True, timeout: float = 30
     if check and code != 0:
         text = err.decode(errors="replace").strip()
         fix = next((f for k, f in _FIXES.items() if k in text), "")
-        raise TopologyCommandError(f"`{' '.join(argv)}` failed ({proc.record.status}): {text}"
-                                   + (f"; {fix}" if fix else ""))  # fmt: skip
+        raise TopologyCommandError(
+            f"`{' '.join(argv)}` failed ({proc.record.status}): {text}"
+            + (f"; {fix}" if fix else "")
+        )
     return out.decode(errors="replace")
 
 
@@ -452,7 +526,10 @@ def _netns_list(t: Topology | None) -> set[str]:
 
 
 def _links(t: Topology, ns: str) -> dict[str, dict]:
-    return {d["ifname"]: d for d in json.loads(_cmd(t, "ip", "-n", ns, "-j", "-d", "addr", "show") or "[]")}
+    return {
+        d["ifname"]: d
+        for d in json.loads(_cmd(t, "ip", "-n", ns, "-j", "-d", "addr", "show") or "[]")
+    }
 
 
 def _sysctls(t: Topology, role: str) -> dict[str, str]:
@@ -497,7 +574,9 @@ class _Applier:
     t: Topology
     dry_run: bool
     steps: list[str] = field(default_factory=list)
-    fresh: set[str] = field(default_factory=set)  # namespaces made now: nothing to read in a dry run
+    fresh: set[str] = field(
+        default_factory=set
+    )  # namespaces made now: nothing to read in a dry run
 
     def do(self, step: str, *argv: str) -> None:
         self.steps.append(step)
@@ -513,7 +592,8 @@ class _Applier:
             if ns in present and not (MARKS / ns).exists():
                 raise TopologyCommandError(
                     f"namespace {ns} exists but was not made by ntg-testbed (no mark in {MARKS}); "
-                    f"it is left alone: give the topology another name")
+                    f"it is left alone: give the topology another name"
+                )
         for role in t.namespaces:
             ns = t.netns(role)
             if ns not in present:
@@ -538,8 +618,10 @@ class _Applier:
             diff = [f"{k}={v}" for k, v in want.items() if now.get(k) != v]
             if diff:
                 self.do(f"{ns}: sysctl {' '.join(diff)}", *_in(ns, "sysctl", "-qw", *diff))
-        state = {t.netns(r): ({} if self.dry_run and t.netns(r) in fresh else _links(t, t.netns(r)))
-                 for r in t.namespaces}  # fmt: skip
+        state = {
+            t.netns(r): ({} if self.dry_run and t.netns(r) in fresh else _links(t, t.netns(r)))
+            for r in t.namespaces
+        }
         for ns, links in state.items():
             lo = links.get("lo")
             if lo is None or "UP" not in lo.get("flags", []):
@@ -554,7 +636,15 @@ class _Applier:
         for ns, links in state.items():
             for name in list(links):
                 if name != "lo" and (ns, name) not in declared:
-                    self.do(f"{ns}: delete undeclared interface {name}", "ip", "-n", ns, "link", "del", name)
+                    self.do(
+                        f"{ns}: delete undeclared interface {name}",
+                        "ip",
+                        "-n",
+                        ns,
+                        "link",
+                        "del",
+                        name,
+                    )
                     links.pop(name)
         made = set()
         for link in t.links:
@@ -564,9 +654,31 @@ class _Applier:
                 continue
             for ns, end, cur in ((na, link.a.iface, a), (nb, link.b.iface, b)):
                 if cur is not None and state[ns].pop(end, None) is not None:
-                    self.do(f"{ns}: delete {end} (not the veth pair described)", "ip", "-n", ns, "link", "del", end)
-            self.do(f"create veth {na}/{link.a.iface} <-> {nb}/{link.b.iface}", "ip", "-n", na, "link", "add",
-                    link.a.iface, "type", "veth", "peer", "name", link.b.iface, "netns", nb)  # fmt: skip
+                    self.do(
+                        f"{ns}: delete {end} (not the veth pair described)",
+                        "ip",
+                        "-n",
+                        ns,
+                        "link",
+                        "del",
+                        end,
+                    )
+            self.do(
+                f"create veth {na}/{link.a.iface} <-> {nb}/{link.b.iface}",
+                "ip",
+                "-n",
+                na,
+                "link",
+                "add",
+                link.a.iface,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                link.b.iface,
+                "netns",
+                nb,
+            )
             made.update({(na, link.a.iface), (nb, link.b.iface)})
         if made and not self.dry_run:
             for ns in {ns for ns, _ in made}:
@@ -574,27 +686,58 @@ class _Applier:
         for link in t.links:
             for end in (link.a, link.b):
                 ns = t.netns(end.ns)
-                cur = state[ns].get(end.iface, {}) if (ns, end.iface) not in made or not self.dry_run else {}
+                cur = (
+                    state[ns].get(end.iface, {})
+                    if (ns, end.iface) not in made or not self.dry_run
+                    else {}
+                )
                 self._end(ns, end, cur, link.mtu or t.mtu, (ns, end.iface) in made)
 
     def _end(self, ns: str, end: End, cur: dict, mtu: int | None, new: bool) -> None:
         t, name = self.t, end.iface
         if mtu is not None and cur.get("mtu") != mtu:
             self.do(f"{ns}/{name}: mtu {mtu}", "ip", "-n", ns, "link", "set", name, "mtu", str(mtu))
-        have = {str(ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}"))
-                for a in cur.get("addr_info", []) if a.get("scope") != "link"}  # fmt: skip
+        have = {
+            str(ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}"))
+            for a in cur.get("addr_info", [])
+            if a.get("scope") != "link"
+        }
         for extra in sorted(have - set(end.address)):
-            self.do(f"{ns}/{name}: delete address {extra}", "ip", "-n", ns, "addr", "del", extra, "dev", name)
+            self.do(
+                f"{ns}/{name}: delete address {extra}",
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "del",
+                extra,
+                "dev",
+                name,
+            )
         for want in end.address:
             if want not in have:
                 nodad = ["nodad"] if ":" in want else []
-                self.do(f"{ns}/{name}: add address {want}", "ip", "-n", ns, "addr", "add", want, "dev", name, *nodad)
+                self.do(
+                    f"{ns}/{name}: add address {want}",
+                    "ip",
+                    "-n",
+                    ns,
+                    "addr",
+                    "add",
+                    want,
+                    "dev",
+                    name,
+                    *nodad,
+                )
         if t.offloads:
             now = {} if (new and self.dry_run) else _offload_state(t, ns, name)
             diff = {k: v for k, v in t.offloads.items() if now.get(k, (None,))[0] != v}
             if diff:
                 args = [x for k, v in diff.items() for x in (k, "on" if v else "off")]
-                self.do(f"{ns}/{name}: ethtool -K {' '.join(args)}", *_in(ns, "ethtool", "-K", name, *args))
+                self.do(
+                    f"{ns}/{name}: ethtool -K {' '.join(args)}",
+                    *_in(ns, "ethtool", "-K", name, *args),
+                )
                 if not self.dry_run:
                     after = _offload_state(t, ns, name)
                     stuck = [k for k, v in diff.items() if after.get(k, (None,))[0] != v]
@@ -602,7 +745,8 @@ class _Applier:
                         raise TopologyCommandError(
                             f"{ns}/{name}: ethtool could not set {', '.join(stuck)} "
                             f"(the driver fixes them, or another setting forces them: `tx off` turns "
-                            f"tso off); change `offloads` in the topology")  # fmt: skip
+                            f"tso off); change `offloads` in the topology"
+                        )
         if "UP" not in cur.get("flags", []):
             self.do(f"{ns}/{name}: up", "ip", "-n", ns, "link", "set", name, "up")
 
@@ -623,14 +767,42 @@ class _Applier:
             if now == want:
                 continue
             if now:
-                self.do(f"{ns}/{name}: remove mirrors", *_in(ns, "tc", "qdisc", "del", "dev", name, "clsact"))
+                self.do(
+                    f"{ns}/{name}: remove mirrors",
+                    *_in(ns, "tc", "qdisc", "del", "dev", name, "clsact"),
+                )
             if want:
-                self.do(f"{ns}/{name}: add clsact qdisc", *_in(ns, "tc", "qdisc", "replace", "dev", name, "clsact"))
+                self.do(
+                    f"{ns}/{name}: add clsact qdisc",
+                    *_in(ns, "tc", "qdisc", "replace", "dev", name, "clsact"),
+                )
             for direction, to in sorted(want):
                 # u32 with an empty match: matchall is not built into every kernel
-                self.do(f"{ns}/{name}: mirror {direction} to {to}", *_in(ns, "tc", "filter", "add",
-                        "dev", name, direction, "protocol", "all", "u32", "match", "u32", "0", "0",
-                        "action", "mirred", "egress", "mirror", "dev", to))  # fmt: skip
+                self.do(
+                    f"{ns}/{name}: mirror {direction} to {to}",
+                    *_in(
+                        ns,
+                        "tc",
+                        "filter",
+                        "add",
+                        "dev",
+                        name,
+                        direction,
+                        "protocol",
+                        "all",
+                        "u32",
+                        "match",
+                        "u32",
+                        "0",
+                        "0",
+                        "action",
+                        "mirred",
+                        "egress",
+                        "mirror",
+                        "dev",
+                        to,
+                    ),
+                )
 
 
 def _peers(a: dict, b: dict, same_ns: bool) -> bool:
@@ -649,21 +821,31 @@ def discard_namespaces(names: list[str], dry_run: bool = False) -> list[str]:
     for ns in names:
         if ns not in present:
             if (MARKS / ns).exists():  # marked, then killed before `ip netns add`
-                steps.append(f"{'would remove' if dry_run else 'removed'} the mark of namespace {ns}, "
-                             f"which was never made")
+                steps.append(
+                    f"{'would remove' if dry_run else 'removed'} the mark of namespace {ns}, "
+                    f"which was never made"
+                )
                 if not dry_run:
                     (MARKS / ns).unlink(missing_ok=True)
             continue
         if not (MARKS / ns).exists():
-            steps.append(f"namespace {ns} was not made by ntg-testbed (no mark in {MARKS}): left alone")
+            steps.append(
+                f"namespace {ns} was not made by ntg-testbed (no mark in {MARKS}): left alone"
+            )
             continue
         # processes still inside it (a daemon's child that lost the parent-death signal, such as
         # keepalived's VRRP process): ours, since the namespace is; they would outlive its name
-        pids = [int(p) for p in _cmd(None, "ip", "netns", "pids", ns, check=False).split() if p.isdigit()]
+        pids = [
+            int(p)
+            for p in _cmd(None, "ip", "netns", "pids", ns, check=False).split()
+            if p.isdigit()
+        ]
         if pids:
             names = sorted({_comm(p) for p in pids} - {""})
-            steps.append(f"{'would kill' if dry_run else 'killed'} {len(pids)} process(es) left in "
-                         f"namespace {ns}" + (f" ({', '.join(names)})" if names else ""))
+            steps.append(
+                f"{'would kill' if dry_run else 'killed'} {len(pids)} process(es) left in "
+                f"namespace {ns}" + (f" ({', '.join(names)})" if names else "")
+            )
             if not dry_run:
                 for p in pids:
                     try:
@@ -697,10 +879,19 @@ class VethPair:
     def __init__(self, prefix: str = "ntg", split: bool = True) -> None:
         tag = f"{prefix}-{secrets.token_hex(4)}"
         roles = ["gen", "peer"] if split else ["ns"]
-        self.topology = parse_topology({
-            "name": tag, "mtu": None, "namespaces": roles,
-            "links": [{"a": {"ns": roles[0], "iface": "veth0"}, "b": {"ns": roles[-1], "iface": "veth1"}}],
-        })  # fmt: skip
+        self.topology = parse_topology(
+            {
+                "name": tag,
+                "mtu": None,
+                "namespaces": roles,
+                "links": [
+                    {
+                        "a": {"ns": roles[0], "iface": "veth0"},
+                        "b": {"ns": roles[-1], "iface": "veth1"},
+                    }
+                ],
+            }
+        )
         self.gen = self.topology.netns(roles[0])
         self.peer = self.topology.netns(roles[-1])
         self._peer_role = roles[-1]
@@ -723,8 +914,9 @@ class VethPair:
         self.teardown()
 
     def run_in(self, ns: str, *args: str, timeout: float = 120, check: bool = True):
-        return subprocess.run(netns_argv(ns, *args), capture_output=True, text=True,
-                              timeout=timeout, check=check)  # fmt: skip
+        return subprocess.run(
+            netns_argv(ns, *args), capture_output=True, text=True, timeout=timeout, check=check
+        )
 
     def rx(self) -> int:
         """Packets received so far on veth1, the peer end."""
@@ -736,11 +928,17 @@ class VethPair:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m testbed.topology",
-                                 description="Bring a testbed topology (namespaces, veths) up or down, or show it.")  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python -m testbed.topology",
+        description="Bring a testbed topology (namespaces, veths) up or down, or show it.",
+    )
     ap.add_argument("action", choices=["up", "down", "show"])
-    ap.add_argument("file", help="a topology YAML file, or a packaged name (" +
-                    ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml"))) + ")")  # fmt: skip
+    ap.add_argument(
+        "file",
+        help="a topology YAML file, or a packaged name ("
+        + ", ".join(sorted(p.stem for p in PACKAGED.glob("*.yaml")))
+        + ")",
+    )
     ap.add_argument("--name", help="namespace prefix instead of the file's `name`")
     ap.add_argument("--check", action="store_true", help="only say what would change")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -767,8 +965,10 @@ def main(argv: list[str] | None = None) -> int:
         for role, info in result["state"]["namespaces"].items():
             print(f"{info['netns']} ({role}): {'present' if info['exists'] else 'absent'}")
             for name, i in info["interfaces"].items():
-                print(f"  {name}: {'up' if i['up'] else 'down'} mtu {i['mtu']} {' '.join(i['address'])} "
-                      f"rx {i.get('rx_packets', '-')} tx {i.get('tx_packets', '-')} packets")  # fmt: skip
+                print(
+                    f"  {name}: {'up' if i['up'] else 'down'} mtu {i['mtu']} {' '.join(i['address'])} "
+                    f"rx {i.get('rx_packets', '-')} tx {i.get('tx_packets', '-')} packets"
+                )
     else:
         print("\n".join(result) if result else "nothing to change")
     return 0

@@ -35,11 +35,33 @@ from ntgcore.files import read_bounded
 from ntgcore.yamlread import MAX_BYTES, YamlProblem, read_yaml, yaml_lines
 
 from ..netns import NetnsBackend, NetnsSite
-from ..netns.topology import (COUNTERS, Topology, TopologyCommandError, TopologyError, discard_namespaces,
-                              load_topology, netns_argv, parse_topology, run_command)  # fmt: skip
+from ..netns.topology import (
+    COUNTERS,
+    Topology,
+    TopologyCommandError,
+    TopologyError,
+    discard_namespaces,
+    load_topology,
+    netns_argv,
+    parse_topology,
+    run_command,
+)
 from . import image as vm_image
-from .machine import (MGMT_GUEST, MGMT_HOST, MGMT_TAP, PRESETS, TOOLS, WORK_ROOT, Machine, Nic, Preset,
-                      VmError, default_shares, discard_workdirs, mac_for)  # fmt: skip
+from .machine import (
+    MGMT_GUEST,
+    MGMT_HOST,
+    MGMT_TAP,
+    PRESETS,
+    TOOLS,
+    WORK_ROOT,
+    Machine,
+    Nic,
+    Preset,
+    VmError,
+    default_shares,
+    discard_workdirs,
+    mac_for,
+)
 
 PACKAGED = Path(__file__).resolve().parent / "topologies"
 
@@ -47,13 +69,27 @@ PACKAGED = Path(__file__).resolve().parent / "topologies"
 class VmSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    preset: Literal["seed001", "ci"] = Field("ci", description="seed001: 2 vCPUs, 4 GB; ci: 1 vCPU, 768 MB.")
+    preset: Literal["seed001", "ci"] = Field(
+        "ci", description="seed001: 2 vCPUs, 4 GB; ci: 1 vCPU, 768 MB."
+    )
     cpus: int | None = Field(None, ge=1, le=64, description="vCPUs (default: the preset's).")
-    memory_mb: int | None = Field(None, ge=256, le=262144, description="Memory in MB (default: the preset's).")
-    boot_timeout: float = Field(90.0, gt=0, le=900, description="Seconds the guest may take to answer over ssh.")
-    engine: bool = Field(True, description="Build the native engine in the guest (playbooks/vm_guest.yml) after boot.")
-    provision_timeout: float = Field(3600.0, gt=0, le=14400, description="Seconds the guest's engine build may "
-                                     "take (under TCG it is tens of minutes; once, then kept as a layer).")
+    memory_mb: int | None = Field(
+        None, ge=256, le=262144, description="Memory in MB (default: the preset's)."
+    )
+    boot_timeout: float = Field(
+        90.0, gt=0, le=900, description="Seconds the guest may take to answer over ssh."
+    )
+    engine: bool = Field(
+        True,
+        description="Build the native engine in the guest (playbooks/vm_guest.yml) after boot.",
+    )
+    provision_timeout: float = Field(
+        3600.0,
+        gt=0,
+        le=14400,
+        description="Seconds the guest's engine build may "
+        "take (under TCG it is tens of minutes; once, then kept as a layer).",
+    )
 
     def resolved(self) -> Preset:
         base = PRESETS[self.preset]
@@ -63,16 +99,21 @@ class VmSpec(BaseModel):
 class VmTopology(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    topology: str | dict = Field(description="The namespaces and veths (a netns topology: name, file or mapping).")
+    topology: str | dict = Field(
+        description="The namespaces and veths (a netns topology: name, file or mapping)."
+    )
     vms: dict[str, VmSpec] = Field(min_length=1, description="Roles of `topology` that are VMs.")
 
 
-def load_vm_topology(ref: str | dict, base_dir: Path | None = None,
-                     source: str | None = None) -> tuple[Topology, dict[str, VmSpec]]:
+def load_vm_topology(
+    ref: str | dict, base_dir: Path | None = None, source: str | None = None
+) -> tuple[Topology, dict[str, VmSpec]]:
     """A VM topology from a packaged name, a YAML path (relative to `base_dir`) or a mapping."""
     file, lines = source or "<inline VM topology>", {}
     if isinstance(ref, str):
-        path = PACKAGED / f"{ref}.yaml" if "/" not in ref and not ref.endswith(".yaml") else Path(ref)
+        path = (
+            PACKAGED / f"{ref}.yaml" if "/" not in ref and not ref.endswith(".yaml") else Path(ref)
+        )
         if not path.is_absolute() and base_dir is not None and path.parent != PACKAGED:
             path = Path(base_dir) / path
         if not path.exists():
@@ -89,17 +130,25 @@ def load_vm_topology(ref: str | dict, base_dir: Path | None = None,
     else:
         data = ref
     if not isinstance(data, dict):
-        raise TopologyError([f"{file}:1: (top level): expected a mapping with `topology` and `vms`"])
+        raise TopologyError(
+            [f"{file}:1: (top level): expected a mapping with `topology` and `vms`"]
+        )
     try:
         described = VmTopology.model_validate(data)
     except ValidationError as exc:
-        raise TopologyError([format_error(e, file, lines, VmTopology) for e in exc.errors(include_url=False)]) from None
+        raise TopologyError(
+            [format_error(e, file, lines, VmTopology) for e in exc.errors(include_url=False)]
+        ) from None
     topo = load_topology(described.topology, base_dir=base_dir, source=f"{file}: topology")
     unknown = [r for r in described.vms if r not in topo.namespaces]
     if unknown:
         line = lines.get(("vms", unknown[0]), 1)
-        raise TopologyError([f"{file}:{line}: vms.{unknown[0]}: not a role of topology {topo.name} "
-                             f"(roles: {', '.join(topo.namespaces)})"])  # fmt: skip
+        raise TopologyError(
+            [
+                f"{file}:{line}: vms.{unknown[0]}: not a role of topology {topo.name} "
+                f"(roles: {', '.join(topo.namespaces)})"
+            ]
+        )
     return topo, dict(described.vms)
 
 
@@ -129,9 +178,11 @@ class VmEndpoint(Endpoint):
 
     def argv(self, *command: str) -> list[str]:
         if not command:  # a bare prefix cannot carry a command into the guest
-            raise VmError(f"{self.where}: a command in a VM is given whole (argv(program, args...)); "
-                          "this part builds its command line after the place's prefix and cannot run "
-                          "in a VM: put it in a namespace of the topology")  # fmt: skip
+            raise VmError(
+                f"{self.where}: a command in a VM is given whole (argv(program, args...)); "
+                "this part builds its command line after the place's prefix and cannot run "
+                "in a VM: put it in a namespace of the topology"
+            )
         self.machine.wait_ready()
         program, *args = command
         if program == sys.executable:
@@ -145,15 +196,23 @@ class VmEndpoint(Endpoint):
         # through the relay, so that stopping this process stops the command in the guest
         pidfile = f"/run/ntg-cmd-{secrets.token_hex(4)}.pid"
         remote = f"echo $$ > {pidfile} && exec {shlex.join([program, *args])}"
-        return [sys.executable, "-m", "testbed.endpoints.vm.relay", pidfile, "--",
-                *self.machine.ssh_argv_raw(remote)]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "testbed.endpoints.vm.relay",
+            pidfile,
+            "--",
+            *self.machine.ssh_argv_raw(remote),
+        ]
 
     def exists(self) -> bool:
         return self.machine.running()
 
     def connect(self, host: str, port: int, timeout: float) -> socket.socket:
-        raise VmError(f"{self.where}: connecting to a server inside a VM is not supported yet "
-                      "(a generator with a server of its own, as Ostinato or TRex, runs in a namespace)")  # fmt: skip
+        raise VmError(
+            f"{self.where}: connecting to a server inside a VM is not supported yet "
+            "(a generator with a server of its own, as Ostinato or TRex, runs in a namespace)"
+        )
 
     def counters(self, iface: str | None = None) -> dict[str, int]:
         self.machine.wait_ready()
@@ -164,7 +223,9 @@ class VmEndpoint(Endpoint):
 
     def pids(self) -> dict[str, int]:
         proc = self.machine.proc
-        return {"qemu": proc.pid} if proc is not None and proc.pid and self.machine.running() else {}
+        return (
+            {"qemu": proc.pid} if proc is not None and proc.pid and self.machine.running() else {}
+        )
 
     def power_off(self) -> None:
         self.machine.power_off()
@@ -195,10 +256,24 @@ class VmSite(Site):
         for link in self.topology.links:
             for end in (link.a, link.b):
                 if end.ns == role and end.iface not in mirror_outs:
-                    nics.append(Nic(f"vt{len(nics)}", end.iface, mac_for(name, len(nics)),
-                                    link.mtu or self.topology.mtu or 1500, tuple(end.address)))  # fmt: skip
-        return Machine(name, name, image, spec.resolved(), nics, boot_timeout_s=spec.boot_timeout,
-                       shares=default_shares())
+                    nics.append(
+                        Nic(
+                            f"vt{len(nics)}",
+                            end.iface,
+                            mac_for(name, len(nics)),
+                            link.mtu or self.topology.mtu or 1500,
+                            tuple(end.address),
+                        )
+                    )
+        return Machine(
+            name,
+            name,
+            image,
+            spec.resolved(),
+            nics,
+            boot_timeout_s=spec.boot_timeout,
+            shares=default_shares(),
+        )
 
     def apply(self) -> list[str]:
         steps = self.net.apply()
@@ -207,18 +282,24 @@ class VmSite(Site):
             machine = self._machine(role, image)
             self.machines[role] = machine  # before it boots: teardown finds it on every path
             ns = machine.netns
-            cmds = [("ip", "tuntap", "add", "dev", MGMT_TAP, "mode", "tap"),
-                    ("ip", "addr", "add", MGMT_HOST, "dev", MGMT_TAP),
-                    ("ip", "link", "set", MGMT_TAP, "up")]  # fmt: skip
+            cmds = [
+                ("ip", "tuntap", "add", "dev", MGMT_TAP, "mode", "tap"),
+                ("ip", "addr", "add", MGMT_HOST, "dev", MGMT_TAP),
+                ("ip", "link", "set", MGMT_TAP, "up"),
+            ]
             for i, nic in enumerate(machine.nics[1:], 1):
                 bridge = f"vb{i}"
-                cmds += [("ip", "tuntap", "add", "dev", nic.tap, "mode", "tap"),
-                         ("ip", "link", "set", nic.tap, "mtu", str(nic.mtu)),
-                         ("ip", "link", "add", bridge, "type", "bridge"),
-                         ("ip", "link", "set", nic.name, "master", bridge),
-                         ("ip", "link", "set", nic.tap, "master", bridge),
-                         *[("ip", "link", "set", dev, "up") for dev in (nic.tap, bridge)]]  # fmt: skip
-                steps.append(f"{ns}: bridge {bridge} joins veth {nic.name} and tap {nic.tap} (guest NIC {nic.name})")
+                cmds += [
+                    ("ip", "tuntap", "add", "dev", nic.tap, "mode", "tap"),
+                    ("ip", "link", "set", nic.tap, "mtu", str(nic.mtu)),
+                    ("ip", "link", "add", bridge, "type", "bridge"),
+                    ("ip", "link", "set", nic.name, "master", bridge),
+                    ("ip", "link", "set", nic.tap, "master", bridge),
+                    *[("ip", "link", "set", dev, "up") for dev in (nic.tap, bridge)],
+                ]
+                steps.append(
+                    f"{ns}: bridge {bridge} joins veth {nic.name} and tap {nic.tap} (guest NIC {nic.name})"
+                )
             for cmd in cmds:
                 _ip(self.topology, ns, *cmd)
             layer = image.engine_layer() if self.vms[role].engine else None
@@ -226,18 +307,24 @@ class VmSite(Site):
         boot_all(list(self.machines.values()))
         for role, machine in self.machines.items():
             ns, layer = machine.netns, image.engine_layer() if self.vms[role].engine else None
-            steps.append(f"{ns}: booted VM ({machine.accel}, {machine.preset.cpus} vCPU, "
-                         f"{machine.preset.memory_mb} MB) ready in {machine.boot_s} s")  # fmt: skip
+            steps.append(
+                f"{ns}: booted VM ({machine.accel}, {machine.preset.cpus} vCPU, "
+                f"{machine.preset.memory_mb} MB) ready in {machine.boot_s} s"
+            )
             if machine.base is not None:
                 steps.append(f"{ns}: the engine as built in the guest before ({layer})")
             elif layer is not None:
                 started = time.monotonic()
                 recap = machine.provision(timeout=self.vms[role].provision_timeout)
                 machine.save_layer(layer)
-                machine.base = layer  # a later boot (a power-on) starts from it: the engine is there
+                machine.base = (
+                    layer  # a later boot (a power-on) starts from it: the engine is there
+                )
                 machine.provision_s = round(time.monotonic() - started, 1)
-                steps.append(f"{ns}: the native engine built in the guest by playbooks/vm_guest.yml in "
-                             f"{machine.provision_s} s (changed={recap.get('changed')}), kept as {layer}")  # fmt: skip
+                steps.append(
+                    f"{ns}: the native engine built in the guest by playbooks/vm_guest.yml in "
+                    f"{machine.provision_s} s (changed={recap.get('changed')}), kept as {layer}"
+                )
         return steps
 
     def remove(self) -> list[str]:
@@ -250,11 +337,15 @@ class VmSite(Site):
     def locations(self) -> list[str]:
         return self.net.locations() + [str(WORK_ROOT / self.topology.netns(r)) for r in self.vms]
 
-    def endpoint(self, place: str, pace: str = "realtime", duration_s: float | None = None) -> Endpoint:
+    def endpoint(
+        self, place: str, pace: str = "realtime", duration_s: float | None = None
+    ) -> Endpoint:
         role, iface = place.split(":", 1)
         if role in self.vms:
             if role not in self.machines:
-                raise VmError(f"place {place}: the VM of role {role} is not running (apply the site first)")
+                raise VmError(
+                    f"place {place}: the VM of role {role} is not running (apply the site first)"
+                )
             return VmEndpoint(self.machines[role], iface, pace, duration_s)
         return self.net.endpoint(place, pace, duration_s)
 

@@ -37,7 +37,9 @@ def vmlinux_from_bzimage(bzimage: bytes) -> bytes:
         raise BootFileError("not a bzImage (no 'HdrS' setup header at 0x202)")
     (version,) = struct.unpack_from("<H", bzimage, 0x206)
     if version < 0x208:
-        raise BootFileError(f"bzImage boot protocol {version >> 8}.{version & 0xFF:02d} has no payload fields")
+        raise BootFileError(
+            f"bzImage boot protocol {version >> 8}.{version & 0xFF:02d} has no payload fields"
+        )
     setup_sects = bzimage[0x1F1] or 4
     offset, length = struct.unpack_from("<II", bzimage, 0x248)
     start = (setup_sects + 1) * 512 + offset
@@ -49,9 +51,13 @@ def vmlinux_from_bzimage(bzimage: bytes) -> bytes:
     elif payload.startswith(b"\x1f\x8b"):
         unpack = zlib.decompressobj(wbits=31)  # type: ignore[assignment]
     else:
-        raise BootFileError(f"the bzImage's payload starts with {payload[:6].hex()}: not xz, lzma or gzip "
-                            "(the compressions this reads); boot the guest with Machine(boot='debian')")  # fmt: skip
-    elf = unpack.decompress(payload)  # the payload ends with the 4-byte size: left over as unused data
+        raise BootFileError(
+            f"the bzImage's payload starts with {payload[:6].hex()}: not xz, lzma or gzip "
+            "(the compressions this reads); boot the guest with Machine(boot='debian')"
+        )
+    elf = unpack.decompress(
+        payload
+    )  # the payload ends with the 4-byte size: left over as unused data
     if not elf.startswith(b"\x7fELF\x02\x01"):
         raise BootFileError("the bzImage's payload is not a 64-bit little-endian ELF kernel")
     return elf
@@ -59,10 +65,12 @@ def vmlinux_from_bzimage(bzimage: bytes) -> bytes:
 
 def pvh_entry(elf: bytes) -> int | None:
     """The PVH entry address in an ELF64 kernel's notes (Xen note 18), None without one."""
-    phoff, = struct.unpack_from("<Q", elf, 0x20)  # fmt: skip
+    (phoff,) = struct.unpack_from("<Q", elf, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
     for i in range(phnum):
-        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", elf, phoff + i * phentsize)
+        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from(
+            "<IIQQQQ", elf, phoff + i * phentsize
+        )
         if p_type != 4:  # PT_NOTE
             continue
         pos, end = p_offset, p_offset + p_filesz
@@ -98,13 +106,17 @@ def module_order(modules_dep: str, wanted: tuple[str, ...]) -> list[str]:
     for name in wanted:
         key = name.replace("-", "_")
         if key not in deps:
-            raise BootFileError(f"module {name} is not in the guest kernel's modules.dep (a typo in "
-                                "Recipe.initrd_modules, or built into the kernel: then leave it out)")  # fmt: skip
+            raise BootFileError(
+                f"module {name} is not in the guest kernel's modules.dep (a typo in "
+                "Recipe.initrd_modules, or built into the kernel: then leave it out)"
+            )
         add(key)
     return order
 
 
-def _entry(name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0), ino: int = 0) -> bytes:
+def _entry(
+    name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0), ino: int = 0
+) -> bytes:
     """One member of a cpio archive in the kernel's `newc` format (times and owners zero: the same
     archive from the same files)."""
     fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, rdev[0], rdev[1], len(name) + 1, 0)
@@ -118,19 +130,34 @@ def initramfs(rootfs: Path, kernel_version: str, modules: tuple[str, ...]) -> by
     klibc_bin = rootfs / "usr/lib/klibc/bin"
     libs = sorted((rootfs / "usr/lib").glob("klibc-*.so"))
     if not libs or not all((klibc_bin / t).is_file() for t in KLIBC_TOOLS):
-        raise BootFileError(f"no klibc in {rootfs} (usr/lib/klibc-*.so and usr/lib/klibc/bin/: "
-                            "package klibc-utils, which initramfs-tools brings)")  # fmt: skip
+        raise BootFileError(
+            f"no klibc in {rootfs} (usr/lib/klibc-*.so and usr/lib/klibc/bin/: "
+            "package klibc-utils, which initramfs-tools brings)"
+        )
     moddir = rootfs / "lib/modules" / kernel_version
     order = module_order((moddir / "modules.dep").read_text(), modules)
     members: list[tuple[str, int, bytes, tuple[int, int]]] = [
-        ("dev", 0o40755, b"", (0, 0)), ("dev/console", 0o20600, b"", (5, 1)), ("proc", 0o40755, b"", (0, 0)),
-        ("root", 0o40755, b"", (0, 0)), ("lib", 0o40755, b"", (0, 0)), ("bin", 0o40755, b"", (0, 0)),
+        ("dev", 0o40755, b"", (0, 0)),
+        ("dev/console", 0o20600, b"", (5, 1)),
+        ("proc", 0o40755, b"", (0, 0)),
+        ("root", 0o40755, b"", (0, 0)),
+        ("lib", 0o40755, b"", (0, 0)),
+        ("bin", 0o40755, b"", (0, 0)),
         ("modules", 0o40755, b"", (0, 0)),
-        (f"lib/{libs[-1].name}", 0o100755, libs[-1].read_bytes(), (0, 0)),  # the programs' interpreter
+        (
+            f"lib/{libs[-1].name}",
+            0o100755,
+            libs[-1].read_bytes(),
+            (0, 0),
+        ),  # the programs' interpreter
         *[(f"bin/{t}", 0o100755, (klibc_bin / t).read_bytes(), (0, 0)) for t in KLIBC_TOOLS],
-        *[(f"modules/{i:02d}-{Path(p).name}", 0o100644, (moddir / p).read_bytes(), (0, 0))
-          for i, p in enumerate(order)],
+        *[
+            (f"modules/{i:02d}-{Path(p).name}", 0o100644, (moddir / p).read_bytes(), (0, 0))
+            for i, p in enumerate(order)
+        ],
         ("init", 0o100755, INITRAMFS_INIT.read_bytes(), (0, 0)),
-    ]  # fmt: skip
-    out = b"".join(_entry(n, mode, data, rdev, ino) for ino, (n, mode, data, rdev) in enumerate(members, 1))
+    ]
+    out = b"".join(
+        _entry(n, mode, data, rdev, ino) for ino, (n, mode, data, rdev) in enumerate(members, 1)
+    )
     return out + _entry("TRAILER!!!", 0)

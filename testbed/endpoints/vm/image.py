@@ -42,7 +42,11 @@ from .bootfiles import INITRAMFS_INIT, BootFileError, initramfs, pvh_entry, vmli
 HERE = Path(__file__).resolve().parent
 INIT = HERE / "guest-init.sh"
 FORMAT = 2  # what a build makes from the recipe (2: vmlinux and our initramfs added)
-TOOLS = (Tool("mmdebstrap", "mmdebstrap"), Tool("mkfs.ext4", "e2fsprogs"), Tool("qemu-img", "qemu-utils"))
+TOOLS = (
+    Tool("mmdebstrap", "mmdebstrap"),
+    Tool("mkfs.ext4", "e2fsprogs"),
+    Tool("qemu-img", "qemu-utils"),
+)
 
 
 class ImageError(NtgError):
@@ -58,20 +62,55 @@ class Recipe:
     # builds the native engine (gcc, libc6-dev, make, cmake), iproute2 (the init names the NICs)
     # tcpdump (a receiver or DUT inside a VM) and keepalived (a VRRP DUT of method failover).
     # Kept small: CI builds it.
-    packages: tuple[str, ...] = ("linux-image-amd64", "openssh-server", "python3", "gcc", "libc6-dev",
-                                 "make", "cmake", "iproute2", "kmod", "mount", "tcpdump", "keepalived")  # fmt: skip
+    packages: tuple[str, ...] = (
+        "linux-image-amd64",
+        "openssh-server",
+        "python3",
+        "gcc",
+        "libc6-dev",
+        "make",
+        "cmake",
+        "iproute2",
+        "kmod",
+        "mount",
+        "tcpdump",
+        "keepalived",
+    )
     # the initrds hold only what finds the root file system (Debian's: 5 MB instead of 35; ours
     # also crc32c, which ext4's metadata checksums ask the crypto API for, without modprobe there)
-    initrd_modules: tuple[str, ...] = ("virtio_pci", "virtio_blk", "virtio_net", "crc32c_generic", "ext4")
-    pruned_modules: tuple[str, ...] = ("drivers/gpu", "drivers/media", "drivers/net/wireless", "drivers/infiniband",
-                                       "drivers/staging", "drivers/scsi", "drivers/usb", "drivers/iio",
-                                       "drivers/bluetooth", "drivers/isdn", "sound", "net/bluetooth",
-                                       "net/wireless", "net/mac80211")  # fmt: skip
+    initrd_modules: tuple[str, ...] = (
+        "virtio_pci",
+        "virtio_blk",
+        "virtio_net",
+        "crc32c_generic",
+        "ext4",
+    )
+    pruned_modules: tuple[str, ...] = (
+        "drivers/gpu",
+        "drivers/media",
+        "drivers/net/wireless",
+        "drivers/infiniband",
+        "drivers/staging",
+        "drivers/scsi",
+        "drivers/usb",
+        "drivers/iio",
+        "drivers/bluetooth",
+        "drivers/isdn",
+        "sound",
+        "net/bluetooth",
+        "net/wireless",
+        "net/mac80211",
+    )
     size_mb: int = 2048  # the ext4 file system (sparse; the qcow2 holds only what is used)
 
     def sha(self) -> str:
-        doc = {**asdict(self), "init": INIT.read_text(), "initramfs_init": INITRAMFS_INIT.read_text(),
-               "bootfiles": (HERE / "bootfiles.py").read_text(), "format": FORMAT}  # fmt: skip
+        doc = {
+            **asdict(self),
+            "init": INIT.read_text(),
+            "initramfs_init": INITRAMFS_INIT.read_text(),
+            "bootfiles": (HERE / "bootfiles.py").read_text(),
+            "format": FORMAT,
+        }
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -121,7 +160,12 @@ class Image:
         return json.loads((self.dir / "image.json").read_text())
 
 
-ENGINE_SOURCES = ("generators/flowengine", "analysis/native", "playbooks/roles/vm_guest", "playbooks/vm_guest.yml")
+ENGINE_SOURCES = (
+    "generators/flowengine",
+    "analysis/native",
+    "playbooks/roles/vm_guest",
+    "playbooks/vm_guest.yml",
+)
 
 
 def engine_sha() -> str:
@@ -131,8 +175,11 @@ def engine_sha() -> str:
     repo = source_tree()
     for top in ENGINE_SOURCES:
         root = repo / top
-        files = sorted(p for p in ([root] if root.is_file() else root.rglob("*"))
-                       if p.is_file() and "__pycache__" not in p.parts)  # fmt: skip
+        files = sorted(
+            p
+            for p in ([root] if root.is_file() else root.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts
+        )
         for f in files:
             h.update(str(f.relative_to(repo)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
@@ -148,10 +195,14 @@ def debian_mirror() -> str:
     if os.environ.get("NTG_VM_MIRROR"):
         return os.environ["NTG_VM_MIRROR"]
     script = source_tree() / "bootstrap.sh"
-    out = subprocess.run(["bash", str(script), "debian-uri"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        ["bash", str(script), "debian-uri"], capture_output=True, text=True, timeout=30
+    )
     if out.returncode != 0 or not out.stdout.strip():
-        raise ImageError("no Debian bookworm entry in this machine's apt sources to build the guest "
-                         "image from: set NTG_VM_MIRROR to a Debian mirror URI")  # fmt: skip
+        raise ImageError(
+            "no Debian bookworm entry in this machine's apt sources to build the guest "
+            "image from: set NTG_VM_MIRROR to a Debian mirror URI"
+        )
     return out.stdout.strip().splitlines()[0]
 
 
@@ -180,8 +231,10 @@ def ensure_image(recipe: Recipe = RECIPE, log: Path | None = None) -> Image:
         return found
     missing = [t for t in TOOLS if not t.found()]
     if missing:
-        raise ImageError(f"building the guest image needs {', '.join(t.command for t in missing)}: "
-                         f"apt-get install {' '.join(dict.fromkeys(t.package for t in missing))}")  # fmt: skip
+        raise ImageError(
+            f"building the guest image needs {', '.join(t.command for t in missing)}: "
+            f"apt-get install {' '.join(dict.fromkeys(t.package for t in missing))}"
+        )
     root = cache_root()
     with _lock(root / f".{recipe.sha()}.lock"):
         found = cached(recipe)  # another process built it while we waited
@@ -199,9 +252,13 @@ def _run(name: str, argv: list[str], log, timeout: float) -> None:
         raise
     if code is None:
         proc.stop(grace=5)
-        raise ImageError(f"guest image: {name} did not finish within {timeout:g} s (see {log.name})")
+        raise ImageError(
+            f"guest image: {name} did not finish within {timeout:g} s (see {log.name})"
+        )
     if code != 0:
-        raise ImageError(f"guest image: {name} failed ({proc.record.status}); its output is in {log.name}")
+        raise ImageError(
+            f"guest image: {name} failed ({proc.record.status}); its output is in {log.name}"
+        )
 
 
 def mounts_under(path: Path) -> list[str]:
@@ -224,7 +281,9 @@ def remove_tree(path: Path) -> None:
         subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
     left = mounts_under(path)
     if left:
-        raise ImageError(f"{path}: still mounted below it: {', '.join(left)}; unmount them, then delete it")
+        raise ImageError(
+            f"{path}: still mounted below it: {', '.join(left)}; unmount them, then delete it"
+        )
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -251,13 +310,29 @@ def _build(recipe: Recipe, root: Path, log_path: Path | None) -> Image:
     try:
         mirror = debian_mirror()
         with open(log_path, "w") as log:
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"ntg-vm-{sha}",
-                            "-f", str(work / "id_ed25519")], check=True, timeout=30)  # fmt: skip
+            subprocess.run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    f"ntg-vm-{sha}",
+                    "-f",
+                    str(work / "id_ed25519"),
+                ],
+                check=True,
+                timeout=30,
+            )
             rootfs = work / "rootfs"
             essential = [  # before the kernel's package makes the initrd
                 'mkdir -p "$1/etc/initramfs-tools/conf.d"',
                 'printf "MODULES=list\\n" > "$1/etc/initramfs-tools/conf.d/ntg.conf"',
-                'printf "%s\\n" ' + " ".join(recipe.initrd_modules) + ' >> "$1/etc/initramfs-tools/modules"',
+                'printf "%s\\n" '
+                + " ".join(recipe.initrd_modules)
+                + ' >> "$1/etc/initramfs-tools/modules"',
             ]
             hooks = [
                 f'install -m 0755 {INIT} "$1/usr/local/sbin/ntg-init"',
@@ -270,18 +345,31 @@ def _build(recipe: Recipe, root: Path, log_path: Path | None) -> Image:
                 'rm -rf "$1/var/cache/apt/archives/"*.deb "$1/var/lib/apt/lists/"*',
                 # drivers for hardware a qemu guest does not have (half of the kernel's modules)
                 *[f'rm -rf "$1"/lib/modules/*/kernel/{d}' for d in recipe.pruned_modules],
-            ]  # fmt: skip
+            ]
             # no documentation, manual pages or translations in the guest (a smaller, faster build)
-            excludes = [f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale", "info")]
-            argv = ["mmdebstrap", "--mode=root", "--variant=apt", "--include=" + ",".join(recipe.packages), *excludes,
-                    *[f"--essential-hook={h}" for h in essential],
-                    *[f"--customize-hook={h}" for h in hooks], recipe.suite, str(rootfs), mirror]  # fmt: skip
+            excludes = [
+                f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale", "info")
+            ]
+            argv = [
+                "mmdebstrap",
+                "--mode=root",
+                "--variant=apt",
+                "--include=" + ",".join(recipe.packages),
+                *excludes,
+                *[f"--essential-hook={h}" for h in essential],
+                *[f"--customize-hook={h}" for h in hooks],
+                recipe.suite,
+                str(rootfs),
+                mirror,
+            ]
             _run("mmdebstrap", argv, log, 1800)
             kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
             initrds = sorted((rootfs / "boot").glob("initrd.img-*"))
             if not kernels or not initrds:
-                raise ImageError(f"guest image: no kernel or initrd in {rootfs}/boot (linux-image-amd64 "
-                                 f"not installed?); see {log_path}")  # fmt: skip
+                raise ImageError(
+                    f"guest image: no kernel or initrd in {rootfs}/boot (linux-image-amd64 "
+                    f"not installed?); see {log_path}"
+                )
             shutil.copy2(kernels[-1], work / "vmlinuz")
             shutil.copy2(initrds[-1], work / "initrd.img")
             version = kernels[-1].name.removeprefix("vmlinuz-")
@@ -290,18 +378,52 @@ def _build(recipe: Recipe, root: Path, log_path: Path | None) -> Image:
                 if pvh_entry(vmlinux) is None:
                     raise BootFileError("the kernel has no PVH entry note (CONFIG_PVH)")
                 (work / "vmlinux").write_bytes(vmlinux)
-                (work / "initramfs.cpio").write_bytes(initramfs(rootfs, version, recipe.initrd_modules))
+                (work / "initramfs.cpio").write_bytes(
+                    initramfs(rootfs, version, recipe.initrd_modules)
+                )
             except BootFileError as exc:
-                raise ImageError(f"guest image: the boot files from {kernels[-1].name}: {exc}") from None
-            _run("mkfs.ext4", ["mkfs.ext4", "-q", "-F", "-L", "ntgroot", "-d", str(rootfs),
-                               str(work / "disk.raw"), f"{recipe.size_mb}M"], log, 600)  # fmt: skip
-            _run("qemu-img convert", ["qemu-img", "convert", "-O", "qcow2", str(work / "disk.raw"),
-                                      str(work / "disk.qcow2")], log, 600)  # fmt: skip
+                raise ImageError(
+                    f"guest image: the boot files from {kernels[-1].name}: {exc}"
+                ) from None
+            _run(
+                "mkfs.ext4",
+                [
+                    "mkfs.ext4",
+                    "-q",
+                    "-F",
+                    "-L",
+                    "ntgroot",
+                    "-d",
+                    str(rootfs),
+                    str(work / "disk.raw"),
+                    f"{recipe.size_mb}M",
+                ],
+                log,
+                600,
+            )
+            _run(
+                "qemu-img convert",
+                [
+                    "qemu-img",
+                    "convert",
+                    "-O",
+                    "qcow2",
+                    str(work / "disk.raw"),
+                    str(work / "disk.qcow2"),
+                ],
+                log,
+                600,
+            )
             (work / "disk.raw").unlink()
             remove_tree(rootfs)
             (work / "disk.qcow2").chmod(0o444)  # the cached image is never written
-            info = {"sha": sha, "recipe": asdict(recipe), "kernel": kernels[-1].name,
-                    "mirror": mirror, "build_s": round(time.monotonic() - started, 1)}  # fmt: skip
+            info = {
+                "sha": sha,
+                "recipe": asdict(recipe),
+                "kernel": kernels[-1].name,
+                "mirror": mirror,
+                "build_s": round(time.monotonic() - started, 1),
+            }
             (work / "image.json").write_text(json.dumps(info, indent=1) + "\n")
         os.rename(work, final)
     except BaseException:

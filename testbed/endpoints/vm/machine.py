@@ -39,7 +39,12 @@ from ..netns.topology import netns_argv
 from .image import Image
 
 QEMU = Tool("qemu-system-x86_64", "qemu-system-x86")
-TOOLS = (QEMU, Tool("qemu-img", "qemu-utils"), Tool("ssh", "openssh-client"), Tool("scp", "openssh-client"))
+TOOLS = (
+    QEMU,
+    Tool("qemu-img", "qemu-utils"),
+    Tool("ssh", "openssh-client"),
+    Tool("scp", "openssh-client"),
+)
 # The management link inside the VM's namespace: the host end (a tap) and the guest's address.
 MGMT_TAP = "vm-mgmt"
 MGMT_HOST = "198.19.255.1/30"
@@ -47,8 +52,15 @@ MGMT_GUEST = "198.19.255.2"
 READY_LINE = "ntg-init: ready"
 BOOTS = ("pvh", "debian")
 # The guest kernel's command line (the NICs are added per VM).
-KERNEL_ARGS = ("console=ttyS0", "root=/dev/vda", "rw", "init=/usr/local/sbin/ntg-init", "quiet", "loglevel=3",
-               "ipv6.disable=1")  # fmt: skip
+KERNEL_ARGS = (
+    "console=ttyS0",
+    "root=/dev/vda",
+    "rw",
+    "init=/usr/local/sbin/ntg-init",
+    "quiet",
+    "loglevel=3",
+    "ipv6.disable=1",
+)
 # Added on the fast path (docs/vm.md): no self-tests of the crypto algorithms at boot (about 1 s
 # under TCG), no mitigations of speculative-execution flaws, which an emulated CPU does not have
 # (TCG does not speculate; it saves about 1 s of CPU, most of it in the guest's user space).
@@ -114,7 +126,9 @@ class Machine:
     proc: Process | None = field(default=None, init=False)
     master: Process | None = field(default=None, init=False)  # the ssh connection commands share
     boot_s: float | None = field(default=None, init=False)
-    console_ready_s: float | None = field(default=None, init=False)  # when the init printed READY_LINE
+    console_ready_s: float | None = field(
+        default=None, init=False
+    )  # when the init printed READY_LINE
     boot: str = "pvh"  # or "debian" (see the module's docstring)
     cpu_model: str = field(default="", init=False)
     boots: int = field(default=0, init=False)
@@ -142,18 +156,50 @@ class Machine:
         append = " ".join([*KERNEL_ARGS, *fast, *(n.cmdline() for n in self.nics)])
         accel = "tcg,thread=multi" if self.accel == "tcg" else "kvm"
         kernel, initrd = self.boot_files()
-        argv = [QEMU.command, "-name", self.name, "-nodefaults", "-no-user-config", "-display", "none",
-                "-no-reboot", "-machine", "pc", "-accel", accel, "-cpu", "max",
-                "-smp", str(self.preset.cpus), "-m", str(self.preset.memory_mb),
-                "-kernel", str(kernel), "-initrd", str(initrd), "-append", append,
-                "-drive", f"file={self.workdir / 'overlay.qcow2'},if=virtio,format=qcow2",
-                "-serial", f"file:{self.console}",
-                "-monitor", f"unix:{self.workdir / 'monitor.sock'},server=on,wait=off"]  # fmt: skip
+        argv = [
+            QEMU.command,
+            "-name",
+            self.name,
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-machine",
+            "pc",
+            "-accel",
+            accel,
+            "-cpu",
+            "max",
+            "-smp",
+            str(self.preset.cpus),
+            "-m",
+            str(self.preset.memory_mb),
+            "-kernel",
+            str(kernel),
+            "-initrd",
+            str(initrd),
+            "-append",
+            append,
+            "-drive",
+            f"file={self.workdir / 'overlay.qcow2'},if=virtio,format=qcow2",
+            "-serial",
+            f"file:{self.console}",
+            "-monitor",
+            f"unix:{self.workdir / 'monitor.sock'},server=on,wait=off",
+        ]
         for i, path in enumerate(self.shares):
-            argv += ["-virtfs", f"local,path={path},mount_tag=share{i},security_model=passthrough,id=share{i}"]
+            argv += [
+                "-virtfs",
+                f"local,path={path},mount_tag=share{i},security_model=passthrough,id=share{i}",
+            ]
         for i, nic in enumerate(self.nics):
-            argv += ["-netdev", f"tap,id=n{i},ifname={nic.tap},script=no,downscript=no",
-                     "-device", f"virtio-net-pci,netdev=n{i},mac={nic.mac}"]  # fmt: skip
+            argv += [
+                "-netdev",
+                f"tap,id=n{i},ifname={nic.tap},script=no,downscript=no",
+                "-device",
+                f"virtio-net-pci,netdev=n{i},mac={nic.mac}",
+            ]
         return argv
 
     def start(self, wait: bool = True) -> None:
@@ -162,28 +208,50 @@ class Machine:
         guest, so a VM switched on only to be switched off again costs no boot)."""
         missing = [t for t in TOOLS if not t.found()]
         if missing:
-            raise VmError(f"a VM needs {', '.join(t.command for t in missing)}: apt-get install "
-                          f"{' '.join(dict.fromkeys(t.package for t in missing))}")  # fmt: skip
+            raise VmError(
+                f"a VM needs {', '.join(t.command for t in missing)}: apt-get install "
+                f"{' '.join(dict.fromkeys(t.package for t in missing))}"
+            )
         for path in (*self.boot_files(), self.image.disk):
             if not path.is_file():
-                raise VmError(f"the guest image in {self.image.dir} has no {path.name}: delete that "
-                              "folder and run again to rebuild it")  # fmt: skip
+                raise VmError(
+                    f"the guest image in {self.image.dir} has no {path.name}: delete that "
+                    "folder and run again to rebuild it"
+                )
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / MARK_FILE).write_text(f"VM {self.name} (testbed/endpoints/vm)\n")
         overlay = self.workdir / "overlay.qcow2"
         overlay.unlink(missing_ok=True)
         (self.workdir / "ssh.sock").unlink(missing_ok=True)  # a master of an earlier boot killed
-        made = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b",
-                               str(self.base or self.image.disk), str(overlay)], capture_output=True, text=True,
-                              timeout=30)  # fmt: skip
+        made = subprocess.run(
+            [
+                "qemu-img",
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-F",
+                "qcow2",
+                "-b",
+                str(self.base or self.image.disk),
+                str(overlay),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if made.returncode != 0:
             raise VmError(f"qemu-img could not make the overlay {overlay}: {made.stderr.strip()}")
         self.console.write_text("")
         log = open(self.workdir / "qemu.log", "w")
         started = time.monotonic()
-        self.proc = Process(f"qemu {self.name}", netns_argv(self.netns, *self.qemu_argv()),
-                            stdout=log, stderr=subprocess.STDOUT,
-                            leftovers=[Leftover(str(self.workdir))])  # fmt: skip
+        self.proc = Process(
+            f"qemu {self.name}",
+            netns_argv(self.netns, *self.qemu_argv()),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            leftovers=[Leftover(str(self.workdir))],
+        )
         try:
             self.proc.start()
         finally:
@@ -206,8 +274,10 @@ class Machine:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 qemu_log = (self.workdir / "qemu.log").read_text(errors="replace").strip()
-                raise VmError(f"qemu for VM {self.name} ended ({self.proc.record.status}) before the "
-                              f"guest was ready: {qemu_log[-800:]}\n{self.console_tail()}")  # fmt: skip
+                raise VmError(
+                    f"qemu for VM {self.name} ended ({self.proc.record.status}) before the "
+                    f"guest was ready: {qemu_log[-800:]}\n{self.console_tail()}"
+                )
             if READY_LINE in self.console.read_text(errors="replace"):
                 if self.console_ready_s is None:
                     self.console_ready_s = round(time.monotonic() - started, 2)
@@ -217,14 +287,19 @@ class Machine:
                     probe = self.run("cat", "/proc/cpuinfo", timeout=10, check=False)
                     if probe.returncode == 0:
                         self.boot_s = round(time.monotonic() - started, 2)
-                        models = [line.split(":", 1)[1].strip() for line in probe.stdout.splitlines()
-                                  if line.startswith("model name")]  # fmt: skip
+                        models = [
+                            line.split(":", 1)[1].strip()
+                            for line in probe.stdout.splitlines()
+                            if line.startswith("model name")
+                        ]
                         self.cpu_model = models[0] if models else ""
                         self._mount_shares()
                         return
             if time.monotonic() > deadline:
-                raise VmError(f"VM {self.name} was not ready within {self.boot_timeout_s:g} s "
-                              f"(accelerator {self.accel}); the last console lines:\n{self.console_tail()}")  # fmt: skip
+                raise VmError(
+                    f"VM {self.name} was not ready within {self.boot_timeout_s:g} s "
+                    f"(accelerator {self.accel}); the last console lines:\n{self.console_tail()}"
+                )
             time.sleep(0.1)
 
     def console_tail(self, lines: int = 15) -> str:
@@ -234,7 +309,6 @@ class Machine:
             return "(no console output)"
         tail = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
         return "\n".join(f"  | {line}" for line in tail) or "  (no console output)"
-
 
     # -- commands in the guest ---------------------------------------------------------------------
 
@@ -246,7 +320,9 @@ class Machine:
         script = ["modprobe -a 9pnet_virtio 9p"]
         for i, path in enumerate(self.shares):
             q = shlex.quote(str(path))
-            script.append(f"mkdir -p {q} && mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 share{i} {q}")
+            script.append(
+                f"mkdir -p {q} && mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 share{i} {q}"
+            )
         self.run("sh", "-c", " && ".join(script), timeout=60)
 
     def _start_master(self) -> None:
@@ -254,13 +330,27 @@ class Machine:
         a TCG guest; the readiness probe is the first command over it); commands connect on their
         own if it is gone. Its control socket appears once it has logged in."""
         argv = netns_argv(self.netns, "ssh", *self.ssh_options(), "-M", "-N", f"root@{MGMT_GUEST}")
-        self.master = Process(f"ssh master {self.name}", argv, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL).start()  # fmt: skip
+        self.master = Process(
+            f"ssh master {self.name}", argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ).start()
 
     def ssh_options(self) -> list[str]:
-        return ["-i", str(self.image.key), "-o", f"ControlPath={self.workdir / 'ssh.sock'}",
-                "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-                "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5"]  # fmt: skip
+        return [
+            "-i",
+            str(self.image.key),
+            "-o",
+            f"ControlPath={self.workdir / 'ssh.sock'}",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "ConnectTimeout=5",
+        ]
 
     def ssh_argv(self, *command: str) -> list[str]:
         """`command` run in the guest as root (argument list; quoted for the guest's shell)."""
@@ -268,21 +358,35 @@ class Machine:
 
     def ssh_argv_raw(self, script: str) -> list[str]:
         """The shell text `script` run in the guest as root (its last argument)."""
-        return netns_argv(self.netns, "ssh", *self.ssh_options(), f"root@{MGMT_GUEST}", "--", script)
+        return netns_argv(
+            self.netns, "ssh", *self.ssh_options(), f"root@{MGMT_GUEST}", "--", script
+        )
 
-    def run(self, *command: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        self, *command: str, timeout: float = 60, check: bool = True
+    ) -> subprocess.CompletedProcess:
         """Run `command` in the guest and wait for it (through the project's process helper)."""
-        proc = Process(f"vm {self.name}: {command[0]}", self.ssh_argv(*command),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE).start()  # fmt: skip
+        proc = Process(
+            f"vm {self.name}: {command[0]}",
+            self.ssh_argv(*command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        ).start()
         done = proc.communicate(timeout)
         if done is None:
-            raise VmError(f"`{shlex.join(command)}` in VM {self.name} did not finish within {timeout:g} s")
+            raise VmError(
+                f"`{shlex.join(command)}` in VM {self.name} did not finish within {timeout:g} s"
+            )
         out, err = done
         code = proc.wait()
-        done = subprocess.CompletedProcess(command, code, out.decode(errors="replace"), err.decode(errors="replace"))
+        done = subprocess.CompletedProcess(
+            command, code, out.decode(errors="replace"), err.decode(errors="replace")
+        )
         if check and code != 0:
-            raise VmError(f"`{shlex.join(command)}` failed in VM {self.name} ({proc.record.status}): "
-                          f"{done.stderr.strip()[-500:]}")  # fmt: skip
+            raise VmError(
+                f"`{shlex.join(command)}` failed in VM {self.name} ({proc.record.status}): "
+                f"{done.stderr.strip()[-500:]}"
+            )
         return done
 
     def shared(self, path: Path) -> bool:
@@ -293,15 +397,26 @@ class Machine:
     def put(self, path: Path, timeout: float = 120) -> None:
         """Copy the host file `path` into the guest at the same path."""
         self.run("mkdir", "-p", str(path.parent), timeout=timeout)
-        argv = netns_argv(self.netns, "scp", "-O", "-q", *self.ssh_options(), str(path),
-                          f"root@{MGMT_GUEST}:{path}")  # fmt: skip
-        proc = Process(f"vm {self.name}: scp", argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
+        argv = netns_argv(
+            self.netns,
+            "scp",
+            "-O",
+            "-q",
+            *self.ssh_options(),
+            str(path),
+            f"root@{MGMT_GUEST}:{path}",
+        )
+        proc = Process(
+            f"vm {self.name}: scp", argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        ).start()
         done = proc.communicate(timeout)
         if done is None:
             raise VmError(f"copying {path} into VM {self.name} took over {timeout:g} s")
         err = done[1]
         if proc.wait() != 0:
-            raise VmError(f"copying {path} into VM {self.name} failed: {err.decode(errors='replace').strip()}")
+            raise VmError(
+                f"copying {path} into VM {self.name} failed: {err.decode(errors='replace').strip()}"
+            )
 
     def provision(self, timeout: float = 900) -> dict[str, int]:
         """Run playbooks/vm_guest.yml against this guest (the engine built inside it); returns
@@ -310,17 +425,37 @@ class Machine:
         binary = Path(sys.executable).parent / "ansible-playbook"
         program = str(binary) if binary.exists() else shutil.which("ansible-playbook")
         if not program or not playbook.is_file():
-            raise VmError("building the engine in the guest needs ansible-playbook (pip install "
-                          f"'.[test]') and {playbook}")  # fmt: skip
+            raise VmError(
+                "building the engine in the guest needs ansible-playbook (pip install "
+                f"'.[test]') and {playbook}"
+            )
         ssh_args = " ".join(shlex.quote(o) for o in self.ssh_options()[2:])
-        env = {"TMPDIR": str(self.workdir), "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_SSH_ARGS": ssh_args, "ANSIBLE_HOST_KEY_CHECKING": "False",
-               "ANSIBLE_LOCAL_TEMP": str(self.workdir / "ansible-local")}  # fmt: skip
-        argv = netns_argv(self.netns, "env", *(f"{k}={v}" for k, v in env.items()), program,
-                          "-i", f"{MGMT_GUEST},", "-u", "root", "--private-key", str(self.image.key),
-                          "-e", f"vm_guest_jobs={self.preset.cpus}", str(playbook))  # fmt: skip
+        env = {
+            "TMPDIR": str(self.workdir),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_SSH_ARGS": ssh_args,
+            "ANSIBLE_HOST_KEY_CHECKING": "False",
+            "ANSIBLE_LOCAL_TEMP": str(self.workdir / "ansible-local"),
+        }
+        argv = netns_argv(
+            self.netns,
+            "env",
+            *(f"{k}={v}" for k, v in env.items()),
+            program,
+            "-i",
+            f"{MGMT_GUEST},",
+            "-u",
+            "root",
+            "--private-key",
+            str(self.image.key),
+            "-e",
+            f"vm_guest_jobs={self.preset.cpus}",
+            str(playbook),
+        )
         with open(self.workdir / "provision.log", "w") as log:
-            proc = Process(f"ansible vm_guest {self.name}", argv, stdout=log, stderr=subprocess.STDOUT).start()
+            proc = Process(
+                f"ansible vm_guest {self.name}", argv, stdout=log, stderr=subprocess.STDOUT
+            ).start()
             try:
                 code = proc.wait(timeout)
             except BaseException:
@@ -329,10 +464,14 @@ class Machine:
         out = (self.workdir / "provision.log").read_text(errors="replace")
         if code is None:
             proc.stop(grace=2)
-            raise VmError(f"building the engine in VM {self.name} took over {timeout:g} s; see the "
-                          f"end of its log:\n{out[-1500:]}")  # fmt: skip
+            raise VmError(
+                f"building the engine in VM {self.name} took over {timeout:g} s; see the "
+                f"end of its log:\n{out[-1500:]}"
+            )
         if code != 0:
-            raise VmError(f"building the engine in VM {self.name} failed ({proc.record.status}):\n{out[-2000:]}")
+            raise VmError(
+                f"building the engine in VM {self.name} failed ({proc.record.status}):\n{out[-2000:]}"
+            )
         m = re.search(rf"{re.escape(MGMT_GUEST)}\s+:\s+(.*)", out)
         return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))} if m else {}
 
@@ -392,11 +531,19 @@ class Machine:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def facts(self) -> dict:
-        return {"accelerator": self.accel, "cpu": "max" + (" (TCG)" if self.accel == "tcg" else ""),
-                "guest_cpu_model": self.cpu_model, "vcpus": self.preset.cpus,
-                "memory_mb": self.preset.memory_mb, "boot_s": self.boot_s, "provision_s": self.provision_s,
-                "image": self.image.sha, "layer": self.base.name if self.base else None,
-                "kernel": self.image.info().get("kernel"), "nics": [n.name for n in self.nics]}  # fmt: skip
+        return {
+            "accelerator": self.accel,
+            "cpu": "max" + (" (TCG)" if self.accel == "tcg" else ""),
+            "guest_cpu_model": self.cpu_model,
+            "vcpus": self.preset.cpus,
+            "memory_mb": self.preset.memory_mb,
+            "boot_s": self.boot_s,
+            "provision_s": self.provision_s,
+            "image": self.image.sha,
+            "layer": self.base.name if self.base else None,
+            "kernel": self.image.info().get("kernel"),
+            "nics": [n.name for n in self.nics],
+        }
 
 
 def discard_workdirs(paths: list[str], dry_run: bool = False) -> list[str]:
@@ -414,7 +561,11 @@ def discard_workdirs(paths: list[str], dry_run: bool = False) -> list[str]:
 def default_shares() -> list[Path]:
     """The host folders a guest sees at the same path: /tmp, the working folder (where `results/`
     usually is) and the folders in NTG_VM_SHARE (colon-separated); nested ones once."""
-    wanted = [Path("/tmp"), Path.cwd(), *(Path(p) for p in os.environ.get("NTG_VM_SHARE", "").split(":") if p)]
+    wanted = [
+        Path("/tmp"),
+        Path.cwd(),
+        *(Path(p) for p in os.environ.get("NTG_VM_SHARE", "").split(":") if p),
+    ]
     out: list[Path] = []
     found = {w.resolve() for w in wanted if w.is_dir() and w.resolve() != Path("/")}
     for p in sorted(found, key=lambda x: len(x.parts)):

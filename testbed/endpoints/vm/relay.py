@@ -21,8 +21,11 @@ from ntgcore.proc import Process
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m testbed.endpoints.vm.relay PIDFILE -- SSH-ARGV... (its last argument "
-              "the remote command)", file=sys.stderr)  # fmt: skip
+        print(
+            "usage: python -m testbed.endpoints.vm.relay PIDFILE -- SSH-ARGV... (its last argument "
+            "the remote command)",
+            file=sys.stderr,
+        )
         return 2
     pidfile, ssh = argv[0], argv[2:]
     prefix = ssh[:-1]  # everything up to the remote command: the same namespace, key and guest
@@ -31,7 +34,9 @@ def main(argv: list[str]) -> int:
 
     def relay(signum, frame) -> None:
         kill = f"kill -{signal.Signals(signum).name[3:]} $(cat {shlex.quote(pidfile)}) 2>/dev/null"
-        stop = Process("ssh kill", [*prefix, kill], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stop = Process(
+            "ssh kill", [*prefix, kill], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             if stop.start().wait(15) is None:
                 stop.stop(grace=0)

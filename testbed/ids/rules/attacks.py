@@ -32,7 +32,10 @@ from .synth import plan as session_plan
 
 NS = 1_000_000_000
 MERGECAP = Tool("mergecap", "wireshark-common")
-PLAYED_NETS = {"home": "198.18", "external": "198.19"}  # tcp_dialogues' addresses, by the rule's side
+PLAYED_NETS = {
+    "home": "198.18",
+    "external": "198.19",
+}  # tcp_dialogues' addresses, by the rule's side
 MAX_PLAYED_RULES = 254
 
 
@@ -62,7 +65,9 @@ def select_rules(models: list[RuleModel], select) -> list[RuleModel]:
     return out
 
 
-def load_selection(rule_paths: list[Path], select) -> tuple[list[RuleModel], list[RuleModel], list[str]]:
+def load_selection(
+    rule_paths: list[Path], select
+) -> tuple[list[RuleModel], list[RuleModel], list[str]]:
     """(selected models, every model of the files, problems as `FILE:LINE: what`)."""
     models, problems = load_rules(rule_paths)
     return select_rules(models, select), models, [str(p) for p in problems]
@@ -88,44 +93,62 @@ class Attacks:
         s = self.synth
         pairs = {(x.proto, x.client, x.cport, x.server, x.sport) for x in s.sessions}
         return {
-            "pcap": self.pcap.name, "manifest": self.manifest.name,
-            "rules_selected": len(self.selected), "instances": len(self.scheduled),
-            "sessions": len(s.sessions), "flows": len(pairs), "packets": s.packets, "bytes": s.bytes,
+            "pcap": self.pcap.name,
+            "manifest": self.manifest.name,
+            "rules_selected": len(self.selected),
+            "instances": len(self.scheduled),
+            "sessions": len(s.sessions),
+            "flows": len(pairs),
+            "packets": s.packets,
+            "bytes": s.bytes,
             "sids": sorted({x.sid for x in s.sessions}),
             "first_ns": min((x.start_ns for x in s.sessions), default=None),
             "last_ns": max((x.end_ns for x in s.sessions), default=None),
-            "unsynthesized": {str(k): v for k, v in s.failed.items()}, "problems": self.problems[:50],
+            "unsynthesized": {str(k): v for k, v in s.failed.items()},
+            "problems": self.problems[:50],
         }
 
 
-def write_attacks(spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0,
-                  start_ns: int | None = None) -> Attacks:
+def write_attacks(
+    spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0, start_ns: int | None = None
+) -> Attacks:
     """Synthesize the attack sessions of an `attacks:` section into out_dir/attacks.pcap + .json.
 
     Session k starts at t0 + start + k/rate, or right after session k-1 when that is still running.
     The manifest's `sessions` list every attack session (sid, 5-tuple, first and last packet)."""
     selected, models, problems = load_selection(rule_paths, spec.select)
     if not selected:
-        raise AttackError("attacks: the selection picks no rule that can be synthesized; widen "
-                          "attacks.select or check the rule files (`testbed validate` counts them)")
-    trial = synthesize(selected, os.devnull, all_models=models)   # which rules can be written at all
+        raise AttackError(
+            "attacks: the selection picks no rule that can be synthesized; widen "
+            "attacks.select or check the rule files (`testbed validate` counts them)"
+        )
+    trial = synthesize(selected, os.devnull, all_models=models)  # which rules can be written at all
     unsynthesizable = dict(trial.failed)
     selected = [m for m in selected if m.sid not in unsynthesizable]
     if not selected:
-        raise AttackError("attacks: no selected rule can be synthesized: "
-                          + "; ".join(f"sid {k}: {v}" for k, v in list(unsynthesizable.items())[:5]))
+        raise AttackError(
+            "attacks: no selected rule can be synthesized: "
+            + "; ".join(f"sid {k}: {v}" for k, v in list(unsynthesizable.items())[:5])
+        )
     plan = schedule(selected, spec.count)
     first = t0_ns + (spec.start if start_ns is None else start_ns)
     period = NS / float(spec.rate)
     starts = [first + round(k * period) for k in range(len(plan))]
     out_dir.mkdir(parents=True, exist_ok=True)
     pcap, manifest = out_dir / "attacks.pcap", out_dir / "attacks.json"
-    synth = synthesize(plan, pcap, manifest, all_models=models, starts_ns=starts, ip_version=spec.ip_version)
+    synth = synthesize(
+        plan, pcap, manifest, all_models=models, starts_ns=starts, ip_version=spec.ip_version
+    )
     doc = json.loads(manifest.read_text())
-    doc["attacks"] = {"rule_files": [str(p.resolve()) for p in rule_paths], "count": spec.count,
-                      "rate": float(spec.rate), "start_ns": first, "ip_version": spec.ip_version,
-                      "selected_sids": [m.sid for m in selected],
-                      "unsynthesizable": {str(k): v for k, v in unsynthesizable.items()}}
+    doc["attacks"] = {
+        "rule_files": [str(p.resolve()) for p in rule_paths],
+        "count": spec.count,
+        "rate": float(spec.rate),
+        "start_ns": first,
+        "ip_version": spec.ip_version,
+        "selected_sids": [m.sid for m in selected],
+        "unsynthesizable": {str(k): v for k, v in unsynthesizable.items()},
+    }
     manifest.write_text(json.dumps(doc, indent=1) + "\n")
     synth.failed.update(unsynthesizable)
     return Attacks(pcap, manifest, synth, selected, problems, plan)
@@ -150,9 +173,17 @@ def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
                 setters.setdefault(name, []).append(m)
     usable, skipped = [], []
     for i, m in enumerate(selected):
-        why = ("not synthesizable" if not m.supported else m.proto if m.proto != "tcp" else "IPv6"
-               if m.ipv6 or spec.ip_version == 6 else "tcp flags without a session"
-               if m.tcp_flags is not None and not m.established else None)  # fmt: skip
+        why = (
+            "not synthesizable"
+            if not m.supported
+            else m.proto
+            if m.proto != "tcp"
+            else "IPv6"
+            if m.ipv6 or spec.ip_version == 6
+            else "tcp flags without a session"
+            if m.tcp_flags is not None and not m.established
+            else None
+        )
         if why is None and len(usable) == MAX_PLAYED_RULES:
             why = f"more than {MAX_PLAYED_RULES} TCP rules: one server address each"
         if why is None:
@@ -166,10 +197,18 @@ def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
             skipped.append(f"sid {m.sid} ({why})")
             continue
         k = len(usable) + 1
-        usable.append({"sid": m.sid, "related": list(pl.related),
-                       "client": (f"{PLAYED_NETS[cside]}.254.1", f"{PLAYED_NETS[cside]}.254.254"),
-                       "server": f"{PLAYED_NETS[sside]}.255.{k}", "server_port": sport,
-                       "messages": [(c, d) for c, d in pl.messages if d], "count": 0, "_model": m})
+        usable.append(
+            {
+                "sid": m.sid,
+                "related": list(pl.related),
+                "client": (f"{PLAYED_NETS[cside]}.254.1", f"{PLAYED_NETS[cside]}.254.254"),
+                "server": f"{PLAYED_NETS[sside]}.255.{k}",
+                "server_port": sport,
+                "messages": [(c, d) for c, d in pl.messages if d],
+                "count": 0,
+                "_model": m,
+            }
+        )
     order = schedule([u["_model"] for u in usable], spec.count) if usable else []
     for m in order:
         next(u for u in usable if u["_model"] is m)["count"] += 1
@@ -181,12 +220,17 @@ def merge_pcaps(inputs: list[Path], out: Path) -> None:
     """Merge captures by time stamp into one nanosecond pcap (mergecap -F nsecpcap), written whole
     or not at all (`replacing`)."""
     if not MERGECAP.found():
-        raise AttackError("mergecap is missing: install it with `apt-get install wireshark-common` "
-                          "(./bootstrap.sh test installs it)")
-    with replacing(out) as tmp:   # whole or not at all (a full disk leaves no half capture)
+        raise AttackError(
+            "mergecap is missing: install it with `apt-get install wireshark-common` "
+            "(./bootstrap.sh test installs it)"
+        )
+    with replacing(out) as tmp:  # whole or not at all (a full disk leaves no half capture)
         argv = ["mergecap", "-F", "nsecpcap", "-w", str(tmp), *[str(p) for p in inputs]]
         proc = Process("mergecap", argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).start()
         if proc.wait(600) != 0:
-            err = proc.popen.stderr.read().decode(errors="replace") if proc.popen and proc.popen.stderr else ""
+            err = (
+                proc.popen.stderr.read().decode(errors="replace")
+                if proc.popen and proc.popen.stderr
+                else ""
+            )
             raise AttackError(f"mergecap failed: {err.strip() or 'no message'}")
-

@@ -31,28 +31,103 @@ from .semantics import Match
 
 CRLF = b"\r\n"
 TEXT_APPS = ("ftp", "smtp", "pop3", "imap")
-SMTP_VERBS = {b"HELO", b"EHLO", b"MAIL", b"RCPT", b"DATA", b"BDAT", b"VRFY", b"EXPN", b"RSET", b"NOOP",
-              b"QUIT", b"AUTH", b"STARTTLS", b"HELP", b"ETRN", b"TURN", b"ATRN", b"XEXCH50", b"SAML",
-              b"SEND", b"SOML", b"X-LINK2STATE"}
-IMAP_VERBS = {b"CAPABILITY", b"NOOP", b"LOGOUT", b"STARTTLS", b"AUTHENTICATE", b"LOGIN", b"SELECT",
-              b"EXAMINE", b"CREATE", b"DELETE", b"RENAME", b"SUBSCRIBE", b"UNSUBSCRIBE", b"LIST",
-              b"LSUB", b"STATUS", b"APPEND", b"CHECK", b"CLOSE", b"EXPUNGE", b"SEARCH", b"FETCH",
-              b"STORE", b"COPY", b"UID", b"PARTIAL", b"ID", b"NAMESPACE", b"IDLE", b"GETACL", b"SETACL"}
+SMTP_VERBS = {
+    b"HELO",
+    b"EHLO",
+    b"MAIL",
+    b"RCPT",
+    b"DATA",
+    b"BDAT",
+    b"VRFY",
+    b"EXPN",
+    b"RSET",
+    b"NOOP",
+    b"QUIT",
+    b"AUTH",
+    b"STARTTLS",
+    b"HELP",
+    b"ETRN",
+    b"TURN",
+    b"ATRN",
+    b"XEXCH50",
+    b"SAML",
+    b"SEND",
+    b"SOML",
+    b"X-LINK2STATE",
+}
+IMAP_VERBS = {
+    b"CAPABILITY",
+    b"NOOP",
+    b"LOGOUT",
+    b"STARTTLS",
+    b"AUTHENTICATE",
+    b"LOGIN",
+    b"SELECT",
+    b"EXAMINE",
+    b"CREATE",
+    b"DELETE",
+    b"RENAME",
+    b"SUBSCRIBE",
+    b"UNSUBSCRIBE",
+    b"LIST",
+    b"LSUB",
+    b"STATUS",
+    b"APPEND",
+    b"CHECK",
+    b"CLOSE",
+    b"EXPUNGE",
+    b"SEARCH",
+    b"FETCH",
+    b"STORE",
+    b"COPY",
+    b"UID",
+    b"PARTIAL",
+    b"ID",
+    b"NAMESPACE",
+    b"IDLE",
+    b"GETACL",
+    b"SETACL",
+}
 # "220 (": the FTP greeting Suricata recognises (as it does `USER ` from the client)
-GREETING = {"ftp": b"220 (NtgFTPd 1.0) ready" + CRLF,
-            "smtp": b"220 mail.example.com ESMTP ready" + CRLF,
-            "pop3": b"+OK POP3 server ready" + CRLF,
-            "imap": b"* OK [CAPABILITY IMAP4rev1] IMAP4 server ready" + CRLF}
-OK_REPLY = {"ftp": b"200 Command okay." + CRLF, "smtp": b"250 OK" + CRLF, "pop3": b"+OK" + CRLF,
-            "imap": b"2 OK completed" + CRLF}
-BYE = {"ftp": [(True, b"QUIT" + CRLF), (False, b"221 Goodbye." + CRLF)],
-       "smtp": [(True, b"QUIT" + CRLF), (False, b"221 bye" + CRLF)],
-       "pop3": [(True, b"QUIT" + CRLF), (False, b"+OK bye" + CRLF)],
-       "imap": [(True, b"9 LOGOUT" + CRLF), (False, b"* BYE" + CRLF + b"9 OK LOGOUT completed" + CRLF)]}
+GREETING = {
+    "ftp": b"220 (NtgFTPd 1.0) ready" + CRLF,
+    "smtp": b"220 mail.example.com ESMTP ready" + CRLF,
+    "pop3": b"+OK POP3 server ready" + CRLF,
+    "imap": b"* OK [CAPABILITY IMAP4rev1] IMAP4 server ready" + CRLF,
+}
+OK_REPLY = {
+    "ftp": b"200 Command okay." + CRLF,
+    "smtp": b"250 OK" + CRLF,
+    "pop3": b"+OK" + CRLF,
+    "imap": b"2 OK completed" + CRLF,
+}
+BYE = {
+    "ftp": [(True, b"QUIT" + CRLF), (False, b"221 Goodbye." + CRLF)],
+    "smtp": [(True, b"QUIT" + CRLF), (False, b"221 bye" + CRLF)],
+    "pop3": [(True, b"QUIT" + CRLF), (False, b"+OK bye" + CRLF)],
+    "imap": [
+        (True, b"9 LOGOUT" + CRLF),
+        (False, b"* BYE" + CRLF + b"9 OK LOGOUT completed" + CRLF),
+    ],
+}
 _REPLY_CODE = re.compile(rb"^[1-5][0-9][0-9][ -]")
 _IMAP_TAG = re.compile(rb"^[A-Za-z0-9.]{1,12} ")
-SIP_METHODS = (b"INVITE", b"ACK", b"BYE", b"CANCEL", b"OPTIONS", b"REGISTER", b"PRACK", b"SUBSCRIBE",
-               b"NOTIFY", b"PUBLISH", b"INFO", b"REFER", b"MESSAGE", b"UPDATE")
+SIP_METHODS = (
+    b"INVITE",
+    b"ACK",
+    b"BYE",
+    b"CANCEL",
+    b"OPTIONS",
+    b"REGISTER",
+    b"PRACK",
+    b"SUBSCRIBE",
+    b"NOTIFY",
+    b"PUBLISH",
+    b"INFO",
+    b"REFER",
+    b"MESSAGE",
+    b"UPDATE",
+)
 
 Messages = list[tuple[bool, bytes]]
 
@@ -72,8 +147,14 @@ def pinned_to_start(matches: list[Match]) -> bool:
 def anchored_to_stream(matches: list[Match]) -> bool:
     """True for a pcre anchored with ^ (no m): Suricata anchors it at the start of the
     reassembled stream, not of a packet (measured with 7.0.10; offset/depth hold per packet)."""
-    return any(m.kind == "pcre" and not m.negated and not m.relative and m.pattern.startswith("^")
-               and "m" not in m.flags for m in matches)
+    return any(
+        m.kind == "pcre"
+        and not m.negated
+        and not m.relative
+        and m.pattern.startswith("^")
+        and "m" not in m.flags
+        for m in matches
+    )
 
 
 def line_of(payload: bytes, matches: list[Match], opts: dict | None, dsize) -> bytes:
@@ -91,8 +172,15 @@ def _verb(payload: bytes) -> bytes:
     return payload.lstrip().split(b" ", 1)[0].split(b"\r", 1)[0].split(b":", 1)[0].strip().upper()
 
 
-def dialogue(app: str, payload: bytes, to_server: bool, *, matches: list[Match] | None = None,
-             opts: dict | None = None, dsize=None) -> Messages:
+def dialogue(
+    app: str,
+    payload: bytes,
+    to_server: bool,
+    *,
+    matches: list[Match] | None = None,
+    opts: dict | None = None,
+    dsize=None,
+) -> Messages:
     """(from_client, bytes) of one `app` session (ftp, smtp, pop3, imap) carrying `payload` from
     the client (`to_server`) or from the server."""
     matches = matches or []
@@ -119,8 +207,12 @@ def _ftp(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
     login = [(True, b"USER alice" + CRLF), (False, b"331 Password required for alice." + CRLF)]
     if to_server:
         own_login = _verb(line) == b"USER"
-        return ([(False, GREETING["ftp"])] + ([] if own_login else login)
-                + [(True, line), (False, OK_REPLY["ftp"])] + bye)
+        return (
+            [(False, GREETING["ftp"])]
+            + ([] if own_login else login)
+            + [(True, line), (False, OK_REPLY["ftp"])]
+            + bye
+        )
     if pinned:
         return [(False, line)] + login + bye
     reply = line if _REPLY_CODE.match(line) else keep(b"200 " + line)
@@ -143,18 +235,35 @@ def _smtp(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
         return greet + ehlo + [(True, line), (False, b"250 OK" + CRLF)] + bye
     # mail content: the payload in the body of a message
     body = line if line.endswith(b"\n") else line + CRLF
-    message = keep(b"From: <alice@example.com>" + CRLF + b"To: <bob@example.com>" + CRLF
-                   + b"Subject: note" + CRLF + CRLF + body + b"." + CRLF)
+    message = keep(
+        b"From: <alice@example.com>"
+        + CRLF
+        + b"To: <bob@example.com>"
+        + CRLF
+        + b"Subject: note"
+        + CRLF
+        + CRLF
+        + body
+        + b"."
+        + CRLF
+    )
     if message == line:
         return greet + ehlo + [(True, line), (False, OK_REPLY["smtp"])] + bye
-    return greet + ehlo + smtp_envelope() + [(True, message), (False, b"250 OK queued" + CRLF)] + bye
+    return (
+        greet + ehlo + smtp_envelope() + [(True, message), (False, b"250 OK queued" + CRLF)] + bye
+    )
 
 
 def smtp_envelope() -> Messages:
     """MAIL FROM, RCPT TO and DATA with the server's replies, up to the message itself."""
-    return [(True, b"MAIL FROM:<alice@example.com>" + CRLF), (False, b"250 OK" + CRLF),
-            (True, b"RCPT TO:<bob@example.com>" + CRLF), (False, b"250 OK" + CRLF),
-            (True, b"DATA" + CRLF), (False, b"354 Start mail input; end with <CRLF>.<CRLF>" + CRLF)]
+    return [
+        (True, b"MAIL FROM:<alice@example.com>" + CRLF),
+        (False, b"250 OK" + CRLF),
+        (True, b"RCPT TO:<bob@example.com>" + CRLF),
+        (False, b"250 OK" + CRLF),
+        (True, b"DATA" + CRLF),
+        (False, b"354 Start mail input; end with <CRLF>.<CRLF>" + CRLF),
+    ]
 
 
 def _pop3(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
@@ -162,67 +271,129 @@ def _pop3(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
     bye = BYE["pop3"]
     if to_server:
         own_login = _verb(line) == b"USER"
-        return ([(False, GREETING["pop3"])] + ([] if own_login else login)
-                + [(True, line), (False, OK_REPLY["pop3"])] + bye)
+        return (
+            [(False, GREETING["pop3"])]
+            + ([] if own_login else login)
+            + [(True, line), (False, OK_REPLY["pop3"])]
+            + bye
+        )
     if pinned:
         return [(False, line)] + login + bye
     if line.startswith((b"+OK", b"-ERR")):
         return [(False, GREETING["pop3"]), (True, b"USER alice" + CRLF), (False, line)] + bye
     body = line if line.endswith(b"\n") else line + CRLF
     message = keep(b"+OK %d octets" % len(body) + CRLF + body + b"." + CRLF)
-    return ([(False, GREETING["pop3"])] + login + [(True, b"PASS secret" + CRLF), (False, b"+OK" + CRLF),
-            (True, b"RETR 1" + CRLF), (False, message)] + bye)
+    return (
+        [(False, GREETING["pop3"])]
+        + login
+        + [
+            (True, b"PASS secret" + CRLF),
+            (False, b"+OK" + CRLF),
+            (True, b"RETR 1" + CRLF),
+            (False, message),
+        ]
+        + bye
+    )
 
 
 def _imap(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
     greet = [(False, GREETING["imap"])]
-    capa = [(True, b"1 capability" + CRLF),   # Suricata 7 detects IMAP by this exact command
-            (False, b"* CAPABILITY IMAP4rev1" + CRLF + b"1 OK CAPABILITY completed" + CRLF)]
+    capa = [
+        (True, b"1 capability" + CRLF),  # Suricata 7 detects IMAP by this exact command
+        (False, b"* CAPABILITY IMAP4rev1" + CRLF + b"1 OK CAPABILITY completed" + CRLF),
+    ]
     bye = BYE["imap"]
     if to_server:
         tagged = _IMAP_TAG.match(line) and _verb(line.split(b" ", 1)[1]) in IMAP_VERBS
         if not (tagged or pinned):
-            line = keep((b"2" if line[:1].isspace() else b"2 ") + line)       # a tagged command
+            line = keep((b"2" if line[:1].isspace() else b"2 ") + line)  # a tagged command
         return greet + capa + [(True, line), (False, OK_REPLY["imap"])] + bye
     if pinned:
         return [(False, line)] + capa + bye
     if line.startswith((b"* ", b"+ ")):
         return greet + [(True, b"1 NOOP" + CRLF), (False, line)] + bye
-    fetch = keep(b"* 1 FETCH (BODY[] {%d}" % len(line) + CRLF + line + b")" + CRLF
-                 + b"3 OK FETCH completed" + CRLF)
-    return greet + capa + [(True, b"2 SELECT INBOX" + CRLF), (False, b"2 OK SELECT completed" + CRLF),
-                           (True, b"3 FETCH 1 BODY[]" + CRLF), (False, fetch)] + bye
+    fetch = keep(
+        b"* 1 FETCH (BODY[] {%d}" % len(line)
+        + CRLF
+        + line
+        + b")"
+        + CRLF
+        + b"3 OK FETCH completed"
+        + CRLF
+    )
+    return (
+        greet
+        + capa
+        + [
+            (True, b"2 SELECT INBOX" + CRLF),
+            (False, b"2 OK SELECT completed" + CRLF),
+            (True, b"3 FETCH 1 BODY[]" + CRLF),
+            (False, fetch),
+        ]
+        + bye
+    )
 
 
 # --- SIP -----------------------------------------------------------------------------------------
 def _sip_headers(method: bytes, ident: int, transport: bytes, to_tag: bool) -> list[bytes]:
-    return [b"Via: SIP/2.0/%s client.example.com:5060;branch=z9hG4bKntg%d" % (transport, ident),
-            b"Max-Forwards: 70",
-            b"From: <sip:alice@example.com>;tag=ntg%d" % ident,
-            b"To: <sip:bob@example.com>" + (b";tag=srv%d" % ident if to_tag else b""),
-            b"Call-ID: ntg%d@client.example.com" % ident,
-            b"CSeq: 1 %s" % method,
-            b"Contact: <sip:alice@client.example.com:5060>"]
+    return [
+        b"Via: SIP/2.0/%s client.example.com:5060;branch=z9hG4bKntg%d" % (transport, ident),
+        b"Max-Forwards: 70",
+        b"From: <sip:alice@example.com>;tag=ntg%d" % ident,
+        b"To: <sip:bob@example.com>" + (b";tag=srv%d" % ident if to_tag else b""),
+        b"Call-ID: ntg%d@client.example.com" % ident,
+        b"CSeq: 1 %s" % method,
+        b"Contact: <sip:alice@client.example.com:5060>",
+    ]
 
 
 def _sip_message(start: bytes, headers: list[bytes], body: bytes) -> bytes:
     if body:
         headers = headers + [b"Content-Type: application/sdp"]
-    return start + CRLF + b"".join(h + CRLF for h in headers) + b"Content-Length: %d" % len(body) + CRLF + CRLF + body
+    return (
+        start
+        + CRLF
+        + b"".join(h + CRLF for h in headers)
+        + b"Content-Length: %d" % len(body)
+        + CRLF
+        + CRLF
+        + body
+    )
 
 
-def sip_request(method: bytes | None, uri: bytes | None, proto: bytes | None, body: bytes = b"",
-                *, ident: int = 1, transport: bytes = b"UDP") -> bytes:
+def sip_request(
+    method: bytes | None,
+    uri: bytes | None,
+    proto: bytes | None,
+    body: bytes = b"",
+    *,
+    ident: int = 1,
+    transport: bytes = b"UDP",
+) -> bytes:
     method = method or b"MESSAGE"
     uri = uri or b"sip:bob@example.com"
-    return _sip_message(method + b" " + uri + b" " + (proto or b"SIP/2.0"),
-                        _sip_headers(method, ident, transport, False), body)
+    return _sip_message(
+        method + b" " + uri + b" " + (proto or b"SIP/2.0"),
+        _sip_headers(method, ident, transport, False),
+        body,
+    )
 
 
-def sip_response(code: bytes | None, reason: bytes | None, proto: bytes | None, body: bytes = b"",
-                 *, method: bytes = b"MESSAGE", ident: int = 1, transport: bytes = b"UDP") -> bytes:
-    return _sip_message((proto or b"SIP/2.0") + b" " + (code or b"200") + b" " + (reason or b"OK"),
-                        _sip_headers(method, ident, transport, True), body)
+def sip_response(
+    code: bytes | None,
+    reason: bytes | None,
+    proto: bytes | None,
+    body: bytes = b"",
+    *,
+    method: bytes = b"MESSAGE",
+    ident: int = 1,
+    transport: bytes = b"UDP",
+) -> bytes:
+    return _sip_message(
+        (proto or b"SIP/2.0") + b" " + (code or b"200") + b" " + (reason or b"OK"),
+        _sip_headers(method, ident, transport, True),
+        body,
+    )
 
 
 def sip_method_of(request_line: bytes) -> bytes | None:

@@ -36,9 +36,23 @@ from ntgcore.packets import short_address
 from ntgcore.proc import Process
 
 # our application names -> Wireshark's protocol (layer) names
-DISSECTORS = {"http": "http", "ftp": "ftp", "smtp": "smtp", "pop3": "pop", "imap": "imap", "sip": "sip",
-              "dns": "dns", "tls": "tls", "ssl": "tls", "dcerpc": "dcerpc", "ssh": "ssh", "telnet": "telnet",
-              "tcp": "tcp", "udp": "udp", "icmp": "icmp"}
+DISSECTORS = {
+    "http": "http",
+    "ftp": "ftp",
+    "smtp": "smtp",
+    "pop3": "pop",
+    "imap": "imap",
+    "sip": "sip",
+    "dns": "dns",
+    "tls": "tls",
+    "ssl": "tls",
+    "dcerpc": "dcerpc",
+    "ssh": "ssh",
+    "telnet": "telnet",
+    "tcp": "tcp",
+    "udp": "udp",
+    "icmp": "icmp",
+}
 INSTALL_HINT = "tshark is not installed: apt-get install tshark"
 # run by path: it imports nothing of the project (see dissect_worker.py)
 WORKER = Path(__file__).resolve().parent / "dissect_worker.py"
@@ -74,8 +88,15 @@ def _wanted(d: Dissected) -> str:
 def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
     """One `Dissected` per session (a `synth.Session` or its manifest dict), in the same order."""
     rows = [s if isinstance(s, dict) else s.as_dict() for s in sessions]
-    out = [Dissected(r["sid"], r.get("app") or r.get("proto", ""), short_address(r["client"]),
-                     short_address(r["server"])) for r in rows]
+    out = [
+        Dissected(
+            r["sid"],
+            r.get("app") or r.get("proto", ""),
+            short_address(r["client"]),
+            short_address(r["server"]),
+        )
+        for r in rows
+    ]
     index: dict[frozenset, list[Dissected]] = {}
     for r, d in zip(rows, out):
         ports = (r["cport"], r["sport"]) if r.get("proto") in ("tcp", "udp") else (0, 0)
@@ -93,7 +114,10 @@ def dissect(pcap: str | Path, sessions: list) -> list[Dissected]:
     for d in out:
         want = _wanted(d)
         if want not in d.protocols:
-            seen = ", ".join(sorted(p for p in d.protocols if p not in ("eth", "ip", "ipv6"))) or "nothing"
+            seen = (
+                ", ".join(sorted(p for p in d.protocols if p not in ("eth", "ip", "ipv6")))
+                or "nothing"
+            )
             d.problems.insert(0, f"not dissected as {want} (saw: {seen})")
     return out
 
@@ -102,8 +126,9 @@ def _worker_packets(pcap: str | Path):
     """The worker's `packet` events for PCAP, as they come; its failure raised as ToolMissing
     (no tshark) or DissectError. Interrupted, the worker (and its tshark) is stopped."""
     with tempfile.TemporaryFile() as err:
-        proc = Process("dissect", [sys.executable, str(WORKER), str(pcap)], stdout=subprocess.PIPE,
-                       stderr=err).start()
+        proc = Process(
+            "dissect", [sys.executable, str(WORKER), str(pcap)], stdout=subprocess.PIPE, stderr=err
+        ).start()
         assert proc.popen is not None and proc.popen.stdout is not None
         end: dict = {}
         try:

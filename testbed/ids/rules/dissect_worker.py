@@ -62,8 +62,11 @@ def packet_problems(pkt, names: list[str]) -> list[list]:
                 continue
             if level >= SEVERITY_ERROR:
                 msg = messages[k] if k < len(messages) else "expert error"
-                what = (f"malformed {names[where]}" if layer.layer_name == MALFORMED
-                        else f"expert error in {layer.layer_name}")
+                what = (
+                    f"malformed {names[where]}"
+                    if layer.layer_name == MALFORMED
+                    else f"expert error in {layer.layer_name}"
+                )
                 out.append([where, f"frame {pkt.number}: {what}: {msg}"])
         if layer.layer_name == MALFORMED and not severities:
             out.append([where, f"frame {pkt.number}: malformed {names[where]}"])
@@ -85,8 +88,14 @@ def packet_event(pkt) -> dict | None:
         t = getattr(pkt, transport)
         sport, dport = int(t.srcport), int(t.dstport)
     names = [layer.layer_name.lower() for layer in pkt.layers]
-    return {"src": str(net.src), "dst": str(net.dst), "sport": sport, "dport": dport, "layers": names,
-            "problems": packet_problems(pkt, names)}
+    return {
+        "src": str(net.src),
+        "dst": str(net.dst),
+        "sport": sport,
+        "dport": dport,
+        "layers": names,
+        "problems": packet_problems(pkt, names),
+    }
 
 
 def main(pcap: str) -> int:

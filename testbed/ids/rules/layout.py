@@ -129,6 +129,7 @@ def _verify(buf: bytes, matches: list[Match], i: int, prev_end: int, budget: lis
 # from after the bytes read (or from the buffer start with `from_beginning`); the landing point
 # must lie inside the buffer.
 
+
 def _byte_spec(m: Match) -> dict:
     a = [x.strip() for x in m.args]
     if m.kind == "byte_test":
@@ -144,8 +145,17 @@ def _byte_spec(m: Match) -> dict:
             raise LayoutError(f"byte_jump:{','.join(a)} needs nbytes and offset")
         spec = {"n": _num(a[0]), "offset": _num(a[1])}
         rest = a[2:]
-    spec.update(little=False, string=False, base=10, mult=1, align=False, begin=False, end=False,
-                post=0, mask=None)
+    spec.update(
+        little=False,
+        string=False,
+        base=10,
+        mult=1,
+        align=False,
+        begin=False,
+        end=False,
+        post=0,
+        mask=None,
+    )
     for opt in rest:
         word, _, arg = opt.partition(" ")
         if word == "little" or word == "dce":
@@ -175,7 +185,9 @@ def _num(text: str) -> int:
     try:
         return int(text.strip(), 0)
     except ValueError:
-        raise LayoutError(f"{text!r} is not a number (byte_extract variables are not synthesized)") from None
+        raise LayoutError(
+            f"{text!r} is not a number (byte_extract variables are not synthesized)"
+        ) from None
 
 
 def _shift(mask: int) -> int:
@@ -186,7 +198,7 @@ def _read_value(buf: bytes, pos: int, spec: dict) -> int | None:
     n = spec["n"]
     if pos < 0 or pos + n > len(buf):
         return None
-    raw = bytes(buf[pos:pos + n])
+    raw = bytes(buf[pos : pos + n])
     if spec["string"]:
         digits = re.match(rb"\s*([0-9a-fA-F]*)", raw).group(1)
         valid = b"0123456789abcdefABCDEF"[: {16: 22, 10: 10, 8: 8}[spec["base"]]]
@@ -221,8 +233,15 @@ def _encode_value(v: int, spec: dict) -> bytes | None:
 
 def _test_holds(v: int, spec: dict) -> bool:
     op, x = spec["op"], spec["value"]
-    ok = {"<": v < x, ">": v > x, "=": v == x, "<=": v <= x, ">=": v >= x,
-          "&": (v & x) != 0, "^": (v ^ x) != 0}.get(op)
+    ok = {
+        "<": v < x,
+        ">": v > x,
+        "=": v == x,
+        "<=": v <= x,
+        ">=": v >= x,
+        "&": (v & x) != 0,
+        "^": (v ^ x) != 0,
+    }.get(op)
     if ok is None:
         raise LayoutError(f"byte_test operator {op!r} not understood")
     return ok != spec["neg"]
@@ -259,7 +278,7 @@ def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: byt
     buf = bytearray(prefix)
     prev_end = 0
     ends_at: int | None = None
-    min_len = 0                    # a byte_jump must land inside the buffer
+    min_len = 0  # a byte_jump must land inside the buffer
     for m in matches:
         if m.kind in ("byte_test", "byte_jump"):
             spec = _byte_spec(m)
@@ -274,7 +293,7 @@ def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: byt
                     for cand in _test_candidates(v, spec):
                         enc = _encode_value(cand, spec)
                         if enc is not None and _test_holds(cand, spec):
-                            buf[pos:pos + spec["n"]] = enc
+                            buf[pos : pos + spec["n"]] = enc
                             break
                     else:
                         raise LayoutError("no value satisfies the byte_test")
@@ -288,7 +307,7 @@ def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: byt
                 enc = _encode_value(v, spec)
                 if enc is None:
                     raise LayoutError("no value satisfies the byte_jump")
-                buf[pos:pos + spec["n"]] = enc
+                buf[pos : pos + spec["n"]] = enc
             target = _jump_target(pos, v, spec, len(buf))
             if target < 0:
                 raise LayoutError("byte_jump lands before the buffer start")
@@ -352,15 +371,15 @@ def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: byt
             pos = cand
         else:
             for p in range(lo, min(hi, len(buf)) + 1):
-                seg = bytes(buf[p:p + L])
-                if _eq(seg, data[:len(seg)], m.nocase):
+                seg = bytes(buf[p : p + L])
+                if _eq(seg, data[: len(seg)], m.nocase):
                     pos = p
                     break
         if pos is None:
             raise LayoutError("contents cannot be placed with their offset/depth/distance/within")
         if pos > len(buf):
             buf += fill * (pos - len(buf))
-        buf[pos:pos + L] = data
+        buf[pos : pos + L] = data
         prev_end = pos + L
         if m.endswith:
             ends_at = prev_end
@@ -371,8 +390,14 @@ def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: byt
     return buf
 
 
-def build_buffer(matches: list[Match], opts: dict | None = None, *, prefix: bytes = b"",
-                 fill: bytes = FILL, avoid: bytes = b"") -> bytes:
+def build_buffer(
+    matches: list[Match],
+    opts: dict | None = None,
+    *,
+    prefix: bytes = b"",
+    fill: bytes = FILL,
+    avoid: bytes = b"",
+) -> bytes:
     """Bytes satisfying all `matches` (and opts: len range, dotprefix)."""
     opts = opts or {}
     dotprefix = bool(opts.get("dotprefix"))
@@ -399,7 +424,11 @@ def build_buffer(matches: list[Match], opts: dict | None = None, *, prefix: byte
                 errors.append(str(exc))
                 continue
             try:
-                rest = bytes(_place_contents([m for m in contents if not m.is_relative or True], b"", fill, avoid))
+                rest = bytes(
+                    _place_contents(
+                        [m for m in contents if not m.is_relative or True], b"", fill, avoid
+                    )
+                )
             except LayoutError:
                 rest = b""
             candidates.append(pre + s + rest)

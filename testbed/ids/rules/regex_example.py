@@ -21,7 +21,9 @@ class RegexUnsupported(NtgError, ValueError):
 
 
 _PCRE_RE = re.compile(r"^(!?)\"?/(.*)/([A-Za-z]*)\"?$", re.S)
-_PREFERRED = [ord(c) for c in "aAb0Bc1xyz"] + [ord(c) for c in string.ascii_letters + string.digits + "-_.~/=&?%+,;:!*'()@$ "]
+_PREFERRED = [ord(c) for c in "aAb0Bc1xyz"] + [
+    ord(c) for c in string.ascii_letters + string.digits + "-_.~/=&?%+,;:!*'()@$ "
+]
 _PREFERRED += [i for i in range(256) if i not in set(_PREFERRED)]
 _CATEGORY_PICK = {
     sre_c.CATEGORY_DIGIT: ord("1"),
@@ -47,7 +49,7 @@ def split_pcre(value: str) -> tuple[str, str, bool]:
     end = v.rfind("/")
     if end <= 0:
         raise RegexUnsupported("pcre without closing '/'")
-    return v[1:end], v[end + 1:], neg
+    return v[1:end], v[end + 1 :], neg
 
 
 def to_python(pattern: str) -> str:
@@ -126,6 +128,7 @@ class _Gen:
         def ok(c: int) -> bool:
             hit = any(t(c) for t in tests)
             return hit != neg
+
         return ok
 
     def item(self, op, av) -> bytes:
@@ -209,5 +212,7 @@ def example(pattern: str, flags: str = "", avoid: bytes = b"") -> bytes:
         gen = _Gen("s" in flags, frozenset())
         s = gen.gen(parsed)
         if rx.search(s) is None:
-            raise RegexUnsupported("generated example does not match (lookaround or back-reference)")
+            raise RegexUnsupported(
+                "generated example does not match (lookaround or back-reference)"
+            )
     return s

@@ -33,20 +33,64 @@ EXTERNAL_NET6 = "2001:db8:1::/48"
 ADDRESS_VARS = {
     "HOME_NET": f"[{HOME_NET4},{HOME_NET6}]",
     "EXTERNAL_NET": "!$HOME_NET",
-    **{v: "$HOME_NET" for v in (
-        "HTTP_SERVERS", "SMTP_SERVERS", "SQL_SERVERS", "DNS_SERVERS", "TELNET_SERVERS",
-        "AIM_SERVERS", "DC_SERVERS", "DNP3_SERVER", "DNP3_CLIENT", "MODBUS_CLIENT",
-        "MODBUS_SERVER", "ENIP_CLIENT", "ENIP_SERVER", "SIP_SERVERS", "FTP_SERVERS",
-        "SSH_SERVERS", "SNMP_SERVERS", "SIP_SERVERS")},
+    **{
+        v: "$HOME_NET"
+        for v in (
+            "HTTP_SERVERS",
+            "SMTP_SERVERS",
+            "SQL_SERVERS",
+            "DNS_SERVERS",
+            "TELNET_SERVERS",
+            "AIM_SERVERS",
+            "DC_SERVERS",
+            "DNP3_SERVER",
+            "DNP3_CLIENT",
+            "MODBUS_CLIENT",
+            "MODBUS_SERVER",
+            "ENIP_CLIENT",
+            "ENIP_SERVER",
+            "SIP_SERVERS",
+            "FTP_SERVERS",
+            "SSH_SERVERS",
+            "SNMP_SERVERS",
+            "SIP_SERVERS",
+        )
+    },
 }
 PORT_VARS = {**PORT_GROUPS, "SIP_PORTS": "[5060,5061,5600]"}
-APP_PORTS = {"http": 80, "tls": 443, "ssl": 443, "dns": 53, "smtp": 25, "ftp": 21, "ssh": 22,
-             "smb": 445, "pop3": 110, "imap": 143, "sip": 5060, "telnet": 23, "dcerpc": 135}
+APP_PORTS = {
+    "http": 80,
+    "tls": 443,
+    "ssl": 443,
+    "dns": 53,
+    "smtp": 25,
+    "ftp": 21,
+    "ssh": 22,
+    "smb": 445,
+    "pop3": 110,
+    "imap": 143,
+    "sip": 5060,
+    "telnet": 23,
+    "dcerpc": 135,
+}
 TRANSPORTS = {"tcp", "udp", "icmp", "ip", "tcp-pkt", "tcp-stream", "udp-pkt", "icmpv6", "ipv6"}
-MAX_SESSION_BYTES = 1 << 20       # bytes one rule's session may carry (Suricata's stream depth: 1 MiB)
-MAX_SESSIONS = 10_000             # sessions one rule may need (the largest ET Open count is 1,000)
-MAX_RULE_TRAFFIC = 64 << 20       # bytes all sessions of one rule may carry together
-SYNTH_APPS = {"http", "tls", "dns", "smtp", "ftp", "ssh", "ssl", "pop3", "imap", "telnet", "dcerpc", "sip"}
+MAX_SESSION_BYTES = 1 << 20  # bytes one rule's session may carry (Suricata's stream depth: 1 MiB)
+MAX_SESSIONS = 10_000  # sessions one rule may need (the largest ET Open count is 1,000)
+MAX_RULE_TRAFFIC = 64 << 20  # bytes all sessions of one rule may carry together
+SYNTH_APPS = {
+    "http",
+    "tls",
+    "dns",
+    "smtp",
+    "ftp",
+    "ssh",
+    "ssl",
+    "pop3",
+    "imap",
+    "telnet",
+    "dcerpc",
+    "sip",
+}
 # a raw rule whose server port can only be one of these speaks that protocol (FTP, SMTP, POP3, IMAP
 # over TCP as a dialogue; SIP over UDP or TCP)
 PORT_APPS = {21: "ftp", 25: "smtp", 110: "pop3", 143: "imap", 5060: "sip"}
@@ -55,85 +99,283 @@ UDP_APPS = {"dns", "sip"}
 # --- buffers -----------------------------------------------------------------------------------
 # legacy / Snort names -> Suricata 7 names
 BUFFER_ALIASES = {
-    "http_uri": "http.uri", "http_raw_uri": "http.uri.raw", "http_header": "http.header",
-    "http_raw_header": "http.header.raw", "http_cookie": "http.cookie", "http_raw_cookie": "http.cookie",
-    "http_method": "http.method", "http_client_body": "http.request_body",
-    "http_stat_code": "http.stat_code", "http_stat_msg": "http.stat_msg",
-    "http_user_agent": "http.user_agent", "http_host": "http.host", "http_raw_host": "http.host.raw",
-    "http_server_body": "http.response_body", "file_data": "file.data", "pkt_data": "pkt",
-    "raw_data": "pkt", "dns_query": "dns.query", "tls_sni": "tls.sni",
-    "tls_cert_subject": "tls.cert_subject", "tls_cert_issuer": "tls.cert_issuer",
-    "http_header_names": "http.header_names", "http_request_line": "http.request_line",
-    "http_response_line": "http.response_line", "http_content_type": "http.content_type",
-    "http_referer": "http.referer", "http_accept": "http.accept", "http_protocol": "http.protocol",
-    "http_start": "http.start", "http_content_len": "http.content_len", "http_server": "http.server",
-    "http_location": "http.location", "http_connection": "http.connection",
-    "http_accept_enc": "http.accept_enc", "http_accept_lang": "http.accept_lang",
-    "http.request_body": "http.request_body", "http_version": "http.protocol",
-    "http_param": "http.uri", "js_data": "file.data", "file.data": "file.data",
+    "http_uri": "http.uri",
+    "http_raw_uri": "http.uri.raw",
+    "http_header": "http.header",
+    "http_raw_header": "http.header.raw",
+    "http_cookie": "http.cookie",
+    "http_raw_cookie": "http.cookie",
+    "http_method": "http.method",
+    "http_client_body": "http.request_body",
+    "http_stat_code": "http.stat_code",
+    "http_stat_msg": "http.stat_msg",
+    "http_user_agent": "http.user_agent",
+    "http_host": "http.host",
+    "http_raw_host": "http.host.raw",
+    "http_server_body": "http.response_body",
+    "file_data": "file.data",
+    "pkt_data": "pkt",
+    "raw_data": "pkt",
+    "dns_query": "dns.query",
+    "tls_sni": "tls.sni",
+    "tls_cert_subject": "tls.cert_subject",
+    "tls_cert_issuer": "tls.cert_issuer",
+    "http_header_names": "http.header_names",
+    "http_request_line": "http.request_line",
+    "http_response_line": "http.response_line",
+    "http_content_type": "http.content_type",
+    "http_referer": "http.referer",
+    "http_accept": "http.accept",
+    "http_protocol": "http.protocol",
+    "http_start": "http.start",
+    "http_content_len": "http.content_len",
+    "http_server": "http.server",
+    "http_location": "http.location",
+    "http_connection": "http.connection",
+    "http_accept_enc": "http.accept_enc",
+    "http_accept_lang": "http.accept_lang",
+    "http.request_body": "http.request_body",
+    "http_version": "http.protocol",
+    "http_param": "http.uri",
+    "js_data": "file.data",
+    "file.data": "file.data",
 }
 HTTP_HEADER_VALUE_BUFFERS = {
-    "http.user_agent": "User-Agent", "http.host": "Host", "http.host.raw": "Host",
-    "http.cookie": "Cookie", "http.referer": "Referer", "http.content_type": "Content-Type",
-    "http.accept": "Accept", "http.accept_enc": "Accept-Encoding", "http.accept_lang": "Accept-Language",
-    "http.connection": "Connection", "http.content_len": "Content-Length", "http.server": "Server",
+    "http.user_agent": "User-Agent",
+    "http.host": "Host",
+    "http.host.raw": "Host",
+    "http.cookie": "Cookie",
+    "http.referer": "Referer",
+    "http.content_type": "Content-Type",
+    "http.accept": "Accept",
+    "http.accept_enc": "Accept-Encoding",
+    "http.accept_lang": "Accept-Language",
+    "http.connection": "Connection",
+    "http.content_len": "Content-Length",
+    "http.server": "Server",
     "http.location": "Location",
 }
 HTTP_BUFFERS = {
-    "http.method", "http.uri", "http.uri.raw", "http.header", "http.header.raw", "http.cookie",
-    "http.user_agent", "http.host", "http.host.raw", "http.request_body", "http.stat_code",
-    "http.stat_msg", "http.response_body", "http.header_names", "http.request_line",
-    "http.response_line", "http.referer", "http.content_type", "http.accept", "http.accept_enc",
-    "http.accept_lang", "http.connection", "http.protocol", "http.content_len",
-    "http.server", "http.location",
+    "http.method",
+    "http.uri",
+    "http.uri.raw",
+    "http.header",
+    "http.header.raw",
+    "http.cookie",
+    "http.user_agent",
+    "http.host",
+    "http.host.raw",
+    "http.request_body",
+    "http.stat_code",
+    "http.stat_msg",
+    "http.response_body",
+    "http.header_names",
+    "http.request_line",
+    "http.response_line",
+    "http.referer",
+    "http.content_type",
+    "http.accept",
+    "http.accept_enc",
+    "http.accept_lang",
+    "http.connection",
+    "http.protocol",
+    "http.content_len",
+    "http.server",
+    "http.location",
 }
-RESPONSE_BUFFERS = {"http.stat_code", "http.stat_msg", "http.response_body", "http.server",
-                    "http.location", "http.response_line"}
-SIP_BUFFERS = {"sip.method", "sip.uri", "sip.protocol", "sip.stat_code", "sip.stat_msg",
-               "sip.request_line", "sip.response_line"}
+RESPONSE_BUFFERS = {
+    "http.stat_code",
+    "http.stat_msg",
+    "http.response_body",
+    "http.server",
+    "http.location",
+    "http.response_line",
+}
+SIP_BUFFERS = {
+    "sip.method",
+    "sip.uri",
+    "sip.protocol",
+    "sip.stat_code",
+    "sip.stat_msg",
+    "sip.request_line",
+    "sip.response_line",
+}
 SIP_RESPONSE_BUFFERS = {"sip.stat_code", "sip.stat_msg", "sip.response_line"}
-SUPPORTED_BUFFERS = HTTP_BUFFERS | {"pkt", "file.data", "dns.query", "tls.sni", "tls.certs",
-                                     "tls.cert_subject", "tls.cert_issuer", "dcerpc.stub_data"} | SIP_BUFFERS
+SUPPORTED_BUFFERS = (
+    HTTP_BUFFERS
+    | {
+        "pkt",
+        "file.data",
+        "dns.query",
+        "tls.sni",
+        "tls.certs",
+        "tls.cert_subject",
+        "tls.cert_issuer",
+        "dcerpc.stub_data",
+    }
+    | SIP_BUFFERS
+)
 KNOWN_UNSYNTH_BUFFERS = {
-    "tls.cert_serial", "tls.cert_fingerprint",
-    "ja3.hash", "ja3.string", "ja3s.hash", "tls.version", "ssh.proto", "ssh.software", "smb.named_pipe",
-    "smb.share", "base64_data", "http2.header", "krb5.cname", "dcerpc",
+    "tls.cert_serial",
+    "tls.cert_fingerprint",
+    "ja3.hash",
+    "ja3.string",
+    "ja3s.hash",
+    "tls.version",
+    "ssh.proto",
+    "ssh.software",
+    "smb.named_pipe",
+    "smb.share",
+    "base64_data",
+    "http2.header",
+    "krb5.cname",
+    "dcerpc",
     "http.start",  # the synthesizer does not build this buffer (found by a golden case)
 }
-PCRE_BUFFER_FLAGS = {"U": "http.uri", "I": "http.uri.raw", "P": "http.request_body", "Q": "file.data",
-                     "H": "http.header", "D": "http.header.raw", "M": "http.method", "C": "http.cookie",
-                     "K": "http.cookie", "S": "http.stat_code", "Y": "http.stat_msg",
-                     "V": "http.user_agent", "W": "http.host", "Z": "http.host.raw"}
+PCRE_BUFFER_FLAGS = {
+    "U": "http.uri",
+    "I": "http.uri.raw",
+    "P": "http.request_body",
+    "Q": "file.data",
+    "H": "http.header",
+    "D": "http.header.raw",
+    "M": "http.method",
+    "C": "http.cookie",
+    "K": "http.cookie",
+    "S": "http.stat_code",
+    "Y": "http.stat_msg",
+    "V": "http.user_agent",
+    "W": "http.host",
+    "Z": "http.host.raw",
+}
 
 # keywords that carry no detection condition for us (informational, or accepted as is)
 IGNORED = {
-    "msg", "sid", "rev", "gid", "classtype", "reference", "metadata", "priority", "target",
-    "fast_pattern", "rawbytes", "tag", "noalert", "service", "app-layer-protocol", "prefilter",
-    "nocase", "depth", "offset", "distance", "within", "startswith", "endswith", "dotprefix",
-    "content", "pcre", "uricontent", "flow", "flowbits", "threshold", "detection_filter", "dsize",
-    "flags", "itype", "icode", "isdataat", "urilen", "bsize", "bufferlen", "xbits", "sticky_buffer",
-    "byte_test", "byte_jump", "byte_extract", "http_encode", "ip_proto", "ttl", "id", "ack", "seq",
-    "window", "fragbits", "stream_size", "icmp_id", "icmp_seq", "app-layer-event", "ssh_proto",
-    "ssh.proto", "nocase", "raw", "classification", "flowint", "pkt_data",
+    "msg",
+    "sid",
+    "rev",
+    "gid",
+    "classtype",
+    "reference",
+    "metadata",
+    "priority",
+    "target",
+    "fast_pattern",
+    "rawbytes",
+    "tag",
+    "noalert",
+    "service",
+    "app-layer-protocol",
+    "prefilter",
+    "nocase",
+    "depth",
+    "offset",
+    "distance",
+    "within",
+    "startswith",
+    "endswith",
+    "dotprefix",
+    "content",
+    "pcre",
+    "uricontent",
+    "flow",
+    "flowbits",
+    "threshold",
+    "detection_filter",
+    "dsize",
+    "flags",
+    "itype",
+    "icode",
+    "isdataat",
+    "urilen",
+    "bsize",
+    "bufferlen",
+    "xbits",
+    "sticky_buffer",
+    "byte_test",
+    "byte_jump",
+    "byte_extract",
+    "http_encode",
+    "ip_proto",
+    "ttl",
+    "id",
+    "ack",
+    "seq",
+    "window",
+    "fragbits",
+    "stream_size",
+    "icmp_id",
+    "icmp_seq",
+    "app-layer-event",
+    "ssh_proto",
+    "ssh.proto",
+    "nocase",
+    "raw",
+    "classification",
+    "flowint",
+    "pkt_data",
 }
 # keywords we accept but cannot synthesize: rule unsupported with the keyword as reason
 UNSYNTH = {
-    "base64_decode", "base64_data", "byte_extract", "stream_size", "app-layer-event", "xbits",
-    "flowint", "ssh_proto", "ssh.proto", "ja3.hash", "ja3_hash", "ja3.string", "tls.cert_serial",
-    "fragbits", "ip_proto", "ttl", "id", "ack", "seq", "window", "asn1", "ssl_state", "ssl_version",
-    "tls.version", "smb.named_pipe", "smb.share", "dcerpc", "dce_iface", "dce_opnum", "dce_stub_data",
-    "krb5.cname", "ftpbounce", "http2.header", "sameip", "ipopts", "stream_reassemble",
-    "tls.fingerprint", "tls.store", "filestore", "filemagic", "fileext", "filename", "file.name",
-    "filemd5", "lua", "luajit", "entropy", "tls.cert_fingerprint", "icmp_id", "icmp_seq",
+    "base64_decode",
+    "base64_data",
+    "byte_extract",
+    "stream_size",
+    "app-layer-event",
+    "xbits",
+    "flowint",
+    "ssh_proto",
+    "ssh.proto",
+    "ja3.hash",
+    "ja3_hash",
+    "ja3.string",
+    "tls.cert_serial",
+    "fragbits",
+    "ip_proto",
+    "ttl",
+    "id",
+    "ack",
+    "seq",
+    "window",
+    "asn1",
+    "ssl_state",
+    "ssl_version",
+    "tls.version",
+    "smb.named_pipe",
+    "smb.share",
+    "dcerpc",
+    "dce_iface",
+    "dce_opnum",
+    "dce_stub_data",
+    "krb5.cname",
+    "ftpbounce",
+    "http2.header",
+    "sameip",
+    "ipopts",
+    "stream_reassemble",
+    "tls.fingerprint",
+    "tls.store",
+    "filestore",
+    "filemagic",
+    "fileext",
+    "filename",
+    "file.name",
+    "filemd5",
+    "lua",
+    "luajit",
+    "entropy",
+    "tls.cert_fingerprint",
+    "icmp_id",
+    "icmp_seq",
 }
 
 
 @dataclass
 class Match:
-    kind: str                      # "content" or "pcre" or "byte_test" / "byte_jump" / "isdataat"
-    data: bytes = b""              # content bytes
-    pattern: str = ""              # pcre pattern
-    flags: str = ""                # pcre flags (without buffer letters)
+    kind: str  # "content" or "pcre" or "byte_test" / "byte_jump" / "isdataat"
+    data: bytes = b""  # content bytes
+    pattern: str = ""  # pcre pattern
+    flags: str = ""  # pcre flags (without buffer letters)
     negated: bool = False
     nocase: bool = False
     offset: int | None = None
@@ -142,7 +384,7 @@ class Match:
     within: int | None = None
     startswith: bool = False
     endswith: bool = False
-    relative: bool = False         # pcre R / byte_* relative
+    relative: bool = False  # pcre R / byte_* relative
     args: tuple = ()
 
     @property
@@ -153,16 +395,16 @@ class Match:
 @dataclass
 class RuleModel:
     raw: RawRule
-    proto: str = "tcp"             # transport: tcp, udp, icmp
-    app: str | None = None         # http, tls, dns, smtp, ftp, ssh or None
-    to_server: bool = True         # the matching data goes client -> server
-    src_is_client: bool = True     # the header's source is the client
-    ipv6: bool = False             # the rule names IPv6 (icmpv6/ipv6 header, an IPv6 address)
+    proto: str = "tcp"  # transport: tcp, udp, icmp
+    app: str | None = None  # http, tls, dns, smtp, ftp, ssh or None
+    to_server: bool = True  # the matching data goes client -> server
+    src_is_client: bool = True  # the header's source is the client
+    ipv6: bool = False  # the rule names IPv6 (icmpv6/ipv6 header, an IPv6 address)
     src_ports: str = "any"
     dst_ports: str = "any"
     src_addr: str = "any"
     dst_addr: str = "any"
-    established: bool = True       # needs a handshake (flow:established or app-layer)
+    established: bool = True  # needs a handshake (flow:established or app-layer)
     stateless: bool = False
     buffers: dict[str, list[Match]] = field(default_factory=dict)
     buffer_opts: dict[str, dict] = field(default_factory=dict)
@@ -173,7 +415,7 @@ class RuleModel:
     flowbits_set: list[str] = field(default_factory=list)
     flowbits_isset: list[str] = field(default_factory=list)
     noalert: bool = False
-    events: int = 1                # sessions needed (threshold / detection_filter)
+    events: int = 1  # sessions needed (threshold / detection_filter)
     track: str = "by_src"
     status: str = "supported"
     reasons: list[str] = field(default_factory=list)
@@ -209,9 +451,9 @@ def decode_content(text: str) -> bytes:
             end = text.find("|", i + 1)
             if end < 0:
                 raise ValueError("unclosed |hex| block")
-            hexs = text[i + 1:end].replace(" ", "").replace("\t", "")
+            hexs = text[i + 1 : end].replace(" ", "").replace("\t", "")
             if len(hexs) % 2:
-                raise ValueError(f"odd number of hex digits in |{text[i + 1:end]}|")
+                raise ValueError(f"odd number of hex digits in |{text[i + 1 : end]}|")
             out += bytes.fromhex(hexs)
             i = end + 1
         elif ch == "\\" and i + 1 < n:
@@ -230,15 +472,19 @@ def _int(v: str | None, what: str) -> int:
     try:
         n = int(v, 0)
     except ValueError:
-        raise ValueError(f"{what}:{v} is not a number (variables from byte_extract are not supported)") from None
+        raise ValueError(
+            f"{what}:{v} is not a number (variables from byte_extract are not supported)"
+        ) from None
     return _bounded(n, what)
 
 
 def _bounded(n: int, what: str) -> int:
     """`n` when a session can hold it, else ValueError (the rule becomes unsupported)."""
     if abs(n) > MAX_SESSION_BYTES:
-        raise ValueError(f"{what}:{n} asks for more than the {MAX_SESSION_BYTES:,} bytes a "
-                         "synthesized session may carry")
+        raise ValueError(
+            f"{what}:{n} asks for more than the {MAX_SESSION_BYTES:,} bytes a "
+            "synthesized session may carry"
+        )
     return n
 
 
@@ -257,7 +503,7 @@ def _split_snort3_content(value: str) -> tuple[str, list[str]]:
             if v[i] == '"':
                 break
             i += 1
-        quoted, rest = v[: i + 1], v[i + 1:]
+        quoted, rest = v[: i + 1], v[i + 1 :]
     else:
         quoted, _, rest = v.partition(",")
         rest = "," + rest if rest else ""
@@ -278,9 +524,11 @@ def is_snort3(raw: RawRule) -> bool:
 def expand_var(spec: str, table: dict[str, str], depth: int = 0) -> str:
     if depth > 8:
         return spec
+
     def sub(m: re.Match) -> str:
         name = m.group(1)
         return expand_var(table[name], table, depth + 1) if name in table else m.group(0)
+
     return re.sub(r"\$([A-Za-z_0-9]+)", sub, spec)
 
 
@@ -333,6 +581,7 @@ def choose_port(spec: str, preferred: list[int]) -> int:
 
     def ok(p: int) -> bool:
         return any(lo <= p <= hi for lo, hi in inc) and not any(lo <= p <= hi for lo, hi in exc)
+
     for p in preferred:
         if ok(p):
             return p
@@ -378,7 +627,10 @@ _FLAG_LETTERS = set("FSRPAUCE0")
 
 def analyze(raw: RawRule) -> RuleModel:
     m = RuleModel(raw)
-    m.keywords = sorted({o.keyword for o in raw.options} - {"msg", "sid", "rev", "classtype", "metadata", "reference"})
+    m.keywords = sorted(
+        {o.keyword for o in raw.options}
+        - {"msg", "sid", "rev", "classtype", "metadata", "reference"}
+    )
     try:
         _analyze(raw, m)
     except (ValueError, RegexUnsupported) as exc:
@@ -396,7 +648,9 @@ def load_rules(rule_files: list[str | Path]) -> tuple[list[RuleModel], list[Prob
         problems += probs
         for r in rules:
             if r.sid in seen:
-                problems.append(Problem(r.file, r.line, "duplicate sid; the later rule is skipped", r.sid))
+                problems.append(
+                    Problem(r.file, r.line, "duplicate sid; the later rule is skipped", r.sid)
+                )
                 continue
             seen.add(r.sid)
             models.append(analyze(r))
@@ -415,7 +669,13 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         service = ""
     m.ipv6 = proto in ("icmpv6", "ipv6") or any(":" in (a or "") for a in (raw.src, raw.dst))
     if proto in TRANSPORTS:
-        m.proto = {"tcp-pkt": "tcp", "tcp-stream": "tcp", "udp-pkt": "udp", "icmpv6": "icmp", "ipv6": "ip"}.get(proto, proto)
+        m.proto = {
+            "tcp-pkt": "tcp",
+            "tcp-stream": "tcp",
+            "udp-pkt": "udp",
+            "icmpv6": "icmp",
+            "ipv6": "ip",
+        }.get(proto, proto)
         if service in SYNTH_APPS:
             m.app = service
     else:
@@ -430,7 +690,12 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
 
     # header
     if raw.is_service_rule:
-        m.src_addr, m.dst_addr, m.src_ports, m.dst_ports = "$EXTERNAL_NET", "$HOME_NET", "any", "any"
+        m.src_addr, m.dst_addr, m.src_ports, m.dst_ports = (
+            "$EXTERNAL_NET",
+            "$HOME_NET",
+            "any",
+            "any",
+        )
     else:
         m.src_addr, m.dst_addr = raw.src or "any", raw.dst or "any"
         m.src_ports, m.dst_ports = raw.sport or "any", raw.dport or "any"
@@ -451,7 +716,7 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
     if m.proto != "tcp" or (m.stateless and raw.has("flags")):
         m.established = m.proto == "tcp" and not raw.has("flags")
 
-    sticky: str | None = None   # current buffer for Snort 3 / Suricata sticky keywords
+    sticky: str | None = None  # current buffer for Snort 3 / Suricata sticky keywords
     last: Match | None = None
     last_buffer = "pkt"
     buffers = m.buffers
@@ -488,7 +753,13 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
                     pass
                 else:
                     plain += ""
-            last = Match("pcre", pattern=pat, flags=plain.replace("R", ""), negated=neg, relative="R" in flags)
+            last = Match(
+                "pcre",
+                pattern=pat,
+                flags=plain.replace("R", ""),
+                negated=neg,
+                relative="R" in flags,
+            )
             last_buffer = buf
             add(buf, last)
             continue
@@ -505,13 +776,31 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             continue
         if kw == "http_header" and val and snort3:
             field_name = val.replace("field", "").strip().lower()
-            sticky = {"user-agent": "http.user_agent", "host": "http.host", "cookie": "http.cookie",
-                      "referer": "http.referer", "content-type": "http.content_type"}.get(field_name, "http.header")
+            sticky = {
+                "user-agent": "http.user_agent",
+                "host": "http.host",
+                "cookie": "http.cookie",
+                "referer": "http.referer",
+                "content-type": "http.content_type",
+            }.get(field_name, "http.header")
             continue
         if kw in BUFFER_ALIASES:
             canon = BUFFER_ALIASES[kw]
-            sticky_kw = kw in ("file_data", "pkt_data", "raw_data", "dns_query", "tls_sni", "js_data",
-                               "tls_cert_subject", "tls_cert_issuer") or snort3 or "." in kw
+            sticky_kw = (
+                kw
+                in (
+                    "file_data",
+                    "pkt_data",
+                    "raw_data",
+                    "dns_query",
+                    "tls_sni",
+                    "js_data",
+                    "tls_cert_subject",
+                    "tls_cert_issuer",
+                )
+                or snort3
+                or "." in kw
+            )
             if sticky_kw:
                 sticky = None if canon == "pkt" else canon
             else:
@@ -553,15 +842,21 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             parts = v.lstrip("!").split(",")
             n = _int(parts[0], "isdataat")
             rel = "relative" in parts[1:]
-            add(sticky or last_buffer if rel else (sticky or "pkt"), Match("isdataat", negated=neg, relative=rel, args=(n,)))
+            add(
+                sticky or last_buffer if rel else (sticky or "pkt"),
+                Match("isdataat", negated=neg, relative=rel, args=(n,)),
+            )
             continue
         if kw in ("byte_test", "byte_jump"):
             parts = [p.strip() for p in (val or "").split(",")]
             rel = "relative" in parts
-            where = parts[3:4] if kw == "byte_test" else parts[1:2]   # the offset argument
+            where = parts[3:4] if kw == "byte_test" else parts[1:2]  # the offset argument
             if where and re.fullmatch(r"-?\d+", where[0]):
                 _bounded(int(where[0]), f"{kw} offset")
-            add(sticky or (last_buffer if rel else "pkt"), Match(kw, relative=rel, args=tuple(parts)))
+            add(
+                sticky or (last_buffer if rel else "pkt"),
+                Match(kw, relative=rel, args=tuple(parts)),
+            )
             continue
         if kw == "flags":
             m.tcp_flags = (val or "").split(",")[0].strip()
@@ -596,8 +891,10 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             kind = args.get("type", "detection_filter" if kw == "detection_filter" else "limit")
             need = count + 1 if kind == "detection_filter" else (1 if kind == "limit" else count)
             if need > MAX_SESSIONS:
-                raise ValueError(f"{kw} count {count} needs {need:,} sessions, more than the "
-                                 f"{MAX_SESSIONS:,} one rule may have")
+                raise ValueError(
+                    f"{kw} count {count} needs {need:,} sessions, more than the "
+                    f"{MAX_SESSIONS:,} one rule may have"
+                )
             m.events = max(m.events, need)
             m.track = args.get("track", "by_src")
             continue
@@ -613,12 +910,18 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         m.unsupported("noalert: the rule only sets flowbits")
     if m.app is None and meta_service in SYNTH_APPS and any(b != "pkt" for b in buffers):
         m.app = "tls" if meta_service == "ssl" else meta_service
-    if m.app == "dcerpc" and m.proto == "udp" and {"iface", "opnum"} & set(m.buffer_opts.get("dcerpc", {})):
+    if (
+        m.app == "dcerpc"
+        and m.proto == "udp"
+        and {"iface", "opnum"} & set(m.buffer_opts.get("dcerpc", {}))
+    ):
         # measured with Suricata 7.0.10: a connectionless (UDP) request with the right interface
         # and operation fires neither keyword (its stub data does); only TCP binds are tracked
-        m.unsupported("dcerpc.iface/dcerpc.opnum over UDP: Suricata 7 matches them only after a TCP bind")
+        m.unsupported(
+            "dcerpc.iface/dcerpc.opnum over UDP: Suricata 7 matches them only after a TCP bind"
+        )
     if m.app in ("pop3", "imap", "ftp", "telnet", "ssh") and "file.data" in buffers:
-        m.app = None   # Suricata 7 has file.data on HTTP and SMTP only: the HTTP body carries it
+        m.app = None  # Suricata 7 has file.data on HTTP and SMTP only: the HTTP body carries it
     if m.app is None:
         # infer the application from the buffers used
         if any(b in HTTP_BUFFERS or b == "file.data" for b in buffers):
@@ -630,24 +933,38 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             m.app = "tls"
         elif any(b in SIP_BUFFERS for b in buffers):
             m.app = "sip"
-        elif set(buffers) <= {"pkt"} and m.tcp_flags is None and (m.established or m.proto == "udp"):
+        elif (
+            set(buffers) <= {"pkt"} and m.tcp_flags is None and (m.established or m.proto == "udp")
+        ):
             app = _port_app(m.dst_ports if m.src_is_client else m.src_ports)
             if m.proto == "tcp" or app == "sip":
                 m.app = app
     if m.app == "http" and "file.data" in buffers:
-        buffers[("http.response_body" if not m.to_server else "http.request_body")] = buffers.pop("file.data") + buffers.get("http.response_body" if not m.to_server else "http.request_body", [])
+        buffers[("http.response_body" if not m.to_server else "http.request_body")] = buffers.pop(
+            "file.data"
+        ) + buffers.get("http.response_body" if not m.to_server else "http.request_body", [])
     if m.app == "http":
-        if any(b in RESPONSE_BUFFERS for b in buffers) and m.to_server and raw.first("flow") is None:
+        if (
+            any(b in RESPONSE_BUFFERS for b in buffers)
+            and m.to_server
+            and raw.first("flow") is None
+        ):
             m.to_server = False
             m.src_is_client = False
-    if m.app == "sip" and any(b in SIP_RESPONSE_BUFFERS for b in buffers) and raw.first("flow") is None:
+    if (
+        m.app == "sip"
+        and any(b in SIP_RESPONSE_BUFFERS for b in buffers)
+        and raw.first("flow") is None
+    ):
         m.to_server = m.src_is_client = False
     if m.app == "sip" and m.proto == "tcp" and any(b in SIP_BUFFERS for b in buffers):
         # measured with Suricata 7.0.10: a SIP request over TCP is not recognised (the flow's
         # protocol detection fails), so no sip.* buffer is filled; over UDP it is
         m.unsupported("sip.* buffers over TCP: Suricata 7 parses SIP over UDP only")
     if m.app is None and any(b != "pkt" for b in buffers):
-        m.unsupported(f"buffers {sorted(b for b in buffers if b != 'pkt')} without their application")
+        m.unsupported(
+            f"buffers {sorted(b for b in buffers if b != 'pkt')} without their application"
+        )
     if m.tcp_flags and m.proto != "tcp":
         m.unsupported("flags on a non-TCP rule")
 
@@ -663,7 +980,9 @@ def _port_app(spec: str) -> str | None:
     return None
 
 
-_UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
 
 
 def _dcerpc_option(m: RuleModel, kw: str, val: str) -> None:

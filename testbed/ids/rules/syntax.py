@@ -40,8 +40,22 @@ from ntgcore.errors import NtgError
 from ntgcore.files import read_bounded
 
 ACTIONS = frozenset(
-    {"alert", "drop", "reject", "pass", "log", "sdrop", "rejectsrc", "rejectdst", "rejectboth",
-     "block", "react", "rewrite", "activate", "dynamic"}
+    {
+        "alert",
+        "drop",
+        "reject",
+        "pass",
+        "log",
+        "sdrop",
+        "rejectsrc",
+        "rejectdst",
+        "rejectboth",
+        "block",
+        "react",
+        "rewrite",
+        "activate",
+        "dynamic",
+    }
 )
 DIRECTIONS = frozenset({"->", "<>", "<-"})
 MAX_RULE_BYTES = 64 * 1024
@@ -123,7 +137,9 @@ class RawRule:
     def header(self) -> str:
         if self.src is None:
             return f"{self.action} {self.proto}"
-        return " ".join((self.action, self.proto, self.src, self.sport, self.direction, self.dst, self.dport))  # type: ignore[arg-type]
+        return " ".join(
+            (self.action, self.proto, self.src, self.sport, self.direction, self.dst, self.dport)
+        )  # type: ignore[arg-type]
 
     def render(self, options: list[Option] | None = None, header: str | None = None) -> str:
         opts = self.options if options is None else options
@@ -159,8 +175,16 @@ def _split_options(body: str, file: str, line: int) -> list[Option]:
         if not m:
             rest = body[pos:].strip()
             if rest.count('"') % 2:
-                raise RuleSyntaxError(Problem(file, line, f"unterminated quoted string in options near {rest[:40]!r}; close the quote"))
-            raise RuleSyntaxError(Problem(file, line, f"option {rest[:40]!r} is not ended by ';'; add the ';'"))
+                raise RuleSyntaxError(
+                    Problem(
+                        file,
+                        line,
+                        f"unterminated quoted string in options near {rest[:40]!r}; close the quote",
+                    )
+                )
+            raise RuleSyntaxError(
+                Problem(file, line, f"option {rest[:40]!r} is not ended by ';'; add the ';'")
+            )
         text = m.group(1)
         pos = m.end()
         if not text:
@@ -168,7 +192,9 @@ def _split_options(body: str, file: str, line: int) -> list[Option]:
         key, sep, value = text.partition(":")
         key = key.strip().lower()
         if not key or not re.fullmatch(r"[a-z0-9_.\-]+", key):
-            raise RuleSyntaxError(Problem(file, line, f"bad option keyword {key[:40]!r} in {text[:60]!r}"))
+            raise RuleSyntaxError(
+                Problem(file, line, f"bad option keyword {key[:40]!r} in {text[:60]!r}")
+            )
         options.append(Option(key, value.strip() if sep else None))
     return options
 
@@ -180,24 +206,41 @@ def parse_rule_text(text: str, file: str = "<text>", line: int = 1) -> RawRule:
     if open_at < 0:
         raise RuleSyntaxError(Problem(file, line, "no option list '( ... )' in the rule"))
     close_at = text.rfind(")")
-    if close_at < open_at or text[close_at + 1:].strip():
-        raise RuleSyntaxError(Problem(file, line, "the option list is not closed by ')' at the end of the rule"))
+    if close_at < open_at or text[close_at + 1 :].strip():
+        raise RuleSyntaxError(
+            Problem(file, line, "the option list is not closed by ')' at the end of the rule")
+        )
     head = text[:open_at].split()
     if not head or head[0].lower() not in ACTIONS:
-        raise RuleSyntaxError(Problem(file, line, f"unknown rule action {head[0] if head else ''!r}; expected one of alert, drop, pass, reject, log"))
+        raise RuleSyntaxError(
+            Problem(
+                file,
+                line,
+                f"unknown rule action {head[0] if head else ''!r}; expected one of alert, drop, pass, reject, log",
+            )
+        )
     if len(head) == 2:
         action, proto = head
         src = sport = direction = dst = dport = None
     elif len(head) == 7:
         action, proto, src, sport, direction, dst, dport = head
         if direction not in DIRECTIONS:
-            raise RuleSyntaxError(Problem(file, line, f"bad direction {direction!r}; expected '->' or '<>'"))
+            raise RuleSyntaxError(
+                Problem(file, line, f"bad direction {direction!r}; expected '->' or '<>'")
+            )
     else:
-        raise RuleSyntaxError(Problem(
-            file, line, f"rule header has {len(head)} fields ({' '.join(head)!r}); expected "
-            "'ACTION PROTO SRC SPORT -> DST DPORT' or the Snort 3 'ACTION SERVICE'"))
-    options = _split_options(text[open_at + 1:close_at], file, line)
-    rule = RawRule(action.lower(), proto.lower(), src, sport, direction, dst, dport, options, file, line, text)
+        raise RuleSyntaxError(
+            Problem(
+                file,
+                line,
+                f"rule header has {len(head)} fields ({' '.join(head)!r}); expected "
+                "'ACTION PROTO SRC SPORT -> DST DPORT' or the Snort 3 'ACTION SERVICE'",
+            )
+        )
+    options = _split_options(text[open_at + 1 : close_at], file, line)
+    rule = RawRule(
+        action.lower(), proto.lower(), src, sport, direction, dst, dport, options, file, line, text
+    )
     sid = rule.first("sid")
     if sid is None:
         raise RuleSyntaxError(Problem(file, line, "rule has no sid; every rule needs 'sid:N;'"))
@@ -272,8 +315,12 @@ def iter_rule_texts(lines: list[str]):
 
 def read_rule_text(path: str | os.PathLike) -> str:
     """The text of a rule file; BadInput when it cannot be read as one (module docstring)."""
-    return read_bounded(path, MAX_RULE_FILE_BYTES, "rule file",
-                        "split it into several rule files, each given on the command line")
+    return read_bounded(
+        path,
+        MAX_RULE_FILE_BYTES,
+        "rule file",
+        "split it into several rule files, each given on the command line",
+    )
 
 
 def read_rules(path: str | os.PathLike) -> tuple[list[RawRule], list[Problem]]:
@@ -286,9 +333,15 @@ def read_rules(path: str | os.PathLike) -> tuple[list[RawRule], list[Problem]]:
     for line, text in iter_rule_texts(data.splitlines()):
         if len(text) > MAX_RULE_BYTES:
             sid = _SID_RE.search(text)
-            problems.append(Problem(name, line, f"rule of {len(text):,} bytes is longer than the "
-                                    f"{MAX_RULE_BYTES:,} a rule may have; refused",
-                                    int(sid.group(1)) if sid else None))
+            problems.append(
+                Problem(
+                    name,
+                    line,
+                    f"rule of {len(text):,} bytes is longer than the "
+                    f"{MAX_RULE_BYTES:,} a rule may have; refused",
+                    int(sid.group(1)) if sid else None,
+                )
+            )
             continue
         try:
             rules.append(parse_rule_text(text, name, line))

@@ -39,30 +39,56 @@ from ntgcore.errors import NtgError
 from ntgcore.files import replacing, write_whole
 
 from .dialogue import (
-    TEXT_APPS, dialogue, dns_tcp, pinned_to_start, sip_method_of, sip_request, sip_response,
+    TEXT_APPS,
+    dialogue,
+    dns_tcp,
+    pinned_to_start,
+    sip_method_of,
+    sip_request,
+    sip_response,
     smtp_envelope,
 )
 from .layout import LayoutError, build_buffer, verify
 from .regex_example import RegexUnsupported
 from .semantics import (
-    APP_PORTS, EXTERNAL_NET6, HOME_NET6, HTTP_HEADER_VALUE_BUFFERS, MAX_RULE_TRAFFIC,
-    MAX_SESSION_BYTES, RESPONSE_BUFFERS, RuleModel, address_side, choose_port,
+    APP_PORTS,
+    EXTERNAL_NET6,
+    HOME_NET6,
+    HTTP_HEADER_VALUE_BUFFERS,
+    MAX_RULE_TRAFFIC,
+    MAX_SESSION_BYTES,
+    RESPONSE_BUFFERS,
+    RuleModel,
+    address_side,
+    choose_port,
 )
 
 MSS = 1400
 T0_NS = 1_700_000_000_000_000_000
-SESSION_GAP_NS = 1_000_000        # 1 ms between session starts
-PKT_GAP_NS = 20_000               # 20 µs between the packets of a session
-REQUEST_ONLY = {"http.user_agent", "http.host", "http.host.raw", "http.cookie", "http.referer",
-                "http.accept", "http.accept_enc", "http.accept_lang"}
+SESSION_GAP_NS = 1_000_000  # 1 ms between session starts
+PKT_GAP_NS = 20_000  # 20 µs between the packets of a session
+REQUEST_ONLY = {
+    "http.user_agent",
+    "http.host",
+    "http.host.raw",
+    "http.cookie",
+    "http.referer",
+    "http.accept",
+    "http.accept_enc",
+    "http.accept_lang",
+}
 RESPONSE_ONLY = {"http.server", "http.location"}
-URI_SAFE = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~/?=&;:@!$'()*+,[]")
+URI_SAFE = set(
+    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~/?=&;:@!$'()*+,[]"
+)
 
 
-RULE_TIME_LIMIT_S = 1.0           # per rule: a pcre with catastrophic backtracking is given up
+RULE_TIME_LIMIT_S = 1.0  # per rule: a pcre with catastrophic backtracking is given up
 
 
-_HTTP_METHOD = re.compile(rb"^(GET|POST|PUT|HEAD|DELETE|OPTIONS|PATCH|TRACE|CONNECT|PROPFIND|[A-Z]{3,10}) \S", re.I)
+_HTTP_METHOD = re.compile(
+    rb"^(GET|POST|PUT|HEAD|DELETE|OPTIONS|PATCH|TRACE|CONNECT|PROPFIND|[A-Z]{3,10}) \S", re.I
+)
 
 
 class SynthError(NtgError, ValueError):
@@ -78,6 +104,7 @@ def _time_limit(seconds: float):
 
     def fire(_sig, _frame):
         raise SynthError(f"synthesis took longer than {seconds:g} s (pcre backtracking)")
+
     old = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -99,7 +126,7 @@ class Session:
     start_ns: int = 0
     end_ns: int = 0
     packets: int = 0
-    app: str = ""                  # the protocol the session is meant to be: http, ftp, ..., or tcp/udp/icmp
+    app: str = ""  # the protocol the session is meant to be: http, ftp, ..., or tcp/udp/icmp
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -109,8 +136,8 @@ class Session:
 class SynthResult:
     pcap: Path
     sessions: list[Session] = field(default_factory=list)
-    synthesized: dict[int, str] = field(default_factory=dict)   # sid -> "ok"
-    failed: dict[int, str] = field(default_factory=dict)        # sid -> reason
+    synthesized: dict[int, str] = field(default_factory=dict)  # sid -> "ok"
+    failed: dict[int, str] = field(default_factory=dict)  # sid -> reason
     packets: int = 0
     bytes: int = 0
 
@@ -180,10 +207,10 @@ def _header_lines(text: bytes) -> list[bytes]:
             line += b"1"
         lines.append(line)
     seen_ua = False
-    for k, line in enumerate(lines):           # one User-Agent: later guesses become X-Data
+    for k, line in enumerate(lines):  # one User-Agent: later guesses become X-Data
         if line.lower().startswith(b"user-agent:"):
             if seen_ua and line.startswith(b"User-Agent: ") and line not in text:
-                lines[k] = b"X-Data: " + line[len(b"User-Agent: "):]
+                lines[k] = b"X-Data: " + line[len(b"User-Agent: ") :]
             seen_ua = True
     return lines
 
@@ -195,8 +222,14 @@ _UA_LIKE = re.compile(rb"MSIE|Mozilla|compatible;|Windows NT|Gecko|Opera", re.I)
 def _uri_is_normal(uri: bytes) -> bool:
     """True when libhtp's normalization leaves `uri` as it is (so raw and normalized URI agree)."""
     path = uri.split(b"?", 1)[0]
-    return (uri == _uri_encode(uri) and b"%" not in uri and b"\\" not in uri and b"//" not in path
-            and b"/./" not in path + b"/" and b"/../" not in path + b"/")
+    return (
+        uri == _uri_encode(uri)
+        and b"%" not in uri
+        and b"\\" not in uri
+        and b"//" not in path
+        and b"/./" not in path + b"/"
+        and b"/../" not in path + b"/"
+    )
 
 
 _DOT_SEGMENT = re.compile(rb"\.\./|/\./|\\")
@@ -210,7 +243,7 @@ def _query_for_dot_segments(uri: bytes, matches, opts) -> bytes:
     hit = _DOT_SEGMENT.search(path)
     if hit is None:
         return uri
-    cand = uri[:hit.start()] + b"?" + uri[hit.start():]
+    cand = uri[: hit.start()] + b"?" + uri[hit.start() :]
     return cand if verify(cand, matches, opts) else uri
 
 
@@ -225,7 +258,7 @@ def _uris(model: RuleModel) -> tuple[bytes | None, bytes | None]:
         uri = None
         try:
             uri = _buf(model, "http.uri")
-            if not uri.startswith(b"/"):   # the rule's own leading slash gets no second one
+            if not uri.startswith(b"/"):  # the rule's own leading slash gets no second one
                 uri = None
         except LayoutError:
             pass
@@ -245,8 +278,12 @@ def _uris(model: RuleModel) -> tuple[bytes | None, bytes | None]:
                 cand = build_buffer(matches, opts, prefix=prefix)
             except LayoutError:
                 continue
-            if (cand.startswith(b"/") and _uri_is_normal(cand) and verify(cand, uri_m or [], uri_o)
-                    and verify(cand, raw_m or [], raw_o)):
+            if (
+                cand.startswith(b"/")
+                and _uri_is_normal(cand)
+                and verify(cand, uri_m or [], uri_o)
+                and verify(cand, raw_m or [], raw_o)
+            ):
                 return None, cand
     return _buf(model, "http.uri", prefix=b"/"), _buf(model, "http.uri.raw", prefix=b"/")
 
@@ -320,18 +357,34 @@ def http_request(model: RuleModel | None) -> bytes:
             headers.remove(host_line)
     for k, v in values.items():
         headers.append(k + b": " + v)
-    if own_lines and model is not None and pinned_to_start(model.buffers.get("http.header", [])) \
-            and not (hdr_text or b"").startswith((b"\r\n", b"\n")):
-        headers[:0] = own_lines        # `depth`/`^` on the header buffer: the rule's lines first
+    if (
+        own_lines
+        and model is not None
+        and pinned_to_start(model.buffers.get("http.header", []))
+        and not (hdr_text or b"").startswith((b"\r\n", b"\n"))
+    ):
+        headers[:0] = own_lines  # `depth`/`^` on the header buffer: the rule's lines first
     else:
         headers.extend(own_lines)
     if body is not None and names_buf is None:
         if not any(h.lower().startswith(b"content-type:") for h in headers):
             # a form only when the body reads as one (a bad %-escape is no form for a dissector)
             form = _FORM_BODY.fullmatch(body) is not None
-            headers.append(b"Content-Type: " + (b"application/x-www-form-urlencoded" if form else b"application/octet-stream"))
+            headers.append(
+                b"Content-Type: "
+                + (b"application/x-www-form-urlencoded" if form else b"application/octet-stream")
+            )
         headers.append(b"Content-Length: %d" % len(body))
-    head = method + b" " + raw_uri + b" " + proto + b"\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+    head = (
+        method
+        + b" "
+        + raw_uri
+        + b" "
+        + proto
+        + b"\r\n"
+        + b"".join(h + b"\r\n" for h in headers)
+        + b"\r\n"
+    )
     return head + (body or b"")
 
 
@@ -373,14 +426,24 @@ _NDR = uuid.UUID("8a885d04-1ceb-11c9-9fe8-08002b104860").bytes_le + struct.pack(
 
 def _dce_pdu(ptype: int, call_id: int, body: bytes) -> bytes:
     """A connection-oriented DCE/RPC PDU (little endian data representation, one fragment)."""
-    return struct.pack("<BBBB4sHHI", 5, 0, ptype, 0x03, b"\x10\0\0\0", 16 + len(body), 0, call_id) + body
+    return (
+        struct.pack("<BBBB4sHHI", 5, 0, ptype, 0x03, b"\x10\0\0\0", 16 + len(body), 0, call_id)
+        + body
+    )
 
 
 def dcerpc_tcp(iface: str, version: int, opnum: int, stub: bytes) -> list[tuple[bool, bytes]]:
     """DCE/RPC over TCP (ncacn_ip_tcp): bind to `iface`, the server's acceptance, one request."""
     syntax = uuid.UUID(iface).bytes_le + struct.pack("<HH", version & 0xFFFF, 0)
-    bind = _dce_pdu(11, 1, struct.pack("<HHI", 4280, 4280, 0) + struct.pack("<BBH", 1, 0, 0)
-                    + struct.pack("<HBB", 0, 1, 0) + syntax + _NDR)
+    bind = _dce_pdu(
+        11,
+        1,
+        struct.pack("<HHI", 4280, 4280, 0)
+        + struct.pack("<BBH", 1, 0, 0)
+        + struct.pack("<HBB", 0, 1, 0)
+        + syntax
+        + _NDR,
+    )
     sec = b"135\0"
     ack_body = struct.pack("<HHIH", 4280, 4280, 0x1234, len(sec)) + sec
     ack_body += b"\0" * (-(16 + len(ack_body)) % 4)
@@ -392,32 +455,47 @@ def dcerpc_tcp(iface: str, version: int, opnum: int, stub: bytes) -> list[tuple[
 
 def dcerpc_udp_request(iface: str, version: int, opnum: int, stub: bytes) -> bytes:
     """A connectionless DCE/RPC request (ncadg_ip_udp): the interface is in the 80-byte header."""
-    return (struct.pack("<BBBB3sB", 4, 0, 0x22, 0, b"\x10\0\0", 0) + b"\0" * 16
-            + uuid.UUID(iface).bytes_le + uuid.UUID(int=0x4E5447).bytes_le
-            + struct.pack("<IIIHHHHHBB", 0, version, 1, opnum, 0xFFFF, 0xFFFF, len(stub), 0, 0, 0) + stub)
+    return (
+        struct.pack("<BBBB3sB", 4, 0, 0x22, 0, b"\x10\0\0", 0)
+        + b"\0" * 16
+        + uuid.UUID(iface).bytes_le
+        + uuid.UUID(int=0x4E5447).bytes_le
+        + struct.pack("<IIIHHHHHBB", 0, version, 1, opnum, 0xFFFF, 0xFFFF, len(stub), 0, 0, 0)
+        + stub
+    )
 
 
 def smtp_mail(attachment: bytes, extra: bytes = b"") -> list[tuple[bool, bytes]]:
     """An SMTP session that mails `attachment` as a base64 MIME part (Suricata's `file.data` on
     SMTP is the decoded attachment); `extra` raw bytes go after the message (stream contents)."""
     b64 = base64.encodebytes(attachment).replace(b"\n", b"\r\n")
-    message = (b"From: <alice@example.com>\r\nTo: <bob@example.com>\r\nSubject: report\r\n"
-               b"MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"NTGBOUNDARY\"\r\n\r\n"
-               b"--NTGBOUNDARY\r\nContent-Type: text/plain\r\n\r\nsee attachment\r\n"
-               b"--NTGBOUNDARY\r\nContent-Type: application/octet-stream\r\n"
-               b"Content-Transfer-Encoding: base64\r\n"
-               b"Content-Disposition: attachment; filename=\"report.bin\"\r\n\r\n"
-               + b64 + b"--NTGBOUNDARY--\r\n.\r\n")
-    msgs = [(False, b"220 mail.example.com ESMTP ready\r\n"),
-            (True, b"EHLO client.example.com\r\n"), (False, b"250 mail.example.com\r\n"),
-            *smtp_envelope(), (True, message), (False, b"250 OK queued\r\n")]
+    message = (
+        b"From: <alice@example.com>\r\nTo: <bob@example.com>\r\nSubject: report\r\n"
+        b'MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="NTGBOUNDARY"\r\n\r\n'
+        b"--NTGBOUNDARY\r\nContent-Type: text/plain\r\n\r\nsee attachment\r\n"
+        b"--NTGBOUNDARY\r\nContent-Type: application/octet-stream\r\n"
+        b"Content-Transfer-Encoding: base64\r\n"
+        b'Content-Disposition: attachment; filename="report.bin"\r\n\r\n'
+        + b64
+        + b"--NTGBOUNDARY--\r\n.\r\n"
+    )
+    msgs = [
+        (False, b"220 mail.example.com ESMTP ready\r\n"),
+        (True, b"EHLO client.example.com\r\n"),
+        (False, b"250 mail.example.com\r\n"),
+        *smtp_envelope(),
+        (True, message),
+        (False, b"250 OK queued\r\n"),
+    ]
     if extra:
         msgs.append((True, extra))
     return msgs + [(True, b"QUIT\r\n"), (False, b"221 bye\r\n")]
 
 
 def dns_query(name: bytes, ident: int) -> bytes:
-    return struct.pack("!HHHHHH", ident, 0x0100, 1, 0, 0, 0) + _qname(name) + struct.pack("!HH", 1, 1)
+    return (
+        struct.pack("!HHHHHH", ident, 0x0100, 1, 0, 0, 0) + _qname(name) + struct.pack("!HH", 1, 1)
+    )
 
 
 def _qname(name: bytes) -> bytes:
@@ -433,8 +511,14 @@ def _qname(name: bytes) -> bytes:
 
 def dns_response(name: bytes, ident: int) -> bytes:
     q = _qname(name)
-    return (struct.pack("!HHHHHH", ident, 0x8180, 1, 1, 0, 0) + q + struct.pack("!HH", 1, 1)
-            + b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + bytes([198, 18, 255, 1]))
+    return (
+        struct.pack("!HHHHHH", ident, 0x8180, 1, 1, 0, 0)
+        + q
+        + struct.pack("!HH", 1, 1)
+        + b"\xc0\x0c"
+        + struct.pack("!HHIH", 1, 1, 60, 4)
+        + bytes([198, 18, 255, 1])
+    )
 
 
 def tls_client_hello(sni: bytes | None) -> bytes:
@@ -443,10 +527,18 @@ def tls_client_hello(sni: bytes | None) -> bytes:
         entry = b"\0" + struct.pack("!H", len(sni)) + sni
         lst = struct.pack("!H", len(entry)) + entry
         ext += struct.pack("!HH", 0, len(lst)) + lst
-    ext += struct.pack("!HH", 10, 4) + struct.pack("!HH", 2, 23)          # supported groups
-    ext += struct.pack("!HH", 13, 4) + struct.pack("!HH", 2, 0x0403)      # signature algorithms
-    body = (b"\x03\x03" + bytes(range(32)) + b"\0" + struct.pack("!H", 4) + b"\x13\x01\xc0\x2f"
-            + b"\x01\x00" + struct.pack("!H", len(ext)) + ext)
+    ext += struct.pack("!HH", 10, 4) + struct.pack("!HH", 2, 23)  # supported groups
+    ext += struct.pack("!HH", 13, 4) + struct.pack("!HH", 2, 0x0403)  # signature algorithms
+    body = (
+        b"\x03\x03"
+        + bytes(range(32))
+        + b"\0"
+        + struct.pack("!H", 4)
+        + b"\x13\x01\xc0\x2f"
+        + b"\x01\x00"
+        + struct.pack("!H", len(ext))
+        + ext
+    )
     hs = b"\x01" + len(body).to_bytes(3, "big") + body
     return b"\x16\x03\x01" + struct.pack("!H", len(hs)) + hs
 
@@ -465,19 +557,35 @@ def _name(cn: bytes) -> bytes:
     return _der(0x30, _der(0x31, _der(0x30, _der(0x06, b"\x55\x04\x03") + _der(0x0C, cn))))
 
 
-def x509_certificate(extra: bytes = b"", subject_cn: bytes = b"www.example.com",
-                     issuer_cn: bytes = b"Example CA") -> bytes:
+def x509_certificate(
+    extra: bytes = b"", subject_cn: bytes = b"www.example.com", issuer_cn: bytes = b"Example CA"
+) -> bytes:
     """A structurally valid DER certificate (not signed by anyone) carrying `extra` bytes in a
     private extension, so that contents on the raw certificate buffer are present."""
     algo = _der(0x30, _der(0x06, bytes.fromhex("2a864886f70d01010b")) + b"\x05\x00")
     modulus = b"\x00\xc1" + bytes(range(1, 64))
-    spki = _der(0x30, _der(0x30, _der(0x06, bytes.fromhex("2a864886f70d010101")) + b"\x05\x00")
-                + _der(0x03, b"\x00" + _der(0x30, _der(0x02, modulus) + _der(0x02, b"\x01\x00\x01"))))
+    spki = _der(
+        0x30,
+        _der(0x30, _der(0x06, bytes.fromhex("2a864886f70d010101")) + b"\x05\x00")
+        + _der(0x03, b"\x00" + _der(0x30, _der(0x02, modulus) + _der(0x02, b"\x01\x00\x01"))),
+    )
     validity = _der(0x30, _der(0x17, b"240101000000Z") + _der(0x17, b"340101000000Z"))
     # the extension's value is itself DER (an OCTET STRING), as a certificate parser expects
-    ext = _der(0x30, _der(0x06, bytes.fromhex("2b0601040182b75c01")) + _der(0x04, _der(0x04, extra or b"x")))
-    tbs = _der(0x30, _der(0xA0, _der(0x02, b"\x02")) + _der(0x02, b"\x01\x23") + algo + _name(issuer_cn)
-               + validity + _name(subject_cn) + spki + _der(0xA3, _der(0x30, ext)))
+    ext = _der(
+        0x30,
+        _der(0x06, bytes.fromhex("2b0601040182b75c01")) + _der(0x04, _der(0x04, extra or b"x")),
+    )
+    tbs = _der(
+        0x30,
+        _der(0xA0, _der(0x02, b"\x02"))
+        + _der(0x02, b"\x01\x23")
+        + algo
+        + _name(issuer_cn)
+        + validity
+        + _name(subject_cn)
+        + spki
+        + _der(0xA3, _der(0x30, ext)),
+    )
     return _der(0x30, tbs + algo + _der(0x03, b"\x00" + bytes(64)))
 
 
@@ -504,11 +612,26 @@ class _Emitter:
         self.count += 1
 
 
-def _tcp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]], *,
-                 handshake: bool = True, flags: int | None = None, seed: int = 0) -> None:
-    for _from_client, frame in P.tcp_session(P.addr(s.client), P.addr(s.server), s.cport, s.sport,
-                                             messages, mss=MSS, seed=seed, handshake=handshake,
-                                             flags=flags):
+def _tcp_session(
+    em: _Emitter,
+    s: Session,
+    messages: list[tuple[bool, bytes]],
+    *,
+    handshake: bool = True,
+    flags: int | None = None,
+    seed: int = 0,
+) -> None:
+    for _from_client, frame in P.tcp_session(
+        P.addr(s.client),
+        P.addr(s.server),
+        s.cport,
+        s.sport,
+        messages,
+        mss=MSS,
+        seed=seed,
+        handshake=handshake,
+        flags=flags,
+    ):
         em.emit(frame)
 
 
@@ -517,7 +640,9 @@ def _udp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]]) -
     if messages and not messages[0][0]:
         # a flow starts with its first datagram: a server datagram first would make the server
         # the flow's client and a `flow:to_client` rule would not see it; the client asks first
-        messages = [(True, dns_query(b"www.example.com", 1) if s.sport == 53 else b"\x00\x00\x00\x01")] + messages
+        messages = [
+            (True, dns_query(b"www.example.com", 1) if s.sport == 53 else b"\x00\x00\x00\x01")
+        ] + messages
     for n, (from_client, data) in enumerate(messages):
         if from_client:
             em.emit(P.ether(P.ip(c, sv, 17, P.udp(c, sv, s.cport, s.sport, data), n + 1), True))
@@ -528,7 +653,7 @@ def _udp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]]) -
 def _icmp_session(em: _Emitter, s: Session, model: RuleModel, payload: bytes) -> None:
     c, sv = P.addr(s.client), P.addr(s.server)
     v6 = len(c) == 16
-    itype = model.itype if model.itype is not None else (128 if v6 else 8)   # echo request
+    itype = model.itype if model.itype is not None else (128 if v6 else 8)  # echo request
     code = model.icode if model.icode is not None else 0
     src, dst = (c, sv) if model.src_is_client else (sv, c)
     if v6:
@@ -556,8 +681,15 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
     app = model.app
     fc = model.to_server
     if app == "http":
-        has_req = any(n not in RESPONSE_BUFFERS and not (not model.to_server and n in ("http.header", "http.header.raw", "http.content_type", "http.content_len"))
-                      for n in model.buffers if n != "pkt")
+        has_req = any(
+            n not in RESPONSE_BUFFERS
+            and not (
+                not model.to_server
+                and n in ("http.header", "http.header.raw", "http.content_type", "http.content_len")
+            )
+            for n in model.buffers
+            if n != "pkt"
+        )
         req = http_request(model if (model.to_server or has_req) else None)
         pkt = model.buffers.get("pkt")
         if pkt and model.to_server and not has_req:
@@ -565,12 +697,18 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
             if _HTTP_METHOD.match(raw):
                 # the raw content is a request line: send it as the request itself
                 if b"\r\n\r\n" not in raw:
-                    raw += (b"" if raw.endswith(b"\r\n") else b"\r\n") + b"Host: www.example.com\r\n\r\n"
+                    raw += (
+                        b"" if raw.endswith(b"\r\n") else b"\r\n"
+                    ) + b"Host: www.example.com\r\n\r\n"
                 return [(True, raw), (False, http_response(None))]
         if pkt and model.to_server:
             # raw stream content on an HTTP rule: carried in a request body
             body = _pkt_payload(model)
-            req = req.replace(b"\r\n\r\n", b"\r\nContent-Length: %d\r\n\r\n" % len(body), 1) + body if b"Content-Length" not in req else req + body
+            req = (
+                req.replace(b"\r\n\r\n", b"\r\nContent-Length: %d\r\n\r\n" % len(body), 1) + body
+                if b"Content-Length" not in req
+                else req + body
+            )
         resp = http_response(model if not model.to_server else None)
         if pkt and not model.to_server:
             resp = resp + _pkt_payload(model)
@@ -581,7 +719,9 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
             if model.buffers.get("pkt"):
                 # raw DNS bytes: a real query first (so the flow is DNS), then a message that
                 # starts with a DNS header and question and goes on with the rule's bytes
-                hdr = struct.pack("!HHHHHH", ident, 0x8180 if not fc else 0x0100, 1, 1 if not fc else 0, 0, 0)
+                hdr = struct.pack(
+                    "!HHHHHH", ident, 0x8180 if not fc else 0x0100, 1, 1 if not fc else 0, 0, 0
+                )
                 raw = _buf(model, "pkt", prefix=hdr + b"\x03www\x07example\x03com", fill=b"\0")
                 msgs = [(True, dns_query(b"www.example.com", ident)), (fc, raw)]
                 return dns_tcp(msgs) if model.proto == "tcp" else msgs
@@ -597,12 +737,22 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
         subj = _buf(model, "tls.cert_subject")
         issuer = _buf(model, "tls.cert_issuer")
         if certs is not None or subj is not None or issuer is not None:
+
             def cn(v, default):
                 if v is None:
                     return default
                 return v[3:] if v.startswith(b"CN=") else v
-            msgs.append((False, tls_server_flight(x509_certificate(
-                certs or b"", cn(subj, b"www.example.com"), cn(issuer, b"Example CA")))))
+
+            msgs.append(
+                (
+                    False,
+                    tls_server_flight(
+                        x509_certificate(
+                            certs or b"", cn(subj, b"www.example.com"), cn(issuer, b"Example CA")
+                        )
+                    ),
+                )
+            )
         raw = _pkt_payload(model) if model.buffers.get("pkt") else b""
         if raw:
             msgs.append((fc, raw))
@@ -612,18 +762,36 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
         opts = model.buffer_opts.get("dcerpc", {})
         iface = opts.get("iface", "4b324fc8-1670-01d3-1278-5a47bf6ee188")
         if model.proto == "udp":
-            return [(True, dcerpc_udp_request(iface, opts.get("version", 1), opts.get("opnum", 0), stub))]
+            return [
+                (
+                    True,
+                    dcerpc_udp_request(iface, opts.get("version", 1), opts.get("opnum", 0), stub),
+                )
+            ]
         return dcerpc_tcp(iface, opts.get("version", 1), opts.get("opnum", 0), stub)
     if app == "smtp" and "file.data" in model.buffers:
-        return smtp_mail(_buf(model, "file.data", fill=b"\0"), _pkt_payload(model) if model.buffers.get("pkt") else b"")
+        return smtp_mail(
+            _buf(model, "file.data", fill=b"\0"),
+            _pkt_payload(model) if model.buffers.get("pkt") else b"",
+        )
     payload = _pkt_payload(model, fill=b"a" if app in TEXT_APPS else b"\0")
     if app in TEXT_APPS:
-        return dialogue(app, payload, fc, matches=model.buffers.get("pkt"), opts=model.buffer_opts.get("pkt"),
-                        dsize=model.dsize)
+        return dialogue(
+            app,
+            payload,
+            fc,
+            matches=model.buffers.get("pkt"),
+            opts=model.buffer_opts.get("pkt"),
+            dsize=model.dsize,
+        )
     if app == "telnet":
         return [(False, b"\xff\xfd\x18"), (fc, payload)]
     if app == "ssh":
-        return [(False, b"SSH-2.0-OpenSSH_9.2\r\n"), (True, b"SSH-2.0-OpenSSH_9.2\r\n"), (fc, payload)]
+        return [
+            (False, b"SSH-2.0-OpenSSH_9.2\r\n"),
+            (True, b"SSH-2.0-OpenSSH_9.2\r\n"),
+            (fc, payload),
+        ]
     return [(fc, payload)] if payload or model.proto != "tcp" else [(fc, b"")]
 
 
@@ -646,7 +814,13 @@ def _sip_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
     if code is not None and len(code) < 3 and code.isdigit():
         # a status code has three digits (`content:"4"; startswith;` is any 4xx)
         full = code.ljust(3, b"0")
-        code = full if verify(full, model.buffers.get("sip.stat_code", []), model.buffer_opts.get("sip.stat_code")) else code
+        code = (
+            full
+            if verify(
+                full, model.buffers.get("sip.stat_code", []), model.buffer_opts.get("sip.stat_code")
+            )
+            else code
+        )
     status = _buf(model, "sip.response_line")
     rproto = proto if not model.to_server else None
     if status:
@@ -656,7 +830,7 @@ def _sip_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
     raw = _pkt_payload(model) if model.buffers.get("pkt") else b""
     if method is None and raw:
         method = sip_method_of(raw)
-    method = method or b"MESSAGE"          # a method scanner rules do not look for (OPTIONS, INVITE)
+    method = method or b"MESSAGE"  # a method scanner rules do not look for (OPTIONS, INVITE)
     kw = {"ident": ident, "transport": transport}
     # raw bytes that must start the message are the message itself
     pinned = bool(raw) and pinned_to_start(model.buffers["pkt"])
@@ -674,8 +848,9 @@ class _Plan:
     related: list[int]
 
 
-def _setter_for(name: str, setters: dict[str, list[RuleModel]], exclude: int,
-                app: str | None = None) -> RuleModel | None:
+def _setter_for(
+    name: str, setters: dict[str, list[RuleModel]], exclude: int, app: str | None = None
+) -> RuleModel | None:
     if app == "smtp":
         # an SMTP rule needs a setter that speaks SMTP too (one conversation)
         for m in setters.get(name, ()):
@@ -690,7 +865,9 @@ def _setter_for(name: str, setters: dict[str, list[RuleModel]], exclude: int,
     return None
 
 
-def plan(model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, depth: int = 0) -> _Plan:
+def plan(
+    model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, depth: int = 0
+) -> _Plan:
     pre: list[tuple[bool, bytes]] = []
     related: list[int] = []
     setter = None
@@ -710,7 +887,11 @@ def plan(model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, dept
         if not model.to_server and setter.to_server and pre[-1][0] is False and len(pre) >= 2:
             pre = pre[:-1]
             own = [m for m in own if m[0] is False]
-    if pre and model.app == "smtp" and own[:1] == [(False, b"220 mail.example.com ESMTP ready\r\n")]:
+    if (
+        pre
+        and model.app == "smtp"
+        and own[:1] == [(False, b"220 mail.example.com ESMTP ready\r\n")]
+    ):
         # one SMTP conversation: no second greeting, the setter's mail is not followed by QUIT
         if pre[-2:] == [(True, b"QUIT\r\n"), (False, b"221 bye\r\n")]:
             pre = pre[:-2]
@@ -718,11 +899,15 @@ def plan(model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, dept
             own = own[3:] if own[1][1].startswith(b"EHLO") else own[1:]
     size = sum(len(d) for _fc, d in pre + own)
     if size > MAX_SESSION_BYTES:
-        raise SynthError(f"the session would carry {size:,} bytes, more than the "
-                         f"{MAX_SESSION_BYTES:,} one rule may have")
+        raise SynthError(
+            f"the session would carry {size:,} bytes, more than the "
+            f"{MAX_SESSION_BYTES:,} one rule may have"
+        )
     if depth == 0 and size * model.events > MAX_RULE_TRAFFIC:
-        raise SynthError(f"{model.events:,} sessions of {size:,} bytes would carry more than the "
-                         f"{MAX_RULE_TRAFFIC:,} bytes one rule may have")
+        raise SynthError(
+            f"{model.events:,} sessions of {size:,} bytes would carry more than the "
+            f"{MAX_RULE_TRAFFIC:,} bytes one rule may have"
+        )
     return _Plan(model, pre + own, related)
 
 
@@ -757,9 +942,17 @@ def session_sides(model: RuleModel) -> tuple[str, str]:
     return cside, sside
 
 
-def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: str | Path | None = None,
-               *, all_models: list[RuleModel] | None = None, progress=None,
-               t0_ns: int = T0_NS, starts_ns: list[int] | None = None, ip_version: int = 4) -> SynthResult:
+def synthesize(
+    models: list[RuleModel],
+    pcap_path: str | Path,
+    manifest_path: str | Path | None = None,
+    *,
+    all_models: list[RuleModel] | None = None,
+    progress=None,
+    t0_ns: int = T0_NS,
+    starts_ns: list[int] | None = None,
+    ip_version: int = 4,
+) -> SynthResult:
     """Write one session per supported model into `pcap_path`.
 
     `ip_version` 6 puts every session on IPv6 addresses; with 4 only rules that name IPv6
@@ -796,8 +989,16 @@ def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: st
             if starts_ns is not None:
                 t = max(t if res.sessions else 0, starts_ns[i])
             for k in range(model.events):
-                s = Session(model.sid, pl.related, model.proto, client, cport + k if model.events > 1 else cport, server, sport,
-                            app=model.app or model.proto)
+                s = Session(
+                    model.sid,
+                    pl.related,
+                    model.proto,
+                    client,
+                    cport + k if model.events > 1 else cport,
+                    server,
+                    sport,
+                    app=model.app or model.proto,
+                )
                 em = _Emitter(w, t)
                 s.start_ns = t
                 if model.proto == "udp":
@@ -812,8 +1013,10 @@ def synthesize(models: list[RuleModel], pcap_path: str | Path, manifest_path: st
                     if model.tcp_flags.startswith("!"):
                         fl = P.ACK
                     data = b"".join(d for _fc, d in pl.messages)
-                    _tcp_session(em, s, [(model.src_is_client, data)], handshake=False, flags=fl, seed=i + 1)
-                    s.app = "tcp"            # a packet with flags, no conversation
+                    _tcp_session(
+                        em, s, [(model.src_is_client, data)], handshake=False, flags=fl, seed=i + 1
+                    )
+                    s.app = "tcp"  # a packet with flags, no conversation
                 else:
                     _tcp_session(em, s, pl.messages, seed=i + 1)
                 s.end_ns = em.t - PKT_GAP_NS
@@ -831,7 +1034,7 @@ def write_manifest(res: SynthResult, models: list[RuleModel], path: str | Path) 
     rules = []
     listed: set[int] = set()
     for m in models:
-        if m.sid in listed:          # a rule scheduled more than once (scenario attacks) is listed once
+        if m.sid in listed:  # a rule scheduled more than once (scenario attacks) is listed once
             continue
         listed.add(m.sid)
         entry = {"sid": m.sid, "file": m.raw.file, "line": m.raw.line, "status": m.status}
@@ -841,6 +1044,11 @@ def write_manifest(res: SynthResult, models: list[RuleModel], path: str | Path) 
             entry["status"] = "unsynthesizable"
             entry["reasons"] = [res.failed[m.sid]]
         rules.append(entry)
-    doc = {"pcap": str(res.pcap), "packets": res.packets, "bytes": res.bytes,
-           "sessions": [s.as_dict() for s in res.sessions], "rules": rules}
+    doc = {
+        "pcap": str(res.pcap),
+        "packets": res.packets,
+        "bytes": res.bytes,
+        "sessions": [s.as_dict() for s in res.sessions],
+        "rules": rules,
+    }
     write_whole(path, json.dumps(doc, indent=1) + "\n")

@@ -75,25 +75,77 @@ from .variables import CONFIG_VARS
 # tables
 
 STICKY = {
-    "http_uri": "http.uri", "http_raw_uri": "http.uri.raw", "http_header": "http.header",
-    "http_raw_header": "http.header.raw", "http_client_body": "http.request_body",
-    "http_cookie": "http.cookie", "http_raw_cookie": "http.cookie", "http_method": "http.method",
-    "http_stat_code": "http.stat_code", "http_stat_msg": "http.stat_msg",
-    "http_user_agent": "http.user_agent", "http_host": "http.host", "http_raw_host": "http.host.raw",
-    "http_version": "http.protocol", "http_raw_request": "http.request_line",
-    "http_raw_status": "http.response_line", "file_data": "file.data", "pkt_data": "pkt_data",
-    "raw_data": "pkt_data", "dce_stub_data": "dcerpc.stub_data", "base64_data": "base64_data",
+    "http_uri": "http.uri",
+    "http_raw_uri": "http.uri.raw",
+    "http_header": "http.header",
+    "http_raw_header": "http.header.raw",
+    "http_client_body": "http.request_body",
+    "http_cookie": "http.cookie",
+    "http_raw_cookie": "http.cookie",
+    "http_method": "http.method",
+    "http_stat_code": "http.stat_code",
+    "http_stat_msg": "http.stat_msg",
+    "http_user_agent": "http.user_agent",
+    "http_host": "http.host",
+    "http_raw_host": "http.host.raw",
+    "http_version": "http.protocol",
+    "http_raw_request": "http.request_line",
+    "http_raw_status": "http.response_line",
+    "file_data": "file.data",
+    "pkt_data": "pkt_data",
+    "raw_data": "pkt_data",
+    "dce_stub_data": "dcerpc.stub_data",
+    "base64_data": "base64_data",
     "dnp3_data": "dnp3.data",
 }
 # kept exactly as written (Suricata 7 has the keyword with the same syntax)
-KEEP = frozenset({
-    "msg", "sid", "rev", "gid", "classtype", "reference", "priority", "flow", "pcre", "byte_test",
-    "byte_jump", "byte_extract", "byte_math", "isdataat", "detection_filter", "itype", "icode",
-    "icmp_id", "icmp_seq", "ttl", "tos", "id", "ip_proto", "fragbits", "fragoffset", "ipopts",
-    "sameip", "ssl_state", "ssl_version", "base64_decode", "stream_size", "asn1", "rpc", "urilen",
-    "target", "replace", "dnp3_func", "dnp3_ind", "dnp3_obj", "threshold",
-    "seq", "ack", "window",   # Suricata 7 names them tcp.seq/tcp.ack/tcp.window and keeps these aliases
-})
+KEEP = frozenset(
+    {
+        "msg",
+        "sid",
+        "rev",
+        "gid",
+        "classtype",
+        "reference",
+        "priority",
+        "flow",
+        "pcre",
+        "byte_test",
+        "byte_jump",
+        "byte_extract",
+        "byte_math",
+        "isdataat",
+        "detection_filter",
+        "itype",
+        "icode",
+        "icmp_id",
+        "icmp_seq",
+        "ttl",
+        "tos",
+        "id",
+        "ip_proto",
+        "fragbits",
+        "fragoffset",
+        "ipopts",
+        "sameip",
+        "ssl_state",
+        "ssl_version",
+        "base64_decode",
+        "stream_size",
+        "asn1",
+        "rpc",
+        "urilen",
+        "target",
+        "replace",
+        "dnp3_func",
+        "dnp3_ind",
+        "dnp3_obj",
+        "threshold",
+        "seq",
+        "ack",
+        "window",  # Suricata 7 names them tcp.seq/tcp.ack/tcp.window and keeps these aliases
+    }
+)
 DROP = frozenset({"rem"})
 NO_EQUIVALENT = {
     "sip_header": "Suricata 7 has no generic SIP header buffer",
@@ -116,43 +168,127 @@ NO_EQUIVALENT = {
     "http_version_match": "Suricata 7 has no HTTP version match",
     "script_data": "Suricata 7 has no script buffer",
     "stream_reassemble": "Suricata 7 cannot switch reassembly from a rule",
-    "ber_data": "Suricata 7 has no BER buffer", "ber_skip": "Suricata 7 has no BER keywords",
+    "ber_data": "Suricata 7 has no BER buffer",
+    "ber_skip": "Suricata 7 has no BER keywords",
     "ssl_cert": "use tls.* buffers by hand",
 }
-NO_EQUIVALENT_PREFIXES = ("cip_", "modbus_", "s7commplus_", "gtp_", "mms_", "iec104_", "opcua_",
-                          "dce_smb", "sip_", "netflow_", "wizard_")
+NO_EQUIVALENT_PREFIXES = (
+    "cip_",
+    "modbus_",
+    "s7commplus_",
+    "gtp_",
+    "mms_",
+    "iec104_",
+    "opcua_",
+    "dce_smb",
+    "sip_",
+    "netflow_",
+    "wizard_",
+)
 # Snort 3 service -> (Suricata app-layer protocol or None, transport, well-known port)
 SERVICES = {
-    "http": ("http", "tcp", "80"), "http2": ("http2", "tcp", "80"), "ssl": ("tls", "tcp", "443"),
-    "smtp": ("smtp", "tcp", "25"), "ftp": ("ftp", "tcp", "21"), "ftp-data": ("ftp-data", "tcp", "20"),
-    "dns": ("dns", "udp", "53"), "ssh": ("ssh", "tcp", "22"), "netbios-ssn": ("smb", "tcp", "139"),
-    "dcerpc": ("dcerpc", "tcp", "135"), "imap": ("imap", "tcp", "143"), "pop3": (None, "tcp", "110"),
-    "telnet": ("telnet", "tcp", "23"), "snmp": ("snmp", "udp", "161"), "sip": ("sip", "udp", "5060"),
-    "irc": (None, "tcp", "6667"), "rdp": ("rdp", "tcp", "3389"), "kerberos": ("krb5", "udp", "88"),
-    "dhcp": ("dhcp", "udp", "67"), "tftp": ("tftp", "udp", "69"), "nfs": ("nfs", "tcp", "2049"),
-    "modbus": ("modbus", "tcp", "502"), "dnp3": ("dnp3", "tcp", "20000"), "mqtt": ("mqtt", "tcp", "1883"),
-    "ntp": ("ntp", "udp", "123"), "mysql": (None, "tcp", "3306"), "ldap": (None, "tcp", "389"),
-    "nntp": (None, "tcp", "119"), "sunrpc": (None, "tcp", "111"), "netbios-ns": (None, "udp", "137"),
-    "netbios-dgm": (None, "udp", "138"), "ssdp": (None, "udp", "1900"), "wins": (None, "tcp", "42"),
+    "http": ("http", "tcp", "80"),
+    "http2": ("http2", "tcp", "80"),
+    "ssl": ("tls", "tcp", "443"),
+    "smtp": ("smtp", "tcp", "25"),
+    "ftp": ("ftp", "tcp", "21"),
+    "ftp-data": ("ftp-data", "tcp", "20"),
+    "dns": ("dns", "udp", "53"),
+    "ssh": ("ssh", "tcp", "22"),
+    "netbios-ssn": ("smb", "tcp", "139"),
+    "dcerpc": ("dcerpc", "tcp", "135"),
+    "imap": ("imap", "tcp", "143"),
+    "pop3": (None, "tcp", "110"),
+    "telnet": ("telnet", "tcp", "23"),
+    "snmp": ("snmp", "udp", "161"),
+    "sip": ("sip", "udp", "5060"),
+    "irc": (None, "tcp", "6667"),
+    "rdp": ("rdp", "tcp", "3389"),
+    "kerberos": ("krb5", "udp", "88"),
+    "dhcp": ("dhcp", "udp", "67"),
+    "tftp": ("tftp", "udp", "69"),
+    "nfs": ("nfs", "tcp", "2049"),
+    "modbus": ("modbus", "tcp", "502"),
+    "dnp3": ("dnp3", "tcp", "20000"),
+    "mqtt": ("mqtt", "tcp", "1883"),
+    "ntp": ("ntp", "udp", "123"),
+    "mysql": (None, "tcp", "3306"),
+    "ldap": (None, "tcp", "389"),
+    "nntp": (None, "tcp", "119"),
+    "sunrpc": (None, "tcp", "111"),
+    "netbios-ns": (None, "udp", "137"),
+    "netbios-dgm": (None, "udp", "138"),
+    "ssdp": (None, "udp", "1900"),
+    "wins": (None, "tcp", "42"),
 }
-SIP_METHOD_NAMES = {"invite", "cancel", "ack", "bye", "register", "options", "refer", "subscribe",
-                    "update", "join", "info", "message", "notify", "benotify", "do", "qauth",
-                    "sprack", "publish", "service", "unsubscribe", "prack"}
+SIP_METHOD_NAMES = {
+    "invite",
+    "cancel",
+    "ack",
+    "bye",
+    "register",
+    "options",
+    "refer",
+    "subscribe",
+    "update",
+    "join",
+    "info",
+    "message",
+    "notify",
+    "benotify",
+    "do",
+    "qauth",
+    "sprack",
+    "publish",
+    "service",
+    "unsubscribe",
+    "prack",
+}
 # Snort 3 default variables that the Suricata configuration of testbed.ids.suricata may lack:
 # replaced in the header by their Snort 3 default value when the configuration has no such variable
 SNORT3_DEFAULT_VARS = {
-    "SIP_SERVERS": "$HOME_NET", "SIP_PORTS": "[5060,5061,5600]", "SMTP_SERVERS": "$HOME_NET",
-    "SQL_SERVERS": "$HOME_NET", "TELNET_SERVERS": "$HOME_NET", "HTTP_SERVERS": "$HOME_NET",
-    "DNS_SERVERS": "$HOME_NET", "FTP_SERVERS": "$HOME_NET", "SSH_SERVERS": "$HOME_NET",
+    "SIP_SERVERS": "$HOME_NET",
+    "SIP_PORTS": "[5060,5061,5600]",
+    "SMTP_SERVERS": "$HOME_NET",
+    "SQL_SERVERS": "$HOME_NET",
+    "TELNET_SERVERS": "$HOME_NET",
+    "HTTP_SERVERS": "$HOME_NET",
+    "DNS_SERVERS": "$HOME_NET",
+    "FTP_SERVERS": "$HOME_NET",
+    "SSH_SERVERS": "$HOME_NET",
     "HTTP_PORTS": "[80,81,311,383,591,593,901,1220,1414,1741,1830,2301,2381,2809,3037,3128,3702,4343,4848,5250,6988,7000,7001,7144,7145,7510,7777,7779,8000,8008,8014,8028,8080,8085,8088,8090,8118,8123,8180,8181,8243,8280,8300,8800,8888,8899,9000,9060,9080,9090,9091,9443,9999,11371,34443,34444,41080,50002,55555]",
-    "FTP_PORTS": "[21,2100,3535]", "ORACLE_PORTS": "1024:", "SSH_PORTS": "22",
-    "FILE_DATA_PORTS": "[$HTTP_PORTS,110,143]", "SHELLCODE_PORTS": "!80", "GTP_PORTS": "[2123,2152,3386]",
+    "FTP_PORTS": "[21,2100,3535]",
+    "ORACLE_PORTS": "1024:",
+    "SSH_PORTS": "22",
+    "FILE_DATA_PORTS": "[$HTTP_PORTS,110,143]",
+    "SHELLCODE_PORTS": "!80",
+    "GTP_PORTS": "[2123,2152,3386]",
     "AIM_SERVERS": "$EXTERNAL_NET",
 }
 # keywords that make a rule packet-based; Suricata refuses them together with app-layer buffers
-PACKET_KEYWORDS = frozenset({"dsize", "flags", "ttl", "id", "fragbits", "fragoffset", "tos", "ipopts",
-                             "seq", "ack", "window", "itype", "icode", "icmp_id", "icmp_seq"})
-APP_BUFFERS = frozenset(v for v in STICKY.values() if v != "pkt_data") | {"sip.method", "sip.stat_code"}
+PACKET_KEYWORDS = frozenset(
+    {
+        "dsize",
+        "flags",
+        "ttl",
+        "id",
+        "fragbits",
+        "fragoffset",
+        "tos",
+        "ipopts",
+        "seq",
+        "ack",
+        "window",
+        "itype",
+        "icode",
+        "icmp_id",
+        "icmp_seq",
+    }
+)
+APP_BUFFERS = frozenset(v for v in STICKY.values() if v != "pkt_data") | {
+    "sip.method",
+    "sip.stat_code",
+}
 CONTENT_MODS_VALUE = {"offset", "depth", "distance", "within"}
 CONTENT_MODS_FLAG = {"nocase", "fast_pattern", "rawbytes"}
 
@@ -288,7 +424,9 @@ def _tag(value: str) -> str:
         raise Untranslatable("keyword tag: form not understood", value)
     if count is None:
         return kind if kind == "session" else f"host,{direction}"
-    return f"session,{count},{metric}" if kind == "session" else f"host,{count},{metric},{direction}"
+    return (
+        f"session,{count},{metric}" if kind == "session" else f"host,{count},{metric},{direction}"
+    )
 
 
 def _quote(s: str) -> str:
@@ -316,25 +454,38 @@ def _fill_vars(field_: str, known: frozenset[str], notes: list[str]) -> str:
             notes.append(f"${name} replaced by the Snort 3 default {SNORT3_DEFAULT_VARS[name]}")
             return SNORT3_DEFAULT_VARS[name]
         raise Untranslatable(f"variable ${name}: not defined in the Suricata configuration")
+
     return _VAR_RE.sub(sub, field_)
 
 
 def _header(rule: RawRule, services: list[str], notes: list[str], app_header: bool = False) -> str:
     if not rule.is_service_rule:
         known = CONFIG_VARS
-        fields = [_fill_vars(f, known, notes) if f and "$" in f else f
-                  for f in (rule.src, rule.sport, rule.dst, rule.dport)]
+        fields = [
+            _fill_vars(f, known, notes) if f and "$" in f else f
+            for f in (rule.src, rule.sport, rule.dst, rule.dport)
+        ]
         proto = rule.proto
         if app_header and len(services) == 1 and services[0] in SERVICES:
             app, transport, _ = SERVICES[services[0]]
             file_data = any(o.keyword == "file_data" for o in rule.options)
-            if app and (proto == transport or (app == "dns" and proto in ("tcp", "udp"))) \
-                    and not (file_data and app not in ("http", "smtp", "http2", "smb", "nfs", "ftp-data")):
+            if (
+                app
+                and (proto == transport or (app == "dns" and proto in ("tcp", "udp")))
+                and not (
+                    file_data and app not in ("http", "smtp", "http2", "smb", "nfs", "ftp-data")
+                )
+            ):
                 proto = app
-        return " ".join((rule.action, proto, fields[0], fields[1], rule.direction, fields[2], fields[3]))  # type: ignore[arg-type]
+        return " ".join(
+            (rule.action, proto, fields[0], fields[1], rule.direction, fields[2], fields[3])
+        )  # type: ignore[arg-type]
     proto = rule.proto
     if proto == "file":
-        raise Untranslatable("Snort 3 file rule", "file rules match files of any service; Suricata has no such header")
+        raise Untranslatable(
+            "Snort 3 file rule",
+            "file rules match files of any service; Suricata has no such header",
+        )
     if proto in ("tcp", "udp", "icmp", "ip"):
         return f"{rule.action} {proto} any any -> any any"
     svc = SERVICES.get(proto)
@@ -362,21 +513,26 @@ def translate_rule(rule: RawRule, *, app_header: bool = False) -> Translation:
         text = _translate(rule, notes, app_header)
     except Untranslatable as exc:
         return Translation(rule, None, exc.reason, exc.detail, notes)
-    except (ValueError, IndexError) as exc:  # a number or list the rule writes in a form we do not read
+    except (
+        ValueError,
+        IndexError,
+    ) as exc:  # a number or list the rule writes in a form we do not read
         return Translation(rule, None, "option value not understood", str(exc), notes)
     return Translation(rule, text, None, "", notes)
 
 
 def _translate(rule: RawRule, notes: list[str], app_header: bool = False) -> str:
     out: list[Option] = []
-    tail: list[Option] = []          # options that need their own sticky buffer: placed last
+    tail: list[Option] = []  # options that need their own sticky buffer: placed last
     services: list[str] = []
-    buffer: str | None = None        # current Suricata sticky buffer (None: packet/stream data)
+    buffer: str | None = None  # current Suricata sticky buffer (None: packet/stream data)
     for opt in rule.options:
         k, v = opt.keyword, opt.value
         if k in STICKY:
             if v is not None:
-                raise Untranslatable(f"keyword {k}: sub-field '{v.split()[0]}' has no Suricata buffer", f"{k}:{v}")
+                raise Untranslatable(
+                    f"keyword {k}: sub-field '{v.split()[0]}' has no Suricata buffer", f"{k}:{v}"
+                )
             buffer = STICKY[k]
             out.append(Option(buffer))
             if k == "raw_data":
@@ -421,10 +577,14 @@ def _translate(rule: RawRule, notes: list[str], app_header: bool = False) -> str
         elif k == "bufferlen":
             val, _, rel = (v or "").partition(",")
             if rel.strip():
-                raise Untranslatable("keyword bufferlen: relative has no Suricata form", f"bufferlen:{v}")
+                raise Untranslatable(
+                    "keyword bufferlen: relative has no Suricata form", f"bufferlen:{v}"
+                )
             if buffer in (None, "pkt_data"):
                 if rule.has("dsize") or any(o.keyword == "dsize" for o in out):
-                    raise Untranslatable("bufferlen on packet data besides dsize: Suricata allows one dsize")
+                    raise Untranslatable(
+                        "bufferlen on packet data besides dsize: Suricata allows one dsize"
+                    )
                 out.append(Option("dsize", size_expr(val, k)))
                 notes.append("bufferlen on packet data approximated by dsize")
             else:
@@ -458,10 +618,16 @@ def _translate(rule: RawRule, notes: list[str], app_header: bool = False) -> str
     packet = sorted(used & PACKET_KEYWORDS)
     app = sorted(used & APP_BUFFERS)
     if packet and app:
-        raise Untranslatable("packet-header match combined with an application-layer buffer",
-                             f"{', '.join(packet)} with {', '.join(app)}; Suricata refuses the mix")
+        raise Untranslatable(
+            "packet-header match combined with an application-layer buffer",
+            f"{', '.join(packet)} with {', '.join(app)}; Suricata refuses the mix",
+        )
     header = _header(rule, services, notes, app_header)
-    if rule.is_service_rule and rule.proto not in ("tcp", "udp", "icmp", "ip") and rule.proto not in services:
+    if (
+        rule.is_service_rule
+        and rule.proto not in ("tcp", "udp", "icmp", "ip")
+        and rule.proto not in services
+    ):
         services.insert(0, rule.proto)
     if services:
         meta = ", ".join(f"service {s}" for s in services)
@@ -491,10 +657,14 @@ def _flowbits(value: str | None) -> list[Option]:
     if "&" in bits:
         if cmd in ("isnotset",):
             # not (a and b) is an OR of isnotset; Suricata has no such form
-            raise Untranslatable("keyword flowbits: isnotset of a&b has no Suricata form", f"flowbits:{value}")
+            raise Untranslatable(
+                "keyword flowbits: isnotset of a&b has no Suricata form", f"flowbits:{value}"
+            )
         return [Option("flowbits", f"{cmd},{b.strip()}") for b in bits.split("&")]
     if "|" in bits and cmd not in ("isset",):
-        raise Untranslatable(f"keyword flowbits: {cmd} of a|b has no Suricata form", f"flowbits:{value}")
+        raise Untranslatable(
+            f"keyword flowbits: {cmd} of a|b has no Suricata form", f"flowbits:{value}"
+        )
     return [Option("flowbits", f"{cmd},{bits}")]
 
 
@@ -532,7 +702,11 @@ def _sip_method(value: str) -> list[Option]:
     if any(n.startswith("!") for n in names):
         raise Untranslatable("keyword sip_method: negation has no simple Suricata form", value)
     if len(names) == 1:
-        return [Option("sip.method"), Option("content", _quote(names[0].upper())), Option("bsize", str(len(names[0])))]
+        return [
+            Option("sip.method"),
+            Option("content", _quote(names[0].upper())),
+            Option("bsize", str(len(names[0]))),
+        ]
     alt = "|".join(re.escape(n.upper()) for n in names)
     return [Option("sip.method"), Option("pcre", f'"/^(?:{alt})$/"')]
 
@@ -557,14 +731,15 @@ def translate_rules(rules: list[RawRule], *, app_header: bool = False) -> list[T
 # ---------------------------------------------------------------------------------------------
 # a whole file
 
+
 @dataclass
 class LoadCheck:
     """What ``suricata -T`` said of a translated file (made by `testbed.ids.suricata.check_load`)."""
 
     rules_loaded: int | None
     rules_failed: int | None
-    failures: dict[int, list[str]]       # sid -> Suricata's own error lines for that rule
-    errors: list[str]                    # every E: line
+    failures: dict[int, list[str]]  # sid -> Suricata's own error lines for that rule
+    errors: list[str]  # every E: line
     exit_code: int | None
     command: list[str]
     seconds: float = 0.0
@@ -607,7 +782,9 @@ class TranslationReport:
                 {"sid": t.sid, "where": t.rule.where, "reason": t.reason, "detail": t.detail}
                 for t in self.untranslatable
             ],
-            "approximations": dict(Counter(n for t in self.translated for n in t.notes).most_common()),
+            "approximations": dict(
+                Counter(n for t in self.translated for n in t.notes).most_common()
+            ),
             "problems": [str(p) for p in self.problems],
         }
         if self.load is not None:
@@ -625,20 +802,25 @@ class TranslationReport:
 def write_rules(translations: list[Translation], out_path: str | Path, source: str = "") -> None:
     """The translated rules into `out_path`, whole or not at all (`replacing`: a full disk leaves
     no half-written file)."""
-    lines = [f"# Suricata 7 translation of {source} by testbed.ids.rules.translate",
-             "# untranslatable rules are listed in the report, not here"]
+    lines = [
+        f"# Suricata 7 translation of {source} by testbed.ids.rules.translate",
+        "# untranslatable rules are listed in the report, not here",
+    ]
     lines += [t.text for t in translations if t.ok]  # type: ignore[misc]
     with replacing(out_path) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
 
 
-def translate_rules_file(in_path: str | Path, out_path: str | Path, *,
-                         app_header: bool = False) -> TranslationReport:
+def translate_rules_file(
+    in_path: str | Path, out_path: str | Path, *, app_header: bool = False
+) -> TranslationReport:
     """Translate a Snort 3 rule file into `out_path`; the report's `load` is left unset."""
     rules, problems = read_rules(in_path)
     translations = translate_rules(rules, app_header=app_header)
     write_rules(translations, out_path, str(in_path))
-    return TranslationReport(str(in_path), str(out_path), len(rules) + len(problems), translations, problems)
+    return TranslationReport(
+        str(in_path), str(out_path), len(rules) + len(problems), translations, problems
+    )
 
 
 def report_json(report: TranslationReport) -> str:

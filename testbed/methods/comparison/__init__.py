@@ -17,7 +17,9 @@ def plan(scenario: Scenario) -> list[Step]:
     steps = []
     for g in gens:
         fast = g.model_copy(update={"pace": "topspeed"})
-        steps.append(Step(g.title, scenario, [fast], "topspeed", {"generator": g.title, "plugin": g.name}))
+        steps.append(
+            Step(g.title, scenario, [fast], "topspeed", {"generator": g.title, "plugin": g.name})
+        )
     if tb.load_steps:
         ls = tb.load_steps
         template = template_flow(scenario)
@@ -28,11 +30,21 @@ def plan(scenario: Scenario) -> list[Step]:
                 load = k * ls.step_kbps * 1000  # bytes per second
                 rate = Decimal(load) / Decimal(frame)
                 flow = derived_flow(template, start=0, rate=rate, duration=ls.duration)
-                steps.append(Step(f"{g.title}-load-{k * ls.step_kbps}kBps", with_changes(scenario, [flow]),
-                                  [slow], "load", {"generator": g.title, "plugin": g.name,
-                                                   "offered_kBps": k * ls.step_kbps}))  # fmt: skip
+                steps.append(
+                    Step(
+                        f"{g.title}-load-{k * ls.step_kbps}kBps",
+                        with_changes(scenario, [flow]),
+                        [slow],
+                        "load",
+                        {"generator": g.title, "plugin": g.name, "offered_kBps": k * ls.step_kbps},
+                    )
+                )
     return steps
 
 
-METHOD = Method("comparison", plan, analysis,
-                summary="seed 001: each generator in turn at top speed, then at fixed loads")
+METHOD = Method(
+    "comparison",
+    plan,
+    analysis,
+    summary="seed 001: each generator in turn at top speed, then at fixed loads",
+)

@@ -40,16 +40,35 @@ def plan(scenario: Scenario) -> list[Step]:
     rng = random.Random(scenario.seed)  # the fault's phase in the VRRP cycle, per trial
     for adv in fo.advert_int:
         for kind in fo.fault:
-            one = fo.model_copy(update={"advert_int": [adv], "fault": [kind], "version": fo.vrrp_version})
+            one = fo.model_copy(
+                update={"advert_int": [adv], "fault": [kind], "version": fo.vrrp_version}
+            )
             for k in range(1, fo.trials + 1):
-                at = fo.fault_at + (int(rng.random() * adv) // 1000 * 1000 if fo.fault_phase == "random" else 0)
+                at = fo.fault_at + (
+                    int(rng.random() * adv) // 1000 * 1000 if fo.fault_phase == "random" else 0
+                )
                 fault = fault_for(one, kind, at)
-                steps.append(Step(f"adv{interval_name(adv)}-{kind}-{k}",
-                                  with_changes(scenario, failover=one, faults=[*tb.faults, fault]), gens,
-                                  "failover", {"advert_int_s": adv / NS, "vrrp_version": one.vrrp_version,
-                                               "trial": k, "fault": kind, "fault_at_s": at / NS}))
+                steps.append(
+                    Step(
+                        f"adv{interval_name(adv)}-{kind}-{k}",
+                        with_changes(scenario, failover=one, faults=[*tb.faults, fault]),
+                        gens,
+                        "failover",
+                        {
+                            "advert_int_s": adv / NS,
+                            "vrrp_version": one.vrrp_version,
+                            "trial": k,
+                            "fault": kind,
+                            "fault_at_s": at / NS,
+                        },
+                    )
+                )
     return steps
 
 
-METHOD = Method("failover", plan, analysis,
-                summary="seed 002: a VRRP pair, a fault on the master, the outage in the probe stream")
+METHOD = Method(
+    "failover",
+    plan,
+    analysis,
+    summary="seed 002: a VRRP pair, a fault on the master, the outage in the probe stream",
+)

@@ -32,10 +32,19 @@ from analysis.capture import read_capture
 from analysis.live import PALETTE, fmt_count, save_figure
 from analysis.plots import figure
 
-CAPTIONS = {"failover_seq": "Reply sequence around the fault (seed 002, figure 23 redrawn)",
-            "failover_gap": "Outage per trial"}
-SEED = {"protocol": "icmp", "interval_ms": 5.0, "trials": 5, "lost_mean": 512, "max_gap_mean_s": 2.88,
-        "handover_s": 3.0, "what": "seed 002: CARP (advbase 1 s, advskew 100), master powered off"}
+CAPTIONS = {
+    "failover_seq": "Reply sequence around the fault (seed 002, figure 23 redrawn)",
+    "failover_gap": "Outage per trial",
+}
+SEED = {
+    "protocol": "icmp",
+    "interval_ms": 5.0,
+    "trials": 5,
+    "lost_mean": 512,
+    "max_gap_mean_s": 2.88,
+    "handover_s": 3.0,
+    "what": "seed 002: CARP (advbase 1 s, advskew 100), master powered off",
+}
 
 
 def _plan(step_dir: Path) -> list[dict]:
@@ -54,9 +63,15 @@ def tcp_outcome(cap, flow: dict, fault_ns: int | None) -> dict[str, Any]:
     to_vip = tcp & (cap.src_lo == client) & (cap.dst_lo == vip) & (cap.dport == flow["dport"])
     back = tcp & (cap.src_lo == vip) & (cap.dst_lo == client) & (cap.sport == flow["dport"])
     rst = back & ((cap.tcp_flags & 0x04) != 0)
-    data = back & ~rst & (cap.wire_len >= 14 + 20 + 20 + flow["size"])  # a segment with an echo in it
-    out: dict[str, Any] = {"protocol": "tcp", "interval_ms": flow["period_ns"] / 1e6,
-                           "requests": int(to_vip.sum()), "replies": int(back.sum())}
+    data = (
+        back & ~rst & (cap.wire_len >= 14 + 20 + 20 + flow["size"])
+    )  # a segment with an echo in it
+    out: dict[str, Any] = {
+        "protocol": "tcp",
+        "interval_ms": flow["period_ns"] / 1e6,
+        "requests": int(to_vip.sum()),
+        "replies": int(back.sum()),
+    }
     if fault_ns is None or not to_vip.any():
         return out
     after = cap.ts_ns > fault_ns
@@ -64,8 +79,11 @@ def tcp_outcome(cap, flow: dict, fault_ns: int | None) -> dict[str, Any]:
     out["tcp_reset_after_s"] = float(resets[0] - fault_ns) / 1e9 if len(resets) else None
     echoed = cap.ts_ns[data & after]
     out["tcp_echo_after_fault_s"] = float(echoed[-1] - fault_ns) / 1e9 if len(echoed) else None
-    out["tcp_survived"] = not len(resets) and bool(len(echoed)) and bool((data & after & (
-        cap.ts_ns >= cap.ts_ns[to_vip].max() - 200_000_000)).any())
+    out["tcp_survived"] = (
+        not len(resets)
+        and bool(len(echoed))
+        and bool((data & after & (cap.ts_ns >= cap.ts_ns[to_vip].max() - 200_000_000)).any())
+    )
     return out
 
 
@@ -77,18 +95,42 @@ def flow_outage(cap, flow: dict, vrrp: dict, fault_ns: int | None) -> dict[str, 
     vip = int(ipaddress.ip_address(flow["dst"]))
     if flow["protocol"] == "icmp":  # echo request and reply have the probe's length; errors do not
         p, frame = 1, 14 + 20 + 8 + flow["size"]
-        req = (cap.proto == p) & (cap.src_lo == client) & (cap.dst_lo == vip) & (cap.wire_len == frame)
-        rep = (cap.proto == p) & (cap.src_lo == vip) & (cap.dst_lo == client) & (cap.wire_len == frame)
+        req = (
+            (cap.proto == p)
+            & (cap.src_lo == client)
+            & (cap.dst_lo == vip)
+            & (cap.wire_len == frame)
+        )
+        rep = (
+            (cap.proto == p)
+            & (cap.src_lo == vip)
+            & (cap.dst_lo == client)
+            & (cap.wire_len == frame)
+        )
         req_code, rep_code = cap.sport[req], cap.sport[rep]
     else:
         p = 17
         ports = list((vrrp.get("reply_ports") or {}).values())
-        req = (cap.proto == p) & (cap.src_lo == client) & (cap.dst_lo == vip) & (cap.dport == flow["dport"])
-        rep = (cap.proto == p) & (cap.src_lo == vip) & (cap.dst_lo == client) & np.isin(cap.sport, ports)
+        req = (
+            (cap.proto == p)
+            & (cap.src_lo == client)
+            & (cap.dst_lo == vip)
+            & (cap.dport == flow["dport"])
+        )
+        rep = (
+            (cap.proto == p)
+            & (cap.src_lo == vip)
+            & (cap.dst_lo == client)
+            & np.isin(cap.sport, ports)
+        )
         req_code, rep_code = cap.sport[req], cap.dport[rep]
     req_ts, rep_ts = cap.ts_ns[req].astype(np.int64), cap.ts_ns[rep].astype(np.int64)
-    out: dict[str, Any] = {"protocol": flow["protocol"], "interval_ms": flow["period_ns"] / 1e6,
-                           "requests": int(req.sum()), "replies": int(rep.sum())}
+    out: dict[str, Any] = {
+        "protocol": flow["protocol"],
+        "interval_ms": flow["period_ns"] / 1e6,
+        "requests": int(req.sum()),
+        "replies": int(rep.sum()),
+    }
     if not len(req_ts):
         return out
     t0 = int(req_ts.min())
@@ -104,7 +146,9 @@ def flow_outage(cap, flow: dict, vrrp: dict, fault_ns: int | None) -> dict[str, 
     out["unmatched_replies"] = int((~ok).sum())
     out["loss_outage_s"] = out["lost"] * flow["period_ns"] / 1e9
     out["_req_ts"], out["_rep_seq"] = req_ts, rep_seq
-    out["max_request_gap_s"] = float(np.diff(req_ts).max()) / 1e9 if len(req_ts) > 1 else None  # sender stalls
+    out["max_request_gap_s"] = (
+        float(np.diff(req_ts).max()) / 1e9 if len(req_ts) > 1 else None
+    )  # sender stalls
     if len(rep_ts) > 1:
         gaps = np.diff(rep_ts)
         i = int(np.argmax(gaps))
@@ -113,14 +157,18 @@ def flow_outage(cap, flow: dict, vrrp: dict, fault_ns: int | None) -> dict[str, 
             out["gap_start_s"] = float(rep_ts[i] - fault_ns) / 1e9
             out["gap_end_s"] = float(rep_ts[i + 1] - fault_ns) / 1e9
             # an outage the fault caused: probes were lost and the longest gap ends after the fault
-            out["fault_to_recovery_s"] = out["gap_end_s"] if out["lost"] and out["gap_end_s"] > 0 else None
+            out["fault_to_recovery_s"] = (
+                out["gap_end_s"] if out["lost"] and out["gap_end_s"] > 0 else None
+            )
     if flow["protocol"] == "udp" and fault_ns is not None:
         backup_port = (vrrp.get("reply_ports") or {}).get("backup")
         who = cap.sport[rep]
         after = (who == backup_port) & (rep_ts > fault_ns)
         out["backup_answered"] = bool(after.any())
         out["master_answered_before"] = bool(((who != backup_port) & (rep_ts < fault_ns)).any())
-        out["fault_to_first_backup_reply_s"] = float(rep_ts[after][0] - fault_ns) / 1e9 if after.any() else None
+        out["fault_to_first_backup_reply_s"] = (
+            float(rep_ts[after][0] - fault_ns) / 1e9 if after.any() else None
+        )
     return out
 
 
@@ -131,14 +179,34 @@ def trial_rows(run: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]
             continue
         step_dir = run / entry.get("dir", ".")
         params, vrrp = entry.get("params") or {}, entry.get("vrrp") or {}
-        events = [e for e in (entry.get("faults") or {}).get("events", []) if e.get("in_effect_realtime_ns")]
-        fault_ns = events[-1]["in_effect_realtime_ns"] if events else None  # the fault's time: in effect
-        promoted = [t for t in vrrp.get("transitions", []) if t["role"] == "backup" and t["state"] == "MASTER"
-                    and fault_ns is not None and t["realtime_ns"] >= fault_ns]
-        base = {"step": entry["name"], "status": entry.get("status"), "advert_int_s": params.get("advert_int_s"),
-                "vrrp_version": params.get("vrrp_version"), "trial": params.get("trial"),
-                "fault": params.get("fault"), "fault_applied": fault_ns is not None,
-                "backup_master_after_s": (promoted[0]["realtime_ns"] - fault_ns) / 1e9 if promoted else None}
+        events = [
+            e
+            for e in (entry.get("faults") or {}).get("events", [])
+            if e.get("in_effect_realtime_ns")
+        ]
+        fault_ns = (
+            events[-1]["in_effect_realtime_ns"] if events else None
+        )  # the fault's time: in effect
+        promoted = [
+            t
+            for t in vrrp.get("transitions", [])
+            if t["role"] == "backup"
+            and t["state"] == "MASTER"
+            and fault_ns is not None
+            and t["realtime_ns"] >= fault_ns
+        ]
+        base = {
+            "step": entry["name"],
+            "status": entry.get("status"),
+            "advert_int_s": params.get("advert_int_s"),
+            "vrrp_version": params.get("vrrp_version"),
+            "trial": params.get("trial"),
+            "fault": params.get("fault"),
+            "fault_applied": fault_ns is not None,
+            "backup_master_after_s": (promoted[0]["realtime_ns"] - fault_ns) / 1e9
+            if promoted
+            else None,
+        }
         pcap = step_dir / "capture.pcap"
         if not pcap.is_file():
             rows.append({**base, "problem": "no capture.pcap"})
@@ -146,7 +214,11 @@ def trial_rows(run: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]
         cap = read_capture(pcap)
         for flow in _plan(step_dir):
             o = flow_outage(cap, flow, vrrp, fault_ns)
-            series[(entry["name"], o["protocol"])] = (o.pop("_req_ts", None), o.pop("_rep_seq", None), fault_ns)
+            series[(entry["name"], o["protocol"])] = (
+                o.pop("_req_ts", None),
+                o.pop("_rep_seq", None),
+                fault_ns,
+            )
             rows.append({**base, **o})
     return rows, series
 
@@ -155,8 +227,13 @@ def _spread(values: list) -> dict[str, Any]:
     v = np.array([x for x in values if x is not None], dtype=float)
     if not len(v):
         return {"n": 0, "mean": None, "std": None, "min": None, "max": None}
-    return {"n": int(len(v)), "mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
-            "min": float(v.min()), "max": float(v.max())}
+    return {
+        "n": int(len(v)),
+        "mean": float(v.mean()),
+        "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+        "min": float(v.min()),
+        "max": float(v.max()),
+    }
 
 
 def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -164,13 +241,32 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = {(r["advert_int_s"], r["fault"], r.get("protocol")) for r in rows if r.get("protocol")}
     for key in sorted(keys, key=lambda k: (-k[0], k[1], k[2])):
         group = [r for r in rows if (r["advert_int_s"], r["fault"], r.get("protocol")) == key]
-        out.append({"advert_int_s": key[0], "fault": key[1], "protocol": key[2], "trials": len(group),
-                    "interval_ms": group[0].get("interval_ms"),
-                    **{m: _spread([g.get(m) for g in group]) for m in
-                       ("lost", "max_gap_s", "loss_outage_s", "fault_to_recovery_s",
-                        "fault_to_first_backup_reply_s", "backup_master_after_s")},
-                    "backup_answered": all(g.get("backup_answered") for g in group) if key[2] == "udp" else None,
-                    "tcp_survived": sum(bool(g.get("tcp_survived")) for g in group) if key[2] == "tcp" else None})
+        out.append(
+            {
+                "advert_int_s": key[0],
+                "fault": key[1],
+                "protocol": key[2],
+                "trials": len(group),
+                "interval_ms": group[0].get("interval_ms"),
+                **{
+                    m: _spread([g.get(m) for g in group])
+                    for m in (
+                        "lost",
+                        "max_gap_s",
+                        "loss_outage_s",
+                        "fault_to_recovery_s",
+                        "fault_to_first_backup_reply_s",
+                        "backup_master_after_s",
+                    )
+                },
+                "backup_answered": all(g.get("backup_answered") for g in group)
+                if key[2] == "udp"
+                else None,
+                "tcp_survived": sum(bool(g.get("tcp_survived")) for g in group)
+                if key[2] == "tcp"
+                else None,
+            }
+        )
     return out
 
 
@@ -185,33 +281,55 @@ def plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dict[str,
     doc["failover_summary"] = summary_rows(rows)
     doc["failover_seed"] = SEED
     out: dict[str, Path] = {}
-    drawn = [(k, v) for k, v in series.items() if k[1] == "icmp" and v[0] is not None and v[2] is not None]
+    drawn = [
+        (k, v)
+        for k, v in series.items()
+        if k[1] == "icmp" and v[0] is not None and v[2] is not None
+    ]
     if not drawn:
         drawn = [(k, v) for k, v in series.items() if v[0] is not None and v[2] is not None]
     if drawn:
         out["failover_seq"] = sequence_figure(run, drawn, rows, doc["failover_summary"])
     trials = [r for r in rows if r.get("max_gap_s") is not None]
-    first = trials[0]["protocol"] if trials else None   # one probe per trial: they agree closely
+    first = trials[0]["protocol"] if trials else None  # one probe per trial: they agree closely
     trials = [r for r in trials if r["protocol"] == first]
     if trials:
         fig, ax = figure("Longest reply gap and loss-derived outage per trial", "", "seconds")
         x = np.arange(len(trials))
-        ax.bar(x - 0.2, [r["max_gap_s"] for r in trials], 0.4, label="longest reply gap", color=PALETTE[0])
-        ax.bar(x + 0.2, [r.get("loss_outage_s") or 0 for r in trials], 0.4, label="lost x interval",
-               color=PALETTE[1])
-        ax.set_xticks(x, [f"{r['step']} ({r['protocol']})" for r in trials], rotation=45, ha="right")
+        ax.bar(
+            x - 0.2,
+            [r["max_gap_s"] for r in trials],
+            0.4,
+            label="longest reply gap",
+            color=PALETTE[0],
+        )
+        ax.bar(
+            x + 0.2,
+            [r.get("loss_outage_s") or 0 for r in trials],
+            0.4,
+            label="lost x interval",
+            color=PALETTE[1],
+        )
+        ax.set_xticks(
+            x, [f"{r['step']} ({r['protocol']})" for r in trials], rotation=45, ha="right"
+        )
         ax.legend(fontsize=8, frameon=False)
         out["failover_gap"] = save_figure(fig, run / "failover-outage.png")
     return out
 
 
-def sequence_figure(run: Path, drawn: list, rows: list[dict[str, Any]], summary: list[dict[str, Any]]) -> Path:
+def sequence_figure(
+    run: Path, drawn: list, rows: list[dict[str, Any]], summary: list[dict[str, Any]]
+) -> Path:
     """Seed 002's figure 23 redrawn: one row per trial, a mark for every answered probe at the
     time it was sent (from the fault); the probes lost in the fail-over leave the gap."""
     ends = [r["gap_end_s"] for r in rows if r.get("fault_to_recovery_s") is not None]
     hi = max(ends + [0.5]) + 0.5
-    fig, ax = figure("Answered probes around the fault, one row per trial (seed 002, figure 23 redrawn)",
-                     "time the probe was sent, from the fault (s)", "")
+    fig, ax = figure(
+        "Answered probes around the fault, one row per trial (seed 002, figure 23 redrawn)",
+        "time the probe was sent, from the fault (s)",
+        "",
+    )
     labels = []
     for j, ((step, proto), (req_ts, seq, fault_ns)) in enumerate(drawn):
         t = (req_ts[seq[seq >= 0]] - fault_ns) / 1e9
@@ -220,13 +338,17 @@ def sequence_figure(run: Path, drawn: list, rows: list[dict[str, Any]], summary:
         labels.append(f"{step} ({proto})")
     ax.axvline(0, color="black", lw=0.8, ls="--")
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
-    text = [f"seed 002 (CARP advbase 1 s, power off, a ping every 5 ms, 5 trials): ~3 s, "
-            f"{SEED['lost_mean']} replies lost, longest gap {SEED['max_gap_mean_s']} s on average"]
+    text = [
+        f"seed 002 (CARP advbase 1 s, power off, a ping every 5 ms, 5 trials): ~3 s, "
+        f"{SEED['lost_mean']} replies lost, longest gap {SEED['max_gap_mean_s']} s on average"
+    ]
     for s in summary:
         if s["protocol"] == "icmp" and (s["lost"].get("mean") or 0) > 0:
-            text.append(f"ours (keepalived advert_int {s['advert_int_s']:g} s, {s['fault']}, a ping every "
-                        f"{s['interval_ms']:g} ms, {s['trials']} trials): {_mean(s['lost'], 0)} lost, "
-                        f"longest gap {_mean(s['max_gap_s'], 3)} s")
+            text.append(
+                f"ours (keepalived advert_int {s['advert_int_s']:g} s, {s['fault']}, a ping every "
+                f"{s['interval_ms']:g} ms, {s['trials']} trials): {_mean(s['lost'], 0)} lost, "
+                f"longest gap {_mean(s['max_gap_s'], 3)} s"
+            )
     ax.text(0.01, 0.99, "\n".join(text), transform=ax.transAxes, va="top", fontsize=7)
     ax.set_ylim(len(labels) - 0.5, -0.6 - 0.75 * len(text))
     fig.set_size_inches(9, 2.2 + 0.22 * len(labels))
@@ -243,45 +365,131 @@ def report(doc: dict[str, Any]) -> list:
     if not doc.get("failover"):
         return []
     probes = [r for r in doc["failover"] if r.get("protocol") != "tcp"]
-    rows = [[r["step"], r.get("protocol", "–"), fmt_count(r.get("requests")), fmt_count(r.get("replies")),
-             fmt_count(r.get("lost")), fmt_count(r.get("max_gap_s"), 3), fmt_count(r.get("max_request_gap_s"), 3),
-             fmt_count(r.get("loss_outage_s"), 3),
-             fmt_count(r.get("fault_to_recovery_s"), 3), fmt_count(r.get("fault_to_first_backup_reply_s"), 3),
-             fmt_count(r.get("backup_master_after_s"), 3)] for r in probes]
-    summary = [[f"{s['advert_int_s']:g}", s["fault"], s["protocol"], str(s["trials"]), f"{s['interval_ms']:g}",
-                _mean(s["lost"], 1), _mean(s["max_gap_s"], 3), _mean(s["loss_outage_s"], 3),
-                _mean(s["fault_to_recovery_s"], 3), _mean(s["backup_master_after_s"], 3)]
-               for s in doc["failover_summary"] if s["protocol"] != "tcp"]
-    summary.append(["1 (CARP advbase)", "power off", "icmp", "5", "5", f"{SEED['lost_mean']}",
-                    f"{SEED['max_gap_mean_s']}", f"{SEED['lost_mean'] * 0.005:.2f}", "~3", "–"])
+    rows = [
+        [
+            r["step"],
+            r.get("protocol", "–"),
+            fmt_count(r.get("requests")),
+            fmt_count(r.get("replies")),
+            fmt_count(r.get("lost")),
+            fmt_count(r.get("max_gap_s"), 3),
+            fmt_count(r.get("max_request_gap_s"), 3),
+            fmt_count(r.get("loss_outage_s"), 3),
+            fmt_count(r.get("fault_to_recovery_s"), 3),
+            fmt_count(r.get("fault_to_first_backup_reply_s"), 3),
+            fmt_count(r.get("backup_master_after_s"), 3),
+        ]
+        for r in probes
+    ]
+    summary = [
+        [
+            f"{s['advert_int_s']:g}",
+            s["fault"],
+            s["protocol"],
+            str(s["trials"]),
+            f"{s['interval_ms']:g}",
+            _mean(s["lost"], 1),
+            _mean(s["max_gap_s"], 3),
+            _mean(s["loss_outage_s"], 3),
+            _mean(s["fault_to_recovery_s"], 3),
+            _mean(s["backup_master_after_s"], 3),
+        ]
+        for s in doc["failover_summary"]
+        if s["protocol"] != "tcp"
+    ]
+    summary.append(
+        [
+            "1 (CARP advbase)",
+            "power off",
+            "icmp",
+            "5",
+            "5",
+            f"{SEED['lost_mean']}",
+            f"{SEED['max_gap_mean_s']}",
+            f"{SEED['lost_mean'] * 0.005:.2f}",
+            "~3",
+            "–",
+        ]
+    )
     blocks = [
         ("h2", "Fail-over (seed 002's redundancy test, with VRRP)"),
-        ("p", "Per trial, from the client's capture: a reply names its request by the ICMP identifier "
-              "or the UDP port; the outage is the longest gap between replies, and lost x probe "
-              "interval (loss-derived, RFC 6412/6413); a long gap between requests is the sender stalling, "
-              "not an outage. Times are from the fault (CLOCK_REALTIME, the capture's clock); "
-              "\"fault → recovery\" is the end of the longest gap when probes were lost; \"backup "
-              "MASTER\" is when the backup's keepalived logged it."),
-        ("table", ["step", "probe", "requests", "replies", "lost", "longest gap s", "longest request gap s",
-                   "lost x interval s", "fault → recovery s", "fault → backup reply s", "backup MASTER after s"],
-         rows),
+        (
+            "p",
+            "Per trial, from the client's capture: a reply names its request by the ICMP identifier "
+            "or the UDP port; the outage is the longest gap between replies, and lost x probe "
+            "interval (loss-derived, RFC 6412/6413); a long gap between requests is the sender stalling, "
+            "not an outage. Times are from the fault (CLOCK_REALTIME, the capture's clock); "
+            '"fault → recovery" is the end of the longest gap when probes were lost; "backup '
+            "MASTER\" is when the backup's keepalived logged it.",
+        ),
+        (
+            "table",
+            [
+                "step",
+                "probe",
+                "requests",
+                "replies",
+                "lost",
+                "longest gap s",
+                "longest request gap s",
+                "lost x interval s",
+                "fault → recovery s",
+                "fault → backup reply s",
+                "backup MASTER after s",
+            ],
+            rows,
+        ),
         ("h2", "Fail-over: mean ± standard deviation over the trials, beside seed 002"),
-        ("table", ["advert interval s", "fault", "probe", "trials", "probe interval ms", "lost", "longest gap s",
-                   "lost x interval s", "fault → recovery s", "backup MASTER after s"], summary),
+        (
+            "table",
+            [
+                "advert interval s",
+                "fault",
+                "probe",
+                "trials",
+                "probe interval ms",
+                "lost",
+                "longest gap s",
+                "lost x interval s",
+                "fault → recovery s",
+                "backup MASTER after s",
+            ],
+            summary,
+        ),
     ]
     tcp = [r for r in doc["failover"] if r.get("protocol") == "tcp"]
     if tcp:
         blocks += [
             ("h2", "Fail-over: the TCP session in flight"),
-            ("p", "One TCP connection to the virtual address per trial, one message per probe interval, "
-                  "echoed by the DUT. The backup knows no such session: a reset from the address after "
-                  "the fault ends it (keepalived moves the address, not connection state). Data from the "
-                  "address after a reset are the old master's retransmissions, when it still holds the "
-                  "address (kill, stop)."),
-            ("table", ["step", "segments sent", "segments back", "survived", "reset after s",
-                       "last data from the address after s"],
-             [[r["step"], fmt_count(r.get("requests")), fmt_count(r.get("replies")),
-               {True: "yes", False: "no"}.get(r.get("tcp_survived"), "–"), fmt_count(r.get("tcp_reset_after_s"), 3),
-               fmt_count(r.get("tcp_echo_after_fault_s"), 3)] for r in tcp]),
+            (
+                "p",
+                "One TCP connection to the virtual address per trial, one message per probe interval, "
+                "echoed by the DUT. The backup knows no such session: a reset from the address after "
+                "the fault ends it (keepalived moves the address, not connection state). Data from the "
+                "address after a reset are the old master's retransmissions, when it still holds the "
+                "address (kill, stop).",
+            ),
+            (
+                "table",
+                [
+                    "step",
+                    "segments sent",
+                    "segments back",
+                    "survived",
+                    "reset after s",
+                    "last data from the address after s",
+                ],
+                [
+                    [
+                        r["step"],
+                        fmt_count(r.get("requests")),
+                        fmt_count(r.get("replies")),
+                        {True: "yes", False: "no"}.get(r.get("tcp_survived"), "–"),
+                        fmt_count(r.get("tcp_reset_after_s"), 3),
+                        fmt_count(r.get("tcp_echo_after_fault_s"), 3),
+                    ]
+                    for r in tcp
+                ],
+            ),
         ]
     return blocks

@@ -22,13 +22,34 @@ def plan(scenario: Scenario) -> list[Step]:
     assert tb is not None and tb.inline is not None
     spec = tb.inline
     fetches = spec.rounds * len(spec.pages)
-    deadline = (STEP_BASE_S + fetches / SLOW_FETCHES_PER_S / spec.parallel
-                + spec.rounds * sum(spec.pages) / SLOW_BYTES_PER_S)
-    return [Step(f"T{t}", scenario, [], "multiply",
-                 {"copies": t, "both": spec.both, "order": spec.order, "deadline_s": deadline,
-                  "at": spec.at, "out": spec.out, "dut": spec.dut})
-            for t in spec.copies]
+    deadline = (
+        STEP_BASE_S
+        + fetches / SLOW_FETCHES_PER_S / spec.parallel
+        + spec.rounds * sum(spec.pages) / SLOW_BYTES_PER_S
+    )
+    return [
+        Step(
+            f"T{t}",
+            scenario,
+            [],
+            "multiply",
+            {
+                "copies": t,
+                "both": spec.both,
+                "order": spec.order,
+                "deadline_s": deadline,
+                "at": spec.at,
+                "out": spec.out,
+                "dut": spec.dut,
+            },
+        )
+        for t in spec.copies
+    ]
 
 
-METHOD = Method("multiply", plan, analysis,
-                summary="seed 003: real sessions through the inline multiplier, T copies to the DUT side")
+METHOD = Method(
+    "multiply",
+    plan,
+    analysis,
+    summary="seed 003: real sessions through the inline multiplier, T copies to the DUT side",
+)

@@ -18,9 +18,16 @@ def plan(scenario: Scenario) -> list[Step]:
     if also and tb.capture is not None:  # every host's own capture, beside the step's
         also_at = [p for p in dict.fromkeys([*tb.capture.also_at, *also]) if p != tb.capture.at]
         capture = tb.capture.model_copy(update={"also_at": also_at})
-        scenario = scenario.model_copy(update={"testbed": tb.model_copy(update={"capture": capture})})
+        scenario = scenario.model_copy(
+            update={"testbed": tb.model_copy(update={"capture": capture})}
+        )
     params = {"start_lead_s": tb.spread.start_lead / NS, "spread": info}
     return [Step("run", scenario, scenario.live_generators(), params=params, shares=shares)]
 
 
-METHOD = Method("run", plan, analysis, summary="the generators send the scenario together (on one or several hosts)")
+METHOD = Method(
+    "run",
+    plan,
+    analysis,
+    summary="the generators send the scenario together (on one or several hosts)",
+)

@@ -52,5 +52,9 @@ class CountGen(Generator):
         return []
 
 
-PLUGIN = GeneratorPlugin(name="countgen", options=CountGenSpec, adapter=CountGen,
-                         capabilities=Capabilities(offline=True, live=True))
+PLUGIN = GeneratorPlugin(
+    name="countgen",
+    options=CountGenSpec,
+    adapter=CountGen,
+    capabilities=Capabilities(offline=True, live=True),
+)
