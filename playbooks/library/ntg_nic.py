@@ -63,10 +63,15 @@ steps:
 """
 
 LONG = {
-    "rx": "rx-checksumming", "tx": "tx-checksumming", "sg": "scatter-gather",
-    "tso": "tcp-segmentation-offload", "gso": "generic-segmentation-offload",
-    "gro": "generic-receive-offload", "lro": "large-receive-offload",
-    "rxvlan": "rx-vlan-offload", "txvlan": "tx-vlan-offload",
+    "rx": "rx-checksumming",
+    "tx": "tx-checksumming",
+    "sg": "scatter-gather",
+    "tso": "tcp-segmentation-offload",
+    "gso": "generic-segmentation-offload",
+    "gro": "generic-receive-offload",
+    "lro": "large-receive-offload",
+    "rxvlan": "rx-vlan-offload",
+    "txvlan": "tx-vlan-offload",
 }
 
 
@@ -90,7 +95,9 @@ def main() -> None:
     def run(*argv: str) -> str:
         rc, out, err = module.run_command(prefix + list(argv))
         if rc != 0:
-            module.fail_json(msg=f"`{' '.join(prefix + list(argv))}` failed: {err.strip()}", steps=steps)
+            module.fail_json(
+                msg=f"`{' '.join(prefix + list(argv))}` failed: {err.strip()}", steps=steps
+            )
         return out
 
     def change(step: str, *argv: str) -> None:
@@ -101,8 +108,11 @@ def main() -> None:
     rings = {k: v for k, v in (("rx", p["rx_ring"]), ("tx", p["tx_ring"])) if v}
     if rings:
         current = run("ethtool", "-g", iface).split("Current hardware settings:")[-1]
-        now = {k: int(m.group(1)) for k in rings
-               if (m := re.search(rf"^{k.upper()}:\s+(\d+)", current, re.M))}
+        now = {
+            k: int(m.group(1))
+            for k in rings
+            if (m := re.search(rf"^{k.upper()}:\s+(\d+)", current, re.M))
+        }
         diff = [x for k, v in rings.items() if now.get(k) != v for x in (k, str(v))]
         if diff:
             change(f"{iface}: ethtool -G {' '.join(diff)}", "ethtool", "-G", iface, *diff)
@@ -119,10 +129,15 @@ def main() -> None:
 
     if p["irq_cpus"]:
         if p["netns"]:
-            module.fail_json(msg="irq_cpus is for physical interfaces; a namespace's veths have no IRQs")
+            module.fail_json(
+                msg="irq_cpus is for physical interfaces; a namespace's veths have no IRQs"
+            )
         with open("/proc/interrupts", encoding="ascii") as f:
-            irqs = [line.split(":")[0].strip() for line in f
-                    if re.search(rf"\b{re.escape(iface)}(\b|-)", line)]
+            irqs = [
+                line.split(":")[0].strip()
+                for line in f
+                if re.search(rf"\b{re.escape(iface)}(\b|-)", line)
+            ]
         for irq in irqs:
             path = f"/proc/irq/{irq}/smp_affinity_list"
             with open(path, encoding="ascii") as f:
@@ -134,7 +149,10 @@ def main() -> None:
                         with open(path, "w", encoding="ascii") as f:
                             f.write(p["irq_cpus"])
                     except OSError as exc:
-                        module.fail_json(msg=f"cannot write {path}: {exc} (is irqbalance moving it?)", steps=steps)
+                        module.fail_json(
+                            msg=f"cannot write {path}: {exc} (is irqbalance moving it?)",
+                            steps=steps,
+                        )
 
     module.exit_json(changed=bool(steps), steps=steps)
 

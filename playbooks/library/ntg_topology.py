@@ -73,10 +73,16 @@ def main() -> None:
     if p["project_dir"]:
         sys.path.insert(0, p["project_dir"])
     try:
-        from testbed.endpoints.netns.topology import TopologyCommandError, TopologyError, load_topology
+        from testbed.endpoints.netns.topology import (
+            TopologyCommandError,
+            TopologyError,
+            load_topology,
+        )
     except ImportError as exc:
-        module.fail_json(msg=f"cannot import testbed.endpoints.netns.topology ({exc}) with {sys.executable}; install "
-                             "the project (the `project` role) or set project_dir to its source tree")
+        module.fail_json(
+            msg=f"cannot import testbed.endpoints.netns.topology ({exc}) with {sys.executable}; install "
+            "the project (the `project` role) or set project_dir to its source tree"
+        )
     try:
         topo = load_topology(p["src"], base_dir=p["project_dir"])
         if p["name"]:
@@ -89,7 +95,9 @@ def main() -> None:
         module.fail_json(msg="invalid topology:\n" + "\n".join(exc.problems), problems=exc.problems)
     except TopologyCommandError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=bool(steps), steps=steps, namespaces=[topo.netns(r) for r in topo.namespaces])
+    module.exit_json(
+        changed=bool(steps), steps=steps, namespaces=[topo.netns(r) for r in topo.namespaces]
+    )
 
 
 if __name__ == "__main__":
