@@ -32,10 +32,11 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -329,7 +330,7 @@ def _coverage_folder(path: Path, tables: dict[str, str]) -> RunFolder:
     when = (
         datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ")
         if stamp
-        else datetime.fromtimestamp((path / COVERAGE_REPORT).stat().st_mtime, timezone.utc)
+        else datetime.fromtimestamp((path / COVERAGE_REPORT).stat().st_mtime, UTC)
     )
     created = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     return RunFolder(

@@ -258,7 +258,7 @@ def flow_arrow(c: dict[str, np.ndarray], name: str) -> pa.Table:
 
 def partition(hour: int) -> str:
     """The Hive path of an hour since the epoch (UTC): `date=YYYY-MM-DD/hour=H` (hour 0..23, not zero-padded, so that readers infer an integer)."""
-    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=int(hour))
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(hours=int(hour))
     return f"date={t:%Y-%m-%d}/hour={t.hour}"
 
 
@@ -397,7 +397,7 @@ def export_captures(
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "testbed_version": testbed_version(),
-        "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "created_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "layout": {
             "packets": "packets/date=YYYY-MM-DD/hour=H/part-CCC-W-NNNNN.parquet",
             "flows": "flows/date=YYYY-MM-DD/hour=H/part-CCC-W-NNNNN.parquet" if flows else None,

@@ -13,8 +13,9 @@ docs/run-tables.md) into the run folder. Reads only files
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import pandas as pd
 

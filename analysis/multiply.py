@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .capture import iter_capture
-from .metrics import FlowAccumulator
 from ntgcore.files import write_whole
 
+from .capture import iter_capture
+from .metrics import FlowAccumulator
 from .plots import BLUE, GREY, ORANGE, figure, legend, save
 
 ShadowKey = tuple[int, str, int, str, int]  # proto, address, port, address, port (one direction)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from types import SimpleNamespace
 
 from ntgcore.files import replacing
 

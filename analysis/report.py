@@ -13,9 +13,9 @@ import html
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,10 +24,10 @@ from ntgcore.errors import BadInput
 from ntgcore.files import read_json, replacing, write_error
 
 from .capture import CaptureError
-from .timing import engine_key, run_timing
 from .plots import PLOTS, plot_timing, write_plots
 from .runtables import write_run_tables
 from .stream import chunk_packets, read_stream, run_capture_files
+from .timing import engine_key, run_timing
 
 ANALYSIS_VERSION = 1
 RUN_FOLDER = "a run folder holding capture.pcap (see results/README.md) or a pcap/pcapng file"
@@ -183,7 +183,7 @@ def analyze(
         run_info["scenario"] = (manifest.get("scenario") or {}).get("name")
     doc: dict[str, Any] = {
         "analysis_version": ANALYSIS_VERSION,
-        "analysed_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "analysed_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "source": str(src.resolve()),
         "run": run_info,
         "capture": capture_info,
@@ -456,8 +456,8 @@ def _stats_rows(m: dict[str, Any]) -> list[list[str]]:
     def row(label: str, key: str, fmt) -> list[str]:
         return [label, fmt(a.get(key)), fmt(s.get(key))]
 
-    pct = lambda v: "–" if v is None else f"{v:.2f} %"  # noqa: E731
-    pps = lambda v: "–" if v is None else f"{v:,.0f}"  # noqa: E731
+    pct = lambda v: "–" if v is None else f"{v:.2f} %"
+    pps = lambda v: "–" if v is None else f"{v:,.0f}"
     return [
         ["seconds in the statistics", fmt_number(a["seconds"]), fmt_number(s["seconds"])],
         row("mean rate (packets/s)", "mean_pps", pps),

@@ -37,7 +37,7 @@ STEP_EVE = ("dut/eve.json",)  # a live step's DUT (testbed.parts: Suricata's out
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def run_row(

@@ -31,15 +31,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.catalog import Catalog  # noqa: E402
-from analysis.tables import write_table  # noqa: E402
-from ntgcore.runfolder import SCHEMA_VERSION  # noqa: E402
+from analysis.catalog import Catalog
+from analysis.tables import write_table
+from ntgcore.runfolder import SCHEMA_VERSION
 
 SCENARIO = "seed001-comparison"
 SHA = hashlib.sha256(b"bench_catalog: one scenario, repeated").hexdigest()
@@ -53,7 +53,7 @@ FRAME = 60
 
 
 def make_run(root: Path, i: int, rng: random.Random) -> Path:
-    created = datetime(2026, 11, 1, tzinfo=timezone.utc) + timedelta(minutes=7 * i)
+    created = datetime(2026, 11, 1, tzinfo=UTC) + timedelta(minutes=7 * i)
     run_id = f"{created:%Y%m%dT%H%M%SZ}-{SCENARIO}"
     folder = root / run_id
     folder.mkdir(parents=True)
@@ -413,7 +413,7 @@ def main() -> int:
         )
     doc = {
         "benchmark": "catalog",
-        "date_utc": datetime.now(timezone.utc).isoformat(),
+        "date_utc": datetime.now(UTC).isoformat(),
         "run_folders": args.runs_folders,
         "generate_s": generate_s,
         "bytes": size,

@@ -25,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import duckdb  # noqa: E402
+import duckdb
 
-from analysis.capture import read_capture  # noqa: E402
-from analysis.export import COMPRESSIONS, export_captures  # noqa: E402
-from benchmarks.pcapgen import write_pcap  # noqa: E402
+from analysis.capture import read_capture
+from analysis.export import COMPRESSIONS, export_captures
+from benchmarks.pcapgen import write_pcap
 
 
 def _size(path: Path) -> int:

@@ -27,8 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis import hashing  # noqa: E402
-from analysis.hashstudy import SEED_002, machine  # noqa: E402
+from analysis import hashing
+from analysis.hashstudy import SEED_002, machine
 
 TARGET_CRC32C = 500e6
 
@@ -107,7 +107,7 @@ def main() -> None:
         "| hash | per tuple, IPv4 | bulk, IPv4 (13 B) | bulk, IPv6 (37 B) | bulk IPv4 ÷ seed 002 |"
     )
     print("|---|---:|---:|---:|---:|")
-    m = lambda r, c: f"{r[c + '_cpu'] / 1e6:.0f} ({r[c] / 1e6:.0f})"  # noqa: E731
+    m = lambda r, c: f"{r[c + '_cpu'] / 1e6:.0f} ({r[c] / 1e6:.0f})"
     for r in rows:
         print(
             f"| {r['hash']} | {m(r, 'per_tuple_v4')} | {m(r, 'bulk_v4')} | {m(r, 'bulk_v6')} | "

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.capture import read_capture  # noqa: E402
-from benchmarks.pcapgen import write_pcap  # noqa: E402
+from analysis.capture import read_capture
+from benchmarks.pcapgen import write_pcap
 
 
 def _times(fn, repeat: int) -> list[float]:

@@ -32,13 +32,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import find_binary  # noqa: E402
+from bench_engine import find_binary
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from testbed.endpoints.netns.topology import VethPair  # noqa: E402
+from testbed.endpoints.netns.topology import VethPair
 
 FLOW = (
     "flow af=4 proto=17 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "
@@ -58,7 +58,7 @@ class Namespace(VethPair):
     def __init__(self):
         super().__init__(prefix="ntgbench", split=False)
 
-    def exec(self, *args, timeout=120, check=True):  # noqa: D102 - commands run in our namespace
+    def exec(self, *args, timeout=120, check=True):
         return self.run_in(self.gen, *args, timeout=timeout, check=check)
 
 

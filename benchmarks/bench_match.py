@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import OUT, find_binary  # noqa: E402
+from bench_engine import OUT, find_binary
 
 RANDOM_FLOWS = 1 << 22
 RANDOM_SIZES = {

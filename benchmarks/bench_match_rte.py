@@ -35,8 +35,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import OUT, REPO, find_binary  # noqa: E402
-from bench_match import IPV4_ONLY, ODD_SIZES, RANDOM_FLOWS, RANDOM_SIZES, run  # noqa: E402
+from bench_engine import OUT, REPO, find_binary
+from bench_match import IPV4_ONLY, ODD_SIZES, RANDOM_FLOWS, RANDOM_SIZES, run
 
 # the EAL arguments that start here without hugepages (docs/flow-match.md); -l: the core
 EAL = ["--no-huge", "--no-pci", "-m", "512", "--no-shconf", "--no-telemetry", "--log-level=error"]

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from testbed.parts.monitor import Sampler  # noqa: E402
-from ntgcore.proc import Process  # noqa: E402
+from ntgcore.proc import Process
+from testbed.parts.monitor import Sampler
 
 SLEEPER = "import time; time.sleep(3600)"
 THREADED = (

@@ -28,11 +28,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from analysis.capture import read_capture  # noqa: E402
-from generators.flowengine import engine_options, engine_path  # noqa: E402
-from ntgcore.scenario import load_scenario, parse_scenario  # noqa: E402
-from testbed.methods import flow_key_hash  # noqa: E402
-from testbed.runner import run_scenario  # noqa: E402
+from analysis.capture import read_capture
+from generators.flowengine import engine_options, engine_path
+from ntgcore.scenario import load_scenario, parse_scenario
+from testbed.methods import flow_key_hash
+from testbed.runner import run_scenario
 
 OUT = REPO / "benchmarks" / "out"
 HOST = '{{at: "h{i}:eth0", capture: "rx:rx{i}"}}'

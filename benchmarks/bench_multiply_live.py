@@ -57,8 +57,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
-from bench_engine import find_binary  # noqa: E402
-from ntgcore.proc import Process  # noqa: E402
+from bench_engine import find_binary
+
+from ntgcore.proc import Process
 
 OUT = REPO / "benchmarks" / "out"
 TOPOLOGY = REPO / "testbed" / "endpoints" / "netns" / "topologies" / "multiply.yaml"

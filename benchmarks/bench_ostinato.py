@@ -31,14 +31,14 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from bench_engine import find_binary  # noqa: E402
+from bench_engine import find_binary
 
-from testbed.endpoints.netns import NetnsEndpoint as Endpoint  # noqa: E402
-from generators.ostinato import Ostinato  # noqa: E402
-from generators.ostinato.drone import drone_version  # noqa: E402
-from ntgcore.proc import Process  # noqa: E402
-from ntgcore.scenario import load_scenario  # noqa: E402
-from testbed.endpoints.netns.topology import VethPair  # noqa: E402
+from generators.ostinato import Ostinato
+from generators.ostinato.drone import drone_version
+from ntgcore.proc import Process
+from ntgcore.scenario import load_scenario
+from testbed.endpoints.netns import NetnsEndpoint as Endpoint
+from testbed.endpoints.netns.topology import VethPair
 
 FLOW = (
     "flow af=4 proto=6 smac=02:00:00:00:00:01 dmac=02:00:00:00:00:02 "

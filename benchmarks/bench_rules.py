@@ -13,10 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.ids.coverage import run_coverage  # noqa: E402
-from testbed.ids.rules.semantics import analyze  # noqa: E402
-from testbed.ids.rules.synth import synthesize  # noqa: E402
-from testbed.ids.rules.syntax import read_rules  # noqa: E402
+from testbed.ids.coverage import run_coverage
+from testbed.ids.rules.semantics import analyze
+from testbed.ids.rules.syntax import read_rules
+from testbed.ids.rules.synth import synthesize
 
 
 def main() -> int:

@@ -39,11 +39,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.capture import iter_capture, read_capture  # noqa: E402
-from analysis.metrics import flow_table, traffic_metrics  # noqa: E402
-from analysis.stream import DEFAULT_MEMORY_LIMIT, chunk_packets, read_stream  # noqa: E402
-from benchmarks.pcapgen import write_pcap  # noqa: E402
-from ntgcore.units import parse_size_bytes  # noqa: E402
+from analysis.capture import iter_capture, read_capture
+from analysis.metrics import flow_table, traffic_metrics
+from analysis.stream import DEFAULT_MEMORY_LIMIT, chunk_packets, read_stream
+from benchmarks.pcapgen import write_pcap
+from ntgcore.units import parse_size_bytes
 
 CHILD = r"""
 import json, sys, threading, time

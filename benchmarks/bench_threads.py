@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import FLOW, OUT, find_binary  # noqa: E402
+from bench_engine import FLOW, OUT, find_binary
 
 
 def sessions(total):

@@ -40,10 +40,10 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
 sys.path.insert(0, str(REPO))
 
-from generators.trex import Trex  # noqa: E402
-from generators.trex.expand import expand, write_pcap  # noqa: E402
-from generators.trex.stl_profile import build_profile  # noqa: E402
-from ntgcore.scenario import parse_scenario  # noqa: E402
+from generators.trex import Trex
+from generators.trex.expand import expand, write_pcap
+from generators.trex.stl_profile import build_profile
+from ntgcore.scenario import parse_scenario
 
 HEAD = "version: 1\nname: bench\nseed: 3\nflows:\n"
 PROFILES = {

@@ -66,16 +66,16 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from bench_engine import find_binary  # noqa: E402
+from bench_engine import find_binary
 
-from generators.trex import Trex, client_version  # noqa: E402
-from generators.trex.server import server_binary  # noqa: E402
-from ntgcore.errors import GeneratorError  # noqa: E402
-from ntgcore.proc import Process  # noqa: E402
-from ntgcore.scenario import parse_scenario  # noqa: E402
-from testbed.endpoints.netns import NetnsEndpoint  # noqa: E402
-from testbed.endpoints.netns.topology import VethPair, netns_argv  # noqa: E402
-from testbed.parts.monitor import Sampler, read_samples  # noqa: E402
+from generators.trex import Trex, client_version
+from generators.trex.server import server_binary
+from ntgcore.errors import GeneratorError
+from ntgcore.proc import Process
+from ntgcore.scenario import parse_scenario
+from testbed.endpoints.netns import NetnsEndpoint
+from testbed.endpoints.netns.topology import VethPair, netns_argv
+from testbed.parts.monitor import Sampler, read_samples
 
 SMAC, DMAC = "02:00:00:00:00:01", "02:00:00:00:00:02"
 SRC, DST, SPORT, DPORT, PAYLOAD = "198.18.0.1", "198.18.0.2", 40000, 9, 22  # 64-byte frames
@@ -264,7 +264,7 @@ class Watch:
         )
         self.sampler = Sampler(self.csv, hz=10, pids=pids)
 
-    def __enter__(self) -> "Watch":
+    def __enter__(self) -> Watch:
         self.poller.start()
         deadline = time.monotonic() + 10
         while (self.tmp / "rx.txt").stat().st_size == 0:

@@ -32,8 +32,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from testbed.endpoints.vm import BACKEND  # noqa: E402
-from testbed.endpoints.vm.machine import BOOTS  # noqa: E402
+from testbed.endpoints.vm import BACKEND
+from testbed.endpoints.vm.machine import BOOTS
 
 OUT = REPO / "benchmarks" / "out"
 
@@ -112,7 +112,7 @@ def main() -> int:
         + "\n"
     )
     print(
-        f"| path | boots | boot_s median | console ready median | qemu CPU s median |\n|---|---:|---:|---:|---:|"
+        "| path | boots | boot_s median | console ready median | qemu CPU s median |\n|---|---:|---:|---:|---:|"
     )
     for path, r in rows.items():
         print(

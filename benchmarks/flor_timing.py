@@ -26,11 +26,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.capture import read_capture  # noqa: E402
-from analysis.metrics import flow_table  # noqa: E402
-from analysis.timing import run_timing  # noqa: E402
-from testbed.runner import run_scenario  # noqa: E402
-from ntgcore.scenario import LoadedScenario, parse_scenario  # noqa: E402
+from analysis.capture import read_capture
+from analysis.metrics import flow_table
+from analysis.timing import run_timing
+from ntgcore.scenario import LoadedScenario, parse_scenario
+from testbed.runner import run_scenario
 
 PLANNERS = ("exact", "stochastic")
 

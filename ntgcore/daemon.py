@@ -46,7 +46,7 @@ class EndpointServer:
         self.started_s: float | None = None  # launch to the port listening
         self._log: IO[bytes] | None = None
 
-    def start(self, timeout: float = 15.0) -> "EndpointServer":
+    def start(self, timeout: float = 15.0) -> EndpointServer:
         subprocess.run(
             self.endpoint.argv("ip", "link", "set", "lo", "up"),
             capture_output=True,
@@ -105,7 +105,7 @@ class EndpointServer:
             return ""
         return " | ".join(text[-lines:])
 
-    def __enter__(self) -> "EndpointServer":
+    def __enter__(self) -> EndpointServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

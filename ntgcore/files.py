@@ -17,8 +17,9 @@ import json
 import os
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import BadInput, NoSpace, NtgError
 

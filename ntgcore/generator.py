@@ -16,9 +16,10 @@ from __future__ import annotations
 import abc
 import json
 import signal
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 from .endpoint import Endpoint
 from .errors import GeneratorError

@@ -13,7 +13,8 @@ import socket
 import struct
 import sys
 from array import array
-from typing import BinaryIO, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 
 ETH_HDR = struct.Struct("!6s6sH")  # dst, src, ethertype
 IP4_HDR = struct.Struct(

@@ -16,21 +16,22 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO
 
 PR_SET_PDEATHSIG = 1
 # What a child gets when the testbed dies: SIGKILL, because nobody is left to wait for an orderly
 # stop, and a tool that catches SIGTERM (drone, Suricata) could outlive the run.
 DEATH_SIGNAL = signal.SIGKILL
 _LIBC = ctypes.CDLL(None, use_errno=True)  # looked up before any fork: the child only calls it
-_SPAWN_WATCHERS: list[Callable[["Process"], None]] = []
+_SPAWN_WATCHERS: list[Callable[[Process], None]] = []
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -109,7 +110,7 @@ def same_process(pid: int, ticks: int | None, argv: list[str]) -> bool:
 
 
 @contextlib.contextmanager
-def watch_spawns(callback: Callable[["Process"], None]) -> Iterator[None]:
+def watch_spawns(callback: Callable[[Process], None]) -> Iterator[None]:
     """Call `callback(process)` after every `Process.start` inside the block (a live run records
     its children where `testbed cleanup` finds them)."""
     _SPAWN_WATCHERS.append(callback)
@@ -150,7 +151,7 @@ class Process:
     def __post_init__(self) -> None:
         self.record = CommandRecord(self.name, [str(a) for a in self.argv])
 
-    def start(self) -> "Process":
+    def start(self) -> Process:
         self.record.started_utc = utc_now()
         main = threading.current_thread() is threading.main_thread()
         deferred = len(_DEFERRED)
@@ -276,7 +277,7 @@ class Interrupts:
         self.raising = raising
         self._old: dict[int, object] = {}
 
-    def __enter__(self) -> "Interrupts":
+    def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():
             for sig in _STOP_SIGNALS:  # HUP: the terminal closed
                 self._old[sig] = signal.signal(sig, self._handle)

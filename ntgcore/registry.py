@@ -8,8 +8,9 @@ bottom layer never imports the layers above it statically.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Generic, TypeVar
 
 from .errors import PluginError
 

@@ -19,7 +19,7 @@ import os
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -110,7 +110,7 @@ def make_run_dir(root: Path, name: str) -> Path:
         raise RunSetupError(
             f"the output directory {root} is not writable; choose another with --out"
         )
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     for n in range(1, 1000):
         candidate = root / (f"{stamp}-{name}" if n == 1 else f"{stamp}-{name}-{n}")
         try:
@@ -162,7 +162,7 @@ class RunFolder:
         self._reserve()
 
     @classmethod
-    def open(cls, path: Path) -> "RunFolder":
+    def open(cls, path: Path) -> RunFolder:
         """An existing run folder (its manifest read back), to mark it `abandoned`."""
         folder = cls.__new__(cls)
         folder.path = Path(path)

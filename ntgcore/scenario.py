@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
-    BaseModel,
     AfterValidator,
+    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -31,9 +31,9 @@ from pydantic import (
 )
 
 from .errors import BadInput
+from .files import read_bounded
 from .registry import GENERATORS
 from .units import parse_duration_ns, parse_rate_pps, period_ns_from_rate
-from .files import read_bounded
 from .yamlread import MAX_BYTES, YamlProblem, gc_paused, read_yaml, yaml_lines
 
 SCENARIO_VERSION = 1
@@ -222,7 +222,7 @@ class Size(_Shared):
         return v
 
     @model_validator(mode="after")
-    def _ordered(self) -> "Size":
+    def _ordered(self) -> Size:
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) is larger than max ({self.max})")
         return self
@@ -248,7 +248,7 @@ class Payload(_Shared):
         return cleaned.lower()
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Payload":
+    def _consistent(self) -> Payload:
         if self.text is not None and self.hex is not None:
             raise ValueError("give either text or hex, not both")
         if self.size is not None and self.size.max < len(self.content):
@@ -308,7 +308,7 @@ class Flow(_Model):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Flow":
+    def _consistent(self) -> Flow:
         if (self.rate is None) == (self.period is None):
             raise ValueError("give exactly one of rate (packets per second) or period")
         if (self.packets is None) == (self.duration is None):
@@ -472,7 +472,7 @@ class GeneratorSpec(_Model):
         (`Generator.give_attack_sessions`) instead of replaying the attack pcap."""
         return False
 
-    def offline_expected(self, scenario: "Scenario") -> dict | None:
+    def offline_expected(self, scenario: Scenario) -> dict | None:
         """What this generator, so configured, writes offline for `scenario` when that is not
         the flows as ntgcore.compile.expected counts them: that function's keys (packets, bytes,
         flows, first_ns, last_ns) and `what`, one line for `testbed validate`; the run's
@@ -542,7 +542,7 @@ class MonitorSpec(_Model):
 class SweepSpec(_Model):
     """Seed 002's loss method: a packet-rate sweep and a flow-rate (hosts) sweep."""
 
-    packet_rates: list[Union[Literal["max"], Rate]] = Field(
+    packet_rates: list[Literal["max"] | Rate] = Field(
         [],
         max_length=MAX_ITEMS,
         description="Packet rates of the rate sweep, one UDP flow each: [1000, 5000, max]; "
@@ -563,7 +563,7 @@ class SweepSpec(_Model):
     step: Duration = Field(2_000_000_000, description="How long every step sends.")
 
     @model_validator(mode="after")
-    def _something(self) -> "SweepSpec":
+    def _something(self) -> SweepSpec:
         if not self.packet_rates and not self.hosts:
             raise ValueError("give `packet_rates`, `hosts` or both")
         for name in ("packet_rates", "hosts"):
@@ -624,7 +624,7 @@ class FaultSpec(_Model):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self) -> "FaultSpec":
+    def _consistent(self) -> FaultSpec:
         k = self.kind
         if k in ("kill", "stop") and (self.process is None or self.at is not None):
             raise ValueError(
@@ -758,7 +758,7 @@ class FailoverSpec(_Model):
         return str(iface)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "FailoverSpec":
+    def _consistent(self) -> FailoverSpec:
         for a in self.advert_int:
             if a < 10_000_000 or a > 40_950_000_000 or a % 10_000_000:
                 raise ValueError(
@@ -819,7 +819,7 @@ class HostsSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _distinct(self) -> "HostsSpec":
+    def _distinct(self) -> HostsSpec:
         for what, values in (
             ("at", [h.at for h in self.hosts]),
             ("capture", [h.capture for h in self.hosts if h.capture]),
@@ -857,7 +857,7 @@ class TestbedSpec(_Model):
         "`multiply`: seed 003's inline multiplier, one step per T (docs/multiplier.md).",
     )
     duration: Duration | None = Field(None, description="How long topspeed generators send.")
-    generators: list["AnyGeneratorSpec"] = Field(
+    generators: list[AnyGeneratorSpec] = Field(
         [], max_length=MAX_ITEMS, description="Default: the scenario's `generator`."
     )
     capture: CaptureSpec | None = Field(CaptureSpec(), description="`null` turns the capture off.")
@@ -873,7 +873,7 @@ class TestbedSpec(_Model):
     failover: FailoverSpec | None = Field(
         None, description="Method `failover`: the VRRP pair and the fault."
     )
-    inline: "InlineMultiplySpec | None" = Field(
+    inline: InlineMultiplySpec | None = Field(
         None,
         description="Method `multiply`: the inline multiplier, its real sessions and its T values.",
     )
@@ -884,7 +884,7 @@ class TestbedSpec(_Model):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> "TestbedSpec":
+    def _consistent(self) -> TestbedSpec:
         if self.spread is not None and self.method != "run":
             raise ValueError("`spread` (several generator hosts) belongs to method `run`")
         if self.spread is not None and len(self.generators) > 1:
@@ -1104,7 +1104,7 @@ class MultiplySpec(_Model):
         return _networks(v)
 
     @model_validator(mode="after")
-    def _apart(self) -> "MultiplySpec":
+    def _apart(self) -> MultiplySpec:
         if bool(self.home) != bool(self.home_ranges):
             raise ValueError(
                 "give home (the home side's original CIDRs) and home_ranges (its shadow ranges) "
@@ -1197,7 +1197,7 @@ class InlineMultiplySpec(_Model):
         return _networks(v)
 
     @model_validator(mode="after")
-    def _apart(self) -> "InlineMultiplySpec":
+    def _apart(self) -> InlineMultiplySpec:
         for r in self.ranges:
             for o in self.original:
                 a, b = ipaddress.ip_network(r, strict=False), ipaddress.ip_network(o, strict=False)
@@ -1240,7 +1240,7 @@ class Scenario(_Model):
     )
 
     @model_validator(mode="after")
-    def _offline_generator(self) -> "Scenario":
+    def _offline_generator(self) -> Scenario:
         if self.testbed is None and not GENERATORS.get(self.generator).capabilities.offline:
             raise ValueError(f"generator `{self.generator}` sends live: add a `testbed:` section")
         if self.generator_options is not None:
@@ -1411,7 +1411,7 @@ def ensure_models() -> None:
     models = tuple(p.options for p in GENERATORS)
     if not models:
         raise BadInput("no generator is registered: install the project (pip install .)")
-    union = models[0] if len(models) == 1 else Annotated[Union[models], Field(discriminator="name")]
+    union = models[0] if len(models) == 1 else Annotated[Union[models], Field(discriminator="name")]  # noqa: UP007
     # The field's annotation is set anew (a forward reference is resolved only once).
     TestbedSpec.model_fields["generators"].annotation = list[union]  # type: ignore[valid-type]
     TestbedSpec.model_rebuild(force=True, _types_namespace={"AnyGeneratorSpec": union})

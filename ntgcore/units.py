@@ -7,7 +7,7 @@ Durations are kept as integer nanoseconds, parsed with Decimal so that `1.1s` is
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation, ROUND_HALF_EVEN
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 NS_PER_S = 1_000_000_000
 

@@ -131,7 +131,7 @@ def _construct(tag: str, event: Any) -> Any:
         return make(
             _CONSTRUCTOR, yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
         )
-    except Exception as exc:  # noqa: BLE001 - PyYAML's constructors fail in many ways on odd text
+    except Exception as exc:
         # (`!!int` with no digits is an IndexError); every one means the value does not fit its tag
         problem = getattr(exc, "problem", None)
         raise ValueError(

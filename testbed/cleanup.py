@@ -74,7 +74,7 @@ class RunMark:
         self.procs: list[Process] = []
         self.lock = threading.Lock()
 
-    def write(self) -> "RunMark":
+    def write(self) -> RunMark:
         with self.lock:
             RUN_MARKS.mkdir(parents=True, exist_ok=True)
             _write_json(self.path, self.doc)

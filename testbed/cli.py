@@ -9,15 +9,15 @@ import json
 import os
 import signal
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 from analysis import analyze
 from analysis.benchmark import benchmark_document
-from analysis.catalog import BY, Catalog, comparison_lines, list_lines, plot_comparison, text_table
 from analysis.capture import CaptureError
+from analysis.catalog import BY, Catalog, comparison_lines, list_lines, plot_comparison, text_table
 from analysis.export import COMPRESSIONS, DEFAULT_COMPRESSION, export_captures
-from analysis.hashstudy import machine as hashstudy_machine
+from analysis.hashing import distinct_names
 from analysis.hashstudy import (
     DEFAULT_FLOWS,
     KEYS,
@@ -28,7 +28,7 @@ from analysis.hashstudy import (
     write_study,
 )
 from analysis.hashstudy import MAX_REPEATS as HASH_MAX_REPEATS
-from analysis.hashing import distinct_names
+from analysis.hashstudy import machine as hashstudy_machine
 from analysis.matchsweep import write_results as write_match_sweep
 from analysis.stream import natural_key
 from ntgcore.compile import (
@@ -61,6 +61,14 @@ from .ids.multiplied import MAX_COPIES
 from .ids.regression import load_allow, load_baseline
 from .ids.rules.attacks import load_selection, tcp_dialogues
 from .ids.rules.translate import report_json
+from .ids.suricata import (
+    CHECKSUM_MODES,
+    SuricataMissing,
+    check_config,
+    check_load,
+    make_duts,
+    translate_file,
+)
 from .matchsweep import (
     DEFAULT_FEEDS,
     DEFAULT_HASHES,
@@ -69,7 +77,8 @@ from .matchsweep import (
     parse_sizes,
     run_sweep,
 )
-from .matchsweep import MAX_CELLS as MATCH_MAX_CELLS, MAX_PACKETS as MATCH_MAX_PACKETS
+from .matchsweep import MAX_CELLS as MATCH_MAX_CELLS
+from .matchsweep import MAX_PACKETS as MATCH_MAX_PACKETS
 from .methods import spread_shares
 from .multiply import (
     MultiplyParams,
@@ -80,14 +89,6 @@ from .multiply import (
     scenario_params,
 )
 from .parts.hosts import collect_hosts
-from .ids.suricata import (
-    CHECKSUM_MODES,
-    SuricataMissing,
-    check_config,
-    check_load,
-    make_duts,
-    translate_file,
-)
 from .runner import (
     analyze_live_run,
     attack_player,
@@ -564,7 +565,7 @@ def cmd_results_compare(args: argparse.Namespace) -> int:
 
 
 def _new_folder(root: Path, name: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     for n in range(1, 1000):
         path = root / (f"{stamp}-{name}" if n == 1 else f"{stamp}-{name}-{n}")
         try:
@@ -1544,8 +1545,7 @@ def cmd_ids_coverage(args: argparse.Namespace) -> int:
     out = (
         Path(args.out)
         if args.out
-        else Path("results")
-        / (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-ids-coverage")
+        else Path("results") / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-ids-coverage")
     )
     show = not args.quiet
     try:
@@ -1643,7 +1643,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     elif inputs.run_dir is not None:
         out = inputs.run_dir / "detect"
     else:
-        out = Path("results") / (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-detect")
+        out = Path("results") / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-detect")
     try:  # every file of ours is written whole or not at all
         out.mkdir(parents=True, exist_ok=True)
         doc = detect.run_detect(
@@ -1702,8 +1702,7 @@ def cmd_hash_study(args: argparse.Namespace) -> int:
     out = (
         Path(args.out)
         if args.out
-        else Path("results")
-        / (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-hash-study")
+        else Path("results") / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-hash-study")
     )
     show = not args.quiet and sys.stderr.isatty()
     study = run_study(req, progress=(lambda msg: _err(f"hash-study: {msg}")) if show else None)
@@ -1735,8 +1734,7 @@ def cmd_match_sweep(args: argparse.Namespace) -> int:
     out = (
         Path(args.out)
         if args.out
-        else Path("results")
-        / (datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-match-sweep")
+        else Path("results") / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-match-sweep")
     )
     progress = None if args.quiet else (lambda msg: _err(f"match-sweep: {msg}"))
     if args.resume and not args.out:

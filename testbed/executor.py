@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ntgcore.endpoint import Site
 from ntgcore.errors import NtgError

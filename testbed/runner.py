@@ -54,16 +54,16 @@ from ntgcore.scenario import (
 
 from .cleanup import RunMark, cleanup
 from .executor import StepContext, StepExecutor
-from .parts import DUT_KINDS, CapturePart
-from .parts.multiplier import InlineMultiplier
-from .parts.vrrp import VrrpPair
-from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
-from .ids.rules.syntax import read_rule_text
 from .ids.coverage import attack_coverage, gate_lines, played_coverage, sid_change_lines
 from .ids.coverage import blocking as coverage_blocking
 from .ids.regression import Baseline
+from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
+from .ids.rules.syntax import read_rule_text
 from .ids.suricata import SuricataError, SuricataMissing
 from .methods import NS, Step, with_changes
+from .parts import DUT_KINDS, CapturePart
+from .parts.multiplier import InlineMultiplier
+from .parts.vrrp import VrrpPair
 
 FULL_FRAME = 1514  # bytes of an Ethernet frame at MTU 1500: a snaplen that keeps every payload
 

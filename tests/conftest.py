@@ -3,8 +3,8 @@
 import contextlib
 import os
 import resource
-import stat
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Our pytest plugin comes through its entry point once the project is installed; from a bare
 # checkout it is loaded here instead.
-from importlib.metadata import entry_points  # noqa: E402
+from importlib.metadata import entry_points
 
 if not any(ep.name == "ntg_testbed" for ep in entry_points(group="pytest11")):
     pytest_plugins = ["testbed.pytest_plugin"]
@@ -38,8 +38,8 @@ def _cmake_build(tmp_path_factory, source: str, what: str) -> Path:
 def flowengine_bin(tmp_path_factory):
     """Path of the flowengine executable: the installed one (see generators.flowengine.engine_path),
     else a CMake build of generators/flowengine, exported as $NTG_FLOWENGINE for subprocesses."""
-    from ntgcore.errors import GeneratorError
     from generators.flowengine import ENGINE_ENV, engine_path
+    from ntgcore.errors import GeneratorError
 
     try:
         return engine_path()

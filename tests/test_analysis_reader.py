@@ -430,6 +430,7 @@ def test_truncated_pcapng_block(tmp_path):
 def test_count_and_chunked_reads_agree_with_one_read(tmp_path):
     """The C API used directly: pr_count, and pr_read resumed with a small capacity."""
     import ctypes
+
     from analysis.capture import _Columns
 
     path = tmp_path / "chunks.pcap"

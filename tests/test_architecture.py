@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from ntgcore import runfolder
 from ntgcore.errors import PluginError
 from ntgcore.generator import Capabilities, get_generator
 from ntgcore.registry import GENERATORS, METHODS
 from ntgcore.scenario import ScenarioError, load_scenario, parse_scenario
-from ntgcore import runfolder
 from testbed.runner import plan_steps, run_scenario
 from tests.plugins.countgen import PLUGIN as COUNTGEN
 

@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import limit_memory
 
 from ntgcore.errors import BadInput

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from testbed.parts.tcpdump import TcpdumpError, Tcpdump, parse_stats
+from testbed.parts.tcpdump import Tcpdump, TcpdumpError, parse_stats
 
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),

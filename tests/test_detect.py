@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import skip_or_fail
 from detect_cases.build import CASES as BUILDERS
 from detect_cases.build import build
+
 from testbed.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

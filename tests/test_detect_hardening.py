@@ -19,10 +19,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import fill, skip_or_fail, tmpfs
-
 from detect_cases.build import T0, tcp_session
+
 from testbed.cli import main
 
 pytestmark = pytest.mark.skipif(
@@ -134,11 +133,11 @@ def _tls_pcap(path: Path) -> Path:
     from scapy.layers.tls.all import (
         TLS,
         ServerName,
+        TLS_Ext_ServerName,
         TLSCertificate,
         TLSClientHello,
         TLSServerHello,
         TLSServerHelloDone,
-        TLS_Ext_ServerName,
     )
     from scapy.layers.tls.cert import Cert
     from scapy.utils import wrpcap

@@ -142,7 +142,7 @@ def test_scapy_recomputes_the_same_checksums(quickstart):
     dissect and rebuild, the capture's 100,000 took minutes)."""
     scapy_all = pytest.importorskip("scapy.all")
     from scapy.layers.inet import ICMP, IP, TCP, UDP
-    from scapy.layers.inet6 import IPv6, ICMPv6EchoRequest
+    from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
 
     fields = [
         (IP, "chksum"),
@@ -353,8 +353,8 @@ def test_every_example_scenario_runs_and_agrees_with_itself(scenario, tmp_path, 
     if (
         loaded.scenario.attacks is not None
     ):  # plus the attack sessions, synthesized here on their own
-        from testbed.ids.rules.attacks import write_attacks
         from ntgcore.scenario import attack_rule_paths
+        from testbed.ids.rules.attacks import write_attacks
 
         rules = attack_rule_paths(loaded.scenario.attacks, loaded.path)
         want += write_attacks(

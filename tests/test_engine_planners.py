@@ -15,7 +15,6 @@ import subprocess
 import time
 
 import pytest
-
 from test_engine_cli import (
     ICMP4,
     ICMP6,

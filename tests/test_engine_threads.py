@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_engine_cli import ICMP4, ICMP6, read_csv, read_pcap, run, walk_pcap, write_session
 
 from testbed.endpoints.netns.topology import VethPair
-
-from test_engine_cli import ICMP4, ICMP6, read_csv, read_pcap, run, walk_pcap, write_session
 
 THREADS = [2, 3]
 
@@ -199,7 +198,7 @@ def test_pcap_csv_flowlog_identical(flowengine_bin, tmp_path, name):
         assert got["pcap"].read_bytes() == one["pcap"].read_bytes(), f"{n} threads"
         assert got["stats"].read_text() == one["stats"].read_text(), f"{n} threads"
         rows1, rowsn = read_csv(one["flows"]), read_csv(got["flows"])
-        key = lambda r: int(r["serial"])  # noqa: E731
+        key = lambda r: int(r["serial"])
         assert sorted(rowsn, key=key) == sorted(rows1, key=key)
         assert rowsn == rows1  # the merge also keeps the one-thread row order
         assert {k: got["sum"][k] for k in COUNTERS} == {k: one["sum"][k] for k in COUNTERS}

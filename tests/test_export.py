@@ -26,8 +26,8 @@ from scapy.utils import wrpcap
 import analysis.export as export
 from analysis.capture import read_capture
 from analysis.export import ADDRESS_SQL, EXPORT_MANIFEST, ExportError, export_captures
-from analysis.stream import read_stream
 from analysis.metrics import flow_table
+from analysis.stream import read_stream
 from analysis.tables import META_TABLE, META_VERSION, SCHEMA_VERSION
 from benchmarks.pcapgen import write_pcap
 from tests.conftest import skip_or_fail

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import skip_or_fail
+
+import generators.probe
+import testbed.methods.failover as failover
 from generators.probe import probe_flows
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
@@ -25,9 +27,6 @@ from ntgcore.scenario import ScenarioError, parse_scenario
 from testbed.endpoints.netns import NetnsEndpoint, NetnsSite
 from testbed.endpoints.netns.topology import load_topology
 from testbed.parts.vrrp import VrrpError, VrrpPair
-
-import generators.probe
-import testbed.methods.failover as failover
 
 # The entry points of pyproject.toml register both; a venv installed before they existed has not.
 if "probe" not in GENERATORS:

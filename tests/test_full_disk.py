@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import fill, tmpfs
 
 from testbed.parts import MonitorPart

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import limit_memory
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -139,9 +139,7 @@ def test_murmur3_lookup3_and_wyhash_pass_their_smhasher_verification_values():
     assert smhasher_verification(lambda d, s: h("murmur3_32", d, s), 32) == 0xB0F57EE3
     assert smhasher_verification(lambda d, s: h("lookup3", d, s), 32) == 0x3D83917A
     both = lambda d, s: int.from_bytes(
-        b"".join(  # noqa: E731 - the 128-bit value, h1 then h2
-            v.to_bytes(8, "little") for v in hashing.murmur3_128(d, s)
-        ),
+        b"".join(v.to_bytes(8, "little") for v in hashing.murmur3_128(d, s)),
         "little",
     )
     assert smhasher_verification(both, 128) == 0x6384BA69
@@ -151,7 +149,7 @@ def test_murmur3_lookup3_and_wyhash_pass_their_smhasher_verification_values():
 def test_superfasthash_passes_its_smhasher_verification_value():
     # SMHasher's copy starts from 0 and ignores the seed; ours starts from len + seed (seed 0:
     # Hsieh's original, which starts from the length), so seed = -len gives SMHasher's function.
-    smhasher_copy = lambda d, s: h("superfasthash", d, (-len(d)) % 2**32)  # noqa: E731
+    smhasher_copy = lambda d, s: h("superfasthash", d, (-len(d)) % 2**32)
     assert smhasher_verification(smhasher_copy, 32) == 0x980ACD1D
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import limit_memory
 
 from analysis import hashstudy as hs
@@ -35,7 +34,7 @@ def _lib(hashlib_path):
 def test_sources_run_through_the_prefixs_hosts_as_in_seed_002(prefix, first, last):
     n = hs.hosts(prefix) * 2 + 3
     cols = hs.flow_columns(prefix, n, seed=1)
-    as_ip = lambda v: ".".join(str((int(v) >> s) & 255) for s in (24, 16, 8, 0))  # noqa: E731
+    as_ip = lambda v: ".".join(str((int(v) >> s) & 255) for s in (24, 16, 8, 0))
     assert as_ip(cols["src"].min()) == first and as_ip(cols["src"].max()) == last
     # the destination port is one per block of flows, one up for the next block
     assert cols["dport"][0] == cols["dport"][hs.hosts(prefix) - 1] == hs.DPORT0

@@ -23,8 +23,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import fill, tmpfs
+
 from ntgcore.scenario import load_scenario
 from testbed.runner import run_scenario
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
 from conftest import skip_or_fail
+
 from analysis.multiply import shadow_addresses
 from analysis.tables import SCHEMA_VERSION, read_table
 from testbed.cli import main
-from testbed.ids.rules.variables import HOME_NET
 from testbed.ids.multiplied import HOME_SHADOW_RANGES
+from testbed.ids.rules.variables import HOME_NET
 from testbed.ids.suricata import run_offline
 from tests.test_multiply import frame_count, frames_and_checksums
 
@@ -168,7 +168,7 @@ def test_the_multiplied_home_net_is_a_few_cidrs_holding_every_home_shadow(covera
     shadows = [
         (ipaddress.ip_address(a), ipaddress.ip_address(o)) for a, (o, c) in plan.items() if c
     ]
-    inside = lambda a, nets: any(a.version == n.version and a in n for n in nets)  # noqa: E731
+    inside = lambda a, nets: any(a.version == n.version and a in n for n in nets)
     assert len(shadows) >= 20 and doc["multiplied"]["3"]["sids_scaling"] >= 20
     assert {inside(a, home) for a, o in shadows} == {True, False}
     assert all(

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from testbed.parts.monitor import COLUMNS, Sampler, read_samples
 from ntgcore.proc import Process
+from testbed.parts.monitor import COLUMNS, Sampler, read_samples
 
 BUSY = "while True: pass"
 THREADS = (

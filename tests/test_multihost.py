@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
 from analysis.capture import read_capture
-from conftest import skip_or_fail
+from analysis.hashing import hash_tuple, make_tuple
 from generators.flowengine import engine_options
 from ntgcore.compile import compile_session
-from analysis.hashing import hash_tuple, make_tuple
 from ntgcore.errors import BadInput, RunSetupError
 from ntgcore.scenario import ScenarioError, load_scenario, parse_scenario
 from ntgcore.startat import AtTime

@@ -30,25 +30,24 @@ from scapy.all import (
     IPerror,
     IPerror6,
     IPv6,
-    UDPerror,
     IPv6ExtHdrDestOpt,
     IPv6ExtHdrFragment,
     IPv6ExtHdrHopByHop,
     IPv6ExtHdrRouting,
+    UDPerror,
     fragment,
     fragment6,
     rdpcap,
     wrpcap,
 )
-
 from scapy.layers.ipsec import AH
 from scapy.layers.sctp import SCTP, SCTPChunkData
 
-from tests.conftest import skip_or_fail
 from analysis.multiply import shadow_addresses
 from ntgcore.scenario import MultiplySpec
 from testbed.cli import main
 from testbed.multiply import read_plan
+from tests.conftest import skip_or_fail
 
 ROOT = Path(__file__).resolve().parent.parent
 RANGES = "198.18.0.0/16,2001:db8:100::/48"
@@ -380,7 +379,7 @@ def test_the_sided_plan_keeps_the_home_sides_shadows_in_its_own_ranges(engine, m
     }
     inside = lambda a, name: any(
         ipaddress.ip_address(a) in n
-        for n in nets[name]  # noqa: E731
+        for n in nets[name]
         if n.version == ipaddress.ip_address(a).version
     )
     shadows = {a: v for a, v in shadow_addresses(plan).items() if v[1]}

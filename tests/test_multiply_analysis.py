@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
 from analysis.multiply import multiplied_report, read_plan
-from conftest import skip_or_fail
 from testbed.cli import main
 from tests.test_multiply import frame_count
 

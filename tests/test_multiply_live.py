@@ -31,7 +31,7 @@ from tests.test_multiply import (
     frame_count,
     mixed_packets,
     shadow_key,
-)  # noqa: F401
+)
 
 # The entry point of pyproject.toml registers it; a venv installed before it existed has not.
 if "multiply" not in METHODS:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "notebooks" / "generator_comparison.ipynb"
 COVERAGE_NOTEBOOK = REPO / "notebooks" / "coverage_over_time.ipynb"

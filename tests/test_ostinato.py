@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from ntgcore.errors import GeneratorError
-from ntgcore.generator import get_generator
-from testbed.endpoints.netns import NetnsEndpoint as Endpoint
-from generators.ostinato import Ostinato
-from generators.ostinato import rpc
+from generators.ostinato import Ostinato, rpc
 from generators.ostinato.rpc import DroneClient, DroneError, msg, parse_proto
 from generators.ostinato.streams import ICMP, IP4, TCP, UDP, build_plan
+from ntgcore.errors import GeneratorError
+from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
+from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 
 HEAD = "version: 1\nname: t\nseed: 7\nflows:\n"
 
@@ -112,7 +111,7 @@ def test_notifications_are_skipped_and_errors_raised():
             frame(5, 3, b"\x01\x02")
             + frame(2, m, msg.PortIdList(port_id=[msg.PortId(id=4)]).SerializeToString())
         ),
-        lambda m, b: frame(4, m, "Port Id 9 invalid".encode()),
+        lambda m, b: frame(4, m, b"Port Id 9 invalid"),
         lambda m, b: frame(3, m, b"\xd4\xc3\xb2\xa1pcap"),
     ]
     t = threading.Thread(target=peer, args=(theirs, script), daemon=True)

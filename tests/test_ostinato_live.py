@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from ntgcore.errors import GeneratorError
-from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 from generators.ostinato import Ostinato
 from generators.ostinato.drone import Drone, drone_version
 from generators.ostinato.rpc import DroneError, msg
+from ntgcore.errors import GeneratorError
 from ntgcore.proc import Process
 from ntgcore.scenario import parse_scenario
+from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 from testbed.endpoints.netns.topology import VethPair
 
 pytestmark = [

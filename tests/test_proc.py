@@ -66,7 +66,7 @@ def test_children_started_from_several_threads_are_all_in_the_runs_mark(tmp_path
         try:
             for _ in range(25):
                 procs.append(Process("sleep", ["sleep", "30"]).start())
-        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+        except BaseException as exc:
             failures.append(exc)
 
     try:

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
+from generators.replay import ReplaySpec as GeneratorSpec
+from generators.replay import parse_stats
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
-from testbed.endpoints.netns import NetnsEndpoint as Endpoint
-from generators.replay import parse_stats
-from generators.replay import ReplaySpec as GeneratorSpec
 from ntgcore.scenario import parse_scenario
+from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -113,8 +113,8 @@ def test_validate_counts_the_selected_rules(tmp_path):
 
 
 def test_selection_is_the_and_of_the_given_selectors():
-    from testbed.ids.rules.attacks import load_selection, schedule
     from ntgcore.scenario import AttackSelect
+    from testbed.ids.rules.attacks import load_selection, schedule
 
     def sids(**kw):
         return [m.sid for m in load_selection([DEMO_RULES], AttackSelect(**kw))[0]]
@@ -300,7 +300,7 @@ def test_live_attacks_begin_start_after_the_generators(tmp_path, run_scenario, f
     assert run.ok, run.messages
     step = run.manifest["steps"][0]
     began = datetime.strptime(step["generators_started_utc"], "%Y-%m-%dT%H:%M:%S.%fZ")
-    began_ns = round(began.replace(tzinfo=timezone.utc).timestamp() * 1e6) * 1000
+    began_ns = round(began.replace(tzinfo=UTC).timestamp() * 1e6) * 1000
     attacks = json.loads((run.run_dir / "attacks" / "attacks.json").read_text())
     hosts = {a for s in attacks["sessions"] for a in (s["client"], s["server"])}
     cap = read_capture(run.run_dir / "capture.pcap")

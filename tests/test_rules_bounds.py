@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from testbed.ids.rules.semantics import MAX_SESSION_BYTES, analyze
-from testbed.ids.rules.synth import SynthError, plan
 from testbed.ids.rules.syntax import MAX_RULE_BYTES, parse_rule_text
+from testbed.ids.rules.synth import SynthError, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PEAK_RSS_LIMIT_MB = 400  # measured 1,414 MB for these rules before the bounds, about 40 after

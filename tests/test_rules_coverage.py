@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import skip_or_fail
+
 from testbed.cli import main
 
 

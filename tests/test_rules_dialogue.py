@@ -8,8 +8,8 @@ import struct
 
 from testbed.ids.rules.dialogue import GREETING, dialogue, sip_request
 from testbed.ids.rules.semantics import analyze
-from testbed.ids.rules.synth import Session, _messages, synthesize
 from testbed.ids.rules.syntax import parse_rule_text
+from testbed.ids.rules.synth import Session, _messages, synthesize
 
 
 def _model(options: str, header: str = "alert ftp $EXTERNAL_NET any -> $HOME_NET any"):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import skip_or_fail
+
 from ntgcore import packets as P
 from testbed.ids.rules.dissect import DissectError, dissect, dissect_manifest, problems_by_sid
 from testbed.ids.rules.semantics import load_rules

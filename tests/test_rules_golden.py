@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from testbed.ids.rules.semantics import analyze
-from testbed.ids.rules.synth import icmpv4_only, synthesize
 from testbed.ids.rules.syntax import read_rules
+from testbed.ids.rules.synth import icmpv4_only, synthesize
 
 CASES = sorted(
     p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file()

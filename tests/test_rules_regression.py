@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import skip_or_fail
+
 from ntgcore.errors import BadInput
 from testbed.cli import main
 from testbed.ids.regression import compare_coverage, load_allow, load_baseline, markdown_lines

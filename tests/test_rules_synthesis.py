@@ -10,8 +10,8 @@ import pytest
 
 from testbed.ids.rules.layout import LayoutError, build_buffer, verify
 from testbed.ids.rules.semantics import Match, analyze, services_of
-from testbed.ids.rules.synth import _header_lines, _messages, _udp_session, http_request
 from testbed.ids.rules.syntax import parse_rule_text
+from testbed.ids.rules.synth import _header_lines, _messages, _udp_session, http_request
 
 
 def _model(options: str, header: str = "alert tcp $EXTERNAL_NET any -> $HOME_NET 7000"):

@@ -13,9 +13,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from conftest import fill, skip_or_fail, tmpfs
 
 from analysis.capture import read_capture
-from conftest import fill, skip_or_fail, tmpfs
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = os.geteuid() == 0

@@ -15,9 +15,9 @@ import pytest
 
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
+from ntgcore.scenario import parse_scenario
 from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 from testbed.parts.tcpdump import Tcpdump
-from ntgcore.scenario import parse_scenario
 
 LIVE = [
     pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ntgcore.compile import compile_session, expected
 from ntgcore import yamlread
+from ntgcore.compile import compile_session, expected
 from ntgcore.scenario import MAX_ITEMS, ScenarioError, json_schema, load_scenario, parse_scenario
 from ntgcore.units import format_ns, parse_duration_ns, parse_rate_pps, period_ns_from_rate
 

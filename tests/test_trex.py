@@ -14,16 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
-from ntgcore.errors import GeneratorError
-from ntgcore.registry import GENERATORS
-from ntgcore.scenario import load_scenario, parse_scenario
 from generators.trex import PLUGIN, WORKER, Trex
 from generators.trex.server import server_binary, write_config
 from generators.trex.stl_profile import MAX_INSTANCE_STREAMS, build_profile, icmp_checksum
+from ntgcore.errors import GeneratorError
+from ntgcore.registry import GENERATORS
+from ntgcore.scenario import load_scenario, parse_scenario
 from testbed.endpoints.netns import NetnsEndpoint
-
-from conftest import skip_or_fail
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = "version: 1\nname: t\nseed: 3\nflows:\n"

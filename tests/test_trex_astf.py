@@ -23,16 +23,15 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
+from generators.trex import PLUGIN, Trex, TrexSpec
+from generators.trex.astf_profile import build_astf_profile
 from ntgcore.errors import GeneratorError
 from ntgcore.proc import Process
 from ntgcore.registry import GENERATORS
 from ntgcore.scenario import parse_scenario
-from generators.trex import PLUGIN, Trex, TrexSpec
-from generators.trex.astf_profile import build_astf_profile
 from testbed.ids.rules.attacks import tcp_dialogues
-
-from conftest import skip_or_fail
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "scenarios" / "rules" / "attacks-demo.rules"

@@ -18,11 +18,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
+from test_trex_astf import needs_client, registered
 
+from generators.trex import PLUGIN, Trex
 from ntgcore.errors import GeneratorError, RunSetupError
 from ntgcore.registry import GENERATORS
 from ntgcore.scenario import load_scenario, parse_scenario
-from generators.trex import PLUGIN, Trex
 from testbed.cli import main as cli_main
 from testbed.executor import wire_points
 from testbed.ids.coverage import run_coverage
@@ -30,9 +32,6 @@ from testbed.ids.detect import resolve_inputs
 from testbed.ids.rules.attacks import tcp_dialogues
 from testbed.ids.suricata import run_offline
 from testbed.runner import Run, check_places, coverage_baseline_problem, open_site, required_tools
-
-from conftest import skip_or_fail
-from test_trex_astf import needs_client, registered  # noqa: F401  (the client check; trex registered)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "scenarios" / "rules" / "attacks-demo.rules"

@@ -15,15 +15,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
+from test_trex_astf import Tcpdump, astf_ns, needs_client, registered
 
-from ntgcore.errors import GeneratorError
-from ntgcore.scenario import ScenarioError, load_scenario, parse_scenario
 from generators.trex import Trex
 from generators.trex.astf_offline import CLIENT_PORT_FIRST, MSS, astf_frames
 from generators.trex.astf_profile import MAX_CONNECTIONS, build_astf_profile
-
-from conftest import skip_or_fail
-from test_trex_astf import Tcpdump, astf_ns, needs_client, registered  # noqa: F401 (the fixtures)
+from ntgcore.errors import GeneratorError
+from ntgcore.scenario import ScenarioError, load_scenario, parse_scenario
 
 TSHARK = shutil.which("tshark")
 HEAD = "version: 1\nname: astf-offline\nseed: 5\ngenerator: trex\ngenerator_options: {mode: astf%s}\nflows:\n"
@@ -257,7 +256,7 @@ def test_generator_options_are_the_generators_own(tmp_path):
 
 
 @needs_client
-def test_offline_and_live_carry_the_same_connections_and_bytes(astf_ns, tmp_path):  # noqa: F811
+def test_offline_and_live_carry_the_same_connections_and_bytes(astf_ns, tmp_path):
     """The same scenario offline and live (TRex's client and server sides on veth0/veth1): as
     many connections, the same multiset of (request bytes, response bytes) per connection, the
     same server addresses and ports. What differs (ISNs, client ports, windows, TCP options,

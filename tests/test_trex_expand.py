@@ -18,10 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import skip_or_fail
 
-from ntgcore.errors import GeneratorError
-from ntgcore.registry import GENERATORS
-from ntgcore.scenario import parse_scenario
 from generators.trex import PLUGIN, WORKER, Trex
 from generators.trex.expand import (
     ExpandError,
@@ -34,8 +32,9 @@ from generators.trex.expand import (
     write_pcap,
 )
 from generators.trex.stl_profile import build_profile
-
-from conftest import skip_or_fail
+from ntgcore.errors import GeneratorError
+from ntgcore.registry import GENERATORS
+from ntgcore.scenario import parse_scenario
 
 HEAD = "version: 1\nname: t\nseed: 3\nflows:\n"
 
@@ -192,8 +191,8 @@ def test_wire_checksums_are_complete_and_offload_leaves_the_pseudo_header_sum():
                 delattr(f[layer], field)
         assert bytes(scapy.Ether(bytes(f))) == raw
     off = frames(p, checksums="offload")
-    v4 = lambda b, proto: b[12:14] == b"\x08\x00" and b[23] == proto  # noqa: E731
-    icmp = lambda b: v4(b, 1) or (b[12:14] == b"\x86\xdd" and b[20] == 58)  # noqa: E731
+    v4 = lambda b, proto: b[12:14] == b"\x08\x00" and b[23] == proto
+    icmp = lambda b: v4(b, 1) or (b[12:14] == b"\x86\xdd" and b[20] == 58)
     udp = [b for _, b in off if v4(b, 17)]
     assert len(udp) == 200
     assert all(b[24:26] == b"\0\0" for b in udp)  # the IPv4 header checksum is left to the NIC
@@ -485,8 +484,8 @@ SAME = {
 
 @pytest.mark.parametrize("name", list(SAME))
 def test_byte_equal_to_the_native_engine_where_the_semantics_coincide(name, tmp_path):
-    from ntgcore.compile import compile_session
     from generators.flowengine import engine_path
+    from ntgcore.compile import compile_session
 
     try:
         binary = engine_path()

@@ -19,20 +19,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 from pydantic import ValidationError
 
+# one namespace with both ends of a veth pair (veth0: TRex port 0, veth1: port 1), the client check
+from test_trex_astf import astf_ns, needs_client
+
 from analysis.capture import read_capture
-from ntgcore.errors import GeneratorError
-from ntgcore.registry import GENERATORS
-from ntgcore.scenario import parse_scenario
 from generators.trex import PLUGIN, Trex, TrexSpec
 from generators.trex.expand import ExpandError, frames
 from generators.trex.stl_profile import MAX_LATENCY_STREAMS, build_profile
-
-from conftest import skip_or_fail
-
-# one namespace with both ends of a veth pair (veth0: TRex port 0, veth1: port 1), the client check
-from test_trex_astf import astf_ns, needs_client  # noqa: F401  (a fixture)
+from ntgcore.errors import GeneratorError
+from ntgcore.registry import GENERATORS
+from ntgcore.scenario import parse_scenario
 
 HEAD = "version: 1\nname: t\nseed: 3\nflows:\n"
 UDP = (

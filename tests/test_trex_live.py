@@ -18,16 +18,15 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
+from generators.trex import PLUGIN, Trex
+from generators.trex.server import DPDK_RUN, TrexServer, server_binary
 from ntgcore.errors import GeneratorError
 from ntgcore.proc import Process
 from ntgcore.registry import GENERATORS
 from ntgcore.scenario import parse_scenario
-from generators.trex import PLUGIN, Trex
-from generators.trex.server import DPDK_RUN, TrexServer, server_binary
 from testbed.endpoints.netns import NetnsEndpoint as Endpoint
-
-from conftest import skip_or_fail
 
 pytestmark = [
     pytest.mark.ntg_live,

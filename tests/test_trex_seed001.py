@@ -15,12 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-
-from ntgcore.registry import GENERATORS
-from generators.trex import PLUGIN
-from testbed.methods.comparison import seed001
-
 from conftest import skip_or_fail
+
+from generators.trex import PLUGIN
+from ntgcore.registry import GENERATORS
+from testbed.methods.comparison import seed001
 
 ROOT = Path(__file__).resolve().parent.parent
 FIVE = ["native", "tcpreplay", "ostinato", "scapy", "trex"]

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
 from analysis.capture import read_capture
 from ntgcore.registry import ENDPOINTS
@@ -37,8 +38,6 @@ from testbed.endpoints.vm.bootfiles import (
 from testbed.endpoints.vm.machine import PRESETS, WORK_ROOT, Machine, VmError
 from testbed.parts.fault import PowerSwitch
 from testbed.runner import analyze_live_run, run_scenario
-
-from conftest import skip_or_fail
 
 PAIR = {
     "topology": {

@@ -9,8 +9,9 @@ import shutil
 import subprocess
 import sysconfig
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from ntgcore.compile import compile_session
 from ntgcore.endpoint import Endpoint

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from google.protobuf import text_format
 from pydantic import Field
@@ -23,6 +24,7 @@ from ntgcore.files import replacing
 from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin, Progress
 from ntgcore.proc import Tool
 from ntgcore.scenario import GeneratorSpec
+
 from .drone import Drone, drone_path, drone_version
 from .rpc import DroneError, msg
 from .streams import Plan, build_plan

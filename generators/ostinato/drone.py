@@ -13,9 +13,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ntgcore.daemon import EndpointServer
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
-from ntgcore.daemon import EndpointServer
 
 from .rpc import DroneClient, DroneError
 

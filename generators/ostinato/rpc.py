@@ -282,7 +282,7 @@ class DroneClient:
         except OSError:
             pass
 
-    def __enter__(self) -> "DroneClient":
+    def __enter__(self) -> DroneClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -337,7 +337,7 @@ class DroneClient:
         while len(buf) < n:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise socket.timeout(f"no complete reply to {method} within {self.timeout:g}s")
+                raise TimeoutError(f"no complete reply to {method} within {self.timeout:g}s")
             self.sock.settimeout(left)
             chunk = self.sock.recv(min(n - len(buf), 1 << 20))
             if not chunk:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ntgcore.errors import GeneratorError
 from ntgcore.scenario import Ports
+
 from .rpc import msg
 
 # Protocol ids (= drone's field numbers of the protocol messages).

@@ -31,7 +31,7 @@ def _on_signal(signum, _frame) -> None:
 def build_frame(f: dict):
     """The Scapy frame of one plan flow: Ether / IP|IPv6 / TCP|UDP|ICMP / payload."""
     from scapy.layers.inet import ICMP, IP, TCP, UDP
-    from scapy.layers.inet6 import IPv6, ICMPv6EchoRequest
+    from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
 

@@ -26,8 +26,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal, Union
+from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,9 +37,11 @@ from ntgcore.errors import GeneratorError
 from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin, Progress
 from ntgcore.proc import Process
 from ntgcore.scenario import GeneratorSpec
+
 from .astf_offline import AstfOfflineExpansion, expected_capture
 from .astf_profile import AstfProfile, build_astf_profile, python_code
 from .offline import OfflineExpansion
+from .server import ASYNC_PORT, SYNC_PORT, TrexServer, server_binary
 from .stl_profile import (
     MAX_LATENCY_PPS,
     RATE_UNITS,
@@ -47,7 +50,6 @@ from .stl_profile import (
     check_latency_pps,
     latency_by_label,
 )
-from .server import ASYNC_PORT, SYNC_PORT, TrexServer, server_binary
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
 INSTALL_HINT = f"install it with `{sys.executable} -m pip install lbr-trex-client==3.4.0`"
@@ -95,7 +97,7 @@ class Trex(Generator):
 
     def __init__(self, spec=None, **options) -> None:
         super().__init__(spec)
-        opt = lambda k, d: options.get(k, _option(spec, k, d))  # noqa: E731
+        opt = lambda k, d: options.get(k, _option(spec, k, d))
         server = opt("server", "start")
         if isinstance(server, BaseModel):
             server = server.model_dump()
@@ -692,7 +694,7 @@ class TrexSpec(GeneratorSpec):
     worker process."""
 
     name: Literal["trex"] = "trex"
-    server: Union[Literal["start"], TrexServerAddress] = Field(
+    server: Literal["start"] | TrexServerAddress = Field(
         "start",
         description="trex: `start` runs a server inside the generator's namespace for "
         "the run (needs `trex_dir` or $NTG_TREX_DIR); or {host, sync_port, async_port} of a "

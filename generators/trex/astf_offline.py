@@ -17,8 +17,8 @@ from __future__ import annotations
 import heapq
 import ipaddress
 import itertools
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ntgcore import packets as P
 from ntgcore.generator import Counters, Progress

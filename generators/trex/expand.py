@@ -39,9 +39,9 @@ for its per-stream counters; a latency probe carries TRex's send time), a `rando
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -271,7 +271,7 @@ class Var:
     init: int
     step: int
     next_var: str | None
-    prev: "Var | None" = None  # the variable whose wrap runs this one (next_var)
+    prev: Var | None = None  # the variable whose wrap runs this one (next_var)
     pos: int = 0  # order among the variables
 
     @property

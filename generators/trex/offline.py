@@ -6,9 +6,9 @@ engine's offline captures. The profile itself is still built and dumped by the w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import Counters, Progress

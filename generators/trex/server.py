@@ -25,9 +25,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ntgcore.daemon import EndpointServer
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
-from ntgcore.daemon import EndpointServer
 from ntgcore.proc import Leftover
 
 BINARY = "_t-rex-64-o"
@@ -155,7 +155,7 @@ class TrexServer(EndpointServer):
         )
         self.proc.leftovers = leftovers
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> "TrexServer":
+    def start(self, timeout: float = START_TIMEOUT_S) -> TrexServer:
         super().start(timeout)
         return self
 

@@ -297,7 +297,7 @@ class _Builder:
             size = 4 if host_bits <= 32 else 8
             width = 8 * size
             base = int(net.network_address) & ~((1 << width) - 1)  # the part that stays
-            low = lambda a: int(a) - base  # noqa: E731
+            low = lambda a: int(a) - base
             var = {
                 "op": "var",
                 "name": f"ip_{side}",

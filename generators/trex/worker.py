@@ -35,12 +35,12 @@ import sys
 if sys.path and sys.path[0] == __file__.rsplit("/", 1)[0]:
     del sys.path[0]
 
-import lbr_trex_client  # noqa: E402,F401  (first: it puts TRex's own Scapy on the path)
+import json
+import signal
+import time
+import traceback
 
-import json  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
+import lbr_trex_client
 
 _stop = []
 _go = []
@@ -97,6 +97,8 @@ def build_packet(p: dict):
 
 def build_stream(s: dict):
     from trex.stl.api import (
+        STLVM,
+        CTRexVmInsFixHwCs,
         STLFlowLatencyStats,
         STLFlowStats,
         STLPktBuilder,
@@ -104,8 +106,6 @@ def build_stream(s: dict):
         STLTXCont,
         STLTXMultiBurst,
         STLTXSingleBurst,
-        STLVM,
-        CTRexVmInsFixHwCs,
     )
 
     pkt = build_packet(s["packet"])
@@ -172,8 +172,8 @@ def build_stream(s: dict):
 def build(spec_path: str, outdir: str) -> int:
     from pathlib import Path
 
-    from trex.stl.api import STLProfile
     import yaml  # TRex's own (external_libs), the one its load_yaml reads with
+    from trex.stl.api import STLProfile
 
     spec = json.loads(Path(spec_path).read_text())
     out = Path(outdir)

@@ -51,9 +51,6 @@ from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
 
-from .regression import Baseline, compare_coverage
-from .regression import markdown_lines as baseline_markdown
-from .regression import summary_lines as comparison_summary
 from .multiplied import (
     MAX_COPIES,
     MultipliedCapture,
@@ -63,6 +60,9 @@ from .multiplied import (
 )
 from .multiplied import markdown_lines as multiplied_markdown
 from .multiplied import summary_line as multiplied_summary
+from .regression import Baseline, compare_coverage
+from .regression import markdown_lines as baseline_markdown
+from .regression import summary_lines as comparison_summary
 from .report import markdown_html
 from .rules.attacks import Attacks, load_selection, merge_pcaps
 from .rules.semantics import RuleModel, load_rules

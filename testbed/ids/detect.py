@@ -27,7 +27,7 @@ import os
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 
 from analysis.capture import read_capture
@@ -330,9 +330,7 @@ def _time_range(captures: list[dict]) -> dict:
 
 def _utc(epoch: float) -> str:
     return (
-        datetime.fromtimestamp(epoch, timezone.utc)
-        .isoformat(timespec="microseconds")
-        .replace("+00:00", "Z")
+        datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
     )
 
 

@@ -53,7 +53,7 @@ class Filter(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _one_bound(self) -> "Filter":
+    def _one_bound(self) -> Filter:
         if all(getattr(self, b) is None for b in BOUNDS):
             raise ValueError("give the expected number of events: count, min, max, lt or gt")
         if self.count is not None and any(getattr(self, b) is not None for b in BOUNDS[1:]):

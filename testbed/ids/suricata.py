@@ -1060,7 +1060,7 @@ class LiveSuricata:
                 text += p.read_text(errors="replace")
         return text
 
-    def start(self, abort=None) -> "LiveSuricata":
+    def start(self, abort=None) -> LiveSuricata:
         """Start and wait until the capture threads run; `abort()` returning True (Ctrl-C)
         stops the wait and Suricata."""
         suricata_binary()  # SuricataMissing with the install command

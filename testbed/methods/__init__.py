@@ -6,9 +6,10 @@ A method is a plugin folder here exposing `METHOD` (a `Method`), registered by a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 from analysis.hashing import hash_tuple, make_tuple
 from analysis.live import MethodAnalysis

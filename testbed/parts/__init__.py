@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from analysis.capture import CaptureError, read_capture
 from ntgcore.endpoint import Endpoint, PowerSwitch

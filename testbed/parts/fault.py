@@ -28,8 +28,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ntgcore.endpoint import Endpoint, PowerSwitch, Site
 from ntgcore.errors import NtgError

@@ -27,8 +27,8 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -144,7 +144,7 @@ class Sampler:
         self.errors: list[str] = []
         self.full_at: Path | None = None  # the CSV, once a write found its file system full
 
-    def start(self) -> "Sampler":
+    def start(self) -> Sampler:
         if self._thread is not None:
             raise RuntimeError("a Sampler starts once")
         self.out_csv.parent.mkdir(parents=True, exist_ok=True)

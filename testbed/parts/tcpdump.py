@@ -23,8 +23,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from analysis.capture import CaptureError, iter_capture
 from ntgcore.errors import NtgError
@@ -139,7 +139,7 @@ class Tcpdump:
     def stderr_text(self) -> str:
         return "".join(self._lines)
 
-    def start(self, timeout: float = 10) -> "Tcpdump":
+    def start(self, timeout: float = 10) -> Tcpdump:
         try:
             self._proc.start()
         except OSError as exc:

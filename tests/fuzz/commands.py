@@ -61,7 +61,7 @@ def _run_one(main, argv: list[str], out_dir: Path, case: str) -> dict:
             result["status"] = main(argv)
         except SystemExit as exc:  # argparse: exit 2 with its usage line
             result["status"] = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:  # noqa: BLE001 - every way out is what this driver reports
+        except BaseException:
             result["status"] = None
             result["traceback"] = traceback.format_exc()
         finally:

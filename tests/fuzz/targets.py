@@ -36,16 +36,16 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import yaml  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from analysis.capture import CaptureError, read_capture  # noqa: E402
-from ntgcore.compile import check_memory, compile_session, expected, peak_concurrent_flows  # noqa: E402
-from ntgcore.errors import BadInput  # noqa: E402
-from ntgcore.scenario import ScenarioError, parse_scenario  # noqa: E402
-from testbed.ids.rules.semantics import analyze  # noqa: E402
-from testbed.ids.rules.syntax import read_rules  # noqa: E402
+from analysis.capture import CaptureError, read_capture
+from ntgcore.compile import check_memory, compile_session, expected, peak_concurrent_flows
+from ntgcore.errors import BadInput
+from ntgcore.scenario import ScenarioError, parse_scenario
+from testbed.ids.rules.semantics import analyze
+from testbed.ids.rules.syntax import read_rules
 
 CASES = ROOT / "tests" / "fuzz_cases"
 SUFFIX = {"scenario": ".yaml", "rules": ".rules", "pcap": ".pcap"}
@@ -56,7 +56,7 @@ class Hang(Exception):
     """An example ran past EXAMPLE_SECONDS."""
 
 
-def _alarm(signum, frame):  # noqa: ARG001
+def _alarm(signum, frame):
     raise Hang(f"one input took more than {EXAMPLE_SECONDS:g} s")
 
 
@@ -149,7 +149,7 @@ def _frames() -> list[bytes]:
             bytes([198, 19, 0, 1]),
         )
         + l4
-    )  # noqa: E731
+    )
     ip6 = (
         struct.pack(
             "!IHBB16s16s",
@@ -516,7 +516,7 @@ def replay(target: str, paths: list[Path]) -> int:
     for f in files:
         try:
             bounded(RUN[target], f.read_bytes())
-        except BaseException:  # noqa: BLE001 - every escape is a finding
+        except BaseException:
             failed += 1
             print(f"{f}: FAILED", file=sys.stderr)
             traceback.print_exc()

@@ -25,9 +25,10 @@ import secrets
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -196,7 +197,7 @@ class Topology(_Model):
         return {k: _on_off(x) for k, x in v.items()}
 
     @model_validator(mode="after")
-    def _references(self) -> "Topology":
+    def _references(self) -> Topology:
         problems = _cross_check(self)
         if problems:
             raise _CrossCheckError(problems)
@@ -217,7 +218,7 @@ class Topology(_Model):
         self.netns(role)
         return [e.iface for e in self._ends() if e.ns == role]
 
-    def renamed(self, name: str) -> "Topology":
+    def renamed(self, name: str) -> Topology:
         """The same topology under another namespace prefix (checked like `name`)."""
         return parse_topology(
             {**self.model_dump(by_alias=True), "name": name}, f"topology {self.name} renamed"
@@ -281,7 +282,7 @@ class Topology(_Model):
         return steps
 
     @contextlib.contextmanager
-    def up(self) -> Iterator["Topology"]:
+    def up(self) -> Iterator[Topology]:
         """Apply on entry; always remove on exit (errors, KeyboardInterrupt included)."""
         try:
             self.apply()
@@ -896,7 +897,7 @@ class VethPair:
         self.peer = self.topology.netns(roles[-1])
         self._peer_role = roles[-1]
 
-    def setup(self) -> "VethPair":
+    def setup(self) -> VethPair:
         try:
             self.topology.apply()
         except BaseException:
@@ -907,7 +908,7 @@ class VethPair:
     def teardown(self) -> None:
         self.topology.remove()
 
-    def __enter__(self) -> "VethPair":
+    def __enter__(self) -> VethPair:
         return self.setup()
 
     def __exit__(self, *exc) -> None:

@@ -29,9 +29,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ntgcore.endpoint import Backend, Endpoint, Site
-from ntgcore.scenario import format_error
 from ntgcore.errors import BadInput
 from ntgcore.files import read_bounded
+from ntgcore.scenario import format_error
 from ntgcore.yamlread import MAX_BYTES, YamlProblem, read_yaml, yaml_lines
 
 from ..netns import NetnsBackend, NetnsSite

@@ -29,9 +29,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
 
 from ntgcore.errors import NtgError
 from ntgcore.proc import Process, Tool

@@ -25,9 +25,9 @@ import sys
 if sys.path and sys.path[0] == __file__.rsplit("/", 1)[0]:
     del sys.path[0]
 
-import json  # noqa: E402
+import json
 
-import pyshark  # noqa: E402
+import pyshark
 
 SEVERITY_ERROR = 0x00800000  # Wireshark's PI_ERROR
 MALFORMED = "_ws.malformed"

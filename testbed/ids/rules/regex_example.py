@@ -200,7 +200,7 @@ def example(pattern: str, flags: str = "", avoid: bytes = b"") -> bytes:
     py = to_python(pattern)
     try:
         parsed = sre_parse.parse(py.encode("latin-1"), rx.flags)
-    except Exception as exc:  # noqa: BLE001 - parser errors of all kinds
+    except Exception as exc:
         raise RegexUnsupported(f"pcre not understood: {exc}") from None
     gen = _Gen("s" in flags, frozenset(avoid))
     try:

@@ -309,7 +309,6 @@ IGNORED = {
     "app-layer-event",
     "ssh_proto",
     "ssh.proto",
-    "nocase",
     "raw",
     "classification",
     "flowint",

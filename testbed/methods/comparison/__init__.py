@@ -6,8 +6,8 @@ from decimal import Decimal
 
 from ntgcore.scenario import Scenario
 
-from . import analysis
 from .. import Method, Step, derived_flow, template_flow, with_changes
+from . import analysis
 
 
 def plan(scenario: Scenario) -> list[Step]:

@@ -13,8 +13,8 @@ import random
 
 from ntgcore.scenario import FailoverSpec, FaultSpec, Scenario
 
-from . import analysis
 from .. import NS, Method, Step, with_changes
+from . import analysis
 
 MASTER_PROCESS = "vrrp:master"
 

@@ -7,8 +7,8 @@ from decimal import Decimal
 
 from ntgcore.scenario import Flow, Scenario
 
-from . import analysis
 from .. import NS, Method, Step, derived_flow, dst_port_of, sized, template_flow, with_changes
+from . import analysis
 
 
 def rate_step_flow(template: Flow, rate: Decimal, frame_size: int, step_ns: int) -> Flow:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ntgcore.scenario import Scenario
 
-from . import analysis
 from .. import Method, Step
+from . import analysis
 
 # the step's deadline: a fixed allowance plus a slow rate for the pages (a veth is far faster)
 STEP_BASE_S = 30.0
