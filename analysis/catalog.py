@@ -117,7 +117,7 @@ class CatalogError(BadInput):
 
 
 @dataclass
-class RunFolder:
+class CatalogRun:
     """One run folder as its manifest (or coverage report) describes it, and its table files."""
 
     path: Path
@@ -165,7 +165,7 @@ class Comparison:
     table: pd.DataFrame
     keys: list[str]
     by: str
-    runs: list[RunFolder]
+    runs: list[CatalogRun]
     notes: list[str]
 
     def labels(self) -> list[str]:
@@ -230,7 +230,7 @@ def find_run_folders(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return list(found.values())
 
 
-def read_run_folder(path: str | os.PathLike) -> RunFolder:
+def read_run_folder(path: str | os.PathLike) -> CatalogRun:
     """PATH's manifest summary and table files; `problem` says why its tables are unreadable."""
     text = os.fspath(path)
     tables = _table_files(text)
@@ -246,7 +246,7 @@ def read_run_folder(path: str | os.PathLike) -> RunFolder:
             if not isinstance(manifest, dict):
                 raise ValueError("not a JSON object")
     except (BadInput, ValueError) as exc:
-        return RunFolder(
+        return CatalogRun(
             path,
             path.name,
             None,
@@ -254,7 +254,7 @@ def read_run_folder(path: str | os.PathLike) -> RunFolder:
             problem=f"{path / MANIFEST}: not readable JSON ({exc}); the run folder is damaged",
         )
     sc = manifest.get("scenario") or {}
-    run = RunFolder(
+    run = CatalogRun(
         path,
         str(manifest.get("run_id") or path.name),
         manifest.get("status"),
@@ -324,7 +324,7 @@ def _folder_of(file: str) -> str:
     return os.path.dirname(os.path.dirname(file))
 
 
-def _coverage_folder(path: Path, tables: dict[str, str]) -> RunFolder:
+def _coverage_folder(path: Path, tables: dict[str, str]) -> CatalogRun:
     """An ids-coverage output folder (coverage.json, no manifest): one report, completed."""
     stamp = _STAMP.search(path.name)
     when = (
@@ -333,7 +333,7 @@ def _coverage_folder(path: Path, tables: dict[str, str]) -> RunFolder:
         else datetime.fromtimestamp((path / COVERAGE_REPORT).stat().st_mtime, UTC)
     )
     created = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return RunFolder(
+    return CatalogRun(
         path, path.name, COMPLETED, method="ids-coverage", created_utc=created, tables=tables
     )
 
@@ -362,7 +362,7 @@ class Catalog:
                 self._con.register(f"_empty_{name}", schema.empty_table())
         return self._con
 
-    def _allow(self, run: RunFolder) -> RunFolder:
+    def _allow(self, run: CatalogRun) -> CatalogRun:
         """RUN's table files readable too (a run folder named by path, outside the catalogue)."""
         new = set(run.tables.values()) - self._allowed
         if new:
@@ -497,7 +497,7 @@ class Catalog:
             ["created_utc", "run_id"], na_position="first", kind="stable", ignore_index=True
         ), problems
 
-    def find(self, run: str) -> RunFolder:
+    def find(self, run: str) -> CatalogRun:
         """The run folder RUN names: a path, or the run id of a folder in the catalogue."""
         if _is_run_folder(run):
             return self._allow(read_run_folder(run))
@@ -554,7 +554,7 @@ class Catalog:
         steps = self._sql(f"SELECT * FROM read_parquet({_sql_list([r.tables['steps']])})")
         return summary, steps
 
-    def _row_counts(self, r: RunFolder) -> dict[str, int]:
+    def _row_counts(self, r: CatalogRun) -> dict[str, int]:
         self._check([r], list(r.tables))
         files = {p: n for n, p in r.tables.items()}
         counts = self._sql(
@@ -568,7 +568,7 @@ class Catalog:
 
     def select(
         self, *, include_unfinished: bool = True, need: str | None = None, coverage: bool = True
-    ) -> tuple[list[RunFolder], list[str]]:
+    ) -> tuple[list[CatalogRun], list[str]]:
         """The runs an operation reads (those with table NEED, or with any table), and notes on
         those it leaves out: runs that did not complete unless INCLUDE_UNFINISHED, ids-coverage
         reports unless COVERAGE. CatalogError naming every run that should be read and cannot be:
@@ -608,7 +608,7 @@ class Catalog:
             raise CatalogError(_joined(errors))
         return chosen, notes
 
-    def views(self, runs: list[RunFolder], names: Iterable[str] = TABLE_NAMES) -> None:
+    def views(self, runs: list[CatalogRun], names: Iterable[str] = TABLE_NAMES) -> None:
         """Views NAMES over the tables of RUNS (their files' schema versions checked first)."""
         names = list(names)
         self._check(runs, names)
@@ -674,7 +674,7 @@ class Catalog:
                 + (f" ({'; '.join(notes)})" if notes else "")
             )
         _no_duplicates(runs)
-        scenarios: dict[tuple, list[RunFolder]] = {}
+        scenarios: dict[tuple, list[CatalogRun]] = {}
         for r in runs:
             scenarios.setdefault((r.scenario, r.scenario_sha256), []).append(r)
         mixed = len(scenarios) > 1
@@ -803,7 +803,7 @@ class Catalog:
         except duckdb.Error as exc:
             raise CatalogError(f"reading the run tables failed: {_first_line(exc)}") from None
 
-    def _check(self, runs: list[RunFolder], names: Iterable[str]) -> None:
+    def _check(self, runs: list[CatalogRun], names: Iterable[str]) -> None:
         """CatalogError naming every table file of RUNS (tables NAMES) that cannot be read:
         another major schema, another table, no version, a damaged file."""
         bad = self._check_files([r.tables[n] for r in runs for n in names if n in r.tables])
@@ -1022,8 +1022,8 @@ def _unreadable(files: list[str]) -> dict[str, str]:
     return bad
 
 
-def _no_duplicates(runs: list[RunFolder]) -> None:
-    seen: dict[str, list[RunFolder]] = {}
+def _no_duplicates(runs: list[CatalogRun]) -> None:
+    seen: dict[str, list[CatalogRun]] = {}
     for r in runs:
         seen.setdefault(r.run_id, []).append(r)
     twice = {k: v for k, v in seen.items() if len(v) > 1}
@@ -1184,7 +1184,7 @@ __all__ = [
     "CatalogError",
     "Comparison",
     "METRICS",
-    "RunFolder",
+    "CatalogRun",
     "SET_LOAD_KINDS",
     "STATS",
     "TABLE_NAMES",
