@@ -1,4 +1,4 @@
-"""Read a pcap or pcapng file into numpy columns with the native reader (libntgpcap via ctypes)."""
+"""Read a pcap or pcapng file into numpy columns with the native reader (libntg via ctypes)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import functools
 import itertools
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +18,9 @@ from ntgcore import nativelib
 from ntgcore.errors import BadInput, NtgError
 
 LIB_ENV = "NTG_PCAPLIB"
-LIB_NAME = "libntgpcap.so"
+LIB_NAME = nativelib.LIB_NAME
 
-# Column name -> dtype, in the order of struct pr_columns in native/pcapread.h.
+# Column name -> dtype, in the order of struct pr_columns in ntgcore/native/pcapread.h.
 COLUMNS: dict[str, type] = {
     "ts_ns": np.int64,
     "wire_len": np.uint32,
@@ -111,7 +111,7 @@ class Capture:
         return pd.DataFrame(cols, copy=False)
 
 
-class _Packet(ctypes.Structure):  # struct pr_packet (native/pcapread.h)
+class _Packet(ctypes.Structure):  # struct pr_packet (ntgcore/native/pcapread.h)
     _fields_ = [
         ("data", ctypes.POINTER(ctypes.c_uint8)),
         ("cap_len", ctypes.c_uint32),
@@ -163,8 +163,8 @@ def library() -> ctypes.CDLL:
         _load,
         CaptureLibraryError,
         "capture reader",
-        build="cmake -S analysis/native -B build/native && cmake --build build/native",
-        built=f"build/native/{LIB_NAME}",
+        build=nativelib.BUILD,
+        built=nativelib.BUILT,
     )
 
 
@@ -224,7 +224,7 @@ def read_capture(path: str | os.PathLike) -> Capture:
 
 def iter_capture(
     path: str | os.PathLike, chunk_packets: int = CHUNK_PACKETS, reuse: int = 0
-) -> Iterator[Capture]:
+) -> Generator[Capture, None, None]:
     """The packets of a pcap/pcapng file as Captures of at most CHUNK_PACKETS packets each, in
     file order, so that memory stays bounded whatever the file's size. Each chunk is newly
     allocated (a consumer may keep it), or with REUSE (True, or a number k) chunks are read into
@@ -278,7 +278,9 @@ def _read_all(lib: ctypes.CDLL, handle: int) -> tuple[dict[str, np.ndarray], int
     is never touched, so it takes address space but no memory."""
     size = lib.pr_size(handle)
     first = lib.pr_offset(handle)
-    arrays = {name: np.empty(_SAMPLE, dtype) for name, dtype in COLUMNS.items()}
+    arrays: dict[str, np.ndarray] = {
+        name: np.empty(_SAMPLE, dtype) for name, dtype in COLUMNS.items()
+    }
     n = _fill(lib, handle, arrays, 0)
     while n == len(arrays["ts_ns"]):
         pos = lib.pr_offset(handle)

@@ -1,5 +1,5 @@
-"""The flow-key hash functions of the native engine (generators/flowengine/src/hash.h), loaded
-with ctypes from libntghash.so.
+"""The flow-key hash functions of the native engine (ntgcore/native/hash.h), loaded with ctypes
+from the project's native library (libntg.so).
 
 The hashes are C (the engine's flow table uses them); this module hands numpy arrays of keys to
 the library's bulk call and gets the values back without copying, so the collision study
@@ -22,7 +22,7 @@ from ntgcore import nativelib
 from ntgcore.errors import BadInput, NtgError
 
 LIB_ENV = "NTG_HASHLIB"
-LIB_NAME = "libntghash.so"
+LIB_NAME = nativelib.LIB_NAME
 TUPLE_KEY_LEN = {4: 13, 6: 37}  # bytes of a packed 5-tuple key (hash.h, hash_tuple_key)
 # struct hash_tuple as a numpy record (40 bytes): arrays of tuples go to hash_tuple_bulk as they are.
 TUPLE_DTYPE = np.dtype(
@@ -123,8 +123,8 @@ def library() -> ctypes.CDLL:
         _load,
         HashLibraryError,
         "hash library",
-        build="cmake -S . -B build/native && cmake --build build/native",
-        built=f"build/native/generators/flowengine/{LIB_NAME}",
+        build=nativelib.BUILD,
+        built=nativelib.BUILT,
     )
 
 

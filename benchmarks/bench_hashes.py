@@ -1,4 +1,4 @@
-"""Hash benchmark: every flow-key hash of the engine (generators/flowengine/src/hash.h) on
+"""Hash benchmark: every flow-key hash of the engine (ntgcore/native/hash.h) on
 5-tuples, one core, three ways: per tuple (hash_tuple_bulk: each struct hash_tuple packed, then
 hashed through the registry's function pointer, what a caller holding tuples pays), bulk over
 packed IPv4 keys (hash_bulk, 13-byte keys 16 bytes apart) and bulk over packed IPv6 keys (37
@@ -9,7 +9,7 @@ benchmarks/out/hashes.json. Results are written, not asserted (target: CRC32C >=
 
     python benchmarks/bench_hashes.py [--keys N] [--repeat R] [--hashes a,b]
 
-Needs the hash library: installed by `pip install .`, or NTG_HASHLIB=<build>/libntghash.so.
+Needs the native library: installed by `pip install .`, or NTG_HASHLIB=<build>/libntg.so.
 """
 
 from __future__ import annotations
@@ -91,9 +91,9 @@ def main() -> None:
     for name in names:
         row = {"hash": name}
         for col, fn in (
-            ("per_tuple_v4", lambda: hashing.timed_hash_tuples(name, t4)),
-            ("bulk_v4", lambda: hashing.timed_hash_keys(name, k4)),
-            ("bulk_v6", lambda: hashing.timed_hash_keys(name, k6)),
+            ("per_tuple_v4", lambda n=name: hashing.timed_hash_tuples(n, t4)),
+            ("bulk_v4", lambda n=name: hashing.timed_hash_keys(n, k4)),
+            ("bulk_v6", lambda n=name: hashing.timed_hash_keys(n, k6)),
         ):
             row[col], row[col + "_cpu"] = best_rates(fn, args.keys, args.repeat)
         rows.append(row)

@@ -1,6 +1,10 @@
-"""Finding and loading the project's native libraries with ctypes: $ENV when set, else the copy
-`pip install .` put in <platlib>/ntg_native/ (the top-level CMakeLists.txt installs them there).
-analysis/capture.py (libntgpcap) and analysis/hashing.py (libntghash) load theirs through here."""
+"""Finding and loading the project's native library with ctypes: $ENV when set, else the copy
+`pip install .` put in <platlib>/ntg_native/ (the top-level CMakeLists.txt installs it there).
+
+The library is ntgcore/native/ (libntg.so: the pcap reader, the flow table, the flow-key hashes and
+the checksum), the same objects the flowengine executable links. analysis/capture.py (with
+$NTG_PCAPLIB) and analysis/hashing.py (with $NTG_HASHLIB) load it through here; either variable
+may name a libntg.so of another build."""
 
 from __future__ import annotations
 
@@ -11,6 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import NtgError
+
+LIB_NAME = "libntg.so"
+# How to build the library alone, and where that puts it (for the error saying how).
+BUILD = "cmake -S ntgcore/native -B build/native && cmake --build build/native"
+BUILT = f"build/native/{LIB_NAME}"
 
 
 def library_paths(env: str, name: str) -> list[Path]:

@@ -580,6 +580,6 @@ def test_real_captures_match_tshark_addresses_and_ports(shared_data):
 def test_missing_library_says_how_to_build_it(tmp_path, monkeypatch):
     from analysis.capture import LIB_ENV, CaptureLibraryError
 
-    monkeypatch.setenv(LIB_ENV, str(tmp_path / "libntgpcap.so"))
-    with pytest.raises(CaptureLibraryError, match="cmake -S analysis/native"):
+    monkeypatch.setenv(LIB_ENV, str(tmp_path / "libntg.so"))
+    with pytest.raises(CaptureLibraryError, match="cmake -S ntgcore/native"):
         read_capture(tmp_path / "any.pcap")

@@ -1,4 +1,4 @@
-"""The engine's one checksum routine (generators/flowengine/src/csum.c)
+"""The engine's one checksum routine (ntgcore/native/csum.c)
 against RFC 1071 known answers and an independent Python reference."""
 
 import shutil
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SRC = REPO / "generators" / "flowengine" / "src"
+SRC = REPO / "ntgcore" / "native"
 
 
 def ref_sum(data: bytes) -> int:

@@ -1,5 +1,5 @@
 """The line of a hash in `flowengine match`'s tables (match_line, generators/flowengine/src/
-match_table.h): the low 32 bits of the hash modulo the size for sizes up to 2^32, the whole hash
+match/match_table.h): the low 32 bits of the hash modulo the size for sizes up to 2^32, the whole hash
 modulo the size beyond, computed without a division (a per-table reciprocal, or a mask). Checked
 against Python's remainder at the edges of each path."""
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SRC = REPO / "generators" / "flowengine" / "src"
+SRC = REPO / "generators" / "flowengine" / "src" / "match"
+NATIVE = REPO / "ntgcore" / "native"
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +30,8 @@ def rows(tmp_path_factory):
             "-Werror",
             "-I",
             str(SRC),
+            "-I",
+            str(NATIVE),
             str(REPO / "tests" / "native" / "test_match_line.c"),
             "-o",
             str(exe),

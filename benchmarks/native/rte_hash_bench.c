@@ -29,9 +29,9 @@
 #include <time.h>
 
 #include <rte_eal.h>
+#include <rte_errno.h>
 #include <rte_hash.h>
 #include <rte_hash_crc.h>
-#include <rte_errno.h>
 #include <rte_version.h>
 
 #define BULK 64
@@ -64,7 +64,7 @@ static uint64_t next_rand(uint64_t *s)
 static void flow_key(uint8_t *k, size_t keylen, uint64_t i)
 {
     uint32_t src = 0x0a000000u + (uint32_t)(i & 0xffffff) + (uint32_t)(i >> 24); /* 10/8 */
-    uint32_t dst = 0xc0000201u;                                                   /* 192.0.2.1 */
+    uint32_t dst = 0xc0000201u;                                                  /* 192.0.2.1 */
     uint16_t sport = (uint16_t)(1024 + (i >> 24)), dport = 443;
     memset(k, 0, keylen);
     if (keylen == 40) {

@@ -79,8 +79,8 @@ int main(void)
     {
         uint8_t src[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 1 };
         uint8_t dst[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 2 };
-        uint8_t seg[8 + 11] = { 0x04, 0xd2, 0x00, 0x35, 0x00, 19, 0, 0,
-                                'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd' };
+        uint8_t seg[8 + 11] = { 0x04, 0xd2, 0x00, 0x35, 0x00, 19,  0,   0,   'h', 'e',
+                                'l',  'l',  'o',  ' ',  'w',  'o', 'r', 'l', 'd' };
         uint64_t s = csum_pseudo6(src, dst, 17) + sizeof seg;
         uint16_t c = csum_finish(csum_partial(seg, sizeof seg, s));
         printf("udp6 hello ");
@@ -94,9 +94,9 @@ int main(void)
     /* TCP over IPv4: 192.0.2.1 -> 198.51.100.7, SYN|ACK with 5 bytes. */
     {
         uint8_t src[4] = { 192, 0, 2, 1 }, dst[4] = { 198, 51, 100, 7 };
-        uint8_t seg[20 + 5] = { 0xc3, 0x50, 0x00, 0x50, 0x12, 0x34, 0x56, 0x78,
-                                0x9a, 0xbc, 0xde, 0xf0, 0x50, 0x12, 0xff, 0xff,
-                                0, 0, 0, 0, 1, 2, 3, 4, 5 };
+        uint8_t seg[20 + 5] = { 0xc3, 0x50, 0x00, 0x50, 0x12, 0x34, 0x56, 0x78, 0x9a,
+                                0xbc, 0xde, 0xf0, 0x50, 0x12, 0xff, 0xff, 0,    0,
+                                0,    0,    1,    2,    3,    4,    5 };
         uint64_t s = csum_pseudo4(src, dst, 6) + sizeof seg;
         uint16_t c = csum_finish(csum_partial(seg, sizeof seg, s));
         printf("tcp4 synack ");

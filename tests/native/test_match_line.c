@@ -23,13 +23,37 @@ static uint64_t next(uint64_t *s)
 int main(void)
 {
     const uint64_t sizes[] = {
-        1, 2, 3, 5, 7, 10, 1000, 1024, 16411, 65535, 65536, 65537, 999983, 1000003,
-        4194319, 8388617, 2147483647, 2147483648u, 2147483649u, 3000000019u,
-        4294967291u, 4294967295u, 4294967296ull, 4294967297ull, 10000000019ull,
-        1ull << 40, 0xFFFFFFFFFFFFFFFFull,
+        1,
+        2,
+        3,
+        5,
+        7,
+        10,
+        1000,
+        1024,
+        16411,
+        65535,
+        65536,
+        65537,
+        999983,
+        1000003,
+        4194319,
+        8388617,
+        2147483647,
+        2147483648u,
+        2147483649u,
+        3000000019u,
+        4294967291u,
+        4294967295u,
+        4294967296ull,
+        4294967297ull,
+        10000000019ull,
+        1ull << 40,
+        0xFFFFFFFFFFFFFFFFull,
     };
-    const uint64_t edges[] = {0, 1, 0xFFFFFFFFu, 0x100000000ull, 0xFFFFFFFFFFFFFFFFull,
-                              0x80000000u, 0x7FFFFFFFu};
+    const uint64_t edges[] = {
+        0, 1, 0xFFFFFFFFu, 0x100000000ull, 0xFFFFFFFFFFFFFFFFull, 0x80000000u, 0x7FFFFFFFu
+    };
     uint64_t s = 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         struct match_mod m;

@@ -19,20 +19,33 @@
 
 int main(int argc, char **argv)
 {
-    if (argc != 5 && !(argc == 6 && !strcmp(argv[5], "home"))) return 2;
+    if (argc != 5 && !(argc == 6 && !strcmp(argv[5], "home")))
+        return 2;
     char err[256];
     pr_reader *r = pr_open(argv[1], err, sizeof err);
     FILE *out = fopen(argv[2], "wb");
-    if (!r || !out) return 1;
-    struct mult_range rg[2] = {{.family = 4, .plen = 16, .addr = {198, 18}},
-                               {.family = 6, .plen = 48, .addr = {0x20, 0x01, 0x0d, 0xb8, 0x01, 0x00}}};
-    struct mult_params p = {.copies = (uint32_t)atoi(argv[3]), .seed = 3, .order = MULT_ORDER_SPFO,
-                            .ranges = rg, .nranges = 2, .max_flows = (uint32_t)atoi(argv[4]),
-                            .max_addrs = 64, .live = 1};
-    struct mult_range home[2] = {{.family = 4, .plen = 16, .addr = {10, 1}},
-                                 {.family = 6, .plen = 48, .addr = {0x20, 0x01, 0x0d, 0xb8, 0x00, 0x0a}}};
-    struct mult_range hr[2] = {{.family = 4, .plen = 24, .addr = {198, 19}},
-                               {.family = 6, .plen = 64, .addr = {0x20, 0x01, 0x0d, 0xb8, 0x02, 0x00}}};
+    if (!r || !out)
+        return 1;
+    struct mult_range rg[2] = {
+        { .family = 4, .plen = 16, .addr = { 198, 18 } },
+        { .family = 6, .plen = 48, .addr = { 0x20, 0x01, 0x0d, 0xb8, 0x01, 0x00 } }
+    };
+    struct mult_params p = { .copies = (uint32_t)atoi(argv[3]),
+                             .seed = 3,
+                             .order = MULT_ORDER_SPFO,
+                             .ranges = rg,
+                             .nranges = 2,
+                             .max_flows = (uint32_t)atoi(argv[4]),
+                             .max_addrs = 64,
+                             .live = 1 };
+    struct mult_range home[2] = {
+        { .family = 4, .plen = 16, .addr = { 10, 1 } },
+        { .family = 6, .plen = 48, .addr = { 0x20, 0x01, 0x0d, 0xb8, 0x00, 0x0a } }
+    };
+    struct mult_range hr[2] = {
+        { .family = 4, .plen = 24, .addr = { 198, 19 } },
+        { .family = 6, .plen = 64, .addr = { 0x20, 0x01, 0x0d, 0xb8, 0x02, 0x00 } }
+    };
     if (argc == 6) {
         p.home = home;
         p.nhome = 2;
@@ -40,8 +53,9 @@ int main(int argc, char **argv)
         p.nhome_ranges = 2;
     }
     struct mult *m, *m2;
-    if (mult_create(&m, &p) || mult_create(&m2, &p)) return 1;
-    uint32_t hdr[6] = {0xa1b2c3d4, 0x00040002, 0, 0, 65535, 1};
+    if (mult_create(&m, &p) || mult_create(&m2, &p))
+        return 1;
+    uint32_t hdr[6] = { 0xa1b2c3d4, 0x00040002, 0, 0, 65535, 1 };
     fwrite(hdr, 4, 6, out);
     struct mult_frame *fr = calloc(p.copies + 1, sizeof *fr);
     size_t cap = mult_room(m, 65535, 0);
@@ -49,13 +63,16 @@ int main(int argc, char **argv)
     const size_t room = 65535 + MULT_MAX_GROWTH;
     uint8_t *sbuf = malloc(room * p.copies), **slot = calloc(p.copies, sizeof *slot);
     struct mult_frame *fr2 = calloc(p.copies + 1, sizeof *fr2);
-    if (!buf || !sbuf || !slot || !fr2) return 1;
-    for (uint32_t c = 0; c < p.copies; c++) slot[c] = sbuf + room * c;
+    if (!buf || !sbuf || !slot || !fr2)
+        return 1;
+    for (uint32_t c = 0; c < p.copies; c++)
+        slot[c] = sbuf + room * c;
     unsigned long long mismatch = 0;
     pr_packet pk;
     while (pr_next(r, &pk)) {
         int n = mult_packet(m, pk.data, pk.cap_len, buf, cap, 0, fr);
-        if (n < 1) return 1;
+        if (n < 1)
+            return 1;
         int same = mult_packet_slots(m2, pk.data, pk.cap_len, slot, room, fr2) == n;
         for (int i = 0; same && i < n; i++) {
             const uint8_t *got = fr2[i].copy ? slot[fr2[i].copy - 1] : pk.data;
@@ -64,8 +81,8 @@ int main(int argc, char **argv)
         }
         mismatch += !same;
         for (int i = 0; i < n; i++) {
-            uint32_t rec[4] = {(uint32_t)(pk.ts_ns / 1000000000), (uint32_t)(pk.ts_ns % 1000000000 / 1000),
-                               fr[i].len, fr[i].len};
+            uint32_t rec[4] = { (uint32_t)(pk.ts_ns / 1000000000),
+                                (uint32_t)(pk.ts_ns % 1000000000 / 1000), fr[i].len, fr[i].len };
             fwrite(rec, 4, 4, out);
             fwrite(buf + fr[i].off, 1, fr[i].len, out);
         }

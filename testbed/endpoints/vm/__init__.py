@@ -329,7 +329,7 @@ class VmSite(Site):
 
     def remove(self) -> list[str]:
         steps = []
-        for role, machine in self.machines.items():
+        for machine in self.machines.values():
             machine.stop()
             steps.append(f"powered off VM {machine.name}, deleted {machine.workdir}")
         return steps + self.net.remove()

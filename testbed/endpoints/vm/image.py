@@ -162,7 +162,7 @@ class Image:
 
 ENGINE_SOURCES = (
     "generators/flowengine",
-    "analysis/native",
+    "ntgcore/native",
     "playbooks/roles/vm_guest",
     "playbooks/vm_guest.yml",
 )

@@ -100,7 +100,7 @@ class Nic:
 def mac_for(name: str, index: int) -> str:
     """A locally administered MAC, stable for a VM name and NIC index."""
     h = hashlib.sha256(f"{name}/{index}".encode()).digest()
-    return "52:54:%02x:%02x:%02x:%02x" % (h[0], h[1], h[2], index & 0xFF)
+    return f"52:54:{h[0]:02x}:{h[1]:02x}:{h[2]:02x}:{index & 0xFF:02x}"
 
 
 def accelerator() -> str:
@@ -379,15 +379,16 @@ class Machine:
             )
         out, err = done
         code = proc.wait()
-        done = subprocess.CompletedProcess(
+        assert code is not None  # communicate() returned: the command has ended
+        result = subprocess.CompletedProcess(
             command, code, out.decode(errors="replace"), err.decode(errors="replace")
         )
         if check and code != 0:
             raise VmError(
                 f"`{shlex.join(command)}` failed in VM {self.name} ({proc.record.status}): "
-                f"{done.stderr.strip()[-500:]}"
+                f"{result.stderr.strip()[-500:]}"
             )
-        return done
+        return result
 
     def shared(self, path: Path) -> bool:
         """Whether host path `path` is the same file in the guest (below a shared folder)."""

@@ -1,0 +1,409 @@
+/* loop.c - the generation loop (loop.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "loop.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigmem.h"
+#include "crew.h"
+#include "flowlog.h"
+#include "halt.h"
+#include "offload.h"
+#include "packet.h"
+#include "rng.h"
+
+#if defined(__GNUC__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define PREFETCH(p) ((void)(p))
+#define ALWAYS_INLINE inline
+#endif
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* qsort has no context argument in C11 (one per thread: workers sort too). */
+static _Thread_local const struct loop *sort_loop;
+
+static int cmp_serial(const void *a, const void *b)
+{
+    const struct fe_inst *pool = sort_loop->pool.inst;
+    uint64_t x = pool[*(const uint32_t *)a].serial, y = pool[*(const uint32_t *)b].serial;
+    return x < y ? -1 : x > y;
+}
+
+/* A flow log row. Instances of the stochastic planner's tree carry the due
+ * time of their last packet in `due`; first_ns is then their start. */
+static int log_inst(struct loop *e, const struct fe_inst *in)
+{
+    const struct fe_flow *f = &e->flows[in->flow];
+    if (e->weight && e->weight[in->flow] && in->sent)
+        return flowlog_row_at(e->flog, f, in, f->start + (in->serial - f->offset) * f->rep_period,
+                              in->due);
+    return flowlog_row(e->flog, f, in);
+}
+
+/* The tree's gap between two packets, 10^9 / total ns, as quotient and remainder. */
+static void tree_rate(struct loop *e)
+{
+    uint64_t t = e->tree.total;
+    e->tq = t ? 1000000000u / t : 0;
+    e->tr = t ? 1000000000u % t : 0;
+    e->tfrac = 0;
+}
+
+/* Rows of the instances still running at a stop, in serial order. */
+int loop_log_unfinished(struct loop *e)
+{
+    const struct wheel *s = &e->wheel;
+    size_t n = 0;
+    uint32_t *ids = malloc((s->queued + e->tree.n + 1) * sizeof *ids);
+    int rc = 0;
+    if (!ids)
+        return -ENOMEM;
+    for (uint32_t c = 0; c < s->nclasses; c++) {
+        const struct wheel_fifo *f = &s->fifo[c];
+        for (uint32_t i = 0; i < f->len; i++)
+            ids[n++] = f->q[(f->head + i) & f->mask];
+    }
+    for (uint32_t i = 0; i < e->tree.n; i++)
+        ids[n++] = dtree_id(&e->tree, e->tree.n - 1 + i);
+    sort_loop = e;
+    qsort(ids, n, sizeof *ids, cmp_serial);
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = log_inst(e, &e->pool.inst[ids[i]]);
+    free(ids);
+    return rc;
+}
+
+/* Period classes: flows that share a period share a FIFO (wheel.h). */
+static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uint32_t **init_cap)
+{
+    uint64_t *periods = malloc((nflows ? nflows : 1) * sizeof *periods);
+    uint32_t n = 0;
+    if (!periods)
+        return -ENOMEM;
+    for (size_t k = 0; k < nflows; k++)
+        periods[k] = e->flows[k].period;
+    qsort(periods, nflows, sizeof *periods, cmp_u64);
+    for (size_t k = 0; k < nflows; k++)
+        if (!n || periods[n - 1] != periods[k])
+            periods[n++] = periods[k];
+    *init_cap = calloc(n ? n : 1, sizeof **init_cap);
+    if (!*init_cap) {
+        free(periods);
+        return -ENOMEM;
+    }
+    for (size_t k = 0; k < nflows; k++) {
+        struct fe_flow *f = &e->flows[k];
+        uint32_t lo = 0, hi = n - 1;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (periods[mid] < f->period)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        f->klass = lo;
+        uint64_t c = (*init_cap)[lo] + f->max_live;
+        (*init_cap)[lo] = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
+    }
+    free(periods);
+    *nclasses = n;
+    return 0;
+}
+
+/* The generation loop. `threaded` is a constant at both call sites, so the
+ * one-thread loop carries none of the worker's extra work: workers spawn
+ * every rep_step-th repetition, claim --max-packets budget and stop when
+ * another thread failed. */
+static ALWAYS_INLINE void run_loop(struct loop *e, struct loop_res *r, const int threaded)
+{
+    uint64_t max_packets =
+        threaded ? (e->cfg.max_packets == UINT64_MAX ? UINT64_MAX : 0) : e->cfg.max_packets;
+    uint64_t packets = 0, first_ns = 0, last_ns = 0;
+    /* Locals, stored to *r once at the end: r needs no register in the loop. */
+    const char *status = r->status;
+    int fail = LOOP_OK, err = 0, waiting = 0, rc;
+    const uint64_t seed = e->seed;
+    const int csum = e->cfg.csum_offload;
+    struct fe_flow *const flows = e->flows;
+    const uint32_t ncls = e->wheel.nclasses;
+    const int stoch = e->cfg.stochastic;
+    for (;;) {
+        uint32_t src = wheel_min(&e->wheel), id, pos = 0;
+        int from_tree =
+            stoch && e->tree.n && (src == WHEEL_NONE || e->tclock < e->wheel.node[src].due);
+        if (src == WHEEL_NONE && !from_tree)
+            break;
+        if (atomic_load_explicit(&halt_signal, memory_order_relaxed)) {
+            status = "interrupted";
+            break;
+        }
+        if (threaded && crew_stopped())
+            break; /* another thread failed */
+        if (packets >= max_packets) {
+            uint64_t more = threaded ? crew_claim_wait() : 0;
+            if (!more) {
+                if (threaded && (halt_signal || crew_stopped()))
+                    continue; /* the checks above end the loop */
+                status = "limited";
+                waiting = threaded;
+                break;
+            }
+            max_packets += more;
+        }
+
+        const uint64_t due = from_tree ? e->tclock : e->wheel.node[src].due;
+        struct fe_inst *in;
+        struct fe_flow *f;
+
+        if (due >= e->st.sec_end && (rc = stats_advance(&e->st, due))) {
+            fail = LOOP_FAIL_STATS;
+            err = rc;
+            break;
+        }
+
+        if (from_tree) {
+            /* Stochastic: the next tree packet, from a flow picked with
+             * probability proportional to its intensity. */
+            pos = dtree_pick(&e->tree, rng_next(&e->trng) % e->tree.total);
+            id = dtree_id(&e->tree, pos);
+            in = &e->pool.inst[id];
+            f = &flows[in->flow];
+        } else if (src >= ncls) {
+            /* A flow line spawns its next repetition, which sends its packet 0
+             * right now (same key) and then joins its period's FIFO. */
+            uint32_t k = src - ncls;
+            f = &flows[k];
+            if ((rc = pool_get(&e->pool, &id))) {
+                fail = LOOP_FAIL_POOL;
+                err = rc;
+                break;
+            }
+            uint64_t rep = f->next_rep;
+            f->next_rep += threaded ? f->rep_step : 1;
+            in = &e->pool.inst[id];
+            packet_activate(in, f, k, rep, f->offset + rep, seed);
+            e->st.started++;
+            wheel_pop(&e->wheel);
+            if (f->next_rep < f->reps)
+                wheel_insert(&e->wheel, src, f->start + f->next_rep * f->rep_period,
+                             f->offset + f->next_rep);
+            if (stoch && e->weight[k]) {
+                /* FLOR's "immediate" insertion: the tree's next packet (of
+                 * any of its flows) is due now, the following ones at the
+                 * new aggregate rate. */
+                if ((rc = dtree_insert(&e->tree, id, e->weight[k]))) {
+                    fail = LOOP_FAIL_TREE;
+                    err = rc;
+                    break;
+                }
+                tree_rate(e);
+                e->tclock = due;
+                continue;
+            }
+        } else {
+            const struct wheel_fifo *q = &e->wheel.fifo[src];
+            id = q->q[q->head];
+            /* With many classes this one comes back only after the others
+             * had their turn: fetch what a later visit needs now (the
+             * instance that keys the class a few visits on, FIFO slots
+             * further on), so neither misses then; measured best at +5. */
+            if (q->len > 5) {
+                const char *p = (const char *)&e->pool.inst[q->q[(q->head + 5) & q->mask]];
+                PREFETCH(p);
+                PREFETCH(p + sizeof(struct fe_inst) - 1);
+            }
+            PREFETCH(&q->q[(q->head + 32) & q->mask]);
+            wheel_pop(&e->wheel);
+            wheel_fifo_pop(&e->wheel, src);
+            in = &e->pool.inst[id];
+            f = &flows[in->flow];
+        }
+
+        uint32_t plen = packet_payload_len(f, in);
+        uint32_t flen = f->hdr_len + plen;
+        uint8_t *frame = sink_frame(&e->sink, due, in->serial, flen);
+        if (!frame) {
+            fail = LOOP_FAIL_SINK;
+            err = e->sink.err;
+            break;
+        }
+        packet_write(f, in, frame, plen);
+        if (csum)
+            offload_fix(f, frame, flen);
+        in->sent++;
+        in->bytes += flen;
+        stats_packet(&e->st, flen);
+        if (!packets)
+            first_ns = due;
+        packets++;
+        last_ns = due;
+
+        int done = in->sent == f->packets;
+        if (from_tree) {
+            in->due = due;
+            if (done) {
+                dtree_remove(&e->tree, pos);
+                tree_rate(e);
+            }
+            /* The aggregate rule: the tree's next packet follows after
+             * 1 / (sum of the tree's intensities). */
+            e->tclock = due + e->tq;
+            e->tfrac += e->tr;
+            if (e->tfrac >= e->tree.total && e->tree.total) {
+                e->tfrac -= e->tree.total;
+                e->tclock++;
+            }
+        } else {
+            uint32_t c = f->klass;
+            int64_t len = 0;
+            if (!done) {
+                in->due = due + f->period;
+                len = wheel_fifo_push(&e->wheel, c, id);
+                if (len < 0) {
+                    fail = LOOP_FAIL_WHEEL;
+                    err = (int)len;
+                    break;
+                }
+            }
+            if (src < ncls) {
+                /* The class left the wheel with its head: back with the new head. */
+                if (e->wheel.fifo[c].len) {
+                    const struct fe_inst *h = &e->pool.inst[wheel_fifo_head(&e->wheel, c)];
+                    wheel_insert_last(&e->wheel, c, h->due, h->serial);
+                }
+            } else if (len == 1) {
+                wheel_insert(&e->wheel, c, in->due, in->serial);
+            }
+        }
+        if (done) {
+            e->st.finished++;
+            rc = e->flog ? log_inst(e, in) : 0;
+            pool_put(&e->pool, id);
+            if (rc) {
+                fail = LOOP_FAIL_FLOWLOG;
+                err = rc;
+                break;
+            }
+        }
+    }
+
+    r->fail = fail;
+    r->err = err;
+    r->status = status;
+    r->waiting = waiting;
+    r->packets = packets;
+    r->unused = max_packets == UINT64_MAX ? 0 : max_packets - packets;
+    r->first_ns = first_ns;
+    r->last_ns = last_ns;
+}
+
+void loop_run(struct loop *e, struct loop_res *r)
+{
+    run_loop(e, r, 0);
+}
+
+void loop_run_worker(struct loop *e, struct loop_res *r)
+{
+    run_loop(e, r, 1);
+}
+
+int loop_init(struct loop *e, const struct fe_session *s, const struct loop_cfg *cfg, uint64_t seed,
+              unsigned w, unsigned nthr)
+{
+    memset(e, 0, sizeof *e);
+    sink_init(&e->sink);
+    e->cfg = *cfg;
+    e->seed = seed;
+    e->flows = bigmem_alloc((s->nflows ? s->nflows : 1) * sizeof *e->flows); /* own lines */
+    uint64_t cap = s->max_concurrent / nthr + (nthr > 1);
+    if (cap > POOL_INITIAL_MAX)
+        cap = POOL_INITIAL_MAX;
+    if (!e->flows || pool_init(&e->pool, cap))
+        return -ENOMEM;
+    if (s->nflows)
+        memcpy(e->flows, s->flows, s->nflows * sizeof *e->flows);
+    uint32_t nclasses, *init_cap = NULL;
+    for (size_t k = 0; k < s->nflows; k++) {
+        struct fe_flow *f = &e->flows[k];
+        packet_prepare(f);
+        /* Serial offset + rep belongs to worker (offset + rep) mod nthr. */
+        f->next_rep = (w + nthr - f->offset % nthr) % nthr;
+        f->rep_step = nthr;
+        if (nthr > 1)
+            f->max_live = f->max_live / nthr + 1;
+    }
+    if (cfg->stochastic) {
+        /* Flows of at least 1 pps and more than one packet go to the tree,
+         * weighted by their intensity rounded to pps; the others to the
+         * slow-flow calendar (the exact planner's structures). */
+        e->weight = calloc(s->nflows ? s->nflows : 1, sizeof *e->weight);
+        if (!e->weight || dtree_init(&e->tree, (uint32_t)cap))
+            return -ENOMEM;
+        for (size_t k = 0; k < s->nflows; k++)
+            if (e->flows[k].packets > 1 && e->flows[k].period <= 1000000000u)
+                e->weight[k] =
+                    (uint32_t)((1000000000u + e->flows[k].period / 2) / e->flows[k].period);
+        /* Worker 0 (and the one-thread run) keeps the documented stream. */
+        e->trng = rng_mix(seed ^ 0x6a09e667f3bcc909ull) + (uint64_t)w * RNG_GOLDEN;
+    }
+    if (assign_classes(e, s->nflows, &nclasses, &init_cap) ||
+        wheel_init(&e->wheel, nclasses, init_cap, (uint32_t)s->nflows)) {
+        free(init_cap);
+        return -ENOMEM;
+    }
+    free(init_cap);
+    for (size_t k = 0; k < s->nflows; k++) {
+        const struct fe_flow *f = &e->flows[k];
+        if (f->next_rep < f->reps)
+            wheel_insert(&e->wheel, nclasses + (uint32_t)k, f->start + f->next_rep * f->rep_period,
+                         f->offset + f->next_rep);
+    }
+    return 0;
+}
+
+void loop_free(struct loop *e)
+{
+    free(e->flog_buf);
+    e->flog_buf = NULL;
+    wheel_free(&e->wheel);
+    dtree_free(&e->tree);
+    free(e->weight);
+    e->weight = NULL;
+    pool_free(&e->pool);
+    free(e->flows);
+    e->flows = NULL;
+}
+
+const char *loop_failure(const struct loop_res *r, int pcap, int *err)
+{
+    *err = r->err;
+    switch (r->fail) {
+    case LOOP_FAIL_STATS:
+        return "statistics: write error";
+    case LOOP_FAIL_SINK:
+        return pcap ? "pcap: write error" : "afpacket: send error";
+    case LOOP_FAIL_FLOWLOG:
+        return "--flows: write error";
+    }
+    /* Out of memory: the message names what ran out, no errno after it. */
+    *err = 0;
+    switch (r->fail) {
+    case LOOP_FAIL_POOL:
+        return "out of memory (flow instances)";
+    case LOOP_FAIL_TREE:
+        return "out of memory (distribution tree)";
+    case LOOP_FAIL_WHEEL:
+        return "out of memory (scheduler)";
+    }
+    return NULL;
+}

@@ -1,0 +1,514 @@
+/* session.c - session file parser (format: README.md, "Session file"). */
+#define _POSIX_C_SOURCE 200809L
+#include "session.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "csum.h"
+#include "sink.h"
+
+/* Last due time the pcap can carry: its seconds field is 32-bit unsigned. */
+#define FE_TIME_LIMIT 4294967296000000000ull
+
+enum {
+    K_AF,
+    K_PROTO,
+    K_SMAC,
+    K_DMAC,
+    K_SRC,
+    K_SRC_MODE,
+    K_DST,
+    K_DST_MODE,
+    K_SPORT,
+    K_SPORT_MODE,
+    K_DPORT,
+    K_DPORT_MODE,
+    K_START,
+    K_PERIOD,
+    K_PACKETS,
+    K_SIZE,
+    K_PAYLOAD,
+    K_REPS,
+    K_REP_PERIOD,
+    K_COUNT
+};
+
+static const char *const key_names[K_COUNT] = {
+    "af",       "proto", "smac",       "dmac",  "src",        "src_mode", "dst",
+    "dst_mode", "sport", "sport_mode", "dport", "dport_mode", "start",    "period",
+    "packets",  "size",  "payload",    "reps",  "rep_period",
+};
+
+struct parser {
+    const char *name;
+    unsigned lineno;
+};
+
+static int fail(const struct parser *p, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s:%u: ", p->name, p->lineno);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return -EINVAL;
+}
+
+/* A value quoted in a message, shortened so a huge payload stays readable. */
+static const char *shown(const char *v)
+{
+    static char buf[96];
+    size_t n = strlen(v);
+    if (n < 72)
+        return v;
+    snprintf(buf, sizeof buf, "%.60s...(%zu chars)", v, n);
+    return buf;
+}
+
+int session_parse_u64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!*s)
+        return -EINVAL;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return -EINVAL;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -ERANGE;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_range(const char *s, uint64_t *lo, uint64_t *hi)
+{
+    char tmp[48];
+    const char *dash = strchr(s, '-');
+    size_t n = dash ? (size_t)(dash - s) : 0;
+    if (!dash || n >= sizeof tmp)
+        return -EINVAL;
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    return session_parse_u64(tmp, lo) || session_parse_u64(dash + 1, hi) ? -EINVAL : 0;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -EINVAL;
+}
+
+static int parse_mac(const char *s, uint8_t mac[6])
+{
+    for (int i = 0; i < 6; i++) {
+        int h = hexval((unsigned char)s[0]), l = h < 0 ? -1 : hexval((unsigned char)s[1]);
+        if (h < 0 || l < 0 || s[2] != (i == 5 ? '\0' : ':'))
+            return -EINVAL;
+        mac[i] = (uint8_t)(h << 4 | l);
+        s += 3;
+    }
+    return 0;
+}
+
+static int parse_mode(const char *s)
+{
+    if (!strcmp(s, "fixed"))
+        return FE_FIXED;
+    if (!strcmp(s, "random"))
+        return FE_RANDOM;
+    if (!strcmp(s, "increment"))
+        return FE_INCREMENT;
+    return -EINVAL;
+}
+
+static int check_addr(const struct parser *p, const char *key, const char *v, int af,
+                      uint8_t addr[16], uint8_t *prefix)
+{
+    char tmp[INET6_ADDRSTRLEN + 8];
+    const char *slash = strchr(v, '/');
+    size_t n = slash ? (size_t)(slash - v) : 0;
+    uint64_t pl;
+    unsigned maxp = af == 4 ? 32 : 128;
+
+    if (!slash)
+        return fail(p, "%s: expected ADDRESS/PREFIX (got %s)", key, shown(v));
+    if (n >= sizeof tmp || n == 0)
+        return fail(p, "%s: not an IPv%d address (got %s)", key, af, shown(v));
+    memcpy(tmp, v, n);
+    tmp[n] = 0;
+    memset(addr, 0, 16);
+    if (inet_pton(af == 4 ? AF_INET : AF_INET6, tmp, addr) != 1)
+        return fail(p, "%s: not an IPv%d address, as af=%d requires (got %s)", key, af, af,
+                    shown(v));
+    if (session_parse_u64(slash + 1, &pl) || pl > maxp)
+        return fail(p, "%s: prefix must be 0..%u (got %s)", key, maxp, shown(v));
+    *prefix = (uint8_t)pl;
+    return 0;
+}
+
+static int check_ports(const struct parser *p, const char *key, const char *v, uint16_t *lo,
+                       uint16_t *hi)
+{
+    uint64_t a, b;
+    if (parse_range(v, &a, &b))
+        return fail(p, "%s: expected LO-HI (got %s)", key, shown(v));
+    if (a > 65535 || b > 65535)
+        return fail(p, "%s: ports must be 0..65535 (got %s)", key, shown(v));
+    if (a > b)
+        return fail(p, "%s: LO must not exceed HI (got %s)", key, shown(v));
+    *lo = (uint16_t)a;
+    *hi = (uint16_t)b;
+    return 0;
+}
+
+static int check_mode(const struct parser *p, const char *key, const char *v, uint8_t *mode)
+{
+    int m = parse_mode(v);
+    if (m < 0)
+        return fail(p, "%s: must be fixed, random or increment (got %s)", key, shown(v));
+    *mode = (uint8_t)m;
+    return 0;
+}
+
+static int check_u64(const struct parser *p, const char *key, const char *v, uint64_t min,
+                     uint64_t *out)
+{
+    if (session_parse_u64(v, out))
+        return fail(p, "%s: expected a non-negative integer (got %s)", key, shown(v));
+    if (*out < min)
+        return fail(p, "%s: must be >= %llu (got %s)", key, (unsigned long long)min, v);
+    return 0;
+}
+
+static int check_payload(const struct parser *p, const char *v, struct fe_flow *f)
+{
+    size_t n = strlen(v);
+    if (!strcmp(v, "-"))
+        return 0;
+    if (n == 0 || n % 2)
+        return fail(p, "payload: expected - or an even number of hex digits (got %s)", shown(v));
+    if (n / 2 > FE_MAX_FRAME)
+        return fail(p, "payload: longer than any payload can be (%zu bytes)", n / 2);
+    for (size_t i = 0; i < n; i++)
+        if (!((v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f')))
+            return fail(p, "payload: expected lowercase hex (got %s)", shown(v));
+
+    uint32_t len = (uint32_t)(n / 2);
+    uint32_t *sum = malloc((len + 1) * sizeof *sum + len);
+    if (!sum)
+        return fail(p, "payload: out of memory");
+    uint8_t *bytes = (uint8_t *)(sum + len + 1);
+    for (uint32_t i = 0; i < len; i++)
+        bytes[i] = (uint8_t)(hexval(v[2 * i]) << 4 | hexval(v[2 * i + 1]));
+    /* Per-length sums so a truncated prefix costs a lookup, not a pass. */
+    sum[0] = 0;
+    for (uint32_t k = 1; k <= len; k++)
+        sum[k] = (k & 1) ? sum[k - 1] + ((uint32_t)bytes[k - 1] << 8)
+                         : sum[k - 2] + ((uint32_t)bytes[k - 2] << 8 | bytes[k - 1]);
+    f->payload = bytes;
+    f->payload_len = len;
+    f->payload_sum = sum;
+    return 0;
+}
+
+/* a * b + c in *out, or -ERANGE past the pcap time limit. */
+static int time_muladd(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+    if (c >= FE_TIME_LIMIT)
+        return -ERANGE;
+    if (a && b > (FE_TIME_LIMIT - 1) / a)
+        return -ERANGE;
+    uint64_t m = a * b;
+    if (m > FE_TIME_LIMIT - 1 - c)
+        return -ERANGE;
+    *out = m + c;
+    return 0;
+}
+
+static int check_flow(const struct parser *p, char **val, struct fe_flow *f)
+{
+    uint64_t v, lo, hi;
+
+    if (check_u64(p, "af", val[K_AF], 0, &v))
+        return -EINVAL;
+    if (v != 4 && v != 6)
+        return fail(p, "af: must be 4 or 6 (got %s)", val[K_AF]);
+    f->af = (uint8_t)v;
+
+    if (check_u64(p, "proto", val[K_PROTO], 0, &v))
+        return -EINVAL;
+    if (v != 6 && v != 17 && v != 1 && v != 58)
+        return fail(p, "proto: must be 6, 17, 1 or 58 (got %s)", val[K_PROTO]);
+    if (v == 1 && f->af != 4)
+        return fail(p, "proto: 1 (ICMP) needs af=4 (got 1 with af=%d)", f->af);
+    if (v == 58 && f->af != 6)
+        return fail(p, "proto: 58 (ICMPv6) needs af=6 (got 58 with af=%d)", f->af);
+    f->proto = (uint8_t)v;
+
+    if (parse_mac(val[K_SMAC], f->smac))
+        return fail(p, "smac: expected xx:xx:xx:xx:xx:xx (got %s)", shown(val[K_SMAC]));
+    if (parse_mac(val[K_DMAC], f->dmac))
+        return fail(p, "dmac: expected xx:xx:xx:xx:xx:xx (got %s)", shown(val[K_DMAC]));
+    if (check_addr(p, "src", val[K_SRC], f->af, f->src, &f->src_prefix) ||
+        check_mode(p, "src_mode", val[K_SRC_MODE], &f->src_mode) ||
+        check_addr(p, "dst", val[K_DST], f->af, f->dst, &f->dst_prefix) ||
+        check_mode(p, "dst_mode", val[K_DST_MODE], &f->dst_mode) ||
+        check_ports(p, "sport", val[K_SPORT], &f->sport_lo, &f->sport_hi) ||
+        check_mode(p, "sport_mode", val[K_SPORT_MODE], &f->sport_mode) ||
+        check_ports(p, "dport", val[K_DPORT], &f->dport_lo, &f->dport_hi) ||
+        check_mode(p, "dport_mode", val[K_DPORT_MODE], &f->dport_mode) ||
+        check_u64(p, "start", val[K_START], 0, &f->start) ||
+        check_u64(p, "period", val[K_PERIOD], 1, &f->period) ||
+        check_u64(p, "packets", val[K_PACKETS], 1, &f->packets) ||
+        check_u64(p, "reps", val[K_REPS], 1, &f->reps) ||
+        check_u64(p, "rep_period", val[K_REP_PERIOD], 0, &f->rep_period))
+        return -EINVAL;
+
+    unsigned ip_len = f->af == 4 ? 20 : 40;
+    unsigned l4_len = f->proto == 6 ? 20 : 8;
+    f->l4_off = (uint8_t)(FE_ETH_LEN + ip_len);
+    f->hdr_len = (uint8_t)(FE_ETH_LEN + ip_len + l4_len);
+    if (f->af == 4)
+        f->kind = f->proto == 17 ? FE_K4_UDP : f->proto == 6 ? FE_K4_TCP : FE_K4_ICMP;
+    else
+        f->kind = f->proto == 17 ? FE_K6_UDP : f->proto == 6 ? FE_K6_TCP : FE_K6_ICMP;
+
+    if (parse_range(val[K_SIZE], &lo, &hi))
+        return fail(p, "size: expected LO-HI (got %s)", shown(val[K_SIZE]));
+    if (lo > hi)
+        return fail(p, "size: LO must not exceed HI (got %s)", val[K_SIZE]);
+    if (hi > FE_MAX_FRAME - f->hdr_len)
+        return fail(p,
+                    "size: at most %u payload bytes fit a %u-byte frame with these headers "
+                    "(got %s)",
+                    FE_MAX_FRAME - f->hdr_len, FE_MAX_FRAME, val[K_SIZE]);
+    f->size_lo = (uint32_t)lo;
+    f->size_hi = (uint32_t)hi;
+
+    if (check_payload(p, val[K_PAYLOAD], f))
+        return -EINVAL;
+
+    uint64_t last;
+    if (time_muladd(f->reps - 1, f->rep_period, f->start, &last) ||
+        time_muladd(f->packets - 1, f->period, last, &last))
+        return fail(p,
+                    "start: the last packet (start + (reps-1)*rep_period + "
+                    "(packets-1)*period) must be due before 2^32 s, the pcap limit "
+                    "(got start=%s reps=%s rep_period=%s packets=%s period=%s)",
+                    val[K_START], val[K_REPS], val[K_REP_PERIOD], val[K_PACKETS], val[K_PERIOD]);
+    return 0;
+}
+
+/* Splits the line in place on blanks; returns the number of tokens. */
+static size_t tokenize(char *s, char **tok, size_t max)
+{
+    size_t n = 0;
+    for (;;) {
+        while (*s == ' ' || *s == '\t' || *s == '\r')
+            s++;
+        if (!*s)
+            return n;
+        if (n == max)
+            return max + 1;
+        tok[n++] = s;
+        while (*s && *s != ' ' && *s != '\t' && *s != '\r')
+            s++;
+        if (*s)
+            *s++ = 0;
+    }
+}
+
+static int parse_flow(const struct parser *p, char **tok, size_t ntok, struct fe_flow *f)
+{
+    char *val[K_COUNT] = { 0 };
+
+    for (size_t i = 1; i < ntok; i++) {
+        char *eq = strchr(tok[i], '=');
+        if (!eq)
+            return fail(p, "%s: expected key=value", shown(tok[i]));
+        *eq = 0;
+        int k;
+        for (k = 0; k < K_COUNT; k++)
+            if (!strcmp(tok[i], key_names[k]))
+                break;
+        if (k == K_COUNT)
+            return fail(p, "%s: unknown key (got %s=%s)", shown(tok[i]), tok[i], shown(eq + 1));
+        if (val[k])
+            return fail(p, "%s: given twice", key_names[k]);
+        val[k] = eq + 1;
+    }
+    for (int k = 0; k < K_COUNT; k++)
+        if (!val[k])
+            return fail(p, "%s: missing (every flow line needs all %d keys)", key_names[k],
+                        K_COUNT);
+    f->lineno = p->lineno;
+    return check_flow(p, val, f);
+}
+
+static char *read_all(FILE *fp, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, fp);
+        if (n < cap - 1)
+            break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            return NULL;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    if (!buf || ferror(fp)) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+int session_load(struct fe_session *s, const char *path)
+{
+    struct parser p = { strcmp(path, "-") ? path : "<stdin>", 0 };
+    FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    size_t len = 0, cap = 0;
+    char *text;
+    int seen_seed = 0, rc = -EINVAL;
+
+    memset(s, 0, sizeof *s);
+    if (!fp) {
+        rc = -errno;
+        fprintf(stderr, "%s: cannot open: %s\n", path, strerror(-rc));
+        return rc;
+    }
+    text = read_all(fp, &len);
+    if (fp != stdin)
+        fclose(fp);
+    if (!text) {
+        rc = errno ? -errno : -ENOMEM;
+        fprintf(stderr, "%s: cannot read: %s\n", p.name, strerror(-rc));
+        return rc;
+    }
+
+    char *line = text, *end = text + len;
+    while (line < end || p.lineno == 0) {
+        char *nl = memchr(line, '\n', (size_t)(end - line));
+        char *next = nl ? nl + 1 : end;
+        if (nl)
+            *nl = 0;
+        p.lineno++;
+        if (strlen(line) != (size_t)((nl ? nl : end) - line)) {
+            fail(&p, "NUL byte in the line");
+            goto out;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = 0;
+
+        /* Room for more than the keys, so extra ones are named in the error. */
+        char *tok[2 * K_COUNT + 2];
+        size_t ntok = tokenize(line, tok, 2 * K_COUNT + 1);
+        line = next;
+
+        if (p.lineno == 1) {
+            if (ntok != 2 || strcmp(tok[0], "ntg-session") != 0) {
+                fail(&p, "the first line must be 'ntg-session 1'");
+                goto out;
+            }
+            if (strcmp(tok[1], "1") != 0) {
+                fail(&p, "ntg-session: unsupported version (got %s)", shown(tok[1]));
+                goto out;
+            }
+            continue;
+        }
+        if (ntok == 0)
+            continue;
+        if (!strcmp(tok[0], "seed")) {
+            if (ntok != 2) {
+                fail(&p, "seed: expected one value");
+                goto out;
+            }
+            if (seen_seed) {
+                fail(&p, "seed: given twice");
+                goto out;
+            }
+            if (check_u64(&p, "seed", tok[1], 0, &s->seed))
+                goto out;
+            seen_seed = 1;
+        } else if (!strcmp(tok[0], "flow")) {
+            if (ntok > 2 * K_COUNT + 1) {
+                fail(&p, "flow: far more than the %d key=value pairs", K_COUNT);
+                goto out;
+            }
+            if (s->nflows == cap) {
+                size_t ncap = cap ? cap * 2 : 64;
+                struct fe_flow *nf = realloc(s->flows, ncap * sizeof *nf);
+                if (!nf) {
+                    fail(&p, "out of memory");
+                    goto out;
+                }
+                s->flows = nf;
+                cap = ncap;
+            }
+            if (s->nflows >= 0x7fffffffu) {
+                fail(&p, "flow: too many flow lines");
+                goto out;
+            }
+            struct fe_flow *f = &s->flows[s->nflows];
+            memset(f, 0, sizeof *f);
+            s->nflows++; /* counted now so session_free sees its payload */
+            if (parse_flow(&p, tok, ntok, f))
+                goto out;
+            if (f->reps > UINT64_MAX - s->instances) {
+                fail(&p, "reps: the session has more than 2^64 flow instances (got %llu)",
+                     (unsigned long long)f->reps);
+                goto out;
+            }
+            f->offset = s->instances;
+            s->instances += f->reps;
+
+            uint64_t conc = f->reps;
+            if (f->rep_period && f->reps > 1) {
+                uint64_t span = (f->packets - 1) * f->period; /* checked above */
+                if (span / f->rep_period + 1 < conc)
+                    conc = span / f->rep_period + 1;
+            }
+            f->max_live = conc;
+            s->max_concurrent =
+                conc > UINT64_MAX - s->max_concurrent ? UINT64_MAX : s->max_concurrent + conc;
+        } else {
+            fail(&p, "%s: unknown directive (expected seed or flow)", shown(tok[0]));
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(text);
+    if (rc)
+        session_free(s);
+    return rc;
+}
+
+void session_free(struct fe_session *s)
+{
+    for (size_t i = 0; i < s->nflows; i++)
+        free((void *)s->flows[i].payload_sum);
+    free(s->flows);
+    memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,83 @@
+/* session.h - the session file (README.md, "Session file"): parse and check.
+ *
+ * struct fe_flow is one `flow` line, checked and with everything derived from
+ * it that the engine reads per packet (kind, header length, payload sums);
+ * the loop's copy also carries scheduler state (next_rep, klass).
+ *
+ * Thread safety: session_load/free on one thread; a loaded session is only
+ * read afterwards (each loop copies the flow lines it changes). */
+#ifndef FE_SESSION_H
+#define FE_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum fe_mode { FE_FIXED, FE_RANDOM, FE_INCREMENT };
+
+/* Frame kinds: the per-packet writer switches on this. */
+enum fe_kind { FE_K4_UDP, FE_K4_TCP, FE_K4_ICMP, FE_K6_UDP, FE_K6_TCP, FE_K6_ICMP };
+
+#define FE_ETH_LEN 14
+
+struct fe_flow {
+    /* Hot: read for every packet. */
+    uint64_t period;
+    uint64_t packets;
+    uint32_t size_lo, size_hi;
+    uint8_t kind; /* enum fe_kind */
+    uint8_t af, proto;
+    uint8_t l4_off;              /* offset of the L4 header in the frame */
+    uint8_t hdr_len;             /* Ethernet + IP + L4 header bytes */
+    uint32_t payload_len;        /* bytes of the custom payload prefix */
+    const uint8_t *payload;      /* the prefix, or NULL */
+    const uint32_t *payload_sum; /* [k]: checksum sum of the first k prefix bytes */
+
+    /* Activation. */
+    uint64_t start, reps, rep_period;
+    uint64_t offset; /* serial of repetition 0 */
+    uint8_t smac[6], dmac[6];
+    uint8_t src[16], dst[16]; /* network order; IPv4 uses the first 4 bytes */
+    uint8_t src_prefix, dst_prefix;
+    uint8_t src_mode, dst_mode, sport_mode, dport_mode;
+    uint16_t sport_lo, sport_hi, dport_lo, dport_hi;
+
+    uint64_t max_live; /* upper bound on its instances alive at once */
+
+    /* Emit-time header template (packet_prepare): the line's constant bytes
+     * and sums; the per-instance fields are rebuilt per packet (packet.c). */
+    uint8_t tpl[76];
+    uint32_t tpl_sum_ip; /* IPv4 header constants, folded */
+    uint32_t tpl_sum_l4; /* L4 constants (TCP offset/window, ICMP type), folded */
+    uint8_t d_src, d_dst, d_sport, d_dport, d_isn, d_ack; /* 1-based draw index, 0: none */
+    uint8_t ndraw;                                        /* draws made at activation */
+
+    /* Scheduler. */
+    uint64_t next_rep; /* the next repetition to spawn */
+    uint64_t rep_step; /* repetitions this engine spawns: next_rep, + rep_step, ...
+                        * (1; N with --threads N: a worker's share) */
+    uint32_t klass;    /* index of the flow's period among the distinct ones */
+    unsigned lineno;
+};
+
+struct fe_session {
+    uint64_t seed;
+    struct fe_flow *flows;
+    size_t nflows;
+    uint64_t instances;      /* sum of reps */
+    uint64_t max_concurrent; /* an upper bound on instances alive at once */
+    void *blob;              /* payload prefixes and their sums */
+};
+
+/* Reads and checks the session at path ("-": standard input). Returns 0, or
+ * on error prints "NAME:LINE: message" (or why the file cannot be read) to
+ * stderr and returns a negative errno: -EINVAL for an invalid session, else
+ * the failed open/read's (exit status 2 either way). *s is then empty. */
+int session_load(struct fe_session *s, const char *path);
+/* Frees the flow lines and their payloads; an empty session is fine. */
+void session_free(struct fe_session *s);
+
+/* Decimal digits only, no sign: 0 with the value in *out, -EINVAL (not a
+ * number) or -ERANGE (above 2^64-1). */
+int session_parse_u64(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,512 @@
+"""Lay out one inspection buffer so that all of a rule's matches on it hold together.
+
+`build_buffer(matches, opts)` returns bytes (or raises `LayoutError`): contents placed in order so
+that offset, depth, distance, within, startswith, endswith, isdataat and the buffer length hold,
+pcre examples placed where they still match; every candidate layout is checked with `verify`, a
+small matcher with the IDS's semantics (first match, backtracking over later occurrences).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from ntgcore.errors import NtgError
+
+from .regex_example import RegexUnsupported, compile_pcre, example
+from .semantics import Match
+
+
+class LayoutError(NtgError, ValueError):
+    pass
+
+
+FILL = b"a"
+_NOPOS = 1 << 30
+
+
+@lru_cache(maxsize=8192)
+def _rx(pattern: str, flags: str) -> re.Pattern:
+    return compile_pcre(pattern, flags)
+
+
+@lru_cache(maxsize=8192)
+def _example(pattern: str, flags: str, avoid: bytes) -> bytes:
+    return example(pattern, flags, avoid)
+
+
+def _eq(a: bytes, b: bytes, nocase: bool) -> bool:
+    return a.lower() == b.lower() if nocase else a == b
+
+
+def _find_all(buf: bytes, data: bytes, nocase: bool, lo: int, hi: int):
+    """Start positions p, lo <= p, p + len(data) <= hi."""
+    hay = buf.lower() if nocase else buf
+    needle = data.lower() if nocase else data
+    p = hay.find(needle, max(lo, 0), hi)
+    while p >= 0:
+        yield p
+        p = hay.find(needle, p + 1, hi)
+
+
+def verify(buf: bytes, matches: list[Match], opts: dict | None = None) -> bool:
+    """True when `buf` satisfies every match in order (IDS semantics, simplified)."""
+    if opts:
+        rng = opts.get("len")
+        if rng and not (rng[0] <= len(buf) <= rng[1]):
+            return False
+        if opts.get("dotprefix"):
+            buf = b"." + buf
+    budget = [2000]
+    return _verify(buf, matches, 0, 0, budget)
+
+
+def _verify(buf: bytes, matches: list[Match], i: int, prev_end: int, budget: list[int]) -> bool:
+    if i == len(matches):
+        return True
+    budget[0] -= 1
+    if budget[0] < 0:
+        return False
+    m = matches[i]
+    n = len(buf)
+    if m.kind == "content":
+        L = len(m.data)
+        if m.is_relative:
+            lo = prev_end + (m.distance or 0)
+            hi = prev_end + (m.distance or 0) + m.within if m.within is not None else n
+            if m.offset is not None:
+                lo = max(lo, m.offset)
+        else:
+            lo = m.offset or 0
+            hi = lo + m.depth if m.depth is not None else n
+        if m.startswith:
+            hi = min(hi, L) if not m.is_relative else min(hi, lo + L)
+        hi = min(hi, n)
+        if m.negated:
+            hit = next(_find_all(buf, m.data, m.nocase, lo, hi), None)
+            return hit is None and _verify(buf, matches, i + 1, prev_end, budget)
+        for p in _find_all(buf, m.data, m.nocase, lo, hi):
+            if m.endswith and p + L != n:
+                continue
+            if _verify(buf, matches, i + 1, p + L, budget):
+                return True
+        return False
+    if m.kind == "pcre":
+        rx = _rx(m.pattern, m.flags)
+        start = prev_end if m.relative else 0
+        hit = rx.search(buf[start:])
+        if m.negated:
+            return hit is None and _verify(buf, matches, i + 1, prev_end, budget)
+        if hit is None:
+            return False
+        return _verify(buf, matches, i + 1, start + hit.end(), budget)
+    if m.kind == "isdataat":
+        need = m.args[0]
+        present = (n >= prev_end + need) if m.relative else (n > need)
+        if present == m.negated:
+            return False
+        return _verify(buf, matches, i + 1, prev_end, budget)
+    if m.kind in ("byte_test", "byte_jump"):
+        spec = _byte_spec(m)
+        pos = _byte_base(m, prev_end, spec)
+        v = _read_value(buf, pos, spec)
+        if v is None:
+            return False
+        if m.kind == "byte_test":
+            return _test_holds(v, spec) and _verify(buf, matches, i + 1, prev_end, budget)
+        target = _jump_target(pos, v, spec, n)
+        if not 0 <= target < n:
+            return False
+        return _verify(buf, matches, i + 1, target, budget)
+    return _verify(buf, matches, i + 1, prev_end, budget)
+
+
+# --- byte_test / byte_jump ---------------------------------------------------------------------
+# Suricata semantics: both read `nbytes` at `offset` (from the buffer start, or from the end of the
+# previous match with `relative`), as big/little endian binary or as a string number. byte_test
+# compares (`<`, `>`, `=`, `<=`, `>=`, `&`, `^`, each negatable with `!`); byte_jump moves the
+# relative position: value * multiplier, aligned up to 4 with `align`, plus post_offset, counted
+# from after the bytes read (or from the buffer start with `from_beginning`); the landing point
+# must lie inside the buffer.
+
+
+def _byte_spec(m: Match) -> dict:
+    a = [x.strip() for x in m.args]
+    if m.kind == "byte_test":
+        if len(a) < 4:
+            raise LayoutError(f"byte_test:{','.join(a)} needs nbytes, operator, value, offset")
+        op = a[1].replace(" ", "")
+        neg = op.startswith("!")
+        op = op.lstrip("!") or "="
+        spec = {"n": _num(a[0]), "op": op, "neg": neg, "value": _num(a[2]), "offset": _num(a[3])}
+        rest = a[4:]
+    else:
+        if len(a) < 2:
+            raise LayoutError(f"byte_jump:{','.join(a)} needs nbytes and offset")
+        spec = {"n": _num(a[0]), "offset": _num(a[1])}
+        rest = a[2:]
+    spec.update(
+        little=False,
+        string=False,
+        base=10,
+        mult=1,
+        align=False,
+        begin=False,
+        end=False,
+        post=0,
+        mask=None,
+    )
+    for opt in rest:
+        word, _, arg = opt.partition(" ")
+        if word == "little" or word == "dce":
+            spec["little"] = True
+        elif word == "string":
+            spec["string"] = True
+        elif word in ("hex", "dec", "oct"):
+            spec["base"] = {"hex": 16, "dec": 10, "oct": 8}[word]
+        elif word == "multiplier":
+            spec["mult"] = _num(arg)
+        elif word == "align":
+            spec["align"] = True
+        elif word == "from_beginning":
+            spec["begin"] = True
+        elif word == "from_end":
+            spec["end"] = True
+        elif word == "post_offset":
+            spec["post"] = _num(arg)
+        elif word == "bitmask":
+            spec["mask"] = _num(arg)
+    if spec["string"] and spec["n"] > 20 or not spec["string"] and not 1 <= spec["n"] <= 8:
+        raise LayoutError(f"{m.kind} reads {spec['n']} bytes: not supported")
+    return spec
+
+
+def _num(text: str) -> int:
+    try:
+        return int(text.strip(), 0)
+    except ValueError:
+        raise LayoutError(
+            f"{text!r} is not a number (byte_extract variables are not synthesized)"
+        ) from None
+
+
+def _shift(mask: int) -> int:
+    return (mask & -mask).bit_length() - 1 if mask else 0
+
+
+def _read_value(buf: bytes | bytearray, pos: int, spec: dict) -> int | None:
+    n = spec["n"]
+    if pos < 0 or pos + n > len(buf):
+        return None
+    raw = bytes(buf[pos : pos + n])
+    if spec["string"]:
+        found = re.match(rb"\s*([0-9a-fA-F]*)", raw)  # matches any bytes (maybe empty)
+        digits = found.group(1) if found else b""
+        valid = b"0123456789abcdefABCDEF"[: {16: 22, 10: 10, 8: 8}[spec["base"]]]
+        k = 0
+        while k < len(digits) and digits[k] in valid:
+            k += 1
+        if k == 0:
+            return None
+        v = int(digits[:k], spec["base"])
+    else:
+        v = int.from_bytes(raw, "little" if spec["little"] else "big")
+    if spec["mask"]:
+        v = (v & spec["mask"]) >> _shift(spec["mask"])
+    return v
+
+
+def _encode_value(v: int, spec: dict) -> bytes | None:
+    if v < 0:
+        return None
+    n = spec["n"]
+    if spec["mask"]:
+        v <<= _shift(spec["mask"])
+        if v & ~spec["mask"]:
+            return None
+    if spec["string"]:
+        text = {16: "%x", 10: "%d", 8: "%o"}[spec["base"]] % v
+        return text.rjust(n, "0").encode() if len(text) <= n else None
+    if v >= 1 << (8 * n):
+        return None
+    return v.to_bytes(n, "little" if spec["little"] else "big")
+
+
+def _test_holds(v: int, spec: dict) -> bool:
+    op, x = spec["op"], spec["value"]
+    ok = {
+        "<": v < x,
+        ">": v > x,
+        "=": v == x,
+        "<=": v <= x,
+        ">=": v >= x,
+        "&": (v & x) != 0,
+        "^": (v ^ x) != 0,
+    }.get(op)
+    if ok is None:
+        raise LayoutError(f"byte_test operator {op!r} not understood")
+    return ok != spec["neg"]
+
+
+def _test_candidates(existing: int | None, spec: dict) -> list[int]:
+    x = spec["value"]
+    e = existing if existing is not None else 0
+    if spec["op"] == "&":
+        # bit tests keep the bits other tests of the same byte set or cleared
+        c = [e & ~x, 0] if spec["neg"] else [e | x, x]
+    else:
+        c = [x, x + 1, x - 1, 0, 1, x ^ 1]
+    return [v for v in dict.fromkeys(c) if v >= 0]
+
+
+def _jump_target(pos: int, v: int, spec: dict, buf_len: int) -> int:
+    v *= spec["mult"]
+    if spec["align"] and v % 4:
+        v += 4 - v % 4
+    v += spec["post"]
+    if spec["begin"]:
+        return v
+    if spec["end"]:
+        return buf_len + v
+    return pos + spec["n"] + v
+
+
+def _byte_base(m: Match, prev_end: int, spec: dict) -> int:
+    return (prev_end if m.relative else 0) + spec["offset"]
+
+
+def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: bytes) -> bytearray:
+    buf = bytearray(prefix)
+    prev_end = 0
+    ends_at: int | None = None
+    min_len = 0  # a byte_jump must land inside the buffer
+    for m in matches:
+        if m.kind in ("byte_test", "byte_jump"):
+            spec = _byte_spec(m)
+            pos = _byte_base(m, prev_end, spec)
+            if pos < 0:
+                raise LayoutError(f"{m.kind} reads before the buffer start")
+            if len(buf) < pos + spec["n"]:
+                buf += fill * (pos + spec["n"] - len(buf))
+            v = _read_value(buf, pos, spec)
+            if m.kind == "byte_test":
+                if v is None or not _test_holds(v, spec):
+                    for cand in _test_candidates(v, spec):
+                        enc = _encode_value(cand, spec)
+                        if enc is not None and _test_holds(cand, spec):
+                            buf[pos : pos + spec["n"]] = enc
+                            break
+                    else:
+                        raise LayoutError("no value satisfies the byte_test")
+                continue
+            # byte_jump: a value that lands right after the bytes read (or there from the start)
+            want = pos + spec["n"]
+            if v is None or not want <= _jump_target(pos, v, spec, len(buf)) <= want + 4096:
+                v = 0
+                if spec["begin"]:
+                    v = max(0, -(-(want - spec["post"]) // spec["mult"])) if spec["mult"] > 0 else 0
+                enc = _encode_value(v, spec)
+                if enc is None:
+                    raise LayoutError("no value satisfies the byte_jump")
+                buf[pos : pos + spec["n"]] = enc
+            target = _jump_target(pos, v, spec, len(buf))
+            if target < 0:
+                raise LayoutError("byte_jump lands before the buffer start")
+            if len(buf) < target:
+                buf += fill * (target - len(buf))
+            prev_end = target
+            min_len = max(min_len, target + 1)
+            continue
+        if m.negated:
+            continue
+        if m.kind == "isdataat":
+            base = prev_end if m.relative else 0
+            if not m.negated:
+                need = base + m.args[0] + (0 if m.relative else 1)
+                if len(buf) < need:
+                    buf += fill * (need - len(buf))
+            continue
+        if m.kind == "pcre":
+            s = _example(m.pattern, m.flags, avoid)
+            start = prev_end if m.relative else len(buf)
+            if m.relative:
+                rx = _rx(m.pattern, m.flags)
+                hit = rx.search(bytes(buf[prev_end:]))
+                if hit is not None:
+                    prev_end = prev_end + hit.end()
+                    continue
+                tail = len(buf) - prev_end
+                if 0 < tail < len(s):
+                    # bytes already written after the last match (a byte_test value): keep them
+                    # and let the example supply the rest
+                    hit = rx.search(bytes(buf[prev_end:]) + s[tail:])
+                    if hit is not None:
+                        buf += s[tail:]
+                        prev_end = prev_end + hit.end()
+                        continue
+            pos = max(start, len(buf)) if not m.relative else len(buf)
+            if not m.relative and _rx(m.pattern, m.flags).pattern[:1] == b"^":
+                # anchored: only possible at the buffer start
+                if len(buf) == 0:
+                    pos = 0
+            buf[pos:pos] = b""
+            buf += s
+            prev_end = pos + len(s)
+            continue
+        if m.kind != "content":
+            continue
+        data = m.data
+        L = len(data)
+        if m.is_relative:
+            lo = prev_end + (m.distance or 0)
+            hi = prev_end + (m.distance or 0) + m.within - L if m.within is not None else _NOPOS
+        else:
+            lo = m.offset or 0
+            hi = lo + m.depth - L if m.depth is not None else _NOPOS
+        if m.startswith:
+            hi = lo
+        lo = max(lo, 0)
+        at: int | None = None
+        cand = max(lo, len(buf))
+        if cand <= hi:
+            at = cand
+        else:
+            for p in range(lo, min(hi, len(buf)) + 1):
+                seg = bytes(buf[p : p + L])
+                if _eq(seg, data[: len(seg)], m.nocase):
+                    at = p
+                    break
+        if at is None:
+            raise LayoutError("contents cannot be placed with their offset/depth/distance/within")
+        if at > len(buf):
+            buf += fill * (at - len(buf))
+        buf[at : at + L] = data
+        prev_end = at + L
+        if m.endswith:
+            ends_at = prev_end
+    if len(buf) < min_len:
+        buf += fill * (min_len - len(buf))
+    if ends_at is not None and len(buf) > ends_at:
+        raise LayoutError("endswith conflicts with later data")
+    return buf
+
+
+def build_buffer(
+    matches: list[Match],
+    opts: dict | None = None,
+    *,
+    prefix: bytes = b"",
+    fill: bytes = FILL,
+    avoid: bytes = b"",
+) -> bytes:
+    """Bytes satisfying all `matches` (and opts: len range, dotprefix)."""
+    opts = opts or {}
+    dotprefix = bool(opts.get("dotprefix"))
+    lens = opts.get("len")
+    contents = [m for m in matches if m.kind != "pcre"]
+    pcres = [m for m in matches if m.kind == "pcre" and not m.negated]
+    candidates: list[bytes] = []
+    errors: list[str] = []
+    prefixes = [prefix, b""] if prefix else [b""]
+    for pre in prefixes:
+        for order in _orders(matches, contents, pcres):
+            try:
+                buf = bytes(_place_contents(order, pre, fill, avoid))
+            except (LayoutError, RegexUnsupported) as exc:
+                errors.append(str(exc))
+                continue
+            candidates.append(buf)
+            # pcre example first, then the contents after it
+    for pre in prefixes:
+        for p in pcres:
+            try:
+                s = _example(p.pattern, p.flags, avoid)
+            except RegexUnsupported as exc:
+                errors.append(str(exc))
+                continue
+            try:
+                rest = bytes(
+                    _place_contents(
+                        [m for m in contents if not m.is_relative or True], b"", fill, avoid
+                    )
+                )
+            except LayoutError:
+                rest = b""
+            candidates.append(pre + s + rest)
+            candidates.append(pre + rest + s)
+            candidates.append(s)
+    for buf in candidates:
+        for b in _fix_len(buf, lens, fill, dotprefix):
+            if verify(b, matches, opts):
+                return b
+    if fill != b"a" and any(m.negated and m.kind == "content" for m in matches):
+        # the filler itself may be what a negated content forbids (`content:!"|00|"`)
+        try:
+            return build_buffer(matches, opts, prefix=prefix, fill=b"a", avoid=avoid)
+        except (LayoutError, RegexUnsupported):
+            pass
+    if errors:
+        raise LayoutError(errors[0])
+    raise LayoutError("no layout satisfies all matches of the buffer together")
+
+
+def _orders(matches, contents, pcres):
+    yield matches
+    if pcres:
+        yield contents + [m for m in pcres]
+    anchored = _anchored_first(matches)
+    if anchored is not None:
+        yield anchored
+
+
+_BYTE_OPS = ("byte_test", "byte_jump")
+
+
+def _anchor(m: Match) -> int | None:
+    """Where a match that starts a chain is pinned in the buffer (offset/depth/startswith), or None."""
+    if m.kind == "content" and not m.negated and not m.is_relative:
+        if m.offset is not None or m.depth is not None or m.startswith:
+            return m.offset or 0
+    if m.kind in _BYTE_OPS and not m.relative:
+        try:
+            return _num(str(m.args[3] if m.kind == "byte_test" else m.args[1]))
+        except (LayoutError, IndexError):
+            return None
+    return None
+
+
+def _anchored_first(matches: list[Match]) -> list[Match] | None:
+    """The matches as chains (an absolute match and the relative ones after it), the chains pinned
+    by offset/depth first in offset order: a rule may list `content:"x"; content:"y"; depth:2;`
+    where y must come first in the buffer. None when that is the rule's own order."""
+    chains: list[list[Match]] = []
+    for m in matches:
+        if chains and m.is_relative:
+            chains[-1].append(m)
+        else:
+            chains.append([m])
+    keyed = [(_anchor(c[0]), i, c) for i, c in enumerate(chains)]
+    pinned = sorted((k for k in keyed if k[0] is not None), key=lambda k: (k[0], k[1]))
+    order = pinned + [k for k in keyed if k[0] is None]
+    if [k[1] for k in order] == list(range(len(chains))):
+        return None
+    return [m for _a, _i, c in order for m in c]
+
+
+def _fix_len(buf: bytes, lens, fill: bytes, dotprefix: bool):
+    if dotprefix:
+        if buf.startswith(b"."):
+            buf = buf[1:]
+        yield buf
+        return
+    if not lens:
+        yield buf
+        return
+    lo, hi = lens
+    if len(buf) < lo:
+        yield buf + fill * (lo - len(buf))
+        yield fill * (lo - len(buf)) + buf
+    elif len(buf) > hi:
+        yield buf[:hi]
+    else:
+        yield buf
