@@ -27,6 +27,15 @@ class BadInput(NtgError):
     exit_status = EXIT_BAD_INPUT
 
 
+class InputProblems(BadInput):
+    """Input with problems at places: `problems` holds one `FILE:LINE: field: message` each, and
+    the command line prints them one a line, as they are (a scenario, a topology, an expect file)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
 class RunSetupError(BadInput):
     """The run cannot start (bad output directory, missing tool); nothing was sent."""
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ntgcore.errors import BadInput
+from ntgcore.errors import BadInput, InputProblems
 from ntgcore.files import read_bounded
 from ntgcore.scenario import format_error
 from ntgcore.yamlread import MAX_BYTES, YamlProblem, read_yaml, yaml_lines
@@ -33,12 +33,8 @@ Scalar = str | int | float | bool | None
 BOUNDS = ("count", "min", "max", "lt", "gt")
 
 
-class ExpectError(BadInput):
+class ExpectError(InputProblems):
     """An expect file that cannot be used; `problems` holds one `FILE:LINE: field: message` each."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 class Filter(BaseModel):

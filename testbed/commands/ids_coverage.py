@@ -1,0 +1,203 @@
+"""`testbed ids-coverage RULES...`: attack traffic from IDS rules and the IDS's detection coverage."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK
+from ntgcore.files import write_error
+
+from ..ids.coverage import gate_lines, run_coverage_duts, sid_change_lines, summary_lines
+from ..ids.multiplied import MAX_COPIES
+from ..ids.regression import load_allow, load_baseline
+from ..ids.suricata import make_duts
+from . import add_parser, argtypes
+from .output import default_out, err
+
+
+def register(subparsers) -> None:
+    c = add_parser(subparsers, "ids-coverage")
+    c.add_argument(
+        "rules",
+        nargs="+",
+        metavar="RULES",
+        help="rule files (Suricata, Snort 2.9 or Snort 3 syntax)",
+    )
+    c.add_argument(
+        "--ids",
+        default="suricata",
+        choices=["suricata"],
+        help="the IDS to measure (default: suricata)",
+    )
+    c.add_argument(
+        "--min",
+        type=argtypes.fraction,
+        metavar="FRACTION",
+        help="exit 3 when the coverage is below FRACTION (0..1): the CI gate; rules the IDS "
+        "refuses to load count as missed",
+    )
+    c.add_argument(
+        "--exclude-unloadable",
+        action="store_true",
+        help="leave rules the IDS refuses to load out of the coverage (they are still reported)",
+    )
+    c.add_argument(
+        "--ipv6",
+        action="store_true",
+        help="every attack session over IPv6 (2001:db8::/32; default: IPv4, IPv6 for rules that name it)",
+    )
+    c.add_argument(
+        "--out", metavar="DIR", help="output folder (default: results/<time>-ids-coverage)"
+    )
+    c.add_argument(
+        "--mix",
+        type=argtypes.fractions,
+        default=(),
+        metavar="F1,F2",
+        help="also measure with the attacks mixed into benign load at these packet fractions, e.g. 0.01,0.1",
+    )
+    c.add_argument(
+        "--baseline",
+        metavar="OLD.json",
+        help="compare per sid with an earlier run's coverage.json; exit 3 when a sid that "
+        "alerted there does not now (unless --allow lists it)",
+    )
+    c.add_argument(
+        "--allow",
+        metavar="ALLOW_FILE",
+        help="with --baseline or several DUTs: sids allowed to stop alerting, one a line "
+        "(optionally with the reason after it; # comments); they are still reported",
+    )
+    c.add_argument(
+        "--suricata",
+        action="append",
+        metavar="[NAME=]PATH",
+        help="the Suricata binary to measure (default: suricata on PATH); give it twice or more "
+        "to compare DUTs: the same sessions run through each, each DUT compared per sid "
+        "with the first, exit 3 when a sid it alerted for does not alert with another",
+    )
+    c.add_argument(
+        "--suricata-config",
+        action="append",
+        metavar="[NAME=]FILE",
+        help="a suricata.yaml to use instead of ours (HOME_NET, EXTERNAL_NET and checksum "
+        "checks are still set to the testbed's); twice or more: DUTs compared as with "
+        "--suricata (as many of each pair up in order, one goes with all of the other)",
+    )
+    c.add_argument(
+        "--multiply",
+        type=_copies_list,
+        default=(),
+        metavar="T1,T2",
+        help="also run the attack sessions multiplied T times (each session and T shadow sessions, "
+        "seed 003's multiplier) and report per sid whether the alerts are (T+1)x; e.g. 3,10",
+    )
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    c.set_defaults(func=run)
+
+
+def _copies_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give numbers of copies separated by commas, e.g. 3,10"
+        ) from None
+    if not values or any(not 1 <= v <= MAX_COPIES for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each number of copies must be 1..{MAX_COPIES}")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    for f in args.rules:
+        if not Path(f).is_file():
+            err(f"testbed ids-coverage: {f}: no such rule file; give paths of .rules files")
+            return EXIT_BAD_INPUT
+    # read before the run: bad DUTs, a bad baseline or allow file end the command before any work
+    duts = make_duts(args.suricata, args.suricata_config)
+    several = len(duts) > 1
+    if args.allow is not None and args.baseline is None and not several:
+        err(
+            "testbed ids-coverage: --allow needs --baseline or several DUTs (the allow file excuses sids "
+            "that stopped alerting since the baseline run, or with a DUT against the first)"
+        )
+        return EXIT_BAD_INPUT
+    baseline = load_baseline(args.baseline, args.allow) if args.baseline is not None else None
+    allowed = baseline.allowed if baseline else (load_allow(Path(args.allow)) if args.allow else {})
+    out = Path(args.out) if args.out else default_out("ids-coverage")
+    show = not args.quiet
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        result = run_coverage_duts(
+            args.rules,
+            out,
+            duts,
+            ids=args.ids,
+            mixes=args.mix,
+            ip_version=6 if args.ipv6 else 4,
+            exclude_unloadable=args.exclude_unloadable,
+            baseline=baseline,
+            allowed=allowed,
+            allow_path=args.allow,
+            multiply=args.multiply,
+            progress=(lambda msg: err(f"ids-coverage: {msg}")) if show else None,
+        )
+    except OSError as exc:
+        raise write_error(exc, out, "free some space, or choose another --out") from None
+    docs = result["duts"]
+    problems = docs[0]["problems"]
+    for problem in problems[:50]:
+        err(problem)
+    if len(problems) > 50:
+        err(f"... and {len(problems) - 50} more malformed rules (coverage.md lists them)")
+    for doc in docs:
+        who = f" ({doc['dut']['name']})" if several else ""
+        for line in doc["suricata_errors"][:20]:
+            err(f"suricata{who}: {line}")
+        refused = [r for r in doc["rows"] if r["state"] == "not loaded"]
+        if refused:
+            how = (
+                "left out of the coverage"
+                if args.exclude_unloadable
+                else "counted as missed (--exclude-unloadable leaves them out)"
+            )
+            err(
+                f"testbed ids-coverage: {len(refused)} rules {args.ids}{who} refused to load, {how}:"
+            )
+            for r in refused[:50]:
+                err(f"{r['where']}: sid {r['sid']}: {r['reason']}")
+    for doc in docs:
+        if several:
+            print(f"== {doc['dut']['name']} ==")
+        for line in summary_lines(doc):
+            print(line)
+    if several:
+        print(
+            f"report: {out / 'comparison.html'} (also comparison.md, comparison.json; each DUT's "
+            f"coverage.html/md/json in {', '.join(str(out / d.name) for d in duts)}); table: "
+            f"{out / 'tables' / 'coverage.parquet'}"
+        )
+    else:
+        print(
+            f"report: {out / 'coverage.html'} (also coverage.md, coverage.json, tables/coverage.parquet)"
+        )
+    status = EXIT_OK
+    for doc in docs:
+        for line in sid_change_lines(doc, several):
+            err(line)
+    for line in gate_lines(result):
+        err(
+            f"testbed ids-coverage: {line}; fix them, or list them in an --allow file with the reason"
+        )
+    if result["blocking"]:
+        status = EXIT_CHECKS_FAILED
+    if args.min is not None:
+        for doc in docs:
+            if doc["coverage"] < args.min:
+                who = f" of {doc['dut']['name']}" if several else ""
+                err(
+                    f"testbed ids-coverage: coverage{who} {doc['coverage']:.3f} is below --min {args.min:g}"
+                )
+                status = EXIT_CHECKS_FAILED
+    return status
