@@ -19,13 +19,13 @@ import signal
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .endpoint import Endpoint
 from .errors import GeneratorError
 from .proc import CommandRecord, Process, Tool
 from .registry import GENERATORS
-from .scenario import GeneratorSpec, Scenario
+from .scenario import GeneratorSpec, Scenario, ScenarioSection
 
 STATUSES = ("not started", "running", "completed", "interrupted", "failed")
 
@@ -39,7 +39,7 @@ class Counters:
     bytes_sent: int = 0
     bytes_failed: int = 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -55,7 +55,7 @@ class Progress:
 class Generator(abc.ABC):
     name: str = "generator"
 
-    def __init__(self, spec: GeneratorSpec | None = None) -> None:
+    def __init__(self, spec: GeneratorSpec | dict[str, Any] | None = None) -> None:
         self.spec = spec
 
     @abc.abstractmethod
@@ -88,13 +88,13 @@ class Generator(abc.ABC):
     def version(self) -> str:
         return "unknown"
 
-    def port_stats(self) -> dict | None:
+    def port_stats(self) -> dict[str, Any] | None:
         """The generator's own view of its ports (Ostinato's getStats), when it has one."""
         return None
 
-    def give_attack_sessions(self, sessions: list[dict], skipped: list[str]) -> None:
+    def give_attack_sessions(self, sessions: list[dict[str, Any]], skipped: list[str]) -> None:
         """Before `prepare`: the scenario's `attacks:` TCP sessions as dialogues (the
-        orchestration reads the rules: testbed.ids.rules.attacks.tcp_dialogues), for an adapter
+        orchestration reads the rules: idsrules.attacks.tcp_dialogues), for an adapter
         whose options say it plays them (`GeneratorSpec.plays_attacks`); `skipped`: the rules left out."""
         raise GeneratorError(f"{self.name} does not play attack sessions")
 
@@ -113,27 +113,32 @@ class ProcessGenerator(Generator):
     def __init__(self, spec: GeneratorSpec | None = None) -> None:
         super().__init__(spec)
         self._proc: Process | None = None
-        self._log: IO | None = None
+        self._log: IO[Any] | None = None
         self._run_dir: Path | None = None
         self._stopped_by: str | None = None
 
-    def open_log(self, name: str) -> IO:
+    def open_log(self, name: str) -> IO[Any]:
         assert self._run_dir is not None
         self._log = open(self._run_dir / name, "wb")
         return self._log
 
     def read_log(self, name: str) -> str:
+        if self._run_dir is None:  # not prepared
+            return ""
         try:
-            return (self._run_dir / name).read_text(errors="replace")  # type: ignore[operator]
-        except (OSError, TypeError):
+            return (self._run_dir / name).read_text(errors="replace")
+        except OSError:
             return ""
 
-    def read_json(self, name: str) -> dict:
+    def read_json(self, name: str) -> dict[str, Any]:
         """A JSON file the process wrote into the run folder (its summary), or {} if none yet."""
-        try:
-            return json.loads((self._run_dir / name).read_text())  # type: ignore[operator]
-        except (OSError, ValueError, TypeError):
+        if self._run_dir is None:  # not prepared
             return {}
+        try:
+            summary: dict[str, Any] = json.loads((self._run_dir / name).read_text())
+        except (OSError, ValueError):
+            return {}
+        return summary
 
     def start(self, on_progress: Callable[[Progress], None] | None = None) -> None:
         assert self._proc is not None, "prepare() first"
@@ -205,13 +210,50 @@ class GeneratorPlugin:
     tools: tuple[Tool, ...] = ()
     capabilities: Capabilities = field(default_factory=Capabilities)
     summary: str = ""
+    # its own top-level scenario section (key, model), e.g. the engine's `flowengine:`
+    section: tuple[str, type[ScenarioSection]] | None = None
+    # the scenario as the input file its native program reads, e.g. the engine's session text
+    # (`testbed spread` writes one per host)
+    session: Callable[[Scenario, int], str] | None = None
 
-    def create(self, spec: GeneratorSpec | None = None) -> Generator:
+    def create(self, spec: GeneratorSpec | dict[str, Any] | None = None) -> Generator:
         return self.adapter(spec)
 
 
-def get_generator(name: str, spec: GeneratorSpec | dict | None = None) -> Generator:
+def get_generator(name: str, spec: GeneratorSpec | dict[str, Any] | None = None) -> Generator:
     """The adapter `name`, given its options (`spec`: its model from the scenario's `testbed:`
     section, or a plain mapping for a script)."""
     plugin: GeneratorPlugin = GENERATORS.get(name)
     return plugin.create(spec)
+
+
+def used_generators(scenario: Scenario) -> list[GeneratorSpec]:
+    """The generators a run of `scenario` uses: offline its `generator`, live every one."""
+    if scenario.testbed is None:
+        return [scenario.offline_generator()]
+    return scenario.live_generators()
+
+
+def fit_problem(scenario: Scenario) -> str | None:
+    """Why a generator that a run of `scenario` uses cannot run it on this machine (its own
+    check, `GeneratorSpec.fits`: the engine's memory), or None when every one can."""
+    for spec in used_generators(scenario):
+        problem = spec.fits(scenario)
+        if problem:
+            return problem
+    return None
+
+
+def state_bytes(scenario: Scenario) -> int | None:
+    """The most memory one of the scenario's generators says it holds for it, or None."""
+    sizes = [
+        n for spec in used_generators(scenario) if (n := spec.state_bytes(scenario)) is not None
+    ]
+    return max(sizes) if sizes else None
+
+
+def session_text(spec: GeneratorSpec, scenario: Scenario, seed: int) -> str | None:
+    """`scenario` as the input file the native program of generator `spec` reads (the engine's
+    session: `GeneratorPlugin.session`), or None when the generator has none."""
+    plugin: GeneratorPlugin = GENERATORS.get(spec.name)
+    return plugin.session(scenario, seed) if plugin.session is not None else None

@@ -29,8 +29,8 @@ import psutil
 from analysis.matchsweep import FIGURES, ROWS_NAME, load_rows, rows_table
 from ntgcore.errors import BadInput, NtgError
 from ntgcore.files import replacing
+from ntgcore.native_tools import executable
 from ntgcore.proc import Interrupted, Process
-from ntgcore.registry import GENERATORS
 
 DEFAULT_STRUCTS = ["chain", "tree"]
 DEFAULT_HASHES = ["coralreef", "lookup3", "murmur3_32"]
@@ -262,7 +262,7 @@ def run_sweep(
             f"{out} holds a sweep already ({ROWS_NAME}, {REQUEST_NAME}): use --resume to go on "
             "or --replace to start over (or choose another --out)"
         )
-    binary = GENERATORS.get("flowengine").adapter.executable()
+    binary = executable("flowengine")
     check_request(req, binary)
     rows: list[dict[str, Any]] = resumed_rows(req, out) if resume else []
     out.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 from analysis.multiply import REPORT_STEM, multiplied_report, read_plan, write_report
 from ntgcore.errors import BadInput, NtgError
 from ntgcore.files import no_space_error, read_bounded
+from ntgcore.native_tools import executable
 from ntgcore.proc import Process
-from ntgcore.registry import GENERATORS
 from ntgcore.runfolder import RunFolder, is_full
 from ntgcore.scenario import MultiplySpec, ScenarioError, load_scenario
 from ntgcore.yamlread import yaml_lines
@@ -151,9 +151,7 @@ def multiply_capture(inp: Path, out: Path, plan: Path, summary: Path, p: Multipl
     with the engine's explanation; a failure while writing raises NtgError."""
     if p.urls is not None:
         check_urls(p.urls)
-    binary = GENERATORS.get(
-        "flowengine"
-    ).adapter.executable()  # the engine's adapter knows where it is
+    binary = executable("flowengine")
     proc = Process(
         "flowengine multiply",
         engine_argv(binary, inp, out, plan, summary, p),

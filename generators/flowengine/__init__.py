@@ -4,44 +4,31 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import shutil
 import subprocess
-import sysconfig
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from ntgcore.compile import compile_session
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import Capabilities, Counters, GeneratorPlugin, ProcessGenerator, Progress
+from ntgcore.native_tools import env_var, executable
 from ntgcore.proc import Process
-from ntgcore.scenario import GeneratorSpec
+from ntgcore.scenario import GeneratorSpec, Scenario
 
-ENGINE_ENV = "NTG_FLOWENGINE"
+from . import memory
+from .options import SECTION, FlowEngineOptions, options_of
+from .session import compile_session
+
+ENGINE = "flowengine"  # the program's name (ntgcore.native_tools)
+ENGINE_ENV = env_var(ENGINE)  # NTG_FLOWENGINE
 EXIT_STATUS = {0: "completed", 1: "failed", 2: "failed", 130: "interrupted", 143: "interrupted"}
 
 
 def engine_path() -> Path:
     """The `flowengine` executable: $NTG_FLOWENGINE, else the one `pip install .` put on PATH."""
-    override = os.environ.get(ENGINE_ENV)
-    if override:
-        path = Path(override)
-        if not path.is_file():
-            raise GeneratorError(f"NTG_FLOWENGINE={override} is not a file")
-        return path
-    found = shutil.which("flowengine")
-    if found:
-        return Path(found)
-    beside = Path(sysconfig.get_path("scripts")) / "flowengine"
-    if beside.is_file():
-        return beside
-    raise GeneratorError(
-        "the flowengine executable was not found; build and install it with `pip install .` "
-        "from the repository (or run ./bootstrap.sh quickstart), or set NTG_FLOWENGINE"
-    )
+    return executable(ENGINE)
 
 
 def engine_version(path: Path | None = None) -> str:
@@ -80,11 +67,6 @@ class FlowEngine(ProcessGenerator):
     def version(self) -> str:
         return engine_version(self._binary)
 
-    @staticmethod
-    def executable() -> Path:
-        """The engine's executable, for its other subcommands (`flowengine multiply`)."""
-        return engine_path()
-
     def prepare(self, scenario, run_dir: Path, seed: int, endpoint: Endpoint | None = None) -> None:
         self._binary = engine_path()
         self._run_dir = run_dir
@@ -107,7 +89,7 @@ class FlowEngine(ProcessGenerator):
             "--flows",
             str(run_dir / "engine-flows.csv"),
         ]
-        options = scenario.flowengine
+        options = options_of(scenario)
         if options.planner != "exact":
             argv += ["--planner", options.planner]
         if options.checksum_offload:
@@ -188,6 +170,12 @@ class FlowEngineSpec(GeneratorSpec):
 
     name: Literal["flowengine"] = "flowengine"
 
+    def fits(self, scenario: Scenario) -> str | None:
+        return memory.check_memory(scenario)
+
+    def state_bytes(self, scenario: Scenario) -> int | None:
+        return memory.state_bytes(scenario)
+
 
 PLUGIN = GeneratorPlugin(
     name="flowengine",
@@ -195,4 +183,6 @@ PLUGIN = GeneratorPlugin(
     adapter=FlowEngine,
     capabilities=Capabilities(offline=True, live=True),
     summary="the native C flow engine (generators/flowengine/README.md)",
+    section=(SECTION, FlowEngineOptions),
+    session=compile_session,
 )

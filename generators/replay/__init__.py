@@ -24,9 +24,9 @@ from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import Capabilities, Counters, GeneratorPlugin, ProcessGenerator
 from ntgcore.proc import Process, Tool
-from ntgcore.scenario import GeneratorSpec
+from ntgcore.scenario import GeneratorSpec, Scenario
 
-from ..flowengine import FlowEngine
+from ..flowengine import FlowEngine, memory
 
 INSTALL = "apt-get install tcpreplay"
 LOG = "tcpreplay.log"
@@ -41,7 +41,7 @@ LOOP_PACKETS = 100_000  # packets of the scenario compiled for a file looped unt
 def parse_stats(text: str) -> dict[str, int] | None:
     """tcpreplay's closing statistics; None when it printed none (it did not get that far)."""
     m = None
-    for m in _ACTUAL.finditer(text):
+    for m in _ACTUAL.finditer(text):  # noqa: B007
         pass  # the last report counts (--stats prints intermediate ones)
     if m is None:
         return None
@@ -182,6 +182,13 @@ class ReplaySpec(GeneratorSpec):
     )
     loop: int | None = Field(None, ge=1, description="tcpreplay: play the capture this many times.")
     preload: bool = Field(False, description="tcpreplay: load the capture into memory first.")
+
+    def fits(self, scenario: Scenario) -> str | None:
+        """With no `pcap`, the engine compiles the scenario first: its memory must hold it."""
+        return memory.check_memory(scenario) if self.pcap is None else None
+
+    def state_bytes(self, scenario: Scenario) -> int | None:
+        return memory.state_bytes(scenario) if self.pcap is None else None
 
 
 PLUGIN = GeneratorPlugin(

@@ -26,11 +26,10 @@ from typing import IO
 from ntgcore.daemon import EndpointServer
 from ntgcore.endpoint import Site
 from ntgcore.errors import NtgError
+from ntgcore.native_tools import executable
+from ntgcore.parts import INLINE_ORDER, Part, PartContext, PartPlugin
 from ntgcore.proc import CommandRecord, Process, Tool
-from ntgcore.registry import GENERATORS
 from ntgcore.scenario import InlineMultiplySpec
-
-from . import Part
 
 CLIENT = Path(__file__).resolve().parent / "httpclient.py"
 READY_TIMEOUT_S = 10.0
@@ -85,6 +84,7 @@ def engine_argv(
 
 class InlineMultiplier(Part):
     key = "multiplier"
+    measures_loss = True
     tools = (Tool("python3", "python3"),)
 
     def __init__(
@@ -136,7 +136,7 @@ class InlineMultiplier(Part):
                 f"inline: {spec.at}, {spec.out} and {spec.dut} must be interfaces of one "
                 f"namespace (the multiplier's)"
             )
-        binary = str(GENERATORS.get("flowengine").adapter.executable())
+        binary = str(executable("flowengine"))
         log = open(self.dir / "multiplier.log", "wb")
         self._logs.append(log)
         self.mult = Process(
@@ -241,3 +241,21 @@ class InlineMultiplier(Part):
         return {
             f"multiplier:{r.name}": r.pid for r in self.records() if r.pid and r.exit_code is None
         }
+
+
+def _multiplier(ctx: PartContext) -> list[Part]:
+    spec = ctx.testbed.inline
+    assert spec is not None
+    return [InlineMultiplier(spec, ctx.step.params["copies"], ctx.seed, ctx.site, ctx.step_dir)]
+
+
+PLUGIN = PartPlugin(
+    "multiplier",
+    INLINE_ORDER,
+    _multiplier,
+    tools=lambda scenario: InlineMultiplier.tools,
+    places=lambda tb: [
+        (f"inline.{k}", getattr(tb.inline, k)) for k in ("at", "out", "dut", "client", "server")
+    ],
+    summary="method multiply's server, inline multiplier and client",
+)
