@@ -1,4 +1,5 @@
-"""Plugin registries: generators, run methods and endpoint back ends are found here by name.
+"""Plugin registries: generators, run methods, endpoint back ends, DUT kinds, the parts of a step
+and the run extensions (hooks) are found here by name.
 
 A plugin is registered either by an entry point of the installed distribution (the one line a new
 plugin adds to pyproject.toml, group `ntg_testbed.<kind>`), or by calling `register()` (tests, a
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .errors import PluginError
 
@@ -29,6 +30,7 @@ class Registry(Generic[T]):
         self.version = 0  # bumped by every change, so derived things (the scenario model) rebuild
 
     def register(self, name: str, item: T, replace: bool = False) -> T:
+        self.load()  # the declared plugins first: `declared()` lists them before this one
         if name in self._items and self._items[name] is not item and not replace:
             raise PluginError(f"a {self.kind} named {name!r} is registered already")
         self._items[name] = item
@@ -51,7 +53,7 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         self._loaded = True
-        for ep in sorted(entry_points(group=self.group), key=lambda e: e.name):
+        for ep in entry_points(group=self.group):  # in the order pyproject.toml declares them
             if ep.name not in self._items:
                 self.register(ep.name, ep.load())
 
@@ -68,6 +70,13 @@ class Registry(Generic[T]):
         self.load()
         return sorted(self._items)
 
+    def declared(self) -> list[str]:
+        """The names in the order they were registered: the entry points in the order the
+        distribution declares them, then those registered by `register()` (as a choice lists
+        them in an error or the JSON Schema)."""
+        self.load()
+        return list(self._items)
+
     def __iter__(self) -> Iterator[T]:
         return iter([self._items[n] for n in self.names()])
 
@@ -76,6 +85,9 @@ class Registry(Generic[T]):
         return name in self._items
 
 
-GENERATORS: Registry = Registry("generator", "ntg_testbed.generators")
-METHODS: Registry = Registry("method", "ntg_testbed.methods")
-ENDPOINTS: Registry = Registry("endpoint back end", "ntg_testbed.endpoints")
+GENERATORS: Registry[Any] = Registry("generator", "ntg_testbed.generators")
+METHODS: Registry[Any] = Registry("method", "ntg_testbed.methods")
+ENDPOINTS: Registry[Any] = Registry("endpoint back end", "ntg_testbed.endpoints")
+DUT_KINDS: Registry[Any] = Registry("DUT kind", "ntg_testbed.dut_kinds")
+PARTS: Registry[Any] = Registry("part", "ntg_testbed.parts")
+RUN_HOOKS: Registry[Any] = Registry("run extension", "ntg_testbed.run_hooks")

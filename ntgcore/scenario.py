@@ -12,27 +12,32 @@ import functools
 import ipaddress
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     ModelWrapValidatorHandler,
+    Tag,
     ValidationError,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
-from .errors import BadInput
+from .errors import BadInput, InputProblems
 from .files import read_bounded
-from .registry import GENERATORS
+from .registry import DUT_KINDS, GENERATORS, METHODS
 from .units import parse_duration_ns, parse_rate_pps, period_ns_from_rate
 from .yamlread import MAX_BYTES, YamlProblem, gc_paused, read_yaml, yaml_lines
 
@@ -98,7 +103,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_shared: dict[tuple, BaseModel] = {}
+_shared: dict[tuple[Any, ...], BaseModel] = {}
 
 
 class _Shared(_Model):
@@ -108,7 +113,7 @@ class _Shared(_Model):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _one_instance(cls, v: Any, handler: ModelWrapValidatorHandler) -> Any:
+    def _one_instance(cls, v: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
         try:
             key = (
                 cls,
@@ -392,25 +397,21 @@ class Ethernet(_Model):
         return v.lower()
 
 
-class FlowEngineOptions(_Model):
-    """How the native engine plans and builds packets (generators/flowengine/README.md)."""
+class ScenarioSection(_Model):
+    """A top-level section of the scenario that a generator plugin contributes
+    (`GeneratorPlugin.section`: its key and this model, e.g. the engine's `flowengine:`);
+    ensure_models adds it to `Scenario`, optional, its defaults when the YAML has none."""
 
-    planner: Literal["exact", "stochastic"] = Field(
-        "exact",
-        description="`exact`: every packet at its due time; `stochastic`: FLOR's Distribution "
-        "Tree picks the next flow with probability proportional to its rate.",
-    )
-    threads: int = Field(
-        1,
-        ge=1,
-        le=256,
-        description="Worker threads; with the exact planner the output is the same for any count.",
-    )
-    checksum_offload: bool = Field(
-        False,
-        description="Write only the pseudo-header part of transport checksums and no IPv4 header "
-        "checksum, as for a NIC that completes them (FLOR 6.3.4).",
-    )
+    def keeps_due_times(self) -> bool:
+        """False when these options make the packets leave at other times than their flows' due
+        times (the engine's stochastic planner): a run's expected first and last times are then
+        unknown (ntgcore.expected)."""
+        return True
+
+
+def scenario_sections(scenario: Scenario) -> list[ScenarioSection]:
+    """The generators' sections of a scenario (`GeneratorPlugin.section`)."""
+    return [v for v in scenario.__dict__.values() if isinstance(v, ScenarioSection)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -472,15 +473,26 @@ class GeneratorSpec(_Model):
         (`Generator.give_attack_sessions`) instead of replaying the attack pcap."""
         return False
 
-    def offline_expected(self, scenario: Scenario) -> dict | None:
+    def offline_expected(self, scenario: Scenario) -> dict[str, Any] | None:
         """What this generator, so configured, writes offline for `scenario` when that is not
-        the flows as ntgcore.compile.expected counts them: that function's keys (packets, bytes,
+        the flows as ntgcore.expected.expected counts them: that function's keys (packets, bytes,
         flows, first_ns, last_ns) and `what`, one line for `testbed validate`; the run's
         manifest `expected` then. A GeneratorError: what it refuses. None: the scenario's counts."""
         return None
 
+    def fits(self, scenario: Scenario) -> str | None:
+        """Why this generator, so configured, cannot run `scenario` on this machine (the
+        engine: more flows alive at once than its memory holds), or None if it can. Checked
+        before a run that uses it starts anything (exit 2), a warning from `testbed validate`."""
+        return None
 
-def generator_spec(data: dict | GeneratorSpec) -> GeneratorSpec:
+    def state_bytes(self, scenario: Scenario) -> int | None:
+        """About how much memory this generator holds for `scenario` (`testbed validate` says
+        it), or None when it does not say."""
+        return None
+
+
+def generator_spec(data: dict[str, Any] | GeneratorSpec) -> GeneratorSpec:
     """`data` as the options model of the generator it names (a registered plugin's)."""
     if isinstance(data, GeneratorSpec):
         return data
@@ -519,12 +531,18 @@ class CaptureSpec(_Model):
 
 
 class DutSpec(_Model):
-    """The device under test, listening on one interface."""
+    """The device under test, listening on one interface: the fields every DUT kind has. Each DUT
+    kind plugin (ntgcore.parts.DutKind) subclasses it with `kind: Literal["<its kind>"]` and its
+    own options; `testbed.dut` is the union of the registered models, told apart by `kind`
+    (omitted: `none`)."""
 
-    kind: Literal["none", "tcpdump", "suricata"] = Field(
-        "none", description="none, tcpdump or suricata."
-    )
+    kind: str = Field("none", description="A registered DUT kind: none, tcpdump, suricata, ...")
     at: Place = Field("dut:dut0", description="Interface it reads (`ROLE:IFACE`).")
+
+
+class CommonDutSpec(DutSpec):
+    """The options of the kinds none, tcpdump and suricata (each accepts the others', as always)."""
+
     buffer_kib: int = Field(
         2048, ge=1, le=4_194_304, description="tcpdump: kernel buffer (-B, KiB)."
     )
@@ -533,6 +551,40 @@ class DutSpec(_Model):
     rules: list[str] = Field(
         [], max_length=MAX_ITEMS, description="suricata: rule files (relative to the scenario)."
     )
+
+
+class NoDutSpec(CommonDutSpec):
+    """No device under test (`dut:` omitted)."""
+
+    kind: Literal["none"] = Field("none", description="none: no device under test.")
+
+
+_UNKNOWN = "?"  # the union tag of a `kind`/`name` that names no registered plugin
+
+
+def _one_of(names: list[str]) -> str:
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+def _registered_dut_kind(v: Any) -> Any:
+    if v not in DUT_KINDS:  # worded as the closed set of kinds was (a Literal)
+        raise ValueError(f"Input should be {_one_of(DUT_KINDS.declared())}")
+    return v
+
+
+# What `testbed.dut` is read as when its `kind` is not registered: the error names `kind` (and
+# the model is called DutSpec, as the errors of a `dut:` that is no mapping have always said).
+_UnknownDutSpec = create_model(
+    "DutSpec",
+    __base__=CommonDutSpec,
+    kind=(Annotated[Any, AfterValidator(_registered_dut_kind)], "none"),
+)
+
+
+def _dut_tag(v: Any) -> str:
+    kind = v.get("kind", "none") if isinstance(v, dict) else getattr(v, "kind", _UNKNOWN)
+    return kind if isinstance(kind, str) and kind in DUT_KINDS else _UNKNOWN
 
 
 class MonitorSpec(_Model):
@@ -666,7 +718,7 @@ class FaultSpec(_Model):
         return self.process or self.at or ""
 
 
-def _one_or_many_schema(item: dict) -> WithJsonSchema:
+def _one_or_many_schema(item: dict[str, Any]) -> WithJsonSchema:
     """The JSON schema of a list field that also takes one value (`advert_int: 1s`)."""
     return WithJsonSchema({"anyOf": [item, {"type": "array", "items": item, "minItems": 1}]})
 
@@ -835,10 +887,15 @@ class HostsSpec(_Model):
         return roles[i] if roles.count(roles[i]) == 1 else f"host{i}"
 
 
+if TYPE_CHECKING:  # at run time, ensure_models() sets it to the registered generators' union
+    AnyGeneratorSpec = GeneratorSpec
+    AnyDutSpec = DutSpec  # and this to the registered DUT kinds' union
+
+
 class TestbedSpec(_Model):
     """Live run: topology, generators, capture point, device under test, monitor, method."""
 
-    topology: str | dict = Field(
+    topology: str | dict[Any, Any] = Field(
         "default",
         description="A packaged topology name, a YAML file (relative to the scenario) "
         "or the topology itself as a mapping.",
@@ -849,7 +906,7 @@ class TestbedSpec(_Model):
         description="The endpoint back end that makes the topology's places: `netns` (namespaces "
         "and veths) or `vm` (some roles are qemu VMs; `topology` is then a VM topology, docs/vm.md).",
     )
-    method: Literal["run", "comparison", "loss-sweep", "failover", "multiply"] = Field(
+    method: str = Field(  # ensure_models() makes it a Literal of the registered methods
         "run",
         description="`run`: the generators send the scenario together; `comparison`: "
         "seed 001, each generator in turn; `loss-sweep`: seed 002 against the DUT; `failover`: "
@@ -861,7 +918,7 @@ class TestbedSpec(_Model):
         [], max_length=MAX_ITEMS, description="Default: the scenario's `generator`."
     )
     capture: CaptureSpec | None = Field(CaptureSpec(), description="`null` turns the capture off.")
-    dut: DutSpec = DutSpec()
+    dut: AnyDutSpec = NoDutSpec()  # ensure_models(): the registered DUT kinds' union
     monitor: MonitorSpec = MonitorSpec()
     sweep: SweepSpec | None = None
     load_steps: LoadStepsSpec | None = None
@@ -885,47 +942,10 @@ class TestbedSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> TestbedSpec:
-        if self.spread is not None and self.method != "run":
-            raise ValueError("`spread` (several generator hosts) belongs to method `run`")
-        if self.spread is not None and len(self.generators) > 1:
-            raise ValueError(
-                "with `spread`, `generators` holds one entry: the generator every host runs"
-            )
-        if (self.method == "failover") != (self.failover is not None):
-            raise ValueError(
-                "method `failover` needs a `failover` section, and `failover` belongs "
-                "to method `failover`"
-            )
-        if (self.method == "multiply") != (self.inline is not None):
-            raise ValueError(
-                "method `multiply` needs an `inline` section, and `inline` belongs "
-                "to method `multiply`"
-            )
-        if self.inline is not None and (
-            self.capture is None
-            or self.capture.at != self.inline.at
-            or not {self.inline.out, self.inline.dut} <= set(self.capture.also_at)
-        ):
-            raise ValueError(
-                f"method `multiply` measures from the captures at the multiplier: set "
-                f'`capture: {{at: "{self.inline.at}", also_at: ["{self.inline.out}", '
-                f'"{self.inline.dut}"]}}`'
-            )
-        if self.method == "loss-sweep":
-            if self.sweep is None:
-                raise ValueError("method `loss-sweep` needs a `sweep` section")
-            if self.dut.kind == "none":
-                raise ValueError("method `loss-sweep` needs a device under test (`dut.kind`)")
-        elif self.sweep is not None:
-            raise ValueError("`sweep` belongs to method `loss-sweep`")
-        if self.load_steps is not None and self.method != "comparison":
-            raise ValueError("`load_steps` belongs to method `comparison`")
-        if self.method == "comparison" and self.duration is None:
-            raise ValueError("method `comparison` needs `duration` (seed 001: 60s)")
-        if self.method == "comparison" and self.capture is None:
-            raise ValueError(
-                "method `comparison` measures the rates in the capture: do not set `capture: null`"
-            )
+        for method in METHODS:  # each method's rules: its sections, what it needs when chosen
+            problem = method.check(self)
+            if problem:
+                raise ValueError(problem)
         if any(g.pace == "topspeed" for g in self.generators) and self.duration is None:
             raise ValueError("a `topspeed` generator needs `duration`")
         for g in self.generators:
@@ -1012,7 +1032,7 @@ class AttacksSpec(_Model):
         return v
 
 
-MULTIPLY_MAX_COPIES = 1024  # the engine's bound (generators/flowengine/src/mult.h)
+MULTIPLY_MAX_COPIES = 1024  # the engine's bound (generators/flowengine/src/multiply/mult.h)
 MULTIPLY_MAX_RANGES = 16
 
 
@@ -1024,7 +1044,7 @@ def _networks(v: list[str]) -> list[str]:
         except ValueError:
             raise ValueError(
                 f"{text!r} is not an IPv4 or IPv6 CIDR range (198.18.0.0/16, 2001:db8:1::/48)"
-            )
+            ) from None
     for i, a in enumerate(nets):
         for b in nets[i + 1 :]:
             if a.version == b.version and a.overlaps(b):
@@ -1225,7 +1245,6 @@ class Scenario(_Model):
         "entry (e.g. trex: {mode: astf, response_bytes: 112}); live, the default generator's too.",
     )
     ethernet: Ethernet = Ethernet()
-    flowengine: FlowEngineOptions = FlowEngineOptions()
     flows: list[Flow] = Field(min_length=1)
     testbed: TestbedSpec | None = Field(
         None, description="Live run on network namespaces (docs/live.md); absent: offline."
@@ -1276,16 +1295,15 @@ class Scenario(_Model):
         ]
 
 
+_SCENARIO_FIELDS = frozenset(Scenario.model_fields)  # the core's own; the generators' are added
+
+
 # --------------------------------------------------------------------------------------------
 # Loading with file:line error messages
 
 
-class ScenarioError(BadInput):
+class ScenarioError(InputProblems):
     """A scenario that cannot be used; `problems` holds one `FILE:LINE: field: message` each."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 @dataclass(frozen=True)
@@ -1300,19 +1318,19 @@ class _LazyLines:
 
     def __init__(self, text: str):
         self.text = text
-        self.lines: dict[tuple, int] | None = None
+        self.lines: dict[tuple[Any, ...], int] | None = None
 
-    def get(self, path: tuple, default: int | None = None) -> int | None:
+    def get(self, path: tuple[Any, ...], default: int | None = None) -> int | None:
         if self.lines is None:
             self.lines = yaml_lines(self.text)
         return self.lines.get(path, default)
 
 
-def _prefixes(locs: list[tuple]) -> set[tuple]:
+def _prefixes(locs: list[tuple[Any, ...]]) -> set[tuple[Any, ...]]:
     return {loc[:k] for loc in locs for k in range(len(loc) + 1)}
 
 
-def _dotted(loc: tuple) -> str:
+def _dotted(loc: tuple[Any, ...]) -> str:
     text = ""
     for part in loc:
         if isinstance(part, int):
@@ -1322,7 +1340,7 @@ def _dotted(loc: tuple) -> str:
     return text or "(top level)"
 
 
-def _model_at(loc: tuple, root: type[BaseModel] | None = None) -> type[BaseModel] | None:
+def _model_at(loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> type[BaseModel] | None:
     """The model class that holds the field at `loc` (for suggesting known keys)."""
     model: Any = root or Scenario
     for part in loc:
@@ -1354,7 +1372,10 @@ def _short(value: Any) -> str:
 
 
 def format_error(
-    err: dict, file: str, lines: dict[tuple, int], root: type[BaseModel] | None = None
+    err: Mapping[str, Any],
+    file: str,
+    lines: dict[tuple[Any, ...], int],
+    root: type[BaseModel] | None = None,
 ) -> str:
     loc, tagged = _untagged(tuple(err["loc"]))
     message = err["msg"]
@@ -1364,13 +1385,15 @@ def format_error(
         key = loc[-1]
         parent = tagged or _model_at(loc[:-1], root)
         known = list(parent.model_fields) if parent else []
-        owners = [p.name for p in GENERATORS if key in p.options.model_fields] if tagged else []
+        tag = "name" if tagged is not None and issubclass(tagged, GeneratorSpec) else "kind"
+        plugins = GENERATORS if tag == "name" else DUT_KINDS
+        owners = [p.name for p in plugins if key in p.options.model_fields] if tagged else []
         close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
         hint = f"; did you mean `{close[0]}`?" if close else ""
         listing = f" (known keys: {', '.join(known)})" if known and not close else ""
         message = f"unknown key `{key}`{hint}{listing}"
-        if owners:  # an option of another generator
-            message = f"`{key}` is an option of {' and '.join(owners)}, not of {tagged.model_fields['name'].default}"
+        if owners and tagged is not None:  # an option of another generator
+            message = f"`{key}` is an option of {' and '.join(owners)}, not of {tagged.model_fields[tag].default}"
         line = lines.get(loc) or lines.get(loc[:-1], 1)
         return f"{file}:{line}: {_dotted(loc)}: {message}"
     if err["type"] == "missing":
@@ -1388,35 +1411,95 @@ def format_error(
     return f"{file}:{line}: {_dotted(probe)}: {message}{got}"
 
 
-def _untagged(loc: tuple) -> tuple[tuple, type[BaseModel] | None]:
-    """`loc` without the union tag pydantic puts after `generators[i]`, and the tagged model."""
+def _untagged(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], type[BaseModel] | None]:
+    """`loc` without the union tag pydantic puts after `generators[i]` and `testbed.dut`, and the
+    tagged model (None for a `kind` that is not registered)."""
     for k in range(2, len(loc)):
         if loc[k - 2] == "generators" and isinstance(loc[k - 1], int) and loc[k] in GENERATORS:
             return loc[:k] + loc[k + 1 :], GENERATORS.get(loc[k]).options
+        if loc[k - 2 : k] == ("testbed", "dut") and isinstance(loc[k], str):
+            if loc[k] == _UNKNOWN:
+                return loc[:k] + loc[k + 1 :], None
+            if loc[k] in DUT_KINDS:
+                return loc[:k] + loc[k + 1 :], DUT_KINDS.get(loc[k]).options
     return loc, None
 
 
-_built_for = -1
+_built_for: tuple[Any, ...] = ()
+_method_sections: set[str] = set()  # `testbed` fields added by ensure_models (Method.options)
 
 
 def ensure_models() -> None:
-    """Build `testbed.generators` as the union of the registered generators' option models.
+    """Join the registered plugins' option models into the scenario: `testbed.generators` is the
+    union of the generators' (told apart by `name`), `testbed.dut` of the DUT kinds' (by `kind`),
+    `testbed.method` one of the methods' names, and a method's own sections (`Method.options`,
+    beyond the built-in ones) fields of `testbed`.
 
-    The union depends on what is registered, so the models are rebuilt whenever a generator was
-    registered since the last build (entry points at first use, a test's own generator later)."""
+    The models depend on what is registered, so they are rebuilt whenever a plugin was registered
+    since the last build (entry points at first use, a test's own plugin later)."""
     global _built_for
-    GENERATORS.load()
-    if _built_for == GENERATORS.version:
+    registries = (GENERATORS, DUT_KINDS, METHODS)
+    for registry in registries:
+        registry.load()
+    if _built_for == tuple(r.version for r in registries):
         return
     models = tuple(p.options for p in GENERATORS)
     if not models:
         raise BadInput("no generator is registered: install the project (pip install .)")
+    if "none" not in DUT_KINDS or not METHODS.names():
+        raise BadInput("no DUT kind or method is registered: install the project (pip install .)")
     union = models[0] if len(models) == 1 else Annotated[Union[models], Field(discriminator="name")]  # noqa: UP007
-    # The field's annotation is set anew (a forward reference is resolved only once).
-    TestbedSpec.model_fields["generators"].annotation = list[union]  # type: ignore[valid-type]
-    TestbedSpec.model_rebuild(force=True, _types_namespace={"AnyGeneratorSpec": union})
+    duts = tuple(Annotated[k.options, Tag(k.name)] for k in DUT_KINDS)
+    dut = Annotated[
+        Union[(*duts, Annotated[_UnknownDutSpec, Tag(_UNKNOWN)])],  # noqa: UP007
+        Discriminator(_dut_tag),
+    ]
+    # The fields' annotations are set anew (a forward reference is resolved only once).
+    fields = TestbedSpec.model_fields
+    fields["generators"].annotation = list[union]  # type: ignore[valid-type]
+    fields["dut"] = FieldInfo.from_annotated_attribute(dut, NoDutSpec())  # no stale discriminator
+    fields["method"].annotation = Literal[tuple(METHODS.declared())]  # type: ignore[assignment]
+    for section in _method_sections:  # the sections of methods registered before
+        fields.pop(section, None)
+    _method_sections.clear()
+    for method in METHODS:  # a method's own section: `testbed.<section>`, absent by default
+        for section, model in getattr(method, "options", {}).items():
+            if section in fields:
+                raise BadInput(f"method {method.name}: `testbed.{section}` is taken")
+            fields[section] = FieldInfo(
+                annotation=Optional[model],  # noqa: UP045
+                default=None,
+                description=f"Method `{method.name}`: {getattr(method, 'summary', '')}",
+            )
+            _method_sections.add(section)
+    TestbedSpec.model_rebuild(
+        force=True, _types_namespace={"AnyGeneratorSpec": union, "AnyDutSpec": dut}
+    )
+    _add_generator_sections()
     Scenario.model_rebuild(force=True)
-    _built_for = GENERATORS.version
+    _built_for = tuple(r.version for r in registries)
+
+
+def _add_generator_sections() -> None:
+    """The generators' own top-level sections (`GeneratorPlugin.section`, e.g. the engine's
+    `flowengine:`) as fields of `Scenario` with their models' defaults, placed before `flows`;
+    the section of a generator no longer registered is gone again."""
+    sections = {p.section[0]: (p.name, p.section[1]) for p in GENERATORS if p.section is not None}
+    for key, (name, _) in sections.items():
+        if key in _SCENARIO_FIELDS:
+            raise BadInput(f"generator {name}: its section `{key}` is a field of every scenario")
+    fields = Scenario.model_fields
+    if {k: f.annotation for k, f in fields.items() if k not in _SCENARIO_FIELDS} == {
+        k: model for k, (_, model) in sections.items()
+    }:
+        return
+    core = {k: f for k, f in fields.items() if k in _SCENARIO_FIELDS}
+    fields.clear()
+    for key, field in core.items():
+        if key == "flows":
+            for section, (_, model) in sections.items():
+                fields[section] = FieldInfo.from_annotated_attribute(model, model())
+        fields[key] = field
 
 
 def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
@@ -1449,7 +1532,7 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
     return scenario
 
 
-def _flows_first(data: dict, text: str, file: str) -> None:
+def _flows_first(data: dict[str, Any], text: str, file: str) -> None:
     """Validate the flow entries one by one, each replacing its YAML data: the data of a flow
     is freed as its model is made, so a large file never holds both whole (the peak memory was
     their sum). A flow that fails stays as it was and is reported with every other problem;
@@ -1465,7 +1548,7 @@ def _flows_first(data: dict, text: str, file: str) -> None:
         except ValidationError as exc:
             failed.append((i, exc))
             if len(failed) > MAX_FLOW_PROBLEMS:
-                errors = [
+                errors: list[dict[str, Any]] = [
                     dict(e, loc=("flows", j, *e["loc"]))
                     for j, x in failed[:-1]
                     for e in x.errors(include_url=False)
@@ -1480,11 +1563,11 @@ def _flows_first(data: dict, text: str, file: str) -> None:
                         f"{file}:{lines.get(('flows', i), 1)}: flows[{i}]: and more: the check stops after "
                         f"{MAX_FLOW_PROBLEMS} wrong flows (of {len(flows):,})"
                     ]
-                )
+                ) from None
 
 
 def _outside(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
-    return not any(network.subnet_of(n) for n in BENCHMARK_NETWORKS if n.version == network.version)
+    return not any(network.subnet_of(n) for n in BENCHMARK_NETWORKS if n.version == network.version)  # type: ignore[arg-type]  # same version
 
 
 def _live_address_problems(scenario: Scenario, file: str, lines: _LazyLines) -> list[str]:
@@ -1584,10 +1667,16 @@ _SHORTHANDS = {
 }
 
 
-def json_schema() -> dict:
+def json_schema() -> dict[str, Any]:
     """JSON Schema for editors; the short forms (`src: 198.18.0.1`, `size: 64-512`) included."""
     ensure_models()
     schema = Scenario.model_json_schema(mode="validation")
+    # `testbed.dut`: one of the registered kinds' models (the one of an unregistered kind, which
+    # only words the error, is not one; a kind's `kind` may be omitted: `none`)
+    dut = schema["$defs"]["TestbedSpec"]["properties"]["dut"]
+    unknown = f"#/$defs/{_UnknownDutSpec.__name__}"
+    dut["anyOf"] = [m for m in dut.pop("oneOf") if m.get("$ref") != unknown]
+    schema["$defs"].pop(_UnknownDutSpec.__name__, None)
     for name, short in _SHORTHANDS.items():
         full = schema["$defs"][name]
         schema["$defs"][name] = {"anyOf": [short, full], "description": full.get("description", "")}

@@ -1,6 +1,7 @@
 """The step executor: one step of a run, every part started in order under one exit stack.
 
-    captures on -> DUT on -> (VRRP pair on) -> monitor on -> generators prepared -> (faults armed)
+    the parts the method planned (Step.parts), in their order: captures on -> DUT on -> (VRRP pair
+    on) -> (inline multiplier on) -> monitor on -> generators prepared -> (faults armed)
     -> generators started -> until they finish, the deadline passes, a part fails (also: a file of
     its found the file system full, `Part.no_space`) or the user interrupts -> stop in reverse (faults undone first) -> counters
 
@@ -26,17 +27,15 @@ from ntgcore.endpoint import Site
 from ntgcore.errors import NtgError
 from ntgcore.files import no_space_at
 from ntgcore.generator import Progress, get_generator
+from ntgcore.parts import GENERATORS_ORDER, Part, PartContext, PartPlugin
 from ntgcore.proc import CommandRecord, Interrupts, utc_now
-from ntgcore.registry import GENERATORS
-from ntgcore.scenario import CaptureSpec, TestbedSpec
+from ntgcore.registry import GENERATORS, PARTS
+from ntgcore.scenario import TestbedSpec
 from ntgcore.startat import AtTime
 
 from .methods import Step
-from .parts import DUT_KINDS, CapturePart, Dut, GeneratorPart, MonitorPart, Part
-from .parts.fault import FaultPart
+from .parts import GeneratorPart
 from .parts.hosts import spread_accounting
-from .parts.multiplier import InlineMultiplier
-from .parts.vrrp import VrrpPair
 
 STOP_DRAIN_S = 0.5  # frames still in flight when the generators stop reach the capture
 
@@ -112,10 +111,24 @@ class StepExecutor:
 
     # -- the parts ---------------------------------------------------------------------------
 
-    def _start(self, stack: ExitStack, part: Part, on_stop: Callable[[dict], None]) -> None:
+    def _start(self, stack: ExitStack, part: Part) -> None:
         self.parts.append(part)  # listed even if it fails to start
-        stack.callback(lambda: on_stop(quietly(part.stop) or {}))
+        part.listed(self.entry)
+        stack.callback(lambda: part.record(self.entry, quietly(part.stop) or {}))
         part.start(abort=lambda: self.ctx.interrupts.received is not None)
+
+    def _start_parts(self, stack: ExitStack, plugins: list[PartPlugin]) -> None:
+        """The parts of `plugins`, each made for this step and started, in their order."""
+        step, ctx = self.step, self.ctx
+        if not plugins:
+            return
+        assert ctx.site is not None and step.scenario.testbed is not None
+        made = PartContext(
+            step, step.scenario.testbed, ctx.site, self.dir, ctx.scenario_dir, ctx.seed, self._pids
+        )
+        for plugin in sorted(plugins, key=lambda p: p.order):
+            for part in plugin.create(made):
+                self._start(stack, part)
 
     def _pids(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -126,27 +139,10 @@ class StepExecutor:
     def records(self) -> list[CommandRecord]:
         return [r for p in self.parts for r in p.records()]
 
-    def _start_captures(self, stack: ExitStack, spec: CaptureSpec, site: Site) -> None:
-        """capture.pcap at `capture.at` (its statistics: the entry's `capture`), and one more per
-        `capture.also_at`; the entry's `captures` lists them all: file, place, statistics and
-        whether it is `counted` (only capture.pcap is, in the rates and checks)."""
-        listed = self.entry.setdefault("captures", [])
-        for place in [None, *spec.also_at]:
-            part = CapturePart(spec, site.endpoint(place or spec.at), self.dir, also_at=place)
-            row = {"file": part.file, "at": place or spec.at, "counted": place is None}
-            listed.append(row)
-
-            def on_stop(stats: dict, row=row) -> None:
-                row.update(stats)
-                if row["counted"]:
-                    self.entry["capture"] = stats
-
-            self._start(stack, part, on_stop)
-
     def _prepare_generators(self, stack: ExitStack) -> None:
         step, ctx, tb = self.step, self.ctx, self.step.scenario.testbed
         if step.shares and ctx.site is not None:  # several hosts: one agreed start for all of them
-            self.start_at_ns = time.time_ns() + round(step.params["start_lead_s"] * 1e9)
+            self.start_at_ns = time.time_ns() + round(step.params.start_lead_s * 1e9)
             self.entry["start_at_ns"] = self.start_at_ns
         for spec in step.generators:
             if getattr(spec, "pcap", None) and not Path(spec.pcap).is_absolute():
@@ -185,7 +181,7 @@ class StepExecutor:
         self.entry = {
             "name": step.name,
             "kind": step.kind,
-            "params": step.params,
+            "params": step.params.as_dict(),
             "dir": str(self.dir.relative_to(ctx.run_dir)) or ".",
             "started_utc": utc_now(),
             "status": "running",
@@ -194,32 +190,12 @@ class StepExecutor:
         before = {p: self._counters(p) for p in points}
         try:
             with ExitStack() as stack:
-                if site is not None and tb.capture is not None:
-                    self._start_captures(stack, tb.capture, site)
-                if site is not None and tb.dut.kind != "none":
-                    dut: Dut = DUT_KINDS[tb.dut.kind](
-                        tb.dut, site.endpoint(tb.dut.at), self.dir, ctx.scenario_dir
-                    )
-                    self._start(stack, dut, lambda s: self.entry.__setitem__("dut", s))
-                if site is not None and tb.failover is not None:  # method failover's VRRP pair
-                    pair = VrrpPair(tb.failover, site, self.dir)
-                    self._start(stack, pair, lambda s: self.entry.__setitem__("vrrp", s))
-                if (
-                    site is not None and tb.inline is not None
-                ):  # method multiply: server, multiplier, client
-                    mult = InlineMultiplier(
-                        tb.inline, step.params["copies"], ctx.seed, site, self.dir
-                    )
-                    self._start(stack, mult, lambda s: self.entry.__setitem__("multiplier", s))
-                if site is not None:
-                    monitor = MonitorPart(self.dir / "samples.csv", tb.monitor.hz, self._pids)
-                    self._start(stack, monitor, lambda s: self.entry.__setitem__("monitor", s))
+                # offline: no part but the generator
+                planned = [PARTS.get(name) for name in step.parts] if site is not None else []
+                self._start_parts(stack, [p for p in planned if p.order < GENERATORS_ORDER])
                 self._prepare_generators(stack)
-                if (
-                    site is not None and tb.faults
-                ):  # last on, first off: undone before the rest stops
-                    faults = FaultPart(tb.faults, site, self._pids)
-                    self._start(stack, faults, lambda s: self.entry.__setitem__("faults", s))
+                # armed last, so undone first (the faults)
+                self._start_parts(stack, [p for p in planned if p.order >= GENERATORS_ORDER])
                 self._wait()
         except NtgError as exc:
             self.status, self.error = "failed", str(exc)
@@ -255,9 +231,8 @@ class StepExecutor:
                 self.entry["generators"][g.spec.title]["port_stats"] = stats
         if site is not None:
             self.entry["loss"] = loss_accounting(self.entry, tb)
-            if (
-                tb.failover is not None or tb.inline is not None
-            ):  # no generator's one-way count: the method counts
+            if any(p.measures_loss for p in self.parts):
+                # no generator's one-way count: the method counts
                 self.entry["loss"].update(wire=None, loss_rate=None)
                 self.entry["loss"].pop("lost_on_wire", None)
         if site is not None and "spread" in step.params:  # several hosts: per host and merged
@@ -295,7 +270,7 @@ class StepExecutor:
         # the DUT first: when it and the capture both ended, the DUT is what failed
         watched = sorted(
             (p for p in self.parts if not isinstance(p, GeneratorPart)),
-            key=lambda p: not isinstance(p, Dut),
+            key=lambda p: not p.watched_first,
         )
         while True:
             due = [g for g in later if time.monotonic() - started >= g.spec.start / 1e9]

@@ -26,7 +26,6 @@ from tqdm import tqdm
 
 from analysis import analyze as analyze_offline
 from analysis.live import analyze_live, read_manifest
-from ntgcore.compile import check_memory, expected
 from ntgcore.endpoint import Site
 from ntgcore.errors import (
     EXIT_CHECKS_FAILED,
@@ -39,33 +38,19 @@ from ntgcore.errors import (
     RunSetupError,
     ToolMissing,
 )
+from ntgcore.expected import expected
 from ntgcore.files import replacing
-from ntgcore.generator import Progress
+from ntgcore.generator import Progress, fit_problem
 from ntgcore.proc import Interrupts, Tool, watch_spawns
-from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS
+from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS, PARTS, RUN_HOOKS
 from ntgcore.runfolder import MANIFEST, RunFolder, git_info, host_info, tool_versions
-from ntgcore.scenario import (
-    GeneratorSpec,
-    LoadedScenario,
-    Scenario,
-    attack_rule_paths,
-    generator_spec,
-)
+from ntgcore.scenario import LoadedScenario, Scenario
 
 from .cleanup import RunMark, cleanup
 from .executor import StepContext, StepExecutor
-from .ids.coverage import attack_coverage, gate_lines, played_coverage, sid_change_lines
-from .ids.coverage import blocking as coverage_blocking
 from .ids.regression import Baseline
-from .ids.rules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
-from .ids.rules.syntax import read_rule_text
-from .ids.suricata import SuricataError, SuricataMissing
-from .methods import NS, Step, with_changes
-from .parts import DUT_KINDS, CapturePart
-from .parts.multiplier import InlineMultiplier
-from .parts.vrrp import VrrpPair
-
-FULL_FRAME = 1514  # bytes of an Ethernet frame at MTU 1500: a snaplen that keeps every payload
+from .ids.runhooks import attack_player, coverage_baseline_problem, played_attacks_problem
+from .methods import Step, planned_parts, with_changes
 
 
 @dataclass
@@ -96,16 +81,10 @@ def stage_printer(enabled: bool):
 def check_places(scenario: Scenario, site: Site) -> str | None:
     """Why a place (`ROLE:IFACE`) of the scenario is not one of the site's, or None."""
     tb = scenario.testbed
-    places = (
-        [("generators", g.at) for g in scenario.live_generators()]
-        if tb.inline is None
-        else [
-            (f"inline.{k}", getattr(tb.inline, k)) for k in ("at", "out", "dut", "client", "server")
-        ]
-    )  # runs no generator
-    places += [("dut.at", tb.dut.at)] if tb.dut.kind != "none" else []
-    places += [("capture.at", tb.capture.at)] if tb.capture else []
-    places += [("capture.also_at", p) for p in tb.capture.also_at] if tb.capture else []
+    method = METHODS.get(tb.method)
+    places = [("generators", g.at) for g in scenario.live_generators()] if method.sends else []
+    for name in reversed(planned_parts(scenario, method)):  # the method's own parts first
+        places += PARTS.get(name).places(tb)
     have = site.places()
     for field_name, place in places:
         if place not in have:
@@ -118,58 +97,21 @@ def check_places(scenario: Scenario, site: Site) -> str | None:
 
 def required_tools(scenario: Scenario) -> list[Tool]:
     """The external tools a scenario's run uses: its endpoint back end, parts, generators and attacks."""
-    tools: list[Tool] = []
-    if scenario.attacks is not None:  # attack sessions are merged by time with mergecap
-        tools.append(MERGECAP)
     tb = scenario.testbed
-    if tb is None:
-        return tools
+    method = METHODS.get(tb.method) if tb is not None else None
+    tools: list[Tool] = []
+    for hooks in RUN_HOOKS:  # the extensions' (the attacks: mergecap, their replay, Suricata)
+        tools += hooks.tools(scenario, method is not None and method.sends)
+    if tb is None or method is None:
+        return list({t.command: t for t in tools}.values())
     tools += ENDPOINTS.get(tb.backend).tools
-    if tb.capture is not None:
-        tools += CapturePart.tools
-    if tb.dut.kind != "none":
-        tools += DUT_KINDS[tb.dut.kind].tools
-    if tb.failover is not None:  # method failover's keepalived pair
-        tools += VrrpPair.tools
-    if tb.inline is not None:  # method multiply: its server, multiplier and client, no generator
-        return list({t.command: t for t in [*tools, *InlineMultiplier.tools]}.values())
-    if scenario.attacks is not None and not attack_player(scenario.live_generators()):
-        tools += GENERATORS.get("tcpreplay").tools  # the attack sessions are replayed by tcpreplay
-    elif scenario.attacks is not None and scenario.attacks.ids == "suricata":
-        tools += DUT_KINDS["suricata"].tools  # Suricata scores the sessions a generator played
+    for name in planned_parts(scenario, method):  # the capture, the DUT, the method's parts...
+        tools += PARTS.get(name).tools(scenario)
+    if not method.sends:  # its parts make the traffic (multiply): no generator
+        return list({t.command: t for t in tools}.values())
     for g in scenario.live_generators():
         tools += GENERATORS.get(g.name).tools
     return list({t.command: t for t in tools}.values())
-
-
-def attack_player(generators: list[GeneratorSpec]) -> GeneratorSpec | None:
-    """The first generator that plays the `attacks:` TCP sessions itself (GeneratorSpec.plays_attacks)."""
-    return next((g for g in generators if g.plays_attacks()), None)
-
-
-def played_attacks_problem(scenario: Scenario) -> str | None:
-    """Why a live scenario whose generator plays the attack sessions cannot score them with
-    `attacks.ids: suricata` (None when it can): Suricata reads the captures of both directions."""
-    tb = scenario.testbed
-    if (
-        tb is None
-        or scenario.attacks is None
-        or scenario.attacks.ids != "suricata"
-        or attack_player(scenario.live_generators()) is None
-    ):
-        return None
-    if tb.capture is None or not tb.capture.also_at:
-        return (
-            "attacks.ids: suricata with a generator that plays the attack sessions reads the "
-            "capture of both directions: give `testbed.capture.also_at` (TRex ASTF on the astf "
-            "topology: `capture: {at: 'gen:gen1', also_at: ['gen:gen0'], snaplen: 2048}`)"
-        )
-    if tb.capture.snaplen < FULL_FRAME:
-        return (
-            f"attacks.ids: suricata reads the payloads: testbed.capture.snaplen "
-            f"{tb.capture.snaplen} cuts them; give at least {FULL_FRAME}"
-        )
-    return None
 
 
 def check_live_prerequisites(scenario: Scenario) -> None:
@@ -197,7 +139,7 @@ def plan_steps(scenario: Scenario) -> list[Step]:
     """The steps of a live scenario, as its method plans them."""
     if scenario.testbed is None:
         raise ValueError("not a live scenario")
-    return METHODS.get(scenario.testbed.method).plan(scenario)
+    return METHODS.get(scenario.testbed.method).steps(scenario)
 
 
 def open_site(loaded: LoadedScenario, unique: bool = True) -> Site:
@@ -284,18 +226,17 @@ class Run:
     ):
         scenario = loaded.scenario
         if trials is not None:  # fewer repeated trials (short runs); checked by trials_problem
-            assert scenario.testbed is not None and scenario.testbed.failover is not None
-            scenario = with_changes(
-                scenario, failover=scenario.testbed.failover.model_copy(update={"trials": trials})
-            )
+            assert scenario.testbed is not None
+            trialled = METHODS.get(scenario.testbed.method).trials
+            assert trialled is not None
+            scenario = with_changes(scenario, **trialled(scenario.testbed, trials))
             loaded = LoadedScenario(scenario, loaded.path, loaded.text)
         if duration_ns is not None and scenario.testbed is not None:  # short live runs (CI)
             tb = scenario.testbed
             changes: dict[str, Any] = {"duration": duration_ns}
-            if tb.sweep is not None:
-                changes["sweep"] = tb.sweep.model_copy(update={"step": duration_ns})
-            if tb.load_steps is not None:
-                changes["load_steps"] = tb.load_steps.model_copy(update={"duration": duration_ns})
+            shortened = METHODS.get(tb.method).shortened  # its own sections' step lengths
+            if shortened is not None:
+                changes.update(shortened(tb, duration_ns))
             scenario = with_changes(scenario, **changes)
             loaded = LoadedScenario(scenario, loaded.path, loaded.text)
         self.loaded, self.scenario = loaded, scenario
@@ -337,11 +278,11 @@ class Run:
         self.steps: list[Step] = []
         self.messages: list[str] = []  # for the user, printed after the run
         self._records: list = []
-        self.attack_dialogues: tuple[list[dict], list[str]] = ([], [])  # what a generator plays
+        self.state: dict[str, Any] = {}  # the run extensions' own data, by their name
         if self.live:
             self.steps = plan_steps(scenario)
-            if scenario.attacks is not None:
-                self._add_attacks(scenario)
+            for hooks in RUN_HOOKS:  # the extensions add to the steps (the attack replay)
+                hooks.plan(self)
             self.manifest["mode"] = "live"
             self.manifest["method"] = scenario.testbed.method
             self.manifest["steps"] = []
@@ -349,6 +290,10 @@ class Run:
 
     def write_manifest(self) -> None:
         self.folder.write()
+
+    def finish(self, status: str) -> str:
+        """The run folder finished with `status` (failed, whatever it says, when the disk filled)."""
+        return self._finish(status)
 
     def _finish(self, status: str) -> str:
         self.no_space = self.folder.no_space()  # before `finish` frees the reserve
@@ -449,77 +394,6 @@ class Run:
         return self._finish(status)
 
     # -- live: the method's steps on a site ------------------------------------------------
-
-    def _add_attacks(self, scenario: Scenario) -> None:
-        """`attacks:` live: the attack sessions are synthesized into attacks/attacks.pcap. In a
-        `run` step with a generator that plays them itself (GeneratorSpec.plays_attacks: TRex
-        ASTF), that generator is given their TCP dialogues (tcp_dialogues) and plays them over
-        its own TCP stack; the pcap is then not replayed (the manifest says so, and which rules
-        are not played). Otherwise it is replayed (realtime) by an extra tcpreplay generator on
-        the first generator's interface, alongside the benign generators, started
-        `attacks.start` after them (tcpreplay sends the pcap's first packet at once, whatever
-        its time stamp)."""
-        spec = scenario.attacks
-        rules = attack_rule_paths(spec, self.loaded.path)
-        problem = played_attacks_problem(scenario)
-        try:
-            if problem:
-                raise AttackError(problem)
-            attacks = write_attacks(spec, rules, self.run_dir / "attacks")
-            player = attack_player(scenario.live_generators())
-            if player is not None:
-                self.attack_dialogues = tcp_dialogues(spec, rules)
-                if not self.attack_dialogues[0]:
-                    raise AttackError(
-                        f"attacks: {player.title} plays the attack TCP sessions, and no "
-                        f"selected rule is one: {'; '.join(self.attack_dialogues[1][:5])}"
-                    )
-        except AttackError as exc:
-            self.manifest["error"] = str(exc)
-            self._finish("failed")
-            raise RunSetupError(str(exc)) from None
-        info = attacks.summary()
-        info["pcap"] = "attacks/attacks.pcap"
-        info["manifest"] = "attacks/attacks.json"
-        self.manifest["attacks"] = info
-        first = scenario.live_generators()[0]
-        replay = generator_spec(
-            {
-                "name": "tcpreplay",
-                "label": "attacks",
-                "at": first.at,
-                "pace": "realtime",
-                "pcap": str(attacks.pcap.resolve()),
-                "start": f"{spec.start}ns",
-            }
-        )
-        span_s = ((info["last_ns"] or 0) - (info["first_ns"] or 0)) / NS
-        for step in self.steps:
-            if step.kind != "run":
-                continue
-            player = attack_player(step.generators)
-            if player is None:
-                step.generators = [*step.generators, replay]
-                step.params["attacks_last_s"] = span_s
-                info["replayed_by"] = "tcpreplay (generator `attacks`)"
-                continue
-            sessions, skipped = self.attack_dialogues
-            step.attack_sessions[player.title] = (sessions, skipped)
-            step.params["attacks_last_s"] = spec.count / float(spec.rate)
-            info["played_by"] = player.title
-            info["played"] = {
-                "rules": len(sessions),
-                "sessions": sum(d["count"] for d in sessions),
-                "servers": {str(d["sid"]): f"{d['server']}:{d['server_port']}" for d in sessions},
-                "clients": {str(d["sid"]): "-".join(d["client"]) for d in sessions},
-            }
-            info["not_played"] = skipped
-            info["pcap_note"] = (
-                f"written for reference only (the same dialogues, the synthesis's "
-                f"addresses): not replayed; {player.title} plays the TCP sessions "
-                f"over its own TCP stack (real handshakes), on the rule's sides "
-                f"(`played`); the rules in `not_played` are not sent"
-            )
 
     def _execute_live(self, show_progress: bool) -> str:
         try:
@@ -634,7 +508,7 @@ def trials_problem(scenario: Scenario, trials: int) -> str | None:
     """Why `--trials N` cannot apply to this scenario, or None."""
     if not 1 <= trials <= 100:
         return f"--trials {trials}: give 1 to 100"
-    if scenario.testbed is None or scenario.testbed.failover is None:
+    if scenario.testbed is None or METHODS.get(scenario.testbed.method).trials is None:
         return (
             "--trials applies to a method with repeated trials (method failover: "
             "testbed.failover.trials); this scenario has none"
@@ -659,30 +533,18 @@ def run_scenario(
         problem = trials_problem(loaded.scenario, trials)
         if problem:
             raise RunSetupError(f"{loaded.path}: {problem}")
-    if coverage_baseline is not None:
-        problem = coverage_baseline_problem(loaded.scenario)
-        if problem:
-            raise RunSetupError(f"{loaded.path}: {problem}")
-    too_big = check_memory(loaded.scenario)
+    options = {"coverage_baseline": coverage_baseline}  # what the run extensions read
+    for hooks in RUN_HOOKS:  # the coverage baseline applies; the rule files read (attacks)
+        hooks.check(loaded, options)
+    too_big = fit_problem(loaded.scenario)  # each generator's own check (the engine's memory)
     if too_big:
         raise RunSetupError(f"{loaded.path}: {too_big}")
     if loaded.scenario.testbed is not None:
         check_live_prerequisites(loaded.scenario)
-    if (
-        loaded.scenario.attacks is not None
-    ):  # BadInput before anything runs: not UTF-8 (FILE:LINE), too long
-        for rules in attack_rule_paths(loaded.scenario.attacks, loaded.path):
-            read_rule_text(rules)
     run = Run(loaded, out_root, seed, duration_ns, trials)
     status = run.execute(show_progress)
-    if status == "completed" and not run.live and loaded.scenario.attacks is not None:
-        status = _mix_attacks(run, loaded, show_progress, coverage_baseline)
-    elif (
-        status == "completed"
-        and run.attack_dialogues[0]
-        and loaded.scenario.attacks.ids == "suricata"
-    ):
-        status = _score_played_attacks(run, loaded, show_progress, coverage_baseline)
+    for hooks in RUN_HOOKS:  # the attacks mixed in (offline) or scored (live)
+        status = hooks.after_run(run, status, stage_printer(show_progress), options)
     result = RunResult(run.run_dir, status, EXIT_OK, run.manifest, messages=list(run.messages))
     if run.no_space:
         result.exit_code = EXIT_NO_SPACE
@@ -721,28 +583,9 @@ def run_scenario(
                 f"check failed: {c['name']}: expected {c['expected']}, measured {c['measured']}"
                 for c in failed
             ]
-    blocking = run.manifest.get("attacks", {}).get("baseline", {}).get("blocking", [])
-    if (
-        blocking and result.exit_code == EXIT_OK
-    ):  # the coverage gate, as `testbed ids-coverage --baseline`
-        result.exit_code = EXIT_CHECKS_FAILED
+    if result.exit_code == EXIT_OK and any(hooks.blocks(run) for hooks in RUN_HOOKS):
+        result.exit_code = EXIT_CHECKS_FAILED  # a gate of an extension (the coverage baseline)
     return result
-
-
-def coverage_baseline_problem(scenario: Scenario) -> str | None:
-    """Why a coverage baseline cannot apply to `scenario` (None when it can)."""
-    if scenario.attacks is None or scenario.attacks.ids != "suricata":
-        return (
-            "--coverage-baseline needs coverage: a scenario with an `attacks:` section with "
-            "`ids: suricata`"
-        )
-    if scenario.testbed is not None and attack_player(scenario.live_generators()) is None:
-        return (
-            "--coverage-baseline: a live run measures no per-sid coverage when the attack pcap "
-            "is replayed (an offline run with `attacks: {ids: suricata}` does, and a live one "
-            "whose generator plays the attack sessions: TRex ASTF)"
-        )
-    return None
 
 
 def analyze_live_run(run_dir: Path, progress=None) -> dict:
@@ -751,108 +594,6 @@ def analyze_live_run(run_dir: Path, progress=None) -> dict:
     return analyze_live(
         run_dir, progress, METHODS.get(method).analysis if method in METHODS else None
     )
-
-
-def _mix_attacks(
-    run: Run, loaded: LoadedScenario, show_progress: bool, baseline: Baseline | None = None
-) -> str:
-    """Offline `attacks:`: the engine's capture becomes benign.pcap, the attack sessions
-    attacks.pcap (+ attacks.json), both merged by time into capture.pcap; with `ids: suricata`,
-    Suricata reads the mixed capture and coverage.json/md/html score the attack sessions (also
-    tables/coverage.parquet), compared per sid with `baseline` when given (manifest
-    `attacks.baseline`; its `blocking` makes the exit status 3)."""
-    spec = loaded.scenario.attacks
-    say = stage_printer(show_progress)
-    rules = attack_rule_paths(spec, loaded.path)
-    capture, benign = run.run_dir / "capture.pcap", run.run_dir / "benign.pcap"
-    try:
-        say("synthesizing the attack sessions")
-        attacks = write_attacks(spec, rules, run.run_dir)
-        os.replace(capture, benign)
-        say("merging benign and attack packets by time")
-        merge_pcaps([benign, attacks.pcap], capture)
-        info = {**attacks.summary(), "benign_pcap": benign.name, "capture": capture.name}
-        if spec.ids == "suricata":
-            say("suricata on the mixed capture")
-            doc = attack_coverage(capture, attacks, rules, run.run_dir, baseline=baseline)
-            _record_coverage(run, info, doc, baseline)
-        run.manifest["attacks"] = info
-        status = "completed"
-    except (AttackError, OSError, SuricataMissing, SuricataError) as exc:  # the run failed: say why
-        run.manifest["error"] = f"attacks: {exc}"
-        status = "failed"
-    return run.folder.finish(status)
-
-
-def _record_coverage(run: Run, info: dict, doc: dict, baseline: Baseline | None) -> None:
-    """The coverage document's counts, alerted sids and baseline gate into the manifest's
-    `attacks` (`info`) and the run's messages."""
-    info["coverage"] = {
-        k: doc[k]
-        for k in (
-            "loaded",
-            "alerted",
-            "missed",
-            "coverage",
-            "extra_alert_sessions",
-            "extra_unrelated_sessions",
-        )
-    }
-    info["alerted_sids"] = sorted(r["sid"] for r in doc["rows"] if r["alerted"])
-    run.messages += [f"attacks: {line}" for line in doc["summary"][:3]]
-    if baseline is not None:
-        cmp = doc["baseline"]
-        info["baseline"] = {
-            "path": cmp["path"],
-            "allow_path": cmp["allow_path"],
-            "counts": cmp["counts"],
-            "blocking": [{"what": w, "sids": s} for w, s in coverage_blocking([doc])],
-        }
-        run.messages += [f"attacks: {line}" for line in sid_change_lines(doc)]
-        run.messages += [
-            f"attacks: coverage gate: {line}; fix them, or list them in a "
-            "--coverage-allow file with the reason"
-            for line in gate_lines({"blocking": coverage_blocking([doc])})
-        ]
-
-
-def _score_played_attacks(
-    run: Run, loaded: LoadedScenario, show_progress: bool, baseline: Baseline | None = None
-) -> str:
-    """Live `attacks:` played by a generator, with `ids: suricata`: the captures of the (first)
-    step in which it played them (capture.pcap and every `also_at` one: each direction once) are merged
-    by time into attacks/both-sides.pcap, Suricata reads it, and the played sessions (found by
-    their rule's server address and port) are scored as offline: coverage.json/md/html,
-    tables/coverage.parquet, the manifest's `attacks.coverage` and `alerted_sids`."""
-    spec = loaded.scenario.attacks
-    say = stage_printer(show_progress)
-    rules = attack_rule_paths(spec, loaded.path)
-    info = run.manifest["attacks"]
-    step = next(e for e in run.manifest["steps"] if info["played_by"] in e.get("generators", {}))
-    step_dir = run.run_dir / step["dir"]
-    files = [step_dir / c["file"] for c in step.get("captures", [])]
-    merged = run.run_dir / "attacks" / "both-sides.pcap"
-    try:
-        say("merging the captures of both directions")
-        merge_pcaps(files, merged)
-        info["ids_capture"] = {
-            "file": str(merged.relative_to(run.run_dir)),
-            "from": [
-                {"file": str(f.relative_to(run.run_dir)), "at": c["at"]}
-                for f, c in zip(files, step["captures"])
-            ],
-        }
-        say("suricata on the captures")
-        doc = played_coverage(
-            merged, spec, rules, run.attack_dialogues[0], run.run_dir, baseline=baseline
-        )
-        info["played"]["sessions_seen"] = doc["played_sessions"]
-        _record_coverage(run, info, doc, baseline)
-        status = "completed"
-    except (AttackError, OSError, SuricataMissing, SuricataError) as exc:
-        run.manifest["error"] = f"attacks: {exc}"
-        status = "failed"
-    return run.folder.finish(status, recursive=True)
 
 
 __all__ = [

@@ -2,23 +2,88 @@
 
 A method is a plugin folder here exposing `METHOD` (a `Method`), registered by an entry point
 (group `ntg_testbed.methods`). Its `plan` is pure: scenario in, steps out (tested without root).
+A step carries its parameters typed (a `StepParams` subclass of the method's) and the parts it
+runs (names in the PARTS registry, ntgcore.parts); the scenario model asks every registered method
+whether the `testbed:` section suits it (`Method.check`) and joins its own sections
+(`Method.options`) into `testbed:` (docs/architecture.md, "How to add a method").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any
+
+from pydantic import BaseModel
 
 from analysis.hashing import hash_tuple, make_tuple
 from analysis.live import MethodAnalysis
 from ntgcore.errors import BadInput
-from ntgcore.scenario import Flow, GeneratorSpec, Scenario
+from ntgcore.registry import PARTS
+from ntgcore.scenario import Flow, GeneratorSpec, Scenario, TestbedSpec
 
 NS = 1_000_000_000
 PROTOCOL_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "icmpv6": 58}
 REALTIME_GRACE_S = 10.0  # a realtime generator may run this much past the scenario's last packet
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()  # a parameter a step does not have (not in the manifest's `params`)
+
+
+@dataclass
+class StepParams:
+    """A step's parameters: each method subclasses it with its own fields (default UNSET). The
+    manifest's `params` are the fields that are set, the method's first; read like a mapping
+    (`params["copies"]`) by the analysis and the tests. The fields here are the ones the executor
+    and the runner read, whatever the method."""
+
+    start_lead_s: float = UNSET  # several hosts: their agreed start, after the step begins
+    deadline_s: float = UNSET  # a step whose length its method knows (multiply)
+    attacks_last_s: float = UNSET  # the attack sessions' span (set by the attack planning)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__eq__ = StepParams.__eq__  # type: ignore[method-assign]  # kept by @dataclass
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to the same parameters, or to the mapping the manifest holds of them."""
+        if isinstance(other, StepParams):
+            return self.as_dict() == other.as_dict()
+        if isinstance(other, dict):
+            return self.as_dict() == other
+        return NotImplemented
+
+    def as_dict(self) -> dict[str, Any]:
+        own = [f.name for f in fields(self) if f.name not in _BASE_PARAMS]
+        keys = [*own, *_BASE_PARAMS]
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not UNSET}
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key, UNSET) if key in self._names() else UNSET
+        if value is UNSET:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._names() and getattr(self, str(key)) is not UNSET
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.as_dict())
+
+    def _names(self) -> set[str]:
+        return {f.name for f in fields(self)}
+
+
+_BASE_PARAMS = tuple(f.name for f in fields(StepParams))
 
 
 @dataclass
@@ -27,7 +92,9 @@ class Step:
     scenario: Scenario
     generators: list[GeneratorSpec]
     kind: str = "run"  # run | topspeed | load | rate | hosts
-    params: dict[str, Any] = field(default_factory=dict)
+    params: StepParams = field(default_factory=StepParams)
+    # the parts it runs (PARTS names), started in their order; empty: the scenario's (planned_parts)
+    parts: list[str] = field(default_factory=list)
     # generator title -> the `attacks:` TCP dialogues it plays (GeneratorSpec.plays_attacks)
     attack_sessions: dict[str, tuple[list[dict], list[str]]] = field(default_factory=dict)
     # generator title -> the scenario it sends instead of `scenario` (its share: testbed.spread)
@@ -38,7 +105,7 @@ class Step:
         tb = self.scenario.testbed
         assert tb is not None
         if "deadline_s" in self.params:  # a step whose length its method knows (multiply)
-            return float(self.params["deadline_s"])
+            return float(self.params.deadline_s)
         delay = (
             max((g.start for g in self.generators), default=0) / NS
         )  # the latest generator start
@@ -48,7 +115,8 @@ class Step:
         if any(g.pace == "topspeed" for g in self.generators):
             return (tb.duration or 0) / NS + delay
         horizon = max(f.last_due_ns for f in self.scenario.flows) / NS
-        horizon = max(horizon, self.params.get("attacks_last_s", 0.0))  # the attack replay, if any
+        # the attack replay, if any
+        horizon = max(horizon, self.params.get("attacks_last_s", 0.0))
         return horizon + delay + REALTIME_GRACE_S
 
     def stopped_at_deadline_is_planned(self, spec: GeneratorSpec) -> bool:
@@ -60,12 +128,59 @@ class Step:
 class Method:
     """`plan(scenario) -> steps` (pure); `analysis`, when the method has tables and figures of
     its own, is its `analysis.py` (analysis.live.MethodAnalysis: `analyze(steps)` adds tables to
-    the metrics, `plots(run, doc, manifest)` writes figures, `report(doc)` adds sections)."""
+    the metrics, `plots(run, doc, manifest)` writes figures, `report(doc)` adds sections).
+
+    What the scenario model asks of it (ntgcore.scenario): `sections`, the `testbed:` sections
+    that belong to it (another method's scenario may not set them), `options`, sections of its
+    own joined into `testbed:` (`{"twostep": TwoStepSpec}`: `testbed.twostep`), and `rules`, its
+    own checks of the `testbed:` section (worded for the user; also for its sections when another
+    method is chosen). What a run asks of it: `parts`, the parts its steps run beyond the
+    scenario's (PARTS names: failover's `vrrp`), and `sends`: whether its steps send the
+    scenario's generators (multiply's part makes the traffic itself); `shortened` and `trials`:
+    how `testbed run --duration` and `--trials` change its sections."""
 
     name: str
     plan: Callable[[Scenario], list[Step]]
     analysis: MethodAnalysis | None = None
     summary: str = ""
+    sections: tuple[str, ...] = ()
+    options: dict[str, type[BaseModel]] = field(default_factory=dict)
+    rules: Callable[[TestbedSpec], str | None] | None = None
+    parts: tuple[str, ...] = ()
+    sends: bool = True
+    # `testbed run --duration T`: the changes of its sections that make its steps T long
+    shortened: Callable[[TestbedSpec, int], dict[str, Any]] | None = None
+    # `testbed run --trials N`: the changes of its sections for N repeated trials (None: it has none)
+    trials: Callable[[TestbedSpec, int], dict[str, Any]] | None = None
+
+    def check(self, tb: TestbedSpec) -> str | None:
+        """Why `tb` does not suit this method (chosen or not), or None."""
+        problem = self.rules(tb) if self.rules is not None else None
+        if problem:
+            return problem
+        for section in (*self.sections, *self.options):
+            if tb.method != self.name and getattr(tb, section, None) is not None:
+                return f"`{section}` belongs to method `{self.name}`"
+        return None
+
+    def steps(self, scenario: Scenario) -> list[Step]:
+        """The planned steps, each with its parts (the scenario's and the method's when its
+        planner did not list them), in the order they start."""
+        steps = self.plan(scenario)
+        for step in steps:
+            if not step.parts:
+                step.parts = planned_parts(step.scenario, self)
+        return steps
+
+
+def planned_parts(scenario: Scenario, method: Method) -> list[str]:
+    """The parts of a step of `method` on `scenario`: those the scenario's `testbed:` sections
+    ask for (capture, dut, monitor, faults: PartPlugin.wanted) and the method's own, in the
+    order they start (PartPlugin.order; the generators are prepared at GENERATORS_ORDER)."""
+    tb = scenario.testbed
+    assert tb is not None
+    names = [p.name for p in PARTS if p.wanted(tb)] + list(method.parts)
+    return sorted(dict.fromkeys(names), key=lambda n: PARTS.get(n).order)
 
 
 def template_flow(scenario: Scenario) -> Flow:

@@ -1,58 +1,46 @@
-"""The parts of a step: capture, device under test, monitor and generators (later fault
-injectors), all behind one start / alive / stop / statistics protocol (`Part`), so that the step
-executor (testbed/executor.py) runs every one of them the same way under one exit stack."""
+"""The parts of a step: captures, device under test, monitor and generators (and in their own
+modules the VRRP pair, the inline multiplier, the fault injector), all behind one start / alive /
+stop / statistics protocol (`Part`, ntgcore.parts), so that the step executor
+(testbed/executor.py) runs every one of them the same way under one exit stack. Each is a
+`PartPlugin` registered by name (group `ntg_testbed.parts`); the DUT kinds tcpdump and suricata
+are `DutKind`s (group `ntg_testbed.dut_kinds`), started by the part `dut`."""
 
 from __future__ import annotations
 
-import abc
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
 
 from analysis.capture import CaptureError, read_capture
 from ntgcore.endpoint import Endpoint, PowerSwitch
 from ntgcore.files import no_space_at
 from ntgcore.generator import Generator
+from ntgcore.parts import (
+    CAPTURE_ORDER,
+    DUT_ORDER,
+    MONITOR_ORDER,
+    DutKind,
+    Part,
+    PartContext,
+    PartPlugin,
+)
 from ntgcore.proc import CommandRecord, Tool
-from ntgcore.scenario import CaptureSpec, DutSpec, GeneratorSpec
+from ntgcore.registry import DUT_KINDS
+from ntgcore.scenario import (
+    CaptureSpec,
+    CommonDutSpec,
+    DutSpec,
+    GeneratorSpec,
+    Scenario,
+    TestbedSpec,
+)
 
 from ..ids.suricata import LiveSuricata
 from .monitor import Sampler
 from .tcpdump import Tcpdump, TcpdumpError
-
-
-class Part(abc.ABC):
-    """One running piece of a step. `start` may raise (the step fails, the stack unwinds);
-    `problem` says why a part that should run has ended; `stop` returns its statistics."""
-
-    key: str = "part"
-    tools: tuple[Tool, ...] = ()  # checked before a run starts anything
-
-    @abc.abstractmethod
-    def start(self, abort: Callable[[], bool]) -> None: ...
-
-    def problem(self) -> str | None:
-        return None
-
-    def no_space(self) -> Path | None:
-        """The file this part could not write because its file system is full (its `problem`
-        then says so): the step stops and names it."""
-        return None
-
-    @abc.abstractmethod
-    def stop(self) -> dict: ...
-
-    def records(self) -> list[CommandRecord]:
-        return []
-
-    def pids(self) -> dict[str, int]:
-        """Live processes to sample, by label."""
-        return {}
-
-    def busy(self) -> bool:
-        """True while the part still has work the step waits for (the inline multiplier's
-        client), like a running generator."""
-        return False
 
 
 def _live(records: list[CommandRecord], label: Callable[[CommandRecord], str]) -> dict[str, int]:
@@ -76,6 +64,7 @@ class CapturePart(Part):
         self, spec: CaptureSpec, endpoint: Endpoint, step_dir: Path, also_at: str | None = None
     ) -> None:
         self.file = capture_file(also_at)
+        self.place, self.counted = also_at or spec.at, also_at is None
         self.tcpdump = Tcpdump(
             endpoint.argv,
             endpoint.iface,
@@ -84,6 +73,17 @@ class CapturePart(Part):
             buffer_kib=spec.buffer_kib,
             name=self.file.removesuffix(".pcap"),
         )
+
+    def listed(self, entry: dict) -> None:
+        """The entry's `captures` lists every capture (file, place, statistics, and whether it is
+        `counted`: only capture.pcap is, in the rates and checks); `capture` is capture.pcap's."""
+        self.row = {"file": self.file, "at": self.place, "counted": self.counted}
+        entry.setdefault("captures", []).append(self.row)
+
+    def record(self, entry: dict, stats: dict) -> None:
+        self.row.update(stats)
+        if self.counted:
+            entry["capture"] = stats
 
     def start(self, abort) -> None:
         self.tcpdump.start()
@@ -118,6 +118,7 @@ class Dut(Part):
 
     key = "dut"
     kind = "dut"
+    watched_first = True
     POWER_GRACE_S = 3.0  # a DUT's end seen before its VM's power is: this long to tell them apart
 
     def __init__(
@@ -239,7 +240,70 @@ class SuricataDut(Dut):
         self.impl.start(abort)
 
 
-DUT_KINDS: dict[str, type[Dut]] = {"tcpdump": TcpdumpDut, "suricata": SuricataDut}
+class TcpdumpDutSpec(CommonDutSpec):
+    kind: Literal["tcpdump"] = Field(
+        "tcpdump", description="tcpdump: what the DUT's interface received."
+    )
+
+
+class SuricataDutSpec(CommonDutSpec):
+    kind: Literal["suricata"] = Field(
+        "suricata", description="suricata: Suricata 7 with `rules`, live."
+    )
+
+
+TCPDUMP = DutKind("tcpdump", TcpdumpDutSpec, TcpdumpDut, TcpdumpDut.tools, "tcpdump")
+SURICATA = DutKind("suricata", SuricataDutSpec, SuricataDut, SuricataDut.tools, "Suricata, live")
+
+
+def _captures(ctx: PartContext) -> list[Part]:
+    """capture.pcap at `capture.at`, and one more per `capture.also_at`."""
+    spec = ctx.testbed.capture
+    assert spec is not None
+    return [
+        CapturePart(spec, ctx.site.endpoint(place or spec.at), ctx.step_dir, also_at=place)
+        for place in [None, *spec.also_at]
+    ]
+
+
+def _capture_places(tb: TestbedSpec) -> list[tuple[str, str]]:
+    c = tb.capture
+    return [("capture.at", c.at), *(("capture.also_at", p) for p in c.also_at)] if c else []
+
+
+CAPTURE = PartPlugin(
+    "capture",
+    CAPTURE_ORDER,
+    _captures,
+    wanted=lambda tb: tb.capture is not None,
+    tools=lambda scenario: CapturePart.tools,
+    places=_capture_places,
+    summary="tcpdump on `capture.at` (and `capture.also_at`)",
+)
+
+
+def _dut(ctx: PartContext) -> list[Part]:
+    spec: DutSpec = ctx.testbed.dut
+    kind: DutKind = DUT_KINDS.get(spec.kind)
+    if kind.part is None:
+        return []
+    return [kind.part(spec, ctx.site.endpoint(spec.at), ctx.step_dir, ctx.scenario_dir)]
+
+
+def _dut_tools(scenario: Scenario) -> tuple[Tool, ...]:
+    assert scenario.testbed is not None
+    return DUT_KINDS.get(scenario.testbed.dut.kind).tools
+
+
+DUT = PartPlugin(
+    "dut",
+    DUT_ORDER,
+    _dut,
+    wanted=lambda tb: tb.dut.kind != "none",
+    tools=_dut_tools,
+    places=lambda tb: [("dut.at", tb.dut.at)],
+    summary="the device under test, of the kind `dut.kind` (DUT_KINDS)",
+)
 
 
 class MonitorPart(Part):
@@ -261,6 +325,15 @@ class MonitorPart(Part):
 
     def stop(self) -> dict:
         return self.sampler.stop()
+
+
+MONITOR = PartPlugin(
+    "monitor",
+    MONITOR_ORDER,
+    lambda ctx: [MonitorPart(ctx.step_dir / "samples.csv", ctx.testbed.monitor.hz, ctx.pids)],
+    wanted=lambda tb: True,
+    summary="the resource sampler (samples.csv)",
+)
 
 
 class GeneratorPart(Part):

@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 
 from ntgcore.endpoint import Endpoint, PowerSwitch, Site
 from ntgcore.errors import NtgError
+from ntgcore.parts import FAULTS_ORDER, Part, PartContext, PartPlugin
 from ntgcore.proc import CommandRecord, Process, Tool
 from ntgcore.scenario import FaultSpec
-
-from . import Part
 
 COMMAND_TIMEOUT_S = 10.0
 
@@ -283,3 +282,16 @@ def _signal(pid: int, sig: int) -> None:
 
 
 __all__ = ["FaultError", "FaultEvent", "FaultPart", "PowerSwitch", "netem_args"]
+
+
+def _faults(ctx: PartContext) -> list[Part]:
+    return [FaultPart(ctx.testbed.faults, ctx.site, ctx.pids)]
+
+
+PLUGIN = PartPlugin(
+    "faults",
+    FAULTS_ORDER,  # last on, first off: undone before the rest stops
+    _faults,
+    wanted=lambda tb: bool(tb.faults),
+    summary="the faults of `testbed.faults`, on their schedule",
+)

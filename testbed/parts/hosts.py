@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.capture import CaptureError, iter_capture
+from idsrules.attacks import AttackError, merge_pcaps
 from ntgcore.errors import BadInput
-
-from ..ids.rules.attacks import AttackError, merge_pcaps
 
 MERGED = "hosts-merged.pcap"
 

@@ -32,10 +32,9 @@ from typing import IO
 
 from ntgcore.endpoint import Endpoint, Site
 from ntgcore.errors import NtgError, ToolMissing
+from ntgcore.parts import PAIR_ORDER, Part, PartContext, PartPlugin
 from ntgcore.proc import CommandRecord, Process, Tool
 from ntgcore.scenario import FailoverSpec
-
-from . import Part
 
 BRIDGE = "ntgbr0"
 ECHO = Path(__file__).resolve().parent / "echo.py"
@@ -145,6 +144,7 @@ class Keepalived:
 
 class VrrpPair(Part):
     key = "vrrp"
+    measures_loss = True
     tools = (Tool("keepalived", "keepalived"), Tool("ip", "iproute2"))
 
     def __init__(self, spec: FailoverSpec, site: Site, step_dir: Path) -> None:
@@ -350,3 +350,17 @@ class VrrpPair(Part):
 
 
 __all__ = ["BRIDGE", "Keepalived", "VrrpError", "VrrpPair", "keepalived_config"]
+
+
+def _pair(ctx: PartContext) -> list[Part]:
+    assert ctx.testbed.failover is not None
+    return [VrrpPair(ctx.testbed.failover, ctx.site, ctx.step_dir)]
+
+
+PLUGIN = PartPlugin(
+    "vrrp",
+    PAIR_ORDER,
+    _pair,
+    tools=lambda scenario: VrrpPair.tools,
+    summary="method failover's VRRP pair (keepalived)",
+)

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 
-from ntgcore.scenario import Scenario
+from ntgcore.scenario import Scenario, TestbedSpec
 
-from .. import Method, Step, derived_flow, template_flow, with_changes
+from .. import UNSET, Method, Step, StepParams, derived_flow, template_flow, with_changes
 from . import analysis
+
+
+@dataclass
+class ComparisonParams(StepParams):
+    generator: str = UNSET  # the generator's title
+    plugin: str = UNSET  # its plugin's name
+    offered_kBps: int = UNSET  # a load step's offered load
+
+
+def rules(tb: TestbedSpec) -> str | None:
+    if tb.load_steps is not None and tb.method != "comparison":
+        return "`load_steps` belongs to method `comparison`"
+    if tb.method == "comparison" and tb.duration is None:
+        return "method `comparison` needs `duration` (seed 001: 60s)"
+    if tb.method == "comparison" and tb.capture is None:
+        return "method `comparison` measures the rates in the capture: do not set `capture: null`"
+    return None
 
 
 def plan(scenario: Scenario) -> list[Step]:
@@ -18,7 +36,13 @@ def plan(scenario: Scenario) -> list[Step]:
     for g in gens:
         fast = g.model_copy(update={"pace": "topspeed"})
         steps.append(
-            Step(g.title, scenario, [fast], "topspeed", {"generator": g.title, "plugin": g.name})
+            Step(
+                g.title,
+                scenario,
+                [fast],
+                "topspeed",
+                ComparisonParams(generator=g.title, plugin=g.name),
+            )
         )
     if tb.load_steps:
         ls = tb.load_steps
@@ -36,7 +60,9 @@ def plan(scenario: Scenario) -> list[Step]:
                         with_changes(scenario, [flow]),
                         [slow],
                         "load",
-                        {"generator": g.title, "plugin": g.name, "offered_kBps": k * ls.step_kbps},
+                        ComparisonParams(
+                            generator=g.title, plugin=g.name, offered_kBps=k * ls.step_kbps
+                        ),
                     )
                 )
     return steps
@@ -47,4 +73,9 @@ METHOD = Method(
     plan,
     analysis,
     summary="seed 001: each generator in turn at top speed, then at fixed loads",
+    sections=("load_steps",),
+    rules=rules,
+    shortened=lambda tb, ns: (
+        {"load_steps": tb.load_steps.model_copy(update={"duration": ns})} if tb.load_steps else {}
+    ),
 )

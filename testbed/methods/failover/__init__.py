@@ -10,10 +10,11 @@ depends on how long before the fault the master's last advertisement left."""
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
-from ntgcore.scenario import FailoverSpec, FaultSpec, Scenario
+from ntgcore.scenario import FailoverSpec, FaultSpec, Scenario, TestbedSpec
 
-from .. import NS, Method, Step, with_changes
+from .. import NS, UNSET, Method, Step, StepParams, with_changes
 from . import analysis
 
 MASTER_PROCESS = "vrrp:master"
@@ -25,6 +26,30 @@ def fault_for(fo: FailoverSpec, kind: str, at_ns: int) -> FaultSpec:
     if kind in ("link-down", "power-off"):
         return FaultSpec(kind=kind, at=fo.master, start=f"{at_ns}ns")
     return FaultSpec(kind=kind, process=MASTER_PROCESS, start=f"{at_ns}ns")
+
+
+@dataclass
+class FailoverParams(StepParams):
+    advert_int_s: float = UNSET
+    vrrp_version: int = UNSET
+    trial: int = UNSET
+    fault: str = UNSET
+    fault_at_s: float = UNSET
+
+
+def rules(tb: TestbedSpec) -> str | None:
+    if (tb.method == "failover") != (tb.failover is not None):
+        return (
+            "method `failover` needs a `failover` section, and `failover` belongs "
+            "to method `failover`"
+        )
+    return None
+
+
+def with_trials(tb: TestbedSpec, trials: int) -> dict:
+    """`testbed run --trials N`: N trials per advertisement interval and fault."""
+    assert tb.failover is not None
+    return {"failover": tb.failover.model_copy(update={"trials": trials})}
 
 
 def interval_name(ns: int) -> str:
@@ -54,13 +79,13 @@ def plan(scenario: Scenario) -> list[Step]:
                         with_changes(scenario, failover=one, faults=[*tb.faults, fault]),
                         gens,
                         "failover",
-                        {
-                            "advert_int_s": adv / NS,
-                            "vrrp_version": one.vrrp_version,
-                            "trial": k,
-                            "fault": kind,
-                            "fault_at_s": at / NS,
-                        },
+                        FailoverParams(
+                            advert_int_s=adv / NS,
+                            vrrp_version=one.vrrp_version,
+                            trial=k,
+                            fault=kind,
+                            fault_at_s=at / NS,
+                        ),
                     )
                 )
     return steps
@@ -71,4 +96,8 @@ METHOD = Method(
     plan,
     analysis,
     summary="seed 002: a VRRP pair, a fault on the master, the outage in the probe stream",
+    sections=("failover",),
+    rules=rules,
+    parts=("vrrp",),
+    trials=with_trials,
 )

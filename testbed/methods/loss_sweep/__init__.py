@@ -3,12 +3,44 @@
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from decimal import Decimal
 
-from ntgcore.scenario import Flow, Scenario
+from ntgcore.scenario import Flow, Scenario, TestbedSpec
 
-from .. import NS, Method, Step, derived_flow, dst_port_of, sized, template_flow, with_changes
+from .. import (
+    NS,
+    UNSET,
+    Method,
+    Step,
+    StepParams,
+    derived_flow,
+    dst_port_of,
+    sized,
+    template_flow,
+    with_changes,
+)
 from . import analysis
+
+
+@dataclass
+class SweepParams(StepParams):
+    hosts: int = UNSET  # a host step's host count
+    packet_rate: float | None = UNSET  # None: the generators at top speed (`max`)
+    max: bool = UNSET
+    step_s: float = UNSET
+    flows_per_second: float = UNSET
+
+
+def rules(tb: TestbedSpec) -> str | None:
+    if tb.method == "loss-sweep":
+        if tb.sweep is None:
+            return "method `loss-sweep` needs a `sweep` section"
+        if tb.dut.kind == "none":
+            return "method `loss-sweep` needs a device under test (`dut.kind`)"
+    elif tb.sweep is not None:
+        return "`sweep` belongs to method `loss-sweep`"
+    return None
 
 
 def rate_step_flow(template: Flow, rate: Decimal, frame_size: int, step_ns: int) -> Flow:
@@ -51,6 +83,12 @@ def host_step_flows(
     return flows
 
 
+def shortened(tb: TestbedSpec, step_ns: int) -> dict:
+    """`testbed run --duration T`: every step T long."""
+    assert tb.sweep is not None
+    return {"sweep": tb.sweep.model_copy(update={"step": step_ns})}
+
+
 def plan(scenario: Scenario) -> list[Step]:
     tb = scenario.testbed
     assert tb is not None and tb.sweep is not None
@@ -68,7 +106,7 @@ def plan(scenario: Scenario) -> list[Step]:
                     with_changes(scenario, [flow], duration=sw.step),
                     fast,
                     "rate",
-                    {"packet_rate": None, "max": True, "step_s": sw.step / NS},
+                    SweepParams(packet_rate=None, max=True, step_s=sw.step / NS),
                 )
             )
             continue
@@ -79,7 +117,7 @@ def plan(scenario: Scenario) -> list[Step]:
                 with_changes(scenario, [flow]),
                 gens,
                 "rate",
-                {"packet_rate": float(rate), "step_s": sw.step / NS},
+                SweepParams(packet_rate=float(rate), step_s=sw.step / NS),
             )
         )
     for hosts in sw.hosts:
@@ -92,16 +130,22 @@ def plan(scenario: Scenario) -> list[Step]:
                 with_changes(scenario, flows),
                 gens,
                 "hosts",
-                {
-                    "hosts": hosts,
-                    "packet_rate": float(sw.host_rate * hosts),
-                    "flows_per_second": hosts * sw.sessions_per_host / (sw.step / NS),
-                },
+                SweepParams(
+                    hosts=hosts,
+                    packet_rate=float(sw.host_rate * hosts),
+                    flows_per_second=hosts * sw.sessions_per_host / (sw.step / NS),
+                ),
             )
         )
     return steps
 
 
 METHOD = Method(
-    "loss-sweep", plan, analysis, summary="seed 002: packet-rate and host sweeps against the DUT"
+    "loss-sweep",
+    plan,
+    analysis,
+    summary="seed 002: packet-rate and host sweeps against the DUT",
+    sections=("sweep",),
+    rules=rules,
+    shortened=shortened,
 )

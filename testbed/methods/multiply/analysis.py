@@ -85,7 +85,7 @@ def plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dict[str,
             label=f"T={r['copies']} (ours)",
         )
         ax.plot(xs, (r["copies"] + 1) * xs, color=c, lw=0.8)
-    for t, ratio in SEED["ratios"].items():
+    for ratio in SEED["ratios"].values():
         ax.plot(xs, ratio * xs, color=GREY, ls="--", lw=0.8)
         ax.annotate(f"seed 003: {ratio}x", (top, ratio * top), fontsize=7, color=GREY, ha="right")
     ax.legend(fontsize=8, frameon=False)

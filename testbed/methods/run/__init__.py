@@ -3,10 +3,25 @@ one generator per host, each sending its share of the flows, all started at one 
 
 from __future__ import annotations
 
-from ntgcore.scenario import Scenario
+from dataclasses import dataclass
 
-from .. import NS, Method, Step, spread_shares
+from ntgcore.scenario import Scenario, TestbedSpec
+
+from .. import NS, UNSET, Method, Step, StepParams, spread_shares
 from . import analysis
+
+
+@dataclass
+class RunParams(StepParams):
+    spread: dict = UNSET  # several hosts (testbed.spread): the split, as the manifest states it
+
+
+def rules(tb: TestbedSpec) -> str | None:
+    if tb.spread is not None and tb.method != "run":
+        return "`spread` (several generator hosts) belongs to method `run`"
+    if tb.spread is not None and len(tb.generators) > 1:
+        return "with `spread`, `generators` holds one entry: the generator every host runs"
+    return None
 
 
 def plan(scenario: Scenario) -> list[Step]:
@@ -21,7 +36,7 @@ def plan(scenario: Scenario) -> list[Step]:
         scenario = scenario.model_copy(
             update={"testbed": tb.model_copy(update={"capture": capture})}
         )
-    params = {"start_lead_s": tb.spread.start_lead / NS, "spread": info}
+    params = RunParams(start_lead_s=tb.spread.start_lead / NS, spread=info)
     return [Step("run", scenario, scenario.live_generators(), params=params, shares=shares)]
 
 
@@ -30,4 +45,6 @@ METHOD = Method(
     plan,
     analysis,
     summary="the generators send the scenario together (on one or several hosts)",
+    sections=("spread",),
+    rules=rules,
 )

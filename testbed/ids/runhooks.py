@@ -1,0 +1,308 @@
+"""The IDS side of a run, as run hooks (ntgcore.runhooks): a scenario's `attacks:` section.
+
+Offline, the attack sessions are synthesized from the rules and merged by time with the
+generator's capture; with `ids: suricata` Suricata scores them (coverage.json/md/html). Live,
+the sessions are replayed by an extra tcpreplay generator in the `run` steps, or handed to a
+generator that plays them over its own TCP stack (TRex ASTF), and then scored from the captures
+of both directions. The runner calls these hooks without knowing what they do."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from idsrules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
+from idsrules.syntax import read_rule_text
+from ntgcore.errors import RunSetupError
+from ntgcore.proc import Tool
+from ntgcore.registry import DUT_KINDS, GENERATORS
+from ntgcore.runhooks import RunHooks
+from ntgcore.scenario import (
+    GeneratorSpec,
+    LoadedScenario,
+    Scenario,
+    attack_rule_paths,
+    generator_spec,
+)
+
+from .coverage import attack_coverage, gate_lines, played_coverage, sid_change_lines
+from .coverage import blocking as coverage_blocking
+from .regression import Baseline
+from .suricata import SuricataError, SuricataMissing
+
+FULL_FRAME = 1514  # bytes of an Ethernet frame at MTU 1500: a snaplen that keeps every payload
+NS = 1_000_000_000
+
+
+def attack_player(generators: list[GeneratorSpec]) -> GeneratorSpec | None:
+    """The first generator that plays the `attacks:` TCP sessions itself (GeneratorSpec.plays_attacks)."""
+    return next((g for g in generators if g.plays_attacks()), None)
+
+
+def played_attacks_problem(scenario: Scenario) -> str | None:
+    """Why a live scenario whose generator plays the attack sessions cannot score them with
+    `attacks.ids: suricata` (None when it can): Suricata reads the captures of both directions."""
+    tb = scenario.testbed
+    if (
+        tb is None
+        or scenario.attacks is None
+        or scenario.attacks.ids != "suricata"
+        or attack_player(scenario.live_generators()) is None
+    ):
+        return None
+    if tb.capture is None or not tb.capture.also_at:
+        return (
+            "attacks.ids: suricata with a generator that plays the attack sessions reads the "
+            "capture of both directions: give `testbed.capture.also_at` (TRex ASTF on the astf "
+            "topology: `capture: {at: 'gen:gen1', also_at: ['gen:gen0'], snaplen: 2048}`)"
+        )
+    if tb.capture.snaplen < FULL_FRAME:
+        return (
+            f"attacks.ids: suricata reads the payloads: testbed.capture.snaplen "
+            f"{tb.capture.snaplen} cuts them; give at least {FULL_FRAME}"
+        )
+    return None
+
+
+def coverage_baseline_problem(scenario: Scenario) -> str | None:
+    """Why a coverage baseline cannot apply to `scenario` (None when it can)."""
+    if scenario.attacks is None or scenario.attacks.ids != "suricata":
+        return (
+            "--coverage-baseline needs coverage: a scenario with an `attacks:` section with "
+            "`ids: suricata`"
+        )
+    if scenario.testbed is not None and attack_player(scenario.live_generators()) is None:
+        return (
+            "--coverage-baseline: a live run measures no per-sid coverage when the attack pcap "
+            "is replayed (an offline run with `attacks: {ids: suricata}` does, and a live one "
+            "whose generator plays the attack sessions: TRex ASTF)"
+        )
+    return None
+
+
+def _add_attacks(run: Any, scenario: Scenario) -> None:
+    """`attacks:` live: the attack sessions are synthesized into attacks/attacks.pcap. In a
+    `run` step with a generator that plays them itself (GeneratorSpec.plays_attacks: TRex
+    ASTF), that generator is given their TCP dialogues (tcp_dialogues) and plays them over
+    its own TCP stack; the pcap is then not replayed (the manifest says so, and which rules
+    are not played). Otherwise it is replayed (realtime) by an extra tcpreplay generator on
+    the first generator's interface, alongside the benign generators, started
+    `attacks.start` after them (tcpreplay sends the pcap's first packet at once, whatever
+    its time stamp)."""
+    spec = scenario.attacks
+    assert spec is not None
+    rules = attack_rule_paths(spec, run.loaded.path)
+    problem = played_attacks_problem(scenario)
+    dialogues: tuple[list[dict], list[str]] = ([], [])
+    try:
+        if problem:
+            raise AttackError(problem)
+        attacks = write_attacks(spec, rules, run.run_dir / "attacks")
+        player = attack_player(scenario.live_generators())
+        if player is not None:
+            dialogues = run.state["attacks"] = tcp_dialogues(spec, rules)
+            if not dialogues[0]:
+                raise AttackError(
+                    f"attacks: {player.title} plays the attack TCP sessions, and no "
+                    f"selected rule is one: {'; '.join(dialogues[1][:5])}"
+                )
+    except AttackError as exc:
+        run.manifest["error"] = str(exc)
+        run.finish("failed")
+        raise RunSetupError(str(exc)) from None
+    info = attacks.summary()
+    info["pcap"] = "attacks/attacks.pcap"
+    info["manifest"] = "attacks/attacks.json"
+    run.manifest["attacks"] = info
+    first = scenario.live_generators()[0]
+    replay = generator_spec(
+        {
+            "name": "tcpreplay",
+            "label": "attacks",
+            "at": first.at,
+            "pace": "realtime",
+            "pcap": str(attacks.pcap.resolve()),
+            "start": f"{spec.start}ns",
+        }
+    )
+    span_s = ((info["last_ns"] or 0) - (info["first_ns"] or 0)) / NS
+    for step in run.steps:
+        if step.kind != "run":
+            continue
+        player = attack_player(step.generators)
+        if player is None:
+            step.generators = [*step.generators, replay]
+            step.params.attacks_last_s = span_s
+            info["replayed_by"] = "tcpreplay (generator `attacks`)"
+            continue
+        sessions, skipped = dialogues
+        step.attack_sessions[player.title] = (sessions, skipped)
+        step.params.attacks_last_s = spec.count / float(spec.rate)
+        info["played_by"] = player.title
+        info["played"] = {
+            "rules": len(sessions),
+            "sessions": sum(d["count"] for d in sessions),
+            "servers": {str(d["sid"]): f"{d['server']}:{d['server_port']}" for d in sessions},
+            "clients": {str(d["sid"]): "-".join(d["client"]) for d in sessions},
+        }
+        info["not_played"] = skipped
+        info["pcap_note"] = (
+            f"written for reference only (the same dialogues, the synthesis's "
+            f"addresses): not replayed; {player.title} plays the TCP sessions "
+            f"over its own TCP stack (real handshakes), on the rule's sides "
+            f"(`played`); the rules in `not_played` are not sent"
+        )
+
+
+def _mix_attacks(
+    run: Any, loaded: LoadedScenario, say: Callable[[str], None], baseline: Baseline | None = None
+) -> str:
+    """Offline `attacks:`: the engine's capture becomes benign.pcap, the attack sessions
+    attacks.pcap (+ attacks.json), both merged by time into capture.pcap; with `ids: suricata`,
+    Suricata reads the mixed capture and coverage.json/md/html score the attack sessions (also
+    tables/coverage.parquet), compared per sid with `baseline` when given (manifest
+    `attacks.baseline`; its `blocking` makes the exit status 3)."""
+    spec = loaded.scenario.attacks
+    assert spec is not None
+    rules = attack_rule_paths(spec, loaded.path)
+    capture, benign = run.run_dir / "capture.pcap", run.run_dir / "benign.pcap"
+    try:
+        say("synthesizing the attack sessions")
+        attacks = write_attacks(spec, rules, run.run_dir)
+        os.replace(capture, benign)
+        say("merging benign and attack packets by time")
+        merge_pcaps([benign, attacks.pcap], capture)
+        info = {**attacks.summary(), "benign_pcap": benign.name, "capture": capture.name}
+        if spec.ids == "suricata":
+            say("suricata on the mixed capture")
+            doc = attack_coverage(capture, attacks, rules, run.run_dir, baseline=baseline)
+            _record_coverage(run, info, doc, baseline)
+        run.manifest["attacks"] = info
+        status = "completed"
+    except (AttackError, OSError, SuricataMissing, SuricataError) as exc:  # the run failed: say why
+        run.manifest["error"] = f"attacks: {exc}"
+        status = "failed"
+    return run.folder.finish(status)
+
+
+def _record_coverage(run: Any, info: dict, doc: dict, baseline: Baseline | None) -> None:
+    """The coverage document's counts, alerted sids and baseline gate into the manifest's
+    `attacks` (`info`) and the run's messages."""
+    info["coverage"] = {
+        k: doc[k]
+        for k in (
+            "loaded",
+            "alerted",
+            "missed",
+            "coverage",
+            "extra_alert_sessions",
+            "extra_unrelated_sessions",
+        )
+    }
+    info["alerted_sids"] = sorted(r["sid"] for r in doc["rows"] if r["alerted"])
+    run.messages += [f"attacks: {line}" for line in doc["summary"][:3]]
+    if baseline is not None:
+        cmp = doc["baseline"]
+        info["baseline"] = {
+            "path": cmp["path"],
+            "allow_path": cmp["allow_path"],
+            "counts": cmp["counts"],
+            "blocking": [{"what": w, "sids": s} for w, s in coverage_blocking([doc])],
+        }
+        run.messages += [f"attacks: {line}" for line in sid_change_lines(doc)]
+        run.messages += [
+            f"attacks: coverage gate: {line}; fix them, or list them in a "
+            "--coverage-allow file with the reason"
+            for line in gate_lines({"blocking": coverage_blocking([doc])})
+        ]
+
+
+def _score_played_attacks(
+    run: Any, loaded: LoadedScenario, say: Callable[[str], None], baseline: Baseline | None = None
+) -> str:
+    """Live `attacks:` played by a generator, with `ids: suricata`: the captures of the (first)
+    step in which it played them (capture.pcap and every `also_at` one: each direction once) are merged
+    by time into attacks/both-sides.pcap, Suricata reads it, and the played sessions (found by
+    their rule's server address and port) are scored as offline: coverage.json/md/html,
+    tables/coverage.parquet, the manifest's `attacks.coverage` and `alerted_sids`."""
+    spec = loaded.scenario.attacks
+    assert spec is not None
+    rules = attack_rule_paths(spec, loaded.path)
+    info = run.manifest["attacks"]
+    step = next(e for e in run.manifest["steps"] if info["played_by"] in e.get("generators", {}))
+    step_dir = run.run_dir / step["dir"]
+    files = [step_dir / c["file"] for c in step.get("captures", [])]
+    merged = run.run_dir / "attacks" / "both-sides.pcap"
+    try:
+        say("merging the captures of both directions")
+        merge_pcaps(files, merged)
+        info["ids_capture"] = {
+            "file": str(merged.relative_to(run.run_dir)),
+            "from": [
+                {"file": str(f.relative_to(run.run_dir)), "at": c["at"]}
+                for f, c in zip(files, step["captures"])
+            ],
+        }
+        say("suricata on the captures")
+        doc = played_coverage(
+            merged, spec, rules, run.state["attacks"][0], run.run_dir, baseline=baseline
+        )
+        info["played"]["sessions_seen"] = doc["played_sessions"]
+        _record_coverage(run, info, doc, baseline)
+        status = "completed"
+    except (AttackError, OSError, SuricataMissing, SuricataError) as exc:
+        run.manifest["error"] = f"attacks: {exc}"
+        status = "failed"
+    return run.folder.finish(status, recursive=True)
+
+
+class AttackHooks(RunHooks):
+    """`attacks:`: its tools, its checks, the live steps' attack replay (or hand-over), the
+    mixing and the scoring after the run, and the coverage gate."""
+
+    name = "attacks"
+
+    def tools(self, scenario: Scenario, sends: bool) -> list[Tool]:
+        if scenario.attacks is None:
+            return []
+        tools = [MERGECAP]  # attack sessions are merged by time with mergecap
+        if scenario.testbed is None or not sends:
+            return tools
+        if not attack_player(scenario.live_generators()):
+            tools += GENERATORS.get("tcpreplay").tools  # the sessions are replayed by tcpreplay
+        elif scenario.attacks.ids == "suricata":
+            tools += DUT_KINDS.get("suricata").tools  # Suricata scores the sessions it played
+        return tools
+
+    def check(self, loaded: LoadedScenario, options: dict[str, Any]) -> None:
+        if options.get("coverage_baseline") is not None:
+            problem = coverage_baseline_problem(loaded.scenario)
+            if problem:
+                raise RunSetupError(f"{loaded.path}: {problem}")
+        if loaded.scenario.attacks is not None:
+            # BadInput before anything runs: not UTF-8 (FILE:LINE), too long
+            for rules in attack_rule_paths(loaded.scenario.attacks, loaded.path):
+                read_rule_text(rules)
+
+    def plan(self, run: Any) -> None:
+        if run.scenario.attacks is not None:
+            _add_attacks(run, run.scenario)
+
+    def after_run(
+        self, run: Any, status: str, say: Callable[[str], None], options: dict[str, Any]
+    ) -> str:
+        attacks, baseline = run.loaded.scenario.attacks, options.get("coverage_baseline")
+        if status == "completed" and not run.live and attacks is not None:
+            return _mix_attacks(run, run.loaded, say, baseline)
+        played = run.state.get("attacks", ([], []))[0]
+        if status == "completed" and played and attacks is not None and attacks.ids == "suricata":
+            return _score_played_attacks(run, run.loaded, say, baseline)
+        return status
+
+    def blocks(self, run: Any) -> bool:
+        # the coverage gate, as `testbed ids-coverage --baseline`
+        return bool(run.manifest.get("attacks", {}).get("baseline", {}).get("blocking", []))
+
+
+HOOKS = AttackHooks()
