@@ -22,7 +22,7 @@ from testbed.runner import required_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
-RUNTIME_PACKAGES = ("ntgcore", "testbed", "analysis", "generators")
+RUNTIME_PACKAGES = ("ntgcore", "testbed", "analysis", "generators", "idsrules")
 # pytest loads testbed/pytest_plugin.py itself, so pytest is there whenever that module is imported
 LOADED_BY_ITS_HOST = {"pytest"}
 # Packages that a distribution puts on sys.path when its own module is imported (so the index of

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import shutil
 import subprocess
 import sys
 import textwrap
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,7 @@ from ntgcore.scenario import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_RULES = ROOT / "scenarios" / "rules" / "attacks-demo.rules"
-needs_suricata = pytest.mark.skipif(
-    shutil.which("suricata") is None, reason="suricata not installed (./bootstrap.sh test)"
-)
+needs_suricata = pytest.mark.usefixtures("suricata")
 
 FLOWS = """\
 flows:
@@ -113,8 +110,8 @@ def test_validate_counts_the_selected_rules(tmp_path):
 
 
 def test_selection_is_the_and_of_the_given_selectors():
+    from idsrules.attacks import load_selection, schedule
     from ntgcore.scenario import AttackSelect
-    from testbed.ids.rules.attacks import load_selection, schedule
 
     def sids(**kw):
         return [m.sid for m in load_selection([DEMO_RULES], AttackSelect(**kw))[0]]
@@ -212,9 +209,9 @@ def test_suricata_alerts_for_the_attack_sids_in_the_mixed_capture(mixed_run):
 
 
 def test_every_extra_alert_kind_is_counted_and_the_raw_number_kept():
+    from idsrules.semantics import analyze
+    from idsrules.syntax import parse_rule_text
     from testbed.ids.coverage import extra_kind_of
-    from testbed.ids.rules.semantics import analyze
-    from testbed.ids.rules.syntax import parse_rule_text
 
     def model(text):
         return analyze(parse_rule_text(text, "t.rules", 1))
@@ -235,7 +232,7 @@ def test_every_extra_alert_kind_is_counted_and_the_raw_number_kept():
 
 # --- live mix (root) ----------------------------------------------------------------------------
 @pytest.mark.ntg_live
-@pytest.mark.skipif(os.geteuid() != 0, reason="live runs create network namespaces: need root")
+@pytest.mark.usefixtures("root")
 @needs_suricata
 def test_live_attack_replay_reaches_the_suricata_dut(tmp_path, run_scenario, flowengine_bin):
     if shutil.which("tcpreplay") is None:
@@ -275,7 +272,7 @@ def test_live_attack_replay_reaches_the_suricata_dut(tmp_path, run_scenario, flo
 
 
 @pytest.mark.ntg_live
-@pytest.mark.skipif(os.geteuid() != 0, reason="live runs create network namespaces: need root")
+@pytest.mark.usefixtures("root")
 def test_live_attacks_begin_start_after_the_generators(tmp_path, run_scenario, flowengine_bin):
     """`attacks.start` live: the replay is started that long after the benign generators, so the
     first attack packet on the wire is at least `start` after them (the pcap's own first time

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.ids.rules.semantics import MAX_SESSION_BYTES, analyze
-from testbed.ids.rules.syntax import MAX_RULE_BYTES, parse_rule_text
-from testbed.ids.rules.synth import SynthError, plan
+from idsrules.semantics import MAX_SESSION_BYTES, analyze
+from idsrules.syntax import MAX_RULE_BYTES, parse_rule_text
+from idsrules.synth import SynthError, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PEAK_RSS_LIMIT_MB = 400  # measured 1,414 MB for these rules before the bounds, about 40 after
@@ -24,8 +24,8 @@ PEAK_RSS_LIMIT_MB = 400  # measured 1,414 MB for these rules before the bounds, 
 # parent across exec (a child of a large pytest process would report the parent's size)
 CHILD = textwrap.dedent("""
     import json, re, sys
-    from testbed.ids.rules.semantics import load_rules
-    from testbed.ids.rules.synth import synthesize
+    from idsrules.semantics import load_rules
+    from idsrules.synth import synthesize
     models, problems = load_rules([sys.argv[1]])
     res = synthesize(models, sys.argv[2])
     print(json.dumps({"problems": [str(p) for p in problems], "models": [m.sid for m in models],

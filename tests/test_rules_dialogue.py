@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import struct
 
-from testbed.ids.rules.dialogue import GREETING, dialogue, sip_request
-from testbed.ids.rules.semantics import analyze
-from testbed.ids.rules.syntax import parse_rule_text
-from testbed.ids.rules.synth import Session, _messages, synthesize
+from idsrules.dialogue import GREETING, dialogue, sip_request
+from idsrules.semantics import analyze
+from idsrules.syntax import parse_rule_text
+from idsrules.synth import Session, _messages, synthesize
 
 
 def _model(options: str, header: str = "alert ftp $EXTERNAL_NET any -> $HOME_NET any"):

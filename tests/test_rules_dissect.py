@@ -14,10 +14,10 @@ import pytest
 import yaml
 from conftest import skip_or_fail
 
+from idsrules.dissect import DissectError, dissect, dissect_manifest, problems_by_sid
+from idsrules.semantics import load_rules
+from idsrules.synth import Session, synthesize
 from ntgcore import packets as P
-from testbed.ids.rules.dissect import DissectError, dissect, dissect_manifest, problems_by_sid
-from testbed.ids.rules.semantics import load_rules
-from testbed.ids.rules.synth import Session, synthesize
 
 CASES = sorted(
     p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file()
@@ -126,9 +126,9 @@ def test_dissecting_leaves_no_signal_handler_behind(tmp_path: Path) -> None:
     child = (
         "import signal, sys\n"
         "from pathlib import Path\n"
-        "from testbed.ids.rules.semantics import load_rules\n"
-        "from testbed.ids.rules.synth import synthesize\n"
-        "from testbed.ids.rules.dissect import dissect_manifest\n"
+        "from idsrules.semantics import load_rules\n"
+        "from idsrules.synth import synthesize\n"
+        "from idsrules.dissect import dissect_manifest\n"
         "models, _ = load_rules([Path(sys.argv[1])])\n"
         "synthesize(models, sys.argv[2] + '/a.pcap', sys.argv[2] + '/a.json')\n"
         "out = dissect_manifest(sys.argv[2] + '/a.json')\n"
@@ -161,8 +161,8 @@ def test_dissecting_is_immune_to_who_reaps_children(tmp_path: Path) -> None:
     exits, as a library's SIGCHLD handler or a `waitpid(-1)` loop would."""
     child = (
         "import os, sys, threading, time\n"
-        "from testbed.ids.rules.dissect import dissect\n"
-        "from testbed.ids.rules.synth import Session\n"
+        "from idsrules.dissect import dissect\n"
+        "from idsrules.synth import Session\n"
         "def reap():\n"
         "    while True:\n"
         "        try:\n"

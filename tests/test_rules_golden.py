@@ -4,23 +4,20 @@ the same again with every session over IPv6 (2001:db8::/32)."""
 
 from __future__ import annotations
 
-import shutil
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import yaml
 
-from testbed.ids.rules.semantics import analyze
-from testbed.ids.rules.syntax import read_rules
-from testbed.ids.rules.synth import icmpv4_only, synthesize
+from idsrules.semantics import analyze
+from idsrules.syntax import read_rules
+from idsrules.synth import icmpv4_only, synthesize
 
 CASES = sorted(
     p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file()
 )
-pytestmark = pytest.mark.skipif(
-    shutil.which("suricata") is None, reason="suricata not installed (./bootstrap.sh test)"
-)
+pytestmark = pytest.mark.usefixtures("suricata")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -158,9 +158,7 @@ def test_a_baseline_that_is_no_coverage_json_is_bad_input(
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory) -> Path:
-    if shutil.which("suricata") is None:
-        skip_or_fail("suricata not installed (./bootstrap.sh test)")
+def baseline(tmp_path_factory, suricata_in_ci) -> Path:
     out = tmp_path_factory.mktemp("baseline")
     assert main(["ids-coverage", str(CASE), "--out", str(out), "-q"]) == 0
     doc = json.loads((out / "coverage.json").read_text())
@@ -365,9 +363,7 @@ NO_HTTP = "--set app-layer.protocols.http.enabled=no"
 
 
 @pytest.fixture(scope="module")
-def configs(tmp_path_factory) -> tuple[Path, Path]:
-    if shutil.which("suricata") is None:
-        skip_or_fail("suricata not installed (./bootstrap.sh test)")
+def configs(tmp_path_factory, suricata_in_ci) -> tuple[Path, Path]:
     from testbed.ids.suricata import write_config
 
     folder = tmp_path_factory.mktemp("configs")
@@ -381,9 +377,7 @@ def configs(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def wrapper(tmp_path_factory) -> Path:
-    if shutil.which("suricata") is None:
-        skip_or_fail("suricata not installed (./bootstrap.sh test)")
+def wrapper(tmp_path_factory, suricata_in_ci) -> Path:
     script = tmp_path_factory.mktemp("bin") / "suricata-nohttp"
     script.write_text(f'#!/bin/sh\nexec {shutil.which("suricata")} "$@" {NO_HTTP}\n')
     script.chmod(0o755)
@@ -391,7 +385,7 @@ def wrapper(tmp_path_factory) -> Path:
 
 
 def test_the_rules_of_the_two_dut_tests_are_the_sids_they_name() -> None:
-    from testbed.ids.rules.semantics import load_rules
+    from idsrules.semantics import load_rules
 
     models, problems = load_rules(TWO)
     assert not problems and [m.sid for m in models] == HTTP_SIDS + RAW_SIDS

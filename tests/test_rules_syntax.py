@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.ids.rules.layout import build_buffer, verify
-from testbed.ids.rules.regex_example import example
-from testbed.ids.rules.semantics import analyze, choose_port, decode_content
-from testbed.ids.rules.syntax import RuleSyntaxError, parse_rule_text, read_rules, unquote
+from idsrules.layout import build_buffer, verify
+from idsrules.regex_example import example
+from idsrules.semantics import analyze, choose_port, decode_content
+from idsrules.syntax import parse_rule_text, read_rules, unquote
 
 
 def test_malformed_rules_are_reported_with_file_line_and_skipped(tmp_path: Path) -> None:

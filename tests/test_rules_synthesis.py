@@ -8,10 +8,10 @@ import struct
 
 import pytest
 
-from testbed.ids.rules.layout import LayoutError, build_buffer, verify
-from testbed.ids.rules.semantics import Match, analyze, services_of
-from testbed.ids.rules.syntax import parse_rule_text
-from testbed.ids.rules.synth import _header_lines, _messages, _udp_session, http_request
+from idsrules.layout import LayoutError, build_buffer, verify
+from idsrules.semantics import Match, analyze, services_of
+from idsrules.syntax import parse_rule_text
+from idsrules.synth import _header_lines, _messages, _udp_session, http_request
 
 
 def _model(options: str, header: str = "alert tcp $EXTERNAL_NET any -> $HOME_NET 7000"):
@@ -170,7 +170,7 @@ class _Rec:
 
 
 def test_udp_server_datagram_follows_a_client_one() -> None:
-    from testbed.ids.rules.synth import Session
+    from idsrules.synth import Session
 
     s = Session(1, [], "udp", "198.19.0.1", 40000, "198.18.0.1", 7410)
     em = _Rec()

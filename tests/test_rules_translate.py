@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 from conftest import skip_or_fail
 
-from testbed.ids.rules.syntax import parse_rule_text
-from testbed.ids.rules.translate import pattern_length, size_expr, translate_rule
+from idsrules.syntax import parse_rule_text
+from idsrules.translate import pattern_length, size_expr, translate_rule
 from testbed.ids.suricata import check_load, parse_test_output, translate_file
 
-needs_suricata = pytest.mark.skipif(
-    shutil.which("suricata") is None,
-    reason="suricata is not installed (./bootstrap.sh test installs it)",
-)
+needs_suricata = pytest.mark.usefixtures("suricata")
 
 H = "alert tcp $EXTERNAL_NET any -> $HOME_NET $HTTP_PORTS"
 

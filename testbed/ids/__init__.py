@@ -1,6 +1,6 @@
 """The IDS side of the testbed, in three layers (a lower layer never imports a higher one).
 
-1. `testbed.ids.rules`: the rule language and attack synthesis. Rule syntax (`syntax`), the
+1. `idsrules`: the rule language and attack synthesis. Rule syntax (`syntax`), the
    meaning of the options (`semantics`, with `load_rules`), the variables Suricata's
    configuration defines (`variables`), payload layout and regex examples (`layout`,
    `regex_example`), packets and pcap writing (`packets`), one session per rule (`synth`, with

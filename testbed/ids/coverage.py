@@ -26,7 +26,7 @@ alerted / (loaded rules that can alert); with `exclude_unloadable` ``coverage`` 
 `score(models, synth, suri, *, exclude_unloadable=False) -> dict` is that count for any synthesis
 result and Suricata run;
 `attack_coverage(pcap, attacks, rule_paths, out_dir, baseline=None)` scores the attack sessions
-of a run's capture (`testbed.ids.rules.attacks`) the same way; `played_coverage(pcap, spec,
+of a run's capture (`idsrules.attacks`) the same way; `played_coverage(pcap, spec,
 rule_paths, dialogues, out_dir, baseline=None)` does it for attack sessions a generator played
 over its own TCP stack (TRex ASTF), the sessions found in the capture by their rule's server
 address and port (`played_sessions`). `--mix` adds benign background load from the
@@ -47,6 +47,9 @@ from pathlib import Path
 
 from analysis.capture import address_text, read_capture
 from analysis.tables import table_path, write_table
+from idsrules.attacks import Attacks, load_selection, merge_pcaps
+from idsrules.semantics import RuleModel, load_rules
+from idsrules.synth import SESSION_GAP_NS, T0_NS, Session, SynthResult, synthesize
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
@@ -64,9 +67,6 @@ from .regression import Baseline, compare_coverage
 from .regression import markdown_lines as baseline_markdown
 from .regression import summary_lines as comparison_summary
 from .report import markdown_html
-from .rules.attacks import Attacks, load_selection, merge_pcaps
-from .rules.semantics import RuleModel, load_rules
-from .rules.synth import SESSION_GAP_NS, T0_NS, Session, SynthResult, synthesize
 from .suricata import Dut, SuricataResult, run_offline
 
 BENIGN_NET = ("198.18.240.0/24", "198.19.240.0/24")
@@ -688,9 +688,7 @@ def _mix_capture(
         models, mdir / "attacks.pcap", mdir / "attacks.json", t0_ns=t0, ip_version=ip_version
     )
     merged = mdir / "mixed.pcap"
-    merge_pcaps(
-        [benign, mdir / "attacks.pcap"], merged
-    )  # the one merge (testbed/ids/rules/attacks.py)
+    merge_pcaps([benign, mdir / "attacks.pcap"], merged)  # the one merge (idsrules/attacks.py)
     benign.unlink(missing_ok=True)
     return _MixCapture(f"{frac:g}", mdir, synth, merged, len(cap.ts_ns))
 
@@ -762,7 +760,7 @@ def summary_lines(doc: dict) -> list[str]:
         f"({_pct(doc.get('extra_overlapping_fraction', 0))}); "
         f"unrelated: {doc.get('extra_unrelated_sessions', 0):,} ({_pct(doc.get('extra_unrelated_fraction', 0))})",
     ]
-    for k, mx in doc.get("mixes", {}).items():
+    for mx in doc.get("mixes", {}).values():
         lines.append(
             f"mixed at {_pct(mx['attack_fraction'])} attack packets ({mx['benign_packets']:,} benign): "
             f"coverage {_pct(mx['coverage'])}, extra {_pct(mx['extra_fraction'])} "

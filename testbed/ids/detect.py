@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from analysis.capture import read_capture
+from idsrules.attacks import AttackError, merge_pcaps
+from idsrules.syntax import read_rule_text
+from idsrules.variables import EXTERNAL_NET, HOME_NET
 from ntgcore.errors import BadInput, NoSpace
 from ntgcore.files import no_space_at, no_space_error, read_json, replacing
 from ntgcore.packets import short_address
@@ -38,9 +40,6 @@ from ntgcore.runfolder import is_full
 
 from .expect import ExpectFile, evaluate
 from .report import markdown_html
-from .rules.attacks import AttackError, merge_pcaps
-from .rules.syntax import read_rule_text
-from .rules.variables import EXTERNAL_NET, HOME_NET
 from .suricata import DEFAULT_EVE_TYPES, read_eve, run_offline, suricata_version
 
 FORMATS = ("md", "html", "json")

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.multiply import shadow_addresses
+from idsrules.semantics import RuleModel
+from idsrules.variables import HOME_NET
 
 from ..multiply import MultiplyParams, multiply_capture
-from .rules.semantics import RuleModel
-from .rules.variables import HOME_NET
 from .suricata import SuricataResult
 
 # shadow ranges beside the synthesized sessions' own (198.18.0.x up, 198.19.0.x up, 2001:db8::/48,

@@ -19,7 +19,7 @@
 - `check_load(rules_path, work_dir) -> LoadCheck`: ``suricata -T`` on one rule file with the same
   configuration; ``failures`` maps sid -> Suricata's own error lines (`parse_test_output`).
 - `translate_file(in_path, out_path, *, check=True, work_dir=None, app_header=False)`: the text
-  translation of `testbed.ids.rules.translate`, then (with ``check``) `check_load` on its output.
+  translation of `idsrules.translate`, then (with ``check``) `check_load` on its output.
 - `LiveSuricata`: Suricata on a veth of a live run, inside a namespace.
 - `Dut(name, binary, config)`: one Suricata under test (`binary` None: the one on PATH; `config`
   None: ours); `describe()` is what coverage.json records (``suricata -V``, the configuration's
@@ -27,7 +27,7 @@
   (``[NAME=]PATH``) into DUTs and names them.
 
 The address and port variables of the configuration are the rule side's
-(`testbed.ids.rules.variables`).
+(`idsrules.variables`).
 
 Checksum validation (`CHECKSUM_MODES`): ``all`` checks every packet (``-k all`` and
 ``pcap-file.checksum-checks: yes``: ``-k all`` alone leaves Suricata's pcap-file auto mode on),
@@ -52,13 +52,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from idsrules.translate import LoadCheck, TranslationReport, translate_rules_file
+from idsrules.variables import EXTERNAL_NET, HOME_NET, PORT_GROUPS, SERVER_VARS
 from ntgcore.errors import BadInput, NtgError, ToolMissing
 from ntgcore.files import read_bounded, replacing
 from ntgcore.packets import short_address
 from ntgcore.proc import Process
-
-from .rules.translate import LoadCheck, TranslationReport, translate_rules_file
-from .rules.variables import EXTERNAL_NET, HOME_NET, PORT_GROUPS, SERVER_VARS
 
 CHECKSUM_MODES = ("auto", "all", "none")
 INSTALL_HINT = (
@@ -967,8 +966,8 @@ def check_load(
     log = out / "suricata.log"
     if loaded is None and log.exists():  # the counts are an Info line: only in the log file
         m = None
-        for m in _COUNTS.finditer(log.read_text(errors="replace")):
-            pass
+        for m in _COUNTS.finditer(log.read_text(errors="replace")):  # noqa: B007
+            pass  # the last one counts
         if m:
             loaded, failed = int(m.group(1)), int(m.group(2))
     if loaded is None and _NO_RULES.search(
