@@ -2,6 +2,7 @@
 # The two set-up commands of ntg-testbed (run as root on Debian 12, or with the packages present):
 #   ./bootstrap.sh quickstart   install what is needed, build, and run scenarios/quickstart.yaml
 #   ./bootstrap.sh test         install what the tests need, build, and run the whole test suite
+#                               (every lane; `./bootstrap.sh test -m unit` runs one, docs/testing.md)
 #   ./bootstrap.sh bench [NAME] install the benchmarks' peers and run benchmarks/NAME.py (default: all)
 #   ./bootstrap.sh debian-uri   print the URI of this machine's Debian mirror (the VM guest image uses it)
 # Extra arguments after `test` go to pytest, after `quickstart` to `testbed run`.
@@ -16,10 +17,18 @@ mode=${1:-quickstart}
 APT_RUN=(python3 python3-venv python3-dev build-essential cmake git
          tcpdump iproute2 ethtool tcpreplay ostinato wireshark-common keepalived
          qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client)
-APT_TEST=(tshark)
+APT_TEST=(tshark clang-format)
 APT_BENCH=(netsniff-ng tcpreplay libdpdk-dev pkg-config)
 # Suricata 7 comes from bookworm-backports of the Debian archive this machine already uses.
 APT_BACKPORTS=(suricata)
+
+# The test suite's phases (markers from tests/conftest.py's lane table; docs/testing.md):
+# together they select every test once (tests/test_lanes.py checks it). PHASE_BESIDE runs at the
+# same time as PHASE_PARALLEL, one test at a time; PHASE_SERIAL after both.
+PHASE_PARALLEL="not trex and not vm and not serial"
+PHASE_BESIDE="vm and not trex and not serial"
+PHASE_SERIAL="trex or serial"
+TEST_WORKERS=3
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -87,6 +96,26 @@ install_python() {
   .venv/bin/python -m pip install -q --disable-pip-version-check "$target"
 }
 
+selects_tests() {  # true when the pytest arguments "$@" choose tests (a lane, -k, a file)
+  local a
+  for a in "$@"; do
+    case $a in
+      -m | -m* | -k | -k* | --lf | --last-failed | tests* | *.py | *::*) return 0 ;;
+    esac
+  done
+  return 1
+}
+
+run_pytest() {  # pytest "$@"; exit 5 (no tests collected) is a failure here
+  local status=0
+  .venv/bin/python -m pytest "$@" || status=$?
+  if [ $status -eq 5 ]; then
+    echo "bootstrap: pytest collected no tests ($*); that is a failure here" >&2
+    return 1
+  fi
+  return $status
+}
+
 case "$mode" in
   quickstart)
     install_apt "${APT_RUN[@]}"
@@ -99,16 +128,34 @@ case "$mode" in
     install_apt "${APT_RUN[@]}" "${APT_TEST[@]}"
     install_backports "${APT_BACKPORTS[@]}"
     install_python test
-    say "running the test suite"
-    set +e
-    .venv/bin/python -m pytest "$@"
-    status=$?
-    set -e
-    if [ $status -eq 5 ]; then
-      echo "bootstrap: pytest collected no tests; that is a failure here" >&2
-      exit 1
+    if selects_tests "$@"; then  # one lane (-m unit), -k, or test files: as asked, in one go
+      say "running the tests asked for"
+      run_pytest "$@"
+      exit $?
     fi
-    exit $status
+    # Every lane (docs/testing.md): the tests that are independent of each other on
+    # $NTG_TEST_WORKERS xdist workers and, beside them, the VM lane one test at a time (its log
+    # printed after); then the tests that need the machine to themselves.
+    workers=${NTG_TEST_WORKERS:-$TEST_WORKERS}
+    beside_log=$(mktemp)
+    say "running the test suite, phase 1 of 2: -m \"$PHASE_PARALLEL\" on $workers workers, and beside it -m \"$PHASE_BESIDE\""
+    run_pytest -m "$PHASE_BESIDE" "$@" >"$beside_log" 2>&1 &
+    beside=$!
+    status1=0
+    run_pytest -n "$workers" --dist loadgroup -m "$PHASE_PARALLEL" "$@" || status1=$?
+    status_beside=0
+    wait $beside || status_beside=$?
+    say "phase 1, beside: -m \"$PHASE_BESIDE\""
+    cat "$beside_log"
+    rm -f "$beside_log"
+    say "running the test suite, phase 2 of 2: -m \"$PHASE_SERIAL\", one test at a time"
+    status2=0
+    run_pytest -m "$PHASE_SERIAL" "$@" || status2=$?
+    say "phase 1: exit $status1 (beside: $status_beside), phase 2: exit $status2"
+    for status in $status1 $status_beside $status2; do
+      [ "$status" -ne 0 ] && exit "$status"
+    done
+    exit 0
     ;;
   bench)
     install_apt "${APT_RUN[@]}" "${APT_TEST[@]}" "${APT_BENCH[@]}"

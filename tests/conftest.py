@@ -6,6 +6,7 @@ import resource
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,24 +64,173 @@ def _installed_or_built(tmp_path_factory, loader, source: str, what: str) -> Pat
 
 @pytest.fixture(scope="session")
 def pcaplib(tmp_path_factory):
-    """Path of the native capture reader (libntgpcap.so) that analysis.capture loads: the installed
-    one, else a CMake build of analysis/native, exported as $NTG_PCAPLIB."""
+    """Path of the native library (libntg.so) that analysis.capture loads: the installed one, else
+    a CMake build of ntgcore/native, exported as $NTG_PCAPLIB."""
     from analysis import capture
 
-    return _installed_or_built(tmp_path_factory, capture, "analysis/native", "ntgpcap")
+    return _installed_or_built(tmp_path_factory, capture, "ntgcore/native", "ntgnative")
 
 
 @pytest.fixture(scope="session")
 def hashlib_path(tmp_path_factory):
-    """Path of the flow-key hash library (libntghash.so) that analysis.hashing loads: the installed
-    one, else a CMake build of generators/flowengine, exported as $NTG_HASHLIB."""
+    """Path of the native library (libntg.so) that analysis.hashing loads for the flow-key hashes:
+    the installed one, else a CMake build of ntgcore/native, exported as $NTG_HASHLIB."""
     from analysis import hashing
 
-    return _installed_or_built(tmp_path_factory, hashing, "generators/flowengine", "ntghash")
+    return _installed_or_built(tmp_path_factory, hashing, "ntgcore/native", "ntgnative")
+
+
+# --- lanes: what a test needs, and so where and when it runs (docs/testing.md) -------------------
+#
+# A test is in a lane because of the fixtures it uses (item.fixturenames: the whole closure, so a
+# fixture that requests `root` puts its tests in the live lane) or a lane marker it carries itself
+# (a parametrized case: `pytest.param(..., marks=pytest.mark.trex)`); a test in no lane is `unit`.
+# One table, read by pytest_collection_modifyitems below.
+LANES: dict[str, str] = {
+    "unit": "needs nothing but the built project; runs with any number of xdist workers",
+    "live": "needs root: network namespaces and veths, mounts, raw sockets",
+    "trex": "needs the TRex build of $NTG_TREX_DIR (one TRex server at a time)",
+    "vm": "boots qemu guests from the cached guest image (built on first use)",
+    "ansible": "runs ansible-playbook (the playbooks/ roles)",
+    "suricata": "runs the suricata binary",
+}
+LANE_OF_FIXTURE: dict[str, tuple[str, ...]] = {
+    "root": ("live",),
+    "root_in_ci": ("live",),
+    "pair": ("live",),
+    "topology": ("live",),
+    "trex_dir": ("trex",),
+    "trex_sim_dir": ("trex",),
+    "guest_image": ("vm", "live"),
+    "ansible": ("ansible",),
+    "suricata": ("suricata",),
+    "suricata_in_ci": ("suricata",),
+}
+LANE_OF_MARKER: dict[str, tuple[str, ...]] = {
+    "ntg_live": ("live",),  # testbed/pytest_plugin.py's public marker
+    # tests that compare every namespace (process, mount) of the machine before and after: never
+    # beside other tests; ./bootstrap.sh test runs them after the parallel phase. Not a lane.
+    "serial": (),
+}
+ROOT_REASON = "needs root (network namespaces, veths, mounts)"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for lane, what in LANES.items():
+        config.addinivalue_line("markers", f"{lane}: lane: {what}")
+    config.addinivalue_line(
+        "markers",
+        "serial: must not run beside other tests (lists or cleans everything of a kind on the "
+        "machine); ./bootstrap.sh test runs it in the serial phase",
+    )
+    if not config.pluginmanager.hasplugin("xdist"):  # set below, read only by xdist
+        config.addinivalue_line("markers", "xdist_group(name): tests kept on one xdist worker")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    for item in items:
+        lanes: set[str] = set()
+        for name in item.fixturenames:
+            lanes.update(LANE_OF_FIXTURE.get(name, ()))
+        for mark in item.iter_markers():
+            if mark.name in LANES:
+                lanes.add(mark.name)
+            lanes.update(LANE_OF_MARKER.get(mark.name, ()))
+        for lane in sorted(lanes or {"unit"}):
+            if lane not in {m.name for m in item.iter_markers()}:
+                item.add_marker(lane)
+        # a module- or class-scoped fixture is made once per xdist worker: the tests that share
+        # one stay on one worker (`--dist loadgroup`), so it is not made again on the others
+        info = getattr(item, "_fixtureinfo", None)
+        scopes = {
+            d.scope for defs in (info.name2fixturedefs.values() if info else ()) for d in defs
+        }
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def not_an_xdist_worker_below():
+    """On an xdist worker, the PYTEST_XDIST_* variables xdist sets are taken out of the
+    environment: a pytest that a test starts (pytest-benchmark's JSON, the lanes' collections) is
+    not a worker, and pytest-benchmark would otherwise write nothing there."""
+    for name in [n for n in os.environ if n.startswith("PYTEST_XDIST_")]:
+        del os.environ[name]
+
+
+@pytest.fixture(scope="session")
+def root() -> None:
+    """The test needs root (namespaces, veths, mounts): skipped without it, also in CI, as the
+    `skipif(os.geteuid() != 0)` marks it replaces were. Puts the test in the live lane."""
+    if os.geteuid() != 0:
+        pytest.skip(ROOT_REASON)
+
+
+@pytest.fixture(scope="session")
+def root_in_ci() -> None:
+    """Like `root`, but in CI (NTG_CI=1) its absence fails the test (skip_or_fail): for the tests
+    whose own check failed in CI before."""
+    if os.geteuid() != 0:
+        skip_or_fail(ROOT_REASON)
+
+
+def _trex_build(needs: str) -> Path:
+    d = os.environ.get("NTG_TREX_DIR")
+    if not d or not (Path(d) / needs).is_file():
+        skip_or_fail(
+            f"NTG_TREX_DIR does not point at a TRex build with {needs} "
+            "(.ci/run sets it to ../shared/trex)"
+        )
+    return Path(d)
+
+
+@pytest.fixture(scope="session")
+def trex_dir() -> Path:
+    """The TRex server build of $NTG_TREX_DIR (server/_t-rex-64-o); missing, the test is skipped
+    (fails in CI). Puts the test in the trex lane."""
+    return _trex_build("server/_t-rex-64-o")
+
+
+@pytest.fixture(scope="session")
+def trex_sim_dir() -> Path:
+    """The TRex build of $NTG_TREX_DIR with its simulator (sim/bp-sim-64); missing, the test is
+    skipped (fails in CI). Puts the test in the trex lane."""
+    return _trex_build("sim/bp-sim-64")
+
+
+@pytest.fixture(scope="session")
+def suricata() -> str:
+    """Path of the suricata binary; missing, the test is skipped (as the marks it replaces did).
+    Puts the test in the suricata lane."""
+    found = shutil.which("suricata")
+    if found is None:
+        pytest.skip("suricata not installed (./bootstrap.sh test)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def suricata_in_ci() -> str:
+    """Like `suricata`, but in CI (NTG_CI=1) its absence fails the test (skip_or_fail): for the
+    tests whose own check failed in CI before (coverage gates)."""
+    found = shutil.which("suricata")
+    if found is None:
+        skip_or_fail("suricata not installed (./bootstrap.sh test)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def ansible() -> Path:
+    """The venv's ansible-playbook; missing, the test is skipped (as tests/test_playbooks.py's own
+    check did). Puts the test in the ansible lane."""
+    binary = Path(sys.executable).parent / "ansible-playbook"
+    if not binary.exists():
+        pytest.skip("ansible-playbook is not installed (pip install '.[test]')")
+    return binary
 
 
 @pytest.fixture
-def pair():
+def pair(root):
     """A veth pair in two namespaces made for the test (testbed.topology.VethPair: veth0 in
     `pair.gen`, veth1 in `pair.peer`), always torn down."""
     from testbed.endpoints.netns.topology import VethPair
