@@ -152,7 +152,7 @@ def test_hash_collisions_are_grouped_exactly_across_chunks(unsorted_pcap, monkey
 @pytest.mark.parametrize("chunk", [1, 700, 1 << 20])
 def test_the_native_flow_table_equals_the_numpy_one(unsorted_pcap, tmp_path, chunk):
     if metrics_module._flow_library() is None:
-        skip_or_fail("the loaded libntgpcap has no flow table (built before it): rebuild it")
+        skip_or_fail("the loaded libntg has no flow table (built before it): rebuild it")
     mixed = tmp_path / "mixed.pcap"
     write_pcap(mixed, 20_000, gap_ns=1000, jitter_ns=3000, flows=2000, seed=7)
     for path in (unsorted_pcap, mixed) if chunk > 1 else (unsorted_pcap,):

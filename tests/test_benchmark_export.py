@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -205,7 +204,7 @@ def test_runs_of_different_commits_are_refused_in_one_file(two_runs, tmp_path):
 
 
 @pytest.mark.ntg_live
-@pytest.mark.skipif(os.geteuid() != 0, reason="live runs create network namespaces: need root")
+@pytest.mark.usefixtures("root")
 def test_a_live_run_exports_each_step_with_its_loss(tmp_path, flowengine_bin):
     scenario = tmp_path / "livebench.yaml"
     scenario.write_text(

@@ -14,7 +14,7 @@ import pytest
 from testbed.parts.tcpdump import Tcpdump, TcpdumpError, parse_stats
 
 LIVE = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
+    pytest.mark.usefixtures("root"),
     pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (`ip netns`) is not installed"),
     pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump is not installed"),
 ]

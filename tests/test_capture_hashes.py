@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ntgcore.compile import compile_session
+from generators.flowengine.session import compile_session
 from ntgcore.scenario import load_scenario
 from testbed.runner import run_scenario
 

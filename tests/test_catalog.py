@@ -431,9 +431,7 @@ def test_the_command_exits_2_for_bad_input():
 # coverage over time
 
 
-def test_coverage_over_time_from_ids_coverage_runs(tmp_path):
-    if not shutil.which("suricata"):
-        pytest.skip("suricata is not installed")
+def test_coverage_over_time_from_ids_coverage_runs(tmp_path, suricata):
     root = tmp_path / "results"
     extra = tmp_path / "extra.rules"  # a rule Suricata refuses to load: counted as missed
     extra.write_text(

@@ -33,9 +33,7 @@ RUNS = [
     for i in range(len(yaml.safe_load((CASES_DIR / c / "case.yaml").read_text())["runs"]))
 ]
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("suricata") is None, reason="suricata not installed (./bootstrap.sh test)"
-)
+pytestmark = pytest.mark.usefixtures("suricata")
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,6 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-import os
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -24,9 +22,7 @@ from detect_cases.build import T0, tcp_session
 
 from testbed.cli import main
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("suricata") is None, reason="suricata not installed (./bootstrap.sh test)"
-)
+pytestmark = pytest.mark.usefixtures("suricata")
 
 GOOD = 'alert http any any -> any any (msg:"NTG passwd"; flow:established,to_server; http.uri; content:"/etc/passwd"; sid:1000030; rev:1;)'
 TYPO = 'alert http any any -> any any (msg:"typo"; contnt:"x"; sid:1000040; rev:1;)'
@@ -364,14 +360,14 @@ def test_a_scenario_whose_attack_rules_are_not_utf8_is_refused_before_it_runs(tm
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmp_path, root_in_ci):
     """A 64 KiB tmpfs; unmounted afterwards."""
     with tmpfs(tmp_path / "small", "size=64k") as where:
         yield where
 
 
 @pytest.fixture
-def full_disk(tmp_path):
+def full_disk(tmp_path, root_in_ci):
     """A 1 MiB tmpfs filled to its last block, and a read-only one; unmounted afterwards."""
     with tmpfs(tmp_path / "full", "size=1m") as full, tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
         fill(full)

@@ -340,7 +340,7 @@ def test_frame_layout_and_payload(all_kinds):
     assert len(recs) == sum(
         f["reps"] * f["packets"] for f in map(lambda d: flow_dict(**d), ALL_KINDS)
     )
-    for ts, fr in recs:
+    for _ts, fr in recs:
         assert fr[0:6] == bytes.fromhex("020000000002") and fr[6:12] == bytes.fromhex(
             "020000000001"
         )
@@ -479,7 +479,7 @@ def test_tcp_flags_and_sequence(flowengine_bin, tmp_path, af):
     ]
     res = gen(flowengine_bin, tmp_path, flows)
     streams = {}
-    for ts, fr in res["records"]:
+    for _ts, fr in res["records"]:
         t = Ether(fr)[TCP]
         streams.setdefault(t.sport, []).append(t)
     assert sorted(streams) == [50000, 50001, 50002, 50010]

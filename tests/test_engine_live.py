@@ -22,7 +22,7 @@ import pytest
 from testbed.endpoints.netns.topology import VethPair
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
+    pytest.mark.usefixtures("root"),
     pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (`ip netns`) is not installed"),
 ]
 

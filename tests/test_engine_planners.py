@@ -22,7 +22,6 @@ from test_engine_cli import (
     flow,
     gen,
     icmp_id_seq,
-    read_csv,
     session_text,
 )
 

@@ -339,7 +339,7 @@ def test_sigint_two_threads_valid_pcap(flowengine_bin, tmp_path):
         pcap.unlink(missing_ok=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root")
+@pytest.mark.usefixtures("root")
 @pytest.mark.parametrize("tx", ["sendmmsg", "ring"])
 def test_live_two_threads_sent_equals_peer_rx(flowengine_bin, tmp_path, tx):
     import shutil
@@ -382,7 +382,7 @@ def test_live_two_threads_sent_equals_peer_rx(flowengine_bin, tmp_path, tx):
         pair.teardown()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root")
+@pytest.mark.usefixtures("root")
 def test_live_two_threads_realtime_common_start(flowengine_bin, tmp_path):
     """Paced from one start: two workers' flows of 0.5 s take 0.5 s together, not more."""
     import shutil

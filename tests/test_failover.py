@@ -34,9 +34,7 @@ if "probe" not in GENERATORS:
 if "failover" not in METHODS:
     METHODS.register("failover", failover.METHOD)
 
-ROOT = pytest.mark.skipif(
-    os.geteuid() != 0, reason="fail-over runs create network namespaces: need root"
-)
+ROOT = pytest.mark.usefixtures("root")
 
 
 def scenario_text(failover_section: str, duration: str = "1500ms") -> str:
@@ -166,9 +164,7 @@ def namespaces() -> set[str]:
 
 
 @pytest.fixture
-def live(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("fail-over runs create network namespaces: need root")
+def live(tmp_path, root):
     if shutil.which("keepalived") is None:
         skip_or_fail(
             "keepalived is not installed (apt-get install keepalived; ./bootstrap.sh test does)"

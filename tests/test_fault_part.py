@@ -17,7 +17,7 @@ from testbed.endpoints.netns import NetnsSite
 from testbed.endpoints.netns.topology import parse_topology
 from testbed.parts.fault import FaultError, FaultPart, netem_args
 
-ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="faults on namespaces need root")
+ROOT = pytest.mark.usefixtures("root")
 
 HEAD = """\
 version: 1

@@ -15,11 +15,11 @@ from conftest import fill, tmpfs
 from testbed.parts import MonitorPart
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root")
+pytestmark = pytest.mark.usefixtures("root")
 
 
 @pytest.fixture
-def full_disk(tmp_path):
+def full_disk(tmp_path, root_in_ci):
     """A 2 MiB tmpfs filled to its last block (`filler`), unmounted afterwards."""
     with tmpfs(tmp_path / "full", "size=2m") as mnt:
         fill(mnt)

@@ -1,4 +1,4 @@
-"""The flow-key hashes of generators/flowengine/src/hash.h against their published test vectors,
+"""The flow-key hashes of ntgcore/native/hash.h against their published test vectors,
 and the library's own promises (bulk = single, tuple = its packed key, CRC32C's two paths equal,
 the Toeplitz tables equal the bit-by-bit definition, the symmetric key symmetric).
 

@@ -430,7 +430,7 @@ def reader_results(good, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def writer_results(good, tmp_path_factory):
+def writer_results(good, tmp_path_factory, root_in_ci):
     work = tmp_path_factory.mktemp("writers")
     with tmpfs(work / "full", "size=1m") as full, tmpfs(work / "ro", "size=1m") as ro:
         for i in range(len(WRITERS)):  # each case's folder exists: the output goes into it

@@ -20,9 +20,9 @@ from conftest import skip_or_fail
 
 from analysis.multiply import shadow_addresses
 from analysis.tables import SCHEMA_VERSION, read_table
+from idsrules.variables import HOME_NET
 from testbed.cli import main
 from testbed.ids.multiplied import HOME_SHADOW_RANGES
-from testbed.ids.rules.variables import HOME_NET
 from testbed.ids.suricata import run_offline
 from tests.test_multiply import frame_count, frames_and_checksums
 
@@ -43,9 +43,7 @@ BY_RULE = (
 
 
 @pytest.fixture(scope="module")
-def coverage(tmp_path_factory, flowengine_bin) -> Path:
-    if shutil.which("suricata") is None:
-        skip_or_fail("suricata not installed (./bootstrap.sh test)")
+def coverage(tmp_path_factory, flowengine_bin, suricata_in_ci) -> Path:
     if shutil.which("tshark") is None:
         skip_or_fail("tshark not installed (./bootstrap.sh test)")
     out = tmp_path_factory.mktemp("idsmult")

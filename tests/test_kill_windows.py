@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 NETNS_DIR = Path("/run/netns")  # what `ip netns list` lists
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="creates network namespaces: needs root")
+needs_root = pytest.mark.usefixtures("root")
 
 SHORT = """version: 1
 name: {name}

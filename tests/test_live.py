@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = [
     pytest.mark.ntg_live,
-    pytest.mark.skipif(os.geteuid() != 0, reason="live runs create network namespaces: need root"),
+    pytest.mark.usefixtures("root"),
 ]
 
 UDP = (
@@ -311,13 +311,7 @@ def test_the_plugin_runs_a_benchmark_written_as_a_test(tmp_path, flowengine_bin)
     assert len(list((tmp_path / "r").glob("*-plugin/manifest.json"))) == 1
 
 
-def test_suricata_live_on_af_packet_as_the_dut(tmp_path, run_scenario, flowengine_bin):
-    import shutil
-
-    if not shutil.which("suricata"):
-        pytest.skip(
-            "suricata is not installed (./bootstrap.sh test installs it from bookworm-backports)"
-        )
+def test_suricata_live_on_af_packet_as_the_dut(tmp_path, run_scenario, flowengine_bin, suricata):
     (tmp_path / "probe.rules").write_text(
         'alert udp any any -> any 9 (msg:"ntg probe"; content:"NTGPROBE"; sid:9000001; rev:1;)\n'
     )
@@ -374,6 +368,7 @@ def test_ostinato_in_a_live_run_counts_with_drone_and_captures_with_drone(tmp_pa
     assert len(read_capture(drone_pcap).ts_ns) == 2000  # drone's own capture, instead of tcpdump
 
 
+@pytest.mark.serial  # compares every namespace of the machine before and after
 def test_a_place_that_is_not_in_the_topology_is_refused_before_anything_starts(tmp_path):
     before = namespaces()
     path = scenario(tmp_path, "badplace", UDP % (1000, 10), "topology: pair\ndut: {kind: tcpdump}")
@@ -390,13 +385,7 @@ def test_a_place_that_is_not_in_the_topology_is_refused_before_anything_starts(t
     assert m["status"] == "failed" and namespaces() == before
 
 
-def test_ctrl_c_while_suricata_starts_ends_the_run_at_once(tmp_path, flowengine_bin):
-    import shutil
-
-    if not shutil.which("suricata"):
-        pytest.skip(
-            "suricata is not installed (./bootstrap.sh test installs it from bookworm-backports)"
-        )
+def test_ctrl_c_while_suricata_starts_ends_the_run_at_once(tmp_path, flowengine_bin, suricata):
     before = namespaces()
     out = tmp_path / "results"
     # many rules, so that Suricata is still loading when Ctrl-C comes

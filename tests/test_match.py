@@ -102,7 +102,7 @@ def random_packets(
     """Packets over N_KEYS keys (IPv4 and IPv6 mixed, or IPv4 only), time going forward by gaps
     from 0 to 3 s so that flows go idle, outlive the active timeout and come back."""
     keys = []
-    for i in range(n_keys):
+    for _ in range(n_keys):
         if not ipv6 or rng.random() < 0.5:
             keys.append(
                 (

@@ -7,10 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 from conftest import limit_memory

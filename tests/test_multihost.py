@@ -19,7 +19,7 @@ from conftest import skip_or_fail
 from analysis.capture import read_capture
 from analysis.hashing import hash_tuple, make_tuple
 from generators.flowengine import engine_options
-from ntgcore.compile import compile_session
+from generators.flowengine.session import compile_session
 from ntgcore.errors import BadInput, RunSetupError
 from ntgcore.scenario import ScenarioError, load_scenario, parse_scenario
 from ntgcore.startat import AtTime
@@ -30,9 +30,7 @@ from testbed.methods.run import plan
 from testbed.runner import run_scenario as run_live
 
 REPO = Path(__file__).resolve().parent.parent
-ROOT = pytest.mark.skipif(
-    os.geteuid() != 0, reason="multi-host runs create network namespaces: need root"
-)
+ROOT = pytest.mark.usefixtures("root")
 
 
 def scenario_text(
@@ -293,6 +291,7 @@ def test_without_a_tap_the_merged_capture_is_the_one_the_analysis_reads(tmp_path
 
 
 @ROOT
+@pytest.mark.serial  # compares every namespace of the machine before and after
 def test_an_inventory_naming_a_host_the_topology_lacks_fails_before_traffic(tmp_path):
     path = tmp_path / "mh.yaml"
     path.write_text(scenario_text(hosts='[{at: "h0:eth0", capture: "rx:rx0"}, {at: "h7:eth0"}]'))

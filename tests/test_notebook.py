@@ -2,8 +2,6 @@
 run, coverage_over_time.ipynb on real `testbed ids-coverage` runs, and on none."""
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,9 +29,7 @@ def execute(path: Path) -> str:
     )
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0, reason="the comparison run creates network namespaces: need root"
-)
+@pytest.mark.usefixtures("root")
 def test_the_comparison_notebook_executes_on_a_real_run(
     tmp_path, run_scenario, flowengine_bin, monkeypatch
 ):
@@ -65,9 +61,7 @@ testbed:
     ]
 
 
-def test_the_coverage_notebook_executes_on_real_coverage_runs(tmp_path, monkeypatch):
-    if not shutil.which("suricata"):
-        pytest.skip("suricata is not installed (apt-get install suricata)")
+def test_the_coverage_notebook_executes_on_real_coverage_runs(tmp_path, monkeypatch, suricata):
     root = tmp_path / "results"
     extra = tmp_path / "extra.rules"  # Suricata refuses it: a missed rule in the second run
     extra.write_text(

@@ -27,7 +27,7 @@ from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 from testbed.endpoints.netns.topology import VethPair
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
+    pytest.mark.usefixtures("root"),
     pytest.mark.skipif(
         shutil.which("drone") is None, reason="drone is not installed (apt-get install ostinato)"
     ),

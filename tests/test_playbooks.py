@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = REPO / "playbooks"
 BIN = Path(sys.executable).parent
 PYTHON_VAR = "ansible_python_interpreter={{ ansible_playbook_python }}"
+# every test here runs Ansible: the ansible lane (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("ansible")
 
 
 def tool(name: str) -> str:
@@ -88,8 +90,9 @@ def test_ansible_lint_passes_on_playbooks():
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+@pytest.mark.usefixtures("root")
 @pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None,
+    shutil.which("ip") is None,
     reason="the topology role creates network namespaces: needs root and iproute2",
 )
 def test_topology_role_is_idempotent_both_ways():
@@ -127,8 +130,9 @@ def test_topology_role_is_idempotent_both_ways():
     assert not spaces & netns_list()
 
 
+@pytest.mark.usefixtures("root")
 @pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ethtool") is None,
+    shutil.which("ethtool") is None,
     reason="needs root (a namespace with a veth) and ethtool",
 )
 def test_nic_tuning_module_sets_offloads_once_and_names_what_it_cannot_do():
@@ -165,10 +169,7 @@ def test_nic_tuning_module_sets_offloads_once_and_names_what_it_cannot_do():
         assert ring.returncode != 0 and "ethtool -g veth0` failed" in ring.stdout
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0,
-    reason="the whole playbook installs packages and makes namespaces: needs root",
-)
+@pytest.mark.usefixtures("root")
 def test_the_whole_local_playbook_is_idempotent(tmp_path):
     """Packages, the project (into a scratch virtual environment) and a topology: the second run
     of the whole play reports no change."""
@@ -224,17 +225,6 @@ finally:
 """
 
 
-def trex_build() -> Path:
-    from conftest import skip_or_fail
-
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
-        )
-    return Path(d)
-
-
 def fake_release_tarball(build: Path, dest: Path) -> Path:
     """The shared build's server/ folder packed as a TRex release tarball is: one top-level
     folder (v3.08/) with _t-rex-64-o, so/x86_64/ and astf_schema.json in it. It stands in for a
@@ -264,11 +254,14 @@ def proc_alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.usefixtures("root")
 @pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None,
+    shutil.which("ip") is None,
     reason="the role starts TRex in a namespace made by the test: needs root and iproute2",
 )
-def test_trex_role_installs_from_a_tarball_configures_starts_and_stops_in_a_namespace(tmp_path):
+def test_trex_role_installs_from_a_tarball_configures_starts_and_stops_in_a_namespace(
+    tmp_path, trex_dir
+):
     """site.yml --tags trex against localhost: install from a tarball, config, start (STL) in a
     namespace made here, again (no change), ASTF from trex_dir (restarted), stopped (nothing left)."""
     import json
@@ -279,7 +272,7 @@ def test_trex_role_installs_from_a_tarball_configures_starts_and_stops_in_a_name
     from testbed.endpoints.netns import NetnsEndpoint
     from testbed.endpoints.netns.topology import VethPair
 
-    build = trex_build()
+    build = trex_dir
     tarball = fake_release_tarball(build, tmp_path / "v3.08.tar.gz")
     prefix = f"ntgpb{secrets.token_hex(3)}"
     macs = {"src_mac": "02:00:00:00:00:01", "dest_mac": "02:00:00:00:00:02"}
@@ -491,18 +484,19 @@ def test_trex_role_check_mode_on_a_fresh_host_changes_nothing(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.usefixtures("root")
 @pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None,
+    shutil.which("ip") is None,
     reason="the role starts TRex in a namespace made by the test: needs root and iproute2",
 )
-def test_trex_role_fails_with_the_servers_words_when_it_cannot_start(tmp_path, pair):
+def test_trex_role_fails_with_the_servers_words_when_it_cannot_start(tmp_path, pair, trex_dir):
     """An interface the namespace does not have: TRex exits at start-up, the task fails with the
     end of its log, and no process, pid file or DPDK files are left."""
     import json
 
     from generators.trex.server import DPDK_RUN
 
-    build = trex_build()
+    build = trex_dir
     state, prefix = tmp_path / "state", f"ntgpb{secrets.token_hex(3)}"
     extra = {
         "trex_dir": str(build),

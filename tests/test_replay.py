@@ -4,7 +4,6 @@ Every run is bounded in packets or seconds; namespaces are deleted again also on
 adapter's counters are compared with the peer veth's rx counter, which nothing else touches.
 """
 
-import os
 import shutil
 import time
 
@@ -18,7 +17,7 @@ from ntgcore.scenario import parse_scenario
 from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 
 LIVE = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
+    pytest.mark.usefixtures("root"),
     pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (`ip netns`) is not installed"),
     pytest.mark.skipif(
         shutil.which("tcpreplay") is None,

@@ -18,10 +18,7 @@ from conftest import fill, skip_or_fail, tmpfs
 from analysis.capture import read_capture
 
 REPO = Path(__file__).resolve().parent.parent
-ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(
-    not ROOT, reason="mounts a tmpfs / creates network namespaces: needs root"
-)
+needs_root = pytest.mark.usefixtures("root")  # mounts a tmpfs / creates network namespaces
 
 UDP = (
     "{protocol: udp, src: 198.18.0.1, dst: 198.18.0.2, src_port: 40000, dst_port: 9, "
@@ -78,7 +75,7 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmp_path, root_in_ci):
     """A 3 MiB tmpfs, unmounted afterwards."""
     with tmpfs(tmp_path / "small", "size=3m") as mnt:
         yield mnt
@@ -130,6 +127,7 @@ def test_a_disk_full_before_the_run_starts_runs_nothing_and_says_so(
 
 
 @needs_root
+@pytest.mark.serial  # compares every namespace of the machine before and after
 def test_a_full_disk_ends_a_live_run_with_its_exit_status_and_a_final_manifest(
     tmp_path, small_disk, flowengine_bin
 ):
@@ -292,14 +290,9 @@ def test_kill_9_of_a_live_run_takes_its_children_and_cleanup_removes_the_rest(
 
 
 @needs_root
-def test_kill_9_of_a_run_with_a_trex_server_and_cleanup_removes_its_dpdk_folder(tmp_path):
+def test_kill_9_of_a_run_with_a_trex_server_and_cleanup_removes_its_dpdk_folder(tmp_path, trex_dir):
     """The TRex server dies with the run (parent-death signal) but its DPDK run folder
     (/var/run/dpdk/<prefix>) outlives it: the mark records it and `testbed cleanup` removes it."""
-    trex_dir = os.environ.get("NTG_TREX_DIR")
-    if not trex_dir or not (Path(trex_dir) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
-        )
     out, marks = tmp_path / "results", tmp_path / "marks"
     path = scenario(tmp_path, "trexlong", UDP % (1000, 60000), "capture: null")
     path.write_text(path.read_text() + "generator: trex\n")

@@ -7,7 +7,6 @@ tcpdump (testbed.parts.tcpdump) saw.
 
 import importlib.util
 import json
-import os
 import shutil
 import time
 
@@ -20,7 +19,7 @@ from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 from testbed.parts.tcpdump import Tcpdump
 
 LIVE = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
+    pytest.mark.usefixtures("root"),
     pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (`ip netns`) is not installed"),
     pytest.mark.skipif(importlib.util.find_spec("scapy") is None, reason="scapy is not installed"),
 ]

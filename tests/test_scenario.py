@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from generators.flowengine.session import compile_session
 from ntgcore import yamlread
-from ntgcore.compile import compile_session, expected
+from ntgcore.expected import expected
 from ntgcore.scenario import MAX_ITEMS, ScenarioError, json_schema, load_scenario, parse_scenario
 from ntgcore.units import format_ns, parse_duration_ns, parse_rate_pps, period_ns_from_rate
 

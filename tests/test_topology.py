@@ -1,7 +1,6 @@
 """testbed.topology: the YAML model and its checks, and apply/remove on real network namespaces."""
 
 import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -12,10 +11,15 @@ import pytest
 
 from testbed.endpoints.netns.topology import TopologyError, load_topology, parse_topology
 
-needs_netns = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+_needs_ip_tc = pytest.mark.skipif(
+    shutil.which("ip") is None or shutil.which("tc") is None,
     reason="creating network namespaces needs root and iproute2 (ip, tc)",
 )
+
+
+def needs_netns(test):
+    """root (the live lane) and iproute2's ip and tc."""
+    return pytest.mark.usefixtures("root")(_needs_ip_tc(test))
 
 
 def netns_list() -> set[str]:
@@ -225,7 +229,7 @@ def test_apply_and_remove_are_idempotent(topo):
         plan and not {topo.netns(r) for r in topo.namespaces} & netns_list()
     )  # a dry run makes nothing
     first = topo.apply()
-    assert "create veth {0}/gen0 <-> {1}/dut0".format(topo.netns("gen"), topo.netns("dut")) in first
+    assert "create veth {}/gen0 <-> {}/dut0".format(topo.netns("gen"), topo.netns("dut")) in first
     assert topo.apply() == []
     assert topo.apply(dry_run=True) == []
     assert topo.remove() and topo.remove() == []

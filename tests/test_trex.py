@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import skip_or_fail
 
 from generators.trex import PLUGIN, WORKER, Trex
 from generators.trex.server import server_binary, write_config
@@ -54,16 +53,6 @@ def flows(text: str):
 
 def profile(text: str, **kw):
     return build_profile(flows(text), 3, **kw)
-
-
-def trex_dir() -> str:
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "sim" / "bp-sim-64").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build with sim/bp-sim-64 "
-            "(.ci/run sets it to ../shared/trex)"
-        )
-    return d
 
 
 # ---- the mapping ------------------------------------------------------------------------------
@@ -409,10 +398,10 @@ def test_a_profile_the_client_refuses_names_the_stream(tmp_path):
 
 
 @needs_client
-def test_the_simulator_expands_the_dumped_profile(built, tmp_path, pcaplib):
+def test_the_simulator_expands_the_dumped_profile(built, tmp_path, pcaplib, trex_sim_dir):
     from analysis.capture import read_capture
 
-    sim = Path(trex_dir()) / "sim"
+    sim = trex_sim_dir / "sim"
     gen, d = built
     out = tmp_path / "sim.pcap"
     res = subprocess.run(

@@ -23,15 +23,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import skip_or_fail
 
 from generators.trex import PLUGIN, Trex, TrexSpec
 from generators.trex.astf_profile import build_astf_profile
+from idsrules.attacks import tcp_dialogues
 from ntgcore.errors import GeneratorError
 from ntgcore.proc import Process
 from ntgcore.registry import GENERATORS
 from ntgcore.scenario import parse_scenario
-from testbed.ids.rules.attacks import tcp_dialogues
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "scenarios" / "rules" / "attacks-demo.rules"
@@ -194,18 +193,11 @@ def test_the_profile_file_loads_in_trex_client(tmp_path):
 
 
 @pytest.fixture
-def astf_ns():
+def astf_ns(root, trex_dir):
     """One namespace with both ends of a veth pair (veth0: TRex's client side, veth1: its server
     side); a missing server build skips (fails under CI)."""
-    if os.geteuid() != 0:
-        pytest.skip("live tests create network namespaces: need root")
     if shutil.which("tcpdump") is None:
         pytest.skip("tcpdump is not installed")
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
-        )
     from testbed.endpoints.netns.topology import VethPair
 
     p = VethPair(prefix="ntgtest", split=False)
@@ -390,16 +382,9 @@ def test_a_stop_mid_run_stops_the_connections_and_releases(astf_ns, tmp_path):
 
 
 @needs_client
-def test_astf_through_testbed_run_with_the_astf_topology(tmp_path, run_scenario):
+def test_astf_through_testbed_run_with_the_astf_topology(tmp_path, run_scenario, root, trex_dir):
     """`mode: astf` in a scenario, the packaged `astf` topology, the capture on the server side's
     interface: sent = wire, TRex's TCP counters in the manifest and the report."""
-    if os.geteuid() != 0:
-        pytest.skip("live tests create network namespaces: need root")
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
-        )
     path = tmp_path / "astf.yaml"
     path.write_text(
         HEAD + WEB % (100, "5ms") + "generator: trex\ntestbed:\n  topology: astf\n"

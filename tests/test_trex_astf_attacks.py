@@ -22,6 +22,7 @@ from conftest import skip_or_fail
 from test_trex_astf import needs_client, registered
 
 from generators.trex import PLUGIN, Trex
+from idsrules.attacks import tcp_dialogues
 from ntgcore.errors import GeneratorError, RunSetupError
 from ntgcore.registry import GENERATORS
 from ntgcore.scenario import load_scenario, parse_scenario
@@ -29,7 +30,6 @@ from testbed.cli import main as cli_main
 from testbed.executor import wire_points
 from testbed.ids.coverage import run_coverage
 from testbed.ids.detect import resolve_inputs
-from testbed.ids.rules.attacks import tcp_dialogues
 from testbed.ids.suricata import run_offline
 from testbed.runner import Run, check_places, coverage_baseline_problem, open_site, required_tools
 
@@ -181,14 +181,9 @@ def test_only_astf_plays_attack_sessions():
 
 
 @needs_client
-def test_web_attacks_played_by_trex_astf_are_detected_by_suricata(tmp_path, run_scenario):
-    if os.geteuid() != 0:
-        pytest.skip("live tests create network namespaces: need root")
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
-        )
+def test_web_attacks_played_by_trex_astf_are_detected_by_suricata(
+    tmp_path, run_scenario, root, trex_dir, suricata_in_ci
+):
     et = (
         Path(os.environ.get("NTG_SHARED_DATA", "/nonexistent"))
         / "rules"
@@ -199,8 +194,6 @@ def test_web_attacks_played_by_trex_astf_are_detected_by_suricata(tmp_path, run_
         skip_or_fail(
             "NTG_SHARED_DATA has no rules/et-open/emerging-web_server.rules (../shared/data)"
         )
-    if shutil.which("suricata") is None:
-        skip_or_fail("suricata is not installed (./bootstrap.sh test installs it)")
     sids = [9100001, 9100005, *ET_WEB]
     attacks = (
         f"{{rules: ['{DEMO}', '$NTG_SHARED_DATA/rules/et-open/emerging-web_server.rules'], "

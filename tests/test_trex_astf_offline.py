@@ -168,7 +168,7 @@ def test_the_expansion_streams_holding_only_the_open_connections():
     tracemalloc.start()
     try:
         last = None
-        for t, frame in itertools.islice(astf_frames(p, 1, (bytes(6), bytes(6))), 100_000):
+        for t, _frame in itertools.islice(astf_frames(p, 1, (bytes(6), bytes(6))), 100_000):
             assert last is None or t >= last
             last = t
         peak = tracemalloc.get_traced_memory()[1]

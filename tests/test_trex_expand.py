@@ -9,7 +9,6 @@ far below 300 kpps and a bounded packet count."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -326,13 +325,7 @@ SIM_RANDOM = (
 )
 
 
-def simulate(tmp_path: Path, text: str):
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "sim" / "bp-sim-64").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build with sim/bp-sim-64 "
-            "(.ci/run sets it to ../shared/trex)"
-        )
+def simulate(tmp_path: Path, text: str, d: Path):
     gen = Trex(server={"host": "127.0.0.1"})
     prof = gen.write_profile(parse_scenario(HEAD + text), tmp_path, 3)
     res = subprocess.run(
@@ -368,8 +361,8 @@ def by_stream(pkts: list[tuple[int, bytes]], prof) -> dict:
 
 @needs_client
 @pytest.mark.parametrize("text", [SIM_INC, SIM_RANDOM], ids=["inc-dec", "random-trim"])
-def test_byte_equal_to_trexs_simulator(tmp_path, text):
-    prof, sim = simulate(tmp_path, text)
+def test_byte_equal_to_trexs_simulator(tmp_path, text, trex_sim_dir):
+    prof, sim = simulate(tmp_path, text, trex_sim_dir)
     ours = frames(prof, checksums="offload")  # the simulator leaves fix_chksum_hw to the "NIC"
     assert len(ours) == len(sim) == prof.packets
     assert Counter(b for _, b in ours) == Counter(b for _, b in sim)
@@ -401,20 +394,15 @@ LIVE = (
 
 
 @pytest.mark.ntg_live
-@pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root")
+@pytest.mark.usefixtures("root")
 @pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump is not installed")
-def test_byte_equal_to_what_the_real_server_sends_on_a_veth(pair, tmp_path, pcaplib):
+def test_byte_equal_to_what_the_real_server_sends_on_a_veth(pair, tmp_path, pcaplib, trex_dir):
     import signal
     import time
 
     from ntgcore.proc import Process
     from testbed.endpoints.netns import NetnsEndpoint
 
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
-        )
     cap = tmp_path / "peer.pcap"
     log = open(tmp_path / "tcpdump.log", "wb")
     dump = Process(
@@ -485,7 +473,7 @@ SAME = {
 @pytest.mark.parametrize("name", list(SAME))
 def test_byte_equal_to_the_native_engine_where_the_semantics_coincide(name, tmp_path):
     from generators.flowengine import engine_path
-    from ntgcore.compile import compile_session
+    from generators.flowengine.session import compile_session
 
     try:
         binary = engine_path()

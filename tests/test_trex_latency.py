@@ -258,17 +258,10 @@ def test_latency_probes_live_timed_on_trex_own_receiving_port(astf_ns, tmp_path)
 
 
 @needs_client
-def test_latency_through_testbed_run_with_the_astf_topology(tmp_path, run_scenario):
+def test_latency_through_testbed_run_with_the_astf_topology(tmp_path, run_scenario, root, trex_dir):
     """`latency_pps` in a scenario on the packaged `astf` topology (TRex sends on gen0, receives
     and times on gen1, the capture on gen1): the probes' numbers in the manifest, the latency
     table and the histogram plot in the report; the probes are on the wire and counted as sent."""
-    if os.geteuid() != 0:
-        pytest.skip("live tests create network namespaces: need root")
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
-        )
     path = tmp_path / "latency.yaml"
     path.write_text(
         HEAD + UDP % 10000 + "generator: trex\ntestbed:\n  topology: astf\n"

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import skip_or_fail
 
 from generators.trex import PLUGIN, Trex
 from generators.trex.server import DPDK_RUN, TrexServer, server_binary
@@ -30,7 +29,7 @@ from testbed.endpoints.netns import NetnsEndpoint as Endpoint
 
 pytestmark = [
     pytest.mark.ntg_live,
-    pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root"),
+    pytest.mark.usefixtures("root"),
     pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump is not installed"),
 ]
 
@@ -38,13 +37,8 @@ HEAD = "version: 1\nname: t\nseed: 3\nflows:\n"
 
 
 @pytest.fixture(autouse=True)
-def trex(monkeypatch):
+def trex(monkeypatch, trex_dir):
     """The shared server build, the registered plugin; afterwards no TRex process may be left."""
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
-        )
     if "trex" not in GENERATORS:
         GENERATORS.register("trex", PLUGIN)
     made = []

@@ -7,7 +7,6 @@ ours; they are data to draw beside ours, never expected values of our run."""
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
 from pathlib import Path
@@ -15,7 +14,6 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import skip_or_fail
 
 from generators.trex import PLUGIN
 from ntgcore.registry import GENERATORS
@@ -48,15 +46,10 @@ def test_the_seeds_numbers_agree_with_its_own_formulas():
 
 
 @pytest.mark.ntg_live
-@pytest.mark.skipif(os.geteuid() != 0, reason="live tests create network namespaces: need root")
+@pytest.mark.usefixtures("root")
 def test_seed001_comparison_of_five_generators_beside_the_seeds_numbers(
-    tmp_path, run_scenario, flowengine_bin
+    tmp_path, run_scenario, flowengine_bin, trex_dir
 ):
-    d = os.environ.get("NTG_TREX_DIR")
-    if not d or not (Path(d) / "server" / "_t-rex-64-o").is_file():
-        skip_or_fail(
-            "NTG_TREX_DIR does not point at a TRex build (.ci/run sets it to ../shared/trex)"
-        )
     if "trex" not in GENERATORS:
         GENERATORS.register("trex", PLUGIN)
     doc = yaml.safe_load((ROOT / "scenarios" / "seed001-comparison-trex.yaml").read_text())

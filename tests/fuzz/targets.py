@@ -5,7 +5,7 @@ Each target feeds one input to an entry point and accepts only what that entry p
 | target | entry point | documented outcome |
 |---|---|---|
 | scenario | `ntgcore.scenario.parse_scenario`, then what `testbed validate` computes | a Scenario, or `ScenarioError` whose problems start with `FILE:` |
-| rules | `testbed.ids.rules.syntax.read_rules`, `semantics.analyze` of each rule | rules and `Problem`s (analyze marks what it cannot use `unsupported`); `BadInput` `FILE:LINE: ... not UTF-8` only for bytes that are not UTF-8, whose text (U+FFFD for them) is then read too |
+| rules | `idsrules.syntax.read_rules`, `semantics.analyze` of each rule | rules and `Problem`s (analyze marks what it cannot use `unsupported`); `BadInput` `FILE:LINE: ... not UTF-8` only for bytes that are not UTF-8, whose text (U+FFFD for them) is then read too |
 | pcap | `analysis.capture.read_capture` | a Capture (`problem` set where it is damaged), or `CaptureError` |
 
 Anything else raised is a finding, and so is an example that runs longer than its time bound
@@ -41,11 +41,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis.capture import CaptureError, read_capture
-from ntgcore.compile import check_memory, compile_session, expected, peak_concurrent_flows
+from generators.flowengine.memory import check_memory
+from generators.flowengine.session import compile_session
+from idsrules.semantics import analyze
+from idsrules.syntax import read_rules
 from ntgcore.errors import BadInput
+from ntgcore.expected import expected, peak_concurrent_flows
 from ntgcore.scenario import ScenarioError, parse_scenario
-from testbed.ids.rules.semantics import analyze
-from testbed.ids.rules.syntax import read_rules
 
 CASES = ROOT / "tests" / "fuzz_cases"
 SUFFIX = {"scenario": ".yaml", "rules": ".rules", "pcap": ".pcap"}
