@@ -17,7 +17,6 @@ left out and counted in the benchmark's `extra_info.seconds_without_packets`.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from bisect import bisect_left, bisect_right

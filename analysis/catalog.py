@@ -28,13 +28,14 @@ Cost: one small JSON read per folder and one DuckDB scan per table over the file
 
 from __future__ import annotations
 
+import builtins  # `list` in the Catalog's annotations is its method
 import json
 import math
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -520,7 +521,7 @@ class Catalog:
         r = self.find(run)
         m = r.manifest
         host, git, sc = m.get("host") or {}, m.get("git") or {}, m.get("scenario") or {}
-        summary = {
+        summary: dict[str, Any] = {
             "run_id": r.run_id,
             "folder": str(r.path),
             "status": r.status,
@@ -568,7 +569,7 @@ class Catalog:
 
     def select(
         self, *, include_unfinished: bool = True, need: str | None = None, coverage: bool = True
-    ) -> tuple[list[CatalogRun], list[str]]:
+    ) -> tuple[builtins.list[CatalogRun], builtins.list[str]]:
         """The runs an operation reads (those with table NEED, or with any table), and notes on
         those it leaves out: runs that did not complete unless INCLUDE_UNFINISHED, ids-coverage
         reports unless COVERAGE. CatalogError naming every run that should be read and cannot be:
@@ -608,7 +609,7 @@ class Catalog:
             raise CatalogError(_joined(errors))
         return chosen, notes
 
-    def views(self, runs: list[CatalogRun], names: Iterable[str] = TABLE_NAMES) -> None:
+    def views(self, runs: builtins.list[CatalogRun], names: Iterable[str] = TABLE_NAMES) -> None:
         """Views NAMES over the tables of RUNS (their files' schema versions checked first)."""
         names = list(names)
         self._check(runs, names)
@@ -616,7 +617,7 @@ class Catalog:
             files = [r.tables[name] for r in runs if name in r.tables]
             self.con.execute(f"CREATE OR REPLACE VIEW {name} AS {self._relation(name, files)}")
 
-    def _relation(self, name: str, files: list[str], filename: bool = False) -> str:
+    def _relation(self, name: str, files: builtins.list[str], filename: bool = False) -> str:
         if not files:
             return f"SELECT *{', NULL::VARCHAR AS filename' if filename else ''} FROM _empty_{name}"
         fn = ", filename = true" if filename else ""
@@ -629,7 +630,9 @@ class Catalog:
             f"read_parquet({_sql_list(files)}, union_by_name = true{fn})"
         )
 
-    def query(self, sql: str, *, include_unfinished: bool = True) -> tuple[pd.DataFrame, list[str]]:
+    def query(
+        self, sql: str, *, include_unfinished: bool = True
+    ) -> tuple[pd.DataFrame, builtins.list[str]]:
         """One read-only SELECT over the views of the catalogue's runs (only the views SQL names
         are made); it can read the catalogue's table files and nothing else (`read_only_select`,
         `confined_connection`)."""
@@ -674,7 +677,7 @@ class Catalog:
                 + (f" ({'; '.join(notes)})" if notes else "")
             )
         _no_duplicates(runs)
-        scenarios: dict[tuple, list[CatalogRun]] = {}
+        scenarios: dict[tuple, builtins.list[CatalogRun]] = {}
         for r in runs:
             scenarios.setdefault((r.scenario, r.scenario_sha256), []).append(r)
         mixed = len(scenarios) > 1
@@ -803,14 +806,14 @@ class Catalog:
         except duckdb.Error as exc:
             raise CatalogError(f"reading the run tables failed: {_first_line(exc)}") from None
 
-    def _check(self, runs: list[CatalogRun], names: Iterable[str]) -> None:
+    def _check(self, runs: builtins.list[CatalogRun], names: Iterable[str]) -> None:
         """CatalogError naming every table file of RUNS (tables NAMES) that cannot be read:
         another major schema, another table, no version, a damaged file."""
         bad = self._check_files([r.tables[n] for r in runs for n in names if n in r.tables])
         if bad:
             raise CatalogError(_joined(bad.values()))
 
-    def _check_files(self, files: list[str]) -> dict[str, str]:
+    def _check_files(self, files: builtins.list[str]) -> dict[str, str]:
         """The schema version of FILES from their key-value metadata (one DuckDB call over the
         files not checked yet, remembered in `_checked`); returns the unreadable ones, each with
         its message."""
@@ -865,7 +868,8 @@ def plot_comparison(cmp: Comparison, out_dir: str | os.PathLike) -> dict[str, Pa
     lo, hi = int(t["n"].min()), int(t["n"].max())
     n = f" (n = {lo}{f'..{hi}' if hi != lo else ''} run{'s' if hi > 1 else ''}; error bars: std over the runs)"
     written: dict[str, Path] = {}
-    figures = {
+    # title, y label, series (column, label, scale), file name
+    figures: dict[str, tuple[str, str, list[tuple[str, str, float]], str]] = {
         "rate": (
             "Packet rate per " + cmp.by + n,
             "packets per second",
@@ -1117,7 +1121,7 @@ def comparison_lines(cmp: Comparison) -> list[str]:
     )
     keys = [k for k in cmp.keys if k != "scenario_sha256"]
     rows = []
-    for r, label in zip(_records(cmp.table), cmp.labels()):
+    for r, _label in zip(_records(cmp.table), cmp.labels()):
         lo, hi = _num(r["steady_mean_pps_min"]), _num(r["steady_mean_pps_max"])
         rows.append(
             [

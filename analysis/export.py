@@ -207,7 +207,7 @@ def packet_table(
     if rows is None and scratch is not None:
         frame = scratch.frames(first_frame, n)
         take = lambda a: a
-        lo_out = (scratch.src_lo, scratch.dst_lo)
+        lo_out: tuple[np.ndarray | None, np.ndarray | None] = (scratch.src_lo, scratch.dst_lo)
         capture = pa.DictionaryArray.from_arrays(pa.array(scratch.zeros[:n]), pa.array([name]))
     else:
         take = (lambda a: a) if rows is None else (lambda a: a[rows])
@@ -475,8 +475,9 @@ def _export_one(
         # still be being written (each writer is waited for before it gets the next chunk)
         for k, cap in enumerate(iter_capture(src, chunk_packets, reuse=WRITERS + 1)):
             slot = k % WRITERS
-            if pending[slot] is not None:
-                pending[slot].result()  # at most WRITERS chunks being written while one is read
+            earlier = pending[slot]
+            if earlier is not None:
+                earlier.result()  # at most WRITERS chunks being written while one is read
             pending[slot] = pool.submit(write, slot, cap, frame)
             if acc is not None:
                 acc.add(cap)

@@ -10,7 +10,7 @@ flows are equal only if they share the host, the block modulo 65536 and the flow
 
 The key hashed is seed 002's FlowID (`flowid`, 37 bytes: the smaller address in a 16-byte field,
 its port, the greater address, its port, the protocol) or the engine's packed 5-tuple (`tuple`,
-13 bytes, generators/flowengine/src/hash.h). Values are compared on their low 32 bits (seed 002's
+13 bytes, ntgcore/native/hash.h). Values are compared on their low 32 bits (seed 002's
 flow ID is 32-bit; 64-bit hashes are also checked at full width).
 
 For N keys in m = 2**32 values a random function leaves E = N - m(1 - (1 - 1/m)**N) of them
@@ -68,7 +68,7 @@ COLORS = [
     "#e7969c",
     "#637939",
 ]
-SEED_002 = {
+SEED_002: dict[str, Any] = {
     "collision_pct_per_million": 0.015,
     "hashes_per_s": 2.5e6,
     "hash": "superfasthash",

@@ -119,7 +119,7 @@ def unrecorded_steps(run: Path, manifest: dict[str, Any]) -> list[dict[str, Any]
         return []
     recorded = {Path(e.get("dir") or ".") for e in manifest.get("steps") or []}
     folders = [run, *sorted(p for p in run.iterdir() if p.is_dir())] if run.is_dir() else []
-    out = []
+    out: list[dict[str, Any]] = []
     for d in folders:
         rel = d.relative_to(run)
         if rel in recorded or not (
@@ -523,10 +523,10 @@ def report_blocks(
     )
     b += astf_blocks(manifest)
     b += latency_blocks(manifest)
-    overheads = [
+    measured = [
         (s["monitor"] or {}).get("overhead_percent") for s in doc["steps"] if s.get("monitor")
     ]
-    overheads = [o for o in overheads if o is not None]
+    overheads = [o for o in measured if o is not None]
     if overheads:
         hz = (doc["steps"][0].get("monitor") or {}).get("hz")
         b.append(

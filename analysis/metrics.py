@@ -100,7 +100,7 @@ def _first_rows(codes: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[True, np.diff(np.maximum.accumulate(codes)) > 0])
 
 
-# The native flow table (libntgpcap, analysis/native/flowtab.h): FlowAccumulator uses it when the
+# The native flow table (libntg, ntgcore/native/flowtab.h): FlowAccumulator uses it when the
 # loaded library has it (a library built before it had not), else the numpy grouping below. Both
 # give identical tables; tests turn this off to check the numpy one.
 NATIVE_FLOWS = True
@@ -149,12 +149,12 @@ def _flow_library() -> ctypes.CDLL | None:
     lib.ft_add.argtypes, lib.ft_add.restype = [p, ctypes.POINTER(_FtPackets), sz], ctypes.c_int
     lib.ft_count.argtypes, lib.ft_count.restype = [p], sz
     lib.ft_columns.argtypes, lib.ft_columns.restype = [p, ctypes.POINTER(_FtFlows)], None
-    lib._ntg_flow_table = True
+    lib._ntg_flow_table = True  # type: ignore[attr-defined]  # a mark: its prototypes are set
     return lib
 
 
 class _NativeFlows:
-    """FlowAccumulator's table in libntgpcap: one pass over a chunk's packets, keys compared
+    """FlowAccumulator's table in libntg: one pass over a chunk's packets, keys compared
     exactly, flows in order of first appearance (the GIL is released while it runs)."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
@@ -172,7 +172,9 @@ class _NativeFlows:
         return self._lib.ft_count(self._table)
 
     def add(self, cap: Capture) -> None:
-        cols = {k: np.ascontiguousarray(getattr(cap, k), COLUMNS[k]) for k in _FT_IN}
+        cols: dict[str, np.ndarray] = {
+            k: np.ascontiguousarray(getattr(cap, k), COLUMNS[k]) for k in _FT_IN
+        }
         n = len(cols["ts_ns"])
         if n and any(len(a) != n for a in cols.values()):
             raise ValueError("the capture's columns differ in length")
@@ -182,7 +184,7 @@ class _NativeFlows:
 
     def columns(self) -> dict[str, np.ndarray]:
         n = len(self)
-        out = {k: np.empty(n, dtype) for k, dtype in _FT_OUT.items()}
+        out: dict[str, np.ndarray] = {k: np.empty(n, dtype) for k, dtype in _FT_OUT.items()}
         if n:
             self._lib.ft_columns(
                 self._table, ctypes.byref(_FtFlows(**{k: a.ctypes.data for k, a in out.items()}))
@@ -544,6 +546,7 @@ class TrafficAccumulator:
 
     def rebin(self, chunks: Iterable[Capture]) -> None:
         """Count the per-second bins again from the first packet, over every chunk."""
+        assert self.first_ns is not None  # needs_rebin: packets were added
         self.bins = SecondBins(self.first_ns)
         chunks = iter(chunks)
         while (cap := next(chunks, None)) is not None:
@@ -580,6 +583,7 @@ class TrafficAccumulator:
                 }
             )
         b = self.bins
+        assert b is not None and self.first_ns is not None and self.last_ns is not None  # packets
         if b.early or b.origin != self.first_ns:
             raise ValueError(
                 "the per-second bins do not start at the first packet: call rebin() first"
@@ -667,7 +671,7 @@ class TrafficAccumulator:
         return plain(out)
 
     def _protocols(self) -> list[dict[str, Any]]:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for k in np.flatnonzero(self._proto_packets).tolist():
             v, p = k >> 8, k & 255
             name = "non-IP" if v == 0 else f"IPv{v} {PROTO_NAMES.get(p, f'proto {p}')}"

@@ -118,9 +118,9 @@ def multiplied_report(
     compared with its original by packets only."""
     plan = read_plan(plan_path)
     by_addr: dict[tuple, list] = defaultdict(list)
-    for (proto, a, _pa, b, _pb), v in plan.items():
-        if v not in by_addr[(proto, a, b)]:
-            by_addr[(proto, a, b)].append(v)
+    for (proto, src, _sport, dst, _dport), v in plan.items():
+        if v not in by_addr[(proto, src, dst)]:
+            by_addr[(proto, src, dst)].append(v)
     fin, pin, bin_ = _flows(Path(ingress))
     fout, pout, bout = _flows(Path(egress))
     orig: dict[tuple[int, int], list[int]] = {}
@@ -131,7 +131,7 @@ def multiplied_report(
             cur[0] += n
             cur[1] += b
     seen: dict[tuple[int, int, int], list[int]] = defaultdict(lambda: [0, 0])
-    unmapped = Counter()
+    unmapped: Counter[str] = Counter()
     for key, (n, b) in fout.items():
         hit = _locate(key, plan, by_addr)
         if hit is None:
@@ -143,7 +143,7 @@ def multiplied_report(
         cur[1] += b
     copies_of: dict[int, set[int]] = defaultdict(set)
     equal = differ = 0
-    diffs = []
+    diffs: list[dict[str, int]] = []
     ratios = []  # per original flow and direction: shadow packets / original packets (each copy)
     for (flow, copy, direction), (n, b) in seen.items():
         if copy == 0:

@@ -32,7 +32,7 @@ from .timing import engine_key, run_timing
 ANALYSIS_VERSION = 1
 RUN_FOLDER = "a run folder holding capture.pcap (see results/README.md) or a pcap/pcapng file"
 PER_SECOND_ROWS_MAX = 300
-# the link types whose frames the capture reader decodes to IP (analysis/native/pcapread.c, LT_*)
+# the link types whose frames the capture reader decodes to IP (ntgcore/native/pcapread.c, LT_*)
 LINK_TYPES = {
     0: "BSD loopback",
     1: "Ethernet",
@@ -93,8 +93,7 @@ def analyze(
     with the name of each stage as it starts and with the bytes read during long reads.
     Raises CaptureError when there is no readable capture."""
     step = progress or (lambda stage: None)
-    many = not isinstance(path, (str, os.PathLike))
-    sources = [Path(p) for p in path] if many else [Path(path)]
+    sources = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(p) for p in path]
     if not sources:
         raise CaptureError(Path("."), "no capture given", RUN_FOLDER)
     src = sources[0]
@@ -272,14 +271,14 @@ def _checks_with_attacks(
     for c in checks:
         c["name"] = f"benign part: {c['name']}"
     for name, key in (("packets", "packets"), ("bytes", "bytes")):
-        c = _check(
+        total = _check(
             f"capture {name} = benign + attack {name}",
             m[key],
             bm[key] + int(attacks[key]),
             note=f"{attacks['benign_pcap']} + {attacks.get('manifest', 'attacks.json')}",
         )
-        if c is not None:
-            checks.append(c)
+        if total is not None:
+            checks.append(total)
     warnings.append(
         f"attack sessions were mixed in: {attacks.get('sessions', 0):,} sessions, "
         f"{attacks['packets']:,} packets from IDS rules ({attacks.get('manifest', 'attacks.json')}); "

@@ -198,11 +198,11 @@ def _alerts(
 
 
 def _concat(frames: list[pd.DataFrame | None]) -> pd.DataFrame | None:
-    frames = [f for f in frames if f is not None]
-    if not frames:
+    present = [f for f in frames if f is not None]
+    if not present:
         return None
-    frames = [f for f in frames if len(f)] or frames[:1]
-    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    present = [f for f in present if len(f)] or present[:1]
+    return present[0] if len(present) == 1 else pd.concat(present, ignore_index=True)
 
 
 def write_tables(out: str | os.PathLike, tables: dict[str, Any]) -> list[Path]:
@@ -242,7 +242,7 @@ def write_run_tables(
         "generator": ",".join(gens) or None,
         "status": manifest.get("status"),
         **_traffic(doc, len(flows)),
-        "sent": sum(sent) if sent and None not in sent else None,
+        "sent": sum(s for s in sent if s is not None) if sent and None not in sent else None,
     }
     tables: dict[str, Any] = {
         "run": [run_row(run_id, manifest, mode, doc.get("analysed_utc"))],

@@ -34,6 +34,6 @@ FIG4_ORDER = ["murmur3_32", "lookup3", "coralreef"]  # shortest chains first
 # Fig. 5 (section 4.4, lines ~268-280): the band between non-powers-of-two (upper) and powers of
 # two (lower) sizes, CoralReef: the rate lost is up to x4 for lists and nearly 30 % for trees.
 FIG5_LOSS = {"chain": 4.0, "tree": 1.3}
-# The seed's hash names -> ours (analysis.hashing / generators/flowengine/src/hash.h).
+# The seed's hash names -> ours (analysis.hashing / ntgcore/native/hash.h).
 HASHES = {"CoralReef": "coralreef", "Bob Jenkins": "lookup3", "Murmur": "murmur3_32"}
 STRUCTS = {"lists": "chain", "trees": "tree"}

@@ -161,17 +161,17 @@ def read_stream(
     MEMORY_LIMIT allows. PROGRESS, if given, is called with a line about the bytes and packets
     read every PROGRESS_EVERY_S seconds. Raises CaptureError for a missing file or one that is
     not a capture, before counting anything."""
-    paths = [Path(p) for p in paths]
-    if not paths:
+    captures = [Path(p) for p in paths]
+    if not captures:
         raise ValueError("read_stream needs at least one capture file")
     size = chunk if chunk is not None else chunk_packets(memory_limit)
-    starts = [t for t in map(_first_ts, paths) if t is not None]
+    starts = [t for t in map(_first_ts, captures) if t is not None]
     totals = TrafficAccumulator(min(starts) if starts else None, flows=flows)
-    total_bytes = sum(p.stat().st_size for p in paths)
+    total_bytes = sum(p.stat().st_size for p in captures)
     files: list[CaptureFile] = []
     problems: list[tuple[Path, CaptureProblem]] = []
     done_bytes, shown = 0, time.monotonic()
-    for path in paths:
+    for path in captures:
         packets, facts = 0, None
         chunks = iter_capture(path, size, reuse=True)
         # the chunks share their arrays (reuse): each is dropped before the next is read into them
@@ -200,7 +200,7 @@ def read_stream(
                 "a packet is earlier than every file's first one: counting the seconds "
                 "again from it (second pass)"
             )
-        totals.rebin(_chunks(paths, size))
+        totals.rebin(_chunks(captures, size))
         result.passes = 2
     return result
 
@@ -209,7 +209,9 @@ def flow_table_of(
     paths: Iterable[str | os.PathLike], memory_limit: int | None = None
 ) -> pd.DataFrame:
     """flow_table of one logical capture, read in chunks (bounded memory)."""
-    return read_stream(paths, memory_limit).totals.flows.table()
+    flows = read_stream(paths, memory_limit).totals.flows
+    assert flows is not None  # read_stream keeps the flow table by default
+    return flows.table()
 
 
 __all__ = [

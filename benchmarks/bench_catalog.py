@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -434,7 +434,7 @@ def main() -> int:
         f"{args.runs_folders:,} run folders ({size / 1e6:.0f} MB, generated in {generate_s:.0f} s); load "
         f"average {doc['loadavg_before'][0]:.1f} before, {doc['loadavg_after'][0]:.1f} after\n"
     )
-    print("| command | cold s | warm s (median of %d) |" % args.runs)
+    print(f"| command | cold s | warm s (median of {args.runs}) |")
     print("|---|---:|---:|")
     for r in rows:
         cold = f"{r['cold_s']:.2f}" if r["cold_s"] is not None else "–"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from idsrules.semantics import analyze
+from idsrules.syntax import read_rules
+from idsrules.synth import synthesize
 from testbed.ids.coverage import run_coverage
-from testbed.ids.rules.semantics import analyze
-from testbed.ids.rules.syntax import read_rules
-from testbed.ids.rules.synth import synthesize
 
 
 def main() -> int:

@@ -108,7 +108,7 @@ class EndpointServer:
     def __enter__(self) -> EndpointServer:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

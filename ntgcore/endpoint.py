@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import socket
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .proc import Tool
 
@@ -105,7 +105,7 @@ class Site(abc.ABC):
     def counters(self, place: str) -> dict[str, int]:
         return self.endpoint(place).counters()
 
-    def facts(self) -> dict:
+    def facts(self) -> dict[str, Any]:
         """What the places run on, for the manifest (a VM back end: per role the accelerator, CPU
         model, vCPUs, memory, boot time); {} for places on this machine itself."""
         return {}
@@ -119,7 +119,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def open(
-        self, ref: str | dict, base_dir: Path | None, source: str | None, unique: bool = True
+        self,
+        ref: str | dict[str, Any],
+        base_dir: Path | None,
+        source: str | None,
+        unique: bool = True,
     ) -> Site:
         """The site `ref` describes; `unique` gives it a fresh name so that runs never collide.
         Raises BadInput (with FILE:LINE) for a description that cannot be used."""

@@ -27,7 +27,7 @@ NO_SPACE = "no space left on device"
 
 
 @contextlib.contextmanager
-def replacing(path: str | os.PathLike) -> Iterator[Path]:
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield the temporary path to write; when the block ends without an exception it becomes
     PATH (os.replace, so on the same file system); otherwise it is removed and PATH is untouched.
     The temporary name is hidden and unique per process and thread, so writers do not collide.
@@ -57,18 +57,18 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_whole(path: str | os.PathLike, text: str) -> None:
+def write_whole(path: str | os.PathLike[str], text: str) -> None:
     """PATH holds TEXT (UTF-8), whole or not at all (`replacing`)."""
     with replacing(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
-def no_space_at(path: str | os.PathLike) -> str:
+def no_space_at(path: str | os.PathLike[str]) -> str:
     """The one message for a file that found its file system full."""
     return f"{NO_SPACE}: {path}"
 
 
-def no_space(exc: BaseException, where: str | os.PathLike, advice: str) -> NoSpace | None:
+def no_space(exc: BaseException, where: str | os.PathLike[str], advice: str) -> NoSpace | None:
     """NoSpace for EXC when it is an OSError of a full file system or quota, naming its file (else
     WHERE, the folder being written), saying that no file was left half-written and ADVICE (what
     to do); None for any other error. Whoever writes makes sure of the half-written part:
@@ -78,7 +78,7 @@ def no_space(exc: BaseException, where: str | os.PathLike, advice: str) -> NoSpa
     return no_space_error(exc.filename or where, advice)
 
 
-def no_space_error(path: str | os.PathLike, advice: str) -> NoSpace:
+def no_space_error(path: str | os.PathLike[str], advice: str) -> NoSpace:
     """The NoSpace error of a command that could not write PATH (and left no half of it)."""
     return NoSpace(f"{no_space_at(path)}; no file is left half-written: {advice}")
 
@@ -86,7 +86,9 @@ def no_space_error(path: str | os.PathLike, advice: str) -> NoSpace:
 MAX_JSON_BYTES = 256 * 2**20  # a run's manifest is tens of kB, metrics.json of a long run a few MB
 
 
-def read_json(path: str | os.PathLike, what: str = "JSON file", limit: int = MAX_JSON_BYTES) -> Any:
+def read_json(
+    path: str | os.PathLike[str], what: str = "JSON file", limit: int = MAX_JSON_BYTES
+) -> Any:
     """The JSON value of PATH, read through `read_bounded` (at most LIMIT bytes); BadInput
     `PATH: ...` for what read_bounded refuses and for text that is not JSON."""
     text = read_bounded(path, limit, what)
@@ -96,7 +98,7 @@ def read_json(path: str | os.PathLike, what: str = "JSON file", limit: int = MAX
         raise BadInput(f"{path}: the {what} is not valid JSON ({exc})") from None
 
 
-def write_error(exc: OSError, where: str | os.PathLike, advice: str) -> NtgError:
+def write_error(exc: OSError, where: str | os.PathLike[str], advice: str) -> NtgError:
     """The error a command ends with when EXC stopped it while it wrote its output into WHERE:
     NoSpace (exit 4) for a full file system (`no_space`); BadInput (exit 2: an output place that
     cannot be written) for a read-only file system, or any error of a file in WHERE (else of
@@ -111,7 +113,7 @@ def write_error(exc: OSError, where: str | os.PathLike, advice: str) -> NtgError
     return NtgError(f"{name}: {exc.strerror or exc}")
 
 
-def _inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
+def _inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
     """Whether PATH is FOLDER or below it (as written, and with links resolved)."""
     for resolve in (os.path.abspath, os.path.realpath):
         p, f = resolve(path), resolve(folder)
@@ -125,7 +127,9 @@ def size_text(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
-def read_bounded(path: str | os.PathLike, limit: int, what: str = "file", hint: str = "") -> str:
+def read_bounded(
+    path: str | os.PathLike[str], limit: int, what: str = "file", hint: str = ""
+) -> str:
     """The UTF-8 text of PATH, read with at most LIMIT + 1 bytes in memory; BadInput (message
     `PATH: ...`) for a missing path, a directory, a file that cannot be read, more than LIMIT
     bytes (a regular file refused by its size, unread), or bytes that are not UTF-8 (the line and

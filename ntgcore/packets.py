@@ -1,7 +1,7 @@
 """Struct-based packet builders (Ethernet, IPv4, IPv6, TCP, UDP, ICMP, ICMPv6) with correct
 checksums, a TCP session as frames (`tcp_session`: handshake, MSS-sized data segments each ACKed,
 FIN both ways) and a pcap writer (microsecond, or nanosecond). Used by the rule-derived attack
-sessions (testbed.ids.rules.synth) and TRex's ASTF offline expansion (generators/trex). Headers are declared as tables of (format, field) and
+sessions (idsrules.synth) and TRex's ASTF offline expansion (generators/trex). Headers are declared as tables of (format, field) and
 packed in one go. `ip(src, dst, proto, payload, ident)` picks IPv4 or IPv6 by the address length;
 `tcp`/`udp` take 4- or 16-byte addresses: below 64 KiB the IPv6 pseudo header (length as 32 bits,
 next header last) has the same 16-bit sum as the IPv4 one (RFC 8200, 8.1)."""
@@ -211,10 +211,12 @@ def short_address(text: str | None) -> str:
     """An address in the short text form our sessions use (`2001:0db8:0000:...:0001` ->
     `2001:db8::1`; Suricata's eve.json and tshark spell IPv6 out in full); anything that is not
     an address unchanged ("" for None)."""
+    if text is None:
+        return ""
     try:
         return ipaddress.ip_address(text).compressed
     except ValueError:
-        return text or ""
+        return text
 
 
 class PcapWriter:

@@ -18,9 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from types import FrameType
+from typing import IO, Any
 
 PR_SET_PDEATHSIG = 1
 # What a child gets when the testbed dies: SIGKILL, because nobody is left to wait for an orderly
@@ -39,7 +40,11 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # inside Popen it would be dropped by an at-fork callback, or leave a child nobody holds).
 _FORKING = threading.Event()
 _DEFERRED: list[int] = []  # the signals deferred so, in order
-_SIGNAL_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGKILL: "SIGKILL"}
+_SIGNAL_NAMES: dict[int, str] = {
+    signal.SIGINT: "SIGINT",
+    signal.SIGTERM: "SIGTERM",
+    signal.SIGKILL: "SIGKILL",
+}
 
 
 def describe_exit(code: int | None) -> str:
@@ -61,7 +66,7 @@ class CommandRecord:
     note: str = ""
     pid: int | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             k: v for k, v in self.__dict__.items() if (v != "" and v is not None) or k == "status"
         }
@@ -129,7 +134,7 @@ class Leftover:
     path: str
     only_if_empty: bool = False
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "only_if_empty": self.only_if_empty}
 
 
@@ -140,12 +145,12 @@ class Process:
 
     name: str
     argv: list[str]
-    stdout: IO | int | None = None
-    stderr: IO | int | None = None
+    stdout: IO[Any] | int | None = None
+    stderr: IO[Any] | int | None = None
     cwd: Path | None = None
     leftovers: list[Leftover] = field(default_factory=list)
     record: CommandRecord = field(init=False)
-    popen: subprocess.Popen | None = field(default=None, init=False)
+    popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
     start_ticks: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -243,7 +248,7 @@ class Process:
             if self.popen.poll() is None:
                 self.send_signal(signal.SIGKILL)
                 self.record.note = (
-                    f"did not stop within {grace:g}s of {_SIGNAL_NAMES.get(sig, sig)}; killed"
+                    f"did not stop within {grace:g}s of {_SIGNAL_NAMES.get(sig, str(sig))}; killed"
                 )
         return self._finish(self.popen.wait())
 
@@ -275,7 +280,7 @@ class Interrupts:
     def __init__(self, raising: bool = False) -> None:
         self.received: int | None = None
         self.raising = raising
-        self._old: dict[int, object] = {}
+        self._old: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is threading.main_thread():
@@ -283,7 +288,7 @@ class Interrupts:
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = signum
         if self.raising:
             if _FORKING.is_set():
@@ -291,7 +296,7 @@ class Interrupts:
                 return
             raise Interrupted(signum)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
 

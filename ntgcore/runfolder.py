@@ -19,7 +19,7 @@ import os
 import platform
 import subprocess
 import sys
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -42,10 +42,10 @@ def testbed_version() -> str:
     try:
         return version("ntg-testbed")
     except PackageNotFoundError:  # not installed: running from a checkout
-        return "0.1.0+source"
+        return "0.8.0+source"
 
 
-def git_info() -> dict:
+def git_info() -> dict[str, Any]:
     here = Path(__file__).resolve().parent
     try:
         rev = subprocess.run(
@@ -64,7 +64,7 @@ def git_info() -> dict:
         return {"revision": None, "dirty": None}
 
 
-def host_info() -> dict:
+def host_info() -> dict[str, Any]:
     os_name = None
     try:
         for line in Path("/etc/os-release").read_text().splitlines():
@@ -82,8 +82,11 @@ def host_info() -> dict:
     }
 
 
-def tool_versions() -> dict:
-    tools = {"testbed": testbed_version(), "python": platform.python_version()}
+def tool_versions() -> dict[str, Any]:
+    tools: dict[str, str | None] = {
+        "testbed": testbed_version(),
+        "python": platform.python_version(),
+    }
     for lib in ("numpy", "pandas", "matplotlib", "pydantic", "PyYAML"):
         try:
             tools[lib] = version(lib)

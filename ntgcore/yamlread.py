@@ -64,7 +64,7 @@ class YamlProblem(BadInput):
         self.problems = problems
 
 
-def where(path: tuple) -> str:
+def where(path: tuple[Any, ...]) -> str:
     """`flows[2].dst_port` for the path ("flows", 2, "dst_port"); a deep one shortened."""
     if len(path) > 12:
         return f"{where(path[:4])}...{where(path[-2:]) if isinstance(path[-2], int) else '.' + where(path[-2:])}"
@@ -157,16 +157,16 @@ class _Frame:
         self.key: Any = _NO_KEY
         self.anchor = anchor
         self.start = start
-        self.merges: list | None = None
+        self.merges: list[Any] | None = None
         self.line = line
 
 
 _NO_KEY = object()
 
 
-def _path(stack: list[_Frame]) -> tuple:
+def _path(stack: list[_Frame]) -> tuple[Any, ...]:
     """Where the next value of the innermost container goes."""
-    out: list = []
+    out: list[Any] = []
     for f in stack:
         if f.is_map:
             if f.key is not _NO_KEY:
@@ -204,14 +204,14 @@ def _read(text: str, file: str, source: Any = _EventSource) -> Any:
     anchors: dict[str, tuple[Any, int]] = {}  # name -> (value, nodes it stands for)
     open_anchors: set[str] = set()
     stack: list[_Frame] = []
-    duplicates: list[tuple[tuple, int]] = []
+    duplicates: list[tuple[tuple[Any, ...], int]] = []
     nodes = aliases = documents = 0
     root: Any = None
     ScalarEvent, AliasEvent = yaml.ScalarEvent, yaml.AliasEvent
     SequenceStartEvent, MappingStartEvent = yaml.SequenceStartEvent, yaml.MappingStartEvent
     CollectionEndEvent, DocumentStartEvent = yaml.CollectionEndEvent, yaml.DocumentStartEvent
 
-    def fail(line: int, message: str, path: tuple | None = None) -> YamlProblem:
+    def fail(line: int, message: str, path: tuple[Any, ...] | None = None) -> YamlProblem:
         return YamlProblem(
             [f"{file}:{line}: {where(_path(stack) if path is None else path)}: {message}"]
         )
@@ -277,7 +277,7 @@ def _read(text: str, file: str, source: Any = _EventSource) -> Any:
                 frame = stack.pop()
                 value = frame.data
                 if frame.merges:
-                    merged: dict = {}
+                    merged: dict[Any, Any] = {}
                     for m in reversed(frame.merges):
                         merged.update(m)
                     merged.update(value)
@@ -352,14 +352,16 @@ def _problem(exc: yaml.YAMLError) -> str:
 def _error_line(exc: yaml.YAMLError, text: str) -> int:
     mark = getattr(exc, "problem_mark", None)
     if mark is not None:
-        return mark.line + 1
+        return int(mark.line) + 1
     position = getattr(exc, "position", None)  # a ReaderError: a character YAML does not allow
     if isinstance(position, int):
         return text.count("\n", 0, position) + 1
     return 1
 
 
-def _duplicate_problems(text: str, file: str, duplicates: list[tuple[tuple, int]]) -> list[str]:
+def _duplicate_problems(
+    text: str, file: str, duplicates: list[tuple[tuple[Any, ...], int]]
+) -> list[str]:
     first = yaml_lines(text, {path for path, _ in duplicates})
     out = []
     for path, second in duplicates:
@@ -371,22 +373,24 @@ def _duplicate_problems(text: str, file: str, duplicates: list[tuple[tuple, int]
     return out
 
 
-def yaml_lines(text: str, wanted: Collection[tuple] | None = None) -> dict[tuple, int]:
+def yaml_lines(
+    text: str, wanted: Collection[tuple[Any, ...]] | None = None
+) -> dict[tuple[Any, ...], int]:
     """Lines (1-based) of a text `read_yaml` accepted, by path: `path` is the line of a key (or of
     a list item), `path + ("__value__",)` the line of a key's value. `wanted`: only these paths
     (and their `__value__`), else all. The first occurrence of a path wins. An aliased node is
     not entered: paths inside it take the alias's line through their prefix."""
     parser = _EventSource(text)
-    out: dict[tuple, int] = {}
-    anchors: dict[str, Any] = {}
+    out: dict[tuple[Any, ...], int] = {}
+    anchors: dict[str | None, Any] = {}  # (an alias always names its anchor)
     # each open container: [path, is_map, pending key or _NO_KEY, next index]
-    stack: list[list] = []
+    stack: list[list[Any]] = []
 
-    def record(path: tuple, line: int) -> None:
+    def record(path: tuple[Any, ...], line: int) -> None:
         if wanted is None or path in wanted:
             out.setdefault(path, line)
 
-    def position(line: int) -> tuple | None:
+    def position(line: int) -> tuple[Any, ...] | None:
         """The path of a value starting at `line`, recording it; None for a key."""
         if not stack:
             out.setdefault((), line)
@@ -395,7 +399,7 @@ def yaml_lines(text: str, wanted: Collection[tuple] | None = None) -> dict[tuple
         if top[1]:
             if top[2] is _NO_KEY:
                 return None
-            path = top[0] + (top[2],)
+            path: tuple[Any, ...] = top[0] + (top[2],)
             if wanted is None or path in wanted:
                 out.setdefault(path + ("__value__",), line)
             top[2] = _NO_KEY

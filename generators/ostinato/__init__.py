@@ -251,6 +251,7 @@ class Ostinato(Generator):
     def _write_stats(self) -> None:
         """ostinato-stats.json, whole or not at all; a full disk fails the generator (naming
         the file) instead of ending the monitor thread with a traceback."""
+        assert self.run_dir is not None  # prepared
         path = self.run_dir / "ostinato-stats.json"
         try:
             with replacing(path) as tmp:

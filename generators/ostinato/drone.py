@@ -142,9 +142,10 @@ class Drone(EndpointServer):
 
     def client(self, version: str | None = None) -> DroneClient:
         sock = self.endpoint.connect("127.0.0.1", self.port, self.rpc_timeout)
-        kwargs = {"version": version} if version else {}
         try:
-            return DroneClient(sock=sock, timeout=self.rpc_timeout, **kwargs)
+            if version:
+                return DroneClient(sock=sock, timeout=self.rpc_timeout, version=version)
+            return DroneClient(sock=sock, timeout=self.rpc_timeout)
         except DroneError as exc:
             if "refused client version" not in str(exc):
                 raise

@@ -17,7 +17,7 @@ import socket
 import struct
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -234,6 +234,10 @@ class _Messages:
 
     def __init__(self, classes: dict[str, type]) -> None:
         self.__dict__.update(classes)
+
+    if TYPE_CHECKING:  # the classes are set at run time, from our .proto
+
+        def __getattr__(self, name: str) -> Any: ...
 
 
 _CLASSES, METHODS = _build()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from ntgcore.errors import GeneratorError
 from ntgcore.scenario import Ports
@@ -28,7 +29,7 @@ NS = 1_000_000_000
 class StreamPlan:
     flow_index: int
     label: str
-    stream: object  # msg.Stream
+    stream: Any  # msg.Stream (our .proto's classes are built at run time)
     packets: int  # packets of this stream in one pass
     pps: float  # 0 = as fast as drone can (Ostinato's "packets/sec 0")
 
@@ -78,7 +79,7 @@ class _Builder:
 
     # ---- one flow -------------------------------------------------------------------------
 
-    def stream(self, i: int, flow, stream_id: int) -> tuple[object, int, float]:
+    def stream(self, i: int, flow, stream_id: int) -> tuple[Any, int, float]:
         """(Stream, packets in one pass, pps) for flow `i`."""
         label = _label(i, flow)
         rng = random.Random(f"{self.seed}:{i}")

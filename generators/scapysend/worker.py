@@ -33,12 +33,13 @@ def build_frame(f: dict):
     from scapy.layers.inet import ICMP, IP, TCP, UDP
     from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
     from scapy.layers.l2 import Ether
-    from scapy.packet import Raw
+    from scapy.packet import Packet, Raw
 
     content = bytes.fromhex(f["payload_hex"])
     payload = (content + bytes(max(0, f["size"] - len(content))))[: max(f["size"], len(content))]
     l3 = IP(src=f["src"], dst=f["dst"]) if f["af"] == 4 else IPv6(src=f["src"], dst=f["dst"])
     proto = f["protocol"]
+    l4: Packet
     if proto == "tcp":
         l4 = TCP(sport=f["sport"], dport=f["dport"], flags="PA" if payload else "A")
     elif proto == "udp":
@@ -71,7 +72,7 @@ def run(plan: dict) -> dict:
     frames = [build_frame(f) for f in plan["flows"]]
     sizes = [len(bytes(fr)) for fr in frames]
     pace, duration = plan["pace"], plan.get("duration_s")
-    counts = {"sent": 0, "bytes": 0, "failed": 0, "failed_bytes": 0, "late": 0}
+    counts: dict[str, float] = {"sent": 0, "bytes": 0, "failed": 0, "failed_bytes": 0, "late": 0}
     sock = conf.L2socket(iface=plan["iface"])
     t0 = time.monotonic_ns()
     end = t0 + int(duration * 1e9) if duration else None

@@ -28,14 +28,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, Union
+from typing import IO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ntgcore.endpoint import Endpoint
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import Capabilities, Counters, Generator, GeneratorPlugin, Progress
-from ntgcore.proc import Process
+from ntgcore.proc import CommandRecord, Process
 from ntgcore.scenario import GeneratorSpec
 
 from .astf_offline import AstfOfflineExpansion, expected_capture
@@ -91,7 +91,7 @@ class Trex(Generator):
     async_port}), `trex_dir`, `port`, `rate_unit`, `topspeed_pps`, `rpc_timeout`, `stream_stats`,
     `latency_pps` (with `server_iface`: TRex's receiving port);
     ASTF: `mode: astf`, `server_iface`, `response_bytes` (and the keyword `attack_sessions`: the
-    `attacks:` section's TCP dialogues from testbed.ids.rules.attacks.tcp_dialogues)."""
+    `attacks:` section's TCP dialogues from idsrules.attacks.tcp_dialogues)."""
 
     name = "trex"
 
@@ -141,9 +141,9 @@ class Trex(Generator):
         self._interrupt = False
         self._monitor: threading.Thread | None = None
         self._reader: threading.Thread | None = None
-        self._records = []
+        self._records: list[CommandRecord] = []
         self._on_progress: Callable[[Progress], None] | None = None
-        self._log = None
+        self._log: IO[bytes] | None = None
         self._offline: OfflineExpansion | AstfOfflineExpansion | None = None
 
     def version(self) -> str:
@@ -166,8 +166,8 @@ class Trex(Generator):
             raise GeneratorError(f"trex: the TRex client is not installed; {INSTALL_HINT}")
         if endpoint is None:  # offline: our own expansion of the profile writes capture.pcap
             if self.mode == "astf":  # its TCP connections as TRex would play them (astf_offline.py)
-                self.write_astf_profile(scenario, run_dir)
-                self._offline = AstfOfflineExpansion(self.astf, Path(run_dir), seed, self._mac)
+                astf = self.write_astf_profile(scenario, run_dir)
+                self._offline = AstfOfflineExpansion(astf, Path(run_dir), seed, self._mac)
                 return
             self.write_profile(scenario, run_dir, seed)
             self._offline = OfflineExpansion(self.profile, Path(run_dir))
@@ -443,6 +443,7 @@ class Trex(Generator):
 
     def _watch(self) -> None:
         assert self.worker is not None and (self.profile or self.astf) is not None
+        assert self.run_dir is not None  # prepared
         asked = False
         deadline = None
         reason = None
@@ -486,15 +487,21 @@ class Trex(Generator):
                     f"the worker ended without a result ({self.worker.record.status}): "
                     f"{_tail(self.run_dir / 'trex-worker.log') or '(no output)'}"
                 )
-            if reason is None and done.get("status") == "overrun":
+            if reason is None and done is not None and done.get("status") == "overrun":
                 reason = (
                     f"TRex was still sending {MAX_OVERRUN_S:g}s after the expected end "
                     f"({self.expected_seconds:.3g}s); stopped it"
                 )
             if reason is not None:
                 self._fail(reason)
-            elif done.get("status") == "stopped" and (
-                self._interrupt or self.astf is not None or not self.profile.continuous
+            elif (
+                done is not None
+                and done.get("status") == "stopped"
+                and (
+                    self._interrupt
+                    or self.astf is not None
+                    or (self.profile is not None and not self.profile.continuous)
+                )
             ):
                 self._status = "interrupted"
             else:

@@ -133,7 +133,7 @@ def packets_per_connection(t: TemplateSpec) -> int:
 
 
 def expected_capture(profile: AstfProfile) -> dict:
-    """The capture's counts (ntgcore.compile.expected's keys; a flow: one direction of a
+    """The capture's counts (ntgcore.expected.expected's keys; a flow: one direction of a
     connection) and `what`, `testbed validate`'s line."""
     packets = sum(t.limit * packets_per_connection(t) for t in profile.templates)
     payload = sum(t.limit * (t.request_bytes + t.response_bytes) for t in profile.templates)

@@ -19,7 +19,7 @@ The rules (README.md, "ASTF mode"):
   (its text/hex padded with zeros to its size) as one request, the server answers with
   `response_bytes` (the generator option; 0: no answer) and both close.
 - an attack session (`attacks:`, TCP rules with a handshake, given to the adapter as plain
-  dialogues by testbed.ids.rules.attacks.tcp_dialogues: the same bytes the attack pcap carries,
+  dialogues by idsrules.attacks.tcp_dialogues: the same bytes the attack pcap carries,
   the server port the synthesis picks, the client range and the server address on the rule's
   sides, each rule its own server address); `attacks.count` connections cycled over the rules,
   at `attacks.rate` connections/s in all.
@@ -121,7 +121,7 @@ def _range(addr, what: str, label: str) -> tuple[str, str]:
 
 
 def _overlap(a: tuple[str, str], b: tuple[str, str]) -> bool:
-    ip = ipaddress.ip_address
+    ip = ipaddress.IPv4Address  # ASTF maps IPv4 sessions only (above)
     return ip(a[0]) <= ip(b[1]) and ip(b[0]) <= ip(a[1])
 
 
@@ -197,7 +197,7 @@ def flow_template(i: int, flow, response_bytes: int, notes: list[str]) -> Templa
 def attack_templates(
     sessions: list[dict], rate: float, skipped: list[str], notes: list[str]
 ) -> list[TemplateSpec]:
-    """One template per attack rule: `sessions` as testbed.ids.rules.attacks.tcp_dialogues gives
+    """One template per attack rule: `sessions` as idsrules.attacks.tcp_dialogues gives
     them ({sid, client: (first, last), server, server_port, messages: [(from_client, bytes)],
     count}), at `rate` sessions/s in all."""
     if skipped:
@@ -249,7 +249,7 @@ def build_astf_profile(
     attack_sessions: tuple[list[dict], list[str]] | None = None,
 ) -> AstfProfile:
     """`attack_sessions`: the `attacks:` section's TCP dialogues and what was left out, as
-    testbed.ids.rules.attacks.tcp_dialogues gives them (the orchestration reads rules, not the
+    idsrules.attacks.tcp_dialogues gives them (the orchestration reads rules, not the
     adapters); without them an `attacks:` section is left to the run's attack pcap."""
     notes: list[str] = []
     templates = [flow_template(i, f, response_bytes, notes) for i, f in enumerate(scenario.flows)]

@@ -691,7 +691,7 @@ class StreamExpander:
             )
         values = {v.name: var_values(prog, v, k, block) for v in prog.vars}
         written = []
-        for v, off, size, add in prog.writes:
+        for v, _off, size, add in prog.writes:
             val = values[v.name]
             if add:
                 val = (val + U64(add % (1 << (8 * size)))) if add > 0 else val - U64(-add)

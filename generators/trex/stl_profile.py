@@ -17,6 +17,7 @@ import hashlib
 import math
 import random
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ntgcore.errors import GeneratorError
 from ntgcore.scenario import Ports
@@ -297,15 +298,14 @@ class _Builder:
             size = 4 if host_bits <= 32 else 8
             width = 8 * size
             base = int(net.network_address) & ~((1 << width) - 1)  # the part that stays
-            low = lambda a: int(a) - base
             var = {
                 "op": "var",
                 "name": f"ip_{side}",
                 "size": size,
                 "kind": "inc" if addr.mode == "increment" else "random",
-                "min": low(net.network_address),
-                "max": low(net.broadcast_address),
-                "init": low(iface.ip),
+                "min": int(net.network_address) - base,
+                "max": int(net.broadcast_address) - base,
+                "init": int(iface.ip) - base,
                 "step": 1,
                 "next_var": None,
             }
@@ -422,11 +422,11 @@ class _Builder:
                     }
                 )
                 # TRex's Scapy names no ICMPv6 echo fields: their offsets (id 4, seq 6 into it)
-                where = (
+                field_at: str | int = (
                     f"ICMP.{varied}" if proto == "icmp" else 14 + 40 + (4 if varied == "id" else 6)
                 )
                 vm.append(
-                    {"op": "write", "var": f"icmp_{varied}", "field": where, "offset_fixup": 0}
+                    {"op": "write", "var": f"icmp_{varied}", "field": field_at, "offset_fixup": 0}
                 )
                 if proto == "icmp":
                     # The field engine has no ICMPv4 checksum fix: the checksum is a second
@@ -689,6 +689,7 @@ def latency_probes(
             pkt["l4"] = dict(pkt["l4"], chksum=0)
         header = flow.header_bytes
         frame = (header + pkt["payload_len"],) * 2
+        mode: dict[str, Any]
         if continuous:
             mode, packets, isg = {"type": "continuous"}, None, 0.0
         else:

@@ -39,11 +39,12 @@ import json
 import signal
 import time
 import traceback
+from typing import Any
 
-import lbr_trex_client
+import lbr_trex_client  # noqa: F401  (first: it puts its bundled Scapy and `trex` on sys.path)
 
-_stop = []
-_go = []
+_stop: list[int] = []
+_go: list[int] = []
 
 
 def emit(event: str, **data) -> None:
@@ -572,7 +573,7 @@ def run_astf(job: dict) -> int:
         time.sleep(0.3)  # the last counters reach the server's stats
         stats = client.get_stats(skip_zero=False)
         traffic = stats.get("traffic", {})
-        groups = {}
+        groups: dict[str, Any] = {}
         try:
             names = client.get_tg_names()
             if names:

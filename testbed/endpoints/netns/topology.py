@@ -92,7 +92,7 @@ def _in_benchmark_ranges(text: str) -> str:
         raise ValueError("not an address with prefix length, like 198.18.0.1/24") from None
     if "/" not in text:
         raise ValueError("give the prefix length too, like 198.18.0.1/24")
-    if not any(iface.network.subnet_of(n) for n in ALLOWED_NETWORKS if n.version == iface.version):
+    if not any(iface.network.subnet_of(n) for n in ALLOWED_NETWORKS if n.version == iface.version):  # type: ignore[arg-type]  # same version
         raise ValueError(
             "addresses must lie in 198.18.0.0/15 or 2001:db8::/32 (the benchmarking "
             "and documentation ranges); pick one there"
@@ -339,7 +339,7 @@ def _cross_check(t: Topology) -> list[tuple[tuple, str]]:
     for i, link in enumerate(t.links):
         for side in ("a", "b"):
             end: End = getattr(link, side)
-            loc = ("links", i, side)
+            loc: tuple[str | int, ...] = ("links", i, side)
             if end.ns not in t.namespaces:
                 problems.append(
                     (
@@ -381,9 +381,9 @@ def _cross_check(t: Topology) -> list[tuple[tuple, str]]:
                 )
             )
             continue
-        for key, name in (("from", m.from_), ("to", m.to)):
+        for side_key, name in (("from", m.from_), ("to", m.to)):
             if (m.ns, name) not in seen:
-                problems.append((loc + (key,), f"no link end `{name}` in namespace `{m.ns}`"))
+                problems.append((loc + (side_key,), f"no link end `{name}` in namespace `{m.ns}`"))
         if m.from_ == m.to:
             problems.append((loc + ("to",), "`to` must differ from `from`"))
     return problems
@@ -653,16 +653,16 @@ class _Applier:
             a, b = state[na].get(link.a.iface), state[nb].get(link.b.iface)
             if a is not None and b is not None and _peers(a, b, na == nb):
                 continue
-            for ns, end, cur in ((na, link.a.iface, a), (nb, link.b.iface, b)):
-                if cur is not None and state[ns].pop(end, None) is not None:
+            for ns, iface, cur in ((na, link.a.iface, a), (nb, link.b.iface, b)):
+                if cur is not None and state[ns].pop(iface, None) is not None:
                     self.do(
-                        f"{ns}: delete {end} (not the veth pair described)",
+                        f"{ns}: delete {iface} (not the veth pair described)",
                         "ip",
                         "-n",
                         ns,
                         "link",
                         "del",
-                        end,
+                        iface,
                     )
             self.do(
                 f"create veth {na}/{link.a.iface} <-> {nb}/{link.b.iface}",
