@@ -57,14 +57,13 @@ class Registry(Generic[T]):
             if ep.name not in self._items:
                 self.register(ep.name, ep.load())
 
-    def get(self, name: str) -> T:
+    def get(self, name: object) -> T:
+        """The plugin called `name`; PluginError naming the ones there are when none is (also
+        when `name` is not a string: a scenario's value as it was written)."""
         self.load()
-        try:
-            return self._items[name]
-        except KeyError:
-            raise PluginError(
-                f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}"
-            ) from None
+        if not isinstance(name, str) or name not in self._items:
+            raise PluginError(f"unknown {self.kind} {name!r}; available: {', '.join(self.names())}")
+        return self._items[name]
 
     def names(self) -> list[str]:
         self.load()

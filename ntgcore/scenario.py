@@ -497,11 +497,12 @@ def generator_spec(data: dict[str, Any] | GeneratorSpec) -> GeneratorSpec:
     if isinstance(data, GeneratorSpec):
         return data
     name = data.get("name") if isinstance(data, dict) else None
-    return GENERATORS.get(name).options.model_validate(data)
+    options: type[GeneratorSpec] = GENERATORS.get(name).options
+    return options.model_validate(data)
 
 
 def _registered_generator(v: Any) -> str:
-    if v not in GENERATORS:
+    if not isinstance(v, str) or v not in GENERATORS:
         raise ValueError(f"unknown generator {v!r}; available: {', '.join(GENERATORS.names())}")
     return v
 
@@ -1451,13 +1452,14 @@ def ensure_models() -> None:
     union = models[0] if len(models) == 1 else Annotated[Union[models], Field(discriminator="name")]  # noqa: UP007
     duts = tuple(Annotated[k.options, Tag(k.name)] for k in DUT_KINDS)
     dut = Annotated[
-        Union[(*duts, Annotated[_UnknownDutSpec, Tag(_UNKNOWN)])],  # noqa: UP007
+        Union[(*duts, Annotated[_UnknownDutSpec, Tag(_UNKNOWN)])],  # type: ignore[valid-type]  # noqa: UP007  (built at run time)
         Discriminator(_dut_tag),
     ]
     # The fields' annotations are set anew (a forward reference is resolved only once).
     fields = TestbedSpec.model_fields
     fields["generators"].annotation = list[union]  # type: ignore[valid-type]
-    fields["dut"] = FieldInfo.from_annotated_attribute(dut, NoDutSpec())  # no stale discriminator
+    # no stale discriminator; `dut` is a type built at run time, which mypy cannot follow
+    fields["dut"] = FieldInfo.from_annotated_attribute(dut, NoDutSpec())  # type: ignore[arg-type]
     fields["method"].annotation = Literal[tuple(METHODS.declared())]  # type: ignore[assignment]
     for section in _method_sections:  # the sections of methods registered before
         fields.pop(section, None)
@@ -1467,7 +1469,7 @@ def ensure_models() -> None:
             if section in fields:
                 raise BadInput(f"method {method.name}: `testbed.{section}` is taken")
             fields[section] = FieldInfo(
-                annotation=Optional[model],  # noqa: UP045
+                annotation=Optional[model],  # type: ignore[arg-type]  # noqa: UP045  (a run-time type)
                 default=None,
                 description=f"Method `{method.name}`: {getattr(method, 'summary', '')}",
             )
