@@ -226,19 +226,19 @@ def packets_in(pcap: Path) -> int:
     return len(res.stdout.splitlines())
 
 
-def kill_when_file(run: subprocess.Popen, path_of, timeout: float = 90, settle: float = 1) -> None:
-    """Kill -9 `run` `settle` s after the file `path_of()` names exists."""
+def kill_when_file(run: subprocess.Popen, path_of, packets: int, timeout: float = 90) -> None:
+    """Kill -9 `run` once the capture `path_of()` names holds at least `packets` packets (tcpdump
+    writes each packet as it comes, so a loaded machine only makes the wait longer)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and run.poll() is None:
         path = path_of()
-        if path is not None and path.is_file():
-            time.sleep(settle)
+        if path is not None and path.is_file() and packets_in(path) >= packets:
             run.kill()
             run.wait()
             return
-        time.sleep(0.05)
+        time.sleep(0.2)
     run.kill()
-    raise AssertionError(f"{timeout:g} s without the file: {run.communicate()}")
+    raise AssertionError(f"{timeout:g} s without {packets} packets: {run.communicate()}")
 
 
 def analyze_killed(run_dir: Path, e: dict) -> tuple[subprocess.CompletedProcess, dict]:
@@ -261,7 +261,7 @@ def test_analyze_of_a_run_killed_while_sending_analyses_its_capture_and_fails(
     e = env(marks, netns_marks)
     run = start_run(tmp_path, out, e, packets=60000)  # a minute at 1000/s: killed long before
     try:
-        kill_when_file(run, lambda: next(out.glob("*/capture.pcap"), None), settle=1.5)
+        kill_when_file(run, lambda: next(out.glob("*/capture.pcap"), None), packets=150)
         assert ntg("cleanup", e=e).returncode == 0
         run_dir = next(out.iterdir())
         assert json.loads((run_dir / "manifest.json").read_text())["steps"] == []
@@ -322,7 +322,7 @@ def test_analyze_of_a_sweep_killed_in_its_second_step_keeps_both_steps(
         text=True,
     )
     try:
-        kill_when_file(run, lambda: next(out.glob("*/rate-1000pps/capture.pcap"), None), settle=1)
+        kill_when_file(run, lambda: next(out.glob("*/rate-1000pps/capture.pcap"), None), packets=50)
         assert ntg("cleanup", e=e).returncode == 0
         run_dir = next(out.iterdir())
         assert [

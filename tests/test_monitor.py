@@ -3,6 +3,7 @@
 import sys
 import time
 
+import psutil
 import pytest
 
 from ntgcore.proc import Process
@@ -57,17 +58,38 @@ def sample(tmp_path, seconds, hz, pids):
     return summary, read_samples(tmp_path / "samples.csv")
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) the kernel has charged to process `pid` so far."""
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def assert_busy_as_measured(percent, pid: int, window) -> None:
+    """A spinning process's sampled CPU percent is what the kernel charged it over the window
+    (how much CPU a shared machine gave it varies; the sampler must report it, whatever it is)."""
+    used = (cpu_seconds(pid) - window[0]) / (time.monotonic() - window[1]) * 100
+    assert used > 10, used  # it did spin
+    assert abs(percent.dropna().mean() - used) < 15, (percent.tolist(), used)
+
+
+def spin_window(pid: int):
+    return cpu_seconds(pid), time.monotonic()
+
+
 def test_busy_and_sleeping(tmp_path, procs):
     busy = procs("busy", BUSY)
     sleepy = procs("sleepy", "import time; time.sleep(60)")
     settled(sleepy.pid)
+    window = spin_window(busy.pid)
     summary, df = sample(tmp_path, 1.6, 5, lambda: {"busy": busy.pid, "sleepy": sleepy.pid})
+    assert_busy_as_measured(
+        df[(df.kind == "process") & (df.label == "busy")].cpu_percent, busy.pid, window
+    )
     assert list(df.columns) == list(COLUMNS)
     proc = df[df.kind == "process"]
     assert set(proc.label) == {"busy", "sleepy"}
     b, s = proc[proc.label == "busy"], proc[proc.label == "sleepy"]
     assert (b.pid == busy.pid).all() and (b.rss_bytes > 0).all() and (b.mem_percent > 0).all()
-    assert b.cpu_percent.max() > 50, b.cpu_percent.tolist()  # loose: the machine is shared
     assert s.cpu_percent.dropna().max() < 10, s.cpu_percent.tolist()
     assert len(b) == len(s) == summary["ticks"] and b.cpu_percent.isna().sum() <= 1
     sysrows = df[df.kind == "system"]
@@ -89,8 +111,9 @@ def test_thread_rows_like_top_h(tmp_path, procs):
     threads = df[df.kind == "thread"]
     assert threads.tid.nunique() == 3 and (threads.pid == multi.pid).all()
     per_thread = threads.groupby("tid").cpu_percent.max()
-    # one thread spins, one sleeps in a loop, the main thread sleeps
-    assert (per_thread > 40).sum() == 1 and (per_thread < 10).sum() == 2, per_thread
+    # one thread spins, one sleeps in a loop, the main thread sleeps (however loaded the machine)
+    spin = per_thread.max()
+    assert spin > 10 and (per_thread < min(10, spin / 3)).sum() == 2, per_thread
     assert threads.name.notna().all()  # the kernel's thread names (comm)
 
 
@@ -102,13 +125,19 @@ def test_children_and_processes_that_come_and_go(tmp_path, procs):
         "time.sleep(60)\n",
     )
     short = procs("short", "import time; time.sleep(0.5)")
+    deadline = time.monotonic() + 10
+    while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (spinner,) = psutil.Process(parent.pid).children()
+    window = spin_window(spinner.pid)
     _, df = sample(
         tmp_path, 1.5, 4, lambda: {"parent": parent.pid, "short": short.pid, "gone": 999_999_999}
     )
     fam = df[(df.kind == "process") & (df.label == "parent")]
     assert fam.pid.nunique() == 2  # the parent and its child, under the parent's label
     child = fam[fam.pid != parent.pid]
-    assert child.cpu_percent.max() > 50
+    assert (child.pid == spinner.pid).all()
+    assert_busy_as_measured(child.cpu_percent, spinner.pid, window)
     s = df[(df.kind == "process") & (df.label == "short")]
     assert 0 < len(s) < len(fam) / 2  # sampled while alive, then no more rows
     assert "gone" not in set(df.label.dropna())
