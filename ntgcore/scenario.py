@@ -539,6 +539,16 @@ class DutSpec(_Model):
 
     kind: str = Field("none", description="A registered DUT kind: none, tcpdump, suricata, ...")
     at: Place = Field("dut:dut0", description="Interface it reads (`ROLE:IFACE`).")
+    name: str | None = Field(
+        None,
+        pattern=r"^[a-z][a-z0-9_-]{0,31}$",
+        description="With `testbed.duts`: its name in step folders, tables and figures "
+        "(default: its kind).",
+    )
+
+    @property
+    def label(self) -> str:
+        return self.name or self.kind
 
 
 class CommonDutSpec(DutSpec):
@@ -920,6 +930,12 @@ class TestbedSpec(_Model):
     )
     capture: CaptureSpec | None = Field(CaptureSpec(), description="`null` turns the capture off.")
     dut: AnyDutSpec = NoDutSpec()  # ensure_models(): the registered DUT kinds' union
+    duts: list[AnyDutSpec] = Field(  # ensure_models(): a list of the same union
+        [],
+        max_length=16,
+        description="Several devices under test in one run, one after another: every step of "
+        "the method runs once per DUT, in folder `NAME-STEP` (instead of `dut`).",
+    )
     monitor: MonitorSpec = MonitorSpec()
     sweep: SweepSpec | None = None
     load_steps: LoadStepsSpec | None = None
@@ -943,10 +959,18 @@ class TestbedSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> TestbedSpec:
-        for method in METHODS:  # each method's rules: its sections, what it needs when chosen
-            problem = method.check(self)
-            if problem:
-                raise ValueError(problem)
+        if self.duts:
+            if self.dut.kind != "none":
+                raise ValueError("give `dut` or `duts`, not both")
+            labels = [d.label for d in self.duts]
+            dup = sorted({x for x in labels if labels.count(x) > 1})
+            if dup:
+                raise ValueError(f"two DUTs named {dup[0]} in `duts`: give them different `name`s")
+        for tb in self.each_dut():
+            for method in METHODS:  # each method's rules: its sections, what it needs when chosen
+                problem = method.check(tb)
+                if problem:
+                    raise ValueError(problem)
         if any(g.pace == "topspeed" for g in self.generators) and self.duration is None:
             raise ValueError("a `topspeed` generator needs `duration`")
         for g in self.generators:
@@ -957,6 +981,13 @@ class TestbedSpec(_Model):
         if dup:
             raise ValueError(f"two generators named {dup[0]}: give them different `label`s")
         return self
+
+    def each_dut(self) -> list[TestbedSpec]:
+        """This testbed once per device under test: itself, or with `duts`, a copy per DUT with
+        that DUT as its `dut`."""
+        if not self.duts:
+            return [self]
+        return [self.model_copy(update={"dut": d, "duts": []}) for d in self.duts]
 
 
 class AttackSelect(_Model):
@@ -1281,6 +1312,12 @@ class Scenario(_Model):
         """`generator` with its `generator_options`: what an offline run runs."""
         return generator_spec({"name": self.generator, **(self.generator_options or {})})
 
+    def each_dut(self) -> list[Scenario]:
+        """The scenario once per device under test (`testbed.duts`; itself without it)."""
+        if self.testbed is None or not self.testbed.duts:
+            return [self]
+        return [self.model_copy(update={"testbed": tb}) for tb in self.testbed.each_dut()]
+
     def live_generators(self) -> list[GeneratorSpec]:
         """The live generators; with `testbed.spread`, the template once per host (at its place,
         labelled with its name)."""
@@ -1413,12 +1450,16 @@ def format_error(
 
 
 def _untagged(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], type[BaseModel] | None]:
-    """`loc` without the union tag pydantic puts after `generators[i]` and `testbed.dut`, and the
+    """`loc` without the union tag pydantic puts after `generators[i]`, `testbed.dut` and
+    `testbed.duts[i]`, and the
     tagged model (None for a `kind` that is not registered)."""
     for k in range(2, len(loc)):
         if loc[k - 2] == "generators" and isinstance(loc[k - 1], int) and loc[k] in GENERATORS:
             return loc[:k] + loc[k + 1 :], GENERATORS.get(loc[k]).options
-        if loc[k - 2 : k] == ("testbed", "dut") and isinstance(loc[k], str):
+        dut = loc[k - 2 : k] == ("testbed", "dut") or (
+            k >= 3 and loc[k - 3 : k - 1] == ("testbed", "duts") and isinstance(loc[k - 1], int)
+        )
+        if dut and isinstance(loc[k], str):
             if loc[k] == _UNKNOWN:
                 return loc[:k] + loc[k + 1 :], None
             if loc[k] in DUT_KINDS:
@@ -1460,6 +1501,10 @@ def ensure_models() -> None:
     fields["generators"].annotation = list[union]  # type: ignore[valid-type]
     # no stale discriminator; `dut` is a type built at run time, which mypy cannot follow
     fields["dut"] = FieldInfo.from_annotated_attribute(dut, NoDutSpec())  # type: ignore[arg-type]
+    fields["duts"] = FieldInfo.from_annotated_attribute(
+        list[dut],
+        Field([], max_length=16, description=fields["duts"].description),
+    )
     fields["method"].annotation = Literal[tuple(METHODS.declared())]  # type: ignore[assignment]
     for section in _method_sections:  # the sections of methods registered before
         fields.pop(section, None)

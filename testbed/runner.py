@@ -83,8 +83,10 @@ def check_places(scenario: Scenario, site: Site) -> str | None:
     tb = scenario.testbed
     method = METHODS.get(tb.method)
     places = [("generators", g.at) for g in scenario.live_generators()] if method.sends else []
-    for name in reversed(planned_parts(scenario, method)):  # the method's own parts first
-        places += PARTS.get(name).places(tb)
+    for one in scenario.each_dut():
+        assert one.testbed is not None
+        for name in reversed(planned_parts(one, method)):  # the method's own parts first
+            places += PARTS.get(name).places(one.testbed)
     have = site.places()
     for field_name, place in places:
         if place not in have:
@@ -105,8 +107,9 @@ def required_tools(scenario: Scenario) -> list[Tool]:
     if tb is None or method is None:
         return list({t.command: t for t in tools}.values())
     tools += ENDPOINTS.get(tb.backend).tools
-    for name in planned_parts(scenario, method):  # the capture, the DUT, the method's parts...
-        tools += PARTS.get(name).tools(scenario)
+    for one in scenario.each_dut():
+        for name in planned_parts(one, method):  # the capture, the DUT, the method's parts...
+            tools += PARTS.get(name).tools(one)
     if not method.sends:  # its parts make the traffic (multiply): no generator
         return list({t.command: t for t in tools}.values())
     for g in scenario.live_generators():

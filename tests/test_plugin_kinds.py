@@ -172,3 +172,35 @@ def test_the_test_method_runs_its_two_steps_live_with_the_parts_it_planned(
     assert (run.run_dir / "measure" / "capture.pcap").is_file()
     assert not (run.run_dir / "warm" / "capture.pcap").exists()
     assert warm["generators"]["flowengine"]["packets_sent"] == 400
+
+
+def test_several_duts_run_every_step_once_each_and_are_checked_one_by_one():
+    """`testbed.duts`: the method's steps once per DUT, named after it; each DUT checked by the
+    method's rules as if it were `dut`; `dut` and `duts` together, or two DUTs of one name, refused."""
+    sweep = "method: loss-sweep\nsweep: {packet_rates: [1000, 2000], step: 1s}\n"
+    loaded = parse_scenario(
+        scenario_text(
+            sweep + "duts: [{kind: tcpdump}, {kind: tcpdump, name: big, buffer_kib: 8192}]"
+        )
+    )
+    steps = plan_steps(loaded)
+    assert [(s.name, s.scenario.testbed.dut.label) for s in steps] == [
+        ("tcpdump-rate-1000pps", "tcpdump"),
+        ("tcpdump-rate-2000pps", "tcpdump"),
+        ("big-rate-1000pps", "big"),
+        ("big-rate-2000pps", "big"),
+    ]
+    assert [s.scenario.testbed.dut.buffer_kib for s in steps] == [2048, 2048, 8192, 8192]
+    assert all(
+        s.scenario.testbed.duts == [] and s.parts == ["capture", "dut", "monitor"] for s in steps
+    )
+    bad = {
+        "dut: {kind: tcpdump}\nduts: [{kind: tcpdump}]": "give `dut` or `duts`, not both",
+        "duts: [{kind: tcpdump}, {kind: tcpdump}]": "two DUTs named tcpdump in `duts`",
+        "duts: [{kind: tcpdump}, {kind: none}]": "method `loss-sweep` needs a device under test",
+        "duts: [{kind: tcpdump, buffer_kib: 0}]": "s.yaml:8: testbed.duts[0].buffer_kib: Input should be greater than or equal to 1",
+    }
+    for text, words in bad.items():
+        with pytest.raises(ScenarioError) as e:
+            parse_scenario(scenario_text(sweep + text), "s.yaml")
+        assert words in e.value.problems[0], e.value.problems

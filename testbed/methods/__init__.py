@@ -166,7 +166,15 @@ class Method:
     def steps(self, scenario: Scenario) -> list[Step]:
         """The planned steps, each with its parts (the scenario's and the method's when its
         planner did not list them), in the order they start."""
-        steps = self.plan(scenario)
+        steps: list[Step] = []
+        several = len(scenario.each_dut()) > 1
+        for one in scenario.each_dut():  # `testbed.duts`: the method's steps once per DUT
+            planned = self.plan(one)
+            if several:
+                assert one.testbed is not None
+                for step in planned:
+                    step.name = f"{one.testbed.dut.label}-{step.name}"
+            steps += planned
         for step in steps:
             if not step.parts:
                 step.parts = planned_parts(step.scenario, self)
