@@ -16,7 +16,8 @@ mode=${1:-quickstart}
 # testbed.runner.required_tools), and (test) the real tools the tests check our output with.
 APT_RUN=(python3 python3-venv python3-dev build-essential cmake git
          tcpdump iproute2 ethtool tcpreplay ostinato wireshark-common keepalived
-         qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client)
+         qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client
+         softflowd pmacct nfdump argus-server argus-client)
 APT_TEST=(tshark clang-format)
 APT_BENCH=(netsniff-ng tcpreplay libdpdk-dev pkg-config)
 # Suricata 7 comes from bookworm-backports of the Debian archive this machine already uses.
