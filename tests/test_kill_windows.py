@@ -261,7 +261,7 @@ def test_analyze_of_a_run_killed_while_sending_analyses_its_capture_and_fails(
     e = env(marks, netns_marks)
     run = start_run(tmp_path, out, e, packets=60000)  # a minute at 1000/s: killed long before
     try:
-        kill_when_file(run, lambda: next(out.glob("*/capture.pcap"), None), packets=150)
+        kill_when_file(run, lambda: next(out.glob("*/capture.pcap"), None), packets=1500)
         assert ntg("cleanup", e=e).returncode == 0
         run_dir = next(out.iterdir())
         assert json.loads((run_dir / "manifest.json").read_text())["steps"] == []
