@@ -35,6 +35,10 @@ COLUMNS: dict[str, type] = {
     "sport": np.uint16,
     "dport": np.uint16,
     "tcp_flags": np.uint8,
+    "vlan": np.uint16,
+    "l3_len": np.uint32,
+    "frag": np.uint8,
+    "icmp_type": np.uint16,
 }
 
 _SAMPLE = 4096  # packets read before sizing the arrays for the whole file
@@ -79,6 +83,11 @@ class Capture:
     *_lo; IPv4: the address in *_lo, *_hi = 0). `link_type` is the link type of the file (pcapng:
     its first interface) and `link_types` the one of each packet's interface. `ts_resolution` is
     the number of timestamp units per second in the file (10**6 for microsecond pcap).
+
+    `vlan` is the outer 802.1Q/802.1ad VLAN id (0: untagged), `l3_len` the IP length from the
+    header (IPv4 total length, IPv6 40 + payload length; 0 without IP), `frag` 0 for a packet
+    that is not a fragment, 1 for a first fragment, 2 for a later one (which has no ports), and
+    `icmp_type` the ICMP/ICMPv6 type * 256 + code (NetFlow's ICMP_TYPE; 0 for other protocols).
     """
 
     path: Path
@@ -98,6 +107,10 @@ class Capture:
     sport: np.ndarray
     dport: np.ndarray
     tcp_flags: np.ndarray
+    vlan: np.ndarray
+    l3_len: np.ndarray
+    frag: np.ndarray
+    icmp_type: np.ndarray
     problem: CaptureProblem | None = None
     end_offset: int | None = None  # byte offset in the file just after these packets
 
@@ -152,6 +165,15 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.pr_read.restype = sz
     lib.pr_problem.argtypes = [p, ctypes.POINTER(u64)]
     lib.pr_problem.restype = ctypes.c_char_p
+    # A library built before the columns of COLUMNS would fill only some of them.
+    count = getattr(lib, "pr_column_count", None)
+    have = count() if count is not None else 13
+    if have != len(COLUMNS):
+        raise OSError(
+            f"it fills {have} packet columns and this analysis/capture.py reads {len(COLUMNS)}: "
+            "the library is older (or newer) than the source; rebuild it: `pip install .`, or "
+            f"`{nativelib.BUILD}` and set {LIB_ENV}={nativelib.BUILT}"
+        )
     return lib
 
 

@@ -64,9 +64,16 @@ def checksum(data: bytes) -> int:
 
 
 def ipv4(
-    src: bytes, dst: bytes, proto: int, payload: bytes, ident: int = 0, ttl: int = 64
+    src: bytes,
+    dst: bytes,
+    proto: int,
+    payload: bytes,
+    ident: int = 0,
+    ttl: int = 64,
+    frag: int = 0x4000,
 ) -> bytes:
-    hdr = IP4_HDR.pack(0x45, 0, 20 + len(payload), ident & 0xFFFF, 0x4000, ttl, proto, 0, src, dst)
+    """`frag`: the flags and fragment offset field (default DF; a fragment: `ipv4_frag`)."""
+    hdr = IP4_HDR.pack(0x45, 0, 20 + len(payload), ident & 0xFFFF, frag, ttl, proto, 0, src, dst)
     c = checksum(hdr)
     return hdr[:10] + struct.pack("!H", c) + hdr[12:] + payload
 
@@ -229,10 +236,53 @@ class PcapWriter:
         self.unit = 1 if nanosecond else 1000
         f.write(PCAP_GLOBAL.pack(0xA1B23C4D if nanosecond else 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1))
 
-    def write(self, ts_ns: int, frame: bytes) -> None:
+    def write(self, ts_ns: int, frame: bytes, orig_len: int | None = None) -> None:
+        """One record; `orig_len`: the frame's length on the wire when `frame` is only its first
+        bytes (a record cut at a snap length: a large flow without writing its bytes)."""
         sec, rem = divmod(ts_ns, 1_000_000_000)
         n = len(frame)
-        self.f.write(PCAP_REC.pack(sec, rem // self.unit, n, n))
+        wire = n if orig_len is None else max(orig_len, n)
+        self.f.write(PCAP_REC.pack(sec, rem // self.unit, n, wire))
         self.f.write(frame)
         self.packets += 1
         self.bytes += n
+
+
+# --------------------------------------------------------------------------------------------
+# Tags, IPv6 extension headers and fragments (the flow meters' conformance patterns)
+
+ETH_VLAN, ETH_QINQ = 0x8100, 0x88A8  # 802.1Q customer tag, 802.1ad service tag
+IP6_HOP_BY_HOP, IP6_ROUTING, IP6_FRAGMENT, IP6_DEST_OPTIONS = 0, 43, 44, 60
+
+
+def vlan_tagged(frame: bytes, tags: Sequence[int], outer_tpid: int = ETH_VLAN) -> bytes:
+    """`frame` with 802.1Q tags after its MAC addresses, `tags` outer first (priority 0): the
+    outer one with `outer_tpid` (ETH_QINQ: an 802.1ad service tag), the inner ones 0x8100."""
+    out = b"".join(
+        struct.pack("!HH", outer_tpid if i == 0 else ETH_VLAN, t & 0x0FFF)
+        for i, t in enumerate(tags)
+    )
+    return frame[:12] + out + frame[12:]
+
+
+def ipv6_options_header(next_header: int) -> bytes:
+    """A hop-by-hop or destination options header of 8 bytes: one PadN option (RFC 8200, 4.2)."""
+    return struct.pack("!BBBB4x", next_header, 0, 1, 4)
+
+
+def ipv6_routing_header(next_header: int, segment: bytes) -> bytes:
+    """A segment routing header (routing type 4, RFC 8754) with one segment and segments left
+    0: a header a node passes over to the upper layer; 24 bytes."""
+    return struct.pack("!BBBBBBH", next_header, 2, 4, 0, 0, 0, 0) + segment
+
+
+def ipv6_fragment_header(next_header: int, offset: int, more: bool, ident: int) -> bytes:
+    """A fragment header (RFC 8200, 4.5): `offset` in bytes (a multiple of 8); offset 0 without
+    `more` is an atomic fragment (RFC 6946)."""
+    return struct.pack("!BBHI", next_header, 0, (offset & ~7) | int(more), ident & 0xFFFFFFFF)
+
+
+def ipv4_frag(offset: int, more: bool) -> int:
+    """The IPv4 flags and fragment offset field of a fragment at `offset` bytes (a multiple
+    of 8), `more` fragments following; for `ipv4(..., frag=...)`."""
+    return (0x2000 if more else 0) | (offset >> 3)

@@ -161,9 +161,9 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
                               size_t i)
 {
     uint64_t shi = 0, slo = 0, dhi = 0, dlo = 0;
-    uint16_t sp = 0, dp = 0, et = 0;
-    uint8_t ver = 0, proto = 0, flags = 0;
-    uint32_t off = 0, fam;
+    uint16_t sp = 0, dp = 0, et = 0, vlan = 0, icmp = 0;
+    uint8_t ver = 0, proto = 0, flags = 0, frag = 0;
+    uint32_t off = 0, fam, l3len = 0;
 
     switch (lt) {
     case LT_ETHERNET:
@@ -174,6 +174,8 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
         for (int tags = 0; tags < 2 && (et == 0x8100 || et == 0x88a8); tags++) {
             if (len < off + 4)
                 goto out;
+            if (tags == 0)
+                vlan = be16(d + off) & 0x0fff;
             et = be16(d + off + 2);
             off += 4;
         }
@@ -228,11 +230,14 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
         if (len < 20 || (d[0] >> 4) != 4)
             goto out;
         uint32_t ihl = (uint32_t)(d[0] & 15) * 4;
+        uint16_t fo = be16(d + 6);
         ver = 4;
         proto = d[9];
+        l3len = be16(d + 2);
         slo = be32(d + 12);
         dlo = be32(d + 16);
-        if (ihl < 20 || ihl > len || (be16(d + 6) & 0x1fff))
+        frag = (fo & 0x1fff) ? 2 : (fo & 0x2000) ? 1 : 0;
+        if (ihl < 20 || ihl > len || frag == 2)
             goto out; /* later fragments: no L4 */
         d += ihl;
         len -= ihl;
@@ -241,6 +246,7 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
             goto out;
         ver = 6;
         proto = d[6];
+        l3len = 40 + (uint32_t)be16(d + 4);
         shi = be64(d + 8);
         slo = be64(d + 16);
         dhi = be64(d + 24);
@@ -262,8 +268,10 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
                     goto out;
                 if (be16(d + 2) & 0xfff8) {
                     proto = d[0];
+                    frag = 2;
                     goto out;
                 }
+                frag = be16(d + 2) & 1; /* offset 0: first, or an atomic fragment */
                 hl = 8;
             } else {
                 break;
@@ -293,10 +301,14 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
         }
         break;
     case 1:
+        if (len >= 2)
+            icmp = (uint16_t)(d[0] << 8 | d[1]);
         if (len >= 8 && (d[0] == 8 || d[0] == 0))
             sp = be16(d + 4);
         break;
     case 58:
+        if (len >= 2)
+            icmp = (uint16_t)(d[0] << 8 | d[1]);
         if (len >= 8 && (d[0] == 128 || d[0] == 129))
             sp = be16(d + 4);
         break;
@@ -314,6 +326,14 @@ out:
     c->sport[i] = sp;
     c->dport[i] = dp;
     c->tcp_flags[i] = flags;
+    if (c->vlan)
+        c->vlan[i] = vlan;
+    if (c->l3_len)
+        c->l3_len[i] = l3len;
+    if (c->frag)
+        c->frag[i] = frag;
+    if (c->icmp_type)
+        c->icmp_type[i] = icmp;
 }
 
 /* ---- classic pcap ---------------------------------------------------------------------- */
@@ -708,6 +728,13 @@ void pr_close(pr_reader *r)
     free(r);
 }
 
+unsigned pr_column_count(void)
+{
+    _Static_assert(sizeof(pr_columns) == PR_COLUMN_COUNT * sizeof(void *),
+                   "PR_COLUMN_COUNT is not the number of columns of pr_columns");
+    return PR_COLUMN_COUNT;
+}
+
 int pr_format(const pr_reader *r)
 {
     return r->format;
@@ -761,12 +788,30 @@ static void pr_release(pr_reader *r)
 
 #define PR_RELEASE_EVERY 65536 /* packets read between two releases: at most ~100 MB of file */
 
+/* A NULL optional column stays NULL. */
+#define PR_AT(col, k) ((col) ? (col) + (k) : NULL)
+
 static pr_columns pr_shift(const pr_columns *c, size_t k)
 {
-    pr_columns s = { c->ts_ns + k,      c->wire_len + k, c->cap_len + k, c->link_type + k,
-                     c->ip_version + k, c->proto + k,    c->src_hi + k,  c->src_lo + k,
-                     c->dst_hi + k,     c->dst_lo + k,   c->sport + k,   c->dport + k,
-                     c->tcp_flags + k };
+    pr_columns s = {
+        .ts_ns = c->ts_ns + k,
+        .wire_len = c->wire_len + k,
+        .cap_len = c->cap_len + k,
+        .link_type = c->link_type + k,
+        .ip_version = c->ip_version + k,
+        .proto = c->proto + k,
+        .src_hi = c->src_hi + k,
+        .src_lo = c->src_lo + k,
+        .dst_hi = c->dst_hi + k,
+        .dst_lo = c->dst_lo + k,
+        .sport = c->sport + k,
+        .dport = c->dport + k,
+        .tcp_flags = c->tcp_flags + k,
+        .vlan = PR_AT(c->vlan, k),
+        .l3_len = PR_AT(c->l3_len, k),
+        .frag = PR_AT(c->frag, k),
+        .icmp_type = PR_AT(c->icmp_type, k),
+    };
     return s;
 }
 

@@ -46,7 +46,9 @@
 
 typedef struct pr_reader pr_reader;
 
-/* One array per column, each with room for the capacity passed to pr_read. All are required.
+/* One array per column, each with room for the capacity passed to pr_read. The columns up to
+ * tcp_flags are required; those after it may be NULL (not filled: a caller written before they
+ * existed, with designated initialisers, gets NULL and stays correct).
  * Addresses are big-endian numbers split in two: IPv6 bytes 0..7 in *_hi, 8..15 in *_lo;
  * IPv4 in the low 32 bits of *_lo with *_hi = 0. Fields a packet does not have are 0. */
 typedef struct pr_columns {
@@ -59,7 +61,19 @@ typedef struct pr_columns {
     uint64_t *src_hi, *src_lo, *dst_hi, *dst_lo;
     uint16_t *sport, *dport; /* TCP/UDP/SCTP/DCCP/UDP-Lite ports; ICMP(v6) echo: identifier, 0 */
     uint8_t *tcp_flags;      /* TCP flags byte (CWR..FIN) */
+    /* Optional columns (NULL: not filled). */
+    uint16_t *vlan;      /* Ethernet: the outer 802.1Q/802.1ad tag's VLAN id; 0 untagged */
+    uint32_t *l3_len;    /* IPv4 total length field; IPv6 40 + payload length field (from the
+                            header, so a capture cut short by its snap length still has it) */
+    uint8_t *frag;       /* 0 not a fragment, 1 first fragment (offset 0, more fragments), 2 a
+                            later one (offset > 0); an IPv6 atomic fragment (RFC 6946) is 0 */
+    uint16_t *icmp_type; /* ICMP / ICMPv6 (not a later fragment): type * 256 + code; else 0 */
 } pr_columns;
+
+/* The number of column pointers in pr_columns (17): a caller binding the struct by hand (ctypes)
+ * checks that the library it loaded has the layout it was written for. */
+#define PR_COLUMN_COUNT 17
+PR_API unsigned pr_column_count(void);
 
 /* Map PATH and check its file header. Returns NULL with a message in ERR when the file cannot be
  * opened or is not a pcap/pcapng file. */
