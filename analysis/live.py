@@ -6,7 +6,8 @@ a run method adds its own tables and figures through `MethodAnalysis` (testbed/m
     m["steps"][0]["traffic"]["steady"]["mean_pps"], m["steps"][0]["loss"]["loss_rate"]
 
 Writes metrics.json, report.md, report.html, the plots and the run tables (tables/*.parquet,
-docs/run-tables.md) into the run folder. Reads only files
+docs/run-tables.md) into the run folder, and a flow meter's per-flow score into its step's
+meter/score.parquet (analysis.flowmeter.steps). Reads only files
 (manifest.json, each step's capture.pcap and samples.csv); starts no process.
 """
 
@@ -22,6 +23,7 @@ import pandas as pd
 from ntgcore.files import replacing, write_error
 
 from .capture import CaptureError
+from .flowmeter.steps import METER_DIR, STAGE_TITLES, meter_step
 from .metrics import plain
 from .plots import BLUE, GREY, ORANGE, figure, legend, save
 from .report import fmt_number, to_html, to_markdown, unfinished_run
@@ -175,6 +177,12 @@ def step_metrics(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
                 out["capture_problem"] = stream.problem[1].message
         except CaptureError as exc:
             out["capture_problem"] = str(exc)
+    dut = entry.get("dut") or {}
+    if dut.get("meter") or (entry.get("status") == UNRECORDED and (step_dir / METER_DIR).is_dir()):
+        # a flow meter: its records scored against the wire (analysis.flowmeter.steps)
+        out["meter"] = meter_step(
+            step_dir, dut, pcap if pcap.is_file() else None, entry.get("capture")
+        )
     samples = read_samples(step_dir)
     out["resources"] = {}
     for title in entry.get("generators", {}):
@@ -240,6 +248,17 @@ def checks(step: dict[str, Any]) -> list[dict[str, Any]]:
                 "expected": wire,
                 "measured": seen,
                 "ok": seen == wire,
+            }
+        )
+    meter = (step.get("meter") or {}).get("counters") or {}
+    exported, collected = meter.get("exported"), meter.get("collected")
+    if meter.get("export_complete") and exported is not None and collected is not None:
+        out.append(  # the collector cannot hold more than the export capture saw the meter send
+            {
+                "name": f"{name}: records collected ≤ records exported",
+                "expected": f"≤ {exported}",
+                "measured": collected,
+                "ok": collected <= exported,
             }
         )
     for c in (step.get("spread") or {}).get("checks", []):  # several hosts: the exact merged counts
@@ -474,6 +493,113 @@ def latency_plots(run: Path, manifest: dict[str, Any]) -> dict[str, Path]:
     return {LATENCY_PLOT: save_figure(fig, run / "latency-histogram.png")}
 
 
+def _quantile_ms(q: dict[str, Any] | None, key: str) -> str:
+    return "–" if not q or q.get(key) is None else f"{q[key] / 1e6:,.3f}"
+
+
+def _bytes_layer(layers: dict[str, int] | None) -> str:
+    return ", ".join(f"{k} {v:,}" for k, v in (layers or {}).items() if v) or "–"
+
+
+def _stage_cell(stage: dict[str, Any], unit: str) -> str:
+    n, f = stage.get(unit), stage.get(f"{unit}_fraction")
+    if n is None:
+        return "?"
+    return fmt_count(n) + ("" if f is None else f" ({fmt_pct(f)})")
+
+
+METER_COLUMNS = (
+    "step",
+    "meter",
+    "reference",
+    "collected",
+    "exact",
+    "differs",
+    "missing",
+    "split",
+    "merged",
+    "spurious",
+    "packet errors (flows, sum)",
+    "byte errors (flows, sum)",
+    "bytes layer",
+    "first time error p50 / p99 (ms)",
+    "last time error p50 / p99 (ms)",
+    "export delay p50 (ms)",
+)
+STAGE_COLUMNS = ("on the wire", *STAGE_TITLES.values(), "collected", "lost in all")
+
+
+def meter_blocks(steps: list[dict[str, Any]]) -> list:
+    """The flow meter's score and its loss by stage, per step with a meter DUT (`meter`)."""
+    meters = [s for s in steps if s.get("meter")]
+    if not meters:
+        return []
+    score_rows: list[list[str]] = []
+    stage_rows: list[list[str]] = []
+    notes: dict[str, list[str]] = {}  # what is unknown or missing -> the steps it concerns
+    for s in meters:
+        m = s["meter"]
+        t = m.get("totals") or {}
+        name, kind = s["name"], m.get("kind") or "–"
+        score_rows.append(
+            [
+                name,
+                kind,
+                fmt_count(t.get("reference_records")),
+                fmt_count(t.get("collected_records")),
+                *(fmt_count(t.get(k)) for k in ("exact", "differs", "missing", "split")),
+                *(fmt_count(t.get(k)) for k in ("merged", "spurious")),
+                f"{fmt_count(t.get('packet_error_flows'))}, {fmt_count(t.get('packet_error_sum'))}",
+                f"{fmt_count(t.get('byte_error_flows'))}, {fmt_count(t.get('byte_error_sum'))}",
+                _bytes_layer(t.get("bytes_layer")),
+                *(
+                    f"{_quantile_ms(t.get(k), 'p50')} / {_quantile_ms(t.get(k), 'p99')}"
+                    for k in ("first_error_ns", "last_error_ns")
+                ),
+                _quantile_ms(t.get("export_delay_ns"), "p50"),
+            ]
+        )
+        st = m.get("stages") or {}
+        for unit in ("packets", "flows"):
+            stage_rows.append(
+                [
+                    name,
+                    kind,
+                    unit,
+                    *(
+                        _stage_cell(st.get(k) or {}, unit)
+                        for k in ("wire", *STAGE_TITLES, "collected", "total")
+                    ),
+                ]
+            )
+        for stage, title in STAGE_TITLES.items():
+            why = (st.get(stage) or {}).get("why")
+            if why:
+                notes.setdefault(f"{title}: {why}", []).append(name)
+        for what in m.get("missing") or []:
+            notes.setdefault(f"missing: {what}", []).append(name)
+    b: list = [
+        ("h2", "Flow meter"),
+        (
+            "p",
+            "The meter's records (read back from the collector) scored against the reference "
+            "records a conforming meter exports for the step's capture (docs/flowmeters.md).",
+        ),
+        ("table", list(METER_COLUMNS), score_rows),
+        (
+            "p",
+            "Loss by stage (seed 002, III.A.1): of what was on the wire, dropped by the meter's "
+            "capture buffer (its own counter), lost inside the meter, lost between the meter and "
+            "the collector (the export capture's records against the collected ones); "
+            "? where the counters cannot tell.",
+        ),
+        ("table", ["step", "meter", "", *STAGE_COLUMNS], stage_rows),
+    ]
+    for note, names in notes.items():
+        b.append(("p", f"{', '.join(names)}: {note}."))
+    return b
+
+
 def report_blocks(
     doc: dict[str, Any],
     manifest: dict[str, Any],
@@ -521,6 +647,7 @@ def report_blocks(
             rows,
         )
     )
+    b += meter_blocks(doc["steps"])
     b += astf_blocks(manifest)
     b += latency_blocks(manifest)
     measured = [
