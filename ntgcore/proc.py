@@ -23,6 +23,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+import psutil
+
 PR_SET_PDEATHSIG = 1
 # What a child gets when the testbed dies: SIGKILL, because nobody is left to wait for an orderly
 # stop, and a tool that catches SIGTERM (drone, Suricata) could outlive the run.
@@ -112,6 +114,29 @@ def same_process(pid: int, ticks: int | None, argv: list[str]) -> bool:
     if ticks is None or start_ticks(pid) != ticks or not now:
         return False
     return any(argv[i:] == now for i in range(len(argv)))
+
+
+def packet_ring_mapped(pid: int) -> bool:
+    """Whether process PID or one of its descendants has mapped the ring of an AF_PACKET socket:
+    a capture on an interface that libpcap has activated (it reads packets from then on), read
+    from /proc (each process's namespace's /proc/PID/net/packet, its maps)."""
+    try:
+        family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return False
+    for proc in family:
+        try:
+            with open(f"/proc/{proc.pid}/net/packet") as f:
+                inodes = {line.split()[-1] for line in f.readlines()[1:] if line.split()}
+            with open(f"/proc/{proc.pid}/maps") as f:
+                mapped = {
+                    line.rsplit("socket:[", 1)[1].strip()[:-1] for line in f if "socket:[" in line
+                }
+        except OSError:
+            continue
+        if mapped & inodes:
+            return True
+    return False
 
 
 @contextlib.contextmanager

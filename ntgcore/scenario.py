@@ -1723,6 +1723,11 @@ def json_schema() -> dict[str, Any]:
     dut = schema["$defs"]["TestbedSpec"]["properties"]["dut"]
     unknown = f"#/$defs/{_UnknownDutSpec.__name__}"
     dut["anyOf"] = [m for m in dut.pop("oneOf") if m.get("$ref") != unknown]
+    items = schema["$defs"]["TestbedSpec"]["properties"]["duts"][
+        "items"
+    ]  # `testbed.duts`: the same
+    items["anyOf"] = [m for m in items.pop("oneOf") if m.get("$ref") != unknown]
+    items.pop("discriminator", None)
     schema["$defs"].pop(_UnknownDutSpec.__name__, None)
     for name, short in _SHORTHANDS.items():
         full = schema["$defs"][name]

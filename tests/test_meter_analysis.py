@@ -191,6 +191,29 @@ def test_nothing_dropped_or_lost_in_export_gives_every_stage(tmp_path):
     }
 
 
+def test_a_drop_counter_above_what_is_missing_counts_only_the_missing(tmp_path):
+    """nfpcapd's libpcap statistics count some packets twice: a counter saying more were dropped
+    than the records lack is capped at what they lack, and says so."""
+    step = tmp_path / "step"
+    m = meter_step(step, make_step(step, dropped=40, exported=5), step / "capture.pcap")
+    cap, proc = m["stages"]["capture"], m["stages"]["processing"]
+    assert (cap["said"], cap["packets"], proc["packets"]) == (40, 3, 0)
+    assert "says 40 dropped, more than the 3 packets missing" in cap["why"]
+    collected = m["stages"]["collected"]["packets"]
+    assert collected + cap["packets"] + proc["packets"] == m["stages"]["wire"]["packets"]
+
+
+def test_an_unread_capture_buffer_counts_as_dropped_at_capture(tmp_path):
+    """softflowd's packets left in libpcap's buffer at its stop (received, never processed)."""
+    step = tmp_path / "step"
+    dut = make_step(step, dropped=0, exported=5)
+    counters = json.loads((step / "meter" / "counters.json").read_text())
+    counters["own"]["packets_unprocessed"] = 3
+    (step / "meter" / "counters.json").write_text(json.dumps(counters))
+    m = meter_step(step, dut, step / "capture.pcap")
+    assert (m["stages"]["capture"]["packets"], m["stages"]["processing"]["packets"]) == (3, 0)
+
+
 def test_a_meter_without_a_drop_counter_or_an_export_capture_says_so(tmp_path):
     step = tmp_path / "step"
     m = meter_step(step, make_step(step, dropped=None, exported=None), step / "capture.pcap")

@@ -76,8 +76,8 @@ def test_a_dut_kind_registered_from_its_folder_joins_the_schema_and_the_errors(c
     with pytest.raises(ScenarioError) as e:
         parse_scenario(scenario_text("dut: {kind: countdu}"), "s.yaml")
     assert e.value.problems == [
-        "s.yaml:6: testbed.dut.kind: Input should be 'none', 'tcpdump', 'suricata' or "
-        "'countdut' (got 'countdu')"
+        "s.yaml:6: testbed.dut.kind: Input should be 'none', 'tcpdump', 'suricata', "
+        "'softflowd', 'pmacct', 'nfpcapd', 'argus' or 'countdut' (got 'countdu')"
     ]
 
 
@@ -85,8 +85,8 @@ def test_an_unregistered_dut_kind_is_gone_from_the_model():
     with pytest.raises(ScenarioError) as e:
         parse_scenario(scenario_text("dut: {kind: countdut}"), "s.yaml")
     assert e.value.problems == [
-        "s.yaml:6: testbed.dut.kind: Input should be 'none', 'tcpdump' or 'suricata' "
-        "(got 'countdut')"
+        "s.yaml:6: testbed.dut.kind: Input should be 'none', 'tcpdump', 'suricata', "
+        "'softflowd', 'pmacct', 'nfpcapd' or 'argus' (got 'countdut')"
     ]
     assert "CountDutSpec" not in json_schema()["$defs"]
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ntgcore.proc import Process, watch_spawns
+from ntgcore.proc import Process, packet_ring_mapped, watch_spawns
 from testbed import cleanup
 from tests.conftest import REPO
 
@@ -159,3 +159,31 @@ def test_an_interrupt_while_waiting_for_the_child_stops_it(sig, call, tag):
         tag,
     )
     assert done.stdout == f"interrupted by {sig} in _handle left []\n", done.stderr
+
+
+@pytest.mark.usefixtures("root")
+def test_a_capture_is_seen_once_its_ring_is_mapped_and_not_before():
+    """packet_ring_mapped: a tcpdump (libpcap, an activated capture) is, and so is its parent; a
+    process that has only opened a packet socket is not."""
+    opener = Process(
+        "opener",
+        [
+            sys.executable,
+            "-c",
+            "import socket, time; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); "
+            "print('open', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+    ).start()
+    dump = Process("dump", ["tcpdump", "-i", "lo", "-w", os.devnull]).start()
+    try:
+        assert opener.popen.stdout.readline().strip() == b"open"
+        deadline = time.monotonic() + 10
+        while not packet_ring_mapped(dump.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert packet_ring_mapped(dump.pid)
+        assert not packet_ring_mapped(opener.pid)  # a socket, no ring
+        assert packet_ring_mapped(os.getpid())  # its children count: the tcpdump
+    finally:
+        dump.stop(grace=2)
+        opener.stop(grace=2)

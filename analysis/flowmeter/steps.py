@@ -150,6 +150,21 @@ def _stages(
     """The loss by stage (docs/flowmeters.md, "Loss by stage"). Each stage: packets, flows,
     their fractions of the wire's, and `why` when a number is unknown or covers more."""
     cap: dict[str, Any] = {"packets": dropped, "flows": None, "why": dropped_why}
+    short = (
+        wire_packets - collected_packets
+        if wire_packets is not None and collected_packets is not None
+        else None
+    )
+    if dropped is not None and short is not None and dropped > max(short, 0):
+        # a counter above what is missing (nfpcapd's libpcap statistics count some packets
+        # twice): the packets missing are all it can have lost
+        cap["said"] = dropped
+        dropped = max(short, 0)
+        cap["packets"] = dropped
+        dropped_why = (
+            f"the meter's counter says {cap['said']:,} dropped, more than the {dropped:,} packets "
+            "missing from its records: counted as those"
+        )
     if dropped == 0:
         cap["flows"] = 0
     elif dropped is not None:
@@ -157,6 +172,8 @@ def _stages(
             "the capture counter counts packets: a flow whose every packet was dropped is "
             "counted in processing"
         )
+        if "said" in cap:
+            cap["why"] = f"{dropped_why}; {cap['why']}"
     exp: dict[str, Any] = {"packets": None, "flows": None, "why": None}
     exported, collected = export.get("exported"), export.get("collected")
     if not export.get("exports"):
@@ -304,6 +321,9 @@ def meter_step(
     elif reference is not None:
         wire_flows = reference.num_rows
     dropped = _int(own.get("packets_dropped"))
+    unread = _int(own.get("packets_unprocessed"))  # in the capture buffer, never read (softflowd)
+    if dropped is not None and unread:
+        dropped += unread
     why = None
     if dropped is None:
         why = f"{kind or 'the meter'} reports no capture drop counter" + (
