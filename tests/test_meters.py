@@ -540,3 +540,25 @@ def test_live_meter_with_its_own_records(pair, flows_pcap, tmp_path, name):
         assert stats["counters"]["packets_received"] == len(_frames())
         assert stats["counters"]["packets_dropped"] == 0
     assert _leftovers(tmp_path) == []
+
+
+def test_frames_that_are_not_ip_give_no_record(root, tmp_path):
+    """argus keys a non-IP frame by its ethertype (an Ethernet loopback frame, 0x9000, is its
+    "protocol 36864"): no flow record of ours; the IP flow beside it is read whole."""
+    pcap = tmp_path / "mixed.pcap"
+    a, b = addr(A), addr(B)
+    loop = bytes.fromhex("020000000001") * 2 + b"\x90\x00" + bytes(46)
+    with open(pcap, "wb") as f:
+        w = PcapWriter(f)
+        for i in range(3):
+            w.write(T0 + i * MS, ether(ip(a, b, 17, udp(a, b, 1000, 2000, b"ip")), True))
+            w.write(T0 + i * MS + 1000, loop)
+    for name in ("argus", "softflowd"):
+        spec = METERS[name].spec(**({"version": 9} if name == "softflowd" else {}))
+        run = run_on_pcap(METERS[name], spec, pcap, tmp_path / name)
+        rows = run.records.to_pylist()
+        assert [(r["src"], r["dst"], r["proto"], r["packets"]) for r in rows] == [(A, B, 17, 3)], (
+            name,
+            rows,
+        )
+    assert _leftovers(tmp_path) == []

@@ -60,6 +60,8 @@ def parse_ra(text: str) -> pa.Table:
         if not proto_t.isdigit():
             continue  # man (management) records
         proto = int(proto_t)
+        if proto > 255:  # not IP: argus keys other frames by their ethertype (0x9000: loopback)
+            continue
         spkts, dpkts, sbytes, dbytes = (int(x or 0) for x in r[7:11])
         vlan = int(r[11]) if r[11].strip().isdigit() else 0
         first = int(round(float(stime) * 1e6)) * 1000
