@@ -105,7 +105,7 @@ def main() -> int:
     for m in meters:
         rows = []
         for r in metrics.get("loss_sweep", []):
-            if r.get("dut_label") != m:
+            if (r.get("dut_label") or r.get("dut_kind")) != m:
                 continue
             stages = (steps.get(r["step"], {}).get("meter") or {}).get("stages") or {}
             wire = (stages.get("wire") or {}).get("packets") or 0
@@ -132,8 +132,10 @@ def main() -> int:
             )
         rate = [r for r in rows if r["kind"] == "rate"]
         hosts = [r for r in rows if r["kind"] == "hosts"]
+        top = max((r["packet_rate"] or 0 for r in rate), default=0)
         out["meters"][m] = {
             "steps": rows,
+            "generator_max_pps": top,
             "lossless_pps": lossless(rate, "packet_rate", "loss"),
             "lossless_pps_running": lossless(rate, "packet_rate", "running_loss"),
             "lossless_flows_per_s": lossless(hosts, "flows_per_second", "loss"),
@@ -147,16 +149,14 @@ def main() -> int:
     )
     print("|---|---|---|---|---|")
     for m, r in out["meters"].items():
-        cells = [
-            r[k]
-            for k in (
-                "lossless_pps",
-                "lossless_pps_running",
-                "lossless_flows_per_s",
-                "lossless_flows_per_s_running",
-            )
-        ]
-        print(f"| {m} | " + " | ".join("none" if c is None else f"{c:,.0f}" for c in cells) + " |")
+        texts = []
+        for k in ("lossless_pps", "lossless_pps_running"):  # at the generator's top: a bound
+            c = r[k]
+            bound = "≥ " if c is not None and c >= r["generator_max_pps"] else ""
+            texts.append("none" if c is None else f"{bound}{c:,.0f}")
+        for k in ("lossless_flows_per_s", "lossless_flows_per_s_running"):
+            texts.append("none" if r[k] is None else f"{r[k]:,.0f}")
+        print(f"| {m} | " + " | ".join(texts) + " |")
     print(
         f"| ANGEL (seed 002) | > 10 % loss above {SEED['packet_rate_10pct_loss_above']:,} pps "
         f"| | loss above {SEED['hosts_loss_above']} hosts | |"
