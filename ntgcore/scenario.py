@@ -598,6 +598,36 @@ def _dut_tag(v: Any) -> str:
     return kind if isinstance(kind, str) and kind in DUT_KINDS else _UNKNOWN
 
 
+def meter_kinds() -> list[str]:
+    """The registered DUT kinds that are flow meters (testbed.meters: their DutKind carries the
+    `meter` it runs), by name: what `testbed.failover.meter.kind` may be."""
+    return [k.name for k in DUT_KINDS if getattr(k, "meter", None) is not None]
+
+
+def _registered_meter_kind(v: Any) -> Any:
+    meters = meter_kinds()
+    if v not in meters:
+        raise ValueError(
+            f"Input should be a flow meter: {_one_of(meters)}"
+            if meters
+            else "no flow meter is registered: install the project (pip install .)"
+        )
+    return v
+
+
+class _UnknownMeterSpec(DutSpec):
+    """What `testbed.failover.meter` is read as when its `kind` is no flow meter: only the
+    `kind` error is given."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    kind: Annotated[Any, AfterValidator(_registered_meter_kind)]
+
+
+def _meter_tag(v: Any) -> str:
+    kind = v.get("kind") if isinstance(v, dict) else getattr(v, "kind", _UNKNOWN)
+    return kind if isinstance(kind, str) and kind in meter_kinds() else _UNKNOWN
+
+
 class MonitorSpec(_Model):
     hz: float = Field(1.0, gt=0, le=10, description="Samples per second (1 to 10).")
 
@@ -803,6 +833,20 @@ class FailoverSpec(_Model):
         description="How long keepalived may take to "
         "reach MASTER (master) and BACKUP (backup) before the step fails.",
     )
+    # its type is the union of the registered flow-meter DUT kinds' models (ensure_models)
+    meter: Any = Field(
+        None,
+        description="A flow meter pair: the same meter (`kind`: a flow-meter DUT kind, with its "
+        "options) on the master's and on the backup's segment interface, each exporting to a "
+        "collector in its own namespace; the analysis counts the records lost across the "
+        "handover (docs/failover.md).",
+    )
+    meter_dies_with_master: bool = Field(
+        False,
+        description="The master's meter is killed (SIGKILL) right after the fault, so the flows "
+        "it held unexported are lost, as on a power cut (its collector stands for a remote one "
+        "and stays).",
+    )
 
     @field_validator("advert_int", "fault", mode="before")
     @classmethod
@@ -838,6 +882,12 @@ class FailoverSpec(_Model):
             raise ValueError("`master_priority` must be higher than `backup_priority`")
         if self.master.split(":")[0] == self.backup.split(":")[0]:
             raise ValueError("`master` and `backup` must be different namespaces")
+        if self.meter_dies_with_master and self.meter is None:
+            raise ValueError("`meter_dies_with_master` needs a `meter` (the pair's flow meter)")
+        if self.meter is not None and "at" in self.meter.model_fields_set:
+            raise ValueError(
+                "`meter.at`: the meter pair runs at `master` and `backup`; leave `at` out"
+            )
         return self
 
     @property
@@ -1456,8 +1506,12 @@ def _untagged(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], type[BaseModel] | 
     for k in range(2, len(loc)):
         if loc[k - 2] == "generators" and isinstance(loc[k - 1], int) and loc[k] in GENERATORS:
             return loc[:k] + loc[k + 1 :], GENERATORS.get(loc[k]).options
-        dut = loc[k - 2 : k] == ("testbed", "dut") or (
-            k >= 3 and loc[k - 3 : k - 1] == ("testbed", "duts") and isinstance(loc[k - 1], int)
+        dut = (
+            loc[k - 2 : k] == ("testbed", "dut")
+            or (
+                k >= 3 and loc[k - 3 : k - 1] == ("testbed", "duts") and isinstance(loc[k - 1], int)
+            )
+            or (k >= 3 and loc[k - 3 : k] == ("testbed", "failover", "meter"))
         )
         if dut and isinstance(loc[k], str):
             if loc[k] == _UNKNOWN:
@@ -1506,6 +1560,18 @@ def ensure_models() -> None:
         Field([], max_length=16, description=fields["duts"].description),
     )
     fields["method"].annotation = Literal[tuple(METHODS.declared())]  # type: ignore[assignment]
+    # `testbed.failover.meter`: one of the flow-meter kinds' models, told apart by `kind`
+    meters = tuple(Annotated[k.options, Tag(k.name)] for k in DUT_KINDS if k.name in meter_kinds())
+    meter = Annotated[
+        Union[(*meters, Annotated[_UnknownMeterSpec, Tag(_UNKNOWN)])],  # type: ignore[valid-type]  # noqa: UP007  (built at run time)
+        Discriminator(_meter_tag),
+    ]
+    fo_fields = FailoverSpec.model_fields
+    fo_fields["meter"] = FieldInfo.from_annotated_attribute(
+        Optional[meter],  # type: ignore[arg-type]  # noqa: UP045  (a run-time type)
+        Field(None, description=fo_fields["meter"].description),
+    )
+    FailoverSpec.model_rebuild(force=True)
     for section in _method_sections:  # the sections of methods registered before
         fields.pop(section, None)
     _method_sections.clear()
@@ -1729,6 +1795,14 @@ def json_schema() -> dict[str, Any]:
     items["anyOf"] = [m for m in items.pop("oneOf") if m.get("$ref") != unknown]
     items.pop("discriminator", None)
     schema["$defs"].pop(_UnknownDutSpec.__name__, None)
+    # `testbed.failover.meter`: the flow-meter kinds' models (or null)
+    meter = schema["$defs"]["FailoverSpec"]["properties"]["meter"]
+    unknown_meter = f"#/$defs/{_UnknownMeterSpec.__name__}"
+    for choice in meter.get("anyOf", []):
+        if "oneOf" in choice:
+            choice["anyOf"] = [m for m in choice.pop("oneOf") if m.get("$ref") != unknown_meter]
+            choice.pop("discriminator", None)
+    schema["$defs"].pop(_UnknownMeterSpec.__name__, None)
     for name, short in _SHORTHANDS.items():
         full = schema["$defs"][name]
         schema["$defs"][name] = {"anyOf": [short, full], "description": full.get("description", "")}

@@ -54,6 +54,7 @@ READERS = {
     "ids-coverage --baseline": ["ids-coverage", "{RULES}", "--out", OUT, "--baseline", IN],
     "detect": ["detect", IN, "--rules", "{RULES}", "--out", OUT],
     "detect --rules": ["detect", "{PCAP}", "--rules", IN, "--out", OUT],
+    "meter": ["meter", IN, "--meter", "softflowd", "--out", OUT],
     "detect --expect": ["detect", "{PCAP}", "--rules", "{RULES}", "--expect", IN, "--out", OUT],
     "detect --suricata-config": [
         "detect",
@@ -114,6 +115,7 @@ WRITERS = {
     "translate-rules": ["translate-rules", "{RULES}", "-o", f"{OUT}/t.rules", "--no-check"],
     "multiply": ["multiply", "{PCAP}", "-T", "1", "--ranges", RANGES, "-o", f"{OUT}/m.pcap"],
     "detect": ["detect", "{PCAP}", "--rules", "{RULES}", "--out", f"{OUT}/d"],
+    "meter": ["meter", "{PCAP}", "--meter", "softflowd", "--out", f"{OUT}/m"],
     "hash-study": [
         "hash-study",
         "--hashes",
@@ -243,6 +245,10 @@ COUNTS = {
     ),
     "ids-coverage --multiply": (
         ["ids-coverage", "{RULES}", "--out", OUT, "--multiply", N],
+        REFUSED,
+    ),
+    "meter --max-flows": (
+        ["meter", "{PCAP}", "--meter", "pmacct", "--out", OUT, "--max-flows", N],
         REFUSED,
     ),
     "detect --top": (

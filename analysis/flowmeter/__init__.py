@@ -16,6 +16,7 @@ result.totals  # counts per status, packet/byte totals, time error and delay qua
 | `reference.py` | `reference_records(pcap, rules, chunk_packets) -> pa.Table`: the records a conforming meter exports, from the capture in chunks (numpy; a per-packet loop only for keys whose time goes back and for a table that overflows) |
 | `score.py` | `score(reference, collected, tolerance_ns=..., key_vlan=False) -> Score`: statuses exact / differs / missing / split / merged / spurious, packet and byte errors, L2-or-L3 bytes, time errors, TCP flags, export delay (DuckDB) |
 | `steps.py` | `meter_step(step_dir, dut_entry, capture)`: a live meter step scored (`meter/score.parquet`) and its loss by stage (dropped at capture, lost in processing, lost in export); read by analysis.live |
+| `handover.py` | `handover_flows(cap, vip, master, backup, unanswered, died_ns) -> pa.Table`, `handover_totals`: a meter pair across a fail-over, the packets per meter and the loss split into lost with the master, outage and rest |
 
 Pure: no processes, no network. The semantics are written up in docs/flowmeters.md
 ("Reference records", "Score").

@@ -59,6 +59,11 @@ COMMANDS: dict[str, Command] = {
         "detect",
         "run a capture (or a run folder) and rules through Suricata and report the alerts",
     ),
+    "meter": Command(
+        "meter",
+        "run flow meters (softflowd, pmacct, nfpcapd, argus) on a capture and score their "
+        "records against the capture's exact reference records",
+    ),
     "hash-study": Command(
         "hash_study",
         "seed 002's flow-ID hash study: collisions against the birthday "

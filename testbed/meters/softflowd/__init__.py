@@ -19,6 +19,7 @@ without expiring its flows: it is stopped with `expire-all` first (`finish`).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 import time
@@ -33,6 +34,13 @@ from ntgcore.proc import Process, Tool
 
 from ..base import Meter, MeterSpec
 from ..live import meter_kind
+
+
+def control_socket(workdir: Path) -> Path:
+    """softflowd's control socket for a run in WORKDIR: in /tmp under a digest of the folder's
+    path (a Unix socket's path has at most 107 bytes, which a run folder's can exceed)."""
+    digest = hashlib.sha1(str(Path(workdir).resolve()).encode()).hexdigest()[:16]
+    return Path("/tmp") / f"ntg-softflowd-{digest}.ctl"
 
 
 class SoftflowdSpec(MeterSpec):
@@ -76,13 +84,17 @@ class Softflowd(Meter):
         argv += ["-T", "vlan" if spec.key_vlan else "full"]
         return argv
 
+    def clear(self, workdir: Path) -> None:
+        """A control socket a killed softflowd left for this folder."""
+        control_socket(workdir).unlink(missing_ok=True)
+
     def live_argv(self, spec, iface, collector, workdir) -> list[str]:
         return [
             "softflowd",
             "-i",
             iface,
             "-c",
-            str(workdir / "softflowd.ctl"),
+            str(control_socket(workdir)),
             "-p",
             str(workdir / "softflowd.pid"),
             *self._common(spec, collector),
@@ -94,7 +106,7 @@ class Softflowd(Meter):
     def _ctl(self, workdir: Path, argv_prefix: Callable[..., list[str]], command: str) -> str:
         proc = Process(
             f"softflowctl-{command}",
-            argv_prefix("softflowctl", "-c", str(workdir / "softflowd.ctl"), command),
+            argv_prefix("softflowctl", "-c", str(control_socket(workdir)), command),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )

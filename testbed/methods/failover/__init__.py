@@ -12,10 +12,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from ntgcore.registry import PARTS
 from ntgcore.scenario import FailoverSpec, FaultSpec, Scenario, TestbedSpec
 
 from .. import NS, UNSET, Method, Step, StepParams, with_changes
 from . import analysis
+from .analysis import MASTER_METER
 
 MASTER_PROCESS = "vrrp:master"
 
@@ -42,6 +44,11 @@ def rules(tb: TestbedSpec) -> str | None:
         return (
             "method `failover` needs a `failover` section, and `failover` belongs "
             "to method `failover`"
+        )
+    if tb.failover is not None and tb.failover.meter is not None and "meterpair" not in PARTS:
+        return (
+            "`failover.meter` needs the part `meterpair` (testbed.meters.pair), which is not "
+            "registered: install the project (pip install .)"
         )
     return None
 
@@ -73,10 +80,17 @@ def plan(scenario: Scenario) -> list[Step]:
                     int(rng.random() * adv) // 1000 * 1000 if fo.fault_phase == "random" else 0
                 )
                 fault = fault_for(one, kind, at)
+                # the master's meter killed in the same instant, after the master's own fault
+                # (listed after it): the flows it held are lost, as on a power cut
+                dies = (
+                    [FaultSpec(kind="kill", process=MASTER_METER, start=f"{at}ns")]
+                    if fo.meter_dies_with_master
+                    else []
+                )
                 steps.append(
                     Step(
                         f"adv{interval_name(adv)}-{kind}-{k}",
-                        with_changes(scenario, failover=one, faults=[*tb.faults, fault]),
+                        with_changes(scenario, failover=one, faults=[*tb.faults, fault, *dies]),
                         gens,
                         "failover",
                         FailoverParams(

@@ -32,9 +32,14 @@ from analysis.capture import read_capture
 from analysis.live import PALETTE, fmt_count, save_figure
 from analysis.plots import figure
 
+from . import handover
+
+MASTER_METER = "vrrp:master:meter"  # the label of the meter pair's master side (its kill)
+
 CAPTIONS = {
     "failover_seq": "Reply sequence around the fault (seed 002, figure 23 redrawn)",
     "failover_gap": "Outage per trial",
+    "failover_meters": "Records lost across the handover: each trial's packets by meter and loss",
 }
 SEED = {
     "protocol": "icmp",
@@ -143,6 +148,8 @@ def flow_outage(cap, flow: dict, vrrp: dict, fault_ns: int | None) -> dict[str, 
     rep_seq = np.where(ok, seq_sorted[np.maximum(idx, 0)], -1)
     answered = np.unique(rep_seq[rep_seq >= 0])
     out["lost"] = int(len(req_ts) - len(answered))
+    # the capture rows of the requests no DUT answered (the meter pair's outage)
+    out["_unanswered"] = np.flatnonzero(req)[np.setdiff1d(np.arange(len(req_ts)), answered)]
     out["unmatched_replies"] = int((~ok).sum())
     out["loss_outage_s"] = out["lost"] * flow["period_ns"] / 1e9
     out["_req_ts"], out["_rep_seq"] = req_ts, rep_seq
@@ -182,7 +189,7 @@ def trial_rows(run: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]
         events = [
             e
             for e in (entry.get("faults") or {}).get("events", [])
-            if e.get("in_effect_realtime_ns")
+            if e.get("in_effect_realtime_ns") and e.get("target") != MASTER_METER
         ]
         fault_ns = (
             events[-1]["in_effect_realtime_ns"] if events else None
@@ -219,8 +226,62 @@ def trial_rows(run: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]
                 o.pop("_rep_seq", None),
                 fault_ns,
             )
+            o.pop("_unanswered", None)
             rows.append({**base, **o})
     return rows, series
+
+
+def meter_pair_rows(run: Path, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per step with a meter pair (`failover.meter`): the records lost across the handover
+    (handover.step_handover). The outage's packets are the probe requests no DUT answered, and
+    the TCP session's segments to the address between the fault and the end of the probes'
+    longest gap; the master's meter died when its planned kill was in effect."""
+    out = []
+    for entry in manifest.get("steps", []):
+        if entry.get("kind") != "failover" or not entry.get("meter_pair"):
+            continue
+        step_dir = run / entry.get("dir", ".")
+        vrrp = entry.get("vrrp") or {}
+        events = [
+            e
+            for e in (entry.get("faults") or {}).get("events", [])
+            if e.get("in_effect_realtime_ns")
+        ]
+        fault = [e["in_effect_realtime_ns"] for e in events if e.get("target") != MASTER_METER]
+        died = [e["in_effect_realtime_ns"] for e in events if e.get("target") == MASTER_METER]
+        fault_ns = fault[-1] if fault else None
+        pcap = step_dir / "capture.pcap"
+        if not pcap.is_file():
+            out.append({"step": entry["name"], "problems": ["no capture.pcap"]})
+            continue
+        cap = read_capture(pcap)
+        unanswered = np.zeros(len(cap), bool)
+        recovered = []
+        flows = _plan(step_dir)
+        for flow in flows:
+            if flow["protocol"] == "tcp":
+                continue
+            o = flow_outage(cap, flow, vrrp, fault_ns)
+            unanswered[o.get("_unanswered", [])] = True
+            if o.get("fault_to_recovery_s") is not None:
+                recovered.append(o["fault_to_recovery_s"])
+        if fault_ns is not None and recovered:
+            end = fault_ns + int(max(recovered) * 1e9)
+            for flow in (f for f in flows if f["protocol"] == "tcp"):
+                unanswered |= (
+                    (cap.proto == 6)
+                    & (cap.src_lo == int(ipaddress.ip_address(flow["src"])))
+                    & (cap.dst_lo == int(ipaddress.ip_address(flow["dst"])))
+                    & (cap.dport == flow["dport"])
+                    & (cap.ts_ns >= fault_ns)
+                    & (cap.ts_ns < end)
+                )
+        out.append(
+            handover.step_handover(
+                step_dir, entry, cap, unanswered, fault_ns, died[0] if died else None
+            )
+        )
+    return out
 
 
 def _spread(values: list) -> dict[str, Any]:
@@ -281,6 +342,10 @@ def plots(run: Path, doc: dict[str, Any], manifest: dict[str, Any]) -> dict[str,
     doc["failover_summary"] = summary_rows(rows)
     doc["failover_seed"] = SEED
     out: dict[str, Path] = {}
+    pair = meter_pair_rows(run, manifest)
+    if pair:
+        doc["failover_meters"] = pair
+        out["failover_meters"] = handover.figure_handover(run, pair)
     drawn = [
         (k, v)
         for k, v in series.items()
@@ -364,6 +429,10 @@ def _mean(s: dict, digits: int) -> str:
 def report(doc: dict[str, Any]) -> list:
     if not doc.get("failover"):
         return []
+    return _report(doc) + handover.report(doc.get("failover_meters") or [])
+
+
+def _report(doc: dict[str, Any]) -> list:
     probes = [r for r in doc["failover"] if r.get("protocol") != "tcp"]
     rows = [
         [
