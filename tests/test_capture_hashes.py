@@ -41,6 +41,8 @@ SESSIONS = {
     "seed003-inline": "34203c3f449c816f2079ba34fd5acca2ef0cf12ebbce44bec3f9ccfb60b83458",
     "vm-quickstart": "70823c49d6f5150c74322a6288af5cf743ae20a87b413b7fc24783e9d79be4a8",
     "seed002-failover-vm": "a28a81e95008d77fa7c37b564d05059b88a6fc9ce4fccfd964ae8d2ff0650dd8",  # new: the pair in VMs
+    "seed002-flowmeter": "3ba55457b225224fccd1aad7ba53cb0f795bb312729853de31ba0447d573cf49",  # new: issue 26
+    "seed002-failover-meters": "961ceb0bf8eec875d30aec197d303f74540a884e8590f15ab4fbc52e50dd7661",  # new
 }
 
 

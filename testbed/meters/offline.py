@@ -82,10 +82,24 @@ def run_on_pcap(
             topo.apply()
             try:
                 return _run(meter, spec, pcap, folder, topo, export_port, timeout_s)
+            except BaseException:
+                tidy(folder)
+                raise
             finally:
                 topo.remove()
     finally:
         mark.remove()
+
+
+def tidy(folder: Path) -> None:
+    """After a run that failed (a full disk, a meter that died): the empty files its tools left
+    (a capture with no packet, nfcapd's current file) go; what holds something is kept."""
+    for path in sorted(folder.rglob("*"), reverse=True):
+        try:
+            if path.is_file() and (path.stat().st_size == 0 or path.name.startswith(".")):
+                path.unlink()
+        except OSError:
+            continue
 
 
 def _run(
