@@ -38,7 +38,7 @@ from .records import COLLECTED_SCHEMA, MeterRules, conform
 from .reference import reference_records_with_stats
 from .score import DEFAULT_TOLERANCE_NS, score
 
-# The files of a meter step (written by testbed.meters: METER_DIR, RECORDS_FILE, ...).
+# The files of a meter step, named once here: testbed.meters writes them under these names.
 METER_DIR = "meter"
 RECORDS_FILE = "records.parquet"
 COUNTERS_FILE = "counters.json"

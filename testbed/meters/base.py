@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from pydantic import Field, ValidationInfo, field_validator
 
 from analysis.flowmeter.records import COLLECTED_SCHEMA, MeterRules, empty_table
+from analysis.flowmeter.steps import COUNTERS_FILE, EXPORT_FILE, RECORDS_FILE
 from ntgcore.errors import NtgError, ToolMissing
 from ntgcore.files import replacing
 from ntgcore.proc import Process, Tool
@@ -41,7 +42,6 @@ from ntgcore.scenario import Duration, DutSpec
 Version = Literal[5, 9, "ipfix", "nfdump", "argus"]
 NETFLOW_VERSIONS: tuple[Version, ...] = (5, 9, "ipfix")
 SECOND_NS = 1_000_000_000
-RECORDS_FILE, EXPORT_FILE, COUNTERS_FILE = "records.parquet", "export.pcap", "counters.json"
 
 
 class MeterError(NtgError):

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis.flowmeter.steps import METER_DIR
 from ntgcore.endpoint import Endpoint, PowerSwitch
 from ntgcore.parts import DutKind, Part
 from ntgcore.proc import CommandRecord, Process, packet_ring_mapped
@@ -24,7 +25,6 @@ from ntgcore.registry import DUT_KINDS
 
 from .base import Meter, MeterError, MeterSpec, tail, write_counters, write_outputs
 
-METER_DIR = "meter"
 START_GRACE_S = 0.5  # a meter that cannot open its interface or socket exits within this
 READY_TIMEOUT_S = 10.0  # a meter on this machine opens its capture within this
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from analysis.flowmeter.records import MeterRules
 from analysis.flowmeter.reference import reference_records_with_stats
 from analysis.flowmeter.score import STATUSES, score
+from analysis.flowmeter.steps import SCORE_FILE
 from analysis.live import PALETTE
 from analysis.plots import figure, save
 from idsrules.attacks import merge_pcaps
@@ -33,7 +34,6 @@ from .base import Meter, MeterSpec
 from .live import meters
 from .offline import run_on_pcap
 
-SCORE_FILE = "score.parquet"
 STATUS_COLOURS = dict(zip(STATUSES, PALETTE, strict=False))
 
 
