@@ -65,7 +65,8 @@ struct afpacket {
     int started;
     uint64_t t0; /* CLOCK_MONOTONIC of the run start (ns) */
     uint64_t sent, sent_bytes, failed, late, max_late;
-    int fatal; /* the back end cannot go on */
+    uint64_t paused_ns; /* held in a pause that came during a pacing wait */
+    int fatal;          /* the back end cannot go on */
     int warned;
 
     struct sink inner; /* the loop's own sink, moved here by afpacket_attach */
@@ -229,7 +230,16 @@ int afpacket_open(struct afpacket **out, const struct afpacket_opts *o, const st
     uint32_t mtu = (uint32_t)ifr.ifr_mtu, limit = mtu + FE_ETH_LEN;
     for (size_t k = 0; k < s->nflows; k++) {
         const struct fe_flow *f = &s->flows[k];
-        uint32_t fl = f->hdr_len + f->size_hi;
+        uint32_t fl = f->hdr_len + f->size_hi; /* a stream line: hdr_len 0, its largest frame */
+        if (fl > limit && f->kind == FE_K_STREAM) {
+            rc = -EMSGSIZE;
+            fprintf(stderr,
+                    "flowengine: %s:%u: stream: frames up to %u bytes do not fit the MTU of %s "
+                    "(%u, i.e. frames of at most %u bytes): use smaller frames or raise the MTU "
+                    "with `ip link set %s mtu %u`\n",
+                    session_name, f->lineno, fl, o->iface, mtu, limit, o->iface, fl - FE_ETH_LEN);
+            goto fail;
+        }
         if (fl > limit) {
             rc = -EMSGSIZE;
             fprintf(stderr,
@@ -549,6 +559,37 @@ static inline void commit(struct afpacket *h)
     h->cur_state = CUR_NONE;
 }
 
+/* A pause seen while waiting for a frame's due time (nothing is queued then):
+ * holds, shifts the run clock by the time held; returns the frame's new due
+ * time. */
+static uint64_t hold_in_wait(struct afpacket *h, uint64_t due_ns)
+{
+    uint64_t held = pace_hold();
+    h->t0 += held;
+    h->paused_ns += held;
+    return h->t0 + due_ns;
+}
+
+void afpacket_hold(void *ctx, int resume, uint64_t held_ns)
+{
+    struct afpacket *h = ctx;
+    if (resume) {
+        if (h->started)
+            h->t0 += held_ns;
+        return;
+    }
+    if (h->live && !h->fatal) {
+        commit(h);
+        if (queued(h))
+            flush(h); /* a failure is sticky (fatal): the next frame reports it */
+    }
+}
+
+uint64_t afpacket_paused_ns(const struct afpacket *h)
+{
+    return h ? h->paused_ns : 0;
+}
+
 static void before_row(void *ctx)
 {
     struct afpacket *h = ctx;
@@ -574,7 +615,10 @@ static uint8_t *afpacket_frame(struct sink *s, uint64_t due_ns, uint64_t serial,
     if (!h->live) {
         /* -o / --null with --pace realtime: the frame is built at its time. */
         if (h->pace == PACE_REALTIME) {
-            pace_wait_until(due); /* a stop cuts it short; the loop ends next */
+            /* A stop cuts the wait short (the loop ends next); a pause holds
+             * and shifts the clock. */
+            while (pace_wait_until(due) == -EAGAIN)
+                due = hold_in_wait(h, due_ns);
             account_late(h, pace_now(), due);
         }
         uint8_t *p = sink_frame(&h->inner, due_ns, serial, len);
@@ -588,10 +632,15 @@ static uint8_t *afpacket_frame(struct sink *s, uint64_t due_ns, uint64_t serial,
         return NULL;
     if (h->pace == PACE_REALTIME) {
         if (pace_now() < due) {
-            /* Release what is due, then wait for this one. */
+            /* Release what is due, then wait for this one (a pause holds
+             * with nothing queued, then the wait goes on for the shifted due
+             * time). */
             if (queued(h) && flush(h))
                 return NULL;
-            if (pace_wait_until(due)) {
+            int w;
+            while ((w = pace_wait_until(due)) == -EAGAIN)
+                due = hold_in_wait(h, due_ns);
+            if (w) {
                 h->cur_state = CUR_DISCARD; /* stopped before it was due */
                 return s->buf;
             }

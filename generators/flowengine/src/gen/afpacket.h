@@ -76,6 +76,15 @@ void afpacket_attach(struct afpacket *h, struct sink *s, struct stats *st);
  * of the time of h's first frame. */
 void afpacket_start(struct afpacket *h, uint64_t t0);
 
+/* The sink's part of a pause the loop holds (the loop's hold hook; ctx is h):
+ * resume 0, before holding: hands every queued frame to the kernel; resume 1,
+ * after holding held_ns: later due times shift by held_ns (no catch-up).
+ * A pause that comes while h waits for a due time is held there instead
+ * (pace_hold) and shifts the clock the same way. */
+void afpacket_hold(void *ctx, int resume, uint64_t held_ns);
+/* Nanoseconds held in pauses that came during h's waits (0 for NULL). */
+uint64_t afpacket_paused_ns(const struct afpacket *h);
+
 /* sent, sent_bytes, failed (live only), late, max_late_ns and pace into sum
  * (h may be NULL: nothing). */
 void afpacket_summary(const struct afpacket *h, struct summary *sum);

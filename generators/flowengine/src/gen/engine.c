@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "afpacket.h"
+#include "counters.h"
 #include "flowlog.h"
 #include "loop.h"
 #include "pace.h"
@@ -19,6 +20,7 @@ int engine_run(const struct fe_session *s, const struct engine_opts *o)
 {
     struct loop e;
     struct summary sum;
+    struct counters cnt = { 0 };
     const char *what = NULL; /* what failed, for the message */
     int err = 0, rc;
     uint64_t packets = 0, first_ns = 0, last_ns = 0;
@@ -67,8 +69,17 @@ int engine_run(const struct fe_session *s, const struct engine_opts *o)
         err = rc;
         goto fail_early;
     }
-    if (o->tx)
+    if (o->tx) {
         afpacket_attach(o->tx, &e.sink, &e.st);
+        e.hold = afpacket_hold;
+        e.hold_ctx = o->tx;
+    }
+    if (o->counters) {
+        if (counters_open(&cnt, o->counters, s->nflows))
+            goto fail_early_quiet;
+        e.cnt = cnt.line;
+        pace_publish(cnt.state);
+    }
 
     t0 = pace_seconds();
     {
@@ -118,6 +129,7 @@ int engine_run(const struct fe_session *s, const struct engine_opts *o)
     sum.peak_rss = summary_peak_rss();
     sum.sent = sum.packets;
     sum.sent_bytes = sum.bytes;
+    sum.paused_ns = e.paused_ns + afpacket_paused_ns(o->tx);
     afpacket_summary(o->tx, &sum);
     summary_settle(&sum, what, err);
     goto report;
@@ -131,6 +143,9 @@ fail_early_quiet:
         fclose(e.flog);
 
 report:
+    pace_publish(NULL);
+    counters_state(&cnt, COUNTERS_FINISHED); /* the lines hold the final counts */
+    counters_close(&cnt);
     summary_write(&sum, o->summary);
     if (e.csv && e.csv != stdout)
         fclose(e.csv);

@@ -30,6 +30,7 @@ struct engine_opts {
     int planner;           /* ENGINE_PLANNER_EXACT or ENGINE_PLANNER_STOCHASTIC */
     unsigned threads;      /* --threads: workers (1: the loop runs in the main thread) */
     struct afpacket **txs; /* one per worker (txs[0] == tx), or NULL */
+    const char *counters;  /* --counters FILE (needs threads 1), or NULL */
 };
 
 /* Runs session s with options o in the calling thread (o->threads must be 1);

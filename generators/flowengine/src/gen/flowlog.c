@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "stream.h"
+
 /* After a failed stdio call: its errno, as a negative errno (never 0). */
 static int io_error(void)
 {
@@ -40,6 +42,8 @@ int flowlog_header(FILE *fp)
 
 int flowlog_row(FILE *fp, const struct fe_flow *f, const struct fe_inst *in)
 {
+    if (f->kind == FE_K_STREAM)
+        return flowlog_row_at(fp, f, in, f->start, stream_due(f, in->sent ? in->sent - 1 : 0));
     uint64_t first = f->start + (in->serial - f->offset) * f->rep_period;
     return flowlog_row_at(fp, f, in, first, first + (in->sent ? in->sent - 1 : 0) * f->period);
 }
@@ -51,7 +55,10 @@ int flowlog_row_at(FILE *fp, const struct fe_flow *f, const struct fe_inst *in, 
     unsigned sport, dport;
     uint64_t rep = in->serial - f->offset;
 
-    packet_endpoints(f, in, src, dst, &sport, &dport);
+    if (f->kind == FE_K_STREAM)
+        stream_endpoints(f, src, dst, &sport, &dport);
+    else
+        packet_endpoints(f, in, src, dst, &sport, &dport);
     p = put_u64(p, in->serial);
     *p++ = ',';
     p = put_u64(p, in->flow);

@@ -16,7 +16,9 @@
 /* Writes the header line. Returns 0 or a negative errno of the write. */
 int flowlog_header(FILE *fp);
 /* The row of instance in of flow line f, its first and last due times
- * computed from the line (exact planner). Returns 0 or a negative errno. */
+ * computed from the line (exact planner; a stream line: stream_due). A
+ * stream line's af, proto, addresses and ports are those of its first frame
+ * (stream_endpoints). Returns 0 or a negative errno. */
 int flowlog_row(FILE *fp, const struct fe_flow *f, const struct fe_inst *in);
 /* The same with explicit first and last due times (the stochastic planner's
  * tree instances). Returns 0 or a negative errno. */

@@ -17,6 +17,7 @@
 #include "engine.h"
 #include "halt.h"
 #include "opt.h"
+#include "pace.h"
 #include "packet.h"
 #include "session.h"
 #include "workers.h"
@@ -49,7 +50,8 @@ enum {
     OPT_PLANNER,
     OPT_THREADS,
     OPT_START_AT,
-    OPT_MAX_PACKETS
+    OPT_MAX_PACKETS,
+    OPT_COUNTERS
 };
 
 static const struct option gen_options[] = {
@@ -71,6 +73,7 @@ static const struct option gen_options[] = {
     { "threads", required_argument, NULL, OPT_THREADS },
     { "start-at", required_argument, NULL, OPT_START_AT },
     { "max-packets", required_argument, NULL, OPT_MAX_PACKETS },
+    { "counters", required_argument, NULL, OPT_COUNTERS },
     { NULL, 0, NULL, 0 }
 };
 /* "-": non-options come back in order as 1 (the SESSION); ":": a missing value is ':'. */
@@ -86,7 +89,9 @@ void gen_usage(FILE *f)
         "                      [--pace %s] [--late-ns N] [--csum-offload]\n"
         "                      [--tx %s] [--tx-batch N] [--ring-frames N]\n"
         "                      [--no-qdisc-bypass]\n"
-        "                      [--planner %s] [--threads N] [--start-at NS]\n",
+        "                      [--planner %s] [--threads N] [--start-at NS]\n"
+        "                      [--counters FILE]\n"
+        "SIGUSR1 pauses the run, SIGUSR2 resumes it.\n",
         opt_choice_names(pace_choices, "|", pace, sizeof pace),
         opt_choice_names(tx_choices, "|", tx, sizeof tx),
         opt_choice_names(planner_choices, "|", planner, sizeof planner));
@@ -129,6 +134,11 @@ static int choice_error(void (*usage)(FILE *f), const char *opt, const struct op
 static void on_signal(int sig)
 {
     halt_request(sig); /* the first signal counts */
+}
+
+static void on_pause_signal(int sig)
+{
+    pace_pause_request(sig == SIGUSR1);
 }
 
 /* Sleeps until CLOCK_REALTIME reaches at_ns (ns since the epoch); a stop
@@ -194,6 +204,9 @@ int gen_cmd(int argc, char **argv, void (*usage)(FILE *f))
             break;
         case OPT_STATS:
             dst = &o.stats;
+            break;
+        case OPT_COUNTERS:
+            dst = &o.counters;
             break;
         case OPT_IFACE:
             dst = &to.iface;
@@ -277,14 +290,29 @@ int gen_cmd(int argc, char **argv, void (*usage)(FILE *f))
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_pause_signal; /* SIGUSR1 pauses, SIGUSR2 resumes (pace.h) */
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
     /* A closed stdout or --stats pipe becomes a write error (exit 1), not a
      * silent death without summary. */
     sa.sa_handler = SIG_IGN;
     sigaction(SIGPIPE, &sa, NULL);
 
+    if (o.counters && o.threads > 1)
+        return usage_error(usage, "--counters needs --threads 1", NULL);
+
     struct fe_session s;
     if (session_load(&s, session))
         return 2;
+    if (s.nstreams && o.threads > 1) {
+        fprintf(stderr,
+                "flowengine: --threads %u: %s:%u: stream lines need --threads 1 (the session "
+                "has %zu)\n",
+                o.threads, strcmp(session, "-") ? session : "<stdin>", s.stream_lineno, s.nstreams);
+        usage(stderr);
+        session_free(&s);
+        return 2;
+    }
     if (check_memory(&s, strcmp(session, "-") ? session : "<stdin>", o.planner)) {
         session_free(&s);
         return 2;

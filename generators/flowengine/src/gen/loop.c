@@ -12,8 +12,10 @@
 #include "flowlog.h"
 #include "halt.h"
 #include "offload.h"
+#include "pace.h"
 #include "packet.h"
 #include "rng.h"
+#include "stream.h"
 
 #if defined(__GNUC__)
 #define PREFETCH(p) __builtin_prefetch(p)
@@ -64,10 +66,13 @@ int loop_log_unfinished(struct loop *e)
 {
     const struct wheel *s = &e->wheel;
     size_t n = 0;
-    uint32_t *ids = malloc((s->queued + e->tree.n + 1) * sizeof *ids);
+    uint32_t *ids = malloc((s->queued + e->tree.n + e->nflows + 1) * sizeof *ids);
     int rc = 0;
     if (!ids)
         return -ENOMEM;
+    for (size_t k = 0; k < e->nflows; k++)
+        if (e->flows[k].kind == FE_K_STREAM && e->flows[k].sid != POOL_NONE)
+            ids[n++] = e->flows[k].sid;
     for (uint32_t c = 0; c < s->nclasses; c++) {
         const struct wheel_fifo *f = &s->fifo[c];
         for (uint32_t i = 0; i < f->len; i++)
@@ -90,10 +95,12 @@ static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uin
     uint32_t n = 0;
     if (!periods)
         return -ENOMEM;
+    size_t np = 0;
     for (size_t k = 0; k < nflows; k++)
-        periods[k] = e->flows[k].period;
-    qsort(periods, nflows, sizeof *periods, cmp_u64);
-    for (size_t k = 0; k < nflows; k++)
+        if (e->flows[k].kind != FE_K_STREAM) /* a stream has no FIFO */
+            periods[np++] = e->flows[k].period;
+    qsort(periods, np, sizeof *periods, cmp_u64);
+    for (size_t k = 0; k < np; k++)
         if (!n || periods[n - 1] != periods[k])
             periods[n++] = periods[k];
     *init_cap = calloc(n ? n : 1, sizeof **init_cap);
@@ -103,6 +110,8 @@ static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uin
     }
     for (size_t k = 0; k < nflows; k++) {
         struct fe_flow *f = &e->flows[k];
+        if (f->kind == FE_K_STREAM)
+            continue;
         uint32_t lo = 0, hi = n - 1;
         while (lo < hi) {
             uint32_t mid = lo + (hi - lo) / 2;
@@ -137,6 +146,7 @@ static ALWAYS_INLINE void run_loop(struct loop *e, struct loop_res *r, const int
     struct fe_flow *const flows = e->flows;
     const uint32_t ncls = e->wheel.nclasses;
     const int stoch = e->cfg.stochastic;
+    struct counters_line *const cnt = e->cnt;
     for (;;) {
         uint32_t src = wheel_min(&e->wheel), id, pos = 0;
         int from_tree =
@@ -149,6 +159,17 @@ static ALWAYS_INLINE void run_loop(struct loop *e, struct loop_res *r, const int
         }
         if (threaded && crew_stopped())
             break; /* another thread failed */
+        if (atomic_load_explicit(&pace_pause_flag, memory_order_relaxed)) {
+            /* Paused: the sink hands on what it queued, the loop holds, and
+             * the sink's clock moves on by the time held. */
+            if (e->hold)
+                e->hold(e->hold_ctx, 0, 0);
+            uint64_t held = pace_hold();
+            e->paused_ns += held;
+            if (e->hold)
+                e->hold(e->hold_ctx, 1, held);
+            continue;
+        }
         if (packets >= max_packets) {
             uint64_t more = threaded ? crew_claim_wait() : 0;
             if (!more) {
@@ -178,6 +199,67 @@ static ALWAYS_INLINE void run_loop(struct loop *e, struct loop_res *r, const int
             id = dtree_id(&e->tree, pos);
             in = &e->pool.inst[id];
             f = &flows[in->flow];
+        } else if (src >= ncls && flows[src - ncls].kind == FE_K_STREAM) {
+            /* A stream line (one instance): its node carries the key of its
+             * next packet; the packet is a copy of its frame, patched. */
+            uint32_t k = src - ncls;
+            f = &flows[k];
+            if (f->sid == POOL_NONE) {
+                if ((rc = pool_get(&e->pool, &f->sid))) {
+                    fail = LOOP_FAIL_POOL;
+                    err = rc;
+                    break;
+                }
+                in = &e->pool.inst[f->sid];
+                memset(in, 0, sizeof *in); /* rng: index in the burst; seq: frame cursor */
+                in->serial = f->offset;
+                in->flow = k;
+                e->st.started++;
+            }
+            id = f->sid;
+            in = &e->pool.inst[id];
+            wheel_pop(&e->wheel);
+            const struct stream_line *sl = f->stream;
+            const struct stream_tpl *t = &sl->tpl[in->seq];
+            uint8_t *frame = sink_frame(&e->sink, due, in->serial, t->len);
+            if (!frame) {
+                fail = LOOP_FAIL_SINK;
+                err = e->sink.err;
+                break;
+            }
+            stream_fill(sl, t, frame, in->sent);
+            in->sent++;
+            in->bytes += t->len;
+            stats_packet(&e->st, t->len);
+            if (cnt)
+                counters_add(&cnt[k], t->len);
+            if (!packets)
+                first_ns = due;
+            packets++;
+            last_ns = due;
+            if (++in->seq == sl->count)
+                in->seq = 0;
+            if (in->sent < f->packets) {
+                if (sl->burst && ++in->rng == sl->burst) {
+                    in->due = due - (sl->burst - 1) * f->period + sl->burst_period;
+                    in->rng = 0;
+                } else {
+                    in->due = due + f->period;
+                }
+                wheel_insert_last(&e->wheel, src, in->due, in->serial);
+                continue;
+            }
+            in->due = due; /* the flow log's last_ns comes from stream_due */
+            f->sid = POOL_NONE;
+            e->st.finished++;
+            rc = e->flog ? log_inst(e, in) : 0;
+            pool_put(&e->pool, id);
+            if (rc) {
+                fail = LOOP_FAIL_FLOWLOG;
+                err = rc;
+                break;
+            }
+            continue;
         } else if (src >= ncls) {
             /* A flow line spawns its next repetition, which sends its packet 0
              * right now (same key) and then joins its period's FIFO. */
@@ -243,6 +325,8 @@ static ALWAYS_INLINE void run_loop(struct loop *e, struct loop_res *r, const int
         in->sent++;
         in->bytes += flen;
         stats_packet(&e->st, flen);
+        if (cnt)
+            counters_add(&cnt[in->flow], flen);
         if (!packets)
             first_ns = due;
         packets++;
@@ -333,9 +417,12 @@ int loop_init(struct loop *e, const struct fe_session *s, const struct loop_cfg 
     if (s->nflows)
         memcpy(e->flows, s->flows, s->nflows * sizeof *e->flows);
     uint32_t nclasses, *init_cap = NULL;
+    e->nflows = s->nflows;
     for (size_t k = 0; k < s->nflows; k++) {
         struct fe_flow *f = &e->flows[k];
-        packet_prepare(f);
+        f->sid = POOL_NONE;
+        if (f->kind != FE_K_STREAM)
+            packet_prepare(f);
         /* Serial offset + rep belongs to worker (offset + rep) mod nthr. */
         f->next_rep = (w + nthr - f->offset % nthr) % nthr;
         f->rep_step = nthr;
@@ -350,7 +437,8 @@ int loop_init(struct loop *e, const struct fe_session *s, const struct loop_cfg 
         if (!e->weight || dtree_init(&e->tree, (uint32_t)cap))
             return -ENOMEM;
         for (size_t k = 0; k < s->nflows; k++)
-            if (e->flows[k].packets > 1 && e->flows[k].period <= 1000000000u)
+            if (e->flows[k].kind != FE_K_STREAM && e->flows[k].packets > 1 &&
+                e->flows[k].period <= 1000000000u)
                 e->weight[k] =
                     (uint32_t)((1000000000u + e->flows[k].period / 2) / e->flows[k].period);
         /* Worker 0 (and the one-thread run) keeps the documented stream. */

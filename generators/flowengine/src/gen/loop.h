@@ -7,6 +7,12 @@
  * thread: the whole session. Worker w of N (--threads): the instances whose
  * serial is congruent to w modulo N.
  *
+ * Stream lines (stream.h) have no FIFO: the line's own wheel node carries
+ * the key of its next packet, and the loop copies its frames.
+ *
+ * Before every packet the loop checks the stop flag (halt.h) and the pause
+ * flag (pace.h); a pause is held there (or in the sink's pacing wait).
+ *
  * The loop body is one always-inline function instantiated twice in loop.c:
  * loop_run for one thread, loop_run_worker with the worker's extra checks
  * (another thread failed, --max-packets budget from crew.h). The one-thread
@@ -24,6 +30,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "counters.h"
 #include "dtree.h"
 #include "pool.h"
 #include "session.h"
@@ -59,6 +66,7 @@ struct loop_res {
 
 struct loop {
     struct fe_flow *flows; /* a copy: next_rep changes */
+    size_t nflows;
     struct pool pool;
     struct wheel wheel;
     /* Stochastic planner: fast instances in the Distribution Tree, their
@@ -74,6 +82,15 @@ struct loop {
     char *flog_buf;
     struct loop_cfg cfg;
     uint64_t seed;
+    /* --counters: per session line, packets and bytes handed to the sink
+     * (counters.h), or NULL. Set by the driver before loop_run. */
+    struct counters_line *cnt;
+    /* Pause (pace.h): the sink's part of a pause the loop holds before a
+     * packet (afpacket_hold: resume 0 before, 1 after holding held_ns), or
+     * NULL; and the time the loop held. */
+    void (*hold)(void *ctx, int resume, uint64_t held_ns);
+    void *hold_ctx;
+    uint64_t paused_ns;
 };
 
 /* Prepares e for the instances of worker w of nthr (one thread: 0 of 1):

@@ -11,6 +11,7 @@
 
 #include "csum.h"
 #include "sink.h"
+#include "stream.h"
 
 /* Last due time the pcap can carry: its seconds field is 32-bit unsigned. */
 #define FE_TIME_LIMIT 4294967296000000000ull
@@ -42,6 +43,26 @@ static const char *const key_names[K_COUNT] = {
     "af",       "proto", "smac",       "dmac",  "src",        "src_mode", "dst",
     "dst_mode", "sport", "sport_mode", "dport", "dport_mode", "start",    "period",
     "packets",  "size",  "payload",    "reps",  "rep_period",
+};
+
+/* The keys of a `stream` line (README, "Stream lines"). */
+enum {
+    SK_FIRST,
+    SK_COUNT_KEY,
+    SK_START,
+    SK_PERIOD,
+    SK_PACKETS,
+    SK_BURST,
+    SK_BURST_PERIOD,
+    SK_SEQ_OFF,
+    SK_CSUM_OFF,
+    SK_FCS, /* optional: 0 when left out */
+    SK_COUNT
+};
+
+static const char *const stream_key_names[SK_COUNT] = {
+    "first", "count",        "start",   "period",   "packets",
+    "burst", "burst_period", "seq_off", "csum_off", "fcs",
 };
 
 struct parser {
@@ -358,6 +379,66 @@ static int parse_flow(const struct parser *p, char **tok, size_t ntok, struct fe
     return check_flow(p, val, f);
 }
 
+/* `-` (STREAM_NONE) or a byte offset below 65535. */
+static int check_off(const struct parser *p, const char *key, const char *v, uint32_t *out)
+{
+    uint64_t n;
+    if (!strcmp(v, "-")) {
+        *out = STREAM_NONE;
+        return 0;
+    }
+    if (session_parse_u64(v, &n) || n >= FE_MAX_FRAME)
+        return fail(p, "%s: expected - or a byte offset 0..%u (got %s)", key, FE_MAX_FRAME - 1,
+                    shown(v));
+    *out = (uint32_t)n;
+    return 0;
+}
+
+static int parse_stream(const struct parser *p, char **tok, size_t ntok,
+                        const struct stream_frames *fr, struct fe_flow *f)
+{
+    char *val[SK_COUNT] = { 0 };
+    struct stream_keys k;
+    char why[512];
+
+    for (size_t i = 1; i < ntok; i++) {
+        char *eq = strchr(tok[i], '=');
+        if (!eq)
+            return fail(p, "%s: expected key=value", shown(tok[i]));
+        *eq = 0;
+        int j;
+        for (j = 0; j < SK_COUNT; j++)
+            if (!strcmp(tok[i], stream_key_names[j]))
+                break;
+        if (j == SK_COUNT)
+            return fail(p, "%s: unknown key (got %s=%s)", shown(tok[i]), tok[i], shown(eq + 1));
+        if (val[j])
+            return fail(p, "%s: given twice", stream_key_names[j]);
+        val[j] = eq + 1;
+    }
+    for (int j = 0; j < SK_FCS; j++)
+        if (!val[j])
+            return fail(p, "%s: missing (every stream line needs these %d keys; fcs is optional)",
+                        stream_key_names[j], SK_FCS);
+    f->lineno = p->lineno;
+    if (!fr)
+        return fail(p, "stream: needs a `frames PATH` line before it");
+    if (check_u64(p, "first", val[SK_FIRST], 0, &k.first) ||
+        check_u64(p, "count", val[SK_COUNT_KEY], 1, &k.count) ||
+        check_u64(p, "start", val[SK_START], 0, &k.start) ||
+        check_u64(p, "period", val[SK_PERIOD], 0, &k.period) ||
+        check_u64(p, "packets", val[SK_PACKETS], 1, &k.packets) ||
+        check_u64(p, "burst", val[SK_BURST], 0, &k.burst) ||
+        check_u64(p, "burst_period", val[SK_BURST_PERIOD], 0, &k.burst_period) ||
+        check_off(p, "seq_off", val[SK_SEQ_OFF], &k.seq_off) ||
+        check_off(p, "csum_off", val[SK_CSUM_OFF], &k.csum_off) ||
+        check_u64(p, "fcs", val[SK_FCS] ? val[SK_FCS] : "0", 0, &k.fcs))
+        return -EINVAL;
+    if (stream_line_build(f, &k, fr, why, sizeof why))
+        return fail(p, "%s", why);
+    return 0;
+}
+
 static char *read_all(FILE *fp, size_t *len)
 {
     size_t cap = 1 << 16, n = 0;
@@ -492,8 +573,61 @@ int session_load(struct fe_session *s, const char *path)
             f->max_live = conc;
             s->max_concurrent =
                 conc > UINT64_MAX - s->max_concurrent ? UINT64_MAX : s->max_concurrent + conc;
+        } else if (!strcmp(tok[0], "frames")) {
+            char why[512];
+            if (ntok != 2) {
+                fail(&p, "frames: expected one PATH (without blanks or #)");
+                goto out;
+            }
+            if (s->frames) {
+                fail(&p, "frames: given twice");
+                goto out;
+            }
+            s->frames = calloc(1, sizeof *s->frames);
+            if (!s->frames) {
+                fail(&p, "out of memory");
+                goto out;
+            }
+            if (stream_frames_load(s->frames, tok[1], why, sizeof why)) {
+                fail(&p, "frames: %s", why);
+                goto out;
+            }
+        } else if (!strcmp(tok[0], "stream")) {
+            if (ntok > 2 * K_COUNT + 1) {
+                fail(&p, "stream: far more than the %d key=value pairs", SK_COUNT);
+                goto out;
+            }
+            if (s->nflows == cap) {
+                size_t ncap = cap ? cap * 2 : 64;
+                struct fe_flow *nf = realloc(s->flows, ncap * sizeof *nf);
+                if (!nf) {
+                    fail(&p, "out of memory");
+                    goto out;
+                }
+                s->flows = nf;
+                cap = ncap;
+            }
+            if (s->nflows >= 0x7fffffffu) {
+                fail(&p, "stream: too many lines");
+                goto out;
+            }
+            struct fe_flow *f = &s->flows[s->nflows];
+            memset(f, 0, sizeof *f);
+            s->nflows++; /* counted now so session_free sees its stream data */
+            if (parse_stream(&p, tok, ntok, s->frames, f))
+                goto out;
+            if (s->instances == UINT64_MAX) {
+                fail(&p, "stream: the session has more than 2^64 flow instances");
+                goto out;
+            }
+            f->offset = s->instances++;
+            if (!s->nstreams++)
+                s->stream_lineno = p.lineno;
+            if (s->max_concurrent < UINT64_MAX)
+                s->max_concurrent++;
         } else {
-            fail(&p, "%s: unknown directive (expected seed or flow)", shown(tok[0]));
+            fail(&p, "%s: unknown directive (expected seed, flow, frames or stream)",
+                 shown(tok[0]));
             goto out;
         }
     }
@@ -507,8 +641,14 @@ out:
 
 void session_free(struct fe_session *s)
 {
-    for (size_t i = 0; i < s->nflows; i++)
+    for (size_t i = 0; i < s->nflows; i++) {
         free((void *)s->flows[i].payload_sum);
+        stream_line_free(s->flows[i].stream);
+    }
     free(s->flows);
+    if (s->frames) {
+        stream_frames_free(s->frames);
+        free(s->frames);
+    }
     memset(s, 0, sizeof *s);
 }

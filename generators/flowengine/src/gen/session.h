@@ -1,8 +1,9 @@
 /* session.h - the session file (README.md, "Session file"): parse and check.
  *
  * struct fe_flow is one `flow` line, checked and with everything derived from
- * it that the engine reads per packet (kind, header length, payload sums);
- * the loop's copy also carries scheduler state (next_rep, klass).
+ * it that the engine reads per packet (kind, header length, payload sums),
+ * or one `stream` line (kind FE_K_STREAM: stream.h); the loop's copy also
+ * carries scheduler state (next_rep, klass, sid).
  *
  * Thread safety: session_load/free on one thread; a loaded session is only
  * read afterwards (each loop copies the flow lines it changes). */
@@ -14,10 +15,14 @@
 
 enum fe_mode { FE_FIXED, FE_RANDOM, FE_INCREMENT };
 
-/* Frame kinds: the per-packet writer switches on this. */
-enum fe_kind { FE_K4_UDP, FE_K4_TCP, FE_K4_ICMP, FE_K6_UDP, FE_K6_TCP, FE_K6_ICMP };
+/* Frame kinds: the per-packet writer switches on this. FE_K_STREAM: a
+ * `stream` line (stream.h), whose frames come from the frames file. */
+enum fe_kind { FE_K4_UDP, FE_K4_TCP, FE_K4_ICMP, FE_K6_UDP, FE_K6_TCP, FE_K6_ICMP, FE_K_STREAM };
 
 #define FE_ETH_LEN 14
+
+struct stream_frames;
+struct stream_line;
 
 struct fe_flow {
     /* Hot: read for every packet. */
@@ -31,6 +36,7 @@ struct fe_flow {
     uint32_t payload_len;        /* bytes of the custom payload prefix */
     const uint8_t *payload;      /* the prefix, or NULL */
     const uint32_t *payload_sum; /* [k]: checksum sum of the first k prefix bytes */
+    struct stream_line *stream;  /* FE_K_STREAM: its frames and patch (stream.h), else NULL */
 
     /* Activation. */
     uint64_t start, reps, rep_period;
@@ -56,16 +62,20 @@ struct fe_flow {
     uint64_t rep_step; /* repetitions this engine spawns: next_rep, + rep_step, ...
                         * (1; N with --threads N: a worker's share) */
     uint32_t klass;    /* index of the flow's period among the distinct ones */
+    uint32_t sid;      /* FE_K_STREAM: its instance while it runs, else POOL_NONE */
     unsigned lineno;
 };
 
 struct fe_session {
     uint64_t seed;
-    struct fe_flow *flows;
+    struct fe_flow *flows; /* flow and stream lines, in session order */
     size_t nflows;
-    uint64_t instances;      /* sum of reps */
-    uint64_t max_concurrent; /* an upper bound on instances alive at once */
-    void *blob;              /* payload prefixes and their sums */
+    size_t nstreams;              /* of them stream lines */
+    unsigned stream_lineno;       /* the first stream line's line number, 0: none */
+    struct stream_frames *frames; /* the `frames` file, or NULL */
+    uint64_t instances;           /* sum of reps */
+    uint64_t max_concurrent;      /* an upper bound on instances alive at once */
+    void *blob;                   /* payload prefixes and their sums */
 };
 
 /* Reads and checks the session at path ("-": standard input). Returns 0, or
@@ -73,7 +83,8 @@ struct fe_session {
  * stderr and returns a negative errno: -EINVAL for an invalid session, else
  * the failed open/read's (exit status 2 either way). *s is then empty. */
 int session_load(struct fe_session *s, const char *path);
-/* Frees the flow lines and their payloads; an empty session is fine. */
+/* Frees the lines, their payloads and stream data, and the frames; an empty
+ * session is fine. */
 void session_free(struct fe_session *s);
 
 /* Decimal digits only, no sign: 0 with the value in *out, -EINVAL (not a

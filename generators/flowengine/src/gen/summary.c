@@ -30,6 +30,7 @@ size_t summary_json(const struct summary *s, char *buf, size_t size)
                      "\"mpps\": %.3f, \"errors\": %" PRIu64 ", \"sent\": %" PRIu64 ", "
                      "\"sent_bytes\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"pace\": \"%s\", "
                      "\"late\": %" PRIu64 ", \"max_late_ns\": %" PRIu64 ", "
+                     "\"paused_ns\": %" PRIu64 ", "
                      "\"planner\": \"%s\", \"peak_rss_bytes\": %" PRIu64 ", \"threads\": %u}\n",
                      s->status, s->exit_code, sig, s->sink, s->seed, s->packets, s->bytes,
                      s->flows_started, s->flows_finished, first, last, s->wall_seconds, mpps,
@@ -37,8 +38,8 @@ size_t summary_json(const struct summary *s, char *buf, size_t size)
                      s->paced == 1   ? "realtime"
                      : s->paced == 2 ? "topspeed"
                                      : "none",
-                     s->late, s->max_late_ns, s->planner ? s->planner : "exact", s->peak_rss,
-                     s->threads ? s->threads : 1);
+                     s->late, s->max_late_ns, s->paused_ns, s->planner ? s->planner : "exact",
+                     s->peak_rss, s->threads ? s->threads : 1);
     return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 

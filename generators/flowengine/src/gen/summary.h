@@ -30,6 +30,7 @@ struct summary {
     uint64_t sent, sent_bytes, failed; /* what the sink took (pcap/null: everything) */
     uint64_t late, max_late_ns;        /* pacing: packets sent > --late-ns after due */
     int paced;                         /* enum fe_pace (pace.h) */
+    uint64_t paused_ns;                /* time held in pauses (SIGUSR1 .. SIGUSR2) */
 };
 
 /* The summary as one JSON line (with '\n') in buf; returns its length

@@ -185,8 +185,11 @@ int workers_run(const struct fe_session *s, const struct engine_opts *o)
             what = "out of memory";
             goto fail_early;
         }
-        if (o->txs && o->txs[i])
+        if (o->txs && o->txs[i]) {
             afpacket_attach(o->txs[i], &x->e.sink, &x->e.st);
+            x->e.hold = afpacket_hold;
+            x->e.hold_ctx = o->txs[i];
+        }
     }
     hk.rows.csv = o->stats ? fopen(o->stats, "w") : stdout;
     if (!hk.rows.csv) {
@@ -280,6 +283,10 @@ int workers_run(const struct fe_session *s, const struct engine_opts *o)
         sum.bytes += x->e.st.t_bytes;
         sum.flows_started += x->e.st.t_started;
         sum.flows_finished += x->e.st.t_finished;
+        /* Every worker holds each pause: the longest is the run's. */
+        uint64_t held = x->e.paused_ns + (o->txs ? afpacket_paused_ns(o->txs[i]) : 0);
+        if (held > sum.paused_ns)
+            sum.paused_ns = held;
         if (x->r.packets) {
             if (!sum.has_packets || x->r.first_ns < sum.first_ns)
                 sum.first_ns = x->r.first_ns;
