@@ -1,0 +1,1 @@
+"""The Open Traffic Generator (OTG) front end: `testbed otg serve`."""
