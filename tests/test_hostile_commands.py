@@ -55,6 +55,7 @@ READERS = {
     "detect": ["detect", IN, "--rules", "{RULES}", "--out", OUT],
     "detect --rules": ["detect", "{PCAP}", "--rules", IN, "--out", OUT],
     "meter": ["meter", IN, "--meter", "softflowd", "--out", OUT],
+    "otg serve --topology": ["otg", "serve", "--topology", IN, "--results", OUT],
     "detect --expect": ["detect", "{PCAP}", "--rules", "{RULES}", "--expect", IN, "--out", OUT],
     "detect --suricata-config": [
         "detect",

@@ -64,6 +64,11 @@ COMMANDS: dict[str, Command] = {
         "run flow meters (softflowd, pmacct, nfpcapd, argus) on a capture and score their "
         "records against the capture's exact reference records",
     ),
+    "otg": Command(
+        "otg",
+        "the Open Traffic Generator API in front of the generators: `otg serve` answers snappi "
+        "and gosnappi clients on the testbed's ports (docs/otg.md)",
+    ),
     "hash-study": Command(
         "hash_study",
         "seed 002's flow-ID hash study: collisions against the birthday "

@@ -1,0 +1,127 @@
+"""The run tables, figure and report lines of an OTG session's run folder (`testbed otg serve`).
+
+A config served over OTG is a run folder like any other (docs/otg.md): manifest.json (`mode`
+"otg", `method` "otg"), config.json, one `start-NNN/` folder per traffic start with the engines'
+sessions, summaries, per-second statistics and flow logs and the receivers' captures
+(`rx-PORT.pcap`), the captures the client asked for, metrics.json (the last OTG flow and port
+metrics) and report.md. This module turns it into the run tables the catalogue reads
+(`run`, `steps`: one row per start and rx port, measured on that port's capture; `per_second`,
+`flows`) and `otg-rx-rate.png`, the received rate of every port and start over time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .capture import read_capture
+from .metrics import flow_table, plain, traffic_metrics
+from .plots import figure, legend, save
+from .runtables import run_row, write_tables
+from .tables import SCHEMAS
+
+FIGURE = "otg-rx-rate.png"
+
+
+def _engine_sent(step_dir: Path) -> int:
+    total = 0
+    for path in sorted(step_dir.glob("*.summary.json")):
+        try:
+            total += int(json.loads(path.read_text()).get("sent") or 0)
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def otg_tables(run_dir: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run tables of an OTG run folder, and the per-start traffic metrics they came from
+    (`{"start-001/p2": metrics}`)."""
+    run_id = manifest["run_id"]
+    steps, per_second, flows, measured = [], [], [], {}
+    for start in (manifest.get("otg") or {}).get("starts", []):
+        step_dir = run_dir / start["folder"]
+        sent = _engine_sent(step_dir)
+        for cap_path in sorted(step_dir.glob("rx-*.pcap")):
+            port = cap_path.stem[len("rx-") :]
+            step = f"{start['folder']}/{port}"
+            cap = read_capture(cap_path)
+            ft = flow_table(cap)
+            m = traffic_metrics(cap, ft)
+            measured[step] = m
+            row: dict[str, Any] = {
+                "run_id": run_id,
+                "step": step,
+                "kind": "otg",
+                "generator": "flowengine",
+                "status": manifest.get("status"),
+                "packets": m.get("packets"),
+                "bytes": m.get("bytes"),
+                "duration_s": m.get("duration_s"),
+                "mean_pps": m.get("mean_pps"),
+                "std_pps": m.get("std_pps"),
+                "variance_pct": m.get("variance_pct"),
+                "average_packet_size": m.get("average_packet_size"),
+                "throughput_bps": m.get("throughput_bps"),
+                "flows": (m.get("flows") or {}).get("count"),
+                "sent": sent,
+                "wire": m.get("packets"),
+                "loss_rate": (1 - (m.get("packets") or 0) / sent) if sent else None,
+                "params": json.dumps({"flows": start.get("flows", []), "rx_port": port}),
+            }
+            steps.append(row)
+            ps = m.get("per_second") or {}
+            if ps.get("second"):
+                per_second.append(
+                    pd.DataFrame(
+                        {
+                            "run_id": run_id,
+                            "step": step,
+                            "second": ps["second"],
+                            "packets": ps["packets"],
+                            "bytes": ps["bytes"],
+                            "flows_started": ps.get("flows_started") or [0] * len(ps["second"]),
+                            "partial": [False] * (len(ps["second"]) - 1)
+                            + [bool(ps.get("last_partial"))],
+                        }
+                    )
+                )
+            if len(ft):
+                f = ft[[c for c in SCHEMAS["flows"].names if c in ft.columns]].copy()
+                f.insert(0, "step", step)
+                f.insert(0, "run_id", run_id)
+                flows.append(f)
+    tables: dict[str, Any] = {
+        "run": [run_row(run_id, manifest, "otg", None)],
+        "steps": steps,
+    }
+    if per_second:
+        tables["per_second"] = pd.concat(per_second, ignore_index=True)
+    if flows:
+        tables["flows"] = pd.concat(flows, ignore_index=True)
+    return tables, measured
+
+
+def plot_rx_rate(measured: dict[str, Any], path: Path) -> Path | None:
+    """Packets received per second, one line per start and rx port."""
+    series = [(k, m.get("per_second") or {}) for k, m in measured.items()]
+    series = [(k, ps) for k, ps in series if ps.get("second")]
+    if not series:
+        return None
+    fig, ax = figure("OTG: frames received per second", "second of the start", "frames/s")
+    for name, ps in series:
+        ax.plot(ps["second"], ps["packets"], marker="o", markersize=3, label=name)
+    legend(ax)
+    save(fig, path)
+    return path
+
+
+def analyze_otg(run_dir: Path, manifest: dict[str, Any]) -> list[Path]:
+    """Write the run tables and the figure of an OTG run folder; the paths written."""
+    tables, measured = otg_tables(run_dir, manifest)
+    written = write_tables(run_dir, tables)
+    fig = plot_rx_rate(measured, run_dir / FIGURE)
+    (run_dir / "otg-traffic.json").write_text(json.dumps(plain(measured), indent=1) + "\n")
+    return [*written, *([fig] if fig else [])]
