@@ -129,6 +129,14 @@ case "$mode" in
     install_apt "${APT_RUN[@]}" "${APT_TEST[@]}"
     install_backports "${APT_BACKPORTS[@]}"
     install_python test
+    # The gosnappi example (scenarios/otg/gosnappi) is built by the tests: its modules come from
+    # the Go module proxy now, once. Go itself is the machine's (Debian 12's golang is too old for
+    # gosnappi's go 1.25; docs/otg.md); without it those tests skip, and fail under CI.
+    go_bin=$(command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || true)
+    if [ -n "$go_bin" ]; then
+      say "fetching the gosnappi example's Go modules"
+      (cd scenarios/otg/gosnappi && "$go_bin" mod download)
+    fi
     if selects_tests "$@"; then  # one lane (-m unit), -k, or test files: as asked, in one go
       say "running the tests asked for"
       run_pytest "$@"
