@@ -154,6 +154,7 @@ class OtgService:
         self.folder: RunFolder | None = None
         self.starts = 0
         self.rates: dict[tuple[str, str], tuple[float, int]] = {}
+        self.stopping: list[threading.Thread] = []  # receivers of earlier starts, stopping
 
     # -- places --------------------------------------------------------------------------------
 
@@ -387,8 +388,10 @@ class OtgService:
         rx_ports = sorted({p for f in flows if f.metrics for p in f.rx_ports})
         for port in rx_ports:  # count from the first frame: the receivers listen first
             old = self.receivers.pop(port, None)
-            if old is not None:
-                old.tcpdump.stop()
+            if old is not None:  # the previous start's: its settle need not hold this start up
+                t = threading.Thread(target=old.tcpdump.stop, name=f"stop-rx-{port}", daemon=True)
+                t.start()
+                self.stopping.append(t)
             self.receivers[port] = self._receiver(port, step)
         start_ns = _now_ns() + START_LEAD_NS
         by_port: dict[str, list[FlowPlan]] = {}
@@ -476,6 +479,9 @@ class OtgService:
         self._stop_engines()
         for r in self.receivers.values():
             r.tcpdump.stop()
+        for t in self.stopping:
+            t.join(15)
+        self.stopping.clear()
         for c in self.captures.values():
             if c.tcpdump is not None:
                 c.tcpdump.stop()
