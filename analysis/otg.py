@@ -2,11 +2,12 @@
 
 A config served over OTG is a run folder like any other (docs/otg.md): manifest.json (`mode`
 "otg", `method` "otg"), config.json, one `start-NNN/` folder per traffic start with the engines'
-sessions, summaries, per-second statistics and flow logs and the receivers' captures
-(`rx-PORT.pcap`), the captures the client asked for, metrics.json (the last OTG flow and port
-metrics) and report.md. This module turns it into the run tables the catalogue reads
-(`run`, `steps`: one row per start and rx port, measured on that port's capture; `per_second`,
-`flows`) and `otg-rx-rate.png`, the received rate of every port and start over time.
+sessions, summaries, per-second statistics and flow logs; the receivers' captures (`rx-PORT.pcap`,
+one per rx port from the first start on), the captures the client asked for, metrics.json (the
+last OTG flow and port metrics) and report.md. This module turns it into the run tables the catalogue reads
+(`run`; `steps`: one row per rx port, measured on what its receiver captured over the config's
+starts, `sent` the frames the engines sent in all; `per_second`, `flows`) and `otg-rx-rate.png`,
+the received rate of every rx port over time.
 """
 
 from __future__ import annotations
@@ -37,62 +38,63 @@ def _engine_sent(step_dir: Path) -> int:
 
 
 def otg_tables(run_dir: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The run tables of an OTG run folder, and the per-start traffic metrics they came from
-    (`{"start-001/p2": metrics}`)."""
+    """The run tables of an OTG run folder, and the traffic metrics of each rx port's capture
+    they came from (`{"rx-p2": metrics}`)."""
     run_id = manifest["run_id"]
-    steps, per_second, flows, measured = [], [], [], {}
-    for start in (manifest.get("otg") or {}).get("starts", []):
-        step_dir = run_dir / start["folder"]
-        sent = _engine_sent(step_dir)
-        for cap_path in sorted(step_dir.glob("rx-*.pcap")):
-            port = cap_path.stem[len("rx-") :]
-            step = f"{start['folder']}/{port}"
-            cap = read_capture(cap_path)
-            ft = flow_table(cap)
-            m = traffic_metrics(cap, ft)
-            measured[step] = m
-            row: dict[str, Any] = {
-                "run_id": run_id,
-                "step": step,
-                "kind": "otg",
-                "generator": "flowengine",
-                "status": manifest.get("status"),
-                "packets": m.get("packets"),
-                "bytes": m.get("bytes"),
-                "duration_s": m.get("duration_s"),
-                "mean_pps": m.get("mean_pps"),
-                "std_pps": m.get("std_pps"),
-                "variance_pct": m.get("variance_pct"),
-                "average_packet_size": m.get("average_packet_size"),
-                "throughput_bps": m.get("throughput_bps"),
-                "flows": (m.get("flows") or {}).get("count"),
-                "sent": sent,
-                "wire": m.get("packets"),
-                "loss_rate": (1 - (m.get("packets") or 0) / sent) if sent else None,
-                "params": json.dumps({"flows": start.get("flows", []), "rx_port": port}),
-            }
-            steps.append(row)
-            ps = m.get("per_second") or {}
-            if ps.get("second"):
-                per_second.append(
-                    pd.DataFrame(
-                        {
-                            "run_id": run_id,
-                            "step": step,
-                            "second": ps["second"],
-                            "packets": ps["packets"],
-                            "bytes": ps["bytes"],
-                            "flows_started": ps.get("flows_started") or [0] * len(ps["second"]),
-                            "partial": [False] * (len(ps["second"]) - 1)
-                            + [bool(ps.get("last_partial"))],
-                        }
-                    )
+    steps: list[dict[str, Any]] = []
+    per_second: list[pd.DataFrame] = []
+    flows: list[pd.DataFrame] = []
+    measured: dict[str, Any] = {}
+    starts = (manifest.get("otg") or {}).get("starts", [])
+    sent = sum(_engine_sent(run_dir / s["folder"]) for s in starts)
+    for cap_path in sorted(run_dir.glob("rx-*.pcap")):
+        port = cap_path.stem[len("rx-") :]
+        step = f"rx-{port}"
+        cap = read_capture(cap_path)
+        ft = flow_table(cap)
+        m = traffic_metrics(cap, ft)
+        measured[step] = m
+        row: dict[str, Any] = {
+            "run_id": run_id,
+            "step": step,
+            "kind": "otg",
+            "generator": "flowengine",
+            "status": manifest.get("status"),
+            "packets": m.get("packets"),
+            "bytes": m.get("bytes"),
+            "duration_s": m.get("duration_s"),
+            "mean_pps": m.get("mean_pps"),
+            "std_pps": m.get("std_pps"),
+            "variance_pct": m.get("variance_pct"),
+            "average_packet_size": m.get("average_packet_size"),
+            "throughput_bps": m.get("throughput_bps"),
+            "flows": (m.get("flows") or {}).get("count"),
+            "sent": sent,
+            "wire": m.get("packets"),
+            "params": json.dumps({"rx_port": port, "starts": [s["folder"] for s in starts]}),
+        }
+        steps.append(row)
+        ps = m.get("per_second") or {}
+        if ps.get("second"):
+            n = len(ps["second"])
+            per_second.append(
+                pd.DataFrame(
+                    {
+                        "run_id": run_id,
+                        "step": step,
+                        "second": ps["second"],
+                        "packets": ps["packets"],
+                        "bytes": ps["bytes"],
+                        "flows_started": ps.get("flows_started") or [0] * n,
+                        "partial": [False] * (n - 1) + [bool(ps.get("last_partial"))],
+                    }
                 )
-            if len(ft):
-                f = ft[[c for c in SCHEMAS["flows"].names if c in ft.columns]].copy()
-                f.insert(0, "step", step)
-                f.insert(0, "run_id", run_id)
-                flows.append(f)
+            )
+        if len(ft):
+            f = ft[[c for c in SCHEMAS["flows"].names if c in ft.columns]].copy()
+            f.insert(0, "step", step)
+            f.insert(0, "run_id", run_id)
+            flows.append(f)
     tables: dict[str, Any] = {
         "run": [run_row(run_id, manifest, "otg", None)],
         "steps": steps,
@@ -105,12 +107,14 @@ def otg_tables(run_dir: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any],
 
 
 def plot_rx_rate(measured: dict[str, Any], path: Path) -> Path | None:
-    """Packets received per second, one line per start and rx port."""
+    """Packets received per second, one line per rx port."""
     series = [(k, m.get("per_second") or {}) for k, m in measured.items()]
     series = [(k, ps) for k, ps in series if ps.get("second")]
     if not series:
         return None
-    fig, ax = figure("OTG: frames received per second", "second of the start", "frames/s")
+    fig, ax = figure(
+        "OTG: frames received per second", "second from the first frame received", "frames/s"
+    )
     for name, ps in series:
         ax.plot(ps["second"], ps["packets"], marker="o", markersize=3, label=name)
     legend(ax)

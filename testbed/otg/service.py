@@ -109,8 +109,9 @@ class Engine:
 
 @dataclass
 class Receiver:
-    """tcpdump on an rx port from the traffic's start: the tagged frames it holds are the flows'
-    received frames (the signature, `flows.signature`)."""
+    """tcpdump on an rx port from the first start that needs it to the end of the config: the
+    tagged frames it holds are the flows' received frames (the signature, `flows.signature`);
+    a flow's count starts again at each start of it."""
 
     port: str
     tcpdump: Tcpdump
@@ -154,7 +155,6 @@ class OtgService:
         self.folder: RunFolder | None = None
         self.starts = 0
         self.rates: dict[tuple[str, str], tuple[float, int]] = {}
-        self.stopping: list[threading.Thread] = []  # receivers of earlier starts, stopping
 
     # -- places --------------------------------------------------------------------------------
 
@@ -190,6 +190,7 @@ class OtgService:
             )
             self._stop_all()
             self._finish_folder("completed")
+            self.engines, self.receivers, self.captures = [], {}, {}
             self.config, self.plan = config, plan
             self.ports = {p.name: p for p in ports}
             for p in ports:
@@ -387,12 +388,12 @@ class OtgService:
         step.mkdir()
         rx_ports = sorted({p for f in flows if f.metrics for p in f.rx_ports})
         for port in rx_ports:  # count from the first frame: the receivers listen first
-            old = self.receivers.pop(port, None)
-            if old is not None:  # the previous start's: its settle need not hold this start up
-                t = threading.Thread(target=old.tcpdump.stop, name=f"stop-rx-{port}", daemon=True)
-                t.start()
-                self.stopping.append(t)
-            self.receivers[port] = self._receiver(port, step)
+            if port not in self.receivers or not self.receivers[port].tcpdump.running():
+                self.receivers[port] = self._receiver(port, self.folder.path)
+        for r in self.receivers.values():  # a started flow's received frames count from now
+            r.update()
+            for f in flows:
+                r.seen.pop(f.index, None)
         start_ns = _now_ns() + START_LEAD_NS
         by_port: dict[str, list[FlowPlan]] = {}
         for f in flows:
@@ -455,9 +456,9 @@ class OtgService:
             err.close()
         return Engine(port, flows, proc, counters, summary, start_ns)
 
-    def _receiver(self, port: str, step: Path) -> Receiver:
+    def _receiver(self, port: str, folder: Path) -> Receiver:
         p = self.ports[port]
-        path = step / f"rx-{port}.pcap"
+        path = folder / f"rx-{port}.pcap"
         td = Tcpdump(
             self.site.endpoint(p.place).argv,
             p.iface,
@@ -479,9 +480,6 @@ class OtgService:
         self._stop_engines()
         for r in self.receivers.values():
             r.tcpdump.stop()
-        for t in self.stopping:
-            t.join(15)
-        self.stopping.clear()
         for c in self.captures.values():
             if c.tcpdump is not None:
                 c.tcpdump.stop()
