@@ -78,9 +78,10 @@ def version_answers(url: str) -> bool:
     return r.status_code == 200
 
 
-def start_server(tmp: Path) -> Server:
-    """`testbed otg serve` on a free loopback port, its run marks and results in `tmp`; returns
-    once GET /capabilities/version answers (fails with the server's output if it never does)."""
+def start_server(tmp: Path, extra: tuple[str, ...] = ()) -> Server:
+    """`testbed otg serve` on a free loopback port, its run marks and results in `tmp`, `extra`
+    arguments after them; returns once GET /capabilities/version answers (fails with the server's
+    output if it never does)."""
     port = free_port()
     marks, results, log = tmp / "marks", tmp / "results", tmp / "serve.log"
     argv = [
@@ -95,6 +96,7 @@ def start_server(tmp: Path) -> Server:
         f"127.0.0.1:{port}",
         "--results",
         str(results),
+        *extra,
     ]
     with open(log, "wb") as out:
         proc = Process("otg-serve", argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO).start()

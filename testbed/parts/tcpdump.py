@@ -84,6 +84,7 @@ class Tcpdump:
         bpf: str | None = None,
         name: str = "tcpdump",
         immediate: bool = False,
+        inbound_only: bool = False,
     ) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,15}", iface):
             raise TcpdumpError(
@@ -116,6 +117,8 @@ class Tcpdump:
         ]
         if immediate:  # every packet handed over at once, instead of in blocks (TPACKET_V3)
             argv.append("--immediate-mode")
+        if inbound_only:  # what arrives, not what this end sends (a port that does both)
+            argv += ["-Q", "in"]
         if bpf:
             argv.append(bpf)  # one argument: tcpdump joins the rest of the line itself
         argv = argv_prefix(*argv) if callable(argv_prefix) else [*argv_prefix, *argv]

@@ -138,7 +138,8 @@ class Link(_Model):
 
 
 class Mirror(_Model):
-    """A copy of every frame crossing `from` (arriving: ingress; leaving: egress) is sent out of `to`."""
+    """A copy of every frame crossing `from` (arriving: ingress; leaving: egress) is sent out of `to`.
+    `to` may be `from` itself for ingress: what arrives is sent back (a reflector)."""
 
     from_: str = Field(alias="from", description="Interface whose frames are copied.")
     to: str = Field(description="Interface the copies leave on.")
@@ -384,8 +385,10 @@ def _cross_check(t: Topology) -> list[tuple[tuple, str]]:
         for side_key, name in (("from", m.from_), ("to", m.to)):
             if (m.ns, name) not in seen:
                 problems.append((loc + (side_key,), f"no link end `{name}` in namespace `{m.ns}`"))
-        if m.from_ == m.to:
-            problems.append((loc + ("to",), "`to` must differ from `from`"))
+        if m.from_ == m.to and m.direction != "ingress":  # ingress to itself: a reflector
+            problems.append(
+                (loc + ("to",), "`to` must differ from `from` unless `direction` is ingress")
+            )
     return problems
 
 
