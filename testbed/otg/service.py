@@ -88,20 +88,41 @@ class Engine:
     summary: Path
     start_ns: int
     paused: bool = False
+    final: dict[str, tuple[int, int]] | None = None  # lines() once the engine has ended
 
     def lines(self) -> dict[str, tuple[int, int]]:
         """flow name -> (frames, bytes) sent so far, from the engine's counters file."""
+        if self.final is not None:
+            return self.final
         try:
             with open(self.counters, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
                 if m[:8] != COUNTERS_MAGIC:
                     return {}
                 (n,) = struct.unpack_from("=Q", m, 8)
-                out = {}
+                out: dict[str, tuple[int, int]] = {}
                 for i, flow in enumerate(self.flows[:n]):
                     out[flow.name] = struct.unpack_from("=QQ", m, 24 + 16 * i)
-                return out
         except (OSError, ValueError, struct.error):  # not created yet, or being created
             return {}
+        if self.running():
+            return out
+        try:
+            s = json.loads(self.summary.read_text())
+            dropped = int(s["packets"]) - int(s["sent"]) - int(s.get("failed") or 0)
+        except (OSError, ValueError, KeyError, TypeError):  # no summary (killed): as counted
+            return out
+        # The counters count a frame when it is handed to the sink, which holds it until its due
+        # time; a stop drops what it held (the summary's `packets` - `sent`): the frames built
+        # last, i.e. those due last, taken off their lines' counts.
+        for _ in range(min(max(dropped, 0), 4096)):
+            last = [x for x in self.flows if out.get(x.name, (0, 0))[0] > 0]
+            if not last:
+                break
+            fl = max(last, key=lambda x: due_utc_ns(x, out[x.name][0] - 1, 0))
+            n, b = out[fl.name]
+            out[fl.name] = (n - 1, b - len(fl.frames[(n - 1) % len(fl.frames)]))
+        self.final = out
+        return out
 
     def running(self) -> bool:
         return self.proc.poll() is None
@@ -196,6 +217,7 @@ class OtgService:
             for p in ports:
                 p.baseline = self.site.counters(p.place)
             self.rates.clear()
+            self.starts = 0  # a config's folder numbers its own starts: start-001 first
             if ports:
                 self._open_folder()
             return {"warnings": list(plan.warnings)}
@@ -465,6 +487,7 @@ class OtgService:
             path,
             snaplen=RX_SNAPLEN,
             immediate=True,
+            inbound_only=True,
             name=f"rx-{port}",
         ).start()
         return Receiver(port, td, path)
@@ -521,6 +544,7 @@ class OtgService:
                     path,
                     snaplen=65535,
                     immediate=True,
+                    inbound_only=True,
                     name=f"capture-{n}",
                 ).start()
                 self.captures[n] = Capture(n, td, path)
