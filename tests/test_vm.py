@@ -270,6 +270,8 @@ def test_a_vm_boots_builds_the_engine_sends_powers_off_and_leaves_nothing(guest_
         facts = site.facts()["gen"]
         assert facts["accelerator"] == "tcg" and facts["memory_mb"] == 768 and facts["vcpus"] == 2
         assert facts["guest_cpu_model"] and facts["boot_s"] > 0
+        # the guest's clock was set to this machine's at boot (docs/vm.md): within 5 ms after
+        assert abs(facts["clock_sync_ns"]["residual"]) < 5_000_000, facts["clock_sync_ns"]
 
         machine = site.machines["gen"]
         # the engine was built in this guest by the role, or before and kept as the layer it

@@ -12,6 +12,7 @@ from ntgcore.proc import Interrupts, watch_spawns
 from ntgcore.registry import ENDPOINTS
 
 from ..cleanup import RunMark, cleanup
+from ..endpoints.vm import is_vm_topology
 from ..otg.grpcserver import grpc_server
 from ..otg.server import MainLoop, OtgHttpServer
 from ..otg.service import OtgService
@@ -30,6 +31,7 @@ def _listen(text: str) -> tuple[str, int]:
 
 def register(subparsers) -> None:
     o = add_parser(subparsers, "otg")
+    o.set_defaults(func=run)  # `serve` is its one subcommand (required)
     sub = o.add_subparsers(dest="otg_command", required=True, metavar="serve")
     s = sub.add_parser("serve", help="serve the OTG API until stopped (Ctrl-C, SIGTERM)")
     s.add_argument(
@@ -48,7 +50,8 @@ def register(subparsers) -> None:
         "--topology",
         default="otg-b2b",
         metavar="NAME|FILE",
-        help="the site whose interfaces are the ports (default otg-b2b: locations p1 and p2)",
+        help="the site whose interfaces are the ports (default otg-b2b: locations p1 and p2); "
+        "a VM topology (`vms:`, e.g. otg-vm) makes its VM roles' interfaces ports",
     )
     s.add_argument(
         "--results",
@@ -76,10 +79,20 @@ def run(args: argparse.Namespace) -> int:
                 "this machine's ports, so it listens on loopback unless --any-address says so"
             )
             return EXIT_BAD_INPUT
+    # the topology says the back end: one with `vms:` (docs/vm.md) is the vm back end's
+    backend = "vm" if is_vm_topology(args.topology, Path.cwd()) else "netns"
     try:
-        site = ENDPOINTS.get("netns").open(args.topology, base_dir=Path.cwd(), unique=True)
+        site = ENDPOINTS.get(backend).open(args.topology, base_dir=Path.cwd(), unique=True)
     except Exception as exc:
         err(f"testbed otg serve: --topology {args.topology}: {exc}")
+        return EXIT_BAD_INPUT
+    if backend == "vm" and not site.guest_sees(args.results):
+        err(
+            f"testbed otg serve: --results {args.results}: the engines and captures of the VM "
+            "ports write their files there from inside the guest, which sees only /tmp, the "
+            "working folder and NTG_VM_SHARE's folders: choose a folder below one of them "
+            "(or add it to NTG_VM_SHARE)"
+        )
         return EXIT_BAD_INPUT
     if os.geteuid() != 0:
         err(
@@ -96,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     for line in cleanup():
         err(line)
-    mark = RunMark(args.results / f"otg-serve-{os.getpid()}", "netns", site.locations()).write()
+    mark = RunMark(args.results / f"otg-serve-{os.getpid()}", backend, site.locations()).write()
     service = OtgService(site, mark, args.results, args.topology)
     status = "completed"
     try:

@@ -152,6 +152,22 @@ def load_vm_topology(
     return topo, dict(described.vms)
 
 
+def is_vm_topology(ref: str, base_dir: Path | None = None) -> bool:
+    """Whether `ref` (a topology's packaged name or YAML file, as `load_vm_topology` takes it)
+    is a VM topology: a packaged VM topology's name, or a file whose top level has `vms`. A file
+    that cannot be read or parsed is not one (the netns back end then says what is wrong)."""
+    if "/" not in ref and not ref.endswith(".yaml"):
+        return (PACKAGED / f"{ref}.yaml").is_file()
+    path = Path(ref)
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    try:
+        data = read_yaml(read_bounded(path, MAX_BYTES, "topology file"), str(path))
+    except (BadInput, YamlProblem):
+        return False
+    return isinstance(data, dict) and "vms" in data
+
+
 def _without_addresses(topo: Topology, roles: set[str]) -> Topology:
     """The topology with no address on the veth ends of `roles` (their guests carry them)."""
     doc = topo.describe()
@@ -247,6 +263,12 @@ class VmSite(Site):
     def places(self) -> list[str]:
         return self.net.places()
 
+    def guest_sees(self, path: Path) -> bool:
+        """Whether host path `path` is the same path in the guests (below a shared folder: /tmp,
+        the working folder, NTG_VM_SHARE's), so what a guest writes there the host reads."""
+        resolved = path.resolve()
+        return any(resolved == s or s in resolved.parents for s in default_shares())
+
     def _machine(self, role: str, image: vm_image.Image) -> Machine:
         spec = self.vms[role]
         name = self.topology.netns(role)
@@ -286,6 +308,18 @@ class VmSite(Site):
                 ("ip", "tuntap", "add", "dev", MGMT_TAP, "mode", "tap"),
                 ("ip", "addr", "add", MGMT_HOST, "dev", MGMT_TAP),
                 ("ip", "link", "set", MGMT_TAP, "up"),
+                # the bridges below are a wire: with br_netfilter loaded (the default in a new
+                # namespace then is on) IPv4 frames crossing a bridge are trimmed to the IP
+                # length (an OTG frame's FCS bytes go) and dropped with a bad header checksum
+                (
+                    "sysctl",
+                    "-q",
+                    "-e",  # no br_netfilter: no such keys, nothing to turn off
+                    "-w",
+                    "net.bridge.bridge-nf-call-iptables=0",
+                    "net.bridge.bridge-nf-call-ip6tables=0",
+                    "net.bridge.bridge-nf-call-arptables=0",
+                ),
             ]
             for i, nic in enumerate(machine.nics[1:], 1):
                 bridge = f"vb{i}"
@@ -400,4 +434,12 @@ class VmBackend(Backend):
 
 BACKEND = VmBackend()
 
-__all__ = ["BACKEND", "VmBackend", "VmEndpoint", "VmSite", "VmSpec", "load_vm_topology"]
+__all__ = [
+    "BACKEND",
+    "VmBackend",
+    "VmEndpoint",
+    "VmSite",
+    "VmSpec",
+    "is_vm_topology",
+    "load_vm_topology",
+]

@@ -50,6 +50,46 @@ MGMT_TAP = "vm-mgmt"
 MGMT_HOST = "198.19.255.1/30"
 MGMT_GUEST = "198.19.255.2"
 READY_LINE = "ntg-init: ready"
+# The guest's clock set to the host's at each boot (`Machine.sync_clock`): the host answers the
+# guest's probes on this UDP port of its management address with its CLOCK_REALTIME; the guest
+# takes the probe of shortest round trip, sets its clock by it, then measures what is left.
+CLOCK_PORT = 4319
+HOST_CLOCK = r"""
+import socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], int(sys.argv[2])))
+while True:
+    data, peer = s.recvfrom(64)
+    s.sendto(data[:8] + struct.pack("=Q", time.clock_gettime_ns(time.CLOCK_REALTIME)), peer)
+"""
+GUEST_CLOCK = r"""
+import socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(0.5)
+host = (sys.argv[1], int(sys.argv[2]))
+def probe(n):
+    best = None
+    for _ in range(4 * n):
+        t1 = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        s.sendto(struct.pack("=Q", t1), host)
+        try:
+            echoed, host_ns = struct.unpack("=QQ", s.recv(64))
+        except socket.timeout:
+            continue
+        t2 = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        if echoed == t1 and (best is None or t2 - t1 < best[0]):
+            best = (t2 - t1, host_ns - (t1 + t2) // 2)
+        n -= echoed == t1
+        if n == 0:
+            break
+    if best is None:
+        sys.exit(f"no answer from the host's clock at {host}")
+    return best
+rtt, off = probe(12)
+time.clock_settime_ns(time.CLOCK_REALTIME, time.clock_gettime_ns(time.CLOCK_REALTIME) + off)
+rtt2, left = probe(12)
+print(off, rtt, left, rtt2)
+"""
 BOOTS = ("pvh", "debian")
 # The guest kernel's command line (the NICs are added per VM).
 KERNEL_ARGS = (
@@ -134,6 +174,7 @@ class Machine:
     boots: int = field(default=0, init=False)
     provision_s: float | None = field(default=None, init=False)
     booting: float | None = field(default=None, init=False)  # when a boot not waited for yet began
+    clock: dict[str, int] = field(default_factory=dict, init=False)  # the last sync_clock's
 
     @property
     def workdir(self) -> Path:
@@ -294,6 +335,7 @@ class Machine:
                         ]
                         self.cpu_model = models[0] if models else ""
                         self._mount_shares()
+                        self.sync_clock()
                         return
             if time.monotonic() > deadline:
                 raise VmError(
@@ -311,6 +353,31 @@ class Machine:
         return "\n".join(f"  | {line}" for line in tail) or "  (no console output)"
 
     # -- commands in the guest ---------------------------------------------------------------------
+
+    def sync_clock(self) -> None:
+        """Set the guest's CLOCK_REALTIME to this machine's, so that what the guest stamps (a
+        capture's frames, an engine's `--start-at`) compares with the host's times: an exchange
+        of UDP probes over the management tap (the one of shortest round trip, as NTP does).
+        Its numbers: `clock` (ns): `offset` applied, `rtt`, and `residual`/`residual_rtt` of a
+        second round after it."""
+        host = MGMT_HOST.split("/")[0]
+        answer = Process(
+            f"vm {self.name}: host clock",
+            netns_argv(self.netns, sys.executable, "-c", HOST_CLOCK, host, str(CLOCK_PORT)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ).start()
+        try:
+            out = self.run("python3", "-c", GUEST_CLOCK, host, str(CLOCK_PORT), timeout=60)
+        finally:
+            answer.stop(grace=1)
+        offset, rtt, residual, residual_rtt = map(int, out.stdout.split())
+        self.clock = {
+            "offset": offset,
+            "rtt": rtt,
+            "residual": residual,
+            "residual_rtt": residual_rtt,
+        }
 
     def _mount_shares(self) -> None:
         """The host folders `shares` mounted in the guest at the same paths (9p over virtio): a
@@ -539,6 +606,7 @@ class Machine:
             "vcpus": self.preset.cpus,
             "memory_mb": self.preset.memory_mb,
             "boot_s": self.boot_s,
+            "clock_sync_ns": dict(self.clock),
             "provision_s": self.provision_s,
             "image": self.image.sha,
             "layer": self.base.name if self.base else None,

@@ -4,9 +4,9 @@ when it is told to, as a local process would.
 An ssh client that is killed does not stop the command it started in the guest (without a
 terminal nothing signals it), so a VM endpoint's `argv` runs this relay instead: it starts the
 ssh command (whose remote side writes its pid to PIDFILE in the guest, then execs the command) in
-a process group of its own, and turns a SIGTERM or SIGINT it receives into the same signal for
-the command in the guest, through a second ssh command; then it waits for the first to end and
-exits with its status. stdout and stderr are the ssh command's own.
+a process group of its own, and turns a SIGTERM, SIGINT, SIGUSR1 or SIGUSR2 it receives into the
+same signal for the command in the guest, through a second ssh command (so a signal arrives one
+ssh round trip late); it waits for the first to end and exits with its status. stdout and stderr are the ssh command's own.
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ def main(argv: list[str]) -> int:
         except OSError:
             proc.stop(grace=0)
 
-    signal.signal(signal.SIGTERM, relay)
-    signal.signal(signal.SIGINT, relay)
+    # SIGUSR1/SIGUSR2 too (the engine's pause and resume): their default action would end this
+    # relay alone, leaving the command in the guest running with no one to stop it
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, relay)
     while True:
         code = proc.wait(1.0)
         if code is not None:

@@ -22,6 +22,7 @@
 #ifndef FE_COUNTERS_H
 #define FE_COUNTERS_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,15 +41,28 @@ struct counters {
     size_t len;
     _Atomic uint64_t *state;
     struct counters_line *line; /* [k]: session line k */
+    /* When the file cannot be mapped shared for writing (9p without a cache,
+     * as a VM guest's shared folder: mmap gives EINVAL), map is a private
+     * buffer that a thread of ours copies into the file with pwrite every
+     * COUNTERS_SYNC_NS, and once more at counters_close. */
+    int fd; /* the file while copying, else unused */
+    const char *path;
+    int copying;
+    _Atomic int stop;
+    pthread_t writer;
 };
+
+#define COUNTERS_SYNC_NS 20000000u /* 20 ms: the copy's period when not mapped */
 
 /* Creates path for nlines lines, all zero, state running. 0 or a negative
  * errno (reported). */
 int counters_open(struct counters *c, const char *path, uint64_t nlines);
 /* Sets the state word (COUNTERS_*); nothing when c is not open. */
 void counters_state(struct counters *c, uint64_t state);
-/* Unmaps the file (it stays, with its last values); a closed one is fine. */
-void counters_close(struct counters *c);
+/* Unmaps the file (it stays, with its last values); when copying, stops the
+ * thread and writes the last values first. A closed one is fine. 0, or a
+ * negative errno when the last copy failed (reported). */
+int counters_close(struct counters *c);
 
 /* One packet of len bytes of line l (single writer: plain loads and stores). */
 static inline void counters_add(struct counters_line *l, uint32_t len)
