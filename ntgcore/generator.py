@@ -215,6 +215,9 @@ class GeneratorPlugin:
     # the scenario as the input file its native program reads, e.g. the engine's session text
     # (`testbed spread` writes one per host)
     session: Callable[[Scenario, int], str] | None = None
+    # a class that sends an OTG port's flows (`testbed otg serve`, a port located `NAME:PLACE`),
+    # built with (port name, endpoint, the config's folder), e.g. generators/trex/otgport.py
+    otg_port: Callable[..., Any] | None = None
 
     def create(self, spec: GeneratorSpec | dict[str, Any] | None = None) -> Generator:
         return self.adapter(spec)

@@ -41,6 +41,7 @@ from ntgcore.scenario import GeneratorSpec
 from .astf_offline import AstfOfflineExpansion, expected_capture
 from .astf_profile import AstfProfile, build_astf_profile, python_code
 from .offline import OfflineExpansion
+from .otgport import OtgPort
 from .server import ASYNC_PORT, SYNC_PORT, TrexServer, server_binary
 from .stl_profile import (
     MAX_LATENCY_PPS,
@@ -795,6 +796,7 @@ PLUGIN = GeneratorPlugin(
         ),
     ),
     summary="Cisco TRex stateless or ASTF, through lbr-trex-client in a worker process (generators/trex/README.md)",
+    otg_port=OtgPort,
 )
 
 __all__ = ["PLUGIN", "Trex", "TrexSpec", "TrexServerAddress", "client_version"]

@@ -24,6 +24,12 @@ adapter (generators/trex/__init__.py) in JSON lines on stdout, one event per lin
                               until every flow is closed), TRex's TCP counters of the client and
                               the server side (and per template group) in `stats`.
 
+  otg-wait DIR/go-NNN         one start of an OTG port's flow (generators/trex/otgport.py):
+                              imports the client, on DIR/job-NNN.json acquires port 0 and adds
+                              the streams, on DIR/go-NNN sends them from its start time, keeping
+                              a counters file in the engine's `--counters` layout; SIGUSR1
+                              pauses, SIGUSR2 resumes, SIGTERM stops.
+
 SIGTERM or SIGINT during `run` stops the traffic, collects the statistics and releases the port
 before exiting (status `stopped`).
 """
@@ -36,6 +42,7 @@ if sys.path and sys.path[0] == __file__.rsplit("/", 1)[0]:
     del sys.path[0]
 
 import json
+import os
 import signal
 import time
 import traceback
@@ -638,6 +645,202 @@ def sim(profile: str, out: str, sim_dir: str) -> int:
     return 0 if rc == 0 else 2
 
 
+# ---- otg: the flows of an OTG config on one TRex port (testbed/otg/trexsender.py) ------------
+
+_pause: list[int] = []
+
+
+def _on_pause(signum, _frame) -> None:
+    _pause.append(signum)
+
+
+def otg_stream(s: dict):
+    """One stream of an OTG flow (trexsender.streams): its frame as bytes, unchanged (the FCS
+    bytes it carries are data, so TRex's removal of a trailing Padding layer is off), the
+    signature's sequence number written by the field engine and the one checksum over it fixed."""
+    from trex.stl.api import (
+        STLVM,
+        CTRexVmInsFixHwCs,
+        STLPktBuilder,
+        STLStream,
+        STLTXCont,
+        STLTXMultiBurst,
+        STLTXSingleBurst,
+    )
+
+    vm = STLVM()
+    seq = s.get("seq")
+    if seq is not None:
+        name = "seq"
+        vm.var(
+            name=name,
+            min_value=0,
+            max_value=2**32 - 1,
+            size=4,
+            op="inc",
+            step=seq["step"],
+            init_value=seq["init"],
+        )
+        vm.write(fv_name=name, pkt_offset=seq["off"])
+    fix = s.get("fix")
+    if fix is not None:
+        if fix["kind"] == "icmpv6":
+            vm.fix_chksum_icmpv6(l3_offset=fix["l3"], l4_offset=fix["l4"])
+        else:
+            kind = {"udp": CTRexVmInsFixHwCs.L4_TYPE_UDP, "tcp": CTRexVmInsFixHwCs.L4_TYPE_TCP}
+            vm.fix_chksum_hw(l3_offset=fix["l3"], l4_offset=fix["l4"], l4_type=kind[fix["kind"]])
+    m = s["mode"]
+    if m["type"] == "continuous":
+        mode = STLTXCont(pps=s["pps"])
+    elif m["type"] == "single_burst":
+        mode = STLTXSingleBurst(total_pkts=m["total_pkts"], pps=s["pps"])
+    else:
+        mode = STLTXMultiBurst(
+            pkts_per_burst=m["pkts_per_burst"], ibg=m["ibg_us"], count=m["count"], pps=s["pps"]
+        )
+    builder = STLPktBuilder(
+        pkt_buffer=bytes.fromhex(s["frame_hex"]), vm=vm if seq or fix else None, remove_fcs=False
+    )
+    return STLStream(
+        name=s["name"],
+        packet=builder,
+        mode=mode,
+        isg=s["isg_us"],
+        mac_src_override_by_pkt=True,
+        mac_dst_override_mode=1,
+    )
+
+
+def _wait_file(path):
+    """PATH's JSON once it appears, or None after a SIGTERM."""
+    from pathlib import Path
+
+    p = Path(path)
+    while not p.exists():
+        if _stop:
+            return None
+        time.sleep(0.001)
+    return json.loads(p.read_text())
+
+
+def otg_wait(go_path: str) -> int:
+    """One start of an OTG port (generators/trex/otgport.py): import the client (about a second
+    here), then on DIR/job-NNN.json acquire port 0, add the streams, clear the counters and say
+    `ready`; on DIR/go-NNN start at its `start_at_ns` (CLOCK_REALTIME; at once when later) and
+    keep its counters file (the engine's `--counters` layout: NTGCNT01, lines, state; the line's
+    packets and bytes without TRex's 4 FCS bytes) from TRex's port counters until the traffic
+    ends or SIGTERM; SIGUSR1 pauses, SIGUSR2 resumes."""
+    import mmap
+    import struct
+    from pathlib import Path
+
+    from trex.stl.api import STLClient
+
+    job_path = go_path.replace("/go-", "/job-") + ".json"
+    job = _wait_file(job_path)
+    if job is None:
+        return 0
+    port = 0
+    client, api = _client(STLClient, job)
+    acquired = False
+    paused = False
+    signal.signal(signal.SIGUSR1, _on_pause)
+    signal.signal(signal.SIGUSR2, _on_pause)
+    try:
+        _connect(client, api, "STL", RuntimeError, "start the server without --astf")
+        deadline = time.monotonic() + 5
+        while True:  # the previous start's worker may be releasing the port still
+            try:
+                client.acquire(ports=[port], force=False)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        acquired = True
+        client.reset(ports=[port])
+        streams = [otg_stream(s) for s in job["streams"]]
+        client.add_streams(streams, ports=[port])
+        client.clear_stats()
+        Path(job["ready"]).write_text("ready\n")
+        emit("ready", streams=len(streams))
+        go = _wait_file(go_path)
+        if go is None:
+            return 0
+        sys.stdout.flush()  # from here on the output goes with the start
+        fd = os.open(go["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        counters = Path(go["counters"])
+        counters.write_bytes(b"NTGCNT01" + struct.pack("=QQ", 1, 0) + bytes(16))
+        with open(counters, "r+b") as cf, mmap.mmap(cf.fileno(), 40) as cnt:
+            total = go.get("packets")  # None: until stopped
+
+            def put(state: int, stats: dict) -> tuple[int, int]:
+                pk = int(stats[port].get("opackets", 0))
+                by = max(0, int(stats[port].get("obytes", 0)) - 4 * pk)  # TRex adds an FCS
+                if total is not None and pk >= total:
+                    state = 2  # all sent: finished with the last count, never after it
+                if state == 2:
+                    struct.pack_into("=Q", cnt, 16, state)
+                struct.pack_into("=QQ", cnt, 24, pk, by)
+                struct.pack_into("=Q", cnt, 16, state)
+                return pk, by
+
+            while time.clock_gettime_ns(time.CLOCK_REALTIME) < go["start_at_ns"] and not _stop:
+                time.sleep(0.0005)
+            started = time.clock_gettime_ns(time.CLOCK_REALTIME)
+            Path(go["started"]).write_text(str(started))
+            if not _stop:
+                client.start(ports=[port], force=False)
+            emit("started", started_utc_ns=started, late_ns=started - go["start_at_ns"])
+            while not _stop:
+                time.sleep(0.05)
+                while _pause:
+                    sig = _pause.pop(0)
+                    if sig == signal.SIGUSR1 and not paused:
+                        client.pause(ports=[port])
+                        paused = True
+                    elif sig == signal.SIGUSR2 and paused:
+                        client.resume(ports=[port])
+                        paused = False
+                stats = client.get_stats(ports=[port])
+                if not paused and not client.is_traffic_active(ports=[port]):
+                    put(2, stats)  # done sending (a start may come: the port is free soon)
+                    break
+                put(1 if paused else 0, stats)
+            if client.is_traffic_active(ports=[port]):
+                client.stop(ports=[port])
+            time.sleep(0.3)  # the last counters reach the server's stats
+            stats = client.get_stats(ports=[port])
+            pk, by = put(2 if not _stop else 0, stats)
+            summary = {
+                "packets": pk,
+                "sent": pk,
+                "failed": 0,
+                "bytes": by,
+                "trex": _port_stats(stats, port),
+                "started_utc_ns": started,
+                "late_ns": started - go["start_at_ns"],
+                "stopped": bool(_stop),
+            }
+            Path(go["summary"]).write_text(json.dumps(summary) + "\n")
+            put(2, stats)  # finished: the summary is there (the port is released next)
+        emit("done", **summary)
+        return 0
+    finally:
+        if acquired:
+            try:
+                client.release(ports=[port])
+            except Exception:
+                pass
+        try:
+            client.disconnect()
+        except Exception:
+            pass
+
+
 def main(argv: list) -> int:
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
@@ -651,6 +854,8 @@ def main(argv: list) -> int:
             return sim(argv[1], argv[2], argv[3])
         if len(argv) == 3 and argv[0] == "astf-build":
             return astf_build(argv[1], argv[2])
+        if len(argv) == 2 and argv[0] == "otg-wait":
+            return otg_wait(argv[1])
     except Exception as exc:
         emit(
             "error",
@@ -661,7 +866,7 @@ def main(argv: list) -> int:
         return 2
     print(
         "usage: worker.py build PROFILE.json OUTDIR | run JOB.json | sim PROFILE.py OUT.pcap SIMDIR"
-        " | astf-build PROFILE.py OUTDIR",
+        " | astf-build PROFILE.py OUTDIR | otg-wait GO",
         file=sys.stderr,
     )
     return 2

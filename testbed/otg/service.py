@@ -35,6 +35,7 @@ from ntgcore.runfolder import RunFolder, git_info, host_info, testbed_version, t
 
 from ..cleanup import RunMark
 from ..parts.tcpdump import Tcpdump
+from . import trexsender
 from .flows import CONTINUOUS, FlowPlan, Plan, PortInfo, compile_config, restore_frame, session_text
 from .flows import signature as frame_signature
 from .refusal import OtgRefusal
@@ -76,6 +77,7 @@ class Port:
     iface: str
     speed_bps: float
     baseline: dict[str, int] = field(default_factory=dict)
+    sender: str = "engine"  # or "trex": the location said `trex:` (testbed/otg/trexsender.py)
 
 
 @dataclass
@@ -90,9 +92,12 @@ class Engine:
     start_ns: int
     paused: bool = False
     final: dict[str, tuple[int, int]] | None = None  # lines() once the engine has ended
+    started: Path | None = None  # TRex's worker writes when it really started the traffic
 
     def lines(self) -> dict[str, tuple[int, int]]:
         """flow name -> (frames, bytes) sent so far, from the engine's counters file."""
+        if self.started is not None:
+            self.start_ns = trexsender.real_start(self.started, self.start_ns)
         if self.final is not None:
             return self.final
         try:
@@ -126,6 +131,8 @@ class Engine:
         return out
 
     def running(self) -> bool:
+        if self.started is not None and trexsender.finished(self.counters):
+            return False  # TRex's worker is done sending; it only releases the port now
         return self.proc.poll() is None
 
 
@@ -177,6 +184,7 @@ class OtgService:
         self.folder: RunFolder | None = None
         self.starts = 0
         self.rates: dict[tuple[str, str], tuple[float, int]] = {}
+        self.trex = trexsender.TrexPorts()  # the servers of the config's `trex:` ports
 
     # -- places --------------------------------------------------------------------------------
 
@@ -210,6 +218,7 @@ class OtgService:
             plan = compile_config(
                 config, {p.name: PortInfo(mtu=9000, speed_bps=int(p.speed_bps)) for p in ports}
             )
+            trexsender.check(plan.flows, {p.name for p in ports if p.sender == "trex"})
             self._stop_all()
             self._finish_folder("completed")
             self.engines, self.receivers, self.captures = [], {}, {}
@@ -221,6 +230,9 @@ class OtgService:
             self.starts = 0  # a config's folder numbers its own starts: start-001 first
             if ports:
                 self._open_folder()
+                assert self.folder is not None
+                trex = {p.name: self.site.endpoint(p.place) for p in ports if p.sender == "trex"}
+                self.trex.start(plan.flows, trex, self.folder.path)
             return {"warnings": list(plan.warnings)}
 
     def get_config(self) -> dict[str, Any]:
@@ -243,7 +255,8 @@ class OtgService:
                     "validation",
                     [f"ports[{i}].location: missing; this server's locations: {', '.join(known)}"],
                 )
-            if loc not in known:
+            sender, base = trexsender.split_location(loc)
+            if base not in known:
                 raise OtgRefusal(
                     400,
                     "validation",
@@ -252,7 +265,7 @@ class OtgService:
                         f"locations: {', '.join(known)}"
                     ],
                 )
-            place = known[loc]
+            place = known[base]
             if place in used:
                 raise OtgRefusal(
                     400,
@@ -267,7 +280,8 @@ class OtgService:
                     "unimplemented",
                     [f"layer1 speed {speed!r} of port {p['name']!r} is not supported"],
                 )
-            out.append(Port(p["name"], loc, place, place.split(":", 1)[1], SPEEDS_BPS[speed]))
+            iface = place.split(":", 1)[1]
+            out.append(Port(p["name"], loc, place, iface, SPEEDS_BPS[speed], sender=sender))
         return out
 
     # -- the run folder of a config --------------------------------------------------------------
@@ -444,6 +458,12 @@ class OtgService:
         return {"warnings": []}
 
     def _engine(self, port: str, flows: list[FlowPlan], step: Path, start_ns: int) -> Engine:
+        if self.ports[port].sender == "trex":
+            assert self.folder is not None
+            proc, counters, summary, started = trexsender.start(
+                self.trex, port, flows, step, start_ns
+            )
+            return Engine(port, flows, proc, counters, summary, start_ns, started=started)
         frames_path = step / f"{port}.frames.pcap"
         text, frames = session_text(flows, str(frames_path), seed=1)
         with replacing(frames_path) as tmp, open(tmp, "wb") as f:
@@ -504,6 +524,9 @@ class OtgService:
 
     def _stop_all(self) -> None:
         self._stop_engines()
+        for record in self.trex.stop():
+            if self.folder is not None:
+                self.folder.manifest["commands"].append(record.as_dict())
         for r in self.receivers.values():
             r.tcpdump.stop()
         for c in self.captures.values():
