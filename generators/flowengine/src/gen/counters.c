@@ -119,8 +119,7 @@ int counters_close(struct counters *c)
         atomic_store_explicit(&c->stop, 1, memory_order_release);
         pthread_join(c->writer, NULL);
         if ((rc = copy_once(c)))
-            fprintf(stderr, "flowengine: --counters %s: write error: %s\n", c->path,
-                    strerror(-rc));
+            fprintf(stderr, "flowengine: --counters %s: write error: %s\n", c->path, strerror(-rc));
         close(c->fd);
         free(c->map);
     } else if (c->map) {
