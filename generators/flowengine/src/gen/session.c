@@ -464,6 +464,36 @@ static char *read_all(FILE *fp, size_t *len)
     return buf;
 }
 
+/* The session's next line (flow or stream, `what`), its array grown as needed and the line
+ * zeroed and counted at once, so session_free sees what the parse gives it; NULL, the error
+ * said, for a line with far more tokens than its `nkeys` keys, no memory or too many lines. */
+static struct fe_flow *next_line(const struct parser *p, struct fe_session *s, size_t *cap,
+                                 const char *what, size_t ntok, int nkeys)
+{
+    if (ntok > 2 * (size_t)nkeys + 1) {
+        fail(p, "%s: far more than the %d key=value pairs", what, nkeys);
+        return NULL;
+    }
+    if (s->nflows == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        struct fe_flow *nf = realloc(s->flows, ncap * sizeof *nf);
+        if (!nf) {
+            fail(p, "out of memory");
+            return NULL;
+        }
+        s->flows = nf;
+        *cap = ncap;
+    }
+    if (s->nflows >= 0x7fffffffu) {
+        fail(p, "%s: too many lines", what);
+        return NULL;
+    }
+    struct fe_flow *f = &s->flows[s->nflows];
+    memset(f, 0, sizeof *f);
+    s->nflows++;
+    return f;
+}
+
 int session_load(struct fe_session *s, const char *path)
 {
     struct parser p = { strcmp(path, "-") ? path : "<stdin>", 0 };
@@ -533,27 +563,9 @@ int session_load(struct fe_session *s, const char *path)
                 goto out;
             seen_seed = 1;
         } else if (!strcmp(tok[0], "flow")) {
-            if (ntok > 2 * K_COUNT + 1) {
-                fail(&p, "flow: far more than the %d key=value pairs", K_COUNT);
+            struct fe_flow *f = next_line(&p, s, &cap, "flow", ntok, K_COUNT);
+            if (!f)
                 goto out;
-            }
-            if (s->nflows == cap) {
-                size_t ncap = cap ? cap * 2 : 64;
-                struct fe_flow *nf = realloc(s->flows, ncap * sizeof *nf);
-                if (!nf) {
-                    fail(&p, "out of memory");
-                    goto out;
-                }
-                s->flows = nf;
-                cap = ncap;
-            }
-            if (s->nflows >= 0x7fffffffu) {
-                fail(&p, "flow: too many flow lines");
-                goto out;
-            }
-            struct fe_flow *f = &s->flows[s->nflows];
-            memset(f, 0, sizeof *f);
-            s->nflows++; /* counted now so session_free sees its payload */
             if (parse_flow(&p, tok, ntok, f))
                 goto out;
             if (f->reps > UINT64_MAX - s->instances) {
@@ -593,27 +605,9 @@ int session_load(struct fe_session *s, const char *path)
                 goto out;
             }
         } else if (!strcmp(tok[0], "stream")) {
-            if (ntok > 2 * K_COUNT + 1) {
-                fail(&p, "stream: far more than the %d key=value pairs", SK_COUNT);
+            struct fe_flow *f = next_line(&p, s, &cap, "stream", ntok, SK_COUNT);
+            if (!f)
                 goto out;
-            }
-            if (s->nflows == cap) {
-                size_t ncap = cap ? cap * 2 : 64;
-                struct fe_flow *nf = realloc(s->flows, ncap * sizeof *nf);
-                if (!nf) {
-                    fail(&p, "out of memory");
-                    goto out;
-                }
-                s->flows = nf;
-                cap = ncap;
-            }
-            if (s->nflows >= 0x7fffffffu) {
-                fail(&p, "stream: too many lines");
-                goto out;
-            }
-            struct fe_flow *f = &s->flows[s->nflows];
-            memset(f, 0, sizeof *f);
-            s->nflows++; /* counted now so session_free sees its stream data */
             if (parse_stream(&p, tok, ntok, s->frames, f))
                 goto out;
             if (s->instances == UINT64_MAX) {
