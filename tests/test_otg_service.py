@@ -30,7 +30,7 @@ from analysis.capture import iter_frames
 from analysis.catalog import Catalog
 from analysis.tables import read_table
 from ntgcore.proc import Process, same_process
-from tests.test_otg_clients import READY_TIMEOUT, REPO, free_port, version_answers
+from tests.test_otg_clients import REPO, free_port, start_server
 
 TX_MAC, RX_MAC = "02:00:00:00:03:01", "02:00:00:00:03:02"
 
@@ -59,43 +59,12 @@ class Served:
 
 
 def serve(tmp: Path, grpc: bool) -> Served:
-    """`testbed otg serve` on free loopback ports (gRPC too when asked); returns once GET
-    /capabilities/version answers."""
-    port = free_port()
+    """`testbed otg serve` on free loopback ports (gRPC too when asked), started as
+    tests/test_otg_clients.py starts it; returns once GET /capabilities/version answers."""
     gport = free_port() if grpc else None
-    marks, results, log = tmp / "marks", tmp / "results", tmp / "serve.log"
-    argv = [
-        "env",
-        f"NTG_RUN_MARKS={marks}",
-        sys.executable,
-        "-m",
-        "testbed",
-        "otg",
-        "serve",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--results",
-        str(results),
-    ]
-    if gport is not None:
-        argv += ["--grpc", f"127.0.0.1:{gport}"]
-    with open(log, "wb") as out:
-        proc = Process("otg-serve", argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO).start()
-    s = Served(
-        f"https://127.0.0.1:{port}",
-        f"127.0.0.1:{gport}" if gport else None,
-        proc,
-        log,
-        results,
-        marks,
-    )
-    deadline = time.monotonic() + READY_TIMEOUT
-    while not version_answers(s.url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.stop(grace=10)
-            pytest.fail(f"testbed otg serve did not come up:\n{s.log_tail()}", pytrace=False)
-        time.sleep(0.3)
-    return s
+    s = start_server(tmp, ("--grpc", f"127.0.0.1:{gport}") if gport is not None else ())
+    grpc_at = f"127.0.0.1:{gport}" if gport is not None else None
+    return Served(s.url, grpc_at, s.proc, s.log, s.results, s.marks)
 
 
 @pytest.fixture(scope="module")
