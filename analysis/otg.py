@@ -21,7 +21,7 @@ import pandas as pd
 from .capture import read_capture
 from .metrics import flow_table, plain, traffic_metrics
 from .plots import figure, legend, save
-from .runtables import run_row, write_tables
+from .runtables import per_second_rows, run_row, traffic_columns, write_tables
 from .tables import SCHEMAS
 
 FIGURE = "otg-rx-rate.png"
@@ -60,36 +60,15 @@ def otg_tables(run_dir: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any],
             "kind": "otg",
             "generator": "flowengine",
             "status": manifest.get("status"),
-            "packets": m.get("packets"),
-            "bytes": m.get("bytes"),
-            "duration_s": m.get("duration_s"),
-            "mean_pps": m.get("mean_pps"),
-            "std_pps": m.get("std_pps"),
-            "variance_pct": m.get("variance_pct"),
-            "average_packet_size": m.get("average_packet_size"),
-            "throughput_bps": m.get("throughput_bps"),
-            "flows": (m.get("flows") or {}).get("count"),
+            **traffic_columns(m),
             "sent": sent,
             "wire": m.get("packets"),
             "params": json.dumps({"rx_port": port, "starts": [s["folder"] for s in starts]}),
         }
         steps.append(row)
-        ps = m.get("per_second") or {}
-        if ps.get("second"):
-            n = len(ps["second"])
-            per_second.append(
-                pd.DataFrame(
-                    {
-                        "run_id": run_id,
-                        "step": step,
-                        "second": ps["second"],
-                        "packets": ps["packets"],
-                        "bytes": ps["bytes"],
-                        "flows_started": ps.get("flows_started") or [0] * n,
-                        "partial": [False] * (n - 1) + [bool(ps.get("last_partial"))],
-                    }
-                )
-            )
+        rows = per_second_rows(run_id, step, m)
+        if rows is not None:
+            per_second.append(rows)
         if len(ft):
             f = ft[[c for c in SCHEMAS["flows"].names if c in ft.columns]].copy()
             f.insert(0, "step", step)

@@ -67,7 +67,7 @@ def run_row(
     }
 
 
-def _traffic(m: dict[str, Any] | None, flows: int | None = None) -> dict[str, Any]:
+def traffic_columns(m: dict[str, Any] | None, flows: int | None = None) -> dict[str, Any]:
     """The steps columns of traffic_metrics' numbers."""
     if not m:
         return {}
@@ -88,7 +88,7 @@ def _traffic(m: dict[str, Any] | None, flows: int | None = None) -> dict[str, An
     }
 
 
-def _per_second(run_id: str, step: str, m: dict[str, Any] | None) -> pd.DataFrame | None:
+def per_second_rows(run_id: str, step: str, m: dict[str, Any] | None) -> pd.DataFrame | None:
     ps = (m or {}).get("per_second")
     if not ps or not ps.get("second"):
         return None
@@ -241,13 +241,13 @@ def write_run_tables(
         "kind": mode,
         "generator": ",".join(gens) or None,
         "status": manifest.get("status"),
-        **_traffic(doc, len(flows)),
+        **traffic_columns(doc, len(flows)),
         "sent": sum(s for s in sent if s is not None) if sent and None not in sent else None,
     }
     tables: dict[str, Any] = {
         "run": [run_row(run_id, manifest, mode, doc.get("analysed_utc"))],
         "steps": [steps],
-        "per_second": _per_second(run_id, step, doc) if doc.get("per_second") else [],
+        "per_second": per_second_rows(run_id, step, doc) if doc.get("per_second") else [],
         "flows": _with_id(flows, run_id, step, "flows"),
     }
     if timing is not None and len(timing):
@@ -313,7 +313,7 @@ def write_live_tables(
             "kind": s.get("kind"),
             "generator": ",".join(g.get("name", t) for t, g in gens.items()) or None,
             "status": s.get("status"),
-            **_traffic(s.get("traffic")),
+            **traffic_columns(s.get("traffic")),
             "sent": loss.get("sent"),
             "wire": loss.get("wire"),
             "dut": loss.get("dut"),
@@ -332,7 +332,7 @@ def write_live_tables(
             row.update({f"dut_{k}": v for k, v in _gen_resources(samples, "dut").items()})
             resources.append(_with_id(samples, run_id, name, "resources"))
         steps.append(row)
-        per_second.append(_per_second(run_id, name, s.get("traffic")))
+        per_second.append(per_second_rows(run_id, name, s.get("traffic")))
         pcap = _capture_of(step_dir, s) if s.get("traffic") else None
         if pcap is not None:
             try:
