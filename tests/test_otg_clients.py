@@ -119,6 +119,19 @@ def start_server(tmp: Path, extra: tuple[str, ...] = ()) -> Server:
     return server
 
 
+def kill_and_clean_up(s: Server) -> subprocess.CompletedProcess[str]:
+    """SIGKILL the server, then `testbed cleanup` with its run marks: what cleanup said."""
+    s.proc.send_signal(signal.SIGKILL)
+    s.proc.wait(30)
+    return subprocess.run(
+        ["env", f"NTG_RUN_MARKS={s.marks}", sys.executable, "-m", "testbed", "cleanup"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 @pytest.fixture(scope="module")
 def server(root, flowengine_bin, tmp_path_factory) -> Iterator[Server]:
     s = start_server(tmp_path_factory.mktemp("otg-serve"))
@@ -422,15 +435,7 @@ def test_cleanup_after_the_server_is_killed(root, tmp_path):
         assert flow_state(api).transmit == "started"
         mark = json.loads(mark_path.read_text())
     finally:
-        s.proc.send_signal(signal.SIGKILL)
-        s.proc.wait(30)
-        done = subprocess.run(
-            ["env", f"NTG_RUN_MARKS={s.marks}", sys.executable, "-m", "testbed", "cleanup"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = kill_and_clean_up(s)
     namespaces = mark["locations"]
     children = [c for c in mark.get("children", []) if c.get("pid")]
     assert namespaces and children, f"the mark names no namespaces or no engine: {mark}"

@@ -28,7 +28,7 @@ import snappi
 from analysis.capture import iter_frames
 from ntgcore.proc import Process, same_process
 from testbed.endpoints.vm import BACKEND
-from tests.test_otg_clients import Server, start_server
+from tests.test_otg_clients import Server, kill_and_clean_up, start_server
 from tests.test_vm import (
     _qemu_of,
     guest_image,  # noqa: F401 (the VM lane's fixture, shared)
@@ -221,15 +221,7 @@ def test_cleanup_after_a_vm_server_is_killed(engine_layer, tmp_path):
         assert metrics(api)["steady"].transmit == "started"
         mark = json.loads(mark_path.read_text())
     finally:
-        s.proc.send_signal(signal.SIGKILL)
-        s.proc.wait(30)
-        done = subprocess.run(
-            ["env", f"NTG_RUN_MARKS={s.marks}", sys.executable, "-m", "testbed", "cleanup"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = kill_and_clean_up(s)
     assert mark["backend"] == "vm", mark
     assert done.returncode == 0, done.stderr
     namespaces = [x for x in mark["locations"] if not x.startswith("/")]
