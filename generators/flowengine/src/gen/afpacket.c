@@ -243,11 +243,12 @@ int afpacket_open(struct afpacket **out, const struct afpacket_opts *o, const st
         if (fl > limit) {
             rc = -EMSGSIZE;
             fprintf(stderr,
-                    "flowengine: %s:%u: flow: frames up to %u bytes do not fit the MTU of "
-                    "%s (%u, i.e. frames of at most %u bytes): lower size to at most %u or raise "
+                    "flowengine: %s:%u: %s: frames up to %u bytes do not fit the MTU of "
+                    "%s (%u, i.e. frames of at most %u bytes): lower %s to at most %u or raise "
                     "the MTU with `ip link set %s mtu %u`\n",
-                    session_name, f->lineno, fl, o->iface, mtu, limit, limit - f->hdr_len, o->iface,
-                    fl - FE_ETH_LEN);
+                    session_name, f->lineno, f->kind == FE_K_SESS ? "session" : "flow", fl,
+                    o->iface, mtu, limit, f->kind == FE_K_SESS ? "mss" : "size", limit - f->hdr_len,
+                    o->iface, fl - FE_ETH_LEN);
             goto fail;
         }
         if (fl > h->max_frame)

@@ -53,7 +53,7 @@ int engine_run(const struct fe_session *s, const struct engine_opts *o)
         e.flog_buf = malloc(1 << 20);
         if (e.flog_buf)
             setvbuf(e.flog, e.flog_buf, _IOFBF, 1 << 20);
-        if ((rc = flowlog_header(e.flog))) {
+        if ((rc = flowlog_header(e.flog, s->nsess > 0))) {
             what = "--flows: write error";
             err = rc;
             goto fail_early;

@@ -19,6 +19,7 @@
 #include "opt.h"
 #include "pace.h"
 #include "packet.h"
+#include "sess.h"
 #include "session.h"
 #include "workers.h"
 
@@ -105,12 +106,13 @@ static int check_memory(const struct fe_session *s, const char *name, int planne
     double per =
         (double)sizeof(struct fe_inst) + 4 + (planner == ENGINE_PLANNER_STOCHASTIC ? 16 : 0);
     double need = (double)s->max_concurrent * per, have = (double)bigmem_available();
+    need += (double)s->sess_concurrent * (double)sizeof(struct sess_state);
     if (have <= 0 || need <= have)
         return 0;
     fprintf(stderr,
             "flowengine: %s: up to %llu flow instances are alive at once, which needs about "
             "%.1f GiB; only %.1f GiB of memory is available: lower reps or packets, shorten the "
-            "period, or space the repetitions (rep_period)\n",
+            "period, or space the repetitions (rep_period; session lines: reps, arrival)\n",
             name, (unsigned long long)s->max_concurrent, need / (1u << 30), have / (1u << 30));
     return -ENOMEM;
 }

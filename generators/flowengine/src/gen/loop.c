@@ -46,10 +46,28 @@ static int cmp_serial(const void *a, const void *b)
 static int log_inst(struct loop *e, const struct fe_inst *in)
 {
     const struct fe_flow *f = &e->flows[in->flow];
+    if (f->kind == FE_K_SESS)
+        return flowlog_row_sess(e->flog, f, in, &e->sess[in - e->pool.inst]);
     if (e->weight && e->weight[in->flow] && in->sent)
         return flowlog_row_at(e->flog, f, in, f->start + (in->serial - f->offset) * f->rep_period,
-                              in->due);
-    return flowlog_row(e->flog, f, in);
+                              in->due, e->flog_ext);
+    return flowlog_row(e->flog, f, in, e->flog_ext);
+}
+
+/* The session state array covers every pool id (it grows with the pool). */
+static int sess_fit(struct loop *e)
+{
+    if (e->sess_cap >= e->pool.cap)
+        return 0;
+    struct sess_state *n = bigmem_alloc((size_t)e->pool.cap * sizeof *n);
+    if (!n)
+        return -ENOMEM;
+    if (e->sess)
+        memcpy(n, e->sess, (size_t)e->sess_cap * sizeof *n);
+    free(e->sess);
+    e->sess = n;
+    e->sess_cap = e->pool.cap;
+    return 0;
 }
 
 /* The tree's gap between two packets, 10^9 / total ns, as quotient and remainder. */
@@ -88,21 +106,60 @@ int loop_log_unfinished(struct loop *e)
     return rc;
 }
 
-/* Period classes: flows that share a period share a FIFO (wheel.h). */
+/* Sorted distinct values of v[0..n), in place; returns how many. */
+static uint32_t distinct(uint64_t *v, size_t n)
+{
+    uint32_t m = 0;
+    qsort(v, n, sizeof *v, cmp_u64);
+    for (size_t k = 0; k < n; k++)
+        if (!m || v[m - 1] != v[k])
+            v[m++] = v[k];
+    return m;
+}
+
+/* Index of x in the sorted v[0..n). */
+static uint32_t find_class(const uint64_t *v, uint32_t n, uint64_t x)
+{
+    uint32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void add_cap(uint32_t *cap, uint64_t n)
+{
+    uint64_t c = *cap + n;
+    *cap = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
+}
+
+/* Period classes: flows that share a period share a FIFO (wheel.h). The
+ * wheel's nodes (and FIFOs, by the same index) are: the flow lines' classes
+ * 0..nfcls-1, then one node per session line (line k is nfcls + k, its FIFO
+ * unused), then the session lines' classes (their h's and gaps). So no FIFO
+ * mixes flows and sessions, and the flow path tells its classes from
+ * everything else with the one compare src < nfcls it always had. */
 static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uint32_t **init_cap)
 {
-    uint64_t *periods = malloc((nflows ? nflows : 1) * sizeof *periods);
-    uint32_t n = 0;
+    uint64_t *periods = malloc((nflows ? 2 * nflows : 1) * sizeof *periods);
     if (!periods)
         return -ENOMEM;
-    size_t np = 0;
-    for (size_t k = 0; k < nflows; k++)
-        if (e->flows[k].kind != FE_K_STREAM) /* a stream has no FIFO */
+    size_t np = 0, ns = 0;
+    for (size_t k = 0; k < nflows; k++) /* a stream has no FIFO */
+        if (e->flows[k].kind != FE_K_STREAM && e->flows[k].kind != FE_K_SESS)
             periods[np++] = e->flows[k].period;
-    qsort(periods, np, sizeof *periods, cmp_u64);
-    for (size_t k = 0; k < np; k++)
-        if (!n || periods[n - 1] != periods[k])
-            periods[n++] = periods[k];
+    uint32_t nf = distinct(periods, np);
+    uint64_t *sp = periods + nf;
+    for (size_t k = 0; k < nflows; k++)
+        if (e->flows[k].kind == FE_K_SESS) {
+            sp[ns++] = e->flows[k].sess->h;
+            sp[ns++] = e->flows[k].sess->gap;
+        }
+    uint32_t nsc = distinct(sp, ns), s0 = nf + (uint32_t)nflows, n = s0 + nsc;
     *init_cap = calloc(n ? n : 1, sizeof **init_cap);
     if (!*init_cap) {
         free(periods);
@@ -112,21 +169,116 @@ static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uin
         struct fe_flow *f = &e->flows[k];
         if (f->kind == FE_K_STREAM)
             continue;
-        uint32_t lo = 0, hi = n - 1;
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (periods[mid] < f->period)
-                lo = mid + 1;
-            else
-                hi = mid;
+        if (f->kind == FE_K_SESS) {
+            f->klass = s0 + find_class(sp, nsc, f->sess->h);
+            f->klass_gap = s0 + find_class(sp, nsc, f->sess->gap);
+            add_cap(&(*init_cap)[f->klass], f->max_live);
+            if (f->klass_gap != f->klass)
+                add_cap(&(*init_cap)[f->klass_gap], f->max_live);
+            continue;
         }
-        f->klass = lo;
-        uint64_t c = (*init_cap)[lo] + f->max_live;
-        (*init_cap)[lo] = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
+        f->klass = find_class(periods, nf, f->period);
+        add_cap(&(*init_cap)[f->klass], f->max_live);
     }
     free(periods);
+    e->nfcls = nf;
     *nclasses = n;
     return 0;
+}
+
+#if defined(__GNUC__)
+#define NOINLINE __attribute__((noinline))
+#else
+#define NOINLINE
+#endif
+
+/* A session line (index k) spawns its repetition due now: the instance in
+ * e->sess_id, its first packet current; the line goes back into the wheel
+ * with its next repetition of this loop (step: the loop's rep_step). Every
+ * loop walks the line's whole arrival stream. 0, or -ENOMEM (e->sess_fail
+ * set). */
+static NOINLINE int sess_spawn(struct loop *e, uint32_t k, uint64_t due, uint64_t step)
+{
+    struct fe_flow *f = &e->flows[k];
+    uint32_t id;
+    int rc;
+    if ((rc = pool_get(&e->pool, &id)) || (rc = sess_fit(e))) {
+        e->sess_fail = LOOP_FAIL_POOL;
+        return rc;
+    }
+    uint64_t rep = f->next_rep;
+    sess_activate(f, &e->sess[id], &e->pool.inst[id], k, rep, f->offset + rep, e->seed, due);
+    e->st.started++;
+    wheel_pop(&e->wheel);
+    for (uint64_t i = 0; i < step && f->next_rep + 1 < f->reps; i++) {
+        f->next_start = sess_arrival_next(f->sess, f->next_start, &f->arr_rng);
+        f->next_rep++;
+    }
+    if (f->next_rep - rep < step)
+        f->next_rep = f->reps; /* no repetition of this loop is left */
+    else
+        wheel_insert(&e->wheel, e->nfcls + k, f->next_start, f->offset + f->next_rep);
+    e->sess_id = id;
+    return 0;
+}
+
+/* Takes the head of session class c (it left the wheel with it): the class
+ * goes back with its next head. Returns the instance id. */
+static NOINLINE uint32_t sess_class_pop(struct loop *e, uint32_t c)
+{
+    uint32_t id = wheel_fifo_head(&e->wheel, c);
+    wheel_pop(&e->wheel);
+    wheel_fifo_pop(&e->wheel, c);
+    if (e->wheel.fifo[c].len) {
+        const struct fe_inst *h = &e->pool.inst[wheel_fifo_head(&e->wheel, c)];
+        wheel_insert(&e->wheel, c, h->due, h->serial);
+    }
+    return id;
+}
+
+/* Session instance id sends its current packet, due now, and goes to the
+ * FIFO of the delay before its next one, or finishes (flow log row, id
+ * back to the pool). 0, or a negative errno with e->sess_fail set. The
+ * caller counts the packet in its totals. */
+static NOINLINE int sess_packet(struct loop *e, uint32_t id, uint64_t due)
+{
+    struct fe_inst *in = &e->pool.inst[id];
+    const struct fe_flow *f = &e->flows[in->flow];
+    struct sess_state *ss = &e->sess[id];
+    uint32_t len = f->hdr_len + ss->plen, c = 0;
+    uint8_t *frame = sink_frame(&e->sink, due, in->serial, len);
+    int rc;
+    if (!frame) {
+        e->sess_fail = LOOP_FAIL_SINK;
+        return e->sink.err ? e->sink.err : -EIO;
+    }
+    sess_write(f, ss, in, frame);
+    if (e->cfg.csum_offload)
+        offload_fix(f, frame, len);
+    in->sent++;
+    in->bytes += len;
+    stats_packet(&e->st, len);
+    if (e->cnt)
+        counters_add(&e->cnt[in->flow], len);
+    ss->last = due;
+    uint64_t delay = sess_next(f, ss, in, &c);
+    if (delay) {
+        in->due = due + delay;
+        int64_t n = wheel_fifo_push(&e->wheel, c, id);
+        if (n < 0) {
+            e->sess_fail = LOOP_FAIL_WHEEL;
+            return (int)n;
+        }
+        if (n == 1)
+            wheel_insert(&e->wheel, c, in->due, in->serial);
+        return 0;
+    }
+    e->st.finished++;
+    rc = e->flog ? log_inst(e, in) : 0;
+    pool_put(&e->pool, id);
+    if (rc)
+        e->sess_fail = LOOP_FAIL_FLOWLOG;
+    return rc;
 }
 
 /* The generation loop. `threaded` is a constant at both call sites, so the
@@ -144,7 +296,7 @@ static ALWAYS_INLINE void run_loop(struct loop *e, struct loop_res *r, const int
     const uint64_t seed = e->seed;
     const int csum = e->cfg.csum_offload;
     struct fe_flow *const flows = e->flows;
-    const uint32_t ncls = e->wheel.nclasses;
+    const uint32_t ncls = e->nfcls, nsc0 = ncls + (uint32_t)e->nflows;
     const int stoch = e->cfg.stochastic;
     struct counters_line *const cnt = e->cnt;
     for (;;) {
@@ -199,7 +351,37 @@ static ALWAYS_INLINE void run_loop(struct loop *e, struct loop_res *r, const int
             id = dtree_id(&e->tree, pos);
             in = &e->pool.inst[id];
             f = &flows[in->flow];
-        } else if (src >= ncls && flows[src - ncls].kind == FE_K_STREAM) {
+        } else if (src < ncls) {
+            const struct wheel_fifo *q = &e->wheel.fifo[src];
+            id = q->q[q->head];
+            /* With many classes this one comes back only after the others
+             * had their turn: fetch what a later visit needs now (the
+             * instance that keys the class a few visits on, FIFO slots
+             * further on), so neither misses then; measured best at +5. */
+            if (q->len > 5) {
+                const char *p = (const char *)&e->pool.inst[q->q[(q->head + 5) & q->mask]];
+                PREFETCH(p);
+                PREFETCH(p + sizeof(struct fe_inst) - 1);
+            }
+            PREFETCH(&q->q[(q->head + 32) & q->mask]);
+            wheel_pop(&e->wheel);
+            wheel_fifo_pop(&e->wheel, src);
+            in = &e->pool.inst[id];
+            f = &flows[in->flow];
+        } else if (src >= nsc0) {
+            /* A session class: its head sends its packet (out of line, so
+             * that the flow path keeps its registers). */
+            if ((rc = sess_packet(e, sess_class_pop(e, src), due))) {
+                fail = e->sess_fail;
+                err = rc;
+                break;
+            }
+            if (!packets)
+                first_ns = due;
+            packets++;
+            last_ns = due;
+            continue;
+        } else if (flows[src - ncls].kind == FE_K_STREAM) {
             /* A stream line (one instance): its node carries the key of its
              * next packet; the packet is a copy of its frame, patched. */
             uint32_t k = src - ncls;
@@ -260,7 +442,21 @@ static ALWAYS_INLINE void run_loop(struct loop *e, struct loop_res *r, const int
                 break;
             }
             continue;
-        } else if (src >= ncls) {
+        } else if (flows[src - ncls].kind == FE_K_SESS) {
+            /* A session line spawns its next repetition, which sends its
+             * first packet right now (same key). */
+            if ((rc = sess_spawn(e, src - ncls, due, threaded ? flows[src - ncls].rep_step : 1)) ||
+                (rc = sess_packet(e, e->sess_id, due))) {
+                fail = e->sess_fail;
+                err = rc;
+                break;
+            }
+            if (!packets)
+                first_ns = due;
+            packets++;
+            last_ns = due;
+            continue;
+        } else {
             /* A flow line spawns its next repetition, which sends its packet 0
              * right now (same key) and then joins its period's FIFO. */
             uint32_t k = src - ncls;
@@ -292,23 +488,6 @@ static ALWAYS_INLINE void run_loop(struct loop *e, struct loop_res *r, const int
                 e->tclock = due;
                 continue;
             }
-        } else {
-            const struct wheel_fifo *q = &e->wheel.fifo[src];
-            id = q->q[q->head];
-            /* With many classes this one comes back only after the others
-             * had their turn: fetch what a later visit needs now (the
-             * instance that keys the class a few visits on, FIFO slots
-             * further on), so neither misses then; measured best at +5. */
-            if (q->len > 5) {
-                const char *p = (const char *)&e->pool.inst[q->q[(q->head + 5) & q->mask]];
-                PREFETCH(p);
-                PREFETCH(p + sizeof(struct fe_inst) - 1);
-            }
-            PREFETCH(&q->q[(q->head + 32) & q->mask]);
-            wheel_pop(&e->wheel);
-            wheel_fifo_pop(&e->wheel, src);
-            in = &e->pool.inst[id];
-            f = &flows[in->flow];
         }
 
         uint32_t plen = packet_payload_len(f, in);
@@ -426,6 +605,13 @@ int loop_init(struct loop *e, const struct fe_session *s, const struct loop_cfg 
         /* Serial offset + rep belongs to worker (offset + rep) mod nthr. */
         f->next_rep = (w + nthr - f->offset % nthr) % nthr;
         f->rep_step = nthr;
+        if (f->kind == FE_K_SESS) {
+            /* The arrival stream from repetition 0 to this loop's first. */
+            f->arr_rng = sess_arrival_seed(seed, k);
+            f->next_start = f->start;
+            for (uint64_t r = 0; r < f->next_rep && r + 1 < f->reps; r++)
+                f->next_start = sess_arrival_next(f->sess, f->next_start, &f->arr_rng);
+        }
         if (nthr > 1)
             f->max_live = f->max_live / nthr + 1;
     }
@@ -437,15 +623,15 @@ int loop_init(struct loop *e, const struct fe_session *s, const struct loop_cfg 
         if (!e->weight || dtree_init(&e->tree, (uint32_t)cap))
             return -ENOMEM;
         for (size_t k = 0; k < s->nflows; k++)
-            if (e->flows[k].kind != FE_K_STREAM && e->flows[k].packets > 1 &&
-                e->flows[k].period <= 1000000000u)
+            if (e->flows[k].kind != FE_K_STREAM && e->flows[k].kind != FE_K_SESS &&
+                e->flows[k].packets > 1 && e->flows[k].period <= 1000000000u)
                 e->weight[k] =
                     (uint32_t)((1000000000u + e->flows[k].period / 2) / e->flows[k].period);
         /* Worker 0 (and the one-thread run) keeps the documented stream. */
         e->trng = rng_mix(seed ^ 0x6a09e667f3bcc909ull) + (uint64_t)w * RNG_GOLDEN;
     }
     if (assign_classes(e, s->nflows, &nclasses, &init_cap) ||
-        wheel_init(&e->wheel, nclasses, init_cap, (uint32_t)s->nflows)) {
+        wheel_init(&e->wheel, nclasses, init_cap, 0)) {
         free(init_cap);
         return -ENOMEM;
     }
@@ -453,9 +639,14 @@ int loop_init(struct loop *e, const struct fe_session *s, const struct loop_cfg 
     for (size_t k = 0; k < s->nflows; k++) {
         const struct fe_flow *f = &e->flows[k];
         if (f->next_rep < f->reps)
-            wheel_insert(&e->wheel, nclasses + (uint32_t)k, f->start + f->next_rep * f->rep_period,
+            wheel_insert(&e->wheel, e->nfcls + (uint32_t)k,
+                         f->kind == FE_K_SESS ? f->next_start
+                                              : f->start + f->next_rep * f->rep_period,
                          f->offset + f->next_rep);
     }
+    e->flog_ext = s->nsess > 0;
+    if (s->nsess && sess_fit(e))
+        return -ENOMEM;
     return 0;
 }
 
@@ -468,6 +659,9 @@ void loop_free(struct loop *e)
     free(e->weight);
     e->weight = NULL;
     pool_free(&e->pool);
+    free(e->sess);
+    e->sess = NULL;
+    e->sess_cap = 0;
     free(e->flows);
     e->flows = NULL;
 }

@@ -10,6 +10,11 @@
  * Stream lines (stream.h) have no FIFO: the line's own wheel node carries
  * the key of its next packet, and the loop copies its frames.
  *
+ * Session lines (sess.h) have FIFO classes of their own (one per distinct h
+ * and gap over the session lines), numbered after the flow lines' classes
+ * and the line nodes, so the flow path never meets a session instance; a
+ * session instance goes to the FIFO of the delay before its next packet.
+ *
  * Before every packet the loop checks the stop flag (halt.h) and the pause
  * flag (pace.h); a pause is held there (or in the sink's pacing wait).
  *
@@ -33,6 +38,7 @@
 #include "counters.h"
 #include "dtree.h"
 #include "pool.h"
+#include "sess.h"
 #include "session.h"
 #include "sink.h"
 #include "stats.h"
@@ -69,6 +75,15 @@ struct loop {
     size_t nflows;
     struct pool pool;
     struct wheel wheel;
+    uint32_t nfcls; /* wheel nodes: flow classes 0..nfcls-1, line k at nfcls + k, then the
+                     * session lines' classes (loop.c, assign_classes) */
+    /* Session lines (sess.h): per instance id, its two-way state; NULL when
+     * the session has none. Grows with the pool. */
+    struct sess_state *sess;
+    uint32_t sess_cap;
+    uint32_t sess_id; /* the instance sess_spawn started */
+    int sess_fail;    /* enum loop_fail of a session step that failed */
+    int flog_ext;     /* the flow log has the session columns */
     /* Stochastic planner: fast instances in the Distribution Tree, their
      * clock (ns plus a fraction in units of 1/total ns) and its stream. */
     struct dtree tree;

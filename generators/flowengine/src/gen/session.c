@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "csum.h"
+#include "dist.h"
+#include "sess.h"
 #include "sink.h"
 #include "stream.h"
 
@@ -63,6 +65,40 @@ enum {
 static const char *const stream_key_names[SK_COUNT] = {
     "first", "count",        "start",   "period",   "packets",
     "burst", "burst_period", "seq_off", "csum_off", "fcs",
+};
+
+/* The keys of a `session` line (README, "Session lines"). */
+enum {
+    XK_AF,
+    XK_PROTO,
+    XK_CMAC,
+    XK_SMAC,
+    XK_CLIENT,
+    XK_SERVER,
+    XK_CLIENT_MODE,
+    XK_SERVER_MODE,
+    XK_CPORT,
+    XK_SPORT,
+    XK_CPORT_MODE,
+    XK_SPORT_MODE,
+    XK_START,
+    XK_REPS,
+    XK_ARRIVAL,
+    XK_RTT,
+    XK_GAP,
+    XK_MSS,
+    XK_WIN,
+    XK_ROUNDS,
+    XK_REQ,
+    XK_RESP,
+    XK_CLOSE,
+    XK_COUNT
+};
+
+static const char *const sess_key_names[XK_COUNT] = {
+    "af",    "proto", "cmac",       "smac",       "client", "server", "client_mode", "server_mode",
+    "cport", "sport", "cport_mode", "sport_mode", "start",  "reps",   "arrival",     "rtt",
+    "gap",   "mss",   "win",        "rounds",     "req",    "resp",   "close",
 };
 
 struct parser {
@@ -439,6 +475,261 @@ static int parse_stream(const struct parser *p, char **tok, size_t ntok,
     return 0;
 }
 
+/* ---- dist and session lines (README, "Dist lines", "Session lines") ---- */
+
+/* `dist ID LO-HI:W ...`, the line after `dist` (its own scan: up to 65536
+ * bins, far more tokens than other lines). */
+static int parse_dist(const struct parser *p, char *rest, struct fe_session *s)
+{
+    uint64_t id, n = 0, cap = 0;
+    uint64_t *lo = NULL, *hi = NULL;
+    uint32_t *w = NULL;
+    int rc = -EINVAL;
+    char *tok = rest, *end;
+
+    while (*tok == ' ' || *tok == '\t' || *tok == '\r')
+        tok++;
+    for (end = tok; *end && *end != ' ' && *end != '\t' && *end != '\r'; end++)
+        ;
+    if (*end)
+        *end++ = 0;
+    if (!*tok)
+        return fail(p, "dist: expected `dist ID LO-HI:W ...`");
+    if (session_parse_u64(tok, &id) || id > DIST_MAX_ID)
+        return fail(p, "dist: ID must be 0..%u (got %s)", DIST_MAX_ID, shown(tok));
+    if (!s->dists && !(s->dists = calloc(DIST_MAX_ID + 1, sizeof *s->dists)))
+        return fail(p, "out of memory");
+    if (s->dists[id])
+        return fail(p, "dist: ID %llu defined twice", (unsigned long long)id);
+    for (tok = end;;) {
+        while (*tok == ' ' || *tok == '\t' || *tok == '\r')
+            tok++;
+        if (!*tok)
+            break;
+        for (end = tok; *end && *end != ' ' && *end != '\t' && *end != '\r'; end++)
+            ;
+        if (*end)
+            *end++ = 0;
+        if (n == DIST_MAX_BINS) {
+            fail(p, "dist %llu: more than %u bins", (unsigned long long)id, DIST_MAX_BINS);
+            goto out;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            uint64_t *nlo = realloc(lo, cap * sizeof *lo),
+                     *nhi = nlo ? realloc(hi, cap * sizeof *hi) : NULL;
+            if (nlo)
+                lo = nlo;
+            if (nhi)
+                hi = nhi;
+            uint32_t *nw = nhi ? realloc(w, cap * sizeof *w) : NULL;
+            if (!nw) {
+                fail(p, "out of memory");
+                goto out;
+            }
+            w = nw;
+        }
+        char *colon = strchr(tok, ':');
+        uint64_t a, b, wt;
+        if (!colon) {
+            fail(p, "dist %llu: bin %llu: expected LO-HI:W (got %s)", (unsigned long long)id,
+                 (unsigned long long)n, shown(tok));
+            goto out;
+        }
+        *colon = 0;
+        if (parse_range(tok, &a, &b) || session_parse_u64(colon + 1, &wt)) {
+            *colon = ':';
+            fail(p, "dist %llu: bin %llu: expected LO-HI:W with unsigned decimals (got %s)",
+                 (unsigned long long)id, (unsigned long long)n, shown(tok));
+            goto out;
+        }
+        *colon = ':';
+        if (a > b || b > DIST_MAX_VALUE) {
+            fail(p, "dist %llu: bin %llu: need LO <= HI < 2^63 (got %s)", (unsigned long long)id,
+                 (unsigned long long)n, shown(tok));
+            goto out;
+        }
+        if (wt < 1 || wt > UINT32_MAX) {
+            fail(p, "dist %llu: bin %llu: weight must be 1..4294967295 (got %s)",
+                 (unsigned long long)id, (unsigned long long)n, shown(tok));
+            goto out;
+        }
+        lo[n] = a;
+        hi[n] = b;
+        w[n] = (uint32_t)wt;
+        n++;
+        tok = end;
+    }
+    if (!n) {
+        fail(p, "dist %llu: needs at least one bin LO-HI:W", (unsigned long long)id);
+        goto out;
+    }
+    struct fe_dist *d = calloc(1, sizeof *d);
+    if (!d || dist_build(d, (uint32_t)n, lo, hi, w)) {
+        free(d);
+        fail(p, "out of memory");
+        goto out;
+    }
+    s->dists[id] = d;
+    rc = 0;
+out:
+    free(lo);
+    free(hi);
+    free(w);
+    return rc;
+}
+
+/* `N` or `D:ID` (a dist defined before). */
+static int check_val(const struct parser *p, const struct fe_session *s, const char *key,
+                     const char *v, struct sess_val *out)
+{
+    uint64_t id;
+    out->dist = NULL;
+    out->fixed = 0;
+    if (!strncmp(v, "D:", 2)) {
+        if (session_parse_u64(v + 2, &id) || id > DIST_MAX_ID)
+            return fail(p, "%s: expected N or D:ID with ID 0..%u (got %s)", key, DIST_MAX_ID,
+                        shown(v));
+        if (!s->dists || !s->dists[id])
+            return fail(p,
+                        "%s: dist %llu is not defined (a `dist %llu ...` line must come "
+                        "before this line) (got %s)",
+                        key, (unsigned long long)id, (unsigned long long)id, shown(v));
+        out->dist = s->dists[id];
+        return 0;
+    }
+    if (session_parse_u64(v, &out->fixed))
+        return fail(p, "%s: expected a non-negative integer or D:ID (got %s)", key, shown(v));
+    return 0;
+}
+
+/* A session line's address or port mode: fixed, random, increment or D:ID. */
+static int check_sess_mode(const struct parser *p, const struct fe_session *s, const char *key,
+                           const char *v, uint8_t *mode, const struct fe_dist **d)
+{
+    struct sess_val sv;
+    *d = NULL;
+    if (strncmp(v, "D:", 2)) {
+        int m = parse_mode(v);
+        if (m < 0)
+            return fail(p, "%s: must be fixed, random, increment or D:ID (got %s)", key, shown(v));
+        *mode = (uint8_t)m;
+        return 0;
+    }
+    if (check_val(p, s, key, v, &sv))
+        return -EINVAL;
+    *mode = FE_DIST;
+    *d = sv.dist;
+    return 0;
+}
+
+/* A host offset dist must stay inside the prefix: every HI < 2^(host bits). */
+static int check_host_dist(const struct parser *p, const char *key, const char *v,
+                           const struct fe_dist *d, int af, unsigned prefix)
+{
+    unsigned bits = (af == 4 ? 32 : 128) - prefix;
+    if (!d || bits >= 63 || d->hi < (1ull << bits))
+        return 0;
+    return fail(p,
+                "%s: dist values must be host offsets below 2^%u, inside the prefix (the "
+                "dist's largest value is %llu) (got %s)",
+                key, bits, (unsigned long long)d->hi, shown(v));
+}
+
+static int parse_session(const struct parser *p, char **tok, size_t ntok, struct fe_session *s,
+                         struct fe_flow *f)
+{
+    char *val[XK_COUNT] = { 0 };
+    struct sess_keys k;
+    struct sess_line tmp; /* the dists of the modes, until the line is built */
+    uint64_t v;
+    char why[768];
+
+    for (size_t i = 1; i < ntok; i++) {
+        char *eq = strchr(tok[i], '=');
+        if (!eq)
+            return fail(p, "%s: expected key=value", shown(tok[i]));
+        *eq = 0;
+        int j;
+        for (j = 0; j < XK_COUNT; j++)
+            if (!strcmp(tok[i], sess_key_names[j]))
+                break;
+        if (j == XK_COUNT)
+            return fail(p, "%s: unknown key (got %s=%s)", shown(tok[i]), tok[i], shown(eq + 1));
+        if (val[j])
+            return fail(p, "%s: given twice", sess_key_names[j]);
+        val[j] = eq + 1;
+    }
+    for (int j = 0; j < XK_COUNT; j++)
+        if (!val[j])
+            return fail(p, "%s: missing (every session line needs all %d keys)", sess_key_names[j],
+                        XK_COUNT);
+    f->lineno = p->lineno;
+
+    if (check_u64(p, "af", val[XK_AF], 0, &v))
+        return -EINVAL;
+    if (v != 4 && v != 6)
+        return fail(p, "af: must be 4 or 6 (got %s)", val[XK_AF]);
+    f->af = (uint8_t)v;
+    if (check_u64(p, "proto", val[XK_PROTO], 0, &v))
+        return -EINVAL;
+    if (v != 6 && v != 17)
+        return fail(p, "proto: must be 6 (TCP) or 17 (UDP) (got %s)", val[XK_PROTO]);
+    f->proto = (uint8_t)v;
+    if (parse_mac(val[XK_CMAC], f->smac))
+        return fail(p, "cmac: expected xx:xx:xx:xx:xx:xx (got %s)", shown(val[XK_CMAC]));
+    if (parse_mac(val[XK_SMAC], f->dmac))
+        return fail(p, "smac: expected xx:xx:xx:xx:xx:xx (got %s)", shown(val[XK_SMAC]));
+    memset(&tmp, 0, sizeof tmp);
+    if (check_addr(p, "client", val[XK_CLIENT], f->af, f->src, &f->src_prefix) ||
+        check_sess_mode(p, s, "client_mode", val[XK_CLIENT_MODE], &f->src_mode, &tmp.cdist) ||
+        check_host_dist(p, "client_mode", val[XK_CLIENT_MODE], tmp.cdist, f->af, f->src_prefix) ||
+        check_addr(p, "server", val[XK_SERVER], f->af, f->dst, &f->dst_prefix) ||
+        check_sess_mode(p, s, "server_mode", val[XK_SERVER_MODE], &f->dst_mode, &tmp.sdist) ||
+        check_host_dist(p, "server_mode", val[XK_SERVER_MODE], tmp.sdist, f->af, f->dst_prefix) ||
+        check_ports(p, "cport", val[XK_CPORT], &f->sport_lo, &f->sport_hi) ||
+        check_sess_mode(p, s, "cport_mode", val[XK_CPORT_MODE], &f->sport_mode, &tmp.cpdist) ||
+        check_ports(p, "sport", val[XK_SPORT], &f->dport_lo, &f->dport_hi) ||
+        check_sess_mode(p, s, "sport_mode", val[XK_SPORT_MODE], &f->dport_mode, &tmp.spdist) ||
+        check_u64(p, "start", val[XK_START], 0, &f->start) ||
+        check_u64(p, "reps", val[XK_REPS], 1, &f->reps) ||
+        check_val(p, s, "arrival", val[XK_ARRIVAL], &k.arrival) ||
+        check_u64(p, "rtt", val[XK_RTT], 2, &k.h) || check_u64(p, "gap", val[XK_GAP], 1, &k.gap) ||
+        check_u64(p, "mss", val[XK_MSS], 1, &k.mss) ||
+        check_u64(p, "win", val[XK_WIN], 1, &k.win) ||
+        check_val(p, s, "rounds", val[XK_ROUNDS], &k.rounds) ||
+        check_val(p, s, "req", val[XK_REQ], &k.req) ||
+        check_val(p, s, "resp", val[XK_RESP], &k.resp))
+        return -EINVAL;
+    if (tmp.cpdist && tmp.cpdist->hi > 65535)
+        return fail(p, "cport_mode: dist values must be ports 0..65535 (largest %llu) (got %s)",
+                    (unsigned long long)tmp.cpdist->hi, val[XK_CPORT_MODE]);
+    if (tmp.spdist && tmp.spdist->hi > 65535)
+        return fail(p, "sport_mode: dist values must be ports 0..65535 (largest %llu) (got %s)",
+                    (unsigned long long)tmp.spdist->hi, val[XK_SPORT_MODE]);
+    if (k.win > 65535)
+        return fail(p, "win: must be 1..65535 segments (got %s)", val[XK_WIN]);
+    if (!k.rounds.dist && (k.rounds.fixed < 1 || k.rounds.fixed > SESS_MAX_ROUNDS))
+        return fail(p, "rounds: must be 1..%u (got %s)", SESS_MAX_ROUNDS, val[XK_ROUNDS]);
+    if (k.rounds.dist && k.rounds.dist->hi > SESS_MAX_ROUNDS)
+        return fail(p, "rounds: dist values must be at most %u (largest %llu) (got %s)",
+                    SESS_MAX_ROUNDS, (unsigned long long)k.rounds.dist->hi, val[XK_ROUNDS]);
+    if (!strcmp(val[XK_CLOSE], "fin"))
+        k.close_rst = 0;
+    else if (!strcmp(val[XK_CLOSE], "rst"))
+        k.close_rst = 1;
+    else
+        return fail(p, "close: must be fin or rst (got %s)", shown(val[XK_CLOSE]));
+    k.h /= 2; /* rtt -> h */
+    if (sess_line_build(f, &k, why, sizeof why))
+        return fail(p, "%s", why);
+    f->sess->cdist = tmp.cdist;
+    f->sess->sdist = tmp.sdist;
+    f->sess->cpdist = tmp.cpdist;
+    f->sess->spdist = tmp.spdist;
+    return 0;
+}
+
 static char *read_all(FILE *fp, size_t *len)
 {
     size_t cap = 1 << 16, n = 0;
@@ -531,6 +822,15 @@ int session_load(struct fe_session *s, const char *path)
         char *hash = strchr(line, '#');
         if (hash)
             *hash = 0;
+        if (p.lineno > 1 && !strncmp(line + strspn(line, " \t\r"), "dist", 4) &&
+            strchr(" \t\r", line[strspn(line, " \t\r") + 4])) {
+            /* Its own scan (up to 65536 bins); a bare `dist` ends at NUL. */
+            char *rest = line + strspn(line, " \t\r") + 4;
+            line = next;
+            if (parse_dist(&p, rest, s))
+                goto out;
+            continue;
+        }
 
         /* Room for more than the keys, so extra ones are named in the error. */
         char *tok[2 * K_COUNT + 2];
@@ -585,6 +885,30 @@ int session_load(struct fe_session *s, const char *path)
             f->max_live = conc;
             s->max_concurrent =
                 conc > UINT64_MAX - s->max_concurrent ? UINT64_MAX : s->max_concurrent + conc;
+        } else if (!strcmp(tok[0], "session")) {
+            if (ntok > 2 * K_COUNT + 1) {
+                fail(&p, "session: far more than the %d key=value pairs", XK_COUNT);
+                goto out;
+            }
+            struct fe_flow *f = next_line(&p, s, &cap, "session", ntok, XK_COUNT);
+            if (!f)
+                goto out;
+            if (parse_session(&p, tok, ntok, s, f))
+                goto out;
+            if (f->reps > UINT64_MAX - s->instances) {
+                fail(&p, "reps: the session has more than 2^64 flow instances (got %llu)",
+                     (unsigned long long)f->reps);
+                goto out;
+            }
+            f->offset = s->instances;
+            s->instances += f->reps;
+            s->nsess++;
+            s->max_concurrent = f->max_live > UINT64_MAX - s->max_concurrent
+                                    ? UINT64_MAX
+                                    : s->max_concurrent + f->max_live;
+            s->sess_concurrent = f->max_live > UINT64_MAX - s->sess_concurrent
+                                     ? UINT64_MAX
+                                     : s->sess_concurrent + f->max_live;
         } else if (!strcmp(tok[0], "frames")) {
             char why[512];
             if (ntok != 2) {
@@ -620,7 +944,9 @@ int session_load(struct fe_session *s, const char *path)
             if (s->max_concurrent < UINT64_MAX)
                 s->max_concurrent++;
         } else {
-            fail(&p, "%s: unknown directive (expected seed, flow, frames or stream)",
+            fail(&p,
+                 "%s: unknown directive (expected seed, flow, frames or stream) (two-way "
+                 "sessions: dist, session)",
                  shown(tok[0]));
             goto out;
         }
@@ -638,8 +964,17 @@ void session_free(struct fe_session *s)
     for (size_t i = 0; i < s->nflows; i++) {
         free((void *)s->flows[i].payload_sum);
         stream_line_free(s->flows[i].stream);
+        sess_line_free(s->flows[i].sess);
     }
     free(s->flows);
+    if (s->dists) {
+        for (size_t i = 0; i <= DIST_MAX_ID; i++)
+            if (s->dists[i]) {
+                dist_free(s->dists[i]);
+                free(s->dists[i]);
+            }
+        free(s->dists);
+    }
     if (s->frames) {
         stream_frames_free(s->frames);
         free(s->frames);

@@ -13,16 +13,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum fe_mode { FE_FIXED, FE_RANDOM, FE_INCREMENT };
+/* FE_DIST: session lines only, the value drawn from a `dist` (dist.h). */
+enum fe_mode { FE_FIXED, FE_RANDOM, FE_INCREMENT, FE_DIST };
 
 /* Frame kinds: the per-packet writer switches on this. FE_K_STREAM: a
- * `stream` line (stream.h), whose frames come from the frames file. */
-enum fe_kind { FE_K4_UDP, FE_K4_TCP, FE_K4_ICMP, FE_K6_UDP, FE_K6_TCP, FE_K6_ICMP, FE_K_STREAM };
+ * `stream` line (stream.h), whose frames come from the frames file;
+ * FE_K_SESS: a `session` line (sess.h), written by sess_write. */
+enum fe_kind {
+    FE_K4_UDP,
+    FE_K4_TCP,
+    FE_K4_ICMP,
+    FE_K6_UDP,
+    FE_K6_TCP,
+    FE_K6_ICMP,
+    FE_K_STREAM,
+    FE_K_SESS
+};
 
 #define FE_ETH_LEN 14
 
 struct stream_frames;
 struct stream_line;
+struct sess_line;
+struct fe_dist;
 
 struct fe_flow {
     /* Hot: read for every packet. */
@@ -61,9 +74,16 @@ struct fe_flow {
     uint64_t next_rep; /* the next repetition to spawn */
     uint64_t rep_step; /* repetitions this engine spawns: next_rep, + rep_step, ...
                         * (1; N with --threads N: a worker's share) */
-    uint32_t klass;    /* index of the flow's period among the distinct ones */
+    uint32_t klass;    /* index of the flow's period among the distinct ones (FE_K_SESS: h's) */
     uint32_t sid;      /* FE_K_STREAM: its instance while it runs, else POOL_NONE */
     unsigned lineno;
+
+    /* Session lines (FE_K_SESS), after everything else so that the flow
+     * lines' fields keep their offsets. */
+    struct sess_line *sess; /* the session's own keys (sess.h), else NULL */
+    uint64_t arr_rng;       /* the arrival stream's state (sess.h) */
+    uint64_t next_start;    /* start of repetition next_rep */
+    uint32_t klass_gap;     /* the class of its gap (klass: of its h) */
 };
 
 struct fe_session {
@@ -76,6 +96,9 @@ struct fe_session {
     uint64_t instances;           /* sum of reps */
     uint64_t max_concurrent;      /* an upper bound on instances alive at once */
     void *blob;                   /* payload prefixes and their sums */
+    size_t nsess;                 /* of the lines, session lines */
+    uint64_t sess_concurrent;     /* an upper bound on session instances alive at once */
+    struct fe_dist **dists;       /* [DIST_MAX_ID + 1]: the `dist` lines, NULL until the first */
 };
 
 /* Reads and checks the session at path ("-": standard input). Returns 0, or

@@ -211,7 +211,7 @@ int workers_run(const struct fe_session *s, const struct engine_opts *o)
         flog_buf = malloc(1 << 20);
         if (flog_buf)
             setvbuf(flog, flog_buf, _IOFBF, 1 << 20);
-        if ((rc = flowlog_header(flog))) {
+        if ((rc = flowlog_header(flog, s->nsess > 0))) {
             what = "--flows: write error";
             err = rc;
             goto fail_early;
