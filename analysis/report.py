@@ -27,7 +27,7 @@ from .capture import CaptureError
 from .plots import PLOTS, plot_timing, write_plots
 from .runtables import write_run_tables
 from .stream import chunk_packets, read_stream, run_capture_files
-from .timing import engine_key, run_timing
+from .timing import directions, engine_key, run_timing
 
 ANALYSIS_VERSION = 1
 RUN_FOLDER = "a run folder holding capture.pcap (see results/README.md) or a pcap/pcapng file"
@@ -359,11 +359,18 @@ def run_checks(
     flow_note = None
     flow_ref_expected, flow_ref_gen = expected.get("flows"), summary.get("flows_started")
     if log is not None and len(log):
-        eng = engine_key(log)
+        eng = engine_key(directions(log))
         key = ["ip_version", "proto", "src", "dst", "sport", "dport"]
         grouped = eng.groupby(key, as_index=False, sort=False)[["packets", "bytes"]].sum()
         shared = len(eng) - len(grouped)
-        if shared:
+        if expected.get("sessions"):
+            flow_note = (
+                "two-way sessions: each direction of a session instance is a flow of the "
+                "capture's one-way table, so the measured count is compared with the "
+                f"{len(grouped)} distinct directed 5-tuples of the engine flow log"
+            )
+            flow_ref_expected = flow_ref_gen = len(grouped)
+        elif shared:
             flow_note = (
                 f"{shared} flow instance(s) share a 5-tuple with another instance; a "
                 f"capture cannot tell them apart, so the measured count is compared "

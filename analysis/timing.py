@@ -22,17 +22,49 @@ KEY = ["ip_version", "proto", "src", "dst", "sport", "dport"]
 
 
 def session_flows(text: str) -> pd.DataFrame:
-    """The `flow` lines of a session file (generators/flowengine/README.md) as a table."""
-    rows = []
+    """The `flow` lines of a session file (generators/flowengine/README.md) as a table, indexed
+    by their line number as the flow log counts lines (flow, stream and session lines together);
+    session lines, whose instances start at drawn times, have no row."""
+    rows, index = [], []
+    number = 0
     for line in text.splitlines():
         if line.startswith("flow "):
             fields = dict(kv.split("=", 1) for kv in line.split()[1:])
             rows.append(
                 {k: int(fields[k]) for k in ("start", "period", "packets", "reps", "rep_period")}
             )
-    table = pd.DataFrame(rows, columns=["start", "period", "packets", "reps", "rep_period"])
+            index.append(number)
+        if line.startswith(("flow ", "stream ", "session ")):
+            number += 1
+    table = pd.DataFrame(
+        rows,
+        columns=["start", "period", "packets", "reps", "rep_period"],
+        index=pd.Index(index, dtype=np.int64),
+    )
     table.index.name = "flow"
     return table
+
+
+def directions(log: pd.DataFrame) -> pd.DataFrame:
+    """The engine flow log with one row per direction: a session instance's row (its 5-tuple
+    the client's, `packets` and `bytes` both directions', `s_packets` and `s_bytes` the server's)
+    becomes a client -> server row and a server -> client row (addresses and ports swapped),
+    as a capture's one-way flow table sees them; rows of no packets are left out. A log
+    without `s_packets` (no session lines) is returned as it is."""
+    if "s_packets" not in log.columns:
+        return log
+    s_packets = log["s_packets"].fillna(0).astype(np.int64)
+    s_bytes = log["s_bytes"].fillna(0).astype(np.int64)
+    forward = log.assign(
+        packets=log["packets"].astype(np.int64) - s_packets,
+        bytes=log["bytes"].astype(np.int64) - s_bytes,
+    )
+    reverse = log.assign(
+        src=log["dst"], dst=log["src"], sport=log["dport"], dport=log["sport"],
+        packets=s_packets, bytes=s_bytes,
+    )  # fmt: skip
+    both = pd.concat([forward, reverse], ignore_index=True)
+    return both[both["packets"] > 0].reset_index(drop=True)
 
 
 def engine_key(df: pd.DataFrame) -> pd.DataFrame:
@@ -68,6 +100,7 @@ def timing_errors(flows: pd.DataFrame, engine_log: pd.DataFrame, session_text: s
         rep=engine_log["rep"].astype(np.int64).to_numpy(),
     )
     log = log[~log.duplicated(KEY, keep=False)]
+    log = log[log["flow"].isin(plan.index)]  # flow lines only (no session lines)
     both = log[KEY + ["flow", "rep"]].merge(flows[KEY + ["packets", "first_ns", "last_ns"]], on=KEY)
     line = plan.loc[both["flow"].to_numpy()]
     intended_start = (

@@ -200,6 +200,7 @@ class Capabilities:
     live: bool = True  # sends on an endpoint's interface
     counters: tuple[str, ...] = ALL_COUNTERS  # the counters it really measures (others stay 0)
     port_stats: bool = False  # `port_stats()` returns the generator's own port statistics
+    sessions: bool = False  # sends the scenario's two-way `sessions:` (else refused at validation)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from pydantic import (
     ModelWrapValidatorHandler,
     Tag,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     create_model,
     field_validator,
@@ -35,6 +37,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from .distributions import Distribution, as_distribution, distribution
 from .errors import BadInput, InputProblems
 from .files import read_bounded
 from .registry import DUT_KINDS, GENERATORS, METHODS
@@ -383,6 +386,388 @@ class Flow(_Model):
     @property
     def repeat_period_ns(self) -> int:
         return self.repeat.period if self.repeat else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Two-way sessions: the `sessions:` section (docs/scenario.md, "Two-way sessions")
+
+if TYPE_CHECKING:  # what mypy sees; at run time each is Distribution read in its unit
+    TimeDist = Distribution
+    BytesDist = Distribution
+    CountDist = Distribution
+    PortDist = Distribution
+else:
+    TimeDist = distribution("time")
+    BytesDist = distribution("bytes")
+    CountDist = distribution("count")
+
+
+def _port_shorthand(v: Any) -> Any:
+    """`random`, `80`, `1024-2047` as distributions (uniform over the range); others as given."""
+    if isinstance(v, str):
+        text = v.strip()
+        if text == "random":
+            return {"uniform": {"min": EPHEMERAL_PORTS[0], "max": EPHEMERAL_PORTS[1]}}
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
+        if m:
+            return {"uniform": {"min": int(m.group(1)), "max": int(m.group(2))}}
+    return v
+
+
+if not TYPE_CHECKING:
+    PortDist = distribution("count", _port_shorthand)
+
+MAX_SESSION_COUNT = 2**40  # instances of one session entry
+MAX_MESSAGE_BYTES = 2**40  # bytes of one request or response
+MAX_ROUNDS = 2**20  # the engine's bound (sess.h SESS_MAX_ROUNDS)
+MAX_PROFILE_STEPS = 1440
+
+
+def _check_bounds(d: Distribution, lo: int, hi: int, what: str) -> None:
+    low, high = d.bounds
+    if low < lo or high > hi:
+        raise ValueError(f"{what} must lie in {lo}..{hi} (this distribution gives {low}..{high})")
+
+
+class SessionAddress(_Model):
+    """A session's client or server: an address, a block whose host is drawn per instance
+    (`random`, `increment`), or a block with `hosts`, the host offset's distribution."""
+
+    network: str = Field(description="An address (198.18.0.1) or a block (198.18.0.0/16).")
+    mode: Mode = Field("random", description="For a block without `hosts`: random or increment.")
+    hosts: CountDist | None = Field(
+        None,
+        description="The host offset inside the block, drawn per instance (top talkers: "
+        "{empirical: {values: [5, 9], weights: [9, 1]}}).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"network": v} if isinstance(v, str) else v
+
+    @field_validator("network")
+    @classmethod
+    def _valid(cls, v: str) -> str:
+        try:
+            _interface(v.strip())
+        except ValueError:
+            raise ValueError("not an IPv4 or IPv6 address or CIDR block") from None
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _inside(self) -> SessionAddress:
+        if self.hosts is not None:
+            net = self.interface.network
+            if net.num_addresses == 1:
+                raise ValueError("`hosts` needs a block (198.18.0.0/16) to draw the host from")
+            if "mode" in self.model_fields_set:
+                raise ValueError("give `hosts` or `mode`, not both")
+            _check_bounds(self.hosts, 0, min(net.num_addresses, 2**63) - 1, "host offsets")
+        return self
+
+    @property
+    def interface(self) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+        return _interface(self.network)
+
+    @property
+    def version(self) -> int:
+        return self.interface.version
+
+
+class ProtocolMix(_Model):
+    """`tcp`, `udp`, or weighted `{choices: {tcp: 80, udp: 20}}`."""
+
+    choices: dict[Literal["tcp", "udp"], Annotated[float, Field(gt=0, le=1e12)]] = Field(
+        min_length=1
+    )
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if v not in ("tcp", "udp"):
+                raise ValueError("expected tcp, udp or {choices: {tcp: 80, udp: 20}}")
+            return {"choices": {v: 1}}
+        return v
+
+    def shares(self) -> list[tuple[str, float]]:
+        total = sum(self.choices.values())
+        return [(p, w / total) for p, w in self.choices.items()]
+
+
+class RateStep(_Model):
+    length: Duration = Field(alias="for", description="How long this step lasts.")
+    rate: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = Field(
+        description="Multiplies the arrival rate (1: as `arrival` says)."
+    )
+
+    @field_validator("length")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError("must be > 0")
+        return v
+
+
+class Diurnal(_Model):
+    """A day's shape: the rate multiplier goes as a cosine from `low` (at peak + period/2) to 1
+    (at `peak`), held constant in each of `steps` equal steps (its value at the step's middle)."""
+
+    period: Duration = Field(86_400_000_000_000, description="The length of one cycle.")
+    low: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = Field(
+        description="The lowest rate multiplier (0..1)."
+    )
+    peak: Duration = Field(description="When the rate is highest, from the start of the cycle.")
+    steps: int = Field(24, ge=1, le=MAX_PROFILE_STEPS)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Diurnal:
+        if self.period < self.steps:
+            raise ValueError(f"period must be at least {self.steps} ns (one per step)")
+        if self.peak >= self.period:
+            raise ValueError("peak must lie inside the period")
+        return self
+
+
+class Profile(_Model):
+    """The arrival rate over time: `steps` or `diurnal`."""
+
+    steps: list[RateStep] | None = Field(None, min_length=1, max_length=MAX_PROFILE_STEPS)
+    diurnal: Diurnal | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Profile:
+        if (self.steps is None) == (self.diurnal is None):
+            raise ValueError("give `steps` or `diurnal`")
+        if all(r == 0 for _, r in self.rate_steps()):
+            raise ValueError("every step has rate 0: nothing would start")
+        return self
+
+    def rate_steps(self) -> list[tuple[int, float]]:
+        """(length in ns, rate multiplier) of every step, in order."""
+        if self.steps is not None:
+            return [(s.length, s.rate) for s in self.steps]
+        d = self.diurnal
+        assert d is not None
+        size = d.period // d.steps
+        out = []
+        for k in range(d.steps):
+            length = size if k < d.steps - 1 else d.period - size * (d.steps - 1)
+            mid = k * size + length / 2
+            cos = math.cos(2 * math.pi * (mid - d.peak) / d.period)
+            out.append((length, d.low + (1 - d.low) * (1 + cos) / 2))
+        return out
+
+
+@dataclass(frozen=True)
+class SessionPart:
+    """One engine `session` line of a session entry: one protocol in one profile step."""
+
+    protocol: str
+    start: int
+    count: int
+    arrival: Distribution
+
+
+def _split(total: int, shares: list[float]) -> list[int]:
+    """`total` split by `shares` (summing to 1) into integers that sum to it (largest
+    remainder, ties to the first)."""
+    raw = [total * s for s in shares]
+    counts = [int(x) for x in raw]
+    rest = total - sum(counts)
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - counts[i]), i))
+    for i in order[:rest]:
+        counts[i] += 1
+    return counts
+
+
+class Session(_Model):
+    """Two-way sessions: `count` instances of a client talking to a server (docs/scenario.md,
+    "Two-way sessions")."""
+
+    name: str | None = None
+    protocol: ProtocolMix = Field(description="tcp, udp or {choices: {tcp: 80, udp: 20}}.")
+    client: SessionAddress
+    server: SessionAddress
+    client_port: PortDist = Field(
+        default_factory=lambda: _port_dist("random"),
+        description="A port, a range, `random` (49152-65535), or a distribution.",
+    )
+    server_port: PortDist = Field(description="A port, a range, or {choices: {443: 70, 80: 30}}.")
+    start: Duration = Field(0, description="Arrival of the first instance.")
+    count: int | None = Field(None, ge=1, le=MAX_SESSION_COUNT, description="Instances.")
+    duration: Duration | None = Field(
+        None, description="Instead of count: count = duration / mean arrival."
+    )
+    arrival: TimeDist = Field(
+        description="Time between two instance starts (a bare number is ns): 1ms or "
+        "{exponential: {mean: 1ms}}."
+    )
+    profile: Profile | None = Field(None, description="The arrival rate over time.")
+    rtt: Duration = Field(20_000_000, description="Round-trip time seen in the middle.")
+    gap: Duration = Field(12_000, description="Spacing of one side's packets in a flight.")
+    mss: int = Field(1460, ge=1, le=65535, description="Largest payload of one segment.")
+    window: int = Field(10, ge=1, le=65535, description="Segments per flight (TCP).")
+    rounds: CountDist = Field(
+        default_factory=lambda: _count_dist(1),
+        description="Request/response exchanges per instance (a drawn 0 counts as 1).",
+    )
+    request_bytes: BytesDist = Field(description="Bytes of the client's request per round.")
+    response_bytes: BytesDist = Field(description="Bytes of the server's response per round.")
+    close: Literal["fin", "rst"] = Field("fin", description="TCP teardown.")
+
+    @field_validator("client_port", "server_port")
+    @classmethod
+    def _port(cls, v: Distribution, info: ValidationInfo) -> Distribution:
+        _check_bounds(v, 0, 65535, str(info.field_name))
+        return v
+
+    @field_validator("rounds")
+    @classmethod
+    def _rounds(cls, v: Distribution) -> Distribution:
+        _check_bounds(v, 0, MAX_ROUNDS, "rounds")
+        return v
+
+    @field_validator("request_bytes", "response_bytes")
+    @classmethod
+    def _message(cls, v: Distribution, info: ValidationInfo) -> Distribution:
+        _check_bounds(v, 0, MAX_MESSAGE_BYTES, str(info.field_name))
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Session:
+        if self.client.version != self.server.version:
+            raise ValueError(
+                f"client is IPv{self.client.version} but server is IPv{self.server.version}; "
+                f"use one family"
+            )
+        if self.rtt < 2:
+            raise ValueError("rtt must be at least 2ns")
+        if self.gap < 1:
+            raise ValueError("gap must be at least 1ns")
+        limit = MAX_FRAME - self.header_bytes
+        if self.mss > limit:
+            raise ValueError(
+                f"mss {self.mss} makes frames longer than {MAX_FRAME} bytes; at most {limit}"
+            )
+        if self.profile is not None:
+            if self.duration is not None:
+                raise ValueError("a profile's steps give the duration: remove `duration`")
+        elif (self.count is None) == (self.duration is None):
+            raise ValueError("give exactly one of count (instances) or duration")
+        mean = self.arrival.mean()
+        if self.count is None and mean <= 0:
+            raise ValueError("the mean arrival is 0: give `count` instead of a duration")
+        total = self.instances
+        if total < 1:
+            raise ValueError(
+                f"the mean arrival ({mean:.6g} ns) is longer than the time given: no instance "
+                f"would start; give `count` or a shorter arrival"
+            )
+        if total > MAX_SESSION_COUNT:
+            raise ValueError(f"{total:,} instances: at most {MAX_SESSION_COUNT:,}")
+        parts = self.parts()
+        if not parts:  # pragma: no cover - total >= 1 gives a part
+            raise ValueError("no instance would start")
+        if self.horizon_ns >= MAX_TIME_NS:
+            raise ValueError(
+                f"the last instance would start around {self.horizon_ns / 1e9:.6g} s; pcap time "
+                f"stamps end at 2^32 s: lower count or the arrival"
+            )
+        return self
+
+    @property
+    def ip_version(self) -> int:
+        return self.client.version
+
+    @property
+    def header_bytes(self) -> int:
+        """Ethernet, IP and the larger L4 header of the session's protocols."""
+        l4 = 20 if "tcp" in self.protocol.choices else 8
+        return 14 + (20 if self.ip_version == 4 else 40) + l4
+
+    @property
+    def instances(self) -> int:
+        """Instances of all the session's engine lines together (exact)."""
+        if self.count is not None:
+            return self.count
+        mean = self.arrival.mean()
+        if self.profile is not None:
+            span = sum(length * rate for length, rate in self.profile.rate_steps())
+        else:
+            assert self.duration is not None
+            span = self.duration
+        return int(span / mean) if mean > 0 else 0
+
+    def parts(self) -> list[SessionPart]:
+        """The engine lines (computed once; see _parts)."""
+        return list(self._parts)
+
+    @functools.cached_property
+    def _parts(self) -> tuple[SessionPart, ...]:
+        """The engine lines: one per protocol (without a profile) or per profile step and
+        protocol, with their instance counts (summing to `instances`) and arrivals. A protocol
+        of share s keeps the arrival distribution stretched by 1/s (exact thinning for an
+        exponential arrival, the same mean rate for the others); a profile step of length L with
+        n instances stretches it so that its mean is L / n."""
+        protocols = self.protocol.shares()
+        total = self.instances
+        mean = self.arrival.mean()
+        out: list[SessionPart] = []
+        if self.profile is None:
+            counts = _split(total, [s for _, s in protocols])
+            for (proto, share), n in zip(protocols, counts):
+                if n:
+                    arrival = self.arrival if share == 1 else self.arrival.scaled(1 / share)
+                    out.append(SessionPart(proto, self.start, n, arrival))
+            return tuple(out)
+        steps = self.profile.rate_steps()
+        weight = sum(length * rate for length, rate in steps)
+        step_counts = _split(total, [length * rate / weight for length, rate in steps])
+        begin = self.start
+        for (length, _), n_step in zip(steps, step_counts):
+            for (proto, _), n in zip(protocols, _split(n_step, [s for _, s in protocols])):
+                if not n:
+                    continue
+                if mean > 0:
+                    arrival = self.arrival.scaled(length / (n * mean))
+                else:
+                    arrival = self.arrival
+                out.append(SessionPart(proto, begin, n, arrival))
+            begin += length
+        return tuple(out)
+
+    @property
+    def horizon_ns(self) -> int:
+        """About when the last instance ends: its mean start plus a generous instance span (for
+        deadlines and progress; the exact times come from the engine)."""
+        last = max(p.start + p.count * p.arrival.mean() for p in self.parts())
+        return int(last) + self.instance_span_ns()
+
+    def instance_span_ns(self) -> int:
+        """An estimate of how long an instance lasts, from the largest rounds and messages
+        the distributions allow: per message, its flights each take about their segments and
+        ACKs spaced by `gap` plus two half round trips."""
+        h = self.rtt // 2
+        rounds = max(1, self.rounds.bounds[1])
+
+        def message(size: int) -> int:
+            segments = -(-size // self.mss)
+            flights = -(-segments // self.window)
+            return flights * (2 * h + (self.window + 1) * self.gap) if size else h
+
+        per_round = message(self.request_bytes.bounds[1]) + message(self.response_bytes.bounds[1])
+        return 4 * h + 2 * self.gap + min(rounds * per_round, MAX_TIME_NS)
+
+
+def _port_dist(v: Any) -> Distribution:
+    return as_distribution(_port_shorthand(v), "count")
+
+
+def _count_dist(v: Any) -> Distribution:
+    return as_distribution(v, "count")
 
 
 class Ethernet(_Model):
@@ -1327,7 +1712,9 @@ class Scenario(_Model):
         "entry (e.g. trex: {mode: astf, response_bytes: 112}); live, the default generator's too.",
     )
     ethernet: Ethernet = Ethernet()
-    flows: list[Flow] = Field(min_length=1)
+    flows: list[Flow] = Field(
+        [], description="One-way flows (at least one of `flows` and `sessions`)."
+    )
     testbed: TestbedSpec | None = Field(
         None, description="Live run on network namespaces (docs/live.md); absent: offline."
     )
@@ -1339,6 +1726,42 @@ class Scenario(_Model):
         None,
         description="The traffic multiplier applied to the run's capture (docs/multiplier.md).",
     )
+    sessions: list[Session] = Field(
+        [],
+        max_length=MAX_ITEMS,
+        description="Two-way sessions (TCP handshake, requests and responses, teardown; UDP "
+        "request/response) whose sizes, arrivals and addresses are drawn from distributions.",
+    )
+
+    @field_validator("sessions")
+    @classmethod
+    def _sessions_sent(cls, v: list[Session], info: ValidationInfo) -> list[Session]:
+        """Only generators with the `sessions` capability send them."""
+        if not v:
+            return v
+        names = [info.data.get("generator", "flowengine")]
+        testbed = info.data.get("testbed")
+        if isinstance(testbed, TestbedSpec) and testbed.generators:
+            names = [g.name for g in testbed.generators]
+        for name in dict.fromkeys(names):
+            if isinstance(name, str) and name in GENERATORS:
+                caps = GENERATORS.get(name).capabilities
+                if not getattr(caps, "sessions", False):
+                    able = [
+                        p.name for p in GENERATORS if getattr(p.capabilities, "sessions", False)
+                    ]
+                    raise ValueError(
+                        f"generator `{name}` cannot send two-way sessions; use "
+                        f"{' or '.join(able) or 'another generator'}, or describe the traffic "
+                        f"as `flows`"
+                    )
+        return v
+
+    @model_validator(mode="after")
+    def _something_to_send(self) -> Scenario:
+        if not self.flows and not self.sessions:
+            raise ValueError("give `flows`, `sessions` or both: there is nothing to send")
+        return self
 
     @model_validator(mode="after")
     def _offline_generator(self) -> Scenario:
@@ -1493,7 +1916,7 @@ def format_error(
     line = lines.get(probe + ("__value__",)) or lines.get(probe, 1)
     got = (
         f" (got {_short(err['input'])})"
-        if "input" in err and not isinstance(err["input"], dict)
+        if "input" in err and not isinstance(err["input"], (dict, list))
         else ""
     )
     return f"{file}:{line}: {_dotted(probe)}: {message}{got}"
@@ -1615,12 +2038,16 @@ def _add_generator_sections() -> None:
         fields[key] = field
 
 
-def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
+def parse_scenario(text: str, file: str = "<scenario>", base: Path | None = None) -> Scenario:
     """The scenario of a YAML text; ScenarioError with every problem as `FILE:LINE: ...`.
 
     The text is read within the limits of ntgcore.yamlread (size, depth, values, aliases,
-    duplicate keys); lines are looked up only when there is a problem to report."""
+    duplicate keys); lines are looked up only when there is a problem to report. Files the
+    scenario names (a distribution's `file:`) are relative to `base`, by default FILE's folder
+    (the working directory for a FILE in angle brackets)."""
     ensure_models()
+    if base is None:
+        base = Path.cwd() if file.startswith("<") else Path(file).parent
     try:
         data = read_yaml(text, file)
     except YamlProblem as exc:
@@ -1632,7 +2059,7 @@ def parse_scenario(text: str, file: str = "<scenario>") -> Scenario:
     try:
         with gc_paused():
             _flows_first(data, text, file)
-            scenario = Scenario.model_validate(data)
+            scenario = Scenario.model_validate(data, context={"base": base})
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         lines = yaml_lines(text, _prefixes([_untagged(tuple(e["loc"]))[0] for e in errors]))
@@ -1697,6 +2124,19 @@ def _live_address_problems(scenario: Scenario, file: str, lines: _LazyLines) -> 
                     f"{file}:{line}: flows[{i}].{key}: a live run sends only inside "
                     f"198.18.0.0/15 and 2001:db8::/32 (got {getattr(flow, key).cidr})"
                 )
+    for i, session in enumerate(scenario.sessions):
+        for key in ("client", "server"):
+            net = getattr(session, key).interface.network
+            if _outside(net):
+                line = (
+                    lines.get(("sessions", i, key, "__value__"))
+                    or lines.get(("sessions", i, key))
+                    or lines.get(("sessions", i), 1)
+                )
+                out.append(
+                    f"{file}:{line}: sessions[{i}].{key}: a live run sends only inside "
+                    f"198.18.0.0/15 and 2001:db8::/32 (got {getattr(session, key).network})"
+                )
     fo = scenario.testbed.failover
     if fo is not None:  # the probes go to the virtual address, from its segment
         vip = ipaddress.ip_interface(fo.vip)
@@ -1708,7 +2148,12 @@ def _live_address_problems(scenario: Scenario, file: str, lines: _LazyLines) -> 
                     f"{vip.ip} from {vip.network} (got {flow.src.cidr} -> {flow.dst.cidr})"
                 )
     sweep = scenario.testbed.sweep
-    if sweep is not None and sweep.hosts:
+    if sweep is not None and sweep.hosts and not scenario.flows:
+        line = lines.get(("testbed", "sweep", "hosts"), 1)
+        out.append(
+            f"{file}:{line}: testbed.sweep.hosts: the host sweep copies the first flow: add one to `flows`"
+        )
+    elif sweep is not None and sweep.hosts:
         first = scenario.flows[0].src.interface.ip
         last = int(first) + max(sweep.hosts) - 1  # the host sweep counts source addresses up
         if last >= 2**first.max_prefixlen or _outside(ipaddress.ip_network(type(first)(last))):
@@ -1764,6 +2209,12 @@ def _check_attack_files(attacks: AttacksSpec, path: Path, text: str) -> None:
 
 
 _SHORTHANDS = {
+    "Distribution": {
+        "anyOf": [{"type": "number", "minimum": 0}, {"type": "string"}],
+        "description": "A fixed value: 400, 64k, 2ms (a bare number of a time is ns)",
+    },
+    "SessionAddress": {"type": "string", "description": "198.18.0.1, or a block: 198.18.0.0/16"},
+    "ProtocolMix": {"type": "string", "enum": ["tcp", "udp"]},
     "Address": {"type": "string", "description": "198.18.0.1, or a block: 198.18.0.0/16"},
     "Ports": {
         "anyOf": [

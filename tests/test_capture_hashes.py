@@ -23,6 +23,7 @@ CAPTURES = {
     "flor-insertion-x10": "d77c1987a3c8a4240d8af2a0129cdfbdb285a106dfee56a583c13205e8f431b8",
     "flor-insertion": "cd002d8249d0f3a5db4dbaa201031a3f782dbcf2c2c25a0baca04d31d8f23a1a",
     "flor-interference": "022467436204df72022f024ae1baf4bb9ccd78c348085e3107f37d178f1b7ab5",
+    "learned-web": "474838689ceb61284e0a72aea85cafe281d64fc96879d463af2889607a162ea7",  # new: issue 28, two-way sessions
     "quickstart": "55269f1c91bfa6bb19479588536ac50511d9ebbeae1a1fb81d76242cad3faaef",
 }
 SESSIONS = {
@@ -43,6 +44,7 @@ SESSIONS = {
     "seed002-failover-vm": "a28a81e95008d77fa7c37b564d05059b88a6fc9ce4fccfd964ae8d2ff0650dd8",  # new: the pair in VMs
     "seed002-flowmeter": "3ba55457b225224fccd1aad7ba53cb0f795bb312729853de31ba0447d573cf49",  # new: issue 26
     "seed002-failover-meters": "961ceb0bf8eec875d30aec197d303f74540a884e8590f15ab4fbc52e50dd7661",  # new
+    "learned-web": "989e0f7d5507e51c1ee9d66c2ba3af5ea8d2829a3694238b0cb9bbde268d05de",  # new: issue 28
 }
 
 

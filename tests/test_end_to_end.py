@@ -330,6 +330,7 @@ RUN_ELSEWHERE = {
     "vm-quickstart.yaml",
     "vm-dut-poweroff.yaml",
     "seed002-failover-vm.yaml",
+    "learned-web.yaml",  # tests/test_scenario_sessions.py (with its flow log's rows)
 }  # tests/test_vm.py
 
 

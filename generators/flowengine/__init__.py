@@ -72,7 +72,9 @@ class FlowEngine(ProcessGenerator):
         self._run_dir = run_dir
         session = run_dir / "session.ntg"
         session.write_text(compile_session(scenario, seed))
-        horizon = max(f.last_due_ns for f in scenario.flows)
+        horizon = max(
+            [f.last_due_ns for f in scenario.flows] + [s.horizon_ns for s in scenario.sessions]
+        )
         self._last_second = max(1, horizon // 1_000_000_000 + 1)
         sink = ["-o", str(run_dir / "capture.pcap")]
         if endpoint is not None:  # live: the capture comes from the testbed's tcpdump
@@ -181,7 +183,7 @@ PLUGIN = GeneratorPlugin(
     name="flowengine",
     options=FlowEngineSpec,
     adapter=FlowEngine,
-    capabilities=Capabilities(offline=True, live=True),
+    capabilities=Capabilities(offline=True, live=True, sessions=True),
     summary="the native C flow engine (generators/flowengine/README.md)",
     section=(SECTION, FlowEngineOptions),
     session=compile_session,

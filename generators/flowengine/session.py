@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ntgcore.scenario import Address, Flow, Ports, Scenario
+from ntgcore.distributions import MAX_BINS, Bin, Distribution
+from ntgcore.errors import BadInput
+from ntgcore.scenario import Address, Flow, Ports, Scenario, Session, SessionAddress, SessionPart
 
 _PROTO = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58}
 
@@ -52,7 +54,97 @@ def flow_line(flow: Flow, scenario: Scenario) -> str:
     return "flow " + " ".join(fields)
 
 
+MAX_DISTS = 65536  # `dist` IDs are 0..65535
+
+
+class Dists:
+    """The `dist` lines of a session file: one per distinct bin list, numbered in order of
+    first use, each written before the first line that uses it."""
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[Bin, ...], int] = {}
+        self.pending: list[str] = []
+
+    def ref(self, d: Distribution) -> str:
+        """`D:ID` of `d`'s bins (a new `dist` line queued if they are new)."""
+        bins = tuple(d.to_bins())
+        found = self.ids.get(bins)
+        if found is None:
+            if len(self.ids) >= MAX_DISTS:
+                raise BadInput(
+                    f"the scenario needs more than {MAX_DISTS} distinct distributions; use "
+                    f"fewer session entries or profile steps"
+                )
+            found = self.ids[bins] = len(self.ids)
+            assert len(bins) <= MAX_BINS
+            self.pending.append(f"dist {found} " + " ".join(f"{a}-{b}:{w}" for a, b, w in bins))
+        return f"D:{found}"
+
+    def value(self, d: Distribution) -> str:
+        """A fixed value as its number, else `D:ID`."""
+        lo, hi = d.bounds
+        return str(lo) if lo == hi else self.ref(d)
+
+    def take(self) -> list[str]:
+        out, self.pending = self.pending, []
+        return out
+
+
+def _session_address(a: SessionAddress, dists: Dists) -> tuple[str, str]:
+    iface = a.interface
+    if a.hosts is not None:
+        return f"{iface.network.network_address}/{iface.network.prefixlen}", dists.ref(a.hosts)
+    mode = "fixed" if iface.network.num_addresses == 1 else a.mode
+    return f"{iface.ip}/{iface.network.prefixlen}", mode
+
+
+def _session_port(d: Distribution, dists: Dists) -> tuple[str, str]:
+    lo, hi = d.bounds
+    if lo == hi:
+        return f"{lo}-{hi}", "fixed"
+    if d.uniform is not None and d.cap is None and d.to_bins() == [(lo, hi, 1)]:
+        return f"{lo}-{hi}", "random"  # the engine's own uniform port draw
+    return f"{lo}-{hi}", dists.ref(d)
+
+
+def session_line(session: Session, part: SessionPart, scenario: Scenario, dists: Dists) -> str:
+    """One engine `session` line (README here, "Session lines"); its `dist` lines go to
+    `dists`."""
+    client, client_mode = _session_address(session.client, dists)
+    server, server_mode = _session_address(session.server, dists)
+    cport, cport_mode = _session_port(session.client_port, dists)
+    sport, sport_mode = _session_port(session.server_port, dists)
+    fields = [
+        f"af={session.ip_version}",
+        f"proto={_PROTO[part.protocol]}",
+        f"cmac={scenario.ethernet.src}",
+        f"smac={scenario.ethernet.dst}",
+        f"client={client}",
+        f"server={server}",
+        f"client_mode={client_mode}",
+        f"server_mode={server_mode}",
+        f"cport={cport}",
+        f"sport={sport}",
+        f"cport_mode={cport_mode}",
+        f"sport_mode={sport_mode}",
+        f"start={part.start}",
+        f"reps={part.count}",
+        f"arrival={dists.value(part.arrival)}",
+        f"rtt={session.rtt}",
+        f"gap={session.gap}",
+        f"mss={session.mss}",
+        f"win={session.window}",
+        f"rounds={dists.value(session.rounds)}",
+        f"req={dists.value(session.request_bytes)}",
+        f"resp={dists.value(session.response_bytes)}",
+        f"close={session.close}",
+    ]
+    return "session " + " ".join(fields)
+
+
 def compile_session(scenario: Scenario, seed: int | None = None) -> str:
+    """The scenario as the engine's session file: its flows as `flow` lines, then its sessions
+    as `dist` and `session` lines (one per protocol and profile step: Session.parts)."""
     lines = [
         "ntg-session 1",
         f"# scenario {scenario.name}",
@@ -61,7 +153,14 @@ def compile_session(scenario: Scenario, seed: int | None = None) -> str:
     for i, flow in enumerate(scenario.flows):
         lines.append(f"# flows[{i}] {flow.name or ''}".rstrip())
         lines.append(flow_line(flow, scenario))
+    dists = Dists()
+    for i, session in enumerate(scenario.sessions):
+        for part in session.parts():
+            text = session_line(session, part, scenario, dists)
+            lines.append(f"# sessions[{i}] {session.name or ''} {part.protocol}".replace("  ", " "))
+            lines.extend(dists.take())
+            lines.append(text)
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["compile_session", "flow_line"]
+__all__ = ["Dists", "compile_session", "flow_line", "session_line"]

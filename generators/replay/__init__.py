@@ -196,7 +196,7 @@ PLUGIN = GeneratorPlugin(
     options=ReplaySpec,
     adapter=Replay,
     tools=(Tool("tcpreplay", "tcpreplay"),),
-    capabilities=Capabilities(offline=False, live=True),
+    capabilities=Capabilities(offline=False, live=True, sessions=True),
     summary="replays a pcap (or the scenario's flows, compiled by the engine) with tcpreplay",
 )
 

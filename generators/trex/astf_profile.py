@@ -251,6 +251,10 @@ def build_astf_profile(
     """`attack_sessions`: the `attacks:` section's TCP dialogues and what was left out, as
     idsrules.attacks.tcp_dialogues gives them (the orchestration reads rules, not the
     adapters); without them an `attacks:` section is left to the run's attack pcap."""
+    if scenario.sessions:  # refused at validation for trex; a script may still ask
+        raise GeneratorError(
+            "sessions[0]: trex does not send two-way `sessions:`; the flowengine does"
+        )
     notes: list[str] = []
     templates = [flow_template(i, f, response_bytes, notes) for i, f in enumerate(scenario.flows)]
     if scenario.attacks is not None:

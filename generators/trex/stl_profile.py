@@ -576,6 +576,10 @@ def build_profile(
     `latency_pps`: one latency probe stream per flow beside its traffic (`latency_probe`)."""
     if rate_unit not in RATE_UNITS:
         raise GeneratorError(f"rate_unit {rate_unit!r}: expected one of {', '.join(RATE_UNITS)}")
+    if scenario.sessions:  # refused at validation for trex; a script may still ask
+        raise GeneratorError(
+            "sessions[0]: trex does not send two-way `sessions:`; the flowengine does"
+        )
     check_latency_pps(latency_pps, len(scenario.flows))
     flows = list(scenario.flows)
     topspeed = pace == "topspeed"

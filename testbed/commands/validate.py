@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from idsrules.attacks import load_selection, tcp_dialogues
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_OK, NtgError
 from ntgcore.expected import expected, peak_concurrent_flows
 from ntgcore.generator import fit_problem, state_bytes
-from ntgcore.scenario import ScenarioError, attack_rule_paths, load_scenario
+from ntgcore.scenario import ScenarioError, Session, attack_rule_paths, load_scenario
 
 from ..runner import attack_player, check_places, open_site, plan_steps, played_attacks_problem
 from . import add_parser
@@ -52,14 +54,20 @@ def run(args: argparse.Namespace) -> int:
         peak = peak_concurrent_flows(loaded.scenario)
         state = state_bytes(loaded.scenario)
         size = f"{e.bytes:,} bytes" if e.bytes is not None else "random sizes"
-        span = max(f.last_due_ns for f in loaded.scenario.flows) - min(
-            f.start for f in loaded.scenario.flows
-        )
+        scen = loaded.scenario
+        span = max(
+            [f.last_due_ns for f in scen.flows] + [x.horizon_ns for x in scen.sessions]
+        ) - min([f.start for f in scen.flows] + [x.start for x in scen.sessions])
+        packets = f"{e.packets:,} packets" if e.packets is not None else "packets as drawn"
+        about = "about " if scen.sessions else ""
         print(
-            f"{file}: ok: {len(loaded.scenario.flows)} flow definitions, {e.flows:,} flows, "
-            f"{e.packets:,} packets, {size}, {span / 1e9:g} s; at most {peak:,} flows at once"
+            f"{file}: ok: {len(scen.flows)} flow definitions, {e.flows:,} flows"
+            + (f" ({e.sessions:,} session instances)" if scen.sessions else "")
+            + f", {packets}, {size}, {about}{span / 1e9:g} s; at most {peak:,} flows at once"
             + (f" (about {_size(state)} of engine state)" if state is not None else "")
         )
+        for i, session in enumerate(scen.sessions):
+            print(f"  {_session_line(i, session)}")
         too_big = fit_problem(loaded.scenario)  # each generator's own check (the engine's memory)
         if too_big:
             err(f"{file}: warning: {too_big}")
@@ -109,6 +117,44 @@ def _validate_live(loaded) -> tuple[int, str | None]:
         f"  live: method {tb.method}, topology {site.name}, {len(steps)} step(s) "
         f"({names}); at most {total:,.0f} s of sending"
     )
+
+
+def _session_line(i: int, session: Session) -> str:
+    """One session entry for `testbed validate`: its instances (exact), mean bytes per
+    direction and an estimate of its packets (from 4,096 draws of each distribution with a
+    fixed seed: the exact count is the engine's)."""
+    parts = session.parts()
+    rounds = session.rounds.mean()
+    req, resp = session.request_bytes.mean(), session.response_bytes.mean()
+    per = _packets_per_instance(session)
+    mix = ", ".join(f"{p} {w:.0%}" for p, w in session.protocol.shares())
+    return (
+        f"sessions[{i}]{' ' + session.name if session.name else ''}: {session.instances:,} "
+        f"instances ({mix}; {len(parts)} engine line(s)), {rounds:g} round(s) of "
+        f"{req:,.0f} bytes up / {resp:,.0f} bytes down on average, about "
+        f"{per * session.instances:,.0f} packets (about {per:,.1f} per instance)"
+    )
+
+
+def _packets_per_instance(session: Session) -> float:
+    """About how many packets one instance sends: TCP its handshake, segments, an ACK per two
+    segments and its close; UDP its datagrams (an estimate for `validate`, not a check)."""
+    rng = np.random.default_rng(0)
+    n = 4096
+    rounds = np.maximum(1, np.rint(session.rounds.sample(rng, n)))
+    segs = [
+        np.ceil(np.rint(d.sample(rng, n)) / session.mss)
+        for d in (session.request_bytes, session.response_bytes)
+    ]
+    total = 0.0
+    for proto, share in session.protocol.shares():
+        if proto == "tcp":
+            data = (segs[0] + segs[1]) + np.ceil(segs[0] / 2) + np.ceil(segs[1] / 2)
+            fixed = 3 + (3 if session.close == "fin" else 1)
+        else:
+            data, fixed = segs[0] + segs[1], 0
+        total += share * float(np.mean(rounds * data + fixed))
+    return total
 
 
 def _size(n: float) -> str:

@@ -114,7 +114,13 @@ class Step:
         )  # several hosts: their agreed start comes later
         if any(g.pace == "topspeed" for g in self.generators):
             return (tb.duration or 0) / NS + delay
-        horizon = max(f.last_due_ns for f in self.scenario.flows) / NS
+        horizon = (
+            max(
+                [f.last_due_ns for f in self.scenario.flows]
+                + [s.horizon_ns for s in self.scenario.sessions]  # an estimate, generous
+            )
+            / NS
+        )
         # the attack replay, if any
         horizon = max(horizon, self.params.get("attacks_last_s", 0.0))
         return horizon + delay + REALTIME_GRACE_S
@@ -192,6 +198,10 @@ def planned_parts(scenario: Scenario, method: Method) -> list[str]:
 
 
 def template_flow(scenario: Scenario) -> Flow:
+    if not scenario.flows:
+        raise BadInput(
+            "this method copies the scenario's first flow into its steps: add one to `flows`"
+        )
     return scenario.flows[0]
 
 
@@ -247,6 +257,11 @@ def spread_shares(scenario: Scenario) -> tuple[dict[str, Scenario], dict[str, An
     tb = scenario.testbed
     assert tb is not None and tb.spread is not None
     spread, n = tb.spread, len(tb.spread.hosts)
+    if scenario.sessions:
+        raise BadInput(
+            "testbed.spread splits `flows` by their key hash; `sessions` are not split: run "
+            "them on one generator host"
+        )
     try:
         owner = [flow_key_hash(f, spread.hash) % n for f in scenario.flows]
     except BadInput as exc:
