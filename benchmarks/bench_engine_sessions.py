@@ -5,7 +5,9 @@
 Part 1, null sink, one core (one engine thread): TCP sessions of 64-byte data segments (IPv4,
 mss 10: 14 + 20 + 20 + 10 bytes; their pure ACKs are 54 bytes) and UDP sessions of 64-byte
 datagrams (mss 22), against one-way flow lines (IPv4 TCP, 10-byte payloads: 64-byte frames) with
-the same number of packets and instances, in the same run, alternated. Reports Mpps (the
+the same number of packets and instances, in the same run, alternated; plus the TCP sessions
+with the optional keys in use (`think`, `linger` and client ports dealt from a deck of 1,000,
+`P:ID`: the same packets, a little later). Reports Mpps (the
 engine's summary) and the ratio session / flow. `--compare-bin OLD` adds the flow session run
 with another build (e.g. the one before session lines) for the one-way path's before/after.
 
@@ -54,7 +56,11 @@ FLOW = (
     "dport=80-80 dport_mode=fixed start=0 period={period} packets={packets} size=10-10 payload=- "
     "reps={reps} rep_period=1000"
 )
-KINDS = ("flow", "tcp-session", "udp-session")
+# The TCP sessions with think (before rounds 1 on), linger (before the FIN) and client ports
+# dealt from a deck of 1,000 ports (P:0): the same packets, a few us later.
+EXTRAS = "think=3000 linger=5000"
+DECK = "dist 0 " + " ".join(f"{p}-{p}:1" for p in range(20000, 21000))
+KINDS = ("flow", "tcp-session", "tcp-session think/linger/P:", "udp-session")
 
 HARNESS = r"""
 #include <stdint.h>
@@ -120,6 +126,9 @@ def session_files(tmp: Path, packets: int, bin_: Path) -> tuple[dict[str, Path],
     tcp = SESSION.format(proto=6, reps=reps, mss=10, rounds=tcp_rounds, bytes=1000)
     files = {"tcp-session": tmp / "tcp.ntg"}
     files["tcp-session"].write_text(f"ntg-session 1\nseed 1\n{tcp}\n")
+    extra = tcp.replace("cport_mode=random", "cport_mode=P:0") + " " + EXTRAS
+    files["tcp-session think/linger/P:"] = tmp / "tcp-extra.ntg"
+    files["tcp-session think/linger/P:"].write_text(f"ntg-session 1\nseed 1\n{DECK}\n{extra}\n")
     first = run_null(bin_, files["tcp-session"])
     total = first["packets"]
     per = total // reps

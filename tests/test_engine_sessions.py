@@ -267,37 +267,54 @@ def test_dist_draws_follow_the_readme_and_the_weights(flowengine_bin, tmp_path):
 # ---- TCP ------------------------------------------------------------------------------------
 
 
-def expected_tcp(h: int, gap: int, mss: int, win: int, req: int, resp: int, close: str):
+def expected_tcp(
+    h: int,
+    gap: int,
+    mss: int,
+    win: int,
+    req: int,
+    resp: int,
+    close: str,
+    *,
+    rounds: int = 1,
+    think: int = 0,
+    linger: int = 0,
+):
     """The README's packet sequence of one instance: (t, dir, flags, payload bytes)."""
     out: list[tuple[int, int, int, int]] = []
 
-    def add(d: int, flags: int, n: int = 0) -> None:
-        if out:
-            t = out[-1][0] + (gap if out[-1][1] == d else h)
-        else:
+    def add(d: int, flags: int, n: int = 0, delay: int = 0) -> None:
+        if not out:
             t = 0
+        elif delay:
+            t = out[-1][0] + delay
+        else:
+            t = out[-1][0] + (gap if out[-1][1] == d else h)
         out.append((t, d, flags, n))
 
     add(0, SYN)
     add(1, SYN | ACK)
     add(0, ACK)
-    for d, size in ((0, req), (1, resp)):
-        left = size
-        while left:
-            segs = 0
-            while left and segs < win:
-                n = min(mss, left)
-                left -= n
-                segs += 1
-                add(d, ACK | (0 if left else PSH), n)
-            for _ in range((segs + 1) // 2):
-                add(1 - d, ACK)
+    for r in range(rounds):
+        first = r > 0  # think: before the first data segment of rounds 1 on
+        for d, size in ((0, req), (1, resp)):
+            left = size
+            while left:
+                segs = 0
+                while left and segs < win:
+                    n = min(mss, left)
+                    left -= n
+                    segs += 1
+                    add(d, ACK | (0 if left else PSH), n, think if first else 0)
+                    first = False
+                for _ in range((segs + 1) // 2):
+                    add(1 - d, ACK)
     if close == "fin":
-        add(0, FIN | ACK)
+        add(0, FIN | ACK, delay=linger)
         add(1, FIN | ACK)
         add(0, ACK)
     else:
-        add(0, RST | ACK)
+        add(0, RST | ACK, delay=linger)
     return out
 
 
@@ -503,12 +520,189 @@ def test_udp_rounds_and_the_empty_instance(flowengine_bin, tmp_path):
         assert {p["udp.checksum.status"] for p in pk} == {"1"}
 
 
+# ---- think, linger ---------------------------------------------------------------------------
+
+
+@needs_tshark
+@pytest.mark.parametrize("close,req", [("fin", 300), ("rst", 0)])
+def test_tcp_think_and_linger_timing(flowengine_bin, tmp_path, close, req):
+    """think replaces the rule before the first data segment of rounds 1 on (the client's, or
+    the server's when the request is empty), linger before the close's first packet; tshark
+    reads the times back and still finds no analysis flag and good checksums."""
+    h, gap, think, linger = 10_000, 1_000, 7_000_000, 50_000_000
+    kw = dict(rtt=2 * h, gap=gap, mss=1000, win=2, req=req, resp=2500, close=close, rounds=3)
+    sess = write(tmp_path, sess_line(**kw, think=think, linger=linger))
+    pcap, rows, _ = run(flowengine_bin, tmp_path, sess)
+    pk = tshark(pcap)
+    want = expected_tcp(h, gap, 1000, 2, req, 2500, close, rounds=3, think=think, linger=linger)
+    got = [
+        (
+            round(float(p["frame.time_epoch"]) * 1e9),
+            0 if p["ip.src"] == "198.18.0.0" else 1,
+            int(p["tcp.flags"], 16),
+            int(p["tcp.len"]),
+        )
+        for p in pk
+    ]
+    assert got == want
+    # The rule's own timing without the keys, for contrast: the same packets, earlier.
+    plain = expected_tcp(h, gap, 1000, 2, req, 2500, close, rounds=3)
+    assert [w[1:] for w in plain] == [w[1:] for w in want] and plain[-1][0] < want[-1][0]
+    assert all(p["tcp.analysis.flags"] == "" for p in pk), [p["tcp.analysis.flags"] for p in pk]
+    assert {p["tcp.checksum.status"] for p in pk} == {"1"}
+    (row,) = rows
+    assert int(row["c_payload"]) == 3 * req and int(row["s_payload"]) == 3 * 2500
+    assert int(row["last_ns"]) == want[-1][0]
+
+
+def test_udp_think_and_ignored_linger(flowengine_bin, tmp_path):
+    """UDP: think before each round's first datagram from round 1 on; linger is accepted and
+    ignored. Leaving both out or giving 0 is the same pcap as before the keys."""
+    h, gap, think = 5_000, 100, 1_000_000
+    kw = dict(proto=17, rounds=3, req=150, resp=2100, mss=1000, rtt=2 * h, gap=gap, sport="53-53")
+    sess = write(tmp_path, sess_line(**kw, think=think, linger=123_456))
+    pcap, rows, _ = run(flowengine_bin, tmp_path, sess)
+    ts = [t for t, _, _ in iter_frames(pcap)]
+    want: list[int] = []
+    t = 0
+    for r in range(3):
+        t += think if r else 0
+        want += [t, t + h, t + h + gap, t + h + 2 * gap]
+        t = want[-1]
+    assert ts == want
+    assert int(rows[0]["last_ns"]) == want[-1]
+    a, _, _ = run(flowengine_bin, tmp_path, write(tmp_path, sess_line(**kw), name="a"), tag="a")
+    b, _, _ = run(
+        flowengine_bin,
+        tmp_path,
+        write(tmp_path, sess_line(**kw, think=0, linger=0), name="b"),
+        tag="b",
+    )
+    assert a.read_bytes() == b.read_bytes()
+    assert [t for t, _, _ in iter_frames(a)][4] == want[3] + h  # round 1 after h, not think
+
+
+# ---- decks (P:ID) --------------------------------------------------------------------------
+
+DECK_C = 0xA54FF53A5F1D36F1
+
+
+def mix1(z: int) -> int:
+    z &= M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def deck_pos(seed: int, index: int, side: int, rep: int, n: int) -> int:
+    """The README's bijection pi_q(rep mod n), q = rep // n: a 4-round Feistel network on the
+    smallest 2^b >= n, cycle-walked into [0, n)."""
+    x, b = rep % n, (n - 1).bit_length()
+    if b == 0:
+        return 0
+    line = mix1(seed ^ mix1((index << 1 | side) + DECK_C))
+    cyc = mix1(line + (rep // n) * GAMMA)
+    keys = [mix1(cyc + (i + 1) * GAMMA) for i in range(4)]
+    while True:
+        wh, wl = b - b // 2, b // 2
+        for k in keys:
+            left, right = x >> wl, x & ((1 << wl) - 1)
+            x = right << wh | ((left ^ mix1(k ^ right)) & ((1 << wh) - 1))
+            wh, wl = wl, wh
+        if x < n:
+            return x
+
+
+def deck(bins: list[tuple[int, int, int]]) -> list[int]:
+    return [lo for lo, _, w in bins for _ in range(w)]
+
+
+def test_deck_ports_are_permutations_per_cycle(flowengine_bin, tmp_path):
+    """P:ID: every cycle of N instances takes each deck value exactly its weight times, in an
+    order that differs per cycle; the ports are the README's Feistel positions (re-computed
+    here), the other draws keep their indices (as with D:ID), and --threads 1 and 2 agree."""
+    small = [(1000, 1000, 3), (2000, 2000, 1), (3000, 3000, 5), (4000, 4000, 2)]  # N = 11
+    wide = [(40000 + i, 40000 + i, 1) for i in range(1000)]  # N = 1000: no port twice
+    one = [(53, 53, 1)]
+    req = [(1, 5000, 1)]
+    lines = [
+        dist_line(0, small),
+        dist_line(1, wide),
+        dist_line(2, req),
+        dist_line(3, one),
+        sess_line(
+            proto=17,
+            client="198.18.0.1/32",
+            client_mode="fixed",
+            cport_mode="P:1",
+            sport_mode="P:0",
+            reps=3000,
+            arrival=100,
+            rtt=2,
+            gap=1,
+            mss=65000,
+            req="D:2",
+            resp=0,
+        ),
+        sess_line(cport_mode="P:0", sport_mode="P:3", reps=33, arrival=5000, req="D:2", resp=10),
+    ]
+    sess = write(tmp_path, *lines, seed=21)
+    outs = {}
+    for n in (1, 2):
+        pcap, rows, summ = run(flowengine_bin, tmp_path, sess, "--threads", n, tag=str(n))
+        outs[n] = (pcap.read_bytes(), (tmp_path / f"out{n}.csv").read_bytes())
+        assert summ["flows_finished"] == 3033
+    assert outs[1] == outs[2]
+    rows.sort(key=lambda r: int(r["serial"]))
+    udp = [r for r in rows if r["flow"] == "0"]
+    tcp = [r for r in rows if r["flow"] == "1"]
+    assert [int(r["rep"]) for r in udp] == list(range(3000))
+    cports = [int(r["sport"]) for r in udp]
+    sports = [int(r["dport"]) for r in udp]
+    assert cports == [deck(wide)[deck_pos(21, 0, 0, r, 1000)] for r in range(3000)]
+    assert sports == [deck(small)[deck_pos(21, 0, 1, r, 11)] for r in range(3000)]
+    cycles = [cports[i : i + 1000] for i in range(0, 3000, 1000)]
+    assert all(sorted(c) == deck(wide) for c in cycles)  # 1000 instances: no port twice
+    assert len({tuple(c) for c in cycles}) == 3
+    for q in range(3000 // 11):
+        assert Counter(sports[11 * q : 11 * q + 11]) == {1000: 3, 2000: 1, 3000: 5, 4000: 2}
+    assert len({tuple(sports[11 * q : 11 * q + 11]) for q in range(3)}) == 3
+    assert [int(r["sport"]) for r in tcp] == [
+        deck(small)[deck_pos(21, 1, 0, r, 11)] for r in range(33)
+    ]
+    assert {r["dport"] for r in tcp} == {"53"}
+    # Draw indices as with D:ID: UDP, fixed hosts: ports 1-2 and 3-4, request 5-6; TCP: ports
+    # 1-4, ISNs 5 and 6, request 7-8.
+    for rs, j in ((udp, 5), (tcp, 7)):
+        rng0 = stream_start(21, np.array([int(r["serial"]) for r in rs], dtype=np.uint64))
+        assert [int(r["c_payload"]) for r in rs] == dist_values(
+            req, draw(rng0, j), draw(rng0, j + 1)
+        ).tolist()
+
+
+def test_deck_of_two_to_the_twenty(flowengine_bin, tmp_path):
+    """The largest deck (2^20 cards in 16 bins) builds and draws the README's positions."""
+    bins = [(100 + i, 100 + i, 1 << 16) for i in range(16)]
+    sess = write(
+        tmp_path,
+        dist_line(0, bins),
+        sess_line(proto=17, cport_mode="P:0", reps=50, arrival=10, rtt=2, gap=1, resp=0),
+        seed=4,
+    )
+    _, rows, _ = run(flowengine_bin, tmp_path, sess)
+    rows.sort(key=lambda r: int(r["serial"]))
+    assert [int(r["sport"]) for r in rows] == [
+        100 + deck_pos(4, 0, 0, r, 1 << 20) // (1 << 16) for r in range(50)
+    ]
+
+
 # ---- threads, flows and sessions together ----------------------------------------------------
 
 
 def test_threads_give_byte_identical_outputs(flowengine_bin, tmp_path):
-    """Flow lines and TCP/UDP, IPv4/IPv6 session lines with drawn values everywhere: the pcap,
-    the flow log and the per-second CSV are the same bytes with --threads 1, 2 and 3."""
+    """Flow lines and TCP/UDP, IPv4/IPv6 session lines with drawn values everywhere (and think,
+    linger, a deck): the pcap, the flow log and the per-second CSV are the same bytes with
+    --threads 1, 2 and 3."""
     lines = [
         dist_line(0, [(0, 0, 5), (100, 900, 3), (1460, 1460, 2)]),
         dist_line(1, [(1000, 5000, 1), (20000, 30000, 1)]),
@@ -549,12 +743,13 @@ def test_threads_give_byte_identical_outputs(flowengine_bin, tmp_path):
             req="D:0",
             resp="D:1",
             close="rst",
+            think=1500,  # the first line's h: one FIFO class for both
+            linger=40_000,
         ),
         sess_line(
             proto=17,
             client="198.18.1.0/24",
             client_mode="random",
-            cport_mode="random",
             sport="53-53",
             start=100,
             reps=90,
@@ -565,6 +760,8 @@ def test_threads_give_byte_identical_outputs(flowengine_bin, tmp_path):
             rounds="D:3",
             req="D:0",
             resp="D:0",
+            think=777,
+            cport_mode="P:4",
         ),
     ]
     sess = write(tmp_path, *lines, seed=9)
@@ -629,6 +826,25 @@ ERRORS = [
     ("dist 1 0-256:1\n" + sess_line(client_mode="D:1"), "client_mode: dist values must be host"),
     ("dist 1 0-65536:1\n" + sess_line(sport_mode="D:1"), "sport_mode: dist values must be ports"),
     ("dist 1 1-2000000:1\n" + sess_line(rounds="D:1"), "rounds: dist values must be at most"),
+    (
+        "dist 1 80-80:3 81-90:1\n" + sess_line(cport_mode="P:1"),
+        "cport_mode: P: needs bins of one value (LO-LO:W); bin 1 of the dist is 81-90",
+    ),
+    (
+        "dist 1 80-80:1048576 81-81:1\n" + sess_line(sport_mode="P:1"),
+        "sport_mode: P: needs a deck of at most 1048576 values, the dist's weights sum to 1048577",
+    ),
+    (sess_line(cport_mode="P:9"), "cport_mode: dist 9 is not defined"),
+    (sess_line(cport_mode="P:x"), "cport_mode: expected P:ID with ID 0..65535"),
+    ("dist 1 5-5:1\n" + sess_line(client_mode="P:1"), "client_mode: P:ID (a deck) is for ports"),
+    ("dist 1 70000-70000:1\n" + sess_line(cport_mode="P:1"), "cport_mode: dist values must be"),
+    (sess_line(sport_mode="deck"), "sport_mode: must be fixed, random, increment or D:ID or P:ID"),
+    (sess_line(think="-1"), "think: expected a non-negative integer"),
+    (sess_line(linger=2**64), "linger: expected a non-negative integer"),
+    (sess_line(think=2**62), "think: must be below 2^32 s"),
+    (sess_line(linger=2**32 * 10**9), "linger: must be below 2^32 s"),
+    (sess_line(rounds=1000, think=10**16), "reps: the last packet could be due after 2^32 s"),
+    (sess_line(think=1) + " think=2", "think: given twice"),
 ]
 
 

@@ -72,6 +72,19 @@ int dist_build(struct fe_dist *d, uint32_t n, const uint64_t *lo, const uint64_t
     }
     free(s);
     free(small);
+    if (t > DIST_MAX_DECK)
+        return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (lo[i] != hi[i])
+            return 0;
+    if (!(d->cum = malloc((size_t)n * sizeof *d->cum))) {
+        dist_free(d);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0, c = 0; i < n; i++) {
+        c += w[i];
+        d->cum[i] = c;
+    }
     return 0;
 }
 
@@ -80,5 +93,6 @@ void dist_free(struct fe_dist *d)
     free(d->thr);
     free(d->alias);
     free(d->bin);
+    free(d->cum);
     memset(d, 0, sizeof *d);
 }

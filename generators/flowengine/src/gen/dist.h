@@ -19,6 +19,11 @@
  * one). Every column left on either stack gets thr = 2^32 - 1 and alias =
  * itself (always itself). All of it is exact 64-bit integer arithmetic.
  *
+ * A deck (session lines' P:ID, sess.h): when every bin is one value (lo_i ==
+ * hi_i) and T <= DIST_MAX_DECK, dist_build also keeps cum[i] = w_0 + ... +
+ * w_i; card j (0 <= j < T) is then the value of the bin b with cum[b - 1] <= j
+ * < cum[b] (the values in bin order, each repeated its weight).
+ *
  * Thread safety: built once on the main thread while the session is read;
  * afterwards only read (dist_draw is a pure function of its arguments). */
 #ifndef FE_DIST_H
@@ -32,6 +37,7 @@
 #define DIST_MAX_ID 65535u
 #define DIST_MAX_BINS 65536u
 #define DIST_MAX_VALUE ((1ull << 63) - 1) /* a bin's HI */
+#define DIST_MAX_DECK (1u << 20)          /* the most cards of a deck (its T) */
 
 struct dist_bin {
     uint64_t lo, span; /* span = hi - lo (value = lo + d2 % (span + 1)) */
@@ -45,10 +51,12 @@ struct fe_dist {
     uint64_t lo, hi;      /* smallest lo and largest hi over the bins */
     uint64_t total;       /* sum of the weights */
     double mean;          /* sum(w * (lo + hi) / 2) / T: for bounds and messages */
+    uint32_t *cum;        /* [n] deck ends, or NULL: not every bin one value, or T too big */
 };
 
 /* Builds d from n bins (lo[i] <= hi[i] <= DIST_MAX_VALUE) and weights
- * (1..2^32-1; n 1..DIST_MAX_BINS): allocates the table. 0 or -ENOMEM
+ * (1..2^32-1; n 1..DIST_MAX_BINS): allocates the table (and the deck's
+ * cum when it qualifies). 0 or -ENOMEM
  * (-EINVAL for arguments outside those ranges). */
 int dist_build(struct fe_dist *d, uint32_t n, const uint64_t *lo, const uint64_t *hi,
                const uint32_t *w);
@@ -79,6 +87,20 @@ static inline uint64_t dist_draw_at(const struct fe_dist *d, uint64_t rng0, uint
     if (!b->span)
         return b->lo;
     return b->lo + rng_mix(rng0 + (j + 1) * RNG_GOLDEN) % (b->span + 1);
+}
+
+/* Card j (< d->total) of a deck (d->cum not NULL). */
+static inline uint64_t dist_card(const struct fe_dist *d, uint32_t j)
+{
+    uint32_t lo = 0, hi = d->n - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (d->cum[mid] <= j)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return d->bin[lo].lo;
 }
 
 /* A value of d from a sequential stream (state as rng_next): one output, or

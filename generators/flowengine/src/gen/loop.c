@@ -140,12 +140,13 @@ static void add_cap(uint32_t *cap, uint64_t n)
 /* Period classes: flows that share a period share a FIFO (wheel.h). The
  * wheel's nodes (and FIFOs, by the same index) are: the flow lines' classes
  * 0..nfcls-1, then one node per session line (line k is nfcls + k, its FIFO
- * unused), then the session lines' classes (their h's and gaps). So no FIFO
+ * unused), then the session lines' classes (their h's, gaps, and thinks and
+ * lingers when set: the distinct values of all of them). So no FIFO
  * mixes flows and sessions, and the flow path tells its classes from
  * everything else with the one compare src < nfcls it always had. */
 static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uint32_t **init_cap)
 {
-    uint64_t *periods = malloc((nflows ? 2 * nflows : 1) * sizeof *periods);
+    uint64_t *periods = malloc((nflows ? 4 * nflows : 1) * sizeof *periods);
     if (!periods)
         return -ENOMEM;
     size_t np = 0, ns = 0;
@@ -156,8 +157,13 @@ static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uin
     uint64_t *sp = periods + nf;
     for (size_t k = 0; k < nflows; k++)
         if (e->flows[k].kind == FE_K_SESS) {
-            sp[ns++] = e->flows[k].sess->h;
-            sp[ns++] = e->flows[k].sess->gap;
+            const struct sess_line *sl = e->flows[k].sess;
+            sp[ns++] = sl->h;
+            sp[ns++] = sl->gap;
+            if (sl->think)
+                sp[ns++] = sl->think;
+            if (sl->linger)
+                sp[ns++] = sl->linger;
         }
     uint32_t nsc = distinct(sp, ns), s0 = nf + (uint32_t)nflows, n = s0 + nsc;
     *init_cap = calloc(n ? n : 1, sizeof **init_cap);
@@ -170,11 +176,19 @@ static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uin
         if (f->kind == FE_K_STREAM)
             continue;
         if (f->kind == FE_K_SESS) {
-            f->klass = s0 + find_class(sp, nsc, f->sess->h);
-            f->klass_gap = s0 + find_class(sp, nsc, f->sess->gap);
+            const struct sess_line *sl = f->sess;
+            f->klass = s0 + find_class(sp, nsc, sl->h);
+            f->klass_gap = s0 + find_class(sp, nsc, sl->gap);
+            f->klass_think = sl->think ? s0 + find_class(sp, nsc, sl->think) : f->klass;
+            f->klass_linger = sl->linger ? s0 + find_class(sp, nsc, sl->linger) : f->klass;
             add_cap(&(*init_cap)[f->klass], f->max_live);
             if (f->klass_gap != f->klass)
                 add_cap(&(*init_cap)[f->klass_gap], f->max_live);
+            if (f->klass_think != f->klass && f->klass_think != f->klass_gap)
+                add_cap(&(*init_cap)[f->klass_think], f->max_live);
+            if (f->klass_linger != f->klass && f->klass_linger != f->klass_gap &&
+                f->klass_linger != f->klass_think)
+                add_cap(&(*init_cap)[f->klass_linger], f->max_live);
             continue;
         }
         f->klass = find_class(periods, nf, f->period);

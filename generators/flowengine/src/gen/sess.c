@@ -21,6 +21,8 @@
 #define SESS_TIME_LIMIT 4294967296000000000ull
 /* The arrival stream's constant (README, "Session lines"). */
 #define SESS_ARRIVAL_C 0x3c6ef372fe94f82bull
+/* The deck key's constant (P:ID; README, "Session lines"). */
+#define SESS_DECK_C 0xa54ff53a5f1d36f1ull
 
 /* Phases: what the current packet is. */
 enum {
@@ -101,7 +103,8 @@ static void assign_draws(const struct fe_flow *f, struct sess_line *sl)
         if (modes[i] == FE_RANDOM) {
             *idx[i] = j;
             j += i < 2 ? aw : 1;
-        } else if (modes[i] == FE_DIST) {
+        } else if (modes[i] == FE_DIST || modes[i] == FE_DECK) {
+            /* A deck draws nothing but keeps the two draws of D:. */
             *idx[i] = j;
             j += 2;
         }
@@ -173,6 +176,8 @@ int sess_line_build(struct fe_flow *f, const struct sess_keys *k, char *why, siz
     }
     sl->h = k->h;
     sl->gap = k->gap;
+    sl->think = k->think;
+    sl->linger = k->linger;
     sl->mss = (uint32_t)k->mss;
     sl->win = (uint32_t)k->win;
     sl->close_rst = (uint8_t)k->close_rst;
@@ -191,7 +196,9 @@ int sess_line_build(struct fe_flow *f, const struct sess_keys *k, char *why, siz
     build_templates(f, sl);
 
     /* The latest any packet of the line can be due: the last start plus the
-     * longest instance, every packet h or gap after the one before it. */
+     * longest instance, every packet h or gap after the one before it, but
+     * for a think before each round after the first and a linger before the
+     * close (each at most replaces one of those steps). */
     uint64_t rounds = val_max(&sl->rounds);
     if (!rounds)
         rounds = 1;
@@ -199,14 +206,16 @@ int sess_line_build(struct fe_flow *f, const struct sess_keys *k, char *why, siz
                                  msg_packets(val_max(&sl->resp), sl->mss, tcp));
     uint64_t pk = sat_add(sat_mul(rounds, per_round), tcp ? 6 : 1);
     uint64_t step = sl->h > sl->gap ? sl->h : sl->gap;
-    uint64_t dur = sat_mul(pk, step);
+    uint64_t dur =
+        sat_add(sat_add(sat_mul(pk, step), sat_mul(rounds - 1, sl->think)), tcp ? sl->linger : 0);
     uint64_t last = sat_add(sat_add(f->start, sat_mul(f->reps - 1, val_max(&sl->arrival))), dur);
     if (last >= SESS_TIME_LIMIT) {
         snprintf(why, whylen,
                  "reps: the last packet could be due after 2^32 s, the pcap limit: start + "
                  "(reps-1) * the largest arrival + the longest instance (up to %llu packets, "
-                 "each at most max(rtt/2, gap) after the one before) must stay below it: lower "
-                 "reps, arrival, rounds, req, resp or raise mss (got reps=%llu)",
+                 "each at most max(rtt/2, gap) after the one before, plus think and linger) "
+                 "must stay below it: lower reps, arrival, rounds, req, resp, think, linger or "
+                 "raise mss (got reps=%llu)",
                  (unsigned long long)pk, (unsigned long long)f->reps);
         free(sl);
         return -EINVAL;
@@ -229,6 +238,35 @@ void sess_line_free(struct sess_line *sl)
 uint64_t sess_arrival_seed(uint64_t seed, uint64_t index)
 {
     return rng_mix(seed ^ rng_mix(index + SESS_ARRIVAL_C));
+}
+
+uint32_t sess_deck_pos(uint64_t seed, uint64_t index, unsigned side, uint64_t rep, uint32_t n)
+{
+    uint64_t x = rep % n, key[4];
+    unsigned b = 0;
+    while ((1ull << b) < n)
+        b++;
+    if (!b)
+        return 0;
+    /* The line's key, the cycle's, then one per round. */
+    uint64_t line = rng_mix(seed ^ rng_mix((index << 1 | side) + SESS_DECK_C));
+    uint64_t cyc = rng_mix(line + (rep / n) * RNG_GOLDEN);
+    for (unsigned i = 0; i < 4; i++)
+        key[i] = rng_mix(cyc + (i + 1) * RNG_GOLDEN);
+    /* A 4-round Feistel network on b bits (high part ceil(b/2) bits, low
+     * part floor(b/2); the parts swap widths every round), walked until it
+     * lands in [0, n): a bijection of [0, n). */
+    do {
+        unsigned wh = b - b / 2, wl = b / 2;
+        for (unsigned i = 0; i < 4; i++) {
+            uint64_t l = x >> wl, r = x & ((1ull << wl) - 1);
+            x = r << wh | ((l ^ rng_mix(key[i] ^ r)) & ((1ull << wh) - 1));
+            unsigned t = wh;
+            wh = wl;
+            wl = t;
+        }
+    } while (x >= n);
+    return (uint32_t)x;
 }
 
 static inline uint64_t draw(uint64_t rng0, uint64_t j)
@@ -377,10 +415,18 @@ void sess_activate(const struct fe_flow *f, struct sess_state *ss, struct fe_ins
               sl->d_chost);
     inst_addr(ss->saddr, f->dst, f->af, f->dst_prefix, f->dst_mode, sl->sdist, rep, in->rng,
               sl->d_shost);
-    ss->cport =
-        inst_port(f->sport_lo, f->sport_hi, f->sport_mode, sl->cpdist, rep, in->rng, sl->d_cport);
-    ss->sport =
-        inst_port(f->dport_lo, f->dport_hi, f->dport_mode, sl->spdist, rep, in->rng, sl->d_sport);
+    if (f->sport_mode == FE_DECK)
+        ss->cport = (uint16_t)dist_card(
+            sl->cpdist, sess_deck_pos(seed, k, 0, rep, (uint32_t)sl->cpdist->total));
+    else
+        ss->cport = inst_port(f->sport_lo, f->sport_hi, f->sport_mode, sl->cpdist, rep, in->rng,
+                              sl->d_cport);
+    if (f->dport_mode == FE_DECK)
+        ss->sport = (uint16_t)dist_card(
+            sl->spdist, sess_deck_pos(seed, k, 1, rep, (uint32_t)sl->spdist->total));
+    else
+        ss->sport = inst_port(f->dport_lo, f->dport_hi, f->dport_mode, sl->spdist, rep, in->rng,
+                              sl->d_sport);
     /* The sums both directions share (swapping source and destination
      * changes no sum): addresses, protocol, ports, constants. */
     uint64_t s;
@@ -524,11 +570,21 @@ uint64_t sess_next(const struct fe_flow *f, struct sess_state *ss, const struct 
                    uint32_t *klass)
 {
     const struct sess_line *sl = f->sess;
-    uint32_t prev = ss->dir;
+    uint32_t prev = ss->dir, round = ss->round;
     if (f->proto == 6) {
         if (!tcp_next(sl, ss, in))
             return 0;
-        /* Same side: gap; the other side reacts after h. */
+        /* think before a round's first data segment (rounds 1 on: the round
+         * moved), linger before the close; else same side: gap, the other
+         * side reacts after h. */
+        if (sl->think && ss->phase == PH_DATA && ss->round != round) {
+            *klass = f->klass_think;
+            return sl->think;
+        }
+        if (sl->linger && (ss->phase == PH_FIN1 || ss->phase == PH_RST)) {
+            *klass = f->klass_linger;
+            return sl->linger;
+        }
         if (ss->dir == prev) {
             *klass = f->klass_gap;
             return sl->gap;
@@ -536,7 +592,8 @@ uint64_t sess_next(const struct fe_flow *f, struct sess_state *ss, const struct 
         *klass = f->klass;
         return sl->h;
     }
-    /* UDP: gap inside a message, h between messages. */
+    /* UDP: gap inside a message, h between messages (think before the first
+     * datagram of a later round, when set). */
     if (ss->phase == PH_EMPTY)
         return 0;
     if (ss->left) {
@@ -547,6 +604,10 @@ uint64_t sess_next(const struct fe_flow *f, struct sess_state *ss, const struct 
     if (!next_message(sl, ss, in))
         return 0;
     data_packet(sl, ss);
+    if (sl->think && ss->round != round) {
+        *klass = f->klass_think;
+        return sl->think;
+    }
     *klass = f->klass;
     return sl->h;
 }

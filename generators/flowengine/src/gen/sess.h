@@ -13,8 +13,15 @@
  * flow) plus a struct sess_state in the loop's parallel array (the same id).
  * The state always describes the instance's current packet (sess_activate:
  * its first, sess_next: the one after); sess_write builds it. Between two
- * packets of one instance there are h or gap ns, so each session line
- * needs two FIFO classes (wheel.h): klass (period h) and klass_gap.
+ * packets of one instance there are h or gap ns, or think (before a round's
+ * first packet, rounds 1 on) or linger (before the TCP close) when those are
+ * set, so each session line needs up to four FIFO classes (wheel.h): klass
+ * (period h), klass_gap, klass_think and klass_linger.
+ *
+ * A port of mode FE_DECK (P:ID) is a card of the dist's deck (dist.h): the
+ * instance of repetition rep takes card pi_q(rep mod N), N the deck's size,
+ * q = rep / N its cycle, pi_q a keyed bijection of [0, N) (sess_deck_pos;
+ * README, "Session lines"). It needs no per-instance state.
  *
  * Thread safety: sess_line_build once on the main thread while the session
  * is read; afterwards the line is only read. The other functions touch only
@@ -38,12 +45,13 @@ struct sess_val {
 };
 
 struct sess_line {
-    uint64_t h, gap; /* rtt / 2 and the spacing within a flight */
+    uint64_t h, gap;        /* rtt / 2 and the spacing within a flight */
+    uint64_t think, linger; /* 0: none (the h / gap rule) */
     uint32_t mss, win;
     uint8_t close_rst; /* TCP: 1 rst, 0 fin */
     struct sess_val rounds, req, resp, arrival;
     const struct fe_dist *cdist, *sdist;         /* host offset dists (mode FE_DIST) */
-    const struct fe_dist *cpdist, *spdist;       /* port dists (mode FE_DIST) */
+    const struct fe_dist *cpdist, *spdist;       /* port dists (mode FE_DIST, FE_DECK) */
     uint32_t d_chost, d_shost, d_cport, d_sport; /* 1-based draw index, 0: none */
     uint32_t d_cisn, d_sisn, d_rounds, d_base;   /* d_base: round r at d_base + 4r */
     uint8_t tpl[2][FE_HDR_MAX];                  /* [0] client -> server, [1] the reverse */
@@ -72,7 +80,7 @@ struct sess_state {
 
 /* The keys of a session line, checked for range by the parser. */
 struct sess_keys {
-    uint64_t h, gap, mss, win, close_rst;
+    uint64_t h, gap, mss, win, close_rst, think, linger;
     struct sess_val rounds, req, resp, arrival;
 };
 
@@ -92,6 +100,11 @@ static inline uint64_t sess_arrival_next(const struct sess_line *sl, uint64_t t,
     return t + (sl->arrival.dist ? dist_draw(sl->arrival.dist, state) : sl->arrival.fixed);
 }
 
+/* Position pi_q(rep mod n) in a deck of n cards (1..DIST_MAX_DECK) that
+ * repetition rep of line `index` takes for its client (side 0) or server
+ * (side 1) port; q = rep / n (README, "Session lines": the Feistel network). */
+uint32_t sess_deck_pos(uint64_t seed, uint64_t index, unsigned side, uint64_t rep, uint32_t n);
+
 /* Starts instance `serial` (repetition rep) of line f (index k) at due time
  * start: draws its addresses, ports, ISNs and rounds, and makes its first
  * packet current. */
@@ -103,8 +116,8 @@ void sess_activate(const struct fe_flow *f, struct sess_state *ss, struct fe_ins
 void sess_write(const struct fe_flow *f, struct sess_state *ss, const struct fe_inst *in,
                 uint8_t *frame);
 
-/* Moves to the instance's next packet. Returns the ns until it is due (h or
- * gap; the class in *klass), or 0 when the instance is done. */
+/* Moves to the instance's next packet. Returns the ns until it is due (h,
+ * gap, think or linger; the class in *klass), or 0 when the instance is done. */
 uint64_t sess_next(const struct fe_flow *f, struct sess_state *ss, const struct fe_inst *in,
                    uint32_t *klass);
 

@@ -92,13 +92,16 @@ enum {
     XK_REQ,
     XK_RESP,
     XK_CLOSE,
+    XK_THINK,  /* optional: 0 when left out */
+    XK_LINGER, /* optional: 0 when left out */
     XK_COUNT
 };
 
 static const char *const sess_key_names[XK_COUNT] = {
-    "af",    "proto", "cmac",       "smac",       "client", "server", "client_mode", "server_mode",
-    "cport", "sport", "cport_mode", "sport_mode", "start",  "reps",   "arrival",     "rtt",
-    "gap",   "mss",   "win",        "rounds",     "req",    "resp",   "close",
+    "af",          "proto", "cmac",  "smac",       "client",     "server", "client_mode",
+    "server_mode", "cport", "sport", "cport_mode", "sport_mode", "start",  "reps",
+    "arrival",     "rtt",   "gap",   "mss",        "win",        "rounds", "req",
+    "resp",        "close", "think", "linger",
 };
 
 struct parser {
@@ -579,47 +582,78 @@ out:
     return rc;
 }
 
+/* The dist a `D:ID` or `P:ID` (v) names: defined before; `what` says the
+ * forms the key takes. */
+static int dist_ref(const struct parser *p, const struct fe_session *s, const char *key,
+                    const char *v, const char *what, const struct fe_dist **d)
+{
+    uint64_t id;
+    if (session_parse_u64(v + 2, &id) || id > DIST_MAX_ID)
+        return fail(p, "%s: expected %s with ID 0..%u (got %s)", key, what, DIST_MAX_ID, shown(v));
+    if (!s->dists || !s->dists[id])
+        return fail(p,
+                    "%s: dist %llu is not defined (a `dist %llu ...` line must come "
+                    "before this line) (got %s)",
+                    key, (unsigned long long)id, (unsigned long long)id, shown(v));
+    *d = s->dists[id];
+    return 0;
+}
+
 /* `N` or `D:ID` (a dist defined before). */
 static int check_val(const struct parser *p, const struct fe_session *s, const char *key,
                      const char *v, struct sess_val *out)
 {
-    uint64_t id;
     out->dist = NULL;
     out->fixed = 0;
-    if (!strncmp(v, "D:", 2)) {
-        if (session_parse_u64(v + 2, &id) || id > DIST_MAX_ID)
-            return fail(p, "%s: expected N or D:ID with ID 0..%u (got %s)", key, DIST_MAX_ID,
-                        shown(v));
-        if (!s->dists || !s->dists[id])
-            return fail(p,
-                        "%s: dist %llu is not defined (a `dist %llu ...` line must come "
-                        "before this line) (got %s)",
-                        key, (unsigned long long)id, (unsigned long long)id, shown(v));
-        out->dist = s->dists[id];
-        return 0;
-    }
+    if (!strncmp(v, "D:", 2))
+        return dist_ref(p, s, key, v, "N or D:ID", &out->dist);
     if (session_parse_u64(v, &out->fixed))
         return fail(p, "%s: expected a non-negative integer or D:ID (got %s)", key, shown(v));
     return 0;
 }
 
-/* A session line's address or port mode: fixed, random, increment or D:ID. */
+/* A session line's address or port mode: fixed, random, increment, D:ID or
+ * (ports: deck set) P:ID, a deck: every bin one value, at most DIST_MAX_DECK
+ * cards. */
 static int check_sess_mode(const struct parser *p, const struct fe_session *s, const char *key,
-                           const char *v, uint8_t *mode, const struct fe_dist **d)
+                           const char *v, int deck, uint8_t *mode, const struct fe_dist **d)
 {
-    struct sess_val sv;
+    const struct fe_dist *x;
     *d = NULL;
+    if (!strncmp(v, "P:", 2)) {
+        if (!deck)
+            return fail(p, "%s: P:ID (a deck) is for ports only; use D:ID (got %s)", key, shown(v));
+        if (dist_ref(p, s, key, v, "P:ID", &x))
+            return -EINVAL;
+        if (!x->cum) {
+            for (uint32_t i = 0; i < x->n; i++)
+                if (x->bin[i].span)
+                    return fail(p,
+                                "%s: P: needs bins of one value (LO-LO:W); bin %u of the dist "
+                                "is %llu-%llu (got %s)",
+                                key, i, (unsigned long long)x->bin[i].lo,
+                                (unsigned long long)(x->bin[i].lo + x->bin[i].span), shown(v));
+            return fail(p,
+                        "%s: P: needs a deck of at most %u values, the dist's weights sum to "
+                        "%llu (got %s)",
+                        key, DIST_MAX_DECK, (unsigned long long)x->total, shown(v));
+        }
+        *mode = FE_DECK;
+        *d = x;
+        return 0;
+    }
     if (strncmp(v, "D:", 2)) {
         int m = parse_mode(v);
         if (m < 0)
-            return fail(p, "%s: must be fixed, random, increment or D:ID (got %s)", key, shown(v));
+            return fail(p, "%s: must be fixed, random, increment or D:ID%s (got %s)", key,
+                        deck ? " or P:ID" : "", shown(v));
         *mode = (uint8_t)m;
         return 0;
     }
-    if (check_val(p, s, key, v, &sv))
+    if (dist_ref(p, s, key, v, "D:ID", &x))
         return -EINVAL;
     *mode = FE_DIST;
-    *d = sv.dist;
+    *d = x;
     return 0;
 }
 
@@ -660,10 +694,12 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
             return fail(p, "%s: given twice", sess_key_names[j]);
         val[j] = eq + 1;
     }
-    for (int j = 0; j < XK_COUNT; j++)
+    for (int j = 0; j < XK_THINK; j++)
         if (!val[j])
-            return fail(p, "%s: missing (every session line needs all %d keys)", sess_key_names[j],
-                        XK_COUNT);
+            return fail(p,
+                        "%s: missing (every session line needs these %d keys; think and linger "
+                        "are optional)",
+                        sess_key_names[j], XK_THINK);
     f->lineno = p->lineno;
 
     if (check_u64(p, "af", val[XK_AF], 0, &v))
@@ -682,15 +718,15 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
         return fail(p, "smac: expected xx:xx:xx:xx:xx:xx (got %s)", shown(val[XK_SMAC]));
     memset(&tmp, 0, sizeof tmp);
     if (check_addr(p, "client", val[XK_CLIENT], f->af, f->src, &f->src_prefix) ||
-        check_sess_mode(p, s, "client_mode", val[XK_CLIENT_MODE], &f->src_mode, &tmp.cdist) ||
+        check_sess_mode(p, s, "client_mode", val[XK_CLIENT_MODE], 0, &f->src_mode, &tmp.cdist) ||
         check_host_dist(p, "client_mode", val[XK_CLIENT_MODE], tmp.cdist, f->af, f->src_prefix) ||
         check_addr(p, "server", val[XK_SERVER], f->af, f->dst, &f->dst_prefix) ||
-        check_sess_mode(p, s, "server_mode", val[XK_SERVER_MODE], &f->dst_mode, &tmp.sdist) ||
+        check_sess_mode(p, s, "server_mode", val[XK_SERVER_MODE], 0, &f->dst_mode, &tmp.sdist) ||
         check_host_dist(p, "server_mode", val[XK_SERVER_MODE], tmp.sdist, f->af, f->dst_prefix) ||
         check_ports(p, "cport", val[XK_CPORT], &f->sport_lo, &f->sport_hi) ||
-        check_sess_mode(p, s, "cport_mode", val[XK_CPORT_MODE], &f->sport_mode, &tmp.cpdist) ||
+        check_sess_mode(p, s, "cport_mode", val[XK_CPORT_MODE], 1, &f->sport_mode, &tmp.cpdist) ||
         check_ports(p, "sport", val[XK_SPORT], &f->dport_lo, &f->dport_hi) ||
-        check_sess_mode(p, s, "sport_mode", val[XK_SPORT_MODE], &f->dport_mode, &tmp.spdist) ||
+        check_sess_mode(p, s, "sport_mode", val[XK_SPORT_MODE], 1, &f->dport_mode, &tmp.spdist) ||
         check_u64(p, "start", val[XK_START], 0, &f->start) ||
         check_u64(p, "reps", val[XK_REPS], 1, &f->reps) ||
         check_val(p, s, "arrival", val[XK_ARRIVAL], &k.arrival) ||
@@ -699,7 +735,9 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
         check_u64(p, "win", val[XK_WIN], 1, &k.win) ||
         check_val(p, s, "rounds", val[XK_ROUNDS], &k.rounds) ||
         check_val(p, s, "req", val[XK_REQ], &k.req) ||
-        check_val(p, s, "resp", val[XK_RESP], &k.resp))
+        check_val(p, s, "resp", val[XK_RESP], &k.resp) ||
+        check_u64(p, "think", val[XK_THINK] ? val[XK_THINK] : "0", 0, &k.think) ||
+        check_u64(p, "linger", val[XK_LINGER] ? val[XK_LINGER] : "0", 0, &k.linger))
         return -EINVAL;
     if (tmp.cpdist && tmp.cpdist->hi > 65535)
         return fail(p, "cport_mode: dist values must be ports 0..65535 (largest %llu) (got %s)",
@@ -709,6 +747,10 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
                     (unsigned long long)tmp.spdist->hi, val[XK_SPORT_MODE]);
     if (k.win > 65535)
         return fail(p, "win: must be 1..65535 segments (got %s)", val[XK_WIN]);
+    if (k.think >= FE_TIME_LIMIT)
+        return fail(p, "think: must be below 2^32 s, the pcap limit (got %s)", val[XK_THINK]);
+    if (k.linger >= FE_TIME_LIMIT)
+        return fail(p, "linger: must be below 2^32 s, the pcap limit (got %s)", val[XK_LINGER]);
     if (!k.rounds.dist && (k.rounds.fixed < 1 || k.rounds.fixed > SESS_MAX_ROUNDS))
         return fail(p, "rounds: must be 1..%u (got %s)", SESS_MAX_ROUNDS, val[XK_ROUNDS]);
     if (k.rounds.dist && k.rounds.dist->hi > SESS_MAX_ROUNDS)

@@ -13,8 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* FE_DIST: session lines only, the value drawn from a `dist` (dist.h). */
-enum fe_mode { FE_FIXED, FE_RANDOM, FE_INCREMENT, FE_DIST };
+/* FE_DIST: session lines only, the value drawn from a `dist` (dist.h);
+ * FE_DECK: session lines' ports only, a card of a shuffled deck (P:ID, sess.h). */
+enum fe_mode { FE_FIXED, FE_RANDOM, FE_INCREMENT, FE_DIST, FE_DECK };
 
 /* Frame kinds: the per-packet writer switches on this. FE_K_STREAM: a
  * `stream` line (stream.h), whose frames come from the frames file;
@@ -77,14 +78,20 @@ struct fe_flow {
     uint32_t klass;    /* index of the flow's period among the distinct ones (FE_K_SESS: h's) */
     uint32_t sid;      /* FE_K_STREAM: its instance while it runs, else POOL_NONE */
     unsigned lineno;
+    uint32_t klass_gap; /* FE_K_SESS: the class of its gap (klass: of its h), in what
+                         * would be padding before `sess` */
 
     /* Session lines (FE_K_SESS), after everything else so that the flow
      * lines' fields keep their offsets. */
     struct sess_line *sess; /* the session's own keys (sess.h), else NULL */
     uint64_t arr_rng;       /* the arrival stream's state (sess.h) */
     uint64_t next_start;    /* start of repetition next_rep */
-    uint32_t klass_gap;     /* the class of its gap (klass: of its h) */
+    uint32_t klass_think;   /* the classes of its think and linger (when > 0; else klass) */
+    uint32_t klass_linger;
 };
+/* The flow path indexes lines by this size: 336 bytes cost it 3 instructions per packet. */
+_Static_assert(sizeof(void *) != 8 || sizeof(struct fe_flow) == 328,
+               "struct fe_flow should stay 328 bytes on 64-bit platforms");
 
 struct fe_session {
     uint64_t seed;
