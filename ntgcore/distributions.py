@@ -48,6 +48,7 @@ MAX_BINS = 65536  # bins of one engine `dist` line
 DEFAULT_BINS = 4096  # equal-probability bins of a parametric distribution (see to_bins)
 TAIL = 0.9999  # where a parametric distribution without `max` is cut
 MAX_VALUES = 65536  # values of a list written in the scenario
+MAX_DECK = 2**20  # the engine's `P:` deck: at most this many values per cycle (sum of weights)
 MAX_FILE_LINES = 1_000_000  # lines of a `file:` of values
 MAX_FILE_BYTES = 64 * 2**20
 _MEAN_POINTS = 1 << 16  # quantile points of the numerical mean of a parametric form
@@ -192,6 +193,12 @@ class Distribution(_Form):
         None, min_length=1, max_length=MAX_VALUES, description="value: weight."
     )
     max: Value | None = Field(None, description="A cap: values above it are left out.")
+    cycle: bool = Field(
+        False,
+        description="Ports only, with `empirical` or `choices` of whole weights: draw without "
+        "replacement, each value exactly `weight` times in every cycle of sum(weights) "
+        "instances, in a shuffled order (no two instances of a cycle share a port).",
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> Distribution:
@@ -210,7 +217,37 @@ class Distribution(_Form):
         ):
             raise ValueError("quantiles must not decrease")
         self._check()
+        if self.cycle:
+            self._check_deck()
         return self
+
+    def _check_deck(self) -> None:
+        if self.form not in ("empirical", "choices", "file"):
+            raise ValueError(f"cycle: needs `empirical` or `choices` (got {self.form})")
+        values = (
+            list(self.choices)
+            if self.choices is not None
+            else self.empirical.values
+            if self.empirical is not None
+            else []
+        )
+        bins = self.to_bins()
+        if any(v != int(v) for v in values) or any(lo != hi for lo, hi, _ in bins):
+            raise ValueError("cycle: needs whole values (a value that is not an integer)")
+        given = (
+            list(self.choices.values())
+            if self.choices is not None
+            else list(self.empirical.weights or [1] * len(self.empirical.values))
+            if self.empirical is not None
+            else []
+        )
+        if any(w != int(w) for w in given):
+            raise ValueError("cycle: needs whole weights (each is how often its value is used)")
+        total = sum(w for _, _, w in bins)
+        if total > MAX_DECK:
+            raise ValueError(
+                f"cycle: the weights add up to {total:,}; at most {MAX_DECK:,} values a cycle"
+            )
 
     # -- the distribution ------------------------------------------------------------------
 

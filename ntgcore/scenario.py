@@ -617,6 +617,16 @@ class Session(_Model):
     request_bytes: BytesDist = Field(description="Bytes of the client's request per round.")
     response_bytes: BytesDist = Field(description="Bytes of the server's response per round.")
     close: Literal["fin", "rst"] = Field("fin", description="TCP teardown.")
+    think: Duration = Field(
+        0,
+        description="Pause before every later round's first packet (a user, a keep-alive "
+        "connection reused); 0: the round starts as the rtt and gap rule says.",
+    )
+    linger: Duration = Field(
+        0,
+        description="TCP: pause before the close's first packet (a connection kept open); 0: "
+        "the rtt and gap rule.",
+    )
 
     @field_validator("client_port", "server_port")
     @classmethod
@@ -647,6 +657,9 @@ class Session(_Model):
             raise ValueError("rtt must be at least 2ns")
         if self.gap < 1:
             raise ValueError("gap must be at least 1ns")
+        for what, v in (("think", self.think), ("linger", self.linger)):
+            if v < 0:
+                raise ValueError(f"{what} must not be negative")
         limit = MAX_FRAME - self.header_bytes
         if self.mss > limit:
             raise ValueError(
@@ -749,7 +762,8 @@ class Session(_Model):
     def instance_span_ns(self) -> int:
         """An estimate of how long an instance lasts, from the largest rounds and messages
         the distributions allow: per message, its flights each take about their segments and
-        ACKs spaced by `gap` plus two half round trips."""
+        ACKs spaced by `gap` plus two half round trips; each round its `think`, the close its
+        `linger`."""
         h = self.rtt // 2
         rounds = max(1, self.rounds.bounds[1])
 
@@ -759,7 +773,8 @@ class Session(_Model):
             return flights * (2 * h + (self.window + 1) * self.gap) if size else h
 
         per_round = message(self.request_bytes.bounds[1]) + message(self.response_bytes.bounds[1])
-        return 4 * h + 2 * self.gap + min(rounds * per_round, MAX_TIME_NS)
+        per_round += self.think
+        return 4 * h + 2 * self.gap + self.linger + min(rounds * per_round, MAX_TIME_NS)
 
 
 def _port_dist(v: Any) -> Distribution:

@@ -66,10 +66,11 @@ def parsed_lines(text: str) -> tuple[dict[int, list[tuple[int, int, int]]], list
             dists[int(words[1])] = bins
         elif words and words[0] == "session":
             kv = dict(w.split("=", 1) for w in words[1:])
-            assert list(kv) == SESSION_KEYS
+            assert list(kv)[: len(SESSION_KEYS)] == SESSION_KEYS
+            assert set(list(kv)[len(SESSION_KEYS) :]) <= {"think", "linger"}  # optional keys
             for v in kv.values():
-                if v.startswith("D:"):
-                    assert int(v[2:]) in dists, f"D:{v[2:]} used before its dist line"
+                if v.startswith(("D:", "P:")):
+                    assert int(v[2:]) in dists, f"{v} used before its dist line"
             sessions.append(kv)
     return dists, sessions
 
@@ -329,3 +330,19 @@ def test_the_example_runs_offline_with_the_engine(tmp_path, flowengine_bin):
     assert len(log) == 1 + 500  # one row per session instance
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["expected"]["sessions"] == manifest["expected"]["flows"] == 500
+
+
+def test_cycle_ports_compile_to_a_deck_and_think_and_linger_only_when_set():
+    text = scenario(
+        WEB.replace(
+            "client: 198.18.0.0/16",
+            "client: 198.18.0.0/16\n  client_port: {empirical: {values: [5000, 5001, 5002], "
+            "weights: [1, 2, 1]}, cycle: true}\n  think: 2s\n  linger: 250ms",
+        )
+    )
+    dists, (line,) = parsed_lines(compile_session(parse_scenario(text, "s.yaml")))
+    assert line["cport_mode"].startswith("P:") and line["cport"] == "5000-5002"
+    assert dists[int(line["cport_mode"][2:])] == [(5000, 5000, 1), (5001, 5001, 2), (5002, 5002, 1)]
+    assert line["think"] == "2000000000" and line["linger"] == "250000000"
+    _, (plain,) = parsed_lines(compile_session(parse_scenario(scenario(WEB), "s.yaml")))
+    assert "think" not in plain and "linger" not in plain  # as before the keys existed

@@ -104,6 +104,8 @@ def _session_port(d: Distribution, dists: Dists) -> tuple[str, str]:
         return f"{lo}-{hi}", "fixed"
     if d.uniform is not None and d.cap is None and d.to_bins() == [(lo, hi, 1)]:
         return f"{lo}-{hi}", "random"  # the engine's own uniform port draw
+    if d.cycle:
+        return f"{lo}-{hi}", "P:" + dists.ref(d)[2:]  # a deck: drawn without replacement
     return f"{lo}-{hi}", dists.ref(d)
 
 
@@ -139,6 +141,10 @@ def session_line(session: Session, part: SessionPart, scenario: Scenario, dists:
         f"resp={dists.value(session.response_bytes)}",
         f"close={session.close}",
     ]
+    if session.think:  # optional keys: a line without them is as before they existed
+        fields.append(f"think={session.think}")
+    if session.linger:
+        fields.append(f"linger={session.linger}")
     return "session " + " ".join(fields)
 
 
