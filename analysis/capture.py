@@ -39,6 +39,7 @@ COLUMNS: dict[str, type] = {
     "l3_len": np.uint32,
     "frag": np.uint8,
     "icmp_type": np.uint16,
+    "l4_payload": np.uint32,
 }
 
 _SAMPLE = 4096  # packets read before sizing the arrays for the whole file
@@ -88,6 +89,8 @@ class Capture:
     header (IPv4 total length, IPv6 40 + payload length; 0 without IP), `frag` 0 for a packet
     that is not a fragment, 1 for a first fragment, 2 for a later one (which has no ports), and
     `icmp_type` the ICMP/ICMPv6 type * 256 + code (NetFlow's ICMP_TYPE; 0 for other protocols).
+    `l4_payload` is the TCP/UDP payload length from the IP length field less the IP, extension
+    and TCP/UDP headers (whatever was captured of it; 0 for other packets and later fragments).
     """
 
     path: Path
@@ -111,6 +114,7 @@ class Capture:
     l3_len: np.ndarray
     frag: np.ndarray
     icmp_type: np.ndarray
+    l4_payload: np.ndarray
     problem: CaptureProblem | None = None
     end_offset: int | None = None  # byte offset in the file just after these packets
 

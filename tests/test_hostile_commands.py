@@ -46,6 +46,9 @@ READERS = {
     "validate": ["validate", IN],
     "run": ["run", IN, "--out", OUT],
     "analyze": ["analyze", IN, "--out", OUT],
+    "compare-traffic": ["compare-traffic", IN, "{PCAP}", "-o", OUT, "-q"],
+    "compare-traffic B": ["compare-traffic", "{PCAP}", IN, "-o", OUT, "-q"],
+    "learn": ["learn", IN, "-o", f"{OUT}/l.yaml", "-q"],
     "export": ["export", IN, "--parquet", OUT],
     "export-benchmark": ["export-benchmark", IN, "-o", f"{OUT}/b.json"],
     "results show": ["results", "show", IN],
@@ -111,6 +114,8 @@ HOSTILE = ("dev-zero", "pipe", "not-utf8", "directory", "missing")
 WRITERS = {
     "run": ["run", "{SCENARIO}", "--out", f"{OUT}/run"],
     "analyze": ["analyze", "{PCAP}", "--out", f"{OUT}/a"],
+    "compare-traffic": ["compare-traffic", "{PCAP}", "{PCAP}", "-o", f"{OUT}/f", "-q"],
+    "learn": ["learn", "{PCAP}", "-o", f"{OUT}/l.yaml", "-q"],
     "export": ["export", "{PCAP}", "--parquet", f"{OUT}/p"],
     "export-benchmark": ["export-benchmark", "{RUN}", "-o", f"{OUT}/b.json"],
     "translate-rules": ["translate-rules", "{RULES}", "-o", f"{OUT}/t.rules", "--no-check"],
@@ -161,6 +166,19 @@ COUNTS = {
     "run --seed": (["run", "{SCENARIO}", "--out", OUT, "--seed", N], {0: {0}, -1: {2}, 10**9: {0}}),
     "analyze --memory-limit": (
         ["analyze", "{PCAP}", "--out", OUT, "--memory-limit", N],
+        {0: {2}, -1: {2}, 10**9: {0}},
+    ),
+    "learn --classes": (["learn", "{PCAP}", "-o", f"{OUT}/l.yaml", "--classes", N], REFUSED),
+    "learn --seed": (
+        ["learn", "{PCAP}", "-o", f"{OUT}/l.yaml", "--seed", N],
+        {0: {0}, -1: {2}, 10**9: {0}},
+    ),
+    "learn --memory-limit": (
+        ["learn", "{PCAP}", "-o", f"{OUT}/l.yaml", "--memory-limit", N],
+        {0: {2}, -1: {2}, 10**9: {0}},
+    ),
+    "compare-traffic --memory-limit": (
+        ["compare-traffic", "{PCAP}", "{PCAP}", "-o", OUT, "-q", "--memory-limit", N],
         {0: {2}, -1: {2}, 10**9: {0}},
     ),
     "run --trials": (["run", "{SCENARIO}", "--out", OUT, "--trials", N], REFUSED),

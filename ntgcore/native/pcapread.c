@@ -163,7 +163,7 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
     uint64_t shi = 0, slo = 0, dhi = 0, dlo = 0;
     uint16_t sp = 0, dp = 0, et = 0, vlan = 0, icmp = 0;
     uint8_t ver = 0, proto = 0, flags = 0, frag = 0;
-    uint32_t off = 0, fam, l3len = 0;
+    uint32_t off = 0, fam, l3len = 0, l3hdr = 0, l4hdr = 0, payload = 0;
 
     switch (lt) {
     case LT_ETHERNET:
@@ -239,6 +239,7 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
         frag = (fo & 0x1fff) ? 2 : (fo & 0x2000) ? 1 : 0;
         if (ihl < 20 || ihl > len || frag == 2)
             goto out; /* later fragments: no L4 */
+        l3hdr = ihl;
         d += ihl;
         len -= ihl;
     } else if (et == 0x86dd) {
@@ -253,6 +254,7 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
         dlo = be64(d + 32);
         d += 40;
         len -= 40;
+        l3hdr = 40;
         for (int hops = 0; hops < 8; hops++) {
             uint32_t hl;
             if (proto == 0 || proto == 43 || proto == 60 || proto == 135) {
@@ -281,6 +283,7 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
             proto = d[0];
             d += hl;
             len -= hl;
+            l3hdr += hl;
         }
     } else {
         goto out;
@@ -288,8 +291,12 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
 
     switch (proto) {
     case 6:
-        if (len >= 14)
+        if (len >= 14) {
             flags = d[13];
+            l4hdr = (uint32_t)(d[12] >> 4) * 4; /* below 20: not a valid TCP header */
+            if (l4hdr < 20)
+                l4hdr = 0;
+        }
         /* fall through */
     case 17:
     case 33:
@@ -299,6 +306,10 @@ static inline void pr_dissect(uint16_t lt, const uint8_t *d, uint32_t len, const
             sp = be16(d);
             dp = be16(d + 2);
         }
+        if (proto == 17 && len >= 8)
+            l4hdr = 8;
+        if (l4hdr >= 8 && l3len >= l3hdr + l4hdr)
+            payload = l3len - l3hdr - l4hdr;
         break;
     case 1:
         if (len >= 2)
@@ -334,6 +345,8 @@ out:
         c->frag[i] = frag;
     if (c->icmp_type)
         c->icmp_type[i] = icmp;
+    if (c->l4_payload)
+        c->l4_payload[i] = payload;
 }
 
 /* ---- classic pcap ---------------------------------------------------------------------- */
@@ -811,6 +824,7 @@ static pr_columns pr_shift(const pr_columns *c, size_t k)
         .l3_len = PR_AT(c->l3_len, k),
         .frag = PR_AT(c->frag, k),
         .icmp_type = PR_AT(c->icmp_type, k),
+        .l4_payload = PR_AT(c->l4_payload, k),
     };
     return s;
 }

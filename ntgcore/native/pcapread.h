@@ -68,11 +68,16 @@ typedef struct pr_columns {
     uint8_t *frag;       /* 0 not a fragment, 1 first fragment (offset 0, more fragments), 2 a
                             later one (offset > 0); an IPv6 atomic fragment (RFC 6946) is 0 */
     uint16_t *icmp_type; /* ICMP / ICMPv6 (not a later fragment): type * 256 + code; else 0 */
+    /* TCP / UDP (not a later fragment): the payload bytes after the L4 header, from the IP
+     * length field minus the IP, extension and L4 headers (TCP data offset, UDP 8), so
+     * independent of the captured length; 0 for other packets or when the length fields are
+     * smaller than the headers (e.g. IPv4 total length 0 of an offloaded segment). */
+    uint32_t *l4_payload;
 } pr_columns;
 
-/* The number of column pointers in pr_columns (17): a caller binding the struct by hand (ctypes)
+/* The number of column pointers in pr_columns (18): a caller binding the struct by hand (ctypes)
  * checks that the library it loaded has the layout it was written for. */
-#define PR_COLUMN_COUNT 17
+#define PR_COLUMN_COUNT 18
 PR_API unsigned pr_column_count(void);
 
 /* Map PATH and check its file header. Returns NULL with a message in ERR when the file cannot be

@@ -23,6 +23,16 @@ COMMANDS: dict[str, Command] = {
     "schema": Command("schema", "print the scenario JSON Schema (for editors)"),
     "run": Command("run", "run a scenario into a new run folder and analyse it"),
     "analyze": Command("analyze", "turn a capture or a run folder into metrics and a report"),
+    "learn": Command(
+        "learn",
+        "learn a scenario of two-way sessions from a capture, nfdump files or flow tables "
+        "(addresses mapped into the benchmark ranges)",
+    ),
+    "compare-traffic": Command(
+        "compare_traffic",
+        "how close capture B is to capture A: NetShare's JSD and normalized EMD per field, "
+        "top talkers and ports, flow counts (docs/fidelity.md)",
+    ),
     "export": Command(
         "export",
         "captures as per-packet and per-flow Parquet tables, partitioned by "

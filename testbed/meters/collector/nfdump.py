@@ -112,10 +112,19 @@ def read_flows(folder: Path, log: Path | None = None) -> pa.Table:
     nfdump's own messages go (kept beside the records)."""
     if not flow_files(folder):
         return empty_table(COLLECTED_SCHEMA)
+    return _read(["-R", str(folder)], folder, log)
+
+
+def read_file(path: Path) -> pa.Table:
+    """The records of one nfcapd file (what `testbed learn` reads from an nfdump input)."""
+    return _read(["-r", str(path)], path, None)
+
+
+def _read(source: list[str], where: Path, log: Path | None) -> pa.Table:
     fmt = "fmt:" + "|".join(FIELDS_VLAN)
     proc = Process(
         "nfdump",
-        ["env", "TZ=UTC", "nfdump", "-q", "-N", "-6", "-R", str(folder), "-o", fmt],
+        ["env", "TZ=UTC", "nfdump", "-q", "-N", "-6", *source, "-o", fmt],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -127,17 +136,17 @@ def read_flows(folder: Path, log: Path | None = None) -> pa.Table:
         ) from None
     out = proc.communicate(timeout=READ_TIMEOUT_S)
     if out is None:
-        raise ReadBackError(f"nfdump did not read {folder} within {READ_TIMEOUT_S:g}s")
+        raise ReadBackError(f"nfdump did not read {where} within {READ_TIMEOUT_S:g}s")
     stdout, stderr = out
     if log is not None:
         log.write_bytes(stderr)
     if proc.record.exit_code != 0:
         said = stderr.decode(errors="replace").strip().replace("\n", " / ")
         raise ReadBackError(
-            f"nfdump could not read the records in {folder} ({proc.record.status}): "
+            f"nfdump could not read the records in {where} ({proc.record.status}): "
             f"{said or '(nothing on stderr)'}"
         )
     return parse_flows(stdout.decode(errors="replace"))
 
 
-__all__ = ["ReadBackError", "flow_files", "parse_flows", "read_flows"]
+__all__ = ["ReadBackError", "flow_files", "parse_flows", "read_file", "read_flows"]
