@@ -873,6 +873,11 @@ class GeneratorSpec(_Model):
         (`Generator.give_attack_sessions`) instead of replaying the attack pcap."""
         return False
 
+    def sends_sessions(self) -> bool:
+        """True when this generator, so configured, sends the scenario's two-way `sessions:`:
+        its plugin's `sessions` capability, unless a mode of its own decides (trex: mode astf)."""
+        return bool(GENERATORS.get(self.name).capabilities.sessions)
+
     def offline_expected(self, scenario: Scenario) -> dict[str, Any] | None:
         """What this generator, so configured, writes offline for `scenario` when that is not
         the flows as ntgcore.expected.expected counts them: that function's keys (packets, bytes,
@@ -1711,6 +1716,17 @@ class InlineMultiplySpec(_Model):
         return self
 
 
+def _sends_sessions(name: str, spec: GeneratorSpec | dict[str, Any] | None) -> bool:
+    """Whether generator NAME with options SPEC (a spec, its options, or None) sends sessions;
+    options that do not validate: its capability alone (their own check reports them)."""
+    if not isinstance(spec, GeneratorSpec):
+        try:
+            spec = generator_spec({"name": name, **(spec or {})})
+        except (ValidationError, ValueError):
+            return bool(GENERATORS.get(name).capabilities.sessions)
+    return spec.sends_sessions()
+
+
 class Scenario(_Model):
     version: Literal[1] = Field(description="Scenario format version; this is 1.")
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
@@ -1754,14 +1770,15 @@ class Scenario(_Model):
         """Only generators with the `sessions` capability send them."""
         if not v:
             return v
-        names = [info.data.get("generator", "flowengine")]
+        specs: list[tuple[Any, Any]] = [
+            (info.data.get("generator", "flowengine"), info.data.get("generator_options"))
+        ]
         testbed = info.data.get("testbed")
         if isinstance(testbed, TestbedSpec) and testbed.generators:
-            names = [g.name for g in testbed.generators]
-        for name in dict.fromkeys(names):
+            specs = [(g.name, g) for g in testbed.generators]
+        for name, spec in specs:
             if isinstance(name, str) and name in GENERATORS:
-                caps = GENERATORS.get(name).capabilities
-                if not getattr(caps, "sessions", False):
+                if not _sends_sessions(name, spec):
                     able = [
                         p.name for p in GENERATORS if getattr(p.capabilities, "sessions", False)
                     ]

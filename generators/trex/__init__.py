@@ -740,8 +740,9 @@ class TrexSpec(GeneratorSpec):
     )
     mode: Literal[MODES] | None = Field(  # type: ignore[valid-type]
         None,
-        description="trex: `stl` (default): flows as stateless streams; `astf`: TCP flows "
-        "and `attacks:` TCP sessions as TRex's own TCP connections (generators/trex/README.md).",
+        description="trex: `stl` (default): flows as stateless streams; `astf`: TCP flows, "
+        "TCP `sessions:` and `attacks:` TCP sessions as TRex's own TCP connections "
+        "(generators/trex/README.md).",
     )
     server_iface: str | None = Field(
         None,
@@ -769,6 +770,11 @@ class TrexSpec(GeneratorSpec):
 
     def plays_attacks(self) -> bool:
         return self.mode == "astf"  # the `attacks:` TCP sessions on TRex's own TCP stack
+
+    def sends_sessions(self) -> bool:
+        """Mode astf maps the TCP `sessions:` onto ASTF templates (astf_profile.py); stl
+        refuses them."""
+        return self.mode == "astf"
 
     def offline_expected(self, scenario) -> dict | None:
         """Mode astf offline writes the profile's TCP connections (refusals: GeneratorError)."""

@@ -6,7 +6,8 @@ Per template (astf_profile.TemplateSpec): `limit` connections, the k-th opened a
 (TRex opens them at random times, `cps` a second on average: ours is that mean schedule,
 deterministic); client and server addresses taken in turn over their ranges (TRex's `seq`
 distribution); the client port CLIENT_PORT_FIRST + (how many connections that client address
-opened before), wrapping after 65535 (TRex's stack picks its own: 10942-63162 seen for 49
+opened before, in this template and in the earlier templates of the same client range: the
+dialogues of one `sessions:` entry share it), wrapping after 65535 (TRex's stack picks its own: 10942-63162 seen for 49
 connections); each connection a full session: handshake, the template's messages in order cut
 into MSS-sized segments, each ACKed, FIN both ways. Within a session the segments follow each
 other SEGMENT_GAP_NS apart; sessions overlap in time and their packets are merged in time order. Streaming: a heap holds the sessions open at the current time and one next
@@ -45,8 +46,8 @@ def connection_seed(seed: int, template: int, k: int) -> int:
 class TemplatePlan:
     """One template's connections: addresses, ports, start times, payloads (decoded once)."""
 
-    def __init__(self, index: int, t: TemplateSpec) -> None:
-        self.index, self.t = index, t
+    def __init__(self, index: int, t: TemplateSpec, port_offset: int = 0) -> None:
+        self.index, self.t, self.port_offset = index, t, port_offset
         self.client0 = int(ipaddress.IPv4Address(t.client[0]))
         self.nclients = int(ipaddress.IPv4Address(t.client[1])) - self.client0 + 1
         self.server0 = int(ipaddress.IPv4Address(t.server[0]))
@@ -56,7 +57,7 @@ class TemplatePlan:
     def session(self, k: int, seed: int, macs: tuple[bytes, bytes]) -> Iterator[tuple[bool, bytes]]:
         client = (self.client0 + k % self.nclients).to_bytes(4, "big")
         server = (self.server0 + k % self.nservers).to_bytes(4, "big")
-        cport = CLIENT_PORT_FIRST + (k // self.nclients) % CLIENT_PORTS
+        cport = CLIENT_PORT_FIRST + (self.port_offset + k // self.nclients) % CLIENT_PORTS
         return P.tcp_session(
             client,
             server,
@@ -74,7 +75,13 @@ def astf_frames(
 ) -> Iterator[tuple[int, bytes]]:
     """(time in ns from 0, Ethernet frame) of every connection of `profile`, in time order (ties:
     the order they were scheduled in)."""
-    plans = [TemplatePlan(i, t) for i, t in enumerate(profile.templates)]
+    plans = []
+    used: dict[tuple[str, str], int] = {}  # client ports taken per client range so far
+    for i, t in enumerate(profile.templates):
+        offset = used.get(t.client, 0)
+        plan = TemplatePlan(i, t, offset)
+        used[t.client] = offset + -(-t.limit // plan.nclients)
+        plans.append(plan)
     order = itertools.count()
     # (time, order, plan, k, None): connection k of plan opens; (time, order, None, 0, frames):
     # the next frame of an open connection

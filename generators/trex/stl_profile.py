@@ -576,9 +576,12 @@ def build_profile(
     `latency_pps`: one latency probe stream per flow beside its traffic (`latency_probe`)."""
     if rate_unit not in RATE_UNITS:
         raise GeneratorError(f"rate_unit {rate_unit!r}: expected one of {', '.join(RATE_UNITS)}")
-    if scenario.sessions:  # refused at validation for trex; a script may still ask
+    if scenario.sessions:  # stateless streams are one-way: TCP sessions need mode astf
+        first = scenario.sessions[0]
         raise GeneratorError(
-            "sessions[0]: trex does not send two-way `sessions:`; the flowengine does"
+            "sessions[0]" + (f" ({first.name})" if first.name else "") + ": mode stl sends "
+            "one-way streams; two-way `sessions:` need `mode: astf` (TCP sessions on TRex's own "
+            "stack) or the flowengine"
         )
     check_latency_pps(latency_pps, len(scenario.flows))
     flows = list(scenario.flows)
