@@ -706,8 +706,10 @@ def _plot_field(results: Mapping[str, FidelityResult], name: str, path: Path) ->
             c = r.tables["cdf"]
             g = c[(c["field"] == name) & (c["trace"] == "generated")]
             ax.step(g["value"], g["q"], where="post", color=color, linewidth=1.4, label=n)
-        if name != "flow_start" and o["value"].min() > 0 and o["value"].max() > 100:
-            ax.set_xscale("log")
+        positive = o["value"][o["value"] > 0]
+        if name != "flow_start" and len(positive) and o["value"].max() > 100 * positive.min():
+            # heavy tails over decades: logarithmic, linear near 0 (single-packet flows last 0)
+            ax.set_xscale("symlog", linthresh=float(positive.min()))
     else:
         cats = first.tables["categories"]
         o = cats[(cats["field"] == name) & (cats["trace"] == "original")]
@@ -743,7 +745,7 @@ def _plot_summary(results: Mapping[str, FidelityResult], path: Path) -> Path:
         ax.bar(x + i * width, values, width, color=color, label=n)
     ax.axhline(TARGETS["jsd"], color="#b42318", linestyle="--", linewidth=1, label="target")
     ax.set_xticks(x + width * (len(results) - 1) / 2, names, rotation=45, fontsize=8, ha="right")
-    legend(ax)
+    ax.legend(loc="upper right", frameon=False, fontsize=8)  # below, it would meet the labels
     save(fig, path)
     return path
 

@@ -497,6 +497,29 @@ class ProtocolMix(_Model):
         return [(p, w / total) for p, w in self.choices.items()]
 
 
+class CloseMix(_Model):
+    """How TCP instances end: `fin`, `rst`, `none` (left open, as a connection a capture ends
+    in), or weighted `{choices: {fin: 60, rst: 10, none: 30}}`."""
+
+    choices: dict[Literal["fin", "rst", "none"], Annotated[float, Field(gt=0, le=1e12)]] = Field(
+        min_length=1
+    )
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if v not in ("fin", "rst", "none"):
+                raise ValueError("expected fin, rst, none or {choices: {fin: 60, none: 40}}")
+            return {"choices": {v: 1}}
+        return v
+
+    def shares(self) -> list[tuple[str, float]]:
+        total = sum(self.choices.values())
+        return [(c, w / total) for c, w in self.choices.items()]
+
+
 class RateStep(_Model):
     length: Duration = Field(alias="for", description="How long this step lasts.")
     rate: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = Field(
@@ -563,12 +586,14 @@ class Profile(_Model):
 
 @dataclass(frozen=True)
 class SessionPart:
-    """One engine `session` line of a session entry: one protocol in one profile step."""
+    """One engine `session` line of a session entry: one protocol (and TCP close) in one
+    profile step."""
 
     protocol: str
     start: int
     count: int
     arrival: Distribution
+    close: str = "fin"
 
 
 def _split(total: int, shares: list[float]) -> list[int]:
@@ -616,7 +641,10 @@ class Session(_Model):
     )
     request_bytes: BytesDist = Field(description="Bytes of the client's request per round.")
     response_bytes: BytesDist = Field(description="Bytes of the server's response per round.")
-    close: Literal["fin", "rst"] = Field("fin", description="TCP teardown.")
+    close: CloseMix = Field(
+        default_factory=lambda: CloseMix.model_validate("fin"),
+        description="TCP teardown: fin, rst, none (left open) or {choices: {fin: 60, none: 40}}.",
+    )
     think: Duration = Field(
         0,
         description="Pause before every later round's first packet (a user, a keep-alive "
@@ -720,35 +748,42 @@ class Session(_Model):
 
     @functools.cached_property
     def _parts(self) -> tuple[SessionPart, ...]:
-        """The engine lines: one per protocol (without a profile) or per profile step and
-        protocol, with their instance counts (summing to `instances`) and arrivals. A protocol
-        of share s keeps the arrival distribution stretched by 1/s (exact thinning for an
+        """The engine lines: one per protocol (TCP: per close) without a profile, or per profile
+        step and protocol, with their instance counts (summing to `instances`) and arrivals. A
+        protocol (or TCP close) of share s keeps the arrival distribution stretched by 1/s (exact thinning for an
         exponential arrival, the same mean rate for the others); a profile step of length L with
         n instances stretches it so that its mean is L / n."""
-        protocols = self.protocol.shares()
+        protocols: list[tuple[str, str, float]] = []  # (protocol, TCP close, share)
+        for proto, share in self.protocol.shares():
+            if proto == "tcp":
+                protocols += [(proto, c, share * cs) for c, cs in self.close.shares()]
+            else:  # UDP ignores the close; its line carries the first one given
+                protocols.append((proto, next(iter(self.close.choices)), share))
         total = self.instances
         mean = self.arrival.mean()
         out: list[SessionPart] = []
         if self.profile is None:
-            counts = _split(total, [s for _, s in protocols])
-            for (proto, share), n in zip(protocols, counts):
+            counts = _split(total, [s for _, _, s in protocols])
+            for (proto, close, share), n in zip(protocols, counts):
                 if n:
                     arrival = self.arrival if share == 1 else self.arrival.scaled(1 / share)
-                    out.append(SessionPart(proto, self.start, n, arrival))
+                    out.append(SessionPart(proto, self.start, n, arrival, close))
             return tuple(out)
         steps = self.profile.rate_steps()
         weight = sum(length * rate for length, rate in steps)
         step_counts = _split(total, [length * rate / weight for length, rate in steps])
         begin = self.start
         for (length, _), n_step in zip(steps, step_counts):
-            for (proto, _), n in zip(protocols, _split(n_step, [s for _, s in protocols])):
+            for (proto, close, _), n in zip(
+                protocols, _split(n_step, [s for _, _, s in protocols])
+            ):
                 if not n:
                     continue
                 if mean > 0:
                     arrival = self.arrival.scaled(length / (n * mean))
                 else:
                     arrival = self.arrival
-                out.append(SessionPart(proto, begin, n, arrival))
+                out.append(SessionPart(proto, begin, n, arrival, close))
             begin += length
         return tuple(out)
 

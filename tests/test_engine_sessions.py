@@ -313,15 +313,15 @@ def expected_tcp(
         add(0, FIN | ACK, delay=linger)
         add(1, FIN | ACK)
         add(0, ACK)
-    else:
+    elif close == "rst":
         add(0, RST | ACK, delay=linger)
-    return out
+    return out  # close "none": the last exchange ends the instance
 
 
 @needs_tshark
-@pytest.mark.parametrize("close", ["fin", "rst"])
+@pytest.mark.parametrize("close", ["fin", "rst", "none"])
 def test_tcp_session_sequence_and_tshark_analysis(flowengine_bin, tmp_path, close):
-    """One TCP instance: handshake, request, response in flights with ACKs, FIN or RST close,
+    """One TCP instance: handshake, request, response in flights with ACKs, FIN, RST or no close,
     exactly as the README times them; tshark finds no analysis flag, every checksum good and
     sequence/ACK numbers that chain."""
     h, gap = 10_000, 1_000
@@ -806,7 +806,7 @@ ERRORS = [
     (sess_line(win=0), "win: must be >= 1"),
     (sess_line(win=65536), "win: must be 1..65535"),
     (sess_line(rounds=0), "rounds: must be 1..1048576"),
-    (sess_line(close="abort"), "close: must be fin or rst"),
+    (sess_line(close="abort"), "close: must be fin, rst or none"),
     (sess_line(proto=1), "proto: must be 6 (TCP) or 17 (UDP)"),
     (sess_line(client_mode="sometimes"), "client_mode: must be fixed, random, increment or D:ID"),
     (sess_line(reps=2**64 - 1), "reps: the last packet could be due after 2^32 s"),

@@ -91,7 +91,7 @@ def test_the_learned_tcp_entries_become_k_dialogues_per_port_at_the_entrys_rate(
         "sessions[0] (web): rtt, gap, mss, window, think, linger: TRex's TCP stack",
         "sessions[1] (mixed): profile: 2 steps opened at their mean rate",
         "sessions[1] (mixed): rtt, gap, mss, window, think, linger: TRex's TCP stack paces and "
-        "segments the dialogue; client ports: TRex's; close rst: TRex closes with FIN",
+        "segments the dialogue; client ports: TRex's; close rst or none: TRex closes with FIN",
         "sessions: port 443: 8 templates told apart by the first 1 byte(s)",
     ):
         assert words in notes, (words, notes)

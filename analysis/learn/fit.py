@@ -557,9 +557,7 @@ def fit_sessions(
         e["request_bytes"] = dist_of(*round_samples(t, rows, False, extras.datagrams))
         e["response_bytes"] = dist_of(*round_samples(t, rows, True, extras.datagrams))
         closes = t.close[rows]
-        e["close"] = (
-            "rst" if np.count_nonzero(closes == 2) > np.count_nonzero(closes == 1) else "fin"
-        )
+        e["close"] = close_mix(closes, packets=extras.wire_hist is not None)
         think_ns, linger_ns = pauses(t, rows)
         if think_ns > 0:
             e["think"] = _time(think_ns)
@@ -591,6 +589,22 @@ def fit_sessions(
     if extras.wire_hist is not None and extras.wire_hist.sum():
         report["packet_sizes"] = _size_summary(extras.wire_hist)
     return entries, report
+
+
+def close_mix(closes: np.ndarray, packets: bool) -> Any:
+    """How a class's TCP sessions end, as the share of each: FIN (code 1), RST (2), and, from
+    packets, none seen (0: still open when the capture ended, or begun before it and never
+    closed in it); flow records without TCP flags cannot tell, so they count only what they saw
+    (no close seen at all: `fin`)."""
+    counts = {
+        "fin": int(np.count_nonzero(closes == 1)),
+        "rst": int(np.count_nonzero(closes == 2)),
+        "none": int(np.count_nonzero(closes == 0)) if packets else 0,
+    }
+    counts = {k: v for k, v in counts.items() if v}
+    if len(counts) <= 1:
+        return next(iter(counts), "fin")
+    return {"choices": counts}
 
 
 def _size_summary(hist: np.ndarray) -> dict[str, float]:

@@ -139,7 +139,7 @@ def session_line(session: Session, part: SessionPart, scenario: Scenario, dists:
         f"rounds={dists.value(session.rounds)}",
         f"req={dists.value(session.request_bytes)}",
         f"resp={dists.value(session.response_bytes)}",
-        f"close={session.close}",
+        f"close={part.close}",
     ]
     if session.think:  # optional keys: a line without them is as before they existed
         fields.append(f"think={session.think}")

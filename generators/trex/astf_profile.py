@@ -438,7 +438,11 @@ def session_templates(i: int, entry, seed: int, notes: list[str]) -> list[Templa
     notes.append(
         f"{label}: rtt, gap, mss, window, think, linger: TRex's TCP stack paces and segments "
         f"the dialogue; client ports: TRex's"
-        + ("; close rst: TRex closes with FIN" if entry.close == "rst" else "")
+        + (
+            "; close rst or none: TRex closes with FIN"
+            if set(entry.close.choices) - {"fin"}
+            else ""
+        )
     )
     out = []
     for (port, _w), n_port in zip(ports, _largest_remainder(count, [w for _p, w in ports])):

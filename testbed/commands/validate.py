@@ -150,7 +150,8 @@ def _packets_per_instance(session: Session) -> float:
     for proto, share in session.protocol.shares():
         if proto == "tcp":
             data = (segs[0] + segs[1]) + np.ceil(segs[0] / 2) + np.ceil(segs[1] / 2)
-            fixed = 3 + (3 if session.close == "fin" else 1)
+            ends = {"fin": 3, "rst": 1, "none": 0}
+            fixed = 3 + sum(cs * ends[c] for c, cs in session.close.shares())
         else:
             data, fixed = segs[0] + segs[1], 0
         total += share * float(np.mean(rounds * data + fixed))

@@ -559,7 +559,9 @@ static int tcp_next(const struct sess_line *sl, struct sess_state *ss, const str
     default: /* PH_FIN3, PH_RST */
         return 0;
     }
-    if (sl->close_rst)
+    if (sl->close_rst == SESS_CLOSE_NONE)
+        return 0; /* left open: the last exchange was the instance's last packet */
+    if (sl->close_rst == SESS_CLOSE_RST)
         bare_packet(ss, PH_RST, 0, TCP_RST | TCP_ACK, ss->seq[1]);
     else
         bare_packet(ss, PH_FIN1, 0, TCP_FIN | TCP_ACK, ss->seq[1]);

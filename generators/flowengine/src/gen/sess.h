@@ -38,6 +38,11 @@
 
 #define SESS_MAX_ROUNDS (1u << 20)
 
+/* How a TCP instance ends (the `close` key): FIN both ways, a client RST, or not at all (the
+ * instance just stops after its last exchange, as a connection still open when a capture
+ * ends). */
+enum { SESS_CLOSE_FIN, SESS_CLOSE_RST, SESS_CLOSE_NONE };
+
 /* A value that is fixed (dist NULL) or drawn from a dist. */
 struct sess_val {
     uint64_t fixed;
@@ -48,7 +53,7 @@ struct sess_line {
     uint64_t h, gap;        /* rtt / 2 and the spacing within a flight */
     uint64_t think, linger; /* 0: none (the h / gap rule) */
     uint32_t mss, win;
-    uint8_t close_rst; /* TCP: 1 rst, 0 fin */
+    uint8_t close_rst; /* TCP: SESS_CLOSE_FIN, _RST or _NONE */
     struct sess_val rounds, req, resp, arrival;
     const struct fe_dist *cdist, *sdist;         /* host offset dists (mode FE_DIST) */
     const struct fe_dist *cpdist, *spdist;       /* port dists (mode FE_DIST, FE_DECK) */

@@ -757,11 +757,13 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
         return fail(p, "rounds: dist values must be at most %u (largest %llu) (got %s)",
                     SESS_MAX_ROUNDS, (unsigned long long)k.rounds.dist->hi, val[XK_ROUNDS]);
     if (!strcmp(val[XK_CLOSE], "fin"))
-        k.close_rst = 0;
+        k.close_rst = SESS_CLOSE_FIN;
     else if (!strcmp(val[XK_CLOSE], "rst"))
-        k.close_rst = 1;
+        k.close_rst = SESS_CLOSE_RST;
+    else if (!strcmp(val[XK_CLOSE], "none"))
+        k.close_rst = SESS_CLOSE_NONE;
     else
-        return fail(p, "close: must be fin or rst (got %s)", shown(val[XK_CLOSE]));
+        return fail(p, "close: must be fin, rst or none (got %s)", shown(val[XK_CLOSE]));
     k.h /= 2; /* rtt -> h */
     if (sess_line_build(f, &k, why, sizeof why))
         return fail(p, "%s", why);
