@@ -23,7 +23,14 @@ from conftest import skip_or_fail
 
 from analysis.capture import COLUMNS, Capture, address_text, read_capture
 from analysis.export import export_captures
-from analysis.fidelity import Trace, compare_traces, pool_traces, read_trace
+from analysis.fidelity import (
+    FidelityResult,
+    Trace,
+    compare_traces,
+    metric_names,
+    pool_traces,
+    read_trace,
+)
 from analysis.learn import LearnError, LearnOptions, learn_capture
 from analysis.learn.fit import (
     Extras,
@@ -38,6 +45,7 @@ from analysis.learn.sessions import PacketSessions, SessionTable
 from generators.flowengine.session import compile_session
 from ntgcore.scenario import parse_scenario
 from testbed.cli import main
+from testbed.commands.learn import tie_of, worse_than_baseline
 from testbed.meters.collector.nfdump import read_file
 
 NS = 1_000_000_000
@@ -716,3 +724,42 @@ def test_three_years_of_dns_are_not_three_years_of_traffic(shared_pcaps):
     assert r.report["clock_jumps"]["jumps"] >= 1
     assert r.report["span_ns"] < 3600 * NS  # the jumps are left out of the span
     assert any("clock jumps" in w for w in r.report["warnings"])
+
+
+ENDS = """\
+version: 1
+name: learn-ends
+sessions:
+  - {name: web, protocol: tcp, client: 198.18.0.0/24, server: 198.18.1.10, server_port: 8000,
+     count: 40, arrival: 1ms, rtt: 200us, request_bytes: 300, response_bytes: 900,
+     close: {choices: {fin: 20, rst: 5, none: 15}}}
+"""
+
+
+def test_how_sessions_end_is_learned_as_a_close_choice(tmp_path, flowengine_bin, pcaplib):
+    """Sessions closed with FIN, with RST, and not at all (still open when the capture ends):
+    the class's close is the weighted choice of the three, and played again it ends the same."""
+    r = learned([engine_pcap(flowengine_bin, ENDS, tmp_path / "ends.pcap")])
+    e = entry(r, "tcp-8000")
+    assert e["close"] == {"choices": {"fin": 20, "rst": 5, "none": 15}}
+    (s,) = parse_scenario(r.yaml_text).sessions
+    assert [(p.close, p.count) for p in s.parts()] == [("fin", 20), ("rst", 5), ("none", 15)]
+
+
+def test_the_check_calls_a_model_worse_only_beyond_the_inputs_noise():
+    """learn --check: a learned metric counts as worse than the baseline's only by more than
+    max(0.01, 0.5 / sqrt(flows of the input)); Spearman is better when higher."""
+    assert tie_of(10_000) == 0.01 and tie_of(25) == pytest.approx(0.1)
+
+    def result(**m):
+        metrics = dict.fromkeys(metric_names(), 0.0)
+        metrics.update(m)
+        return FidelityResult("a", "b", metrics, {}, {}, [])
+
+    learned_r = result(nemd_flow_start=0.05, jsd_src_port=0.02, spearman_ports=0.5)
+    baseline_r = result(nemd_flow_start=0.02, jsd_src_port=0.015, spearman_ports=0.9)
+    assert worse_than_baseline(learned_r, baseline_r, 0.01) == [
+        "nemd_flow_start",
+        "spearman_ports",
+    ]
+    assert worse_than_baseline(learned_r, baseline_r, 0.5) == []

@@ -346,3 +346,23 @@ def test_cycle_ports_compile_to_a_deck_and_think_and_linger_only_when_set():
     assert line["think"] == "2000000000" and line["linger"] == "250000000"
     _, (plain,) = parsed_lines(compile_session(parse_scenario(scenario(WEB), "s.yaml")))
     assert "think" not in plain and "linger" not in plain  # as before the keys existed
+
+
+def test_a_close_choice_splits_the_tcp_share_into_lines():
+    text = scenario(
+        WEB.replace("protocol: tcp", "protocol: {choices: {tcp: 3, udp: 1}}")
+        + "  close: {choices: {fin: 2, none: 1}}\n"
+    )
+    s = parse_scenario(text, "s.yaml")
+    parts = [(p.protocol, p.close, p.count) for p in s.sessions[0].parts()]
+    assert parts == [("tcp", "fin", 500), ("tcp", "none", 250), ("udp", "fin", 250)]
+    _, lines = parsed_lines(compile_session(s))
+    assert [(x["proto"], x["close"], x["reps"]) for x in lines] == [
+        ("6", "fin", "500"),
+        ("6", "none", "250"),
+        ("17", "fin", "250"),
+    ]
+    # each line's arrival stretched by 1 / its share: the rates add up to the entry's
+    means = [p.arrival.mean() for p in s.sessions[0].parts()]
+    assert sum(1 / m for m in means) == pytest.approx(1 / s.sessions[0].arrival.mean())
+    assert problems(scenario(WEB + "  close: half\n"))[0].startswith("s.yaml:")
