@@ -6,6 +6,7 @@ adapter's counters are compared with the peer veth's rx counter, which nothing e
 
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +155,17 @@ def test_parse_stats():
         "truncated": 0,
     }
     assert parse_stats("tcpreplay: fatal error") is None
+
+
+@live
+def test_replays_two_way_sessions_compiled_by_the_engine(flowengine_bin, pair, tmp_path):
+    """tcpreplay has the `sessions` capability: it replays what the engine writes for them."""
+    s = parse_scenario(
+        (Path(__file__).resolve().parent.parent / "scenarios" / "learned-web.yaml").read_text()
+    )
+    gen = get_generator("tcpreplay")
+    gen.prepare(s, tmp_path, 7, Endpoint(pair.gen, "veth0"))
+    rx = run(gen, pair, timeout=60)
+    c = gen.counters()
+    assert gen.status() == "completed"
+    assert c.packets_sent == rx == 5749 and c.packets_failed == 0  # the capture hash's packets
