@@ -582,6 +582,133 @@ def test_udp_think_and_ignored_linger(flowengine_bin, tmp_path):
     assert [t for t, _, _ in iter_frames(a)][4] == want[3] + h  # round 1 after h, not think
 
 
+# ---- think and linger drawn from a dist (D:ID) ----------------------------------------------
+
+PAUSE_C = 4 * (1 << 20)  # think / linger draws: base + 4 * SESS_MAX_ROUNDS (+ r for round r)
+THINK_BINS = [(10_000, 10_000, 1), (3_000_000, 3_000_000, 2), (20_000_000, 20_000_000, 5)]
+LINGER_BINS = [(40_000, 40_000, 3), (3_000_000, 3_000_000, 1), (500_000, 500_000, 1)]
+
+
+def point_values(bins: list[tuple[int, int, int]], r: np.ndarray) -> np.ndarray:
+    """Values of a dist of one-value bins from its one draw per value."""
+    return dist_values(bins, r, np.zeros_like(r))
+
+
+def chi2(vals: np.ndarray, bins: list[tuple[int, int, int]]) -> float:
+    w = np.array([b[2] for b in bins], dtype=float)
+    expect = len(vals) * w / w.sum()
+    counts = np.array([np.count_nonzero(vals == a) for a, _, _ in bins], dtype=float)
+    return float(((counts - expect) ** 2 / expect).sum())
+
+
+def tcp_pauses(pcap: Path) -> tuple[np.ndarray, dict[int, list[int]], dict[int, int]]:
+    """Per instance (its client port; IPv4 TCP, client 198.18.0.x): the delays before the
+    client's data segments of rounds 1 on and before its FIN, read back from the pcap."""
+    last: dict[int, int] = {}
+    seen_data: Counter[int] = Counter()
+    think: dict[int, list[int]] = defaultdict(list)
+    linger: dict[int, int] = {}
+    for t, _, f in iter_frames(pcap):
+        client = f[26:29] == bytes([198, 18, 0])
+        cport = struct.unpack_from("!H", f, 34 if client else 36)[0]
+        flags, plen = f[47], len(f) - 54
+        if client and plen:
+            if seen_data[cport]:
+                think[cport].append(t - last[cport])
+            seen_data[cport] += 1
+        if client and flags & FIN:
+            linger[cport] = t - last[cport]
+        last[cport] = t
+    ports = np.array(sorted(think), dtype=np.int64)
+    return ports, think, linger
+
+
+def test_think_and_linger_from_dists(flowengine_bin, tmp_path):
+    """think=D: and linger=D: (three values each, one of them h, one shared by both): every
+    pause read back from the pcap is one of the values, exactly the README's draw (round r's
+    think at base + 4 * 2^20 + r, the linger at base + 4 * 2^20), their frequencies match the
+    weights, and --threads 2 writes the same bytes."""
+    n, h = 2000, 10_000
+    sess = write(
+        tmp_path,
+        dist_line(1, THINK_BINS),
+        dist_line(2, LINGER_BINS),
+        sess_line(
+            reps=n,
+            client="198.18.0.0/24",
+            arrival=100_000,
+            rtt=2 * h,
+            rounds=3,
+            req=100,
+            resp=2500,
+            think="D:1",
+            linger="D:2",
+        ),
+        seed=5,
+    )
+    pcap, rows, summ = run(flowengine_bin, tmp_path, sess)
+    assert summ["flows_finished"] == n
+    ports, think, linger = tcp_pauses(pcap)
+    assert len(ports) == n and all(len(think[p]) == 2 for p in ports)
+    got_t = np.array([think[p] for p in ports], dtype=np.int64)  # [instance, round 1 / 2]
+    got_l = np.array([linger[p] for p in ports], dtype=np.int64)
+    # Increment ports from 1024: the instance's serial; TCP: ISNs at draws 1, 2, base 3.
+    rng0 = stream_start(5, ports - 1024)
+    base = 3 + PAUSE_C
+    for r in (1, 2):
+        assert np.array_equal(got_t[:, r - 1], point_values(THINK_BINS, draw(rng0, base + r)))
+    assert np.array_equal(got_l, point_values(LINGER_BINS, draw(rng0, base)))
+    assert set(np.unique(got_t)) <= {a for a, _, _ in THINK_BINS}
+    assert chi2(got_t.ravel(), THINK_BINS) < 18.4  # 2 degrees of freedom: p < 1e-4
+    assert chi2(got_l, LINGER_BINS) < 18.4
+    # A round's two thinks are independent draws (not one per instance).
+    assert np.count_nonzero(got_t[:, 0] != got_t[:, 1]) > n // 4
+    two, _, _ = run(flowengine_bin, tmp_path, sess, "--threads", 2, tag="2")
+    assert two.read_bytes() == pcap.read_bytes()
+    assert (tmp_path / "out2.csv").read_bytes() == (tmp_path / "out.csv").read_bytes()
+
+
+def test_udp_think_from_a_dist(flowengine_bin, tmp_path):
+    """UDP: the think before each later round's first datagram is the round's own draw;
+    linger=D: is checked and ignored."""
+    n, h = 600, 5_000
+    sess = write(
+        tmp_path,
+        dist_line(1, THINK_BINS),
+        dist_line(2, LINGER_BINS),
+        sess_line(
+            proto=17,
+            reps=n,
+            arrival=50_000,
+            rtt=2 * h,
+            gap=100,
+            rounds=4,
+            req=150,
+            resp=300,
+            mss=1000,
+            sport="53-53",
+            think="D:1",
+            linger="D:2",
+        ),
+        seed=8,
+    )
+    pcap, _, _ = run(flowengine_bin, tmp_path, sess)
+    times: dict[int, list[int]] = defaultdict(list)
+    for t, _, f in iter_frames(pcap):
+        client = f[26:29] == bytes([198, 18, 0])
+        times[struct.unpack_from("!H", f, 34 if client else 36)[0]].append(t)
+    ports = np.array(sorted(times), dtype=np.int64)
+    ts = np.array([times[p] for p in ports], dtype=np.int64)  # 4 rounds x (request, response)
+    assert ts.shape == (n, 8)
+    assert np.all(ts[:, 1::2] - ts[:, 0::2] == h)  # each response h after its request
+    got = ts[:, 2::2] - ts[:, 1:-1:2]  # before the requests of rounds 1..3
+    # UDP, increment client and port, fixed rounds: no activation draw, base 1.
+    rng0 = stream_start(8, ports - 1024)
+    want = np.stack([point_values(THINK_BINS, draw(rng0, 1 + PAUSE_C + r)) for r in (1, 2, 3)])
+    assert np.array_equal(got, want.T)
+    assert chi2(got.ravel(), THINK_BINS) < 18.4
+
+
 # ---- decks (P:ID) --------------------------------------------------------------------------
 
 DECK_C = 0xA54FF53A5F1D36F1
@@ -845,6 +972,27 @@ ERRORS = [
     (sess_line(linger=2**32 * 10**9), "linger: must be below 2^32 s"),
     (sess_line(rounds=1000, think=10**16), "reps: the last packet could be due after 2^32 s"),
     (sess_line(think=1) + " think=2", "think: given twice"),
+    (
+        "dist 1 1000-1000:1 2000-2999:1\n" + sess_line(think="D:1"),
+        "think: D: needs bins of one value (LO-LO:W); bin 1 of the dist is 2000-2999",
+    ),
+    (
+        "dist 1 " + " ".join(f"{i}-{i}:1" for i in range(1, 66)) + "\n" + sess_line(linger="D:1"),
+        "linger: D: needs a dist of at most 64 bins (one FIFO class each), it has 65",
+    ),
+    ("dist 1 0-0:1 5-5:1\n" + sess_line(think="D:1"), "think: dist values must be at least 1 ns"),
+    ("dist 1 0-0:1\n" + sess_line(linger="D:1"), "linger: dist values must be at least 1 ns"),
+    (
+        "dist 1 1-1:1 4294967296000000000-4294967296000000000:1\n" + sess_line(linger="D:1"),
+        "linger: dist values must be below 2^32 s, the pcap limit",
+    ),
+    (sess_line(think="D:4"), "think: dist 4 is not defined"),
+    (sess_line(linger="D:x"), "linger: expected N or D:ID with ID 0..65535"),
+    (
+        "dist 1 5-5:1 10000000000000000-10000000000000000:1\n"
+        + sess_line(rounds=1000, think="D:1"),
+        "reps: the last packet could be due after 2^32 s",
+    ),
 ]
 
 

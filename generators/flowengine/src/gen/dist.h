@@ -89,6 +89,14 @@ static inline uint64_t dist_draw_at(const struct fe_dist *d, uint64_t rng0, uint
     return b->lo + rng_mix(rng0 + (j + 1) * RNG_GOLDEN) % (b->span + 1);
 }
 
+/* The bin of draw j (1-based) of the instance stream that starts at rng0: for
+ * a dist whose bins are one value each, the value is d->bin[that].lo and the
+ * draw reads nothing else (as dist_draw_at). */
+static inline uint32_t dist_bin_at(const struct fe_dist *d, uint64_t rng0, uint64_t j)
+{
+    return dist_bin_of(d, rng_mix(rng0 + j * RNG_GOLDEN));
+}
+
 /* Card j (< d->total) of a deck (d->cum not NULL). */
 static inline uint64_t dist_card(const struct fe_dist *d, uint32_t j)
 {

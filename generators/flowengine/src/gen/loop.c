@@ -137,16 +137,49 @@ static void add_cap(uint32_t *cap, uint64_t n)
     *cap = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;
 }
 
+/* The FIFO classes a session line's instances use (h, gap, think and linger
+ * or every value of their dists), each once, into cl; returns how many. */
+static uint32_t sess_line_classes(const struct fe_flow *f, uint32_t *cl)
+{
+    const struct sess_line *sl = f->sess;
+    uint32_t n = 0, c[4 + 2 * SESS_MAX_PAUSES];
+    c[n++] = f->klass;
+    c[n++] = f->klass_gap;
+    c[n++] = f->klass_think;
+    c[n++] = f->klass_linger;
+    for (uint32_t i = 0; sl->think_d && i < sl->think_d->n; i++)
+        c[n++] = sl->think_k[i];
+    for (uint32_t i = 0; sl->linger_d && i < sl->linger_d->n; i++)
+        c[n++] = sl->linger_k[i];
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = 0;
+        while (j < m && cl[j] != c[i])
+            j++;
+        if (j == m)
+            cl[m++] = c[i];
+    }
+    return m;
+}
+
 /* Period classes: flows that share a period share a FIFO (wheel.h). The
  * wheel's nodes (and FIFOs, by the same index) are: the flow lines' classes
  * 0..nfcls-1, then one node per session line (line k is nfcls + k, its FIFO
  * unused), then the session lines' classes (their h's, gaps, and thinks and
- * lingers when set: the distinct values of all of them). So no FIFO
- * mixes flows and sessions, and the flow path tells its classes from
- * everything else with the one compare src < nfcls it always had. */
+ * lingers when set, every value of a D:ID one: the distinct values of all of
+ * them). So no FIFO mixes flows and sessions, and the flow path tells its
+ * classes from everything else with the one compare src < nfcls it always
+ * had. A D:ID think or linger gets its bins' classes in the line's think_k
+ * and linger_k (sess.h), read per pause in O(1). */
 static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uint32_t **init_cap)
 {
-    uint64_t *periods = malloc((nflows ? 4 * nflows : 1) * sizeof *periods);
+    size_t want = 2 * nflows + 1;
+    for (size_t k = 0; k < nflows; k++)
+        if (e->flows[k].kind == FE_K_SESS) {
+            const struct sess_line *sl = e->flows[k].sess;
+            want += 2 + (sl->think_d ? sl->think_d->n : 1) + (sl->linger_d ? sl->linger_d->n : 1);
+        }
+    uint64_t *periods = malloc(want * sizeof *periods);
     if (!periods)
         return -ENOMEM;
     size_t np = 0, ns = 0;
@@ -160,9 +193,15 @@ static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uin
             const struct sess_line *sl = e->flows[k].sess;
             sp[ns++] = sl->h;
             sp[ns++] = sl->gap;
-            if (sl->think)
+            if (sl->think_d)
+                for (uint32_t i = 0; i < sl->think_d->n; i++)
+                    sp[ns++] = sl->think_d->bin[i].lo;
+            else if (sl->think)
                 sp[ns++] = sl->think;
-            if (sl->linger)
+            if (sl->linger_d)
+                for (uint32_t i = 0; i < sl->linger_d->n; i++)
+                    sp[ns++] = sl->linger_d->bin[i].lo;
+            else if (sl->linger)
                 sp[ns++] = sl->linger;
         }
     uint32_t nsc = distinct(sp, ns), s0 = nf + (uint32_t)nflows, n = s0 + nsc;
@@ -176,19 +215,21 @@ static int assign_classes(struct loop *e, size_t nflows, uint32_t *nclasses, uin
         if (f->kind == FE_K_STREAM)
             continue;
         if (f->kind == FE_K_SESS) {
-            const struct sess_line *sl = f->sess;
+            struct sess_line *sl = f->sess;
+            uint32_t cl[4 + 2 * SESS_MAX_PAUSES];
             f->klass = s0 + find_class(sp, nsc, sl->h);
             f->klass_gap = s0 + find_class(sp, nsc, sl->gap);
-            f->klass_think = sl->think ? s0 + find_class(sp, nsc, sl->think) : f->klass;
-            f->klass_linger = sl->linger ? s0 + find_class(sp, nsc, sl->linger) : f->klass;
-            add_cap(&(*init_cap)[f->klass], f->max_live);
-            if (f->klass_gap != f->klass)
-                add_cap(&(*init_cap)[f->klass_gap], f->max_live);
-            if (f->klass_think != f->klass && f->klass_think != f->klass_gap)
-                add_cap(&(*init_cap)[f->klass_think], f->max_live);
-            if (f->klass_linger != f->klass && f->klass_linger != f->klass_gap &&
-                f->klass_linger != f->klass_think)
-                add_cap(&(*init_cap)[f->klass_linger], f->max_live);
+            f->klass_think =
+                sl->think && !sl->think_d ? s0 + find_class(sp, nsc, sl->think) : f->klass;
+            f->klass_linger =
+                sl->linger && !sl->linger_d ? s0 + find_class(sp, nsc, sl->linger) : f->klass;
+            for (uint32_t i = 0; sl->think_d && i < sl->think_d->n; i++)
+                sl->think_k[i] = s0 + find_class(sp, nsc, sl->think_d->bin[i].lo);
+            for (uint32_t i = 0; sl->linger_d && i < sl->linger_d->n; i++)
+                sl->linger_k[i] = s0 + find_class(sp, nsc, sl->linger_d->bin[i].lo);
+            uint32_t m = sess_line_classes(f, cl);
+            for (uint32_t i = 0; i < m; i++)
+                add_cap(&(*init_cap)[cl[i]], f->max_live);
             continue;
         }
         f->klass = find_class(periods, nf, f->period);

@@ -176,8 +176,10 @@ int sess_line_build(struct fe_flow *f, const struct sess_keys *k, char *why, siz
     }
     sl->h = k->h;
     sl->gap = k->gap;
-    sl->think = k->think;
-    sl->linger = k->linger;
+    sl->think = k->think_d ? k->think_d->hi : k->think;
+    sl->linger = k->linger_d ? k->linger_d->hi : k->linger;
+    sl->think_d = k->think_d;
+    sl->linger_d = k->linger_d;
     sl->mss = (uint32_t)k->mss;
     sl->win = (uint32_t)k->win;
     sl->close_rst = (uint8_t)k->close_rst;
@@ -568,6 +570,26 @@ static int tcp_next(const struct sess_line *sl, struct sess_state *ss, const str
     return 1;
 }
 
+/* The first draw index after every round's (README, "Think and linger"): the
+ * linger's; round r's think is this + r (r >= 1). */
+static inline uint64_t pause_base(const struct sess_line *sl)
+{
+    return sl->d_base + 4ull * SESS_MAX_ROUNDS;
+}
+
+/* The think before round r's first packet (r >= 1; sl->think > 0), its class in *klass. */
+static inline uint64_t think_of(const struct fe_flow *f, const struct sess_line *sl,
+                                const struct fe_inst *in, uint32_t r, uint32_t *klass)
+{
+    if (sl->think_d) {
+        uint32_t b = dist_bin_at(sl->think_d, in->rng, pause_base(sl) + r);
+        *klass = sl->think_k[b];
+        return sl->think_d->bin[b].lo;
+    }
+    *klass = f->klass_think;
+    return sl->think;
+}
+
 uint64_t sess_next(const struct fe_flow *f, struct sess_state *ss, const struct fe_inst *in,
                    uint32_t *klass)
 {
@@ -579,11 +601,14 @@ uint64_t sess_next(const struct fe_flow *f, struct sess_state *ss, const struct 
         /* think before a round's first data segment (rounds 1 on: the round
          * moved), linger before the close; else same side: gap, the other
          * side reacts after h. */
-        if (sl->think && ss->phase == PH_DATA && ss->round != round) {
-            *klass = f->klass_think;
-            return sl->think;
-        }
+        if (sl->think && ss->phase == PH_DATA && ss->round != round)
+            return think_of(f, sl, in, ss->round, klass);
         if (sl->linger && (ss->phase == PH_FIN1 || ss->phase == PH_RST)) {
+            if (sl->linger_d) {
+                uint32_t b = dist_bin_at(sl->linger_d, in->rng, pause_base(sl));
+                *klass = sl->linger_k[b];
+                return sl->linger_d->bin[b].lo;
+            }
             *klass = f->klass_linger;
             return sl->linger;
         }
@@ -606,10 +631,8 @@ uint64_t sess_next(const struct fe_flow *f, struct sess_state *ss, const struct 
     if (!next_message(sl, ss, in))
         return 0;
     data_packet(sl, ss);
-    if (sl->think && ss->round != round) {
-        *klass = f->klass_think;
-        return sl->think;
-    }
+    if (sl->think && ss->round != round)
+        return think_of(f, sl, in, ss->round, klass);
     *klass = f->klass;
     return sl->h;
 }

@@ -16,7 +16,8 @@
  * packets of one instance there are h or gap ns, or think (before a round's
  * first packet, rounds 1 on) or linger (before the TCP close) when those are
  * set, so each session line needs up to four FIFO classes (wheel.h): klass
- * (period h), klass_gap, klass_think and klass_linger.
+ * (period h), klass_gap, klass_think and klass_linger; a think or linger
+ * drawn from a dist (D:ID) needs one per value instead (think_k, linger_k).
  *
  * A port of mode FE_DECK (P:ID) is a card of the dist's deck (dist.h): the
  * instance of repetition rep takes card pi_q(rep mod N), N the deck's size,
@@ -24,7 +25,9 @@
  * README, "Session lines"). It needs no per-instance state.
  *
  * Thread safety: sess_line_build once on the main thread while the session
- * is read; afterwards the line is only read. The other functions touch only
+ * is read; then every loop_init (main thread, before any worker starts)
+ * writes think_k and linger_k, the same values each time (the classes depend
+ * on the session's lines only); afterwards the line is only read. The other functions touch only
  * the instance and state they are given. */
 #ifndef FE_SESS_H
 #define FE_SESS_H
@@ -37,6 +40,8 @@
 #include "session.h"
 
 #define SESS_MAX_ROUNDS (1u << 20)
+/* The most values of a think or linger drawn from a dist (D:ID): one FIFO class each. */
+#define SESS_MAX_PAUSES 64u
 
 /* How a TCP instance ends (the `close` key): FIN both ways, a client RST, or not at all (the
  * instance just stops after its last exchange, as a connection still open when a capture
@@ -51,7 +56,14 @@ struct sess_val {
 
 struct sess_line {
     uint64_t h, gap;        /* rtt / 2 and the spacing within a flight */
-    uint64_t think, linger; /* 0: none (the h / gap rule) */
+    uint64_t think, linger; /* 0: none (the h / gap rule); D:ID: the dist's largest value */
+    /* think / linger from a dist of point bins (D:ID), else NULL: round r >= 1's think is
+     * the value of bin think_d->bin[b], b the bin of draw d_base + 4 * SESS_MAX_ROUNDS + r,
+     * and its FIFO class think_k[b]; the linger is drawn once per instance at
+     * d_base + 4 * SESS_MAX_ROUNDS (an index no round's think takes), class linger_k[b].
+     * The classes are filled by the loop (loop.c, assign_classes). */
+    const struct fe_dist *think_d, *linger_d;
+    uint32_t think_k[SESS_MAX_PAUSES], linger_k[SESS_MAX_PAUSES];
     uint32_t mss, win;
     uint8_t close_rst; /* TCP: SESS_CLOSE_FIN, _RST or _NONE */
     struct sess_val rounds, req, resp, arrival;
@@ -87,6 +99,7 @@ struct sess_state {
 struct sess_keys {
     uint64_t h, gap, mss, win, close_rst, think, linger;
     struct sess_val rounds, req, resp, arrival;
+    const struct fe_dist *think_d, *linger_d; /* D:ID (think, linger: 0), else NULL */
 };
 
 /* Completes f (af, proto, addresses, modes, ports, start, reps parsed) as a

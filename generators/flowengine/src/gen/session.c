@@ -670,6 +670,48 @@ static int check_host_dist(const struct parser *p, const char *key, const char *
                 key, bits, (unsigned long long)d->hi, shown(v));
 }
 
+/* think or linger (v, NULL: left out, 0): `N` ns, or `D:ID`, a dist of at most
+ * SESS_MAX_PAUSES bins of one value each, every value 1 ns .. below 2^32 s
+ * (*d; *out 0). The fixed value's range is checked by the caller. */
+static int check_pause(const struct parser *p, const struct fe_session *s, const char *key,
+                       const char *v, uint64_t *out, const struct fe_dist **d)
+{
+    const struct fe_dist *x;
+    *d = NULL;
+    *out = 0;
+    if (!v)
+        return 0;
+    if (strncmp(v, "D:", 2)) {
+        if (session_parse_u64(v, out))
+            return fail(p, "%s: expected a non-negative integer or D:ID (got %s)", key, shown(v));
+        return 0;
+    }
+    if (dist_ref(p, s, key, v, "N or D:ID", &x))
+        return -EINVAL;
+    for (uint32_t i = 0; i < x->n; i++)
+        if (x->bin[i].span)
+            return fail(p,
+                        "%s: D: needs bins of one value (LO-LO:W); bin %u of the dist is "
+                        "%llu-%llu (got %s)",
+                        key, i, (unsigned long long)x->bin[i].lo,
+                        (unsigned long long)(x->bin[i].lo + x->bin[i].span), shown(v));
+    if (x->n > SESS_MAX_PAUSES)
+        return fail(p,
+                    "%s: D: needs a dist of at most %u bins (one FIFO class each), it has %u "
+                    "(got %s)",
+                    key, SESS_MAX_PAUSES, x->n, shown(v));
+    if (x->lo < 1)
+        return fail(p, "%s: dist values must be at least 1 ns (the smallest is 0) (got %s)", key,
+                    shown(v));
+    if (x->hi >= FE_TIME_LIMIT)
+        return fail(p,
+                    "%s: dist values must be below 2^32 s, the pcap limit (the largest is %llu) "
+                    "(got %s)",
+                    key, (unsigned long long)x->hi, shown(v));
+    *d = x;
+    return 0;
+}
+
 static int parse_session(const struct parser *p, char **tok, size_t ntok, struct fe_session *s,
                          struct fe_flow *f)
 {
@@ -736,8 +778,8 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
         check_val(p, s, "rounds", val[XK_ROUNDS], &k.rounds) ||
         check_val(p, s, "req", val[XK_REQ], &k.req) ||
         check_val(p, s, "resp", val[XK_RESP], &k.resp) ||
-        check_u64(p, "think", val[XK_THINK] ? val[XK_THINK] : "0", 0, &k.think) ||
-        check_u64(p, "linger", val[XK_LINGER] ? val[XK_LINGER] : "0", 0, &k.linger))
+        check_pause(p, s, "think", val[XK_THINK], &k.think, &k.think_d) ||
+        check_pause(p, s, "linger", val[XK_LINGER], &k.linger, &k.linger_d))
         return -EINVAL;
     if (tmp.cpdist && tmp.cpdist->hi > 65535)
         return fail(p, "cport_mode: dist values must be ports 0..65535 (largest %llu) (got %s)",
