@@ -450,6 +450,30 @@ class Distribution(_Form):
             bins = _integer_bins(*self._pieces)
         return bins
 
+    def to_points(self, n: int) -> list[Bin]:
+        """At most N single values with weights (bins LO == HI): the exact ones when the
+        distribution has at most N values, else its N equal-probability slices each by its mean
+        (rounded, at least 1), neighbours that round alike merged. For a field whose every value
+        costs the engine a schedule of its own (a session's think and linger pauses)."""
+        bins = self.to_bins()
+        if len(bins) <= n and all(lo == hi for lo, hi, _ in bins):
+            return bins
+        lo = np.array([b[0] for b in bins], dtype=np.float64)
+        hi = np.array([b[1] for b in bins], dtype=np.float64)
+        w = np.array([b[2] for b in bins], dtype=np.float64)
+        cum = np.cumsum(w) / w.sum()
+        mid = (lo + hi) / 2
+        slice_of = np.minimum((np.concatenate(([0.0], cum[:-1])) * n).astype(np.int64), n - 1)
+        mass = np.bincount(slice_of, weights=w, minlength=n)
+        total = np.bincount(slice_of, weights=w * mid, minlength=n)
+        keep = mass > 0
+        values = np.maximum(1, np.rint(total[keep] / mass[keep])).astype(np.int64)
+        merged: dict[int, float] = {}
+        for v, m in zip(values.tolist(), mass[keep].tolist()):
+            merged[v] = merged.get(v, 0.0) + m
+        top = max(merged.values())
+        return [(v, v, max(1, round(m / top * MAX_WEIGHT))) for v, m in sorted(merged.items())]
+
     def scaled(self, factor: float) -> Distribution:
         """This distribution with every value multiplied by `factor` (> 0): an arrival made
         `factor` times longer; ValueError when a value leaves the bounds."""

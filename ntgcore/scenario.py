@@ -393,13 +393,26 @@ class Flow(_Model):
 
 if TYPE_CHECKING:  # what mypy sees; at run time each is Distribution read in its unit
     TimeDist = Distribution
+    PauseDist = Distribution
     BytesDist = Distribution
     CountDist = Distribution
     PortDist = Distribution
 else:
     TimeDist = distribution("time")
+    PauseDist = distribution("time", lambda v: _pause_shorthand(v))
     BytesDist = distribution("bytes")
     CountDist = distribution("count")
+
+
+def _pause_shorthand(v: Any) -> Any:
+    """A plain duration (`2s`, `250ms`, or a bare number of seconds, as every duration field
+    of a scenario) as a fixed time in ns; a distribution as given (a bare number inside it is
+    ns, as in every distribution)."""
+    if isinstance(v, bool) or isinstance(v, dict):
+        return v
+    if isinstance(v, (int, float, str)):
+        return {"fixed": parse_duration_ns(v)}
+    return v
 
 
 def _port_shorthand(v: Any) -> Any:
@@ -645,21 +658,28 @@ class Session(_Model):
         default_factory=lambda: CloseMix.model_validate("fin"),
         description="TCP teardown: fin, rst, none (left open) or {choices: {fin: 60, none: 40}}.",
     )
-    think: Duration = Field(
-        0,
+    think: PauseDist = Field(
+        default_factory=lambda: _pause_dist(0),
         description="Pause before every later round's first packet (a user, a keep-alive "
-        "connection reused); 0: the round starts as the rtt and gap rule says.",
+        "connection reused): a duration (2s) or a distribution of times, played as at most 64 "
+        "values; 0: the round starts as the rtt and gap rule says.",
     )
-    linger: Duration = Field(
-        0,
-        description="TCP: pause before the close's first packet (a connection kept open); 0: "
-        "the rtt and gap rule.",
+    linger: PauseDist = Field(
+        default_factory=lambda: _pause_dist(0),
+        description="TCP: pause before the close's first packet (a connection kept open), drawn "
+        "per instance: a duration or a distribution (at most 64 values); 0: the rtt and gap rule.",
     )
 
     @field_validator("client_port", "server_port")
     @classmethod
     def _port(cls, v: Distribution, info: ValidationInfo) -> Distribution:
         _check_bounds(v, 0, 65535, str(info.field_name))
+        return v
+
+    @field_validator("think", "linger")
+    @classmethod
+    def _pause(cls, v: Distribution, info: ValidationInfo) -> Distribution:
+        _check_bounds(v, 0, MAX_TIME_NS - 1, str(info.field_name))
         return v
 
     @field_validator("rounds")
@@ -685,9 +705,7 @@ class Session(_Model):
             raise ValueError("rtt must be at least 2ns")
         if self.gap < 1:
             raise ValueError("gap must be at least 1ns")
-        for what, v in (("think", self.think), ("linger", self.linger)):
-            if v < 0:
-                raise ValueError(f"{what} must not be negative")
+
         limit = MAX_FRAME - self.header_bytes
         if self.mss > limit:
             raise ValueError(
@@ -808,12 +826,17 @@ class Session(_Model):
             return flights * (2 * h + (self.window + 1) * self.gap) if size else h
 
         per_round = message(self.request_bytes.bounds[1]) + message(self.response_bytes.bounds[1])
-        per_round += self.think
-        return 4 * h + 2 * self.gap + self.linger + min(rounds * per_round, MAX_TIME_NS)
+        per_round += self.think.bounds[1]
+        linger = self.linger.bounds[1]
+        return 4 * h + 2 * self.gap + linger + min(rounds * per_round, MAX_TIME_NS)
 
 
 def _port_dist(v: Any) -> Distribution:
     return as_distribution(_port_shorthand(v), "count")
+
+
+def _pause_dist(v: Any) -> Distribution:
+    return as_distribution(_pause_shorthand(v), "time")
 
 
 def _count_dist(v: Any) -> Distribution:

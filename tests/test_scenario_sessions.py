@@ -366,3 +366,39 @@ def test_a_close_choice_splits_the_tcp_share_into_lines():
     means = [p.arrival.mean() for p in s.sessions[0].parts()]
     assert sum(1 / m for m in means) == pytest.approx(1 / s.sessions[0].arrival.mean())
     assert problems(scenario(WEB + "  close: half\n"))[0].startswith("s.yaml:")
+
+
+def test_drawn_pauses_compile_to_at_most_64_values():
+    text = scenario(
+        WEB
+        + "  think: {exponential: {mean: 40ms}}\n"
+        + "  linger: {empirical: {values: [5s, 6s], weights: [3, 1]}}\n"
+    )
+    s = parse_scenario(text, "s.yaml")
+    dists, (line,) = parsed_lines(compile_session(s))
+    think = dists[int(line["think"][2:])]
+    assert 2 <= len(think) <= 64 and all(lo == hi >= 1 for lo, hi, _ in think)
+    mean = sum(lo * w for lo, _, w in think) / sum(w for _, _, w in think)
+    assert mean == pytest.approx(s.sessions[0].think.mean(), rel=0.01)
+    assert dists[int(line["linger"][2:])] == [(5 * 10**9, 5 * 10**9, 3), (6 * 10**9, 6 * 10**9, 1)]
+    # a plain number is seconds, as for every duration field
+    plain = parse_scenario(scenario(WEB + "  think: 2\n"), "s.yaml")
+    assert parsed_lines(compile_session(plain))[1][0]["think"] == "2000000000"
+    assert problems(scenario(WEB + "  think: -1s\n"))[0].startswith("s.yaml:")
+
+
+def test_the_engine_plays_drawn_pauses(tmp_path, flowengine_bin):
+    text = scenario(
+        WEB.replace("count: 1000", "count: 50")
+        + "  rounds: 3\n  think: {lognormal: {median: 30ms, sigma: 1}}\n"
+        + "  linger: {empirical: {values: [1s, 4s], weights: [1, 1]}}\n"
+    )
+    path = tmp_path / "s.ntg"
+    path.write_text(compile_session(parse_scenario(text, "s.yaml")))
+    done = subprocess.run(
+        [str(flowengine_bin), "gen", str(path), "--null"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stderr.strip().splitlines()[-1])
+    assert summary["flows_finished"] == 50
+    assert summary["last_ns"] > 2 * 30_000_000 + 10**9  # two thinks and a linger at least

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from ntgcore.distributions import MAX_BINS, Bin, Distribution
+from ntgcore.distributions import MAX_BINS, MAX_WEIGHT, Bin, Distribution
 from ntgcore.errors import BadInput
 from ntgcore.scenario import Address, Flow, Ports, Scenario, Session, SessionAddress, SessionPart
 
 _PROTO = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58}
+MAX_PAUSES = 64  # values of a drawn think or linger (the engine: one schedule each)
 
 
 def _address(a: Address) -> tuple[str, str]:
@@ -67,7 +68,11 @@ class Dists:
 
     def ref(self, d: Distribution) -> str:
         """`D:ID` of `d`'s bins (a new `dist` line queued if they are new)."""
-        bins = tuple(d.to_bins())
+        return self.ref_bins(d.to_bins())
+
+    def ref_bins(self, bins_list: list[Bin]) -> str:
+        """`D:ID` of these bins (a new `dist` line queued if they are new)."""
+        bins = tuple(bins_list)
         found = self.ids.get(bins)
         if found is None:
             if len(self.ids) >= MAX_DISTS:
@@ -141,11 +146,28 @@ def session_line(session: Session, part: SessionPart, scenario: Scenario, dists:
         f"resp={dists.value(session.response_bytes)}",
         f"close={part.close}",
     ]
-    if session.think:  # optional keys: a line without them is as before they existed
-        fields.append(f"think={session.think}")
-    if session.linger:
-        fields.append(f"linger={session.linger}")
+    for key, d in (("think", session.think), ("linger", session.linger)):
+        value = _pause(d, dists)
+        if value is not None:  # optional keys: a line without them is as before they existed
+            fields.append(f"{key}={value}")
     return "session " + " ".join(fields)
+
+
+def _pause(d: Distribution, dists: Dists) -> str | None:
+    """A think or linger key's value: None for 0 (no key), a number, or `D:ID` of at most
+    MAX_PAUSES single values (each its own schedule in the engine; a 0 drawn is 1 ns)."""
+    lo, hi = d.bounds
+    if hi == 0:
+        return None
+    if lo == hi:
+        return str(lo)
+    points = [(max(v, 1), max(v, 1), w) for v, _, w in d.to_points(MAX_PAUSES)]
+    merged: dict[int, int] = {}
+    for v, _, w in points:
+        merged[v] = min(merged.get(v, 0) + w, MAX_WEIGHT)
+    if len(merged) == 1:
+        return str(next(iter(merged)))
+    return dists.ref_bins([(v, v, w) for v, w in sorted(merged.items())])
 
 
 def compile_session(scenario: Scenario, seed: int | None = None) -> str:
