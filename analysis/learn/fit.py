@@ -73,6 +73,9 @@ DEFAULT_WINDOW = 10
 MIN_MSS = 64
 MAX_WINDOW = 64
 PROTO_NAME = {6: "tcp", 17: "udp"}
+# the first size of pd.factorize's hash tables where few distinct values are expected (prefixes,
+# classes: it grows when needed; the default, one the size of the input, is several times slower)
+FACTORIZE_HINT = 1024
 ENTRY_ORDER = (
     "name",
     "protocol",
@@ -199,12 +202,12 @@ def map_addresses(t: SessionTable) -> AddressMap:
         both_lo = np.stack([t.client_lo[rows], t.server_lo[rows]], axis=1).ravel()
         if ver == 4:
             key = both_lo >> np.uint64(8)
-            codes, uniq = pd.factorize(key)
+            codes, uniq = pd.factorize(key, size_hint=FACTORIZE_HINT)
             slots = codes.astype(np.int64) % V4_SLOTS
             off = (slots << 8) | (both_lo & np.uint64(0xFF)).astype(np.int64)
             cap = V4_SLOTS
         else:
-            codes, uniq = pd.factorize(both_hi)
+            codes, uniq = pd.factorize(both_hi, size_hint=FACTORIZE_HINT)
             slots = codes.astype(np.int64) % V6_SLOTS
             iid = (both_lo & np.uint64((1 << V6_IID_BITS) - 1)).astype(np.int64)
             off = (slots << V6_IID_BITS) | iid
@@ -350,7 +353,7 @@ def _classes(t: SessionTable, n_classes: int, baseline: bool) -> list[_Class]:
         | t.proto.astype(np.int64) << 16
         | t.server_port.astype(np.int64)
     )
-    codes, uniq = pd.factorize(key)
+    codes, uniq = pd.factorize(key, size_hint=FACTORIZE_HINT)
     counts = np.bincount(codes)
     order = np.argsort(-counts, kind="stable")  # ties: first seen first
     top = set(order[:n_classes].tolist())

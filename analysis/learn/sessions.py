@@ -10,9 +10,11 @@ fragments and other protocols are counted as skipped).
 
 Per chunk the packets are grouped by a 64-bit hash of the tuple (pd.factorize; symmetric: the sum
 of its two endpoints' hashes, the larger of which names endpoint B), sorted
-by group (stable: file order inside a group), cut into the runs that belong to one session, and
-every per-session sum, minimum and maximum is one `ufunc.reduceat` over those runs, scattered
-into the session arrays (each session has at most one run per chunk, so no `ufunc.at`). What is
+by group (stable: file order inside a group; each column gathered once in that order), cut into
+the runs that belong to one session, and every per-session sum (a difference of one cumulative
+sum), minimum and maximum (one `ufunc.reduceat`; over the few packets concerned where only some
+count: SYNs, data packets in a row) is scattered into the session arrays (each session has at
+most one run per chunk, so no `ufunc.at`). What is
 kept between chunks: per tuple (its hash, sorted, and its current session, last time stamp and
 whether its last packet was a SYN) and per session the columns below (about 190 bytes a
 session). The result does not depend on the chunk size (tests/test_learn.py checks it). Two tuples whose 64-bit hashes collide are one session (probability about
@@ -42,9 +44,52 @@ _SEED = np.uint64(0x243F6A8885A308D3)
 
 
 def _mix(h: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """H (uint64, changed in place) mixed with COL; returned."""
     with np.errstate(over="ignore"):
-        h = (h ^ col.astype(np.uint64)) * _MUL
-        return h ^ (h >> np.uint64(29))
+        np.bitwise_xor(h, col, out=h)
+        np.multiply(h, _MUL, out=h)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+def _endpoint_hash(hi: np.ndarray, lo: np.ndarray, port: np.ndarray) -> np.ndarray:
+    """The mix of _SEED with HI, LO and PORT."""
+    h = np.bitwise_xor(hi, _SEED, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        np.multiply(h, _MUL, out=h)
+    h ^= h >> np.uint64(29)
+    return _mix(_mix(h, lo), port)
+
+
+def _pick(cond: np.ndarray, x: np.ndarray, other: int) -> np.ndarray:
+    """np.where(COND, X, OTHER) for int64 X with masks instead of a branch per element (several
+    times faster when COND is irregular)."""
+    m = cond.astype(np.int64)
+    np.negative(m, out=m)  # all ones where COND
+    r = x & m
+    np.invert(m, out=m)
+    m &= other
+    r |= m
+    return r
+
+
+def _firsts(runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of RUNS (sorted) and where each first occurs."""
+    at = np.flatnonzero(np.r_[True, runs[1:] != runs[:-1]])
+    return runs[at], at
+
+
+def _port_of(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """np.where(COND, X, Y) for ports (uint16) without a branch per element."""
+    return y ^ ((x ^ y) * cond)
+
+
+def _run_sums(x: np.ndarray, ends: np.ndarray, dtype: type = np.int64) -> np.ndarray:
+    """The sums of X over consecutive runs that cover it, ENDS their last places (one cumulative
+    sum: much faster than `np.add.reduceat` over many short runs)."""
+    c = np.cumsum(x if x.dtype == bool else x.astype(dtype), dtype=dtype)[ends]  # (faster)
+    c[1:] -= c[:-1].copy()
+    return c
 
 
 # The per-session columns (SessionTable before orientation): name -> (dtype, initial value)
@@ -235,49 +280,66 @@ class PacketSessions:
         dst = (col("dst_hi"), col("dst_lo"), col("dport"))
         # one hash per endpoint; the tuple's hash is symmetric (their sum), and direction 1
         # means the source is the endpoint with the larger hash (B)
-        e_src = _mix(_mix(_mix(np.full(n_use, _SEED, np.uint64), src[0]), src[1]), src[2])
-        e_dst = _mix(_mix(_mix(np.full(n_use, _SEED, np.uint64), dst[0]), dst[1]), dst[2])
+        e_src = _endpoint_hash(*src)
+        e_dst = _endpoint_hash(*dst)
         d_all = e_src > e_dst
         with np.errstate(over="ignore"):
-            h = _mix(ver.astype(np.uint64) << np.uint64(8) | proto, e_src + e_dst)
+            e_src += e_dst
+            h = _mix(ver.astype(np.uint64) << np.uint64(8) | proto, e_src)
         del e_src, e_dst
-        codes, uniq = pd.factorize(h)
+        # (a smaller hash table than the default one of N: often several times faster)
+        codes, uniq = pd.factorize(h, size_hint=n_use // 2)
         del h
         slot = self._tuple_slots(uniq)
-        order = np.argsort(codes.astype(np.int32) if len(uniq) < 2**31 else codes, kind="stable")
+        if len(uniq) < 2**31:
+            codes = codes.astype(np.int32)
+        order = np.argsort(codes, kind="stable")
         kc = codes[order]
-        ks = slot[kc]
+        del codes
+        # the chunk sorted by tuple (file order inside a tuple): each column gathered once
         t = ts[order]
-        dd = d_all[order].astype(np.int8)
-        pr = proto[order]
-        is_tcp = pr == 6
-        fl = col("tcp_flags")[order]
-        fl = np.where(is_tcp, fl, 0).astype(np.uint8)
-        pay = col("l4_payload")[order].astype(np.int64)
+        db = d_all[order]
+        dd = db.view(np.int8)
+        is_tcp = (proto == 6)[order]
+        fl = col("tcp_flags")[order] * is_tcp  # (0 for UDP)
+        pay = col("l4_payload")[order]  # uint32
+        has = pay > 0
         pure_syn = (fl & (SYN | ACK)) == SYN
         n = len(t)
         first = np.empty(n, bool)
         first[0] = True
         np.not_equal(kc[1:], kc[:-1], out=first[1:])
         fi = np.flatnonzero(first)
-        prev_t = np.empty(n, np.int64)
-        prev_t[1:] = t[:-1]
-        prev_t[fi] = self._k_last[ks[fi]]
-        prev_syn = np.empty(n, bool)
-        prev_syn[1:] = pure_syn[:-1]
-        prev_syn[fi] = self._k_syn[ks[fi]]
-        known = np.ones(n, bool)
-        known[fi] = self._k_sess[ks[fi]] >= 0
-        idle = np.where(is_tcp, IDLE_NS[6], IDLE_NS[17])
-        start = ~known | ((t - prev_t) > idle) | (pure_syn & ~prev_syn)
-        del prev_t, prev_syn, known, idle
-        # session of each packet: the group's latest start, else the tuple's current session
-        cs = np.cumsum(start)
-        group_base = np.repeat(cs[fi] - start[fi], np.diff(np.r_[fi, n]))
-        since = cs - group_base  # starts in this group up to and including the packet
-        sid = np.where(since > 0, self._n + cs - 1, self._k_sess[ks])
-        del group_base, since
-        starts = np.flatnonzero(start)
+        gslot = slot[kc[fi]]  # the tuple slot of each group
+        # the spacing of each packet from its tuple's previous one (the first of a group: from
+        # the tuple's last packet of a previous chunk)
+        gap = np.empty(n, np.int64)
+        gap[0] = 0
+        np.subtract(t[1:], t[:-1], out=gap[1:])
+        gap[fi] = t[fi] - self._k_last[gslot]
+        start = np.empty(n, bool)
+        start[0] = False
+        np.greater(pure_syn[1:], pure_syn[:-1], out=start[1:])  # a SYN after a non-SYN
+        start[fi] = (pure_syn[fi] & ~self._k_syn[gslot]) | (self._k_sess[gslot] < 0)
+        late = gap > IDLE_NS[17]
+        if late.any():
+            lt = np.flatnonzero(late & is_tcp)
+            late[lt] = gap[lt] > IDLE_NS[6]
+            start |= late
+        del late
+        # runs of one session inside the sorted chunk, and the session of each
+        cut = first | start
+        seg = np.flatnonzero(cut)
+        seglen = np.diff(np.r_[seg, n])
+        ends = seg + seglen - 1
+        seg_of = np.cumsum(cut, dtype=np.int32 if n < 2**31 else np.int64) - 1
+        st_seg = start[seg]
+        starts = seg[st_seg]
+        ssid = np.cumsum(st_seg, dtype=np.int64) + (self._n - 1)
+        cont_runs = np.flatnonzero(~st_seg)  # a group's first run that goes on a session
+        ssid[cont_runs] = self._k_sess[slot[kc[seg[cont_runs]]]]
+        del kc
+        sid = np.repeat(ssid, seglen)
         self._grow_sessions(len(starts))
         s = self._s
         a, b = self._n, self._n + len(starts)
@@ -288,65 +350,69 @@ class PacketSessions:
         s["ip_version"][a:b] = ver[at]
         s["proto"][a:b] = proto[at]
         for k, (x, y) in zip(("hi", "lo", "port"), zip(src, dst)):
-            s[f"a_{k}"][a:b] = np.where(d_at, y[at], x[at])
-            s[f"b_{k}"][a:b] = np.where(d_at, x[at], y[at])
+            xa = x[at]
+            xy = xa ^ y[at]
+            xa ^= xy * d_at  # the destination where d_at, else the source
+            s[f"a_{k}"][a:b] = xa
+            s[f"b_{k}"][a:b] = xa ^ xy
         s["first_dir"][a:b] = dd[starts]
         s["first_packet"][a:b] = base + (at if rows is None else rows[at])
         self._n = b
-        # runs of one session inside the sorted chunk
-        cut = first | start
-        seg = np.flatnonzero(cut)
-        seg_of = np.cumsum(cut) - 1  # the run of each packet
-        ssid = sid[seg]
         red = np.minimum.reduceat
         s["start_ns"][ssid] = np.minimum(s["start_ns"][ssid], red(t, seg))
         s["end_ns"][ssid] = np.maximum(s["end_ns"][ssid], np.maximum.reduceat(t, seg))
-        d1 = dd == 1
-        seglen = np.diff(np.r_[seg, n])
-        p1 = np.add.reduceat(d1.astype(np.int64), seg)
+        p1 = _run_sums(db, ends, np.int32)
         s["pkts1"][ssid] += p1
         s["pkts0"][ssid] += seglen - p1
-        wr = wire[order].astype(np.int64)
-        for k, v in (("wire", wr), ("pay", pay)):
-            total = np.add.reduceat(v, seg)
-            v1 = np.add.reduceat(v * d1, seg)
+        for k, v in (("wire", wire[order]), ("pay", pay)):
+            v1 = _run_sums(v * db, ends)
             s[f"{k}1"][ssid] += v1
-            s[f"{k}0"][ssid] += total - v1
-        del wr
+            s[f"{k}0"][ssid] += _run_sums(v, ends) - v1
         s["max_payload"][ssid] = np.maximum(s["max_payload"][ssid], np.maximum.reduceat(pay, seg))
         s["flags"][ssid] |= np.bitwise_or.reduceat(fl, seg)
-        # handshake times (the first SYN, SYN|ACK, and the client's ACK after the SYN|ACK)
+        # handshake times (the first SYN, SYN|ACK, and the client's ACK after the SYN|ACK): from
+        # the few packets that have those flags
         if is_tcp.any():
-            syn_t = red(np.where(pure_syn, t, NONE), seg)
-            fresh = (s["t_syn"][ssid] == NONE) & (syn_t != NONE)
-            if fresh.any():
-                pos = red(np.where(pure_syn, np.arange(n), n), seg)
-                s["syn_dir"][ssid[fresh]] = dd[pos[fresh]]
-                s["t_syn"][ssid[fresh]] = syn_t[fresh]
-            synack = (fl & (SYN | ACK)) == (SYN | ACK)
-            if synack.any():
-                s["t_synack"][ssid] = np.minimum(
-                    s["t_synack"][ssid], red(np.where(synack, t, NONE), seg)
-                )
-            t_sa = s["t_synack"][sid]
-            ack3 = ((fl & (SYN | ACK)) == ACK) & (t_sa != NONE) & (t > t_sa)
-            if ack3.any():
-                ack3 &= dd == s["syn_dir"][sid]
-                s["t_ack"][ssid] = np.minimum(s["t_ack"][ssid], red(np.where(ack3, t, NONE), seg))
-        other = dd != s["first_dir"][sid]
-        s["t_other"][ssid] = np.minimum(s["t_other"][ssid], red(np.where(other, t, NONE), seg))
+            q = np.flatnonzero(pure_syn)
+            if len(q):
+                runs_q, hq = _firsts(seg_of[q])
+                sq = ssid[runs_q]
+                fresh = s["t_syn"][sq] == NONE
+                if fresh.any():
+                    syn_t = np.minimum.reduceat(t[q], hq)
+                    s["syn_dir"][sq[fresh]] = dd[q[hq[fresh]]]
+                    s["t_syn"][sq[fresh]] = syn_t[fresh]
+            q = np.flatnonzero((fl & (SYN | ACK)) == (SYN | ACK))
+            if len(q):
+                runs_q, hq = _firsts(seg_of[q])
+                sq = ssid[runs_q]
+                s["t_synack"][sq] = np.minimum(s["t_synack"][sq], np.minimum.reduceat(t[q], hq))
+            t_sa = s["t_synack"][ssid]
+            if (t_sa != NONE).any():
+                t_sa = np.repeat(t_sa, seglen)
+                ack3 = ((fl & (SYN | ACK)) == ACK) & (t_sa != NONE) & (t > t_sa)
+                del t_sa
+                if ack3.any():
+                    ack3 &= dd == np.repeat(s["syn_dir"][ssid], seglen)
+                    s["t_ack"][ssid] = np.minimum(s["t_ack"][ssid], red(_pick(ack3, t, NONE), seg))
+        other = dd != np.repeat(s["first_dir"][ssid], seglen)
+        s["t_other"][ssid] = np.minimum(s["t_other"][ssid], red(_pick(other, t, NONE), seg))
+        del other
 
         def before(at: np.ndarray, what: str) -> np.ndarray:
             """Time (`t`) or direction (`dir`) of the predecessor in its session of each packet
             AT (the first of a session run: the session's last packet of a previous chunk;
             none: NONE, -1)."""
             kept, here = (s["last_t"], t) if what == "t" else (s["last_dir"], dd)
-            return np.where(cut[at], kept[sid[at]], here[np.maximum(at - 1, 0)])
+            out = here[np.maximum(at - 1, 0)]
+            heads = np.flatnonzero(cut[at])
+            out[heads] = kept[sid[at[heads]]]
+            return out
 
         think = [np.zeros(0, np.int64)]  # the first packets of later rounds (below)
         # payload runs: a payload packet whose direction differs from the session's previous
         # payload packet starts a run
-        p = np.flatnonzero(pay > 0)
+        p = np.flatnonzero(has)
         if len(p):
             sp_ = seg_of[p]
             dp_ = dd[p]
@@ -355,23 +421,22 @@ class PacketSessions:
             head = np.empty(len(p), bool)
             head[0] = True
             np.not_equal(sp_[1:], sp_[:-1], out=head[1:])
-            prevdir[head] = s["last_paydir"][sid[p[head]]]
+            hp = np.flatnonzero(head)  # per session run with payload: its first, its last
+            tp = np.r_[hp[1:], len(p)] - 1
+            hs = ssid[sp_[hp]]
+            prevdir[hp] = s["last_paydir"][hs]
             newrun = dp_ != prevdir
             # the opener: the side of the session's first payload packet; a TCP round starts
             # where the opener sends again after the other side did
-            hp = np.flatnonzero(head)  # per session run: its opener, then one per packet
-            hs = sid[p[hp]]
             known = s["first_paydir"][hs]
             opener_run = np.where(known >= 0, known, dp_[hp])
             s["first_paydir"][hs] = opener_run
-            opener = np.repeat(opener_run, np.diff(np.r_[hp, len(p)]))
+            opener = np.repeat(opener_run, tp - hp + 1)
             think.append(p[newrun & (dp_ == opener) & (prevdir >= 0) & is_tcp[p]])
-            runs1 = np.bincount(sp_, weights=newrun & (dp_ == 1), minlength=len(seg))
-            runs0 = np.bincount(sp_, weights=newrun & (dp_ == 0), minlength=len(seg))
-            s["runs1"][ssid] += runs1.astype(np.int32)
-            s["runs0"][ssid] += runs0.astype(np.int32)
-            tail = np.r_[head[1:], True]
-            s["last_paydir"][sid[p[tail]]] = dp_[tail]
+            r1 = _run_sums(newrun & (dp_ == 1), tp, np.int32)
+            s["runs1"][hs] += r1
+            s["runs0"][hs] += _run_sums(newrun, tp, np.int32) - r1
+            s["last_paydir"][hs] = dp_[tp]
         # UDP: one datagram a side per round, so every datagram but the session's first starts a
         # round, except an answer (the other side's datagram right after the first side's)
         u = np.flatnonzero(~is_tcp)
@@ -403,9 +468,8 @@ class PacketSessions:
         brk = cut.copy()
         brk[1:] |= dd[1:] != dd[:-1]
         rb = np.flatnonzero(brk)
-        data_in_run = np.add.reduceat((pay > 0).astype(np.int32), rb)
-        run_seg = seg_of[rb]
-        heads = np.flatnonzero(np.r_[True, run_seg[1:] != run_seg[:-1]])  # one per session run
+        data_in_run = _run_sums(has, np.r_[rb[1:], n] - 1, np.int32)
+        heads = np.flatnonzero(cut[rb])  # one per session run
         old_dir = s["last_dir"][ssid]
         goes_on = dd[rb[heads]] == old_dir
         data_in_run[heads] += np.where(goes_on, s["open_run"][ssid], 0)
@@ -416,21 +480,26 @@ class PacketSessions:
         s["open_run"][ssid] = data_in_run[tails]
         # the smallest spacing of two data packets in a row of one side (inside a flight), the
         # first of a session run against its last packet of the previous chunk
-        spacing = np.full(n, NONE, np.int64)
-        same = ~brk[1:] & (pay[1:] > 0) & (pay[:-1] > 0)
-        spacing[1:][same] = (t[1:] - t[:-1])[same]
-        cont = (dd[seg] == old_dir) & (pay[seg] > 0) & (s["last_data"][ssid] == 1)
-        spacing[seg[cont]] = t[seg[cont]] - s["last_t"][ssid[cont]]
-        spacing[spacing <= 0] = NONE  # the same time stamp: coalesced, not a spacing
-        s["min_gap"][ssid] = np.minimum(s["min_gap"][ssid], red(spacing, seg))
-        ends = np.r_[seg[1:], n] - 1
+        # (the same time stamp: coalesced, not a spacing); from the packets that have one
+        same = ~brk
+        same[1:] &= has[1:] & has[:-1] & (gap[1:] > 0)
+        del brk
+        cont = seg[(dd[seg] == old_dir) & has[seg] & (s["last_data"][ssid] == 1)]
+        gap[cont] = t[cont] - s["last_t"][sid[cont]]
+        same[cont] = gap[cont] > 0
+        q = np.flatnonzero(same)
+        del same
+        if len(q):
+            runs_q, hq = _firsts(seg_of[q])
+            sq = ssid[runs_q]
+            s["min_gap"][sq] = np.minimum(s["min_gap"][sq], np.minimum.reduceat(gap[q], hq))
         s["last_t"][ssid] = t[ends]
-        s["last_data"][ssid] = pay[ends] > 0
+        s["last_data"][ssid] = has[ends]
         # the tuples' state after this chunk
         glast = np.r_[fi[1:], n] - 1
-        self._k_sess[ks[glast]] = sid[glast]
-        self._k_last[ks[glast]] = t[glast]
-        self._k_syn[ks[glast]] = pure_syn[glast]
+        self._k_sess[gslot] = sid[glast]
+        self._k_last[gslot] = t[glast]
+        self._k_syn[gslot] = pure_syn[glast]
 
     def _count_datagrams(
         self,
@@ -445,16 +514,16 @@ class PacketSessions:
         PAY are; FC: whether each is from its session's client) by (IP version, the session's
         server port, side, payload): what the per-round bytes of UDP are fitted from."""
         side = np.zeros(len(ver), np.int8)  # in the chunk's order: 1 client, 2 server
-        side[at] = np.where(fc, 1, 2)
+        side[at] = 2 - fc
         at = np.flatnonzero(side)  # ascending: the columns are read in order
         fc = side[at] == 1
         key = (
             (ver[at] == 6).astype(np.int64) << 34
-            | np.where(fc, dst[2][at], src[2][at]).astype(np.int64) << 17
+            | _port_of(fc, dst[2][at], src[2][at]).astype(np.int64) << 17
             | (~fc).astype(np.int64) << 16
             | np.minimum(pay[at], 0xFFFF)
         )
-        codes, uniq = pd.factorize(key)  # hashing: no sort of the chunk's datagrams
+        codes, uniq = pd.factorize(key, size_hint=1024)  # hashing: no sort of the datagrams
         counts = np.bincount(codes, minlength=len(uniq))
         k, c = np.unique(np.r_[self._dg_keys, uniq], return_inverse=True)
         self._dg_counts = np.bincount(
@@ -517,8 +586,12 @@ class PacketSessions:
         ).astype(np.int8)
         c1 = cdir == 1
 
+        c0 = ~c1
+
         def pick(x0: np.ndarray, x1: np.ndarray, client: bool) -> np.ndarray:
-            return np.where(c1 == client, x1, x0)
+            """X1 where the client's (CLIENT) or the server's (else) side is B, else X0 (no
+            branch per element)."""
+            return x0 ^ ((x0 ^ x1) * (c1 if client else c0))
 
         runs_c = pick(s["runs0"], s["runs1"], True)
         runs_s = pick(s["runs0"], s["runs1"], False)
@@ -562,7 +635,13 @@ class PacketSessions:
             think_count=s["think_n"].astype(np.int64),
             linger_ns=s["linger"],
         )
-        return t.take(np.lexsort((s["first_packet"], t.start_ns)))
+        order = np.lexsort((s["first_packet"], t.start_ns))
+        if (order == np.arange(len(order))).all():  # mostly so: no gather of every column,
+            # only a copy of those that are views of the state (free to add more chunks)
+            return SessionTable(
+                **{k: v if v.base is None else v.copy() for k, v in vars(t).items()}
+            )
+        return t.take(order)
 
 
 __all__ = ["PacketSessions", "SessionTable", "empty_table", "IDLE_NS"]
