@@ -807,6 +807,30 @@ def test_deck_ports_are_permutations_per_cycle(flowengine_bin, tmp_path):
         ).tolist()
 
 
+def test_lines_sharing_one_deck_deal_disjoint_cards(flowengine_bin, tmp_path):
+    """deck=LINE:OFFSET: a line's P: ports continue the deck of an earlier line from OFFSET, so
+    the lines of one scenario entry (its closes, protocols, steps) never repeat each other's
+    cards; the positions are the README's, keyed by LINE."""
+    wide = [(40000 + i, 40000 + i, 1) for i in range(50)]
+    common = dict(client="198.18.0.1/32", client_mode="fixed", cport_mode="P:0", arrival=1000)
+    lines = [
+        dist_line(0, wide),
+        sess_line(reps=20, **common),
+        sess_line(reps=12, close="none", deck="0:20", **common),
+        sess_line(reps=18, close="rst", deck="0:32", **common),
+    ]
+    sess = write(tmp_path, *lines, seed=5)
+    _, rows, summ = run(flowengine_bin, tmp_path, sess)
+    assert summ["flows_finished"] == 50
+    rows.sort(key=lambda r: int(r["serial"]))
+    ports = [int(r["sport"]) for r in rows]
+    assert sorted(ports) == deck(wide)  # 50 sessions, 50 cards: no 5-tuple twice
+    assert ports == [deck(wide)[deck_pos(5, 0, 0, r, 50)] for r in range(50)]
+    for bad, msg in (("1:0", "deck: LINE must be"), ("0", "deck: expected LINE:OFFSET")):
+        r = gen(flowengine_bin, write(tmp_path, lines[0], sess_line(deck=bad)), "--null")
+        assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
 def test_deck_of_two_to_the_twenty(flowengine_bin, tmp_path):
     """The largest deck (2^20 cards in 16 bins) builds and draws the README's positions."""
     bins = [(100 + i, 100 + i, 1 << 16) for i in range(16)]

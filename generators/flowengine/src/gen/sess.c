@@ -178,6 +178,8 @@ int sess_line_build(struct fe_flow *f, const struct sess_keys *k, char *why, siz
     sl->gap = k->gap;
     sl->think = k->think_d ? k->think_d->hi : k->think;
     sl->linger = k->linger_d ? k->linger_d->hi : k->linger;
+    sl->deck_key = k->deck_key;
+    sl->deck_off = k->deck_off;
     sl->think_d = k->think_d;
     sl->linger_d = k->linger_d;
     sl->mss = (uint32_t)k->mss;
@@ -418,14 +420,16 @@ void sess_activate(const struct fe_flow *f, struct sess_state *ss, struct fe_ins
     inst_addr(ss->saddr, f->dst, f->af, f->dst_prefix, f->dst_mode, sl->sdist, rep, in->rng,
               sl->d_shost);
     if (f->sport_mode == FE_DECK)
-        ss->cport = (uint16_t)dist_card(
-            sl->cpdist, sess_deck_pos(seed, k, 0, rep, (uint32_t)sl->cpdist->total));
+        ss->cport =
+            (uint16_t)dist_card(sl->cpdist, sess_deck_pos(seed, sl->deck_key, 0, rep + sl->deck_off,
+                                                          (uint32_t)sl->cpdist->total));
     else
         ss->cport = inst_port(f->sport_lo, f->sport_hi, f->sport_mode, sl->cpdist, rep, in->rng,
                               sl->d_cport);
     if (f->dport_mode == FE_DECK)
-        ss->sport = (uint16_t)dist_card(
-            sl->spdist, sess_deck_pos(seed, k, 1, rep, (uint32_t)sl->spdist->total));
+        ss->sport =
+            (uint16_t)dist_card(sl->spdist, sess_deck_pos(seed, sl->deck_key, 1, rep + sl->deck_off,
+                                                          (uint32_t)sl->spdist->total));
     else
         ss->sport = inst_port(f->dport_lo, f->dport_hi, f->dport_mode, sl->spdist, rep, in->rng,
                               sl->d_sport);

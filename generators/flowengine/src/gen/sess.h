@@ -64,6 +64,7 @@ struct sess_line {
      * The classes are filled by the loop (loop.c, assign_classes). */
     const struct fe_dist *think_d, *linger_d;
     uint32_t think_k[SESS_MAX_PAUSES], linger_k[SESS_MAX_PAUSES];
+    uint64_t deck_key, deck_off; /* P: ports: the deck of line deck_key, from deck_off on */
     uint32_t mss, win;
     uint8_t close_rst; /* TCP: SESS_CLOSE_FIN, _RST or _NONE */
     struct sess_val rounds, req, resp, arrival;
@@ -98,6 +99,7 @@ struct sess_state {
 /* The keys of a session line, checked for range by the parser. */
 struct sess_keys {
     uint64_t h, gap, mss, win, close_rst, think, linger;
+    uint64_t deck_key, deck_off; /* deck=LINE:OFFSET (default: the line's index, 0) */
     struct sess_val rounds, req, resp, arrival;
     const struct fe_dist *think_d, *linger_d; /* D:ID (think, linger: 0), else NULL */
 };

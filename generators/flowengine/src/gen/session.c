@@ -94,6 +94,7 @@ enum {
     XK_CLOSE,
     XK_THINK,  /* optional: 0 when left out */
     XK_LINGER, /* optional: 0 when left out */
+    XK_DECK,   /* optional: the line's own index and 0 when left out */
     XK_COUNT
 };
 
@@ -101,7 +102,7 @@ static const char *const sess_key_names[XK_COUNT] = {
     "af",          "proto", "cmac",  "smac",       "client",     "server", "client_mode",
     "server_mode", "cport", "sport", "cport_mode", "sport_mode", "start",  "reps",
     "arrival",     "rtt",   "gap",   "mss",        "win",        "rounds", "req",
-    "resp",        "close", "think", "linger",
+    "resp",        "close", "think", "linger",     "deck",
 };
 
 struct parser {
@@ -673,6 +674,27 @@ static int check_host_dist(const struct parser *p, const char *key, const char *
 /* think or linger (v, NULL: left out, 0): `N` ns, or `D:ID`, a dist of at most
  * SESS_MAX_PAUSES bins of one value each, every value 1 ns .. below 2^32 s
  * (*d; *out 0). The fixed value's range is checked by the caller. */
+/* deck=LINE:OFFSET (optional): the line's P: ports are the cards of line
+ * LINE's deck (an earlier session line, or this one), from position OFFSET
+ * on: the lines of one scenario entry (its protocols, closes, profile steps)
+ * deal from one deck, so none of them repeats a card another used. */
+static int parse_deck(const struct parser *p, const char *v, size_t index, uint64_t *key,
+                      uint64_t *off)
+{
+    char head[32];
+    const char *colon = strchr(v, ':');
+    if (!colon || (size_t)(colon - v) >= sizeof head)
+        return fail(p, "deck: expected LINE:OFFSET (got %s)", shown(v));
+    memcpy(head, v, (size_t)(colon - v));
+    head[colon - v] = 0;
+    if (session_parse_u64(head, key) || session_parse_u64(colon + 1, off))
+        return fail(p, "deck: expected LINE:OFFSET, two unsigned numbers (got %s)", shown(v));
+    if (*key > index)
+        return fail(p, "deck: LINE must be this line's index (%zu) or an earlier one (got %s)",
+                    index, shown(v));
+    return 0;
+}
+
 static int check_pause(const struct parser *p, const struct fe_session *s, const char *key,
                        const char *v, uint64_t *out, const struct fe_dist **d)
 {
@@ -739,8 +761,8 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
     for (int j = 0; j < XK_THINK; j++)
         if (!val[j])
             return fail(p,
-                        "%s: missing (every session line needs these %d keys; think and linger "
-                        "are optional)",
+                        "%s: missing (every session line needs these %d keys; think, linger "
+                        "and deck are optional)",
                         sess_key_names[j], XK_THINK);
     f->lineno = p->lineno;
 
@@ -789,6 +811,10 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
                     (unsigned long long)tmp.spdist->hi, val[XK_SPORT_MODE]);
     if (k.win > 65535)
         return fail(p, "win: must be 1..65535 segments (got %s)", val[XK_WIN]);
+    k.deck_key = s->nflows - 1; /* this line's own index (counted in nflows already) */
+    k.deck_off = 0;
+    if (val[XK_DECK] && parse_deck(p, val[XK_DECK], s->nflows - 1, &k.deck_key, &k.deck_off))
+        return -EINVAL;
     if (k.think >= FE_TIME_LIMIT)
         return fail(p, "think: must be below 2^32 s, the pcap limit (got %s)", val[XK_THINK]);
     if (k.linger >= FE_TIME_LIMIT)
