@@ -67,7 +67,7 @@ def parsed_lines(text: str) -> tuple[dict[int, list[tuple[int, int, int]]], list
         elif words and words[0] == "session":
             kv = dict(w.split("=", 1) for w in words[1:])
             assert list(kv)[: len(SESSION_KEYS)] == SESSION_KEYS
-            assert set(list(kv)[len(SESSION_KEYS) :]) <= {"think", "linger"}  # optional keys
+            assert set(list(kv)[len(SESSION_KEYS) :]) <= {"think", "linger", "deck"}  # optional
             for v in kv.values():
                 if v.startswith(("D:", "P:")):
                     assert int(v[2:]) in dists, f"{v} used before its dist line"
@@ -402,3 +402,17 @@ def test_the_engine_plays_drawn_pauses(tmp_path, flowengine_bin):
     summary = json.loads(done.stderr.strip().splitlines()[-1])
     assert summary["flows_finished"] == 50
     assert summary["last_ns"] > 2 * 30_000_000 + 10**9  # two thinks and a linger at least
+
+
+def test_the_lines_of_one_entry_deal_from_one_deck():
+    text = scenario(
+        WEB.replace("count: 1000", "count: 30")
+        + "  client_port: {empirical: {values: ["
+        + ", ".join(str(40000 + i) for i in range(30))
+        + "]}, cycle: true}\n  close: {choices: {fin: 2, none: 1}}\n"
+    )
+    _, lines = parsed_lines(compile_session(parse_scenario(text, "s.yaml")))
+    assert [(x["close"], x["reps"], x["deck"]) for x in lines] == [
+        ("fin", "20", "0:0"),
+        ("none", "10", "0:20"),
+    ]

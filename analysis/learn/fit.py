@@ -418,19 +418,35 @@ def _per_round(payload: np.ndarray, rounds: np.ndarray) -> np.ndarray:
     return (payload + rounds // 2) // np.maximum(rounds, 1)
 
 
-def pauses(t: SessionTable, rows: np.ndarray) -> tuple[int, int]:
-    """think and linger of the sessions ROWS (ns, 0: none): the mean pause before a later
-    round's first packet, over every such pause of the sessions (their total / their number),
-    and the mean pause before the close over the sessions whose close was seen. Means, not
-    medians: the engine gives every round of a class one think and every session one linger,
-    and the mean keeps the total time the class's sessions spend in these pauses (so their
-    mean duration, which these pauses often make: a user, an HTTP keep-alive timeout)."""
-    n = int(t.think_count[rows].sum())
-    think = int(t.think_ns[rows].sum() // n) if n else 0
+def pauses(t: SessionTable, rows: np.ndarray) -> tuple[Any, Any, int, int]:
+    """think and linger of the sessions ROWS in the scenario's form (None: no pause), and their
+    means (ns). think: each session's mean pause before a later round's first packet, one sample
+    per such pause (so a session of many rounds counts for each); linger: the pause before the
+    close of each session whose close was seen. Distributions, not one value a class: a class's
+    pauses vary (an HTTP keep-alive timeout of 5 s on used connections, 6 s on unused ones; users
+    reading for a second or a minute), and the durations of its sessions with them."""
+    cnt = t.think_count[rows]
+    has = cnt > 0
+    think = linger = None
+    think_mean = linger_mean = 0
+    if has.any():
+        total = t.think_ns[rows][has]
+        think_mean = int(total.sum() // cnt[has].sum())
+        if think_mean > 0:
+            think = _time_form(dist_of(total // cnt[has], cnt[has]))
     lg = t.linger_ns[rows]
     lg = lg[lg >= 0]
-    linger = int(lg.sum() // len(lg)) if len(lg) else 0
-    return think, linger
+    if len(lg):
+        linger_mean = int(lg.sum() // len(lg))
+        if linger_mean > 0:
+            linger = _time_form(dist_of(lg))
+    return think, linger, think_mean, linger_mean
+
+
+def _time_form(d: Any) -> Any:
+    """A time distribution for a duration field: one value as a duration text (a bare number
+    there would be seconds), a distribution as it is (inside one a bare number is ns)."""
+    return _time(d) if isinstance(d, int) else d
 
 
 def round_samples(
@@ -561,11 +577,11 @@ def fit_sessions(
         e["response_bytes"] = dist_of(*round_samples(t, rows, True, extras.datagrams))
         closes = t.close[rows]
         e["close"] = close_mix(closes, packets=extras.wire_hist is not None)
-        think_ns, linger_ns = pauses(t, rows)
-        if think_ns > 0:
-            e["think"] = _time(think_ns)
-        if linger_ns > 0 and cl.protos != [17]:
-            e["linger"] = _time(linger_ns)
+        think, linger, think_ns, linger_ns = pauses(t, rows)
+        if think is not None:
+            e["think"] = think
+        if linger is not None and cl.protos != [17]:
+            e["linger"] = linger
         entries.append({k: e[k] for k in ENTRY_ORDER if k in e})
         report["classes"].append(
             {

@@ -182,12 +182,22 @@ def compile_session(scenario: Scenario, seed: int | None = None) -> str:
         lines.append(f"# flows[{i}] {flow.name or ''}".rstrip())
         lines.append(flow_line(flow, scenario))
     dists = Dists()
+    index = len(scenario.flows)  # flow and session lines are numbered together
     for i, session in enumerate(scenario.sessions):
-        for part in session.parts():
+        parts = session.parts()
+        # ports dealt from a deck: every line of the entry from the entry's one deck, each from
+        # where the lines before it stopped (none repeats a card another line of it used)
+        shared = len(parts) > 1 and (session.client_port.cycle or session.server_port.cycle)
+        first, dealt = index, 0
+        for part in parts:
             text = session_line(session, part, scenario, dists)
+            if shared:
+                text += f" deck={first}:{dealt}"
             lines.append(f"# sessions[{i}] {session.name or ''} {part.protocol}".replace("  ", " "))
             lines.extend(dists.take())
             lines.append(text)
+            index += 1
+            dealt += part.count
     return "\n".join(lines) + "\n"
 
 
