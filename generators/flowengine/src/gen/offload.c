@@ -1,13 +1,8 @@
 /* offload.c - pseudo-header-only checksums for --csum-offload. */
 #include "offload.h"
 
+#include "bytes.h"
 #include "csum.h"
-
-static inline void put16(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
 
 void offload_fix(const struct fe_flow *f, uint8_t *frame, uint32_t flen)
 {

@@ -5,40 +5,13 @@
 #include <arpa/inet.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "csum.h"
 
 #define TCP_FIN 0x01
 #define TCP_SYN 0x02
 #define TCP_PSH 0x08
 #define TCP_ACK 0x10
-
-static inline void put16(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
 
 /* The address of one instance: ADDRESS itself, or its network part with host
  * bits drawn or incremented. IPv6 works on two 64-bit halves with a carry. */

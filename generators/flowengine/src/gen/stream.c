@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bytes.h"
 #include "pcapread.h"
 #include "sink.h"
 
@@ -254,11 +255,6 @@ out:
     if (rc)
         stream_frames_free(fr);
     return rc;
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] << 8 | p[1]);
 }
 
 int stream_line_build(struct fe_flow *f, const struct stream_keys *k,
