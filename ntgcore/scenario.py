@@ -2305,6 +2305,7 @@ _SHORTHANDS = {
     },
     "SessionAddress": {"type": "string", "description": "198.18.0.1, or a block: 198.18.0.0/16"},
     "ProtocolMix": {"type": "string", "enum": ["tcp", "udp"]},
+    "CloseMix": {"type": "string", "enum": ["fin", "rst", "none"]},
     "Address": {"type": "string", "description": "198.18.0.1, or a block: 198.18.0.0/16"},
     "Ports": {
         "anyOf": [

@@ -5,6 +5,7 @@ captures of NTG_SHARED_DATA (no real address may survive); hostile captures; the
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -13,6 +14,7 @@ import struct
 import subprocess
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -43,7 +45,7 @@ from analysis.learn.fit import (
 )
 from analysis.learn.sessions import PacketSessions, SessionTable
 from generators.flowengine.session import compile_session
-from ntgcore.scenario import parse_scenario
+from ntgcore.scenario import json_schema, parse_scenario
 from testbed.cli import main
 from testbed.commands.learn import tie_of, worse_than_baseline
 from testbed.meters.collector.nfdump import read_file
@@ -81,9 +83,15 @@ def synthetic(tmp_path_factory, flowengine_bin, pcaplib) -> Path:
     return engine_pcap(flowengine_bin, SYNTHETIC, tmp_path_factory.mktemp("learn") / "s.pcap")
 
 
+@functools.cache
+def schema() -> dict:
+    return json_schema()
+
+
 def learned(paths, **kw):
     r = learn_capture([str(p) for p in paths], LearnOptions(**kw))
     parse_scenario(r.yaml_text, "learned.yaml")  # it validates
+    jsonschema.validate(yaml.safe_load(r.yaml_text), schema())  # and editors accept it
     return r
 
 
