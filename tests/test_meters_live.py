@@ -78,6 +78,8 @@ def test_every_meter_live_is_scored_and_its_loss_accounted_by_stage(
         flows = result.flows.to_pylist()
         if name == "argus":  # frame bytes (L2), every packet
             assert [(f["bytes_layer"], f["packet_error"]) for f in flows] == [("L2", 0)] * 3
-        if name == "nfpcapd":  # one record per packet to port 53
-            dns = [f for f in flows if f["dport"] == 53]
-            assert dns[0]["status"] == "split" and collected.num_rows >= 100
+        if name == "nfpcapd":  # one record per packet to port 53 (less what a loaded machine
+            dns = [f for f in flows if f["dport"] == 53]  # made it lose: counted above)
+            assert dns[0]["status"] == "split"
+            records = [r for r in collected.to_pylist() if r["dport"] == 53]
+            assert len(records) > 50 and all(r["packets"] == 1 for r in records)
