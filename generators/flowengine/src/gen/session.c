@@ -392,25 +392,36 @@ static size_t tokenize(char *s, char **tok, size_t max)
     }
 }
 
-static int parse_flow(const struct parser *p, char **tok, size_t ntok, struct fe_flow *f)
+/* The KEY=VALUE tokens of a line (tok[1..ntok-1]) into val[] by their index in names[0..count-1]
+ * (the tokens are cut at their `=`); -EINVAL with the message for a token without `=`, an unknown
+ * key or a key given twice. The one reader of flow, stream and session lines' keys. */
+static int split_keys(const struct parser *p, char **tok, size_t ntok, const char *const *names,
+                      int count, char **val)
 {
-    char *val[K_COUNT] = { 0 };
-
     for (size_t i = 1; i < ntok; i++) {
         char *eq = strchr(tok[i], '=');
         if (!eq)
             return fail(p, "%s: expected key=value", shown(tok[i]));
         *eq = 0;
-        int k;
-        for (k = 0; k < K_COUNT; k++)
-            if (!strcmp(tok[i], key_names[k]))
+        int j;
+        for (j = 0; j < count; j++)
+            if (!strcmp(tok[i], names[j]))
                 break;
-        if (k == K_COUNT)
+        if (j == count)
             return fail(p, "%s: unknown key (got %s=%s)", shown(tok[i]), tok[i], shown(eq + 1));
-        if (val[k])
-            return fail(p, "%s: given twice", key_names[k]);
-        val[k] = eq + 1;
+        if (val[j])
+            return fail(p, "%s: given twice", names[j]);
+        val[j] = eq + 1;
     }
+    return 0;
+}
+
+static int parse_flow(const struct parser *p, char **tok, size_t ntok, struct fe_flow *f)
+{
+    char *val[K_COUNT] = { 0 };
+
+    if (split_keys(p, tok, ntok, key_names, K_COUNT, val))
+        return -EINVAL;
     for (int k = 0; k < K_COUNT; k++)
         if (!val[k])
             return fail(p, "%s: missing (every flow line needs all %d keys)", key_names[k],
@@ -441,21 +452,8 @@ static int parse_stream(const struct parser *p, char **tok, size_t ntok,
     struct stream_keys k;
     char why[512];
 
-    for (size_t i = 1; i < ntok; i++) {
-        char *eq = strchr(tok[i], '=');
-        if (!eq)
-            return fail(p, "%s: expected key=value", shown(tok[i]));
-        *eq = 0;
-        int j;
-        for (j = 0; j < SK_COUNT; j++)
-            if (!strcmp(tok[i], stream_key_names[j]))
-                break;
-        if (j == SK_COUNT)
-            return fail(p, "%s: unknown key (got %s=%s)", shown(tok[i]), tok[i], shown(eq + 1));
-        if (val[j])
-            return fail(p, "%s: given twice", stream_key_names[j]);
-        val[j] = eq + 1;
-    }
+    if (split_keys(p, tok, ntok, stream_key_names, SK_COUNT, val))
+        return -EINVAL;
     for (int j = 0; j < SK_FCS; j++)
         if (!val[j])
             return fail(p, "%s: missing (every stream line needs these %d keys; fcs is optional)",
@@ -743,21 +741,8 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
     uint64_t v;
     char why[768];
 
-    for (size_t i = 1; i < ntok; i++) {
-        char *eq = strchr(tok[i], '=');
-        if (!eq)
-            return fail(p, "%s: expected key=value", shown(tok[i]));
-        *eq = 0;
-        int j;
-        for (j = 0; j < XK_COUNT; j++)
-            if (!strcmp(tok[i], sess_key_names[j]))
-                break;
-        if (j == XK_COUNT)
-            return fail(p, "%s: unknown key (got %s=%s)", shown(tok[i]), tok[i], shown(eq + 1));
-        if (val[j])
-            return fail(p, "%s: given twice", sess_key_names[j]);
-        val[j] = eq + 1;
-    }
+    if (split_keys(p, tok, ntok, sess_key_names, XK_COUNT, val))
+        return -EINVAL;
     for (int j = 0; j < XK_THINK; j++)
         if (!val[j])
             return fail(p,
