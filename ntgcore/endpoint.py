@@ -59,6 +59,12 @@ class Endpoint(abc.ABC):
     def counters(self, iface: str | None = None) -> dict[str, int]:
         """Kernel counters of `iface` (default: this endpoint's): rx/tx packets, bytes, drops."""
 
+    def align_clock(self, max_age_s: float) -> None:
+        """Set the place's clock to this machine's when it keeps one of its own (a VM's guest) and
+        was last set more than `max_age_s` ago, so that a start time given here is met there. A
+        namespace shares this machine's clock: nothing to do."""
+        return None
+
     def pids(self) -> dict[str, int]:
         """Processes of this machine that do the place's work, by label (a VM's qemu): sampled
         with the part that runs there, so its CPU counts what the place costs. {}: none."""

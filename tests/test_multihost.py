@@ -201,6 +201,14 @@ def test_the_engine_waits_for_start_at_after_its_set_up(tmp_path, flowengine_bin
         time.time_ns() >= at_ns
         and json.loads((tmp_path / "sum.json").read_text())["packets"] == 2000
     )
+    assert "after --start-at" not in out.stderr, out.stderr
+    late = subprocess.run(  # a start time already past: sent at once, and said
+        [str(flowengine_bin), "gen", str(session), "--null", "--start-at", str(at_ns - 2 * 10**9)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert late.returncode == 0 and "s after --start-at; the schedule starts now" in late.stderr
     bad = subprocess.run(
         [str(flowengine_bin), "gen", str(session), "--null", "--start-at", "soon"],
         capture_output=True,

@@ -28,6 +28,7 @@ import snappi
 from analysis.capture import iter_frames
 from ntgcore.proc import Process, same_process
 from testbed.endpoints.vm import BACKEND
+from testbed.otg.service import VM_START_LEAD_NS
 from tests.test_otg_clients import Server, kill_and_clean_up, start_server
 from tests.test_vm import (
     _qemu_of,
@@ -158,8 +159,11 @@ def test_a_vm_port_sends_receives_and_captures_through_snappi(vm_server, tmp_pat
     flow(config, "steady", "p1", "p2", None)
     api.set_config(config)
     set_state(api, "transmit", "start")
-    time.sleep(2.0)
+    deadline = time.monotonic() + 2 + VM_START_LEAD_NS / 1e9  # sending from the lead's end on
     sent = metrics(api)["steady"]
+    while sent.frames_tx < RATE_PPS and time.monotonic() < deadline:
+        time.sleep(0.25)
+        sent = metrics(api)["steady"]
     assert sent.transmit == sent.STARTED and sent.frames_tx > 0, show(sent)
     set_state(api, "transmit", "pause")
     time.sleep(1.5)  # the pause reaches the guest one ssh round trip later

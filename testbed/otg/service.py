@@ -60,7 +60,8 @@ DEFAULT_SPEED = "speed_10_gbps"  # a veth has no speed: percentages of line rate
 COUNTERS_MAGIC = b"NTGCNT01"
 RX_SNAPLEN = 256  # the signature sits right after the L4 header: 256 bytes hold it under any stack
 START_LEAD_NS = 200_000_000  # the engines start together this long after the request
-VM_START_LEAD_NS = 1_500_000_000  # ... when one is in a VM (`start_lead_ns`)
+VM_START_LEAD_NS = 2_500_000_000  # ... when one is in a VM (`start_lead_ns`)
+VM_CLOCK_MAX_AGE_S = 300.0  # a guest's clock set again before a start when older (12 ppm: 4 ms)
 
 
 def _now_ns() -> int:
@@ -431,6 +432,11 @@ class OtgService:
             r.update()
             for f in flows:
                 r.seen.pop(f.index, None)
+        places = {self.ports[f.tx_port].place for f in flows} | {
+            self.ports[p].place for p in rx_ports
+        }
+        for place in sorted(places):  # a guest's stamps and start on this machine's clock
+            self.site.endpoint(place).align_clock(VM_CLOCK_MAX_AGE_S)
         start_ns = _now_ns() + start_lead_ns(
             self.site, {self.ports[f.tx_port].place for f in flows}
         )
@@ -723,7 +729,8 @@ class OtgService:
 def start_lead_ns(site: Site, places: set[str]) -> int:
     """How far ahead of the request the engines' common start is set: longer when one sends from
     a VM's port (it starts through the relay and ssh in the guest: under TCG here 0.7 s from the
-    request, so a 0.2 s lead started its frames 0.5 s after their due times)."""
+    request, so a 0.2 s lead started its frames 0.5 s after their due times; with CI's load beside
+    it, 1.5 s was once 0.15 s short). An engine that starts late says so in its `.err` file."""
     if all(site.endpoint(place).local_processes for place in places):
         return START_LEAD_NS
     return VM_START_LEAD_NS

@@ -237,6 +237,13 @@ class VmEndpoint(Endpoint):
         out = self.machine.run("cat", *paths, timeout=30).stdout.split()
         return dict(zip(COUNTERS, map(int, out)))
 
+    def align_clock(self, max_age_s: float) -> None:
+        """A guest's clock drifts from this machine's (under TCG by tenths of a second in
+        minutes): set again when the last setting is older than `max_age_s`."""
+        self.machine.wait_ready()
+        if self.machine.clock_age_s() > max_age_s:
+            self.machine.sync_clock()
+
     def pids(self) -> dict[str, int]:
         proc = self.machine.proc
         return (

@@ -175,6 +175,7 @@ class Machine:
     provision_s: float | None = field(default=None, init=False)
     booting: float | None = field(default=None, init=False)  # when a boot not waited for yet began
     clock: dict[str, int] = field(default_factory=dict, init=False)  # the last sync_clock's
+    clock_set: float | None = field(default=None, init=False)  # its time.monotonic()
 
     @property
     def workdir(self) -> Path:
@@ -372,12 +373,17 @@ class Machine:
         finally:
             answer.stop(grace=1)
         offset, rtt, residual, residual_rtt = map(int, out.stdout.split())
+        self.clock_set = time.monotonic()
         self.clock = {
             "offset": offset,
             "rtt": rtt,
             "residual": residual,
             "residual_rtt": residual_rtt,
         }
+
+    def clock_age_s(self) -> float:
+        """Seconds since the guest's clock was last set (infinite: never)."""
+        return float("inf") if self.clock_set is None else time.monotonic() - self.clock_set
 
     def _mount_shares(self) -> None:
         """The host folders `shares` mounted in the guest at the same paths (9p over virtio): a

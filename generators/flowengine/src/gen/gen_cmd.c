@@ -145,11 +145,20 @@ static void on_pause_signal(int sig)
 
 /* Sleeps until CLOCK_REALTIME reaches at_ns (ns since the epoch); a stop
  * request (SIGINT/SIGTERM) ends the wait. Called after the set-up, so that
- * hosts started together send their first packets together. */
+ * hosts started together send their first packets together. A set-up that
+ * ended after at_ns is said on stderr: every packet then goes that late. */
 static void wait_until_realtime(uint64_t at_ns)
 {
     struct timespec ts = { .tv_sec = (time_t)(at_ns / 1000000000u),
                            .tv_nsec = (long)(at_ns % 1000000000u) };
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    if (now_ns > at_ns + 1000000u)
+        fprintf(stderr,
+                "flowengine: warning: the set-up ended %.3f s after --start-at; the "
+                "schedule starts now, that late\n",
+                (double)(now_ns - at_ns) / 1e9);
     while (!atomic_load(&halt_signal) &&
            clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
