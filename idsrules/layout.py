@@ -398,14 +398,16 @@ def build_buffer(
     prefix: bytes = b"",
     fill: bytes = FILL,
     avoid: bytes = b"",
+    suffix: bytes = b"",
 ) -> bytes:
-    """Bytes satisfying all `matches` (and opts: len range, dotprefix)."""
+    """Bytes satisfying all `matches` (and opts: len range, dotprefix); with `suffix`, the bytes
+    that follow in the buffer (a header line's CRLF) are part of the check."""
     opts = opts or {}
     dotprefix = bool(opts.get("dotprefix"))
     lens = opts.get("len")
     contents = [m for m in matches if m.kind != "pcre"]
     pcres = [m for m in matches if m.kind == "pcre" and not m.negated]
-    candidates: list[bytes] = []
+    candidates: list[tuple[bytes, bytes]] = []  # (prefix, layout)
     errors: list[str] = []
     prefixes = [prefix, b""] if prefix else [b""]
     for pre in prefixes:
@@ -415,7 +417,7 @@ def build_buffer(
             except (LayoutError, RegexUnsupported) as exc:
                 errors.append(str(exc))
                 continue
-            candidates.append(buf)
+            candidates.append((pre, buf))
             # pcre example first, then the contents after it
     for pre in prefixes:
         for p in pcres:
@@ -432,17 +434,31 @@ def build_buffer(
                 )
             except LayoutError:
                 rest = b""
-            candidates.append(pre + s + rest)
-            candidates.append(pre + rest + s)
-            candidates.append(s)
-    for buf in candidates:
-        for b in _fix_len(buf, lens, fill, dotprefix):
-            if verify(b, matches, opts):
-                return b
+            # the example alone first: it often holds the contents too (`content:"MKD";
+            # pcre:"/^MKD\s.../"`), and a second copy of a command line is bytes no rule asked for
+            candidates.append((pre, pre + s))
+            candidates.append((b"", s))
+            candidates.append((pre, pre + s + rest))
+            candidates.append((pre, pre + rest + s))
+    # the caller's prefix first; of the layouts with it that hold, the shortest (a content that
+    # the pcre example already holds is not written a second time)
+    for pre in prefixes:
+        best: bytes | None = None
+        for cpre, buf in candidates:
+            if cpre != pre:
+                continue
+            for b in _fix_len(buf, lens, fill, dotprefix):
+                # a layout that ends with the start of the suffix (a pcre's `\r$`) shares it
+                shared = [b[:-k] for k in range(len(suffix), 0, -1) if b.endswith(suffix[:k])]
+                for v in [b] + shared:
+                    if (best is None or len(v) < len(best)) and verify(v + suffix, matches, opts):
+                        best = v
+        if best is not None:
+            return best
     if fill != b"a" and any(m.negated and m.kind == "content" for m in matches):
         # the filler itself may be what a negated content forbids (`content:!"|00|"`)
         try:
-            return build_buffer(matches, opts, prefix=prefix, fill=b"a", avoid=avoid)
+            return build_buffer(matches, opts, prefix=prefix, fill=b"a", avoid=avoid, suffix=suffix)
         except (LayoutError, RegexUnsupported):
             pass
     if errors:

@@ -81,12 +81,20 @@ def compile_pcre(pattern: str, flags: str) -> re.Pattern:
         raise RegexUnsupported(f"pcre not understood: {exc}") from None
 
 
+def _cases(c: int) -> set[int]:
+    """`c` and its other ASCII case (what a pattern under the `i` flag treats as one)."""
+    ch = bytes([c])
+    return {c, ch.lower()[0], ch.upper()[0]}
+
+
 class _Gen:
-    def __init__(self, dotall: bool, avoid: frozenset[int]) -> None:
+    def __init__(self, dotall: bool, avoid: frozenset[int], nocase: bool = False) -> None:
         self.dotall = dotall
         self.avoid = avoid
+        self.nocase = nocase
         self.groups: dict[int, bytes] = {}
         self.depth = 0
+        self.grow = False  # optional repeats once (a `\b` between two pieces needs a separator)
 
     def pick(self, allowed) -> int:
         for c in _PREFERRED:
@@ -126,7 +134,9 @@ class _Gen:
                 raise RegexUnsupported(f"character set item {op}")
 
         def ok(c: int) -> bool:
-            hit = any(t(c) for t in tests)
+            # under `i` a class names both cases of a letter: `[^ABSC]` excludes `a` too
+            variants = _cases(c) if self.nocase else (c,)
+            hit = any(t(v) for t in tests for v in variants)
             return hit != neg
 
         return ok
@@ -135,7 +145,8 @@ class _Gen:
         if op is sre_c.LITERAL:
             return bytes([av]) if av < 256 else b"?"
         if op is sre_c.NOT_LITERAL:
-            return bytes([self.pick(lambda c: c != av)])
+            banned = _cases(av) if self.nocase and av < 256 else {av}
+            return bytes([self.pick(lambda c: c not in banned)])
         if op is sre_c.ANY:
             return bytes([self.pick(lambda c: self.dotall or c != 10)])
         if op is sre_c.IN:
@@ -165,12 +176,14 @@ class _Gen:
             return s
         if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, getattr(sre_c, "POSSESSIVE_REPEAT", None)):
             lo, hi, sub = av
-            n = lo
+            n = lo if not (self.grow and lo == 0 and hi >= 1) else 1
             if n > 5000:
                 raise RegexUnsupported("repetition too long")
             one = self.gen(sub) if n else b""
             return one * n if n else b""
         if op is sre_c.AT:
+            if av is sre_c.AT_BOUNDARY:
+                return _BOUNDARY  # resolved once the bytes on both sides are known
             return b""
         if op is sre_c.GROUPREF:
             return self.groups.get(av, b"")
@@ -194,6 +207,66 @@ _CAT_RX = {
 }
 
 
+# a marker for `\b` while generating (a byte no example uses: it is removed before the check)
+_BOUNDARY = b"\x00\xff\x00"
+_WORD = re.compile(rb"\w")
+
+
+def _resolve_boundaries(s: bytes) -> list[bytes]:
+    """The example with each `\b` marker resolved: nothing where the bytes on both sides already
+    make a boundary, else a blank before/after it, so the word boundary the pattern needs exists
+    (the final check decides which candidate holds)."""
+    parts = s.split(_BOUNDARY)
+    if len(parts) == 1:
+        return [s]
+    out = parts[0]
+    for nxt in parts[1:]:
+        left = _WORD.match(out[-1:]) is not None if out else False
+        right = _WORD.match(nxt[:1]) is not None if nxt else False
+        if not out or not nxt:
+            # at an end of the example the neighbour is whatever the buffer has there: a blank
+            # keeps the boundary when the example sits between other word bytes
+            out += (b" " if not out and right else b"") + nxt + (b" " if not nxt and left else b"")
+        elif left == right:
+            # both word or both non-word: no boundary; a word byte or a blank in between
+            out += (b"a" if not left and out and nxt else b" ") + nxt
+        else:
+            out += nxt
+    plain = b"".join(parts)
+    return [out, plain] if out != plain else [out]
+
+
+def _constructs(parsed) -> set[str]:
+    """Names of the constructs in a parse tree that the generator does not build bytes for."""
+    found: set[str] = set()
+    stack = [parsed]
+    while stack:
+        node = stack.pop()
+        for op, av in node:
+            if op in (sre_c.ASSERT, sre_c.ASSERT_NOT):
+                found.add("lookahead or lookbehind")
+                stack.append(av[1])
+            elif op is sre_c.GROUPREF or op is sre_c.GROUPREF_EXISTS:
+                found.add("back-reference")
+                if op is sre_c.GROUPREF_EXISTS:
+                    stack += [x for x in av[1:] if x is not None]
+            elif op is sre_c.AT and av in (sre_c.AT_BOUNDARY, sre_c.AT_NON_BOUNDARY):
+                found.add("word boundary \\b" if av is sre_c.AT_BOUNDARY else "\\B")
+            elif op is sre_c.AT and av not in (sre_c.AT_BEGINNING, sre_c.AT_BEGINNING_STRING):
+                found.add("end anchor")
+            elif op is sre_c.SUBPATTERN:
+                stack.append(av[3])
+            elif op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) or op is getattr(
+                sre_c, "POSSESSIVE_REPEAT", None
+            ):
+                stack.append(av[2])
+            elif op is sre_c.BRANCH:
+                stack += list(av[1])
+            elif op is getattr(sre_c, "ATOMIC_GROUP", None):
+                stack.append(av)
+    return found
+
+
 def example(pattern: str, flags: str = "", avoid: bytes = b"") -> bytes:
     """A byte string matched by /pattern/flags (PCRE as written in a rule)."""
     rx = compile_pcre(pattern, flags)
@@ -202,17 +275,20 @@ def example(pattern: str, flags: str = "", avoid: bytes = b"") -> bytes:
         parsed = sre_parse.parse(py.encode("latin-1"), rx.flags)
     except Exception as exc:
         raise RegexUnsupported(f"pcre not understood: {exc}") from None
-    gen = _Gen("s" in flags, frozenset(avoid))
-    try:
-        s = gen.gen(parsed)
-    except RecursionError:
-        raise RegexUnsupported("pattern too deep") from None
-    if rx.search(s) is None:
-        # second try without avoiding characters
-        gen = _Gen("s" in flags, frozenset())
-        s = gen.gen(parsed)
-        if rx.search(s) is None:
-            raise RegexUnsupported(
-                "generated example does not match (lookaround or back-reference)"
-            )
-    return s
+    nocase = "i" in flags
+    # tries: avoiding the given bytes, then not; then with optional repeats taken once
+    for avoided, grow in ((frozenset(avoid), False), (frozenset(), False), (frozenset(), True)):
+        gen = _Gen("s" in flags, avoided, nocase)
+        gen.grow = grow
+        try:
+            raw = gen.gen(parsed)
+        except RecursionError:
+            raise RegexUnsupported("pattern too deep") from None
+        for s in _resolve_boundaries(raw):
+            if rx.search(s) is not None:
+                return s
+    what = sorted(_constructs(parsed))
+    raise RegexUnsupported(
+        "generated example does not match"
+        + (f" (the pattern has {', '.join(what)})" if what else " (the shortest choices conflict)")
+    )

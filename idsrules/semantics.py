@@ -417,6 +417,7 @@ class RuleModel:
     noalert: bool = False
     events: int = 1  # sessions needed (threshold / detection_filter)
     track: str = "by_src"
+    threshold_s: int = 0  # the threshold's or detection_filter's seconds (its window)
     status: str = "supported"
     reasons: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
@@ -897,6 +898,8 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
                 )
             m.events = max(m.events, need)
             m.track = args.get("track", "by_src")
+            seconds = args.get("seconds", "0")
+            m.threshold_s = max(m.threshold_s, int(seconds) if seconds.isdigit() else 0)
             continue
         if kw in UNSYNTH:
             m.unsupported(f"keyword {kw} is not synthesized")
@@ -939,11 +942,9 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             app = _port_app(m.dst_ports if m.src_is_client else m.src_ports)
             if m.proto == "tcp" or app == "sip":
                 m.app = app
-    if m.app == "http" and "file.data" in buffers:
-        buffers[("http.response_body" if not m.to_server else "http.request_body")] = buffers.pop(
-            "file.data"
-        ) + buffers.get("http.response_body" if not m.to_server else "http.request_body", [])
     if m.app == "http":
+        # the direction first: a rule with response buffers and no flow keyword inspects the
+        # response, and so does its file.data (the body of that response, never of a POST)
         if (
             any(b in RESPONSE_BUFFERS for b in buffers)
             and m.to_server
@@ -951,6 +952,10 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         ):
             m.to_server = False
             m.src_is_client = False
+    if m.app == "http" and "file.data" in buffers:
+        buffers[("http.response_body" if not m.to_server else "http.request_body")] = buffers.pop(
+            "file.data"
+        ) + buffers.get("http.response_body" if not m.to_server else "http.request_body", [])
     if (
         m.app == "sip"
         and any(b in SIP_RESPONSE_BUFFERS for b in buffers)

@@ -86,6 +86,9 @@ URI_SAFE = set(
 RULE_TIME_LIMIT_S = 1.0  # per rule: a pcre with catastrophic backtracking is given up
 
 
+_LINE_TAIL = re.compile(rb"([!-~]*) (HTTP/1\.[01])\r\n")
+_BARE_METHOD = re.compile(rb"[A-Z]{3,10} ")
+_STATUS_START = re.compile(rb"HTTP/1\.[01] [1-5][0-9][0-9]")
 _HTTP_METHOD = re.compile(
     rb"^(GET|POST|PUT|HEAD|DELETE|OPTIONS|PATCH|TRACE|CONNECT|PROPFIND|[A-Z]{3,10}) \S", re.I
 )
@@ -190,21 +193,81 @@ def _uri_encode(uri: bytes) -> bytes:
     return bytes(out)
 
 
-def _header_lines(text: bytes) -> list[bytes]:
+_KNOWN_HEADERS = {
+    b"host",
+    b"user-agent",
+    b"accept",
+    b"accept-encoding",
+    b"accept-language",
+    b"accept-charset",
+    b"authorization",
+    b"cache-control",
+    b"connection",
+    b"content-disposition",
+    b"content-encoding",
+    b"content-length",
+    b"content-type",
+    b"cookie",
+    b"set-cookie",
+    b"location",
+    b"pragma",
+    b"range",
+    b"referer",
+    b"server",
+    b"transfer-encoding",
+    b"upgrade",
+    b"x-forwarded-for",
+    b"soapaction",
+}
+_HOST_LIKE = re.compile(rb"[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+
+
+def _line_ends(model: RuleModel | None, names: tuple[str, ...]) -> set[bytes]:
+    """Bare tokens that the rule's header contents end with a CRLF (`tunein.com|0d 0a|`): the
+    end of a value, since a header name is followed by a colon."""
+    ends: set[bytes] = set()
+    for name in names:
+        for m in model.buffers.get(name, []) if model else []:
+            if m.kind == "content" and not m.negated:
+                ends.update(t.strip() for t in re.findall(rb"([^\r\n:]+)\r\n", m.data))
+    return ends
+
+
+def _header_lines(text: bytes, line_ends: set[bytes] = frozenset()) -> list[bytes]:
     lines = []
-    for line in text.replace(b"\r\n", b"\n").split(b"\n"):
+    pieces = text.replace(b"\r\n", b"\n").split(b"\n")
+    for n, line in enumerate(pieces):
         if not line.strip():
             continue
-        if b":" not in line:
+        if lines and line[:1] in (b" ", b"\t"):
+            # a folded continuation (obsolete, RFC 7230 3.2.4): libhtp joins it to the header
+            # above; we send it joined, as one line
+            lines[-1] = lines[-1].rstrip() + b" " + line.strip()
+            continue
+        name, colon, rest = line.partition(b":")
+        if colon and rest[:1] not in (b" ", b"\t", b"") and name.lower() not in _KNOWN_HEADERS:
+            # `urn:x-org:service` is a value with colons, not a header `urn` (libhtp would give
+            # it back as `urn: x-org...`, and the rule's bytes would be gone)
+            line = b"X-Data: " + line
+        elif b":" not in line:
             # a bare token becomes a header name (trailing blanks would put a space before the
-            # colon); a phrase becomes a value, of User-Agent when it reads like one
-            if b" " not in line.strip() and line == line.rstrip():
+            # colon), unless the rule's line ends right after it: then it ends a value (a host
+            # name: the Host header's); a phrase becomes a value, of User-Agent when it reads
+            # like one
+            ends_line = n + 1 < len(pieces) or any(e and line.endswith(e) for e in line_ends)
+            if ends_line and _HOST_LIKE.fullmatch(line.lstrip(b".")):
+                line = b"Host: " + (b"www" + line if line.startswith(b".") else line)
+            elif ends_line and b" " not in line.strip():
+                line = b"X-Data: " + line
+            elif b" " not in line.strip() and line == line.strip():
                 line = line + b": 1"
             else:
                 line = (b"User-Agent: " if _UA_LIKE.search(line) else b"X-Data: ") + line
         if line[-1:] in (b" ", b"\t"):
             # libhtp trims blanks at the end of a value: keep the rule's blank inside the value
-            line += b"1"
+            # (Basic credentials: valid base64 of user:pass, which libhtp decodes)
+            basic = line.lower().endswith(b"basic ")
+            line += b"dXNlcjpwYXNz" if basic else b"1"
         lines.append(line)
     seen_ua = False
     for k, line in enumerate(lines):  # one User-Agent: later guesses become X-Data
@@ -232,19 +295,31 @@ def _uri_is_normal(uri: bytes) -> bool:
     )
 
 
-_DOT_SEGMENT = re.compile(rb"\.\./|/\./|\\")
+_DOT_SEGMENT = re.compile(rb"\.\./|/\./|\\|//")
 
 
 def _query_for_dot_segments(uri: bytes, matches, opts) -> bytes:
-    """libhtp removes `../` and `./` segments (and turns `\\` into `/`) in the path of the
-    normalized URI but keeps the query as sent: when the rule's URI contents need such a sequence,
-    start the query just before it, if the matches still hold."""
-    path = uri.split(b"?", 1)[0]
-    hit = _DOT_SEGMENT.search(path)
-    if hit is None:
-        return uri
-    cand = uri[: hit.start()] + b"?" + uri[hit.start() :]
-    return cand if verify(cand, matches, opts) else uri
+    """libhtp removes `../` and `./` segments, collapses `//` (and turns `\\` into `/`) in the
+    path of the normalized URI but keeps the query as sent. A `//` the rule does not need (two
+    contents that each bring a slash) gets a filler segment between the slashes; a sequence the
+    rule's URI contents need starts the query, if the matches still hold."""
+    for _ in range(8):
+        path = uri.split(b"?", 1)[0]
+        hit = _DOT_SEGMENT.search(path)
+        if hit is None:
+            return uri
+        if hit.group() == b"//":
+            cand = uri[: hit.start()] + b"/a/" + uri[hit.start() + 2 :]
+            if verify(cand, matches, opts):
+                uri = cand
+                continue
+        for k in range(hit.start(), 0, -1):  # the query from as late as the matches allow
+            cand = uri[:k] + b"?" + uri[k:]
+            if verify(cand, matches, opts):
+                return cand
+        cand = b"?" + uri
+        return cand if verify(cand, matches, opts) else uri
+    return uri
 
 
 def _uris(model: RuleModel) -> tuple[bytes | None, bytes | None]:
@@ -285,7 +360,34 @@ def _uris(model: RuleModel) -> tuple[bytes | None, bytes | None]:
                 and verify(cand, raw_m or [], raw_o)
             ):
                 return None, cand
-    return _buf(model, "http.uri", prefix=b"/"), _buf(model, "http.uri.raw", prefix=b"/")
+    uri, raw = _buf(model, "http.uri", prefix=b"/"), _buf(model, "http.uri.raw", prefix=b"/")
+    if uri is not None and raw is not None:
+        # one URI whose raw form holds the raw matches and whose normalized form the others:
+        # the normalized URI's bytes and the raw ones one after the other
+        enc = _uri_encode(uri)
+        tail = raw[1:] if raw.startswith(b"/") else raw
+        for cand in (enc + tail, enc + b"/" + tail, raw + enc, raw + enc[1:], raw + b"?" + enc):
+            if verify(cand, raw_m or [], raw_o) and verify(
+                normalized_uri(cand), uri_m or [], uri_o
+            ):
+                return None, cand
+    return uri, raw
+
+
+def normalized_uri(raw: bytes) -> bytes:
+    """An approximation of libhtp's normalized URI: in the path, %XX decoded once, `\\` as `/`,
+    `//` collapsed, `.` and `..` segments removed; the query as sent."""
+    path, q, query = raw.partition(b"?")
+    path = re.sub(rb"%([0-9A-Fa-f]{2})", lambda m: bytes([int(m.group(1), 16)]), path)
+    path = re.sub(rb"/+", b"/", path.replace(b"\\", b"/"))
+    out: list[bytes] = []
+    for seg in path.split(b"/")[1:] if path.startswith(b"/") else path.split(b"/"):
+        if seg == b"..":
+            if out:
+                out.pop()
+        elif seg != b".":
+            out.append(seg)
+    return b"/" + b"/".join(out) + q + query
 
 
 def _header_names(lines: list[bytes]) -> set[bytes]:
@@ -293,18 +395,155 @@ def _header_names(lines: list[bytes]) -> set[bytes]:
     return {ln.split(b":", 1)[0].strip().lower() for ln in lines if b":" in ln}
 
 
-def http_request(model: RuleModel | None) -> bytes:
+def _rule_parts(model: RuleModel | None, name: str) -> tuple[list, dict | None]:
+    if model is None:
+        return [], None
+    return model.buffers.get(name, []), model.buffer_opts.get(name)
+
+
+def _holds(model: RuleModel | None, name: str, data: bytes) -> bool:
+    """True when `data`, as the buffer `name`, satisfies the rule's matches on it."""
+    matches, opts = _rule_parts(model, name)
+    return verify(data, matches, opts)
+
+
+def _complete_request_line(
+    model: RuleModel, line: bytes, uri: bytes | None
+) -> tuple[bytes, bytes, bytes] | None:
+    """(method, URI, version) of a request line that holds the rule's `http.request_line`
+    matches: the rule's own line, completed with a URI and a version when it lacks them."""
+    parts = line.split(b" ")
+    cands = [line]
+    if len(parts) == 1:
+        cands += [
+            line + b" / HTTP/1.1",
+            b"GET " + line + b" HTTP/1.1",
+            b"GET /" + line + b" HTTP/1.1",
+        ]
+    elif len(parts) == 2:
+        if uri and uri.startswith(parts[1]):
+            cands.append(parts[0] + b" " + uri + b" HTTP/1.1")
+        elif uri:  # the rule's URI contents go on where its request line content ends
+            cands.append(line + uri.lstrip(b"/") + b" HTTP/1.1")
+        cands += [line + b" HTTP/1.1", line + b"/ HTTP/1.1"]
+    elif not _VERSION.fullmatch(parts[-1]):
+        cands += [line + b" HTTP/1.1", line + b".1"[: 8 - len(parts[-1])]]
+    for cand in cands:
+        if _REQUEST_LINE.fullmatch(cand) and _holds(model, "http.request_line", cand):
+            p = cand.split(b" ")
+            return p[0], b" ".join(p[1:-1]), p[-1]
+    if len(parts) >= 3:
+        return parts[0], b" ".join(parts[1:-1]), parts[-1]
+    return None
+
+
+def _names_text(names: list[bytes]) -> bytes:
+    """Suricata's `http.header_names` buffer: CRLF, each name and CRLF, a final CRLF."""
+    return b"\r\n" + b"".join(n + b"\r\n" for n in names) + b"\r\n"
+
+
+def _add_name(model: RuleModel, names: list[bytes], name: bytes, first: bool) -> bool:
+    """Insert `name` into `names` where the rule's header_names matches still hold (from the start
+    when `first`, else from the end); False when no place does (the rule forbids the name)."""
+    spots = range(len(names) + 1) if first else range(len(names), -1, -1)
+    for k in spots:
+        cand = names[:k] + [name] + names[k:]
+        if _holds(model, "http.header_names", _names_text(cand)):
+            names[:] = cand
+            return True
+    return False
+
+
+def _header_name(line: bytes) -> bytes:
+    return line.split(b":", 1)[0].strip().lower()
+
+
+def _one_per_name(
+    model: RuleModel | None, headers: list[bytes], own: list[bytes], kept: list[bytes]
+) -> list[bytes]:
+    """One line per header name. Of two lines with one name, the rule's own `http.header` line is
+    dropped when the header buffer still satisfies the rule without it, else our default line is
+    (never a line in `kept`: a value buffer's); when both are needed both stay."""
+    out = list(headers)
+    for i in range(len(out) - 1, -1, -1):
+        if i >= len(out):
+            continue
+        name = _header_name(out[i])
+        if b":" not in out[i] or name in (b"set-cookie",):
+            continue
+        twins = [j for j, h in enumerate(out) if j != i and b":" in h and _header_name(h) == name]
+        if not twins:
+            continue
+        j = twins[0]
+        if out[i] == out[j]:  # the same line twice (a value buffer's and the rule's header text)
+            cand = out[:i] + out[i + 1 :]
+            text = b"".join(h + b"\r\n" for h in cand)
+            if _holds(model, "http.header", text) and _holds(model, "http.header.raw", text):
+                out = cand
+                continue
+        pair = sorted((i, j), key=lambda k: (out[k] not in own, out[k] in kept))
+        for k in pair:
+            if out[k] in kept:
+                continue
+            cand = out[:k] + out[k + 1 :]
+            text = b"".join(h + b"\r\n" for h in cand)
+            if _holds(model, "http.header", text) and _holds(model, "http.header.raw", text):
+                out = cand
+                break
+    return out
+
+
+_VERSION = re.compile(rb"HTTP/\d\.\d")
+_REQUEST_LINE = re.compile(rb"[!-~]+ [^\r\n]+ HTTP/\d\.\d")
+_STATUS_LINE = re.compile(rb"HTTP/\d\.\d [1-5]\d\d(?: [^\r\n]*)?")
+REASONS = {
+    b"200": b"OK",
+    b"201": b"Created",
+    b"204": b"No Content",
+    b"206": b"Partial Content",
+    b"301": b"Moved Permanently",
+    b"302": b"Found",
+    b"303": b"See Other",
+    b"304": b"Not Modified",
+    b"307": b"Temporary Redirect",
+    b"400": b"Bad Request",
+    b"401": b"Unauthorized",
+    b"403": b"Forbidden",
+    b"404": b"Not Found",
+    b"405": b"Method Not Allowed",
+    b"500": b"Internal Server Error",
+    b"502": b"Bad Gateway",
+    b"503": b"Service Unavailable",
+}
+
+
+def _cookie_in_response(model: RuleModel | None) -> bool:
+    """A `to_client` rule's http.cookie is the response's Set-Cookie (Suricata's reading)."""
+    return model is not None and not model.to_server
+
+
+def http_request(
+    model: RuleModel | None,
+    *,
+    extra_body: bytes = b"",
+    target: tuple[bytes, bytes] | None = None,
+) -> bytes:
+    """An HTTP/1.1 request with the rule's request-side buffers; `extra_body` goes at the end of
+    the body (Content-Length counts it); `target` (URI, version) sets the request line's end."""
     b = (lambda n, **kw: _buf(model, n, **kw)) if model else (lambda n, **kw: None)
     rl = b("http.request_line")
     method = b("http.method")
     body = b("http.request_body")
+    if extra_body:
+        body = (body or b"") + extra_body
     uri, raw_uri = _uris(model) if model else (None, None)
     proto = b("http.protocol") or b"HTTP/1.1"
-    if rl:
-        parts = rl.split(b" ")
-        if len(parts) >= 3:
-            method, raw_uri, proto = parts[0], b" ".join(parts[1:-1]), parts[-1]
-    if method is None:
+    line = _complete_request_line(model, rl, uri or raw_uri) if (model and rl) else None
+    if line is not None:
+        method, raw_uri, proto = line
+    elif target is not None:
+        raw_uri, proto = target
+    if not method:  # none, or only negated contents (`content:!"OPTIONS"`): a usual method
         method = b"POST" if body is not None else b"GET"
     if uri is not None and raw_uri is None:
         if not uri.startswith(b"/"):
@@ -312,10 +551,10 @@ def http_request(model: RuleModel | None) -> bytes:
         raw_uri = _uri_encode(uri)
     if raw_uri is None:
         raw_uri = b"/index.html"
-    elif not raw_uri.startswith(b"/") and not raw_uri.lower().startswith(b"http"):
+    elif line is None and not raw_uri.startswith(b"/") and not raw_uri.lower().startswith(b"http"):
         raw_uri = b"/" + raw_uri
     headers: list[bytes] = []
-    names_buf = b("http.header_names")
+    names_buf = b("http.header_names") if (model is None or model.to_server) else None
     host = b("http.host", prefix=b"www") or b("http.host.raw", prefix=b"www")
     values = {}
     for name, hname in HTTP_HEADER_VALUE_BUFFERS.items():
@@ -323,15 +562,30 @@ def http_request(model: RuleModel | None) -> bytes:
             continue
         if name in ("http.host", "http.host.raw"):
             continue
+        if name == "http.cookie" and _cookie_in_response(model):
+            continue
         v = b(name, prefix=b"a")
         if v is not None:
+            if v[-1:] in (b" ", b"\t") and _holds(model, name, v + b"1"):
+                v += b"1"  # libhtp trims blanks at the end of a value: keep the rule's inside it
             values[hname.encode()] = v
-    hdr_text = b("http.header") if (model is None or model.to_server) else None
-    hdr_raw = b("http.header.raw") if (model is None or model.to_server) else None
-    if names_buf is not None:
-        names = [n for n in names_buf.split(b"\r\n") if n.strip()]
-        for n in names:
-            key = n.strip()
+    crlf = {"suffix": b"\r\n"}  # a header line is followed by its CRLF in the buffer
+    hdr_text = b("http.header", **crlf) if (model is None or model.to_server) else None
+    hdr_raw = b("http.header.raw", **crlf) if (model is None or model.to_server) else None
+    if names_buf is not None and model is not None:
+        names = [n.strip() for n in names_buf.split(b"\r\n") if n.strip()]
+        lower = {n.lower() for n in names}
+        # HTTP/1.1 requires Host (and a body needs its length): add them where the rule allows
+        if b"host" not in lower and not _add_name(model, names, b"Host", True):
+            if proto == b"HTTP/1.1" and line is None and "http.protocol" not in model.buffers:
+                proto = b"HTTP/1.0"  # the rule forbids a Host header: a request without one
+        if body is not None and b"content-length" not in lower:
+            _add_name(model, names, b"Content-Length", False)
+        if not names:  # no header at all leaves Suricata no header_names buffer
+            for spare in (b"Accept", b"Connection", b"X-Requested-With"):
+                if _add_name(model, names, spare, False):
+                    break
+        for key in names:
             val = values.pop(key, None)
             if key.lower() == b"host":
                 val = host or b"www.example.com"
@@ -346,7 +600,8 @@ def http_request(model: RuleModel | None) -> bytes:
         headers.append(host_line)
         if b"User-Agent" not in values:
             values[b"User-Agent"] = b"Mozilla/5.0"
-    own_lines = [ln for text in (hdr_text, hdr_raw) if text for ln in _header_lines(text)]
+    ends = _line_ends(model, ("http.header", "http.header.raw"))
+    own_lines = [ln for text in (hdr_text, hdr_raw) if text for ln in _header_lines(text, ends)]
     own_names = _header_names(own_lines)
     if own_names:
         # a header the rule writes itself replaces our default one: libhtp would merge the two
@@ -355,6 +610,7 @@ def http_request(model: RuleModel | None) -> bytes:
             del values[b"User-Agent"]
         if b"host" in own_names and host_line is not None and host is None:
             headers.remove(host_line)
+    kept = [k + b": " + v for k, v in values.items() if k != b"User-Agent" or v != b"Mozilla/5.0"]
     for k, v in values.items():
         headers.append(k + b": " + v)
     if (
@@ -374,7 +630,12 @@ def http_request(model: RuleModel | None) -> bytes:
                 b"Content-Type: "
                 + (b"application/x-www-form-urlencoded" if form else b"application/octet-stream")
             )
-        headers.append(b"Content-Length: %d" % len(body))
+        cl = [h for h in headers if h.lower().startswith(b"content-length:")]
+        if not cl:
+            headers.append(b"Content-Length: %d" % len(body))
+        elif extra_body:
+            headers[headers.index(cl[0])] = b"Content-Length: %d" % len(body)
+    headers = _one_per_name(model, headers, own_lines, kept)
     head = (
         method
         + b" "
@@ -388,31 +649,84 @@ def http_request(model: RuleModel | None) -> bytes:
     return head + (body or b"")
 
 
-def http_response(model: RuleModel | None) -> bytes:
+def _status_code(model: RuleModel | None) -> bytes:
+    code = _buf(model, "http.stat_code") if model else None
+    if code is None:
+        return b"200"
+    if len(code) < 3 and code.isdigit():
+        # a status code has three digits (`content:"30"; startswith;` is any 30x)
+        for full in (code.ljust(3, b"0"), code.ljust(3, b"2")):
+            if _holds(model, "http.stat_code", full):
+                return full
+    return code
+
+
+def _status_line(model: RuleModel | None, code: bytes, msg: bytes) -> bytes:
+    """`HTTP/1.1 <code> <message>` holding the rule's `http.response_line` matches when it has
+    some: the rule's own line, completed when it lacks a part."""
+    default = b"HTTP/1.1 " + code + b" " + msg
+    rline = _buf(model, "http.response_line") if model else None
+    if not rline:
+        return default
+    cands = [rline, default, b"HTTP/1.1 " + rline, b"HTTP/1.1 " + code + b" " + rline]
+    if rline.startswith(b"HTTP/"):
+        ver = b"HTTP/1.1"[len(rline) :] if len(rline) < 8 else b""
+        cands += [rline + ver + b" " + code + b" " + msg, rline + b" " + code + b" " + msg]
+        cands += [rline + b" " + msg]
+    for cand in cands:
+        if _STATUS_LINE.fullmatch(cand) and _holds(model, "http.response_line", cand):
+            return cand
+    return rline if rline.startswith(b"HTTP/") else b"HTTP/1.1 " + rline
+
+
+def http_response(model: RuleModel | None, *, extra_body: bytes = b"") -> bytes:
+    """An HTTP/1.1 response with the rule's response-side buffers; `extra_body` goes at the end of
+    the body (Content-Length counts it)."""
     b = (lambda n, **kw: _buf(model, n, **kw)) if model else (lambda n, **kw: None)
-    code = b("http.stat_code") or b"200"
-    msg = b("http.stat_msg") or b"OK"
-    rline = b("http.response_line")
+    code = _status_code(model)
+    msg = b("http.stat_msg") or REASONS.get(code, b"OK")
     body = b("http.response_body")
     if body is None:
         body = b"<html><body>ok</body></html>"
-    status = rline if rline else b"HTTP/1.1 " + code + b" " + msg
-    if not status.startswith(b"HTTP/"):
-        status = b"HTTP/1.1 " + status
+    body += extra_body
+    status = _status_line(model, code, msg)
     headers = []
+    kept = []
     for name, hname in HTTP_HEADER_VALUE_BUFFERS.items():
-        if name in REQUEST_ONLY or (model and model.to_server and name not in RESPONSE_ONLY):
+        if name == "http.cookie" and _cookie_in_response(model):
+            hname = "Set-Cookie"
+        elif name in REQUEST_ONLY or (model and model.to_server and name not in RESPONSE_ONLY):
             continue
         v = b(name)
         if v is not None:
+            if v[-1:] in (b" ", b"\t") and _holds(model, name, v + b"1"):
+                v += b"1"  # libhtp trims blanks at the end of a value: keep the rule's inside it
             headers.append(hname.encode() + b": " + v)
+            kept.append(headers[-1])
     if not any(h.lower().startswith(b"content-type:") for h in headers):
         headers.append(b"Content-Type: text/html")
+    own: list[bytes] = []
     if model is not None and not model.to_server:
         for n in ("http.header", "http.header.raw"):
-            text = b(n)
+            text = b(n, suffix=b"\r\n")
             if text:
-                headers.extend(_header_lines(text))
+                own.extend(_header_lines(text, _line_ends(model, (n,))))
+    headers.extend(own)
+    headers = _one_per_name(model if own else None, headers, own, kept)
+    names_buf = b("http.header_names") if model is not None and not model.to_server else None
+    if names_buf is not None:
+        # the rule's header names in the response, each once, where its matches hold
+        names = [h.split(b":", 1)[0] for h in headers]
+        have = {x.lower() for x in names}
+        missing = [x.strip() for x in names_buf.split(b"\r\n") if x.strip()]
+        missing = [x for x in dict.fromkeys(missing) if x.lower() not in have]
+        if _holds(model, "http.header_names", _names_text(names + missing)):
+            headers += [n + b": 1" for n in missing]
+        else:
+            for n in missing:
+                if _add_name(model, names, n, False):
+                    headers.insert(names.index(n), n + b": 1")
+    chunked = any(b"chunked" in h.lower() for h in headers)
     chunked = any(b"chunked" in h.lower() for h in headers)
     if chunked:
         body = b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n" if body else b"0\r\n\r\n"
@@ -523,6 +837,8 @@ def dns_response(name: bytes, ident: int) -> bytes:
 
 def tls_client_hello(sni: bytes | None) -> bytes:
     ext = b""
+    if sni is not None and len(sni) > 0xFFFF - 16:
+        raise SynthError(f"an SNI of {len(sni):,} bytes does not fit a ClientHello extension")
     if sni is not None:
         entry = b"\0" + struct.pack("!H", len(sni)) + sni
         lst = struct.pack("!H", len(entry)) + entry
@@ -540,7 +856,7 @@ def tls_client_hello(sni: bytes | None) -> bytes:
         + ext
     )
     hs = b"\x01" + len(body).to_bytes(3, "big") + body
-    return b"\x16\x03\x01" + struct.pack("!H", len(hs)) + hs
+    return tls_records(hs, b"\x03\x01")
 
 
 def _der(tag: int, content: bytes) -> bytes:
@@ -553,12 +869,99 @@ def _der(tag: int, content: bytes) -> bytes:
     return bytes([tag]) + ln + content
 
 
-def _name(cn: bytes) -> bytes:
-    return _der(0x30, _der(0x31, _der(0x30, _der(0x06, b"\x55\x04\x03") + _der(0x0C, cn))))
+# distinguished-name attributes as Suricata prints them (`C=US, O=Example Ltd, CN=host`)
+DN_OIDS = {
+    b"C": "550406",
+    b"ST": "550408",
+    b"L": "550407",
+    b"O": "55040a",
+    b"OU": "55040b",
+    b"CN": "550403",
+    b"emailAddress": "2a864886f70d010901",
+}
+_DN_KEY = re.compile(rb"(?:^|(?<=, ))(C|ST|L|O|OU|CN|emailAddress)=")
+
+
+def dn_attributes(text: bytes) -> list[tuple[bytes, bytes]] | None:
+    """`C=US, O=Example, CN=x` as [(b"C", b"US"), ...]; None when `text` does not start with an
+    attribute or an attribute's value is empty."""
+    hits = list(_DN_KEY.finditer(text))
+    if not hits or hits[0].start() != 0:
+        return None
+    out = []
+    for k, h in enumerate(hits):
+        end = hits[k + 1].start() - 2 if k + 1 < len(hits) else len(text)
+        value = text[h.end() : end]
+        if not value:
+            return None
+        out.append((h.group(1), value))
+    return out
+
+
+def _name(attrs: bytes | list[tuple[bytes, bytes]]) -> bytes:
+    """A DER Name: one RDN per attribute (a bare value is a CN)."""
+    if isinstance(attrs, bytes):
+        attrs = [(b"CN", attrs)]
+    rdns = b""
+    for key, value in attrs:
+        tag = 0x13 if key == b"C" and value.isalnum() else 0x0C  # PrintableString / UTF8String
+        atv = _der(0x06, bytes.fromhex(DN_OIDS[key])) + _der(tag, value)
+        rdns += _der(0x31, _der(0x30, atv))
+    return _der(0x30, rdns)
+
+
+_DN_EMPTY = re.compile(rb"(?:^|(?<=, ))(C|ST|L|O|OU|CN)=(, |$)")
+_DN_PREFIXES = (b"C=US, O=Example Ltd, CN=", b"O=Example Ltd, CN=", b"CN=")
+
+
+def _dn_candidates(text: bytes, default_cn: bytes) -> list[bytes]:
+    """`text` (a rule's subject/issuer bytes that name attributes) with C first and a CN last
+    added when it lacks them, the richest first."""
+    keys = {k for k, _v in dn_attributes(text) or []}
+    head = b"" if b"C" in keys else b"C=US, "
+    tail = b"" if b"CN" in keys else b", CN=" + default_cn
+    return list(dict.fromkeys([head + text + tail, head + text, text + tail, text]))
+
+
+def cert_name(model: RuleModel, name: str, default_cn: bytes) -> list[tuple[bytes, bytes]]:
+    """The attributes of a certificate's subject or issuer (`name`: tls.cert_subject or
+    tls.cert_issuer) such that Suricata's rendering of it holds the rule's matches: the rule's
+    content in the attribute it names (`O=...`), the usual C, O and CN around it where the
+    rule's positions and bsize allow, else a CN of the rule's bytes."""
+    matches, opts = _rule_parts(model, name)
+    if not matches and not opts:
+        return [(b"C", b"US"), (b"O", b"Example Ltd"), (b"CN", default_cn)]
+    texts: list[bytes] = []
+    lens = (opts or {}).get("len")
+    bare = {k: v for k, v in (opts or {}).items() if k != "len"}
+    for pre in (b"",) + _DN_PREFIXES:
+        with contextlib.suppress(LayoutError, RegexUnsupported):
+            if lens:
+                # a bsize is met by an O attribute of the right length, not by filler
+                core = _DN_EMPTY.sub(b"\\1=x\\2", build_buffer(matches, bare, prefix=pre))
+                for head, tail in ((b"C=US, O=", b", "), (b"", b", O=")):
+                    pad = lens[0] - len(core) - len(head) - len(tail)
+                    if pad >= 1 and dn_attributes(core):
+                        filler = (b"Example" * (pad // 7 + 1))[:pad]
+                        texts.append(head + filler + tail + core if head else core + tail + filler)
+            texts.append(build_buffer(matches, opts, prefix=pre))
+    texts += [_DN_EMPTY.sub(b"\\1=x\\2", t) for t in texts]
+    for text in dict.fromkeys(texts):
+        cands = _dn_candidates(text, default_cn) if dn_attributes(text) else [text]
+        for cand in cands:
+            attrs = dn_attributes(cand)
+            if attrs is not None and verify(cand, matches, opts):
+                return attrs
+    if not texts:
+        raise LayoutError(f"no {name} satisfies the rule's matches on it")
+    text = texts[0]
+    return [(b"CN", text[3:] if text.startswith(b"CN=") else text)]
 
 
 def x509_certificate(
-    extra: bytes = b"", subject_cn: bytes = b"www.example.com", issuer_cn: bytes = b"Example CA"
+    extra: bytes = b"",
+    subject_cn: bytes | list[tuple[bytes, bytes]] = b"www.example.com",
+    issuer_cn: bytes | list[tuple[bytes, bytes]] = b"Example CA",
 ) -> bytes:
     """A structurally valid DER certificate (not signed by anyone) carrying `extra` bytes in a
     private extension, so that contents on the raw certificate buffer are present."""
@@ -595,8 +998,20 @@ def tls_server_flight(cert: bytes) -> bytes:
     certs = len(cert).to_bytes(3, "big") + cert
     cm = b"\x0b" + (len(certs) + 3).to_bytes(3, "big") + len(certs).to_bytes(3, "big") + certs
     done = b"\x0e\x00\x00\x00"
-    hs = sh + cm + done
-    return b"\x16\x03\x03" + struct.pack("!H", len(hs)) + hs
+    return tls_records(sh + cm + done, b"\x03\x03")
+
+
+TLS_RECORD_MAX = 1 << 14  # a record carries at most 2^14 bytes (RFC 8446 5.1)
+
+
+def tls_records(handshake: bytes, version: bytes) -> bytes:
+    """Handshake bytes as TLS records of at most TLS_RECORD_MAX bytes each (a long certificate
+    spans several records, as a real server sends it)."""
+    out = bytearray()
+    for k in range(0, max(len(handshake), 1), TLS_RECORD_MAX):
+        part = handshake[k : k + TLS_RECORD_MAX]
+        out += b"\x16" + version + struct.pack("!H", len(part)) + part
+    return bytes(out)
 
 
 # --- sessions ------------------------------------------------------------------------------------
@@ -685,7 +1100,15 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
             n not in RESPONSE_BUFFERS
             and not (
                 not model.to_server
-                and n in ("http.header", "http.header.raw", "http.content_type", "http.content_len")
+                and n
+                in (
+                    "http.header",
+                    "http.header.raw",
+                    "http.content_type",
+                    "http.content_len",
+                    "http.cookie",
+                    "http.header_names",
+                )
             )
             for n in model.buffers
             if n != "pkt"
@@ -694,6 +1117,8 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
         pkt = model.buffers.get("pkt")
         if pkt and model.to_server and not has_req:
             raw = _pkt_payload(model)
+            if _BARE_METHOD.fullmatch(raw):
+                raw += b"/ HTTP/1.1\r\n"  # a method and its blank: the request line goes on
             if _HTTP_METHOD.match(raw):
                 # the raw content is a request line: send it as the request itself
                 if b"\r\n\r\n" not in raw:
@@ -701,20 +1126,39 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
                         b"" if raw.endswith(b"\r\n") else b"\r\n"
                     ) + b"Host: www.example.com\r\n\r\n"
                 return [(True, raw), (False, http_response(None))]
+        if pkt and not model.to_server and not has_req:
+            raw = _pkt_payload(model)
+            if _STATUS_START.match(raw) and not any(n in RESPONSE_BUFFERS for n in model.buffers):
+                # the raw content is a status line: the response starts with it
+                if b"\r\n\r\n" not in raw:
+                    raw += (
+                        b"" if raw.endswith(b"\r\n") else b"\r\n"
+                    ) + b"Content-Length: 0\r\n\r\n"
+                return [(True, req), (False, raw)]
+        tail = _LINE_TAIL.fullmatch(_pkt_payload(model)) if pkt and model.to_server else None
+        if tail is not None and "http.request_line" not in model.buffers:
+            # raw bytes that end a request line (`/notify.php HTTP/1.0|0d 0a|`): the URI's end
+            # and the version of this request's line
+            uri = tail.group(1) if tail.group(1).startswith(b"/") else b"/a" + tail.group(1)
+            req = http_request(model, target=(uri, tail.group(2)))
+            pkt = None
         if pkt and model.to_server:
-            # raw stream content on an HTTP rule: carried in a request body
-            body = _pkt_payload(model)
-            req = (
-                req.replace(b"\r\n\r\n", b"\r\nContent-Length: %d\r\n\r\n" % len(body), 1) + body
-                if b"Content-Length" not in req
-                else req + body
+            # raw stream content on an HTTP rule: carried at the end of the request body
+            req = http_request(
+                model if (model.to_server or has_req) else None, extra_body=_pkt_payload(model)
             )
-        resp = http_response(model if not model.to_server else None)
-        if pkt and not model.to_server:
-            resp = resp + _pkt_payload(model)
+        extra = _pkt_payload(model) if pkt and not model.to_server else b""
+        resp = http_response(model if not model.to_server else None, extra_body=extra)
         return [(True, req), (False, resp)]
     if app == "dns":
         name = _buf(model, "dns.query", prefix=b"www")
+        if name is not None and name.endswith(b".") and _holds(model, "dns.query", name + b"com"):
+            name += b"com"  # a name ends in a label: a final dot is no part of the query name
+        if name is not None and name.startswith(b"."):
+            for label in (b"ns1", b"a", b"x1"):  # nor is a leading one
+                if _holds(model, "dns.query", label + name):
+                    name = label + name
+                    break
         if name is None:
             if model.buffers.get("pkt"):
                 # raw DNS bytes: a real query first (so the flow is DNS), then a message that
@@ -734,25 +1178,13 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
         sni = _buf(model, "tls.sni", prefix=b"www")
         msgs = [(True, tls_client_hello(sni if sni is not None else b"www.example.com"))]
         certs = _buf(model, "tls.certs")
-        subj = _buf(model, "tls.cert_subject")
-        issuer = _buf(model, "tls.cert_issuer")
-        if certs is not None or subj is not None or issuer is not None:
-
-            def cn(v, default):
-                if v is None:
-                    return default
-                return v[3:] if v.startswith(b"CN=") else v
-
-            msgs.append(
-                (
-                    False,
-                    tls_server_flight(
-                        x509_certificate(
-                            certs or b"", cn(subj, b"www.example.com"), cn(issuer, b"Example CA")
-                        )
-                    ),
-                )
-            )
+        if certs is not None or any(
+            n in model.buffers or n in model.buffer_opts
+            for n in ("tls.cert_subject", "tls.cert_issuer")
+        ):
+            subj = cert_name(model, "tls.cert_subject", b"www.example.com")
+            issuer = cert_name(model, "tls.cert_issuer", b"Example CA")
+            msgs.append((False, tls_server_flight(x509_certificate(certs or b"", subj, issuer))))
         raw = _pkt_payload(model) if model.buffers.get("pkt") else b""
         if raw:
             msgs.append((fc, raw))
@@ -942,6 +1374,17 @@ def session_sides(model: RuleModel) -> tuple[str, str]:
     return cside, sside
 
 
+def flowbit_setters(models: list[RuleModel]) -> dict[str, list[RuleModel]]:
+    """flowbit name -> the rules that set it and can be synthesized (a setter's messages go
+    ahead of a checker's in its session: `plan`)."""
+    setters: dict[str, list[RuleModel]] = {}
+    for m in models:
+        if m.status == "supported" or (m.noalert and len(m.reasons) == 1):
+            for name in m.flowbits_set:
+                setters.setdefault(name, []).append(m)
+    return setters
+
+
 def synthesize(
     models: list[RuleModel],
     pcap_path: str | Path,
@@ -961,11 +1404,7 @@ def synthesize(
     `starts_ns[i]`, if given, is when the session(s) of models[i] are due; a session starts then,
     or right after the one before it when that one is still running (the pcap stays in time order).
     Without it the sessions follow each other SESSION_GAP_NS apart from `t0_ns`."""
-    setters: dict[str, list[RuleModel]] = {}
-    for m in all_models if all_models is not None else models:
-        if m.status == "supported" or (m.noalert and len(m.reasons) == 1):
-            for name in m.flowbits_set:
-                setters.setdefault(name, []).append(m)
+    setters = flowbit_setters(all_models if all_models is not None else models)
     res = SynthResult(Path(pcap_path))
     addrs = _Addr()
     t = t0_ns

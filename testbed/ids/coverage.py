@@ -54,6 +54,7 @@ from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
 
+from .missreason import MISS_EVE_TYPES, SessionViews, miss_reason
 from .multiplied import (
     MAX_COPIES,
     MultipliedCapture,
@@ -97,6 +98,7 @@ def score(
     extra_kind: Counter = Counter()
     extra_sids: Counter = Counter()
     extra_sids_kind: dict[str, Counter] = defaultdict(Counter)
+    views: SessionViews | None = None
     for m in models:
         row = {
             "sid": m.sid,
@@ -139,9 +141,16 @@ def score(
             row["state"], row["reason"] = "missed", "not synthesized: " + synth.failed[m.sid]
         else:
             row["state"] = "missed"
+            why = None
+            if m.sid not in alerted_any:
+                if views is None:  # what Suricata parsed on each session (eve.json), read once
+                    views = SessionViews.read(suri.eve)
+                why = miss_reason(m, views.of([frozenset((s.client, s.server)) for s in sess]))
             row["reason"] = (
                 "alerted on another session"
                 if m.sid in alerted_any
+                else f"no alert: {why}"
+                if why
                 else "no alert: session written, the IDS did not match "
                 f"(buffers {', '.join(sorted(m.buffers)) or 'none'})"
             )
@@ -358,6 +367,7 @@ def run_coverage_duts(
             where / "suricata",
             binary=dut.binary,
             config=dut.config,
+            eve_types=MISS_EVE_TYPES,  # the app events tell why a session did not alert
         )
         t4 = time.monotonic()
         info = dut.describe(suri.config)
