@@ -36,7 +36,7 @@ _ID = [("run_id", pa.string()), ("step", pa.string())]
 _TS = pa.timestamp("us", tz="UTC")
 
 # name -> schema. Columns are added at the end only, tables added (a minor version); see
-# docs/run-tables.md. 1.1: the table coverage_multiplied.
+# docs/run-tables.md. 1.1: the table coverage_multiplied; 1.2: coverage_evasion.
 SCHEMAS: dict[str, pa.Schema] = {
     # One row per run: where it came from. The numbers are in `steps`.
     "run": pa.schema(
@@ -212,6 +212,24 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("per_copy", pa.list_(pa.int64())),
             ("scales", pa.bool_()),
             ("reason", pa.string()),
+            ("ids_version", pa.string()),
+            ("config_sha256", pa.string()),
+        ]
+    ),
+    # The evasion variants of every alerting rule's session (testbed ids-coverage --evasions,
+    # schema 1.2): a row per DUT, sid, variant and Suricata reassembly configuration; whether the
+    # IDS alerted, whether the variant reached the host (null: not measured) and the outcome.
+    "coverage_evasion": pa.schema(
+        [
+            *_ID,
+            ("sid", pa.int64()),
+            ("variant", pa.string()),
+            ("class", pa.string()),
+            ("proto", pa.string()),
+            ("config", pa.string()),
+            ("alerted", pa.bool_()),
+            ("host_reached", pa.bool_()),
+            ("outcome", pa.string()),
             ("ids_version", pa.string()),
             ("config_sha256", pa.string()),
         ]

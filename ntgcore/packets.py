@@ -104,10 +104,25 @@ def tcp(
     flags: int,
     payload: bytes = b"",
     window: int = 65535,
+    *,
+    urgent: int = 0,
+    options: bytes = b"",
 ) -> bytes:
+    """A TCP segment with its checksum; `options` (padded here to 4-byte words) and the urgent
+    pointer `urgent` (the caller sets URG in `flags`)."""
+    options += b"\0" * (-len(options) % 4)
     hdr = TCP_HDR.pack(
-        sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4, flags, window, 0, 0
+        sport,
+        dport,
+        seq & 0xFFFFFFFF,
+        ack & 0xFFFFFFFF,
+        (5 + len(options) // 4) << 4,
+        flags,
+        window,
+        0,
+        urgent,
     )
+    hdr += options
     pseudo = src + dst + struct.pack("!BBH", 0, 6, len(hdr) + len(payload))
     c = checksum(pseudo + hdr + payload)
     return hdr[:16] + struct.pack("!H", c) + hdr[18:] + payload

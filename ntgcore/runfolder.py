@@ -32,7 +32,7 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 # The run tables' schema ("MAJOR.MINOR", analysis/tables.py, docs/run-tables.md), stated in the
 # manifest so that a reader knows what to expect of the folder before opening a table.
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 RESERVE = ".reserve"
 RESERVE_BYTES = 1 << 20
 FULL_BELOW_BYTES = 64 << 10  # free space below this on the run's file system: it is full

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK
+from idsrules.evasion import CLASSES, UnknownClass, parse_classes
+from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_RUN_FAILED
 from ntgcore.files import write_error
+from ntgcore.proc import watch_spawns
 
+from ..cleanup import RunMark
 from ..ids.coverage import gate_lines, run_coverage_duts, sid_change_lines, summary_lines
+from ..ids.evasion_host import ProbeError, can_go_live, live_table
 from ..ids.multiplied import MAX_COPIES
 from ..ids.regression import load_allow, load_baseline
 from ..ids.suricata import make_duts
@@ -93,8 +97,49 @@ def register(subparsers) -> None:
         help="also run the attack sessions multiplied T times (each session and T shadow sessions, "
         "seed 003's multiplier) and report per sid whether the alerts are (T+1)x; e.g. 3,10",
     )
+    c.add_argument(
+        "--evasions",
+        type=_classes,
+        default=(),
+        metavar="CLASSES",
+        help="also send evasion variants of every rule that alerted: all, or some of "
+        + ", ".join(CLASSES)
+        + "; each labelled by a Linux host live (root) and read by Suricata with its default "
+        "and the host's reassembly policy: evasion.md, tables/coverage_evasion.parquet; with "
+        "--baseline, exit 3 on a sid with a newly evaded variant",
+    )
     c.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     c.set_defaults(func=run)
+
+
+def _live_labels(args: argparse.Namespace, out: Path, dut, say):
+    """The host's table (`live_table`) under a run mark, so that `testbed cleanup` removes the
+    lab's namespaces and helpers after a kill -9; None (said on stderr) when the lab fails."""
+    mark = RunMark(out, "netns", []).write()
+    made: set[str] = set()
+
+    def places(names: list[str]) -> None:
+        made.update(names)
+        mark.doc["locations"] = sorted(made)
+        mark.write()
+
+    try:
+        with watch_spawns(mark.child):
+            return live_table(
+                list(args.evasions), out / "evasions" / "host", dut, progress=say, on_places=places
+            )
+    except ProbeError as exc:
+        err(f"testbed ids-coverage: {exc}")
+        return None
+    finally:
+        mark.remove()
+
+
+def _classes(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(parse_classes(text))
+    except UnknownClass as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _copies_list(text: str) -> tuple[int, ...]:
@@ -127,8 +172,21 @@ def run(args: argparse.Namespace) -> int:
     allowed = baseline.allowed if baseline else (load_allow(Path(args.allow)) if args.allow else {})
     out = Path(args.out) if args.out else default_out("ids-coverage")
     show = not args.quiet
+    say = (lambda msg: err(f"ids-coverage: {msg}")) if show else None
+    live = None
     try:
         out.mkdir(parents=True, exist_ok=True)
+        if args.evasions:
+            why = can_go_live()
+            if why:
+                err(
+                    f"testbed ids-coverage: the evasion variants are not labelled by a host ({why}):"
+                    " their outcomes are 'unlabelled'"
+                )
+            else:
+                live = _live_labels(args, out, duts[0], say)
+                if live is None:
+                    return EXIT_RUN_FAILED
         result = run_coverage_duts(
             args.rules,
             out,
@@ -141,7 +199,9 @@ def run(args: argparse.Namespace) -> int:
             allowed=allowed,
             allow_path=args.allow,
             multiply=args.multiply,
-            progress=(lambda msg: err(f"ids-coverage: {msg}")) if show else None,
+            evasions=args.evasions,
+            evasion_live=live,
+            progress=say,
         )
     except OSError as exc:
         raise write_error(exc, out, "free some space, or choose another --out") from None

@@ -54,6 +54,11 @@ from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
 
+from .evasion import compact, compare_evasions, run_evasions
+from .evasion import summary_lines as evasion_summary
+from .evasion import table_rows as evasion_rows
+from .evasion import write_markdown as write_evasion_md
+from .evasion import write_reports as write_evasion_reports
 from .missreason import MISS_EVE_TYPES, SessionViews, miss_reason
 from .multiplied import (
     MAX_COPIES,
@@ -250,6 +255,9 @@ def extra_kind_of(own: RuleModel, other: RuleModel | None, generic: set[int]) ->
     return "unrelated"
 
 
+EVASION_GATE = "evasions against the baseline"
+
+
 def _reason_class(reason: str) -> str:
     r = reason.split(" (")[0]
     for prefix in ("unsupported: needs specific addresses",):
@@ -309,8 +317,16 @@ def run_coverage_duts(
     allowed: dict[int, str] | None = None,
     allow_path: str | None = None,
     multiply: tuple[int, ...] = (),
+    evasions: tuple[str, ...] = (),
+    evasion_live: tuple[dict[tuple[str, str], bool | None], dict] | None = None,
 ) -> dict:
     """The sessions synthesized once (and the mixed captures made once), read by every DUT.
+
+    `evasions`: classes of evasion variants (`idsrules.evasion`) made of every rule that alerted
+    with the first DUT, read by it in each reassembly configuration (`testbed.ids.evasion`), with
+    `evasion_live` the host's label per (variant, proto) and the live probes' document
+    (`testbed.ids.evasion_host.live_table`; None: unlabelled); `doc["evasions"]`, evasion.json/.md
+    and the table coverage_evasion, compared with the baseline's evasions.
 
     One DUT writes its reports into `out_dir`; several each into `out_dir/NAME/`, compared per sid
     with the first (`versus`), and `comparison.json/md/html` in `out_dir`. Every DUT is compared
@@ -421,6 +437,18 @@ def run_coverage_duts(
             doc["baseline"] = _compared(
                 baseline.doc, doc, allowed, path=baseline.path, allow_path=allow_path
             )
+        if evasions and not docs:
+            say("evasion variants of the rules that alerted")
+            doc["evasions"] = _evasions(
+                models, doc, list(rule_files), list(evasions), where, dut, evasion_live, say
+            )
+            if baseline is not None:
+                doc["evasions"]["baseline"] = compare_evasions(
+                    baseline.doc.get("evasions") or {}, doc["evasions"], allowed
+                )
+                write_evasion_md(doc["evasions"], where)
+        elif not docs:
+            table_path(where, "coverage_evasion").unlink(missing_ok=True)
         if docs:
             doc["versus"] = _compared(
                 docs[0],
@@ -497,6 +525,30 @@ def _compared(
     return cmp
 
 
+def _evasions(
+    models: list[RuleModel],
+    doc: dict,
+    rule_files: list[str | Path],
+    classes: list[str],
+    where: Path,
+    dut: Dut,
+    live: tuple[dict[tuple[str, str], bool | None], dict] | None,
+    say,
+) -> dict:
+    """The evasion run of one DUT's alerting rules: reports and table written, the compact
+    document returned (the rows are in the table)."""
+    sids = {r["sid"] for r in doc["rows"] if r["state"] == "alerted"}
+    host, live_doc = live if live is not None else ({}, None)
+    ev = run_evasions(
+        models, sids, rule_files, classes, where, dut, host, live=live_doc, progress=say
+    )
+    write_evasion_reports(ev, where)
+    write_table(
+        where, "coverage_evasion", evasion_rows(where.resolve().name, "run", ev, doc["dut"])
+    )
+    return compact(ev)
+
+
 def blocking(docs: list[dict]) -> list[tuple[str, list[int]]]:
     """Every comparison with newly failing sids that are not allowed: (what, sids), `what` naming
     the DUT (when several), the reference (the baseline, or the first DUT) and the mix."""
@@ -517,6 +569,9 @@ def blocking(docs: list[dict]) -> list[tuple[str, list[int]]]:
             for mkey, mcmp in cmp.get("mixes", {}).items():
                 if mcmp.get("compared") and mcmp["blocking_sids"]:
                     found.append((f"{what}, mixed at {mkey}", mcmp["blocking_sids"]))
+        ev = (doc.get("evasions") or {}).get("baseline")
+        if ev and ev["blocking_sids"]:
+            found.append((EVASION_GATE, ev["blocking_sids"]))
     return found
 
 
@@ -778,6 +833,8 @@ def summary_lines(doc: dict) -> list[str]:
         )
     for mt in doc.get("multiplied", {}).values():
         lines.append(multiplied_summary(mt))
+    if doc.get("evasions"):
+        lines += evasion_summary(doc["evasions"])
     t = doc["timing_s"]
     lines.append(
         f"time: parse+synthesize {t['parse_and_synthesize']:.2f} s, suricata {t['suricata']:.2f} s, "
@@ -861,7 +918,12 @@ def gate_lines(result: dict) -> list[str]:
         if what != base and set(sids) <= unmixed.get(base, set()):
             continue
         listed = f"sids {', '.join(map(str, sids[:20]))}{', ...' if len(sids) > 20 else ''}"
-        if what == "the baseline":
+        if what == EVASION_GATE:
+            lines.append(
+                f"{len(sids)} sids have a variant evaded now that was not in the baseline "
+                f"({listed}; evasion.md lists the variants)"
+            )
+        elif what == "the baseline":
             lines.append(f"{len(sids)} sids alerted in the baseline and do not now ({listed})")
         else:
             lines.append(f"{what}: {len(sids)} sids newly failing ({listed})")

@@ -410,6 +410,11 @@ def _classification_file(rule_files: list[Path], out_dir: Path) -> Path:
     return own
 
 
+def cidrs(group: str) -> list[str]:
+    """The addresses of an address group `[a,b]` (no variables, no negation)."""
+    return [c.strip() for c in group.strip().strip("[]").split(",") if c.strip()]
+
+
 def write_config(
     out_dir: str | Path,
     *,
@@ -423,6 +428,7 @@ def write_config(
     stats_interval: int | None = None,
     stream: dict[str, str] | None = None,
     classify_from: list[str | Path] | None = None,
+    host_os: str | None = None,
 ) -> Path:
     """Write suricata.yaml into `out_dir` and return its path. `eve_types`: names, or (name,
     {option: value}) as in `DEFAULT_EVE_TYPES`; `stream`: more `stream:` settings (midstream);
@@ -466,6 +472,15 @@ def write_config(
         "        filename: suricata.log",
         "pcap-file:",
         f"  checksum-checks: {dict(all='yes', none='no', auto='auto')[checksum]}",
+        # room for the hundreds of thousands of sessions of an evasion run (a full flow table
+        # or defrag table drops sessions at random: Suricata's defaults hold about 60,000)
+        "flow:",
+        "  memcap: 1gb",
+        "  hash-size: 262144",
+        "defrag:",
+        "  memcap: 512mb",
+        "  trackers: 262144",
+        "  max-frags: 1048576",
         "stream:",
         "  memcap: 256mb",
         f"  checksum-validation: {'no' if checksum == 'none' else 'yes'}",
@@ -473,6 +488,11 @@ def write_config(
         "  reassembly:",
         "    memcap: 512mb",
         "    depth: 1mb",
+        *(
+            ["host-os-policy:", f"  {host_os}: [{', '.join(map(q, cidrs(home_net)))}]"]
+            if host_os
+            else []
+        ),
         "app-layer:",
         "  protocols:",
     ]
@@ -697,6 +717,7 @@ def run_offline(
     eve_types: tuple = ("alert",),
     binary: str | Path | None = None,
     stream: dict[str, str] | None = None,
+    host_os: str | None = None,
 ) -> SuricataResult:
     """Run `suricata -r pcap`; alerts and rule-load errors in the result.
 
@@ -707,7 +728,9 @@ def run_offline(
     ``--set`` when not None, and the checksum mode on the command line; its eve-log output must
     write eve.json. `binary`: another Suricata than the one on PATH (`suricata_binary`); the
     configuration actually read is `result.config`. `stream`: more ``stream.`` settings
-    (``{"midstream": "true"}``), in our configuration or with ``--set``.
+    (``{"midstream": "true"}``), in our configuration or with ``--set``. `host_os`: the
+    reassembly policy of the home hosts (`host-os-policy`: linux, windows, bsd...; None: Suricata's
+    default, bsd).
 
     A rule line longer than Suricata reads at once (`MAX_RULE_LINE`) is given to it as a comment
     (`loadable_rule_files`) and reported refused at its own file and line."""
@@ -728,6 +751,7 @@ def run_offline(
             external_net=external_net or EXTERNAL_NET,
             stream=stream,
             classify_from=given,
+            host_os=host_os,
         )
         argv = suricata_argv(
             config, out, pcap=pcap, runmode=runmode, checksum=checksum, binary=binary
@@ -745,6 +769,8 @@ def run_offline(
             argv += ["--set", f"pcap-file.checksum-checks={'yes' if checksum == 'all' else 'no'}"]
         for key, value in (stream or {}).items():
             argv += ["--set", f"stream.{key}={value}"]
+        if host_os:
+            argv += ["--set", f"host-os-policy.{host_os}={home_net or HOME_NET}"]
     code, proc = _run_into(out / "suricata.stdout", "suricata", argv, timeout)
     text = (out / "suricata.stdout").read_text(errors="replace")
     log = out / "suricata.log"

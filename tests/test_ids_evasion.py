@@ -1,0 +1,119 @@
+"""`testbed ids-coverage --evasions`: the variants of every alerting rule through Suricata in two
+reassembly configurations, labelled by a Linux host live, the matrix and the gate
+(docs/ids-coverage.md, "Evasion variants").
+
+The variants themselves: tests/test_evasion_variants.py; the live lab: tests/test_ids_hostlabel.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from testbed.cli import main
+from testbed.ids.evasion import OUTCOMES, compare_evasions, outcome
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = [REPO / "tests/rules_cases/http_request/rules.rules"]
+CASES += [REPO / "tests/rules_cases/content_positions/rules.rules"]
+
+
+def test_an_outcome_comes_from_the_host_and_the_ids_together():
+    assert outcome(True, True, True) == "detected"
+    assert outcome(True, False, True) == "evaded"
+    assert outcome(False, True, True) == "false alert"
+    assert outcome(False, False, True) == "harmless"
+    assert outcome(None, True, True) == "unlabelled"
+    assert outcome(True, True, False) == "not comparable"  # the plain session did not alert
+
+
+def test_newly_evaded_is_what_the_baseline_measured_and_did_not_see_evaded():
+    old = {"varied_sids": [1, 2], "variants": ["a", "b"], "evaded": [[1, "a", "default"]]}
+    new = {
+        "varied_sids": [1, 2, 3],
+        "variants": ["a", "b", "c"],
+        "evaded": [[1, "b", "default"], [2, "a", "linux"], [3, "a", "default"], [1, "c", "x"]],
+    }
+    cmp = compare_evasions(old, new, {2: "known"})
+    assert [(r["sid"], r["variant"], r["allowed"]) for r in cmp["newly_evaded"]] == [
+        (1, "b", False),
+        (2, "a", True),
+    ]
+    assert cmp["no_longer_evaded"] == [{"sid": 1, "variant": "a", "config": "default"}]
+    assert cmp["not_compared"] == 2 and cmp["blocking_sids"] == [1]
+
+
+def test_an_unknown_class_is_refused_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["ids-coverage", str(CASES[0]), "--evasions", "tcp-sge", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "unknown evasion class 'tcp-sge'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.fixture(scope="module")
+def evasion_run(tmp_path_factory, suricata_in_ci, root_in_ci) -> Path:
+    out = tmp_path_factory.mktemp("evasions")
+    args = ["ids-coverage", *map(str, CASES), "--evasions", "insertion,ip4-frag"]
+    assert main([*args, "--out", str(out), "-q"]) == 0
+    return out
+
+
+def test_every_alerting_rule_gets_every_variant_in_both_configurations(evasion_run: Path):
+    cov = json.loads((evasion_run / "coverage.json").read_text())
+    ev = cov["evasions"]
+    alerted = sorted(r["sid"] for r in cov["rows"] if r["state"] == "alerted")
+    assert ev["classes"] == ["ip4-frag", "insertion"] and ev["varied_sids"] == alerted
+    rows = pq.read_table(evasion_run / "tables/coverage_evasion.parquet").to_pylist()
+    tcp = {r["sid"] for r in rows if r["proto"] == "tcp"}
+    per_sid = 6 + (6 if tcp else 0)  # ip4-frag's six, and insertion's six on TCP rules
+    assert len(rows) == sum(per_sid if s in tcp else 6 for s in alerted) * 2
+    assert {r["config"] for r in rows} == {"default", "linux"}
+    assert {r["outcome"] for r in rows} <= set(OUTCOMES) - {"unlabelled"}
+    # the labels were measured live: the plain probes reached the host, and a junk segment with
+    # a TTL of 1 died at the router while the real one behind it arrived
+    live = json.loads((evasion_run / "evasions/host/host.json").read_text())["rows"]
+    assert all(r["reached"] for r in live if r["variant"] == "plain")
+    reached = {(r["variant"], r["proto"]): r["reached"] for r in live}
+    assert reached[("ins-ttl", "tcp")] is True and reached[("ins-bad-checksum", "tcp")] is True
+    for r in rows:
+        assert r["host_reached"] == reached[(r["variant"], r["proto"])]
+    md = (evasion_run / "evasion.md").read_text()
+    assert "## Live: the probes" in md and "| ins-ttl | http | 4 | yes |" in md
+    assert "evasions (default reassembly)" in (evasion_run / "coverage.md").read_text()
+
+
+def evaded_baseline(run: Path, tmp_path: Path) -> tuple[Path, int]:
+    """The run's coverage.json with one evaded (sid, variant, config) taken out: a baseline in
+    which that variant of that sid was not evaded."""
+    doc = json.loads((run / "coverage.json").read_text())
+    evaded = doc["evasions"]["evaded"]
+    assert evaded, "no variant evaded Suricata on the cases: nothing for the gate to find"
+    sid = evaded[0][0]
+    doc["evasions"]["evaded"] = [e for e in evaded if e[0] != sid]
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(doc))
+    return path, sid
+
+
+def test_a_newly_evaded_sid_fails_the_gate_and_an_allowed_one_passes(
+    evasion_run: Path, tmp_path: Path, capsys
+):
+    base, sid = evaded_baseline(evasion_run, tmp_path)
+    args = ["ids-coverage", *map(str, CASES), "--evasions", "insertion,ip4-frag", "-q"]
+    code = main([*args, "--out", str(tmp_path / "now"), "--baseline", str(base)])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert f"have a variant evaded now that was not in the baseline (sids {sid};" in err
+    cmp = json.loads((tmp_path / "now/coverage.json").read_text())["evasions"]["baseline"]
+    assert cmp["blocking_sids"] == [sid] and all(r["sid"] == sid for r in cmp["newly_evaded"])
+    assert "## Against the baseline" in (tmp_path / "now/evasion.md").read_text()
+    allow = tmp_path / "allow.txt"
+    allow.write_text(f"{sid} evaded on purpose in this test\n")
+    code = main(
+        [*args, "--out", str(tmp_path / "allowed"), "--baseline", str(base), "--allow", str(allow)]
+    )
+    assert code == 0, capsys.readouterr().err
