@@ -27,7 +27,7 @@ from ntgcore.files import replacing
 from ntgcore.proc import Process, Tool
 
 from .semantics import RuleModel, load_rules
-from .synth import SynthResult, session_ports, session_sides, synthesize
+from .synth import SynthResult, flowbit_setters, session_ports, session_sides, synthesize
 from .synth import plan as session_plan
 
 NS = 1_000_000_000
@@ -166,11 +166,7 @@ def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
     rule k (from 1) served from x.x.255.k of the server's side, so that a session's server address
     names its rule (`played_sessions`)."""
     selected, models, _problems = load_selection(rule_paths, spec.select)
-    setters: dict[str, list[RuleModel]] = {}
-    for m in models:
-        if m.status == "supported" or (m.noalert and len(m.reasons) == 1):
-            for name in m.flowbits_set:
-                setters.setdefault(name, []).append(m)
+    setters = flowbit_setters(models)
     usable: list[dict[str, Any]] = []
     skipped: list[str] = []
     for i, m in enumerate(selected):

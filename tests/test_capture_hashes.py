@@ -19,7 +19,7 @@ from testbed.runner import run_scenario
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
 CAPTURES = {
-    "attacks-mixed": "a65d34b2e667a5f8a5957b137caed5583ad868fa3a6a80634e0993491e4ecab9",
+    "attacks-mixed": "0e7178b0695f15712fe76f4c8c8b5bc8ff8e3a11a683f3e4f742967926c083f9",
     "flor-insertion-x10": "d77c1987a3c8a4240d8af2a0129cdfbdb285a106dfee56a583c13205e8f431b8",
     "flor-insertion": "cd002d8249d0f3a5db4dbaa201031a3f782dbcf2c2c25a0baca04d31d8f23a1a",
     "flor-interference": "022467436204df72022f024ae1baf4bb9ccd78c348085e3107f37d178f1b7ab5",
