@@ -13,8 +13,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from idsrules.semantics import analyze
+from idsrules.syntax import parse_rule_text
 from testbed.cli import main
-from testbed.ids.evasion import OUTCOMES, compare_evasions, outcome
+from testbed.ids.evasion import MAX_VARIED_BYTES, OUTCOMES, compare_evasions, outcome, plain_plans
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = [REPO / "tests/rules_cases/http_request/rules.rules"]
@@ -44,6 +46,19 @@ def test_newly_evaded_is_what_the_baseline_measured_and_did_not_see_evaded():
     ]
     assert cmp["no_longer_evaded"] == [{"sid": 1, "variant": "a", "config": "default"}]
     assert cmp["not_compared"] == 2 and cmp["blocking_sids"] == [1]
+
+
+def test_a_session_too_big_to_vary_is_left_out_with_its_reason_and_the_others_are_kept():
+    big = MAX_VARIED_BYTES + 1
+    rules = [
+        f'alert tcp any any -> any 80 (msg:"big"; flow:to_server,established; dsize:{big}; '
+        'content:"x"; sid:1; rev:1;)',
+        'alert tcp any any -> any 80 (msg:"small"; flow:to_server,established; content:"evil"; '
+        "sid:2; rev:1;)",
+    ]
+    models = [analyze(parse_rule_text(r)) for r in rules]
+    plans, skipped = plain_plans(models, {1, 2})
+    assert list(plans) == [2] and f"more than the {MAX_VARIED_BYTES:,}" in skipped[1]
 
 
 def test_an_unknown_class_is_refused_before_anything_runs(tmp_path, capsys):
