@@ -262,8 +262,7 @@ def render(
     if plan.proto == "udp":
         yield from _render_udp(plan, conn)
         return
-    sseq = sisn
-    state = _ServerView(conn.cisn + 1)
+    sseq, server_ack = sisn, conn.cisn + 1  # the server's next sequence number, what it acks
 
     def from_server(flags: int, data: bytes = b"", syn: bool = False) -> bytes:
         nonlocal sseq
@@ -277,7 +276,7 @@ def render(
             sport,
             cport,
             sseq,
-            state.ack,
+            server_ack,
             flags,
             data,
             options=opts,
@@ -291,19 +290,19 @@ def render(
             yield True, P.ether(pkt, True)
 
     yield from from_client(Seg(0, b"", P.SYN), syn=True)
-    state.ack = conn.cisn + 1
     yield False, from_server(P.SYN | P.ACK, syn=True)
     conn.ack = sseq
     conn.ts_echo = conn.ts + 1000
     yield from from_client(Seg(0, b"", P.ACK))
     end = 0
-    segs_by_step = {id(step): segs for _off, step, segs in client_segs(plan)}
+    client_steps = client_segs(plan)  # in the order of the client's steps
     for step in plan.steps:
         if step.from_client:
-            for seg in segs_by_step[id(step)]:
+            _off, _step, segs = next(client_steps)
+            for seg in segs:
                 yield from from_client(seg)
-            end = max(end, wire_end(segs_by_step[id(step)]))
-            state.ack = conn.cisn + 1 + end
+            end = max(end, wire_end(segs))
+            server_ack = conn.cisn + 1 + end
             yield False, from_server(P.ACK)
         else:
             for i in range(0, len(step.data), MSS):
@@ -311,15 +310,10 @@ def render(
                 conn.ack = sseq
                 yield from from_client(Seg(end, b"", P.ACK))
     yield from from_client(Seg(end, b"", P.FIN | P.ACK))
-    state.ack = conn.cisn + 2 + end
+    server_ack = conn.cisn + 2 + end
     yield False, from_server(P.FIN | P.ACK)
     conn.ack = sseq
     yield from from_client(Seg(end + 1, b"", P.ACK))
-
-
-@dataclass
-class _ServerView:
-    ack: int
 
 
 def _render_udp(plan: WirePlan, conn: Conn) -> Iterator[tuple[bool, bytes]]:
