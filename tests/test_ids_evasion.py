@@ -13,10 +13,18 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from idsrules.semantics import analyze
+from idsrules.semantics import analyze, load_rules
 from idsrules.syntax import parse_rule_text
 from testbed.cli import main
-from testbed.ids.evasion import MAX_VARIED_BYTES, OUTCOMES, compare_evasions, outcome, plain_plans
+from testbed.ids.evasion import (
+    MAX_VARIED_BYTES,
+    OUTCOMES,
+    compare_evasions,
+    outcome,
+    plain_plans,
+    write_variants,
+)
+from testbed.ids.suricata import parse_eve, run_offline, write_config
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = [REPO / "tests/rules_cases/http_request/rules.rules"]
@@ -132,3 +140,22 @@ def test_a_newly_evaded_sid_fails_the_gate_and_an_allowed_one_passes(
         [*args, "--out", str(tmp_path / "allowed"), "--baseline", str(base), "--allow", str(allow)]
     )
     assert code == 0, capsys.readouterr().err
+
+
+def test_the_hosts_reassembly_policy_reaches_a_users_suricata_yaml_too(tmp_path, suricata_in_ci):
+    """With a suricata.yaml of the user's, the linux policy goes in as an --include (a --set of
+    the list was silently ignored: the run equalled the default one)."""
+    models, _ = load_rules(CASES)
+    cap = write_variants(models, {m.sid for m in models}, ["ip4-frag"], tmp_path / "pcaps")
+    mine = write_config(tmp_path / "user", rule_files=CASES)
+
+    def alerts(name: str, **kw) -> set:
+        res = run_offline(cap.pcap, CASES, tmp_path / name, runmode="single", **kw)
+        return {(a.sid, a.src, a.dst) for a in parse_eve(res.eve or tmp_path / name / "eve.json")}
+
+    ours, users, default = (
+        alerts("ours", host_os="linux"),
+        alerts("users", host_os="linux", config=mine),
+        alerts("default"),
+    )
+    assert ours == users != default  # frag4-overlap-old/-new alert the other way round

@@ -730,7 +730,7 @@ def run_offline(
     configuration actually read is `result.config`. `stream`: more ``stream.`` settings
     (``{"midstream": "true"}``), in our configuration or with ``--set``. `host_os`: the
     reassembly policy of the home hosts (`host-os-policy`: linux, windows, bsd...; None: Suricata's
-    default, bsd).
+    default, bsd), in our configuration or, with the user's, an ``--include`` of its own.
 
     A rule line longer than Suricata reads at once (`MAX_RULE_LINE`) is given to it as a comment
     (`loadable_rule_files`) and reported refused at its own file and line."""
@@ -769,8 +769,11 @@ def run_offline(
             argv += ["--set", f"pcap-file.checksum-checks={'yes' if checksum == 'all' else 'no'}"]
         for key, value in (stream or {}).items():
             argv += ["--set", f"stream.{key}={value}"]
-        if host_os:
-            argv += ["--set", f"host-os-policy.{host_os}={home_net or HOME_NET}"]
+        if host_os:  # a list: --set writes scalars only, and Suricata then ignores the policy
+            include = out / "host-os-policy.yaml"
+            nets = ", ".join(json.dumps(c) for c in cidrs(home_net or HOME_NET))
+            include.write_text(f"%YAML 1.1\n---\nhost-os-policy:\n  {host_os}: [{nets}]\n")
+            argv += ["--include", str(include)]
     code, proc = _run_into(out / "suricata.stdout", "suricata", argv, timeout)
     text = (out / "suricata.stdout").read_text(errors="replace")
     log = out / "suricata.log"
