@@ -259,8 +259,8 @@ def _header_lines(text: bytes, line_ends: set[bytes] = frozenset()) -> list[byte
                 line = b"Host: " + (b"www" + line if line.startswith(b".") else line)
             elif ends_line and b" " not in line.strip():
                 line = b"X-Data: " + line
-            elif b" " not in line.strip() and line == line.strip():
-                line = line + b": 1"
+            elif _FIELD_NAME.fullmatch(line):
+                line = line + b": 1"  # a token: a header name (`/`, `(`... make none: a value)
             else:
                 line = (b"User-Agent: " if _UA_LIKE.search(line) else b"X-Data: ") + line
         if line[-1:] in (b" ", b"\t"):
@@ -278,6 +278,7 @@ def _header_lines(text: bytes, line_ends: set[bytes] = frozenset()) -> list[byte
     return lines
 
 
+_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a token (RFC 9110 5.1)
 _FORM_BODY = re.compile(rb"(?:[!-$&-~]|%[0-9A-Fa-f]{2})*")
 _UA_LIKE = re.compile(rb"MSIE|Mozilla|compatible;|Windows NT|Gecko|Opera", re.I)
 
@@ -543,8 +544,10 @@ def http_request(
         method, raw_uri, proto = line
     elif target is not None:
         raw_uri, proto = target
-    if not method:  # none, or only negated contents (`content:!"OPTIONS"`): a usual method
-        method = b"POST" if body is not None else b"GET"
+    if not method:  # none, or only negated contents (`content:!"GET"`): a usual method it allows
+        usual = (b"POST", b"GET") if body is not None else (b"GET", b"POST")
+        allowed = [m for m in (*usual, b"PUT", b"OPTIONS") if _holds(model, "http.method", m)]
+        method = allowed[0] if allowed else usual[0]
     if uri is not None and raw_uri is None:
         if not uri.startswith(b"/"):
             uri = b"/" + uri
@@ -844,13 +847,15 @@ def tls_client_hello(sni: bytes | None) -> bytes:
         lst = struct.pack("!H", len(entry)) + entry
         ext += struct.pack("!HH", 0, len(lst)) + lst
     ext += struct.pack("!HH", 10, 4) + struct.pack("!HH", 2, 23)  # supported groups
-    ext += struct.pack("!HH", 13, 4) + struct.pack("!HH", 2, 0x0403)  # signature algorithms
+    # signature algorithms: ECDSA P-256, RSA-PSS and RSA PKCS#1 with SHA-256 (with ECDSA alone
+    # no server with an RSA certificate can answer: OpenSSL refuses the hello)
+    ext += struct.pack("!HH", 13, 8) + struct.pack("!HHHH", 6, 0x0403, 0x0804, 0x0401)
     body = (
         b"\x03\x03"
         + bytes(range(32))
         + b"\0"
-        + struct.pack("!H", 4)
-        + b"\x13\x01\xc0\x2f"
+        + struct.pack("!H", 6)
+        + b"\x13\x01\xc0\x2f\x00\x9c"  # TLS 1.3 AES-128-GCM; ECDHE-RSA and RSA AES-128-GCM
         + b"\x01\x00"
         + struct.pack("!H", len(ext))
         + ext
@@ -993,7 +998,20 @@ def x509_certificate(
 
 
 def tls_server_flight(cert: bytes) -> bytes:
-    sh_body = b"\x03\x03" + bytes(range(32, 64)) + b"\x00" + b"\xc0\x2f" + b"\x00"
+    """ServerHello, Certificate, ServerHelloDone: a whole TLS 1.2 flight. The suite is RSA key
+    exchange (TLS_RSA_WITH_AES_128_GCM_SHA256), which needs no ServerKeyExchange, and the hello
+    has the empty renegotiation_info extension (RFC 5746) that OpenSSL 3 clients require: a real
+    client accepts the flight and parses the certificate (tests/test_ids_peers.py)."""
+    reneg = b"\xff\x01\x00\x01\x00"
+    sh_body = (
+        b"\x03\x03"
+        + bytes(range(32, 64))
+        + b"\x00"
+        + b"\x00\x9c"
+        + b"\x00"
+        + struct.pack("!H", len(reneg))
+        + reneg
+    )
     sh = b"\x02" + len(sh_body).to_bytes(3, "big") + sh_body
     certs = len(cert).to_bytes(3, "big") + cert
     cm = b"\x0b" + (len(certs) + 3).to_bytes(3, "big") + len(certs).to_bytes(3, "big") + certs
@@ -1091,6 +1109,18 @@ def _pkt_payload(model: RuleModel, fill: bytes = b"\0") -> bytes:
     return data
 
 
+RESPONSE_BODIES = {"http.response_body", "file.data"}
+
+
+def _answer_to(request: bytes, response: bytes) -> bytes:
+    """`response` as the answer to `request`: without its body after HEAD (RFC 9110 9.3.2; a
+    client reads none, so the body's bytes would be taken for the next response)."""
+    if request.startswith(b"HEAD "):
+        head, sep, _body = response.partition(b"\r\n\r\n")
+        return head + sep
+    return response
+
+
 def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
     """(from_client, bytes) of one rule's part of a session."""
     app = model.app
@@ -1125,7 +1155,7 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
                     raw += (
                         b"" if raw.endswith(b"\r\n") else b"\r\n"
                     ) + b"Host: www.example.com\r\n\r\n"
-                return [(True, raw), (False, http_response(None))]
+                return [(True, raw), (False, _answer_to(raw, http_response(None)))]
         if pkt and not model.to_server and not has_req:
             raw = _pkt_payload(model)
             if _STATUS_START.match(raw) and not any(n in RESPONSE_BUFFERS for n in model.buffers):
@@ -1149,6 +1179,8 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
             )
         extra = _pkt_payload(model) if pkt and not model.to_server else b""
         resp = http_response(model if not model.to_server else None, extra_body=extra)
+        if not extra and (model.to_server or not RESPONSE_BODIES & model.buffers.keys()):
+            resp = _answer_to(req, resp)
         return [(True, req), (False, resp)]
     if app == "dns":
         name = _buf(model, "dns.query", prefix=b"www")

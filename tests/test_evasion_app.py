@@ -177,6 +177,10 @@ def test_hostile_sizes_are_refused_not_read():
             meaning("http", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % size)
         with pytest.raises(TooLarge):
             meaning("http", b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % size)
+    digits = b"POST / HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n"
+    with pytest.raises(TooLarge):  # int() alone would raise ValueError past 4,300 digits
+        meaning("http", digits)
+    assert not reached(by_name(HTTP, "http-encoding")["http-gzip"], digits)
     bomb = gzip.compress(bytes(MAX_BODY + 4096), mtime=0)  # ~16 KiB that inflate to 16 MiB+
     head = b"POST / HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(bomb)
     with pytest.raises(TooLarge):

@@ -266,6 +266,10 @@ COUNTS = {
         ["ids-coverage", "{RULES}", "--out", OUT, "--multiply", N],
         REFUSED,
     ),
+    "ids-coverage --peers": (
+        ["ids-coverage", "{RULES}", "--out", OUT, "--peers", N],
+        REFUSED,
+    ),
     "meter --max-flows": (
         ["meter", "{PCAP}", "--meter", "pmacct", "--out", OUT, "--max-flows", N],
         REFUSED,

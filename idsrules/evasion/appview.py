@@ -201,6 +201,8 @@ def read_requests(stream: bytes) -> tuple[list[HttpRequest], str]:
             cl = (p.headers.get("Content-Length") or "0").strip()
             if not cl.isdigit():
                 return out, f"bad Content-Length {cl[:20]!r}"
+            if len(cl) > len(str(MAX_BODY)):  # before int(): 4,300 digits and more raise there
+                raise TooLarge(f"Content-Length of {len(cl):,} digits beyond {MAX_BODY:,}")
             n = int(cl)
             if n > MAX_BODY:
                 raise TooLarge(f"Content-Length {n:,} beyond {MAX_BODY:,}")

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from idsrules.evasion import CLASSES, UnknownClass, parse_classes
+from idsrules.semantics import load_rules
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_RUN_FAILED
-from ntgcore.files import write_error
+from ntgcore.files import write_error, write_whole
 from ntgcore.proc import watch_spawns
 
 from ..cleanup import RunMark
 from ..ids.coverage import gate_lines, run_coverage_duts, sid_change_lines, summary_lines
 from ..ids.evasion_host import ProbeError, can_go_live, live_table
+from ..ids.hostlabel import MAX_ITEMS as MAX_PEER_SESSIONS
+from ..ids.hostlabel import HostLabelError
 from ..ids.multiplied import MAX_COPIES
+from ..ids.peers import PeerReport, check_peers
 from ..ids.regression import load_allow, load_baseline
 from ..ids.suricata import make_duts
 from . import add_parser, argtypes
@@ -108,13 +115,35 @@ def register(subparsers) -> None:
         "and the host's reassembly policy: evasion.md, tables/coverage_evasion.parquet; with "
         "--baseline, exit 3 on a sid with a newly evaded variant",
     )
+    c.add_argument(
+        "--peers",
+        nargs="?",
+        const=MAX_PEER_SESSIONS,
+        type=_peer_count,
+        metavar="N",
+        help="also replay the sessions live against real peers (root): N per rule file, drawn "
+        "with a fixed seed (no N: all), each judged by its application's parser on what the "
+        "server and the client received (docs/ids-coverage.md, 'Real peers'); peers.json and a "
+        "section in coverage.md; exit 3 when a peer rejects a session",
+    )
     c.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     c.set_defaults(func=run)
 
 
-def _live_labels(args: argparse.Namespace, out: Path, dut, say):
-    """The host's table (`live_table`) under a run mark, so that `testbed cleanup` removes the
-    lab's namespaces and helpers after a kill -9; None (said on stderr) when the lab fails."""
+def _peer_count(text: str) -> int:
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {text[:20]}; no N: every session)")
+    value = argtypes.count_upto(MAX_PEER_SESSIONS)(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be >= 1 (no N: every session)")
+    return value
+
+
+@contextlib.contextmanager
+def lab_mark(out: Path) -> Iterator[Callable[[list[str]], None]]:
+    """A run mark for the live labs made inside the block (their helpers watched, their
+    namespaces recorded by the callback it yields, for `on_places`), so that `testbed cleanup`
+    removes them after a kill -9; removed at the end."""
     mark = RunMark(out, "netns", []).write()
     made: set[str] = set()
 
@@ -125,14 +154,48 @@ def _live_labels(args: argparse.Namespace, out: Path, dut, say):
 
     try:
         with watch_spawns(mark.child):
+            yield places
+    finally:
+        mark.remove()
+
+
+def _peer_check(args: argparse.Namespace, out: Path, say) -> PeerReport | None:
+    """The sessions replayed against real peers under a run mark (`testbed cleanup` removes the
+    lab after a kill -9); None (said on stderr) when they cannot be."""
+    models, _problems = load_rules(args.rules)
+    per_file = None if args.peers >= MAX_PEER_SESSIONS else args.peers
+    if say:
+        say(
+            "replaying the sessions against real peers"
+            + (f" ({per_file} per file)" if per_file else "")
+        )
+    try:
+        with lab_mark(out) as places:
+            report = check_peers(
+                models, None, out / "peers", sample_per_file=per_file, on_places=places
+            )
+    except HostLabelError as exc:
+        err(f"testbed ids-coverage: --peers: {exc}")
+        return None
+    write_whole(out / "peers.json", json.dumps(report.as_dict(), indent=1) + "\n")
+    for md in [out / "coverage.md", *sorted(out.glob("*/coverage.md"))]:
+        if md.is_file():
+            with md.open("a") as f:
+                f.write("\n" + "\n".join(report.markdown()))
+    return report
+
+
+def _live_labels(args: argparse.Namespace, out: Path, dut, say):
+    """The host's table (`live_table`) under a run mark, so that `testbed cleanup` removes the
+    lab's namespaces and helpers after a kill -9; None (said on stderr) when the lab fails."""
+    try:
+        with lab_mark(out) as places:
             return live_table(
                 list(args.evasions), out / "evasions" / "host", dut, progress=say, on_places=places
             )
     except ProbeError as exc:
         err(f"testbed ids-coverage: {exc}")
         return None
-    finally:
-        mark.remove()
 
 
 def _classes(text: str) -> tuple[str, ...]:
@@ -170,6 +233,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     baseline = load_baseline(args.baseline, args.allow) if args.baseline is not None else None
     allowed = baseline.allowed if baseline else (load_allow(Path(args.allow)) if args.allow else {})
+    why = can_go_live() if args.peers is not None else None
+    if why:
+        err(f"testbed ids-coverage: --peers: the sessions cannot be replayed live ({why})")
+        return EXIT_RUN_FAILED
     out = Path(args.out) if args.out else default_out("ids-coverage")
     show = not args.quiet
     say = (lambda msg: err(f"ids-coverage: {msg}")) if show else None
@@ -203,8 +270,11 @@ def run(args: argparse.Namespace) -> int:
             evasion_live=live,
             progress=say,
         )
+        peers = _peer_check(args, out, say) if args.peers is not None else None
     except OSError as exc:
         raise write_error(exc, out, "free some space, or choose another --out") from None
+    if args.peers is not None and peers is None:
+        return EXIT_RUN_FAILED
     docs = result["duts"]
     problems = docs[0]["problems"]
     for problem in problems[:50]:
@@ -243,6 +313,20 @@ def run(args: argparse.Namespace) -> int:
             f"report: {out / 'coverage.html'} (also coverage.md, coverage.json, tables/coverage.parquet)"
         )
     status = EXIT_OK
+    if peers is not None:
+        doc_p = peers.as_dict()
+        print(
+            f"real peers: {doc_p['accepted']} of {doc_p['sessions']} sessions accepted "
+            f"({out / 'peers.json'})"
+        )
+        for s in peers.failures()[:20]:
+            err(
+                f"testbed ids-coverage: sid {s.sid} ({s.app}): a real peer rejected its session: {s.verdict}"
+            )
+        if len(peers.failures()) > 20:
+            err(f"... and {len(peers.failures()) - 20} more (peers.json, coverage.md)")
+        if peers.failures():
+            status = EXIT_CHECKS_FAILED
     for doc in docs:
         for line in sid_change_lines(doc, several):
             err(line)

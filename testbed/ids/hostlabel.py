@@ -94,6 +94,8 @@ class HostOutcome:
     reached: bool
     detail: str
     cport: int = 0  # the client's port: the session's key in the capture
+    server_data: bytes = b""  # TCP: the server's bytes the client received, in order
+    server_datagrams: list[bytes] = field(default_factory=list)  # UDP: the server's datagrams
 
 
 @dataclass
@@ -459,7 +461,15 @@ def _outcomes(
                 )
             out.append(
                 HostOutcome(
-                    plan.variant, plan.cls, sport, received, [], reached, f"{host}; {said}", cport
+                    plan.variant,
+                    plan.cls,
+                    sport,
+                    received,
+                    [],
+                    reached,
+                    f"{host}; {said}",
+                    cport,
+                    bytes.fromhex(mine.get("server_data", "")),
                 )
             )
         else:
@@ -468,7 +478,15 @@ def _outcomes(
             host = f"the host read {len(grams)} datagram(s), {sum(w in grams for w in wanted)} of the {len(wanted)} client message(s)"
             out.append(
                 HostOutcome(
-                    plan.variant, plan.cls, sport, b"", grams, reached, f"{host}; {said}", cport
+                    plan.variant,
+                    plan.cls,
+                    sport,
+                    b"",
+                    grams,
+                    reached,
+                    f"{host}; {said}",
+                    cport,
+                    server_datagrams=[bytes.fromhex(d) for d in mine.get("datagrams", [])],
                 )
             )
     return out
