@@ -59,10 +59,11 @@ class Endpoint(abc.ABC):
     def counters(self, iface: str | None = None) -> dict[str, int]:
         """Kernel counters of `iface` (default: this endpoint's): rx/tx packets, bytes, drops."""
 
-    def align_clock(self, max_age_s: float) -> None:
+    def align_clock(self, max_age_s: float) -> dict[str, int] | None:
         """Set the place's clock to this machine's when it keeps one of its own (a VM's guest) and
-        was last set more than `max_age_s` ago, so that a start time given here is met there. A
-        namespace shares this machine's clock: nothing to do."""
+        was last set more than `max_age_s` ago, so that a start time given here is met there; the
+        setting's numbers (ns: offset applied, round trip, what was left), None when nothing was
+        done. A namespace shares this machine's clock: nothing to do."""
         return None
 
     def pids(self) -> dict[str, int]:
