@@ -78,6 +78,17 @@ REQUEST_ONLY = {
     "http.accept_lang",
 }
 RESPONSE_ONLY = {"http.server", "http.location"}
+# header buffers that are the request's when the rule looks to the server, else the response's
+EITHER_SIDE_HEADERS = frozenset(
+    {
+        "http.header",
+        "http.header.raw",
+        "http.content_type",
+        "http.content_len",
+        "http.cookie",
+        "http.header_names",
+    }
+)
 URI_SAFE = set(
     b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~/?=&;:@!$'()*+,[]"
 )
@@ -1127,19 +1138,7 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
     fc = model.to_server
     if app == "http":
         has_req = any(
-            n not in RESPONSE_BUFFERS
-            and not (
-                not model.to_server
-                and n
-                in (
-                    "http.header",
-                    "http.header.raw",
-                    "http.content_type",
-                    "http.content_len",
-                    "http.cookie",
-                    "http.header_names",
-                )
-            )
+            n not in RESPONSE_BUFFERS and (model.to_server or n not in EITHER_SIDE_HEADERS)
             for n in model.buffers
             if n != "pkt"
         )

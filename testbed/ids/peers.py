@@ -67,7 +67,14 @@ from idsrules.evasion.model import WirePlan, plain_plan
 from idsrules.layout import LayoutError, verify
 from idsrules.regex_example import RegexUnsupported
 from idsrules.semantics import RESPONSE_BUFFERS, Match, RuleModel
-from idsrules.synth import SynthError, flowbit_setters, normalized_uri, plan, session_ports
+from idsrules.synth import (
+    EITHER_SIDE_HEADERS,
+    SynthError,
+    flowbit_setters,
+    normalized_uri,
+    plan,
+    session_ports,
+)
 
 from .hostlabel import MAX_ITEMS, MTU, HostOutcome, label_live
 
@@ -90,15 +97,7 @@ POP3_VERBS = {
     "AUTH",
 }
 # buffers that are the request's when the rule looks to the server, else the response's
-EITHER_SIDE = {
-    "http.header",
-    "http.header.raw",
-    "http.content_type",
-    "http.content_len",
-    "http.cookie",
-    "http.header_names",
-    "file.data",
-}
+EITHER_SIDE = EITHER_SIDE_HEADERS | {"file.data"}
 HEADER_BUFFERS = {
     "http.user_agent": "user-agent",
     "http.referer": "referer",
