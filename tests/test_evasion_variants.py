@@ -15,6 +15,7 @@ import pytest
 from idsrules.evasion import CLASSES, UnknownClass, parse_classes, variants
 from idsrules.evasion.common import junk
 from idsrules.evasion.model import (
+    MSS,
     Conn,
     Seg,
     client_packets,
@@ -157,13 +158,23 @@ def test_insertions_are_packets_a_host_drops_ahead_of_the_real_ones():
     assert covered(segs_of(v["ins-ttl"]), lambda s: True) != REQUEST  # what a naive IDS keeps
 
 
-def test_urgent_data_moves_the_rest_up_by_one_byte_per_chunk():
+def test_urgent_data_one_byte_a_message_moves_the_rest_up():
     v = by_name(TCP)["urgent-byte"]
+    for st in v.steps:
+        if not st.from_client:
+            continue
+        marked = [s for s in st.segs if s.urgent]
+        assert len(marked) == 1  # one mark a message: Linux holds one at a time
+        cut = b"".join(
+            s.data[: s.urgent - 1] + s.data[s.urgent :] if s.urgent else s.data for s in st.segs
+        )
+        assert cut == st.data
+        mark = marked[0]  # the junk byte sits at the message's middle
+        assert mark.off - st.segs[0].off + mark.urgent - 1 == len(st.data) // 2
     segs = [s for st in v.steps if st.from_client for s in st.segs]
-    assert all(s.urgent == (len(s.data) - 1) // 2 + 1 for s in segs)
-    stream = b"".join(s.data[: s.urgent - 1] + s.data[s.urgent :] for s in segs)
-    assert stream == v.client_stream()
-    assert wire_end(segs) == len(v.client_stream()) + len(segs)
+    messages = sum(1 for st in v.steps if st.from_client)
+    assert wire_end(segs) == len(v.client_stream()) + messages
+    assert max(len(s.data) for s in segs) <= MSS
 
 
 def test_paws_turns_timestamps_on_and_ages_the_junk():

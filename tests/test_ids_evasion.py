@@ -159,3 +159,31 @@ def test_the_hosts_reassembly_policy_reaches_a_users_suricata_yaml_too(tmp_path,
         alerts("default"),
     )
     assert ours == users != default  # frag4-overlap-old/-new alert the other way round
+
+
+def test_eve_alerts_read_whole_equal_those_read_a_line_at_a_time(tmp_path, suricata_in_ci):
+    """parse_eve reads a whole eve.json with pyarrow; a file it cannot read so (a cut last line,
+    a field of another type) is read a line at a time: the same alerts, the broken line left out."""
+    models, _ = load_rules(CASES)
+    cap = write_variants(models, {m.sid for m in models}, ["tcp-seg"], tmp_path / "pcaps")
+    res = run_offline(cap.pcap, CASES, tmp_path / "suri", runmode="single")
+    eve = res.eve or tmp_path / "suri" / "eve.json"
+    lines = eve.read_text().splitlines(keepends=True)
+    whole = parse_eve(eve)
+    assert len(whole) > 10 and whole == res.alerts
+    assert {a.sid for a in whole} <= {m.sid for m in models}
+    assert all(":" not in a.src or "::" in a.src for a in whole)  # IPv6 in its short form
+    cut = tmp_path / "cut.json"
+    cut.write_text("".join(lines) + lines[-1][: len(lines[-1]) // 2])
+    assert parse_eve(cut) == whole
+    odd = tmp_path / "odd.json"  # a port that is text: pyarrow refuses the file, not the line
+    odd.write_text('{"event_type":"alert","src_port":"x"}\n' + "".join(lines))
+    first, *rest = parse_eve(odd)
+    assert rest == whole and (first.sid, first.sport) == (0, 0)
+    assert parse_eve(tmp_path / "missing.json") == [] and parse_eve(_empty(tmp_path)) == []
+
+
+def _empty(tmp_path: Path) -> Path:
+    p = tmp_path / "empty.json"
+    p.write_text("")
+    return p

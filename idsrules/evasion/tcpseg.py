@@ -141,28 +141,36 @@ def insertion(plan: WirePlan, seed: int) -> list[WirePlan]:
 
 
 def urgent(plan: WirePlan, seed: int) -> list[WirePlan]:
-    """One junk byte in the middle of every chunk, marked urgent (the urgent pointer one past it,
-    as Linux reads it): a host that takes urgent data out of band hands its application the
-    stream without it; one that keeps it inline, or ignores URG, has an extra byte in the attack.
-    The bytes after each such byte move one position up in sequence space."""
+    """One junk byte in the middle of every client message, marked urgent (the urgent pointer one
+    past it, as Linux reads it): a host that takes urgent data out of band hands its application
+    the stream without it; one that keeps it inline, or ignores URG, has an extra byte in the
+    attack. The bytes after it move one position up in sequence space. One a message, not one a
+    segment: Linux keeps one urgent mark at a time, and a second mark that arrives before the
+    application has read past the first leaves the first byte inline, so the host's stream would
+    depend on how fast its reader is."""
     if plan.proto != "tcp":
         return []
     steps = []
     off = 0
     extra = 0
     for step in plan.steps:
-        if step.from_client:
-            segs = []
-            for i in range(0, len(step.data), MSS - 1):
-                chunk = step.data[i : i + MSS - 1]
-                p = len(chunk) // 2
-                byte = junk(chunk[p : p + 1] or b"u", seed + off + i)
+        if not step.from_client:
+            steps.append(step)
+            continue
+        data = step.data
+        mid = len(data) // 2
+        segs = []
+        for i in range(0, len(data), MSS - 1):
+            chunk = data[i : i + MSS - 1]
+            if i <= mid < i + len(chunk):
+                p = mid - i
+                byte = junk(chunk[p : p + 1], seed + off + mid)
                 segs.append(Seg(off + i + extra, chunk[:p] + byte + chunk[p:], urgent=p + 1))
                 extra += 1
-            steps.append(replace(step, segs=tuple(segs)))
-            off += len(step.data)
-        else:
-            steps.append(step)
+            else:
+                segs.append(Seg(off + i + extra, chunk))
+        steps.append(replace(step, segs=tuple(segs)))
+        off += len(data)
     return [replace(plan, variant="urgent-byte", cls="urgent", steps=tuple(steps))]
 
 

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from idsrules.evasion import CLASSES, UnknownClass, parse_classes
@@ -198,6 +199,22 @@ def _live_labels(args: argparse.Namespace, out: Path, dut, say):
         return None
 
 
+class _LabFailed(Exception):
+    """The live lab failed (said on stderr): the evasion outcomes would be unlabelled."""
+
+
+def _labels_when_ready(future: Future):
+    """The lab's table when the scoring asks for it, or _LabFailed."""
+
+    def labels():
+        got = future.result()
+        if got is None:
+            raise _LabFailed
+        return got
+
+    return labels
+
+
 def _classes(text: str) -> tuple[str, ...]:
     try:
         return tuple(parse_classes(text))
@@ -240,37 +257,38 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out("ids-coverage")
     show = not args.quiet
     say = (lambda msg: err(f"ids-coverage: {msg}")) if show else None
-    live = None
     try:
         out.mkdir(parents=True, exist_ok=True)
-        if args.evasions:
-            why = can_go_live()
-            if why:
-                err(
-                    f"testbed ids-coverage: the evasion variants are not labelled by a host ({why}):"
-                    " their outcomes are 'unlabelled'"
-                )
-            else:
-                live = _live_labels(args, out, duts[0], say)
-                if live is None:
-                    return EXIT_RUN_FAILED
-        result = run_coverage_duts(
-            args.rules,
-            out,
-            duts,
-            ids=args.ids,
-            mixes=args.mix,
-            ip_version=6 if args.ipv6 else 4,
-            exclude_unloadable=args.exclude_unloadable,
-            baseline=baseline,
-            allowed=allowed,
-            allow_path=args.allow,
-            multiply=args.multiply,
-            evasions=args.evasions,
-            evasion_live=live,
-            progress=say,
-        )
+        with ThreadPoolExecutor(max_workers=1) as lab:
+            labels = None
+            if args.evasions:
+                why = can_go_live()
+                if why:
+                    err(
+                        "testbed ids-coverage: the evasion variants are not labelled by a host "
+                        f"({why}): their outcomes are 'unlabelled'"
+                    )
+                else:  # the live lab mostly waits: it runs beside the synthesis and writing
+                    labels = _labels_when_ready(lab.submit(_live_labels, args, out, duts[0], say))
+            result = run_coverage_duts(
+                args.rules,
+                out,
+                duts,
+                ids=args.ids,
+                mixes=args.mix,
+                ip_version=6 if args.ipv6 else 4,
+                exclude_unloadable=args.exclude_unloadable,
+                baseline=baseline,
+                allowed=allowed,
+                allow_path=args.allow,
+                multiply=args.multiply,
+                evasions=args.evasions,
+                evasion_live=labels,
+                progress=say,
+            )
         peers = _peer_check(args, out, say) if args.peers is not None else None
+    except _LabFailed:
+        return EXIT_RUN_FAILED
     except OSError as exc:
         raise write_error(exc, out, "free some space, or choose another --out") from None
     if args.peers is not None and peers is None:

@@ -54,7 +54,7 @@ from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
 from ntgcore.scenario import parse_scenario
 
-from .evasion import compact, compare_evasions, run_evasions
+from .evasion import HostLabels, compact, compare_evasions, run_evasions
 from .evasion import summary_lines as evasion_summary
 from .evasion import table_rows as evasion_rows
 from .evasion import write_markdown as write_evasion_md
@@ -318,14 +318,15 @@ def run_coverage_duts(
     allow_path: str | None = None,
     multiply: tuple[int, ...] = (),
     evasions: tuple[str, ...] = (),
-    evasion_live: tuple[dict[tuple[str, str], bool | None], dict] | None = None,
+    evasion_live: HostLabels | None = None,
 ) -> dict:
     """The sessions synthesized once (and the mixed captures made once), read by every DUT.
 
     `evasions`: classes of evasion variants (`idsrules.evasion`) made of every rule that alerted
     with the first DUT, read by it in each reassembly configuration (`testbed.ids.evasion`), with
-    `evasion_live` the host's label per (variant, proto) and the live probes' document
-    (`testbed.ids.evasion_host.live_table`; None: unlabelled); `doc["evasions"]`, evasion.json/.md
+    `evasion_live()` the host's label per (variant, proto) and the live probes' document
+    (`testbed.ids.evasion_host.live_table`; None: unlabelled), called once the variants have been
+    read (the live lab may run beside the synthesis and writing); `doc["evasions"]`, evasion.json/.md
     and the table coverage_evasion, compared with the baseline's evasions.
 
     One DUT writes its reports into `out_dir`; several each into `out_dir/NAME/`, compared per sid
@@ -532,16 +533,13 @@ def _evasions(
     classes: list[str],
     where: Path,
     dut: Dut,
-    live: tuple[dict[tuple[str, str], bool | None], dict] | None,
+    live: HostLabels | None,
     say,
 ) -> dict:
     """The evasion run of one DUT's alerting rules: reports and table written, the compact
     document returned (the rows are in the table)."""
     sids = {r["sid"] for r in doc["rows"] if r["state"] == "alerted"}
-    host, live_doc = live if live is not None else ({}, None)
-    ev = run_evasions(
-        models, sids, rule_files, classes, where, dut, host, live=live_doc, progress=say
-    )
+    ev = run_evasions(models, sids, rule_files, classes, where, dut, live, progress=say)
     write_evasion_reports(ev, where)
     write_table(
         where, "coverage_evasion", evasion_rows(where.resolve().name, "run", ev, doc["dut"])

@@ -54,6 +54,9 @@ SESSION_GAP_NS = 1_000_000
 # The Suricata configurations every variant is read with: name -> host-os-policy of HOME_NET
 CONFIGS: dict[str, str | None] = {"default": None, "linux": "linux"}
 HOME6, EXT6 = "2001:db8::", "2001:db8:1::"  # /48 each, as the plain sessions' (synth._Addr)
+# the host's label per (variant, proto) and the live probes' document, when they are ready
+HostLabels = Callable[[], tuple[dict[tuple[str, str], bool | None], dict] | None]
+
 OUTCOMES = ("detected", "evaded", "false alert", "harmless", "unlabelled", "not comparable")
 
 
@@ -293,13 +296,14 @@ def run_evasions(
     classes: list[str],
     out: Path,
     dut: Dut,
-    host: dict[tuple[str, str], bool | None],
+    labels: HostLabels | None = None,
     *,
-    live: dict | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict:
     """The variants of the rules in `sids` (those that alerted plainly), read by Suricata in
-    each configuration of CONFIGS; the document `evasion.json` holds (summary and rows)."""
+    each configuration of CONFIGS; the document `evasion.json` holds (summary and rows).
+    `labels()`: the host's label per (variant, proto) and the live document, asked for once
+    Suricata has read the variants (None, or None from it: every variant unlabelled)."""
     say = progress or (lambda msg: None)
     folder = out / "evasions"
     folder.mkdir(parents=True, exist_ok=True)
@@ -329,6 +333,9 @@ def run_evasions(
     verdicts = {conf: got for conf, got, _s in done}
     timing.update({f"suricata_{conf}": round(s, 3) for conf, _got, s in done})
     timing["suricata_wall"] = round(time.monotonic() - t1, 3)
+    t2 = time.monotonic()
+    host, live = (labels() if labels else None) or ({}, None)
+    timing["host_wait"] = round(time.monotonic() - t2, 3)
     rows = score(cap, verdicts, host)
     doc = {
         "classes": classes,
