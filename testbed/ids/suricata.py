@@ -753,9 +753,7 @@ def _parse_eve_columns(path: Path) -> list[Alert]:
             ts or "",
             msg or "",
         )
-        for sid, gid, src, sport, dst, dport, proto, ts, msg in zip(
-            *(c.to_pylist() for c in cols)
-        )
+        for sid, gid, src, sport, dst, dport, proto, ts, msg in zip(*(c.to_pylist() for c in cols))
     ]
 
 
