@@ -529,6 +529,28 @@ REASONS = {
 }
 
 
+MAX_SIZED_BODY = 1 << 16  # a rule's Content-Length up to this is met by a body that long
+
+
+def _sized_body(
+    model: RuleModel, body_buf: str, length: bytes | None, body: bytes | None, *, own: bool
+) -> bytes | None:
+    """The body a rule's `http.content_len` (decimal digits) announces: padded to that length when
+    shorter (and the pad keeps `body_buf`'s matches), or, when the body is none of the rule's
+    (`own` false), that many bytes of filler. Any other length (not digits, too big, a rule's body
+    longer than it) leaves the body as it is: the mismatch is then the rule's own."""
+    if length is None or not length.isdigit() or int(length) > MAX_SIZED_BODY:
+        return body
+    want = int(length)
+    have = body or b""
+    if not own:
+        return (have + b"a" * want)[:want]
+    if len(have) >= want:
+        return body
+    padded = have + b"a" * (want - len(have))
+    return padded if _holds(model, body_buf, padded) else body
+
+
 def _cookie_in_response(model: RuleModel | None) -> bool:
     """A `to_client` rule's http.cookie is the response's Set-Cookie (Suricata's reading)."""
     return model is not None and not model.to_server
@@ -548,6 +570,8 @@ def http_request(
     body = b("http.request_body")
     if extra_body:
         body = (body or b"") + extra_body
+    if model is not None and model.to_server:
+        body = _sized_body(model, "http.request_body", b("http.content_len"), body, own=True)
     uri, raw_uri = _uris(model) if model else (None, None)
     proto = b("http.protocol") or b"HTTP/1.1"
     line = _complete_request_line(model, rl, uri or raw_uri) if (model and rl) else None
@@ -578,7 +602,7 @@ def http_request(
             continue
         if name == "http.cookie" and _cookie_in_response(model):
             continue
-        v = b(name, prefix=b"a")
+        v = b(name, prefix=b"" if name == "http.content_len" else b"a")  # a length is digits
         if v is not None:
             if v[-1:] in (b" ", b"\t") and _holds(model, name, v + b"1"):
                 v += b"1"  # libhtp trims blanks at the end of a value: keep the rule's inside it
@@ -700,9 +724,19 @@ def http_response(model: RuleModel | None, *, extra_body: bytes = b"") -> bytes:
     code = _status_code(model)
     msg = b("http.stat_msg") or REASONS.get(code, b"OK")
     body = b("http.response_body")
+    own_body = body is not None
     if body is None:
         body = b"<html><body>ok</body></html>"
     body += extra_body
+    if model is not None and not model.to_server:
+        body = _sized_body(
+            model,
+            "http.response_body",
+            b("http.content_len"),
+            body,
+            own=own_body or bool(extra_body),
+        )
+        body = body if body is not None else b""
     status = _status_line(model, code, msg)
     headers = []
     kept = []
@@ -1237,7 +1271,7 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
             _buf(model, "file.data", fill=b"\0"),
             _pkt_payload(model) if model.buffers.get("pkt") else b"",
         )
-    payload = _pkt_payload(model, fill=b"a" if app in TEXT_APPS else b"\0")
+    payload = _pkt_payload(model, fill=b" " if app in TEXT_APPS else b"\0")
     if app in TEXT_APPS:
         return dialogue(
             app,

@@ -122,6 +122,28 @@ def test_one_content_type_and_length_of_the_body() -> None:
     assert body.endswith(b"RAWBYTES") and f"Content-Length: {len(body)}".encode() in lines
 
 
+@pytest.mark.parametrize("side", ["to_server", "to_client"])
+def test_a_content_length_the_rule_names_is_digits_and_the_body_that_long(side: str) -> None:
+    req, resp = _http(f'flow:established,{side}; http.content_len; content:"17"; ')
+    lines, body = _head_and_body(req if side == "to_server" else resp)
+    lengths = [ln for ln in lines if ln.lower().startswith(b"content-length")]
+    assert lengths == [b"Content-Length: 17"] and len(body) == 17
+    # a length no body can have (not digits) stays the rule's: that mismatch is the attack
+    req, _ = _http('flow:established,to_server; http.content_len; content:"-1"; ')
+    assert b"Content-Length: -1" in req
+
+
+def test_words_of_a_text_protocol_line_stay_apart() -> None:
+    # the gap `distance:1` asks for is a blank, so the server reads a command and its argument
+    m = _model(
+        'flow:established,to_server; content:"AUTHENTICATE"; nocase; content:"NTGMECH"; '
+        "distance:1; within:20;",
+        "alert tcp $EXTERNAL_NET any -> $HOME_NET 143",
+    )
+    client = b"".join(d for fc, d in _messages(m, 1) if fc)
+    assert re.search(rb"AUTHENTICATE +NTGMECH", client), client
+
+
 # --- 4. certificate names ------------------------------------------------------------------------
 def test_certificate_names_have_the_usual_attributes() -> None:
     m = _model(
