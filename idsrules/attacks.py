@@ -109,13 +109,25 @@ class Attacks:
         }
 
 
-def write_attacks(
-    spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0, start_ns: int | None = None
-) -> Attacks:
-    """Synthesize the attack sessions of an `attacks:` section into out_dir/attacks.pcap + .json.
+@dataclass
+class AttackPlan:
+    """What an `attacks:` section sends before anything is written: the selected rules (those
+    that can be synthesized), every model of the files, the problems, the rules that cannot be
+    synthesized (sid -> why), the scheduled instances and when the first is due."""
 
-    Session k starts at t0 + start + k/rate, or right after session k-1 when that is still running.
-    The manifest's `sessions` list every attack session (sid, 5-tuple, first and last packet)."""
+    selected: list[RuleModel]
+    models: list[RuleModel]
+    problems: list[str]
+    unsynthesizable: dict[int, str]
+    scheduled: list[RuleModel]
+    first_ns: int
+
+
+def plan_attacks(
+    spec, rule_paths: list[Path], *, t0_ns: int = 0, start_ns: int | None = None
+) -> AttackPlan:
+    """The rules of an `attacks:` section that can be sent, scheduled `spec.count` times from
+    t0 + start (AttackError when none can)."""
     selected, models, problems = load_selection(rule_paths, spec.select)
     if not selected:
         raise AttackError(
@@ -130,28 +142,51 @@ def write_attacks(
             "attacks: no selected rule can be synthesized: "
             + "; ".join(f"sid {k}: {v}" for k, v in list(unsynthesizable.items())[:5])
         )
-    plan = schedule(selected, spec.count)
     first = t0_ns + (spec.start if start_ns is None else start_ns)
-    period = NS / float(spec.rate)
-    starts = [first + round(k * period) for k in range(len(plan))]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    pcap, manifest = out_dir / "attacks.pcap", out_dir / "attacks.json"
-    synth = synthesize(
-        plan, pcap, manifest, all_models=models, starts_ns=starts, ip_version=spec.ip_version
+    return AttackPlan(
+        selected, models, problems, unsynthesizable, schedule(selected, spec.count), first
     )
-    doc = json.loads(manifest.read_text())
-    doc["attacks"] = {
+
+
+def manifest_section(spec, rule_paths: list[Path], pre: AttackPlan) -> dict:
+    """The `attacks` section of attacks.json: what the scenario asked for and what was left out."""
+    return {
         "rule_files": [str(p.resolve()) for p in rule_paths],
         "count": spec.count,
         "rate": float(spec.rate),
-        "start_ns": first,
+        "start_ns": pre.first_ns,
         "ip_version": spec.ip_version,
-        "selected_sids": [m.sid for m in selected],
-        "unsynthesizable": {str(k): v for k, v in unsynthesizable.items()},
+        "selected_sids": [m.sid for m in pre.selected],
+        "unsynthesizable": {str(k): v for k, v in pre.unsynthesizable.items()},
     }
+
+
+def write_attacks(
+    spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0, start_ns: int | None = None
+) -> Attacks:
+    """Synthesize the attack sessions of an `attacks:` section into out_dir/attacks.pcap + .json.
+
+    Session k starts at t0 + start + k/rate, or right after session k-1 when that is still running.
+    The manifest's `sessions` list every attack session (sid, 5-tuple, first and last packet).
+    (With `attacks.evasions`, testbed.ids.attack_evasions writes them with their variants.)"""
+    pre = plan_attacks(spec, rule_paths, t0_ns=t0_ns, start_ns=start_ns)
+    period = NS / float(spec.rate)
+    starts = [pre.first_ns + round(k * period) for k in range(len(pre.scheduled))]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pcap, manifest = out_dir / "attacks.pcap", out_dir / "attacks.json"
+    synth = synthesize(
+        pre.scheduled,
+        pcap,
+        manifest,
+        all_models=pre.models,
+        starts_ns=starts,
+        ip_version=spec.ip_version,
+    )
+    doc = json.loads(manifest.read_text())
+    doc["attacks"] = manifest_section(spec, rule_paths, pre)
     manifest.write_text(json.dumps(doc, indent=1) + "\n")
-    synth.failed.update(unsynthesizable)
-    return Attacks(pcap, manifest, synth, selected, problems, plan)
+    synth.failed.update(pre.unsynthesizable)
+    return Attacks(pcap, manifest, synth, pre.selected, pre.problems, pre.scheduled)
 
 
 def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:

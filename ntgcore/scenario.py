@@ -1532,6 +1532,33 @@ class AttackSelect(_Model):
         return v
 
 
+# The evasion classes `attacks.evasions` takes: idsrules.evasion.CLASSES' names in its order (this
+# bottom layer cannot import the rule library; tests/test_attack_evasions.py keeps them equal).
+EVASION_CLASSES = (
+    "ip4-frag",
+    "ip6-frag",
+    "ip4-pairs",
+    "ip6-pairs",
+    "tcp-pairs",
+    "tcp-seg",
+    "tcp-overlap",
+    "insertion",
+    "urgent",
+    "paws",
+    "http-encoding",
+    "line-variants",
+)
+
+
+def _evasions_schema(schema: dict[str, Any]) -> None:
+    """`attacks.evasions` in the JSON Schema: `all`, or a list of the class names."""
+    items = {"enum": ["all", *EVASION_CLASSES]}
+    array = {"type": "array", "items": items, "maxItems": schema.pop("maxItems", None)}
+    schema.pop("type", None)
+    schema.pop("items", None)
+    schema["anyOf"] = [{"const": "all"}, array]
+
+
 class AttacksSpec(_Model):
     """Attack sessions synthesized from IDS rules and mixed into the run (docs/ids-coverage.md)."""
 
@@ -1567,6 +1594,34 @@ class AttacksSpec(_Model):
         description="`suricata`: after an offline run, Suricata reads the mixed capture "
         "and the coverage of the attack sessions is written into the run folder.",
     )
+    evasions: list[str] = Field(
+        [],
+        max_length=len(EVASION_CLASSES) + 1,
+        json_schema_extra=_evasions_schema,
+        description="Evasion classes (or `all`): every attack session is also sent as each "
+        "variant of these classes, a session of its own (docs/ids-coverage.md, Evasion variants).",
+    )
+    plain: bool = Field(
+        True,
+        description="With `evasions`: send each attack's plain session too, the control the "
+        "variants are compared with.",
+    )
+
+    @field_validator("evasions", mode="before")
+    @classmethod
+    def _evasion_classes(cls, v: Any) -> Any:
+        names = [v] if isinstance(v, str) else v
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return v  # the type error says what is wanted
+        known = "all or some of " + ", ".join(EVASION_CLASSES)
+        if "all" in names:
+            return list(EVASION_CLASSES)
+        bad = [n for n in names if n not in EVASION_CLASSES]
+        if bad:
+            close = difflib.get_close_matches(bad[0], EVASION_CLASSES, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"unknown evasion class {bad[0]!r}: {hint}use {known}")
+        return [n for n in EVASION_CLASSES if n in names]
 
     @field_validator("rules")
     @classmethod

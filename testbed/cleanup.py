@@ -17,6 +17,7 @@ the namespaces themselves.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -24,11 +25,12 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ntgcore.errors import BadInput
 from ntgcore.files import replacing
-from ntgcore.proc import Process, same_process, start_ticks, utc_now
+from ntgcore.proc import Process, same_process, start_ticks, utc_now, watch_spawns
 from ntgcore.registry import ENDPOINTS
 from ntgcore.runfolder import MANIFEST, RunFolder
 
@@ -207,3 +209,23 @@ def cleanup(dry_run: bool = False) -> list[str]:
 
 
 __all__ = ["RUN_MARKS", "RunMark", "cleanup", "is_dead", "marks"]
+
+
+@contextlib.contextmanager
+def lab_mark(out: Path) -> Iterator[Callable[[list[str]], None]]:
+    """A run mark for the live labs made inside the block (their helpers watched, their
+    namespaces recorded by the callback it yields, for `on_places`), so that `testbed cleanup`
+    removes them after a kill -9; removed at the end."""
+    mark = RunMark(out, "netns", []).write()
+    made: set[str] = set()
+
+    def places(names: list[str]) -> None:
+        made.update(names)
+        mark.doc["locations"] = sorted(made)
+        mark.write()
+
+    try:
+        with watch_spawns(mark.child):
+            yield places
+    finally:
+        mark.remove()

@@ -46,7 +46,7 @@ from ntgcore.registry import ENDPOINTS, GENERATORS, METHODS, PARTS, RUN_HOOKS
 from ntgcore.runfolder import MANIFEST, RunFolder, git_info, host_info, tool_versions
 from ntgcore.scenario import LoadedScenario, Scenario
 
-from .cleanup import RunMark, cleanup
+from .cleanup import RunMark, cleanup, lab_mark
 from .executor import StepContext, StepExecutor
 from .ids.regression import Baseline
 from .ids.runhooks import attack_player, coverage_baseline_problem, played_attacks_problem
@@ -536,7 +536,8 @@ def run_scenario(
         problem = trials_problem(loaded.scenario, trials)
         if problem:
             raise RunSetupError(f"{loaded.path}: {problem}")
-    options = {"coverage_baseline": coverage_baseline}  # what the run extensions read
+    # what the run extensions read; lab_mark: a run mark for a live lab a hook makes
+    options = {"coverage_baseline": coverage_baseline, "lab_mark": lab_mark}
     for hooks in RUN_HOOKS:  # the coverage baseline applies; the rule files read (attacks)
         hooks.check(loaded, options)
     too_big = fit_problem(loaded.scenario)  # each generator's own check (the engine's memory)

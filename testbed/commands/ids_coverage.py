@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,9 +11,8 @@ from idsrules.evasion import CLASSES, UnknownClass, parse_classes
 from idsrules.semantics import load_rules
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_RUN_FAILED
 from ntgcore.files import write_error, write_whole
-from ntgcore.proc import watch_spawns
 
-from ..cleanup import RunMark
+from ..cleanup import lab_mark
 from ..ids.coverage import gate_lines, run_coverage_duts, sid_change_lines, summary_lines
 from ..ids.evasion_host import ProbeError, can_go_live, live_table
 from ..ids.hostlabel import MAX_ITEMS as MAX_PEER_SESSIONS
@@ -138,26 +135,6 @@ def _peer_count(text: str) -> int:
     if value == 0:
         raise argparse.ArgumentTypeError("must be >= 1 (no N: every session)")
     return value
-
-
-@contextlib.contextmanager
-def lab_mark(out: Path) -> Iterator[Callable[[list[str]], None]]:
-    """A run mark for the live labs made inside the block (their helpers watched, their
-    namespaces recorded by the callback it yields, for `on_places`), so that `testbed cleanup`
-    removes them after a kill -9; removed at the end."""
-    mark = RunMark(out, "netns", []).write()
-    made: set[str] = set()
-
-    def places(names: list[str]) -> None:
-        made.update(names)
-        mark.doc["locations"] = sorted(made)
-        mark.write()
-
-    try:
-        with watch_spawns(mark.child):
-            yield places
-    finally:
-        mark.remove()
 
 
 def _peer_check(args: argparse.Namespace, out: Path, say) -> PeerReport | None:

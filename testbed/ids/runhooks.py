@@ -8,8 +8,10 @@ of both directions. The runner calls these hooks without knowing what they do.""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from idsrules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
@@ -25,11 +27,21 @@ from ntgcore.scenario import (
     attack_rule_paths,
     generator_spec,
 )
+from ntgcore.yamlread import yaml_lines
 
+from .attack_evasions import (
+    Labels,
+    VariedAttacks,
+    host_labels,
+    record_variants,
+    score_variants,
+    write_varied_attacks,
+)
+from .attack_evasions import message as evasion_message
 from .coverage import attack_coverage, gate_lines, played_coverage, sid_change_lines
 from .coverage import blocking as coverage_blocking
 from .regression import Baseline
-from .suricata import SuricataError, SuricataMissing
+from .suricata import Dut, SuricataError, SuricataMissing, parse_eve
 
 FULL_FRAME = 1514  # bytes of an Ethernet frame at MTU 1500: a snaplen that keeps every payload
 NS = 1_000_000_000
@@ -42,8 +54,12 @@ def attack_player(generators: list[GeneratorSpec]) -> GeneratorSpec | None:
 
 def played_attacks_problem(scenario: Scenario) -> str | None:
     """Why a live scenario whose generator plays the attack sessions cannot score them with
-    `attacks.ids: suricata` (None when it can): Suricata reads the captures of both directions."""
+    `attacks.ids: suricata` (None when it can): Suricata reads the captures of both directions;
+    or that cannot send `attacks.evasions` (played_evasions_problem)."""
     tb = scenario.testbed
+    evasions = played_evasions_problem(scenario)
+    if evasions:
+        return evasions
     if (
         tb is None
         or scenario.attacks is None
@@ -63,6 +79,41 @@ def played_attacks_problem(scenario: Scenario) -> str | None:
             f"{tb.capture.snaplen} cuts them; give at least {FULL_FRAME}"
         )
     return None
+
+
+def played_evasions_problem(scenario: Scenario) -> str | None:
+    """Why a live scenario cannot send `attacks.evasions` (None when it can): a generator that
+    plays the attack sessions over its own TCP stack sends the plain dialogues only."""
+    if scenario.testbed is None or scenario.attacks is None or not scenario.attacks.evasions:
+        return None
+    player = attack_player(scenario.live_generators())
+    if player is None:
+        return None
+    return (
+        f"attacks.evasions: {player.title} plays the attack sessions over its own TCP stack, "
+        "which sends each dialogue plainly and cannot send evasion variants (odd segments, "
+        "fragments, bad checksums); replay them from the attack pcap (a generator without "
+        "`mode: astf`) or drop attacks.evasions"
+    )
+
+
+def evasion_labels(
+    spec, run_dir, say: Callable[[str], None], mark: Any = None
+) -> Future[tuple[Labels | None, str | None]]:
+    """The live lab's labels of `spec.evasions` (`host_labels`), measured beside the run's own
+    work (a thread); `mark(run_dir)`: a run mark for the lab (its namespaces and helpers, for
+    `testbed cleanup` after a kill -9), the run options' `lab_mark` when the runner gives one."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    job = pool.submit(
+        host_labels,
+        list(spec.evasions),
+        run_dir / "evasions" / "host",
+        Dut(),
+        say=say,
+        mark=functools.partial(mark, run_dir) if mark is not None else None,
+    )
+    pool.shutdown(wait=False)
+    return job
 
 
 def coverage_baseline_problem(scenario: Scenario) -> str | None:
@@ -98,7 +149,11 @@ def _add_attacks(run: Any, scenario: Scenario) -> None:
     try:
         if problem:
             raise AttackError(problem)
-        attacks = write_attacks(spec, rules, run.run_dir / "attacks")
+        attacks = (
+            write_varied_attacks(spec, rules, run.run_dir / "attacks", seed=run.seed)
+            if spec.evasions
+            else write_attacks(spec, rules, run.run_dir / "attacks")
+        )
         player = attack_player(scenario.live_generators())
         if player is not None:
             dialogues = run.state["attacks"] = tcp_dialogues(spec, rules)
@@ -156,20 +211,34 @@ def _add_attacks(run: Any, scenario: Scenario) -> None:
 
 
 def _mix_attacks(
-    run: Any, loaded: LoadedScenario, say: Callable[[str], None], baseline: Baseline | None = None
+    run: Any,
+    loaded: LoadedScenario,
+    say: Callable[[str], None],
+    baseline: Baseline | None = None,
+    options: dict[str, Any] | None = None,
 ) -> str:
     """Offline `attacks:`: the engine's capture becomes benign.pcap, the attack sessions
     attacks.pcap (+ attacks.json), both merged by time into capture.pcap; with `ids: suricata`,
     Suricata reads the mixed capture and coverage.json/md/html score the attack sessions (also
     tables/coverage.parquet), compared per sid with `baseline` when given (manifest
-    `attacks.baseline`; its `blocking` makes the exit status 3)."""
+    `attacks.baseline`; its `blocking` makes the exit status 3). With `attacks.evasions` the
+    variant sessions are scored too (attack_evasions: evasion.json/md, the coverage_evasion table,
+    the manifest's `attacks.evasions`), labelled by the live lab under `options["lab_mark"]`."""
     spec = loaded.scenario.attacks
+    options = options or {}
     assert spec is not None
     rules = attack_rule_paths(spec, loaded.path)
     capture, benign = run.run_dir / "capture.pcap", run.run_dir / "benign.pcap"
+    labels = None
+    if spec.evasions and spec.ids == "suricata":  # the live lab runs beside the writing
+        labels = evasion_labels(spec, run.run_dir, say, options.get("lab_mark"))
     try:
         say("synthesizing the attack sessions")
-        attacks = write_attacks(spec, rules, run.run_dir)
+        attacks = (
+            write_varied_attacks(spec, rules, run.run_dir, seed=run.seed)
+            if spec.evasions
+            else write_attacks(spec, rules, run.run_dir)
+        )
         os.replace(capture, benign)
         say("merging benign and attack packets by time")
         merge_pcaps([benign, attacks.pcap], capture)
@@ -178,6 +247,13 @@ def _mix_attacks(
             say("suricata on the mixed capture")
             doc = attack_coverage(capture, attacks, rules, run.run_dir, baseline=baseline)
             _record_coverage(run, info, doc, baseline)
+            if isinstance(attacks, VariedAttacks) and labels is not None:
+                say("scoring the evasion variants")
+                got, why = labels.result()
+                alerts = parse_eve(run.run_dir / "suricata" / "eve.json")
+                ev = score_variants(attacks, alerts, got, why)
+                info["evasions"] = record_variants(ev, run.run_dir, doc["dut"])
+                run.messages.append(f"attacks: {evasion_message(info['evasions'])}")
         run.manifest["attacks"] = info
         status = "completed"
     except (AttackError, OSError, SuricataMissing, SuricataError) as exc:  # the run failed: say why
@@ -280,6 +356,10 @@ class AttackHooks(RunHooks):
             problem = coverage_baseline_problem(loaded.scenario)
             if problem:
                 raise RunSetupError(f"{loaded.path}: {problem}")
+        problem = played_evasions_problem(loaded.scenario)
+        if problem:
+            line = yaml_lines(loaded.text).get(("attacks", "evasions"), 1)
+            raise RunSetupError(f"{loaded.path}:{line}: {problem}")
         if loaded.scenario.attacks is not None:
             # BadInput before anything runs: not UTF-8 (FILE:LINE), too long
             for rules in attack_rule_paths(loaded.scenario.attacks, loaded.path):
@@ -294,7 +374,7 @@ class AttackHooks(RunHooks):
     ) -> str:
         attacks, baseline = run.loaded.scenario.attacks, options.get("coverage_baseline")
         if status == "completed" and not run.live and attacks is not None:
-            return _mix_attacks(run, run.loaded, say, baseline)
+            return _mix_attacks(run, run.loaded, say, baseline, options)
         played = run.state.get("attacks", ([], []))[0]
         if status == "completed" and played and attacks is not None and attacks.ids == "suricata":
             return _score_played_attacks(run, run.loaded, say, baseline)
