@@ -871,6 +871,129 @@ def _qname(name: bytes) -> bytes:
     return bytes(out) + b"\0"
 
 
+def _dns_name_end(msg: bytes, at: int) -> int | None:
+    """Where the name at `at` ends (after its root label or its compression pointer)."""
+    while at < len(msg):
+        n = msg[at]
+        if n == 0:
+            return at + 1
+        if n & 0xC0 == 0xC0:
+            return at + 2 if at + 2 <= len(msg) else None
+        if n & 0xC0:
+            return None
+        at += 1 + n
+    return None
+
+
+def dns_records_end(msg: bytes, sections: int = 4) -> int | None:
+    """Where the first `sections` counted sections of a DNS message end (4: all of them; 1: the
+    questions), or None when a name or record runs past its bytes. A message is well formed when
+    this is its length."""
+    if len(msg) < 12:
+        return None
+    counts = struct.unpack_from("!HHHH", msg, 4)
+    at = 12
+    for _ in range(counts[0]):
+        end = _dns_name_end(msg, at)
+        if end is None or end + 4 > len(msg):
+            return None
+        at = end + 4
+    for _ in range(sum(counts[1:sections])):
+        end = _dns_name_end(msg, at)
+        if end is None or end + 10 > len(msg):
+            return None
+        at = end + 10 + struct.unpack_from("!H", msg, end + 8)[0]
+        if at > len(msg):
+            return None
+    return at
+
+
+DNS_TXT = 16
+
+
+def _txt_rdata(data: bytes) -> bytes:
+    """`data` as TXT character strings (a length byte, at most 255 bytes each)."""
+    chunks = [data[i : i + 255] for i in range(0, len(data), 255)] or [b""]
+    return b"".join(bytes([len(c)]) + c for c in chunks)
+
+
+def _dns_shapes(raw: bytes) -> list[bytes]:
+    """`raw` (a header, its questions, then the rule's bytes) as well-formed messages: the bytes
+    after the questions as one answer record. When they start with a record's owner, type and
+    class (`|c0 0c 00 10 00 01|`), its TTL, length (and, for TXT, the string's length) go in after
+    them, or the length in them is set right; other bytes become a TXT answer's text."""
+    counts = struct.unpack_from("!HHHH", raw, 4) if len(raw) >= 12 else None
+    if counts is None:
+        return []
+    head = raw[:4] + struct.pack("!H", counts[0])
+    q_end = dns_records_end(head + b"\0\0\0\0\0\0" + raw[12:], 1)
+    if q_end is None:
+        return []
+    tail = raw[q_end:]
+    one = head + struct.pack("!HHH", 1, 0, 0)
+    if not tail:
+        return [head + b"\0" * 6 + raw[12:]]
+    out = []
+    owner = _dns_name_end(tail, 0)
+    if owner is not None and owner + 4 <= len(tail):
+        rr, rest = tail[: owner + 4], tail[owner + 4 :]
+        rtype = struct.unpack_from("!H", rr, owner)[0]
+        rdata = _txt_rdata(rest) if rtype == DNS_TXT else rest
+        out.append(one + raw[12:q_end] + rr + struct.pack("!IH", 3600, len(rdata)) + rdata)
+        if len(rest) >= 6:  # a TTL and a length of the rule's own: the length made right
+            inner = rest[6:]
+            out.append(one + raw[12:q_end] + rr + rest[:4] + struct.pack("!H", len(inner)) + inner)
+    rdata = _txt_rdata(tail)
+    answer = b"\xc0\x0c" + struct.pack("!HHIH", DNS_TXT, 1, 3600, len(rdata)) + rdata
+    out.append(one + raw[12:q_end] + answer)
+    return [m for m in out if dns_records_end(m) == len(m)]
+
+
+def _dns_raw(model: RuleModel, ident: int, from_client: bool) -> bytes:
+    """A DNS message that starts with a header and a question for www.example.com and carries
+    the rule's raw bytes, as a DNS server or client parses it: the rule's bytes placed after the
+    question name (which they may end: `|00 00 10 00 01|`) or after its root label, the message
+    then made well formed (`_dns_shapes`), or else the rule's bytes as the text of a TXT answer,
+    where the rule's matches still hold; the bytes as placed when nothing keeps them."""
+    hdr = struct.pack(
+        "!HHHHHH", ident, 0x8180 if not from_client else 0x0100, 1, 0 if from_client else 1, 0, 0
+    )
+    placed: list[tuple[bytes, bytes]] = []  # (question name, message)
+    for name in (b"\x03www\x07example\x03com", b"\x03www\x07example\x03com\0"):
+        try:
+            raw = build_buffer(
+                model.buffers.get("pkt", []),
+                model.buffer_opts.get("pkt"),
+                prefix=hdr + name,
+                fill=b"\0",
+            )
+        except (LayoutError, RegexUnsupported):
+            continue
+        placed.append((name, raw))
+    if not placed:  # the layout's own error
+        return _buf(model, "pkt", prefix=hdr + b"\x03www\x07example\x03com", fill=b"\0") or b""
+    ours = [(name, raw) for name, raw in placed if raw.startswith(hdr + name)]
+    for _name, raw in ours:
+        if dns_records_end(raw) == len(raw):
+            return raw
+    shaped = [m for _name, raw in ours for m in _dns_shapes(raw)]
+    for name, raw in ours:  # the rule's bytes, whole, as a TXT answer's text
+        rdata = _txt_rdata(raw[len(hdr + name) :])
+        question = name.rstrip(b"\0") + b"\0" + struct.pack("!HH", DNS_TXT, 1)
+        shaped.append(
+            hdr[:6]
+            + struct.pack("!HHH", 1, 0, 0)
+            + question
+            + b"\xc0\x0c"
+            + struct.pack("!HHIH", DNS_TXT, 1, 3600, len(rdata))
+            + rdata
+        )
+    for m in shaped:
+        if _holds(model, "pkt", m):
+            return m
+    return placed[0][1]
+
+
 def dns_response(name: bytes, ident: int) -> bytes:
     q = _qname(name)
     return (
@@ -1228,10 +1351,7 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
             if model.buffers.get("pkt"):
                 # raw DNS bytes: a real query first (so the flow is DNS), then a message that
                 # starts with a DNS header and question and goes on with the rule's bytes
-                hdr = struct.pack(
-                    "!HHHHHH", ident, 0x8180 if not fc else 0x0100, 1, 1 if not fc else 0, 0, 0
-                )
-                raw = _buf(model, "pkt", prefix=hdr + b"\x03www\x07example\x03com", fill=b"\0")
+                raw = _dns_raw(model, ident, fc)
                 msgs = [(True, dns_query(b"www.example.com", ident)), (fc, raw)]
                 return dns_tcp(msgs) if model.proto == "tcp" else msgs
             name = b"www.example.com"

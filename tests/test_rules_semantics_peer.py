@@ -7,15 +7,16 @@ The golden cases `http_peer_semantics` and `tls_cert_names` run the same rules t
 from __future__ import annotations
 
 import re
+import struct
 from pathlib import Path
 
 import pytest
 
-from idsrules.layout import build_buffer
+from idsrules.layout import build_buffer, verify
 from idsrules.regex_example import RegexUnsupported, example
 from idsrules.semantics import analyze
 from idsrules.syntax import parse_rule_text, read_rules
-from idsrules.synth import _messages, cert_name, dn_attributes, synthesize
+from idsrules.synth import _messages, cert_name, dn_attributes, dns_records_end, synthesize
 from testbed.ids.missreason import MISS_EVE_TYPES, SessionView, miss_reason
 
 OUT = "alert http $HOME_NET any -> $EXTERNAL_NET any"
@@ -142,6 +143,22 @@ def test_words_of_a_text_protocol_line_stay_apart() -> None:
     )
     client = b"".join(d for fc, d in _messages(m, 1) if fc)
     assert re.search(rb"AUTHENTICATE +NTGMECH", client), client
+
+
+@pytest.mark.parametrize(
+    "options",
+    [  # raw bytes that end the question and start a TXT answer, then the answer's text
+        'content:"|00 00 10 00 01 c0 0c 00 10 00 01|"; content:"ntg-txt-payload"; distance:0;',
+        'content:"ntg-bare-bytes";',  # bytes that are no record at all: a TXT answer's text
+    ],
+)
+def test_raw_dns_bytes_make_a_message_a_dns_parser_reads_whole(options: str) -> None:
+    m = _model(options, "alert dns any any -> $HOME_NET any")
+    answer = _messages(m, 1)[-1][1]  # the message that carries the rule's bytes
+    assert dns_records_end(answer) == len(answer)  # no byte past the counted records
+    qd, an = struct.unpack_from("!HH", answer, 4)
+    assert (qd, an) == (1, 1) and answer.endswith(options.split('"')[-2].encode())
+    assert verify(answer, m.buffers["pkt"], m.buffer_opts.get("pkt"))
 
 
 # --- 4. certificate names ------------------------------------------------------------------------
