@@ -202,6 +202,21 @@ def dialogue(
     return build(line, to_server, pinned_to_start(matches), keep)
 
 
+GREETING_START = {"ftp": b"220 ", "smtp": b"220 ", "pop3": b"+OK ", "imap": b"* OK "}
+
+
+def _greeting(app: str, line: bytes, keep) -> bytes:
+    """The server's first line, which the rule pins near the stream's start, as a greeting its
+    client reads: the reply code or status first (`220 `, `+OK `, `* OK `) where the rule's matches
+    still hold with it (an `offset:40` leaves room; `offset:0` does not: the line as it is)."""
+    start = GREETING_START[app]
+    if app in ("ftp", "smtp") and _REPLY_CODE.match(line):
+        return line
+    if line.startswith((start.rstrip(), b"-ERR")):
+        return line
+    return keep(start + line)
+
+
 def _ftp(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
     bye = BYE["ftp"]
     login = [(True, b"USER alice" + CRLF), (False, b"331 Password required for alice." + CRLF)]
@@ -214,7 +229,7 @@ def _ftp(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
             + bye
         )
     if pinned:
-        return [(False, line)] + login + bye
+        return [(False, _greeting("ftp", line, keep))] + login + bye
     reply = line if _REPLY_CODE.match(line) else keep(b"200 " + line)
     return [(False, GREETING["ftp"]), (True, b"USER alice" + CRLF), (False, reply)] + bye
 
@@ -225,7 +240,7 @@ def _smtp(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
     bye = BYE["smtp"]
     if not to_server:
         if pinned:
-            return [(False, line)] + ehlo + bye
+            return [(False, _greeting("smtp", line, keep))] + ehlo + bye
         reply = line if _REPLY_CODE.match(line) else keep(b"250 " + line)
         return greet + [(True, b"EHLO client.example.com" + CRLF), (False, reply)] + bye
     verb = _verb(line)
@@ -278,7 +293,7 @@ def _pop3(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
             + bye
         )
     if pinned:
-        return [(False, line)] + login + bye
+        return [(False, _greeting("pop3", line, keep))] + login + bye
     if line.startswith((b"+OK", b"-ERR")):
         return [(False, GREETING["pop3"]), (True, b"USER alice" + CRLF), (False, line)] + bye
     body = line if line.endswith(b"\n") else line + CRLF
@@ -309,7 +324,7 @@ def _imap(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
             line = keep((b"2" if line[:1].isspace() else b"2 ") + line)  # a tagged command
         return greet + capa + [(True, line), (False, OK_REPLY["imap"])] + bye
     if pinned:
-        return [(False, line)] + capa + bye
+        return [(False, _greeting("imap", line, keep))] + capa + bye
     if line.startswith((b"* ", b"+ ")):
         return greet + [(True, b"1 NOOP" + CRLF), (False, line)] + bye
     fetch = keep(

@@ -1412,6 +1412,33 @@ def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
     return [(fc, payload)] if payload or model.proto != "tcp" else [(fc, b"")]
 
 
+def _sip_carrying(model: RuleModel, message: bytes) -> bytes | None:
+    """`message` (a SIP request or response) with the rule's raw bytes, which it pins at an offset
+    (`content:"sip|3a|scanner@"; offset:90`), in a header line of their own after the start line
+    (`X-Ntg: `, letters before them up to the offset): a message a SIP parser reads, the bytes
+    where the rule looks. None when the rule's matches do not hold in such a message."""
+    if _holds(model, "pkt", message):  # `content:"INVITE sip|3a|"; depth:11`: as it is
+        return message
+    first, _, rest = message.partition(b"\r\n")
+    prefix = first + b"\r\nX-Ntg: "
+    try:
+        carried = build_buffer(
+            model.buffers.get("pkt", []), model.buffer_opts.get("pkt"), prefix=prefix, fill=b"a"
+        )
+    except (LayoutError, RegexUnsupported):
+        return None
+    if not carried.startswith(prefix):
+        return None
+    value = carried[len(prefix) :]
+    candidates = [carried + b"\r\n" + rest]
+    if _SIP_HEADER.match(value):  # a header already (`User-Agent|3a| x`): a line of its own
+        candidates.insert(0, first + b"\r\n" + value + b"\r\n" + rest)
+    return next((c for c in candidates if _holds(model, "pkt", c)), None)
+
+
+_SIP_HEADER = re.compile(rb"[A-Za-z0-9.!%*_+`'~-]+:[^\r\n]*\Z")
+
+
 def _sip_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
     """A SIP request and its response; the rule's `sip.*` buffers in the request (to_server) or
     the response (to_client), raw contents as the message body (or as the message itself when
@@ -1449,8 +1476,14 @@ def _sip_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
         method = sip_method_of(raw)
     method = method or b"MESSAGE"  # a method scanner rules do not look for (OPTIONS, INVITE)
     kw = {"ident": ident, "transport": transport}
-    # raw bytes that must start the message are the message itself
+    # raw bytes that must start the message are the message itself, or a header of one
     pinned = bool(raw) and pinned_to_start(model.buffers["pkt"])
+    if pinned and not raw.startswith(b"SIP/2.0 ") and b"\r\n\r\n" not in raw:
+        if model.to_server:
+            plain = sip_request(method, uri, proto, **kw)
+        else:
+            plain = sip_response(code, reason, rproto, method=method, **kw)
+        raw = _sip_carrying(model, plain) or raw
     if model.to_server:
         request = raw if pinned else sip_request(method, uri, proto, raw, **kw)
         return [(True, request), (False, sip_response(None, None, None, method=method, **kw))]

@@ -332,15 +332,9 @@ def test_a_sample_of_every_shipped_et_file_is_accepted_live(root_in_ci, tmp_path
 
 # The sampled ET sessions a real peer rejects today (synthesis bugs, each with the words of the
 # peer's reason); unlike KNOWN_REJECTED not strict: a fix or another sample may leave one out.
-ET_KNOWN = {
-    # a DNS answer's raw bytes sent by the client after the question of a message whose header
-    # announces no answer (dns_tcp/raw-DNS branch of synth._messages)
-    2016413: "dns server: message 2: 9 bytes past its records",
-    2016423: "dns server: message 2: 9 bytes past its records",
-    2016591: "dns server: message 2: 9 bytes past its records",
-    # a to_client content pinned to the stream start made the FTP greeting, without its 220
-    2009536: "ftp client: a reply line without a 3-digit code",
-}
+# None now: the raw DNS answers (2016413, 2016423, 2016591) and an FTP greeting without its 220
+# (2009536) were the last.
+ET_KNOWN: dict[int, str] = {}
 
 
 HOSTILE = [

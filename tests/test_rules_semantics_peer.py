@@ -161,6 +161,46 @@ def test_raw_dns_bytes_make_a_message_a_dns_parser_reads_whole(options: str) -> 
     assert verify(answer, m.buffers["pkt"], m.buffer_opts.get("pkt"))
 
 
+@pytest.mark.parametrize(
+    ("header", "start"),
+    [
+        ("alert tcp $HOME_NET 21 -> $EXTERNAL_NET any", b"220 "),
+        ("alert tcp $HOME_NET 110 -> $EXTERNAL_NET any", b"+OK "),
+        ("alert tcp $HOME_NET 143 -> $EXTERNAL_NET any", b"* OK "),
+    ],
+)
+def test_a_greeting_the_rule_pins_starts_as_its_client_reads_one(header: str, start: bytes):
+    m = _model(
+        'flow:to_client,established; content:"NTG Print Server"; '
+        'content:"use put"; offset:30; depth:120;',
+        header,
+    )
+    first = _messages(m, 1)[0]
+    assert first[0] is False and first[1].startswith(start + b"NTG Print Server")
+    # pinned at the very start: the rule's bytes are the line, nothing goes before them
+    m = _model('flow:to_client,established; content:"NTG"; depth:3;', header)
+    assert _messages(m, 1)[0][1].startswith(b"NTG")
+
+
+@pytest.mark.parametrize(
+    ("options", "line"),
+    [  # bytes a scanner rule pins at an offset: a header of their own, where the rule looks
+        ('content:"sip|3a|ntgscan@"; offset:90;', rb"X-Ntg: a+sip:ntgscan@"),
+        (
+            'content:"REGISTER "; depth:9; content:"User-Agent|3a| NtgScan";',
+            rb"User-Agent: NtgScan",
+        ),
+    ],
+)
+def test_sip_bytes_a_rule_pins_ride_in_a_message_a_sip_parser_reads(options: str, line: bytes):
+    m = _model(options, "alert udp $EXTERNAL_NET any -> $HOME_NET 5060")
+    request = _messages(m, 1)[0][1]
+    head, sep, body = request.partition(b"\r\n\r\n")
+    assert sep and body == b"" and re.fullmatch(rb"[A-Z]+ sip:\S+ SIP/2\.0", head.split(b"\r\n")[0])
+    assert any(re.fullmatch(line, h) for h in head.split(b"\r\n")[1:]), head
+    assert verify(request, m.buffers["pkt"], m.buffer_opts.get("pkt"))
+
+
 # --- 4. certificate names ------------------------------------------------------------------------
 def test_certificate_names_have_the_usual_attributes() -> None:
     m = _model(
