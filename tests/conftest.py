@@ -7,6 +7,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,33 @@ def skip_or_fail(reason: str) -> None:
     if os.environ.get("NTG_CI"):
         pytest.fail(f"{reason}; in CI this test must run", pytrace=False)
     pytest.skip(reason)
+
+
+DEMO_RULES = Path(__file__).resolve().parents[1] / "scenarios" / "rules" / "attacks-demo.rules"
+# a live testbed whose device under test is Suricata with the demo rules (attack_scenario's extra)
+LIVE_SURICATA = """\
+testbed:
+  dut: {kind: suricata, rules: [demo.rules]}
+  capture: null
+  monitor: {hz: 2}
+"""
+
+
+def attack_scenario(
+    folder: Path, attacks: str, *, name: str = "mix", extra: str = "", packets: int = 400
+) -> Path:
+    """A scenario in `folder` with a small UDP flow and the `attacks:` section `attacks` (YAML
+    under `attacks:`, indented here), the demo rules beside it (tests of `attacks:` runs)."""
+    shutil.copy(DEMO_RULES, folder / "demo.rules")
+    path = folder / f"{name}.yaml"
+    flows = (
+        "flows:\n  - protocol: udp\n    src: 198.18.200.1\n    dst: 198.19.200.1\n"
+        f"    dst_port: 9000\n    rate: 1000\n    packets: {packets}\n    payload: {{size: 100}}\n"
+    )
+    path.write_text(
+        f"version: 1\nname: {name}\n{flows}attacks:\n"
+        + textwrap.indent(textwrap.dedent(attacks).strip(), "  ")
+        + "\n"
+        + extra
+    )
+    return path

@@ -13,13 +13,13 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import jsonschema
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import LIVE_SURICATA, attack_scenario
 
 from generators.trex import PLUGIN
 from idsrules.attacks import AttackError, write_attacks
@@ -40,16 +40,6 @@ from testbed.runner import Run
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_RULES = ROOT / "scenarios" / "rules" / "attacks-demo.rules"
 HTTP_SID, RAW_TCP_SID, UDP_SID = 9100001, 9100004, 9100005
-FLOWS = """\
-flows:
-  - protocol: udp
-    src: 198.18.200.1
-    dst: 198.19.200.1
-    dst_port: 9000
-    rate: 1000
-    packets: 200
-    payload: {size: 100}
-"""
 ASTF = (
     "testbed:\n  topology: astf\n  generators: [{name: trex, at: 'gen:gen0', mode: astf,"
     " server_iface: gen1, response_bytes: 112}]\n"
@@ -57,16 +47,8 @@ ASTF = (
 )
 
 
-def write(tmp_path: Path, attacks: str, extra: str = "", name: str = "ev") -> Path:
-    shutil.copy(DEMO_RULES, tmp_path / "demo.rules")
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(
-        f"version: 1\nname: {name}\n{FLOWS}attacks:\n"
-        + textwrap.indent(textwrap.dedent(attacks).strip(), "  ")
-        + "\n"
-        + extra
-    )
-    return path
+def write(tmp_path: Path, attacks: str, *, name: str = "ev", extra: str = "") -> Path:
+    return attack_scenario(tmp_path, attacks, name=name, extra=extra, packets=200)
 
 
 def line_of(path: Path, text: str) -> int:
@@ -314,12 +296,7 @@ def test_live_the_variants_are_replayed_with_the_attack_pcap(
         evasions: [insertion]
         """,
         name="liveev",
-        extra=textwrap.dedent("""\
-        testbed:
-          dut: {kind: suricata, rules: [demo.rules]}
-          capture: null
-          monitor: {hz: 2}
-        """),
+        extra=LIVE_SURICATA,
     )
     run = run_scenario(path)
     assert run.ok, run.messages

@@ -9,11 +9,11 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from conftest import LIVE_SURICATA, attack_scenario
 
 from ntgcore.scenario import ScenarioError, load_scenario
 
@@ -21,28 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO_RULES = ROOT / "scenarios" / "rules" / "attacks-demo.rules"
 needs_suricata = pytest.mark.usefixtures("suricata")
 
-FLOWS = """\
-flows:
-  - protocol: udp
-    src: 198.18.200.1
-    dst: 198.19.200.1
-    dst_port: 9000
-    rate: 1000
-    packets: 400
-    payload: {size: 100}
-"""
 
-
-def write(tmp_path: Path, attacks: str, name: str = "mix", extra: str = "") -> Path:
-    shutil.copy(DEMO_RULES, tmp_path / "demo.rules")
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(
-        f"version: 1\nname: {name}\n{FLOWS}attacks:\n"
-        + textwrap.indent(textwrap.dedent(attacks).strip(), "  ")
-        + "\n"
-        + extra
-    )
-    return path
+def write(tmp_path: Path, attacks: str, *, name: str = "mix", extra: str = "") -> Path:
+    return attack_scenario(tmp_path, attacks, name=name, extra=extra, packets=400)
 
 
 def problems_of(path: Path) -> list[str]:
@@ -246,12 +227,7 @@ def test_live_attack_replay_reaches_the_suricata_dut(tmp_path, run_scenario, flo
         rate: 20
     """,
         name="livemix",
-        extra=textwrap.dedent("""\
-        testbed:
-          dut: {kind: suricata, rules: [demo.rules]}
-          capture: null
-          monitor: {hz: 2}
-        """),
+        extra=LIVE_SURICATA,
     )
     run = run_scenario(path)
     assert run.ok, run.messages
