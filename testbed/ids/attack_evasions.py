@@ -350,7 +350,7 @@ def score_variants(
     against its instance's plain session."""
     cap = attacks.variants
     assert cap is not None
-    got = alerts_by_session(cap, alerts)
+    got = alerts_by_session(cap, [(a.sid, a.src, a.dst) for a in alerts])
     by_pair: dict[frozenset, set[int]] = defaultdict(set)
     for a in alerts:
         by_pair[frozenset((P.short_address(a.src), P.short_address(a.dst)))].add(a.sid)
