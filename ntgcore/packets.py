@@ -276,6 +276,13 @@ class PcapWriter:
         self.packets += 1
         self.bytes += n
 
+    def write_records(self, records: bytes, packets: int) -> None:
+        """`packets` records already laid out (a header and a frame each, in this file's
+        timestamp unit: the native renderer's output)."""
+        self.f.write(records)
+        self.packets += packets
+        self.bytes += len(records) - PCAP_REC.size * packets
+
 
 # --------------------------------------------------------------------------------------------
 # Tags, IPv6 extension headers and fragments (the flow meters' conformance patterns)

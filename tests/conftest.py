@@ -81,6 +81,15 @@ def hashlib_path(tmp_path_factory):
     return _installed_or_built(tmp_path_factory, hashing, "ntgcore/native", "ntgnative")
 
 
+@pytest.fixture(scope="session")
+def wirelib(tmp_path_factory):
+    """Path of the native library (libntg.so) that idsrules.evasion.native loads for the wire
+    renderer: the installed one, else a CMake build of ntgcore/native, exported as $NTG_WIRELIB."""
+    from idsrules.evasion import native
+
+    return _installed_or_built(tmp_path_factory, native, "ntgcore/native", "ntgnative")
+
+
 # --- lanes: what a test needs, and so where and when it runs (docs/testing.md) -------------------
 #
 # A test is in a lane because of the fixtures it uses (item.fixturenames: the whole closure, so a

@@ -255,7 +255,9 @@ def render(
     """The plan as (from the client, Ethernet frame) of one session, offline: handshake (TCP),
     each client step's packets followed by the server's acknowledgement of the whole step (what a
     host that took the intended bytes acknowledges), each server step as segments the client
-    acknowledges, FIN both ways. Initial sequence numbers come from `seed`."""
+    acknowledges, FIN both ways. Initial sequence numbers come from `seed`. The definition of
+    the offline frames: captures are laid out by the native renderer (`native.py`), which
+    tests/test_wire_render.py holds equal to this, byte for byte."""
     conn = Conn(P.addr(client), P.addr(server), cport, sport, timestamps=plan.timestamps)
     conn.cisn = (seed * 2654435761) & 0xFFFFFFFF
     sisn = (conn.cisn ^ 0x5A5A5A5A) & 0xFFFFFFFF

@@ -5,8 +5,8 @@ then as every variant of the chosen classes (`idsrules.evasion`), each a session
 addresses no other session of the capture uses. Every session takes a slot of the schedule: slot
 j is due at start + j/rate and starts then, or right after the session before it when that is
 still running. The plain sessions are `synthesize`'s, as without variants; a variant is the rule's
-session as `plain_plans` makes it (the one `testbed ids-coverage --evasions` varies) rendered by
-`idsrules.evasion.model.render`. Rules without such a session (ICMP, flags only, thresholds, too
+session as `plain_plans` makes it (the one `testbed ids-coverage --evasions` varies) laid out as
+`idsrules.evasion.model.render` defines it (by the native renderer, `idsrules.evasion.native`). Rules without such a session (ICMP, flags only, thresholds, too
 many bytes) are sent plain only, and the manifest says why.
 
 Scored after an offline run with `ids: suricata`: a variant session is alerted when its rule's own
@@ -37,7 +37,7 @@ from idsrules.attacks import (
     plan_attacks,
 )
 from idsrules.evasion import variants
-from idsrules.evasion.model import render
+from idsrules.evasion.native import Renderer, session_program
 from idsrules.synth import PKT_GAP_NS, SESSION_GAP_NS, session_sides, synthesize
 from ntgcore import packets as P
 from ntgcore.files import replacing, write_whole
@@ -203,6 +203,7 @@ def write_varied_attacks(
 
     plain_at = dict(zip(plain_k, lengths))
     n = 0  # variant sessions so far (their ISNs)
+    renderer = Renderer()
     with replacing(var_pcap) as tmp, open(tmp, "wb") as f:
         w = P.PcapWriter(f)
         for k, model in enumerate(pre.scheduled):
@@ -223,9 +224,11 @@ def write_varied_attacks(
                 t = first = start()
                 before = w.packets
                 n += 1
-                for _fc, frame in render(var, client, server, cport, sport, n):
-                    w.write(t, frame)
-                    t += PKT_GAP_NS
+                out = renderer.render(
+                    session_program(var, client, server, cport, sport, n), t, PKT_GAP_NS, 0
+                )
+                w.write_records(out.records, out.packets)
+                t = out.t_ns
                 free = t + SESSION_GAP_NS  # t: the last packet's time + PKT_GAP_NS
                 cap.sessions.append(
                     VariantSession(

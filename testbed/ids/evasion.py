@@ -20,6 +20,7 @@ import gc
 import ipaddress
 import json
 import os
+import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -29,7 +30,8 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from idsrules.evasion import variants
-from idsrules.evasion.model import WirePlan, plain_plan, render
+from idsrules.evasion.model import WirePlan, plain_plan
+from idsrules.evasion.native import Renderer, session_program
 from idsrules.layout import LayoutError
 from idsrules.regex_example import RegexUnsupported
 from idsrules.semantics import RuleModel
@@ -56,6 +58,7 @@ SESSION_GAP_NS = 1_000_000
 # The Suricata configurations every variant is read with: name -> host-os-policy of HOME_NET
 CONFIGS: dict[str, str | None] = {"default": None, "linux": "linux"}
 HOME6, EXT6 = "2001:db8::", "2001:db8:1::"  # /48 each, as the plain sessions' (synth._Addr)
+_HOME6_INT, _EXT6_INT = int(ipaddress.IPv6Address(HOME6)), int(ipaddress.IPv6Address(EXT6))
 # the host's label per (variant, proto) and the live probes' document, when they are ready
 HostLabels = Callable[[], tuple[dict[tuple[str, str], bool | None], dict] | None]
 
@@ -87,7 +90,8 @@ def _address(n: int, side: str, v6: bool) -> str:
     """The `n`-th address of a side (home 198.18/16 or 2001:db8::/48, external 198.19/16 or
     2001:db8:1::/48), never .0 or .255."""
     if v6:
-        return str(ipaddress.IPv6Address(HOME6 if side == "home" else EXT6) + n + 1)
+        base = _HOME6_INT if side == "home" else _EXT6_INT
+        return socket.inet_ntop(socket.AF_INET6, (base + n + 1).to_bytes(16, "big"))
     return f"198.{18 if side == 'home' else 19}.{1 + n // 250 % 250}.{1 + n % 250}"
 
 
@@ -180,6 +184,7 @@ def _write_sessions(part: int, jobs: list[_Job], classes: list[str], seed: int, 
     sessions = []
     n = part * PART_SESSIONS  # the part's own block of session numbers (addresses, seeds)
     t = T0_NS + part * PART_SPAN_NS
+    renderer = Renderer()
     with replacing(pcap) as tmp, open(tmp, "wb") as f:
         w = P.PcapWriter(f)
         for job in jobs:
@@ -187,15 +192,14 @@ def _write_sessions(part: int, jobs: list[_Job], classes: list[str], seed: int, 
             controls = [job.base]
             if not job.v6 and any(v.family == 6 for v in varied):
                 controls.append(replace(job.base, variant="plain-ipv6", family=6))
+            program = []
             for var in [*controls, *varied]:
                 six = job.v6 or var.family == 6
                 if job.v6 and var.cls == "ip4-frag":
                     continue  # the rule's session is IPv6: no IPv4 fragments of it
                 client = _address(n, job.cside, six)
                 server = _address(job.index if six else n // 62500, job.sside, six)
-                for _fc, frame in render(var, client, server, job.cport, job.sport, n + 1):
-                    w.write(t, frame)
-                    t += PKT_GAP_NS
+                program.append(session_program(var, client, server, job.cport, job.sport, n + 1))
                 sessions.append(
                     VariantSession(
                         job.sid,
@@ -210,7 +214,10 @@ def _write_sessions(part: int, jobs: list[_Job], classes: list[str], seed: int, 
                     )
                 )
                 n += 1
-                t += SESSION_GAP_NS + job.gap_ns
+            # the job's sessions in one call, as model.render lays them out
+            out = renderer.render(b"".join(program), t, PKT_GAP_NS, SESSION_GAP_NS + job.gap_ns)
+            w.write_records(out.records, out.packets)
+            t = out.t_ns
         return sessions, w.packets
 
 
