@@ -15,6 +15,8 @@ _LETTERS = bytes(JUNK_ALPHABET[i % len(JUNK_ALPHABET)] for i in range(256))  # a
 _NEXT = np.arange(256, dtype=np.uint8)
 for _i, _c in enumerate(JUNK_ALPHABET):
     _NEXT[_c] = JUNK_ALPHABET[(_i + 1) % len(JUNK_ALPHABET)]
+_NEXT_BYTES = _NEXT.tobytes()
+NUMPY_FROM = 512  # bytes of junk from which numpy compares faster than a loop
 
 
 def rng(seed: int, *salt: object) -> random.Random:
@@ -29,10 +31,19 @@ def junk(real: bytes, seed: int, *, same_sum: bool = False) -> bytes:
     datagram a host accepts when it keeps those bytes (one's complement: a sum of 0x0000 and one
     of 0xFFFF are the same zero, and letters alone never sum to 0x0000)."""
     r = rng(seed, "junk", len(real))
-    drawn = np.frombuffer(r.randbytes(len(real)).translate(_LETTERS), dtype=np.uint8).copy()
-    clash = drawn == np.frombuffer(real, dtype=np.uint8)
-    drawn[clash] = _NEXT[drawn[clash]]  # the next letter: it differs from the real byte there
-    out = bytearray(drawn.tobytes())
+    drawn = r.randbytes(len(real)).translate(_LETTERS)
+    if len(real.translate(None, JUNK_ALPHABET)) == len(real):
+        out = bytearray(drawn)  # no junk letter in `real`: no position where they clash
+    elif len(real) < NUMPY_FROM:
+        out = bytearray(drawn)
+        for i, (d, c) in enumerate(zip(drawn, real)):
+            if d == c:
+                out[i] = _NEXT_BYTES[d]  # the next letter: it differs from the real byte there
+    else:
+        a = np.frombuffer(drawn, dtype=np.uint8).copy()
+        clash = a == np.frombuffer(real, dtype=np.uint8)
+        a[clash] = _NEXT[a[clash]]
+        out = bytearray(a.tobytes())
     if not same_sum or len(out) < 4:
         return bytes(out)
     want = P.checksum(real)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Callable
-from dataclasses import replace
 
 from .appview import HttpRequest, TooLarge, read_requests, split_target
 from .common import rng
-from .model import Step, WirePlan
+from .model import Step, WirePlan, evolve
 
 CLS = "http-encoding"
 # bytes a path or query keeps literal: the path's separators, the query's structure ("+" is a
@@ -196,7 +195,7 @@ def encodings(plan: WirePlan, seed: int) -> list[WirePlan]:
             steps.append(Step(True, data))
         if changed:
             out.append(
-                replace(
+                evolve(
                     plan,
                     variant=name,
                     cls=CLS,

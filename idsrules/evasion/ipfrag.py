@@ -3,12 +3,10 @@ atomic fragments and extension-header chains). Every client packet is cut; the s
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ntgcore import packets as P
 
 from .common import junk, rng
-from .model import Frag, Seg, WirePlan, client_segs
+from .model import Frag, Seg, WirePlan, client_segs, evolve
 
 TINY = 8  # bytes of payload per fragment: the smallest IP allows
 CHAIN = (P.IP6_HOP_BY_HOP, P.IP6_DEST_OPTIONS, P.IP6_ROUTING)
@@ -33,9 +31,9 @@ def _each_seg(plan: WirePlan, name: str, cls: str, how, **kw) -> WirePlan:
     for step in plan.steps:
         if step.from_client:
             segs = tuple(how(s, hdr + len(s.data), hdr) for s in segs_of[id(step)])
-            step = replace(step, segs=segs)
+            step = evolve(step, segs=segs)
         steps.append(step)
-    return replace(plan, variant=name, cls=cls, steps=tuple(steps), **kw)
+    return evolve(plan, variant=name, cls=cls, steps=tuple(steps), **kw)
 
 
 def _overlap(seg: Seg, length: int, hdr: int, seed: int, new_wins: bool) -> Seg:
@@ -45,11 +43,11 @@ def _overlap(seg: Seg, length: int, hdr: int, seed: int, new_wins: bool) -> Seg:
     complete only after the overlap)."""
     h = (hdr + 7) // 8 * 8
     if length <= h:
-        return replace(seg, frags=tuple(_cut(length, TINY)))
+        return evolve(seg, frags=tuple(_cut(length, TINY)))
     tail = seg.data[h - hdr :]
     bad = Frag(h, length - h, junk(tail, seed + seg.off, same_sum=True))
     head, real = Frag(0, h), Frag(h, length - h)
-    return replace(seg, frags=(bad, real, head) if new_wins else (real, bad, head))
+    return evolve(seg, frags=(bad, real, head) if new_wins else (real, bad, head))
 
 
 def variants(plan: WirePlan, seed: int, family: int) -> list[WirePlan]:
@@ -66,27 +64,27 @@ def variants(plan: WirePlan, seed: int, family: int) -> list[WirePlan]:
     fam = {"family": 6} if family == 6 else {}
     out = [
         _each_seg(
-            plan, f"{pre}-tiny", cls, lambda s, n, h: replace(s, frags=tuple(_cut(n, TINY))), **fam
+            plan, f"{pre}-tiny", cls, lambda s, n, h: evolve(s, frags=tuple(_cut(n, TINY))), **fam
         ),
         _each_seg(
             plan,
             f"{pre}-reverse",
             cls,
-            lambda s, n, h: replace(s, frags=tuple(reversed(_cut(n, TINY)))),
+            lambda s, n, h: evolve(s, frags=tuple(reversed(_cut(n, TINY)))),
             **fam,
         ),
         _each_seg(
             plan,
             f"{pre}-random",
             cls,
-            lambda s, n, h: replace(s, frags=shuffled(_cut(n, TINY))),
+            lambda s, n, h: evolve(s, frags=shuffled(_cut(n, TINY))),
             **fam,
         ),
         _each_seg(
             plan,
             f"{pre}-duplicate",
             cls,
-            lambda s, n, h: replace(s, frags=tuple(f for f in _cut(n, 16) for _ in (0, 1))),
+            lambda s, n, h: evolve(s, frags=tuple(f for f in _cut(n, 16) for _ in (0, 1))),
             **fam,
         ),
         _each_seg(
@@ -98,17 +96,17 @@ def variants(plan: WirePlan, seed: int, family: int) -> list[WirePlan]:
     ]
     if family == 6:
         out += [
-            _each_seg(plan, "frag6-atomic", cls, lambda s, n, h: replace(s, atomic=True), **fam),
-            _each_seg(plan, "frag6-ext-chain", cls, lambda s, n, h: replace(s, ext=CHAIN), **fam),
+            _each_seg(plan, "frag6-atomic", cls, lambda s, n, h: evolve(s, atomic=True), **fam),
+            _each_seg(plan, "frag6-ext-chain", cls, lambda s, n, h: evolve(s, ext=CHAIN), **fam),
             _each_seg(
                 plan,
                 "frag6-ext-chain-tiny",
                 cls,
-                lambda s, n, h: replace(s, ext=CHAIN[:2], frags=tuple(_cut(n, TINY))),
+                lambda s, n, h: evolve(s, ext=CHAIN[:2], frags=tuple(_cut(n, TINY))),
                 **fam,
             ),
         ]
-    return [replace(p, seed=seed) for p in out]
+    return [evolve(p, seed=seed) for p in out]
 
 
 def ip4(plan: WirePlan, seed: int) -> list[WirePlan]:

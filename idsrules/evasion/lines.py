@@ -12,10 +12,9 @@ Only TCP sessions whose server greets with 220 and whose client stream is whole 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from .appview import CRLF, command_items, verb_arg
-from .model import Seg, Step, WirePlan, plain_segs
+from .model import Seg, Step, WirePlan, evolve, plain_segs
 
 CLS = "line-variants"
 SMTP_VERBS = {"HELO", "EHLO", "MAIL", "RCPT", "DATA", "BDAT", "VRFY", "EXPN", "STARTTLS"}
@@ -77,7 +76,7 @@ def _rewritten(plan: WirePlan, app: str, how: str, name: str) -> WirePlan | None
             else:
                 data += line
         steps.append(Step(True, data))
-    new = replace(
+    new = evolve(
         plan, variant=name, cls=CLS, steps=tuple(steps), app=app, meant=plan.client_stream()
     )
     return new if new.client_stream() != plan.client_stream() else None
@@ -103,8 +102,8 @@ def _split(plan: WirePlan, app: str) -> WirePlan:
                 run += line
             off += len(line)
         segs += plain_segs(run, off - len(run))
-        steps.append(replace(step, segs=tuple(segs)))
-    return replace(plan, variant="line-split", cls=CLS, steps=tuple(steps))
+        steps.append(evolve(step, segs=tuple(segs)))
+    return evolve(plan, variant="line-split", cls=CLS, steps=tuple(steps))
 
 
 KINDS: dict[str, Callable[[WirePlan, str], WirePlan | None]] = {
@@ -122,4 +121,4 @@ def line_variants(plan: WirePlan, seed: int) -> list[WirePlan]:
     if app is None:
         return []
     out = [make(plan, app) for make in KINDS.values()]
-    return [replace(p, seed=seed) for p in out if p is not None]
+    return [evolve(p, seed=seed) for p in out if p is not None]

@@ -12,11 +12,9 @@ that keeps it still has a valid datagram).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .common import junk
 from .ipfrag import header_len
-from .model import MSS, Frag, Seg, WirePlan, client_segs
+from .model import MSS, Frag, Seg, WirePlan, client_segs, evolve
 
 # name -> (R, J) as intervals over four points p0 < p1 < p2 < p3 (indices 0..3)
 RELATIONS: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
@@ -108,11 +106,11 @@ def tcp_pairs(plan: WirePlan, seed: int) -> list[WirePlan]:
                     for a, b, is_junk in lay:
                         data = _junk_over(chunk, a, b, real, seed, False) if is_junk else chunk[a:b]
                         segs.append(Seg(off + i + a, data))
-                steps.append(replace(step, segs=tuple(segs)))
+                steps.append(evolve(step, segs=tuple(segs)))
                 off += len(step.data)
             if ok:
                 name = f"tcp-pair-{relation}-{order}"
-                out.append(replace(plan, variant=name, cls="tcp-pairs", steps=tuple(steps)))
+                out.append(evolve(plan, variant=name, cls="tcp-pairs", steps=tuple(steps)))
     return out
 
 
@@ -144,18 +142,18 @@ def _frag_pairs(plan: WirePlan, seed: int, family: int) -> list[WirePlan]:
                         if lo >= hi:
                             fill = None
                     frags.append(Frag(a, b - a, fill))
-                return replace(seg, frags=tuple(frags))
+                return evolve(seg, frags=tuple(frags))
 
             steps = []
             segs_of = {id(st): segs for _o, st, segs in client_segs(plan)}
             for step in plan.steps:
                 if step.from_client:
-                    step = replace(step, segs=tuple(cut(s) for s in segs_of[id(step)]))
+                    step = evolve(step, segs=tuple(cut(s) for s in segs_of[id(step)]))
                 steps.append(step)
             if ok:
                 name = f"frag{family}-pair-{relation}-{order}"
                 out.append(
-                    replace(
+                    evolve(
                         plan,
                         variant=name,
                         cls=f"ip{family}-pairs",

@@ -5,12 +5,11 @@ with other bytes: which copy wins), `insertion` (packets an IDS may take and the
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 
 from ntgcore import packets as P
 
 from .common import junk, rng
-from .model import MSS, Seg, WirePlan, plain_segs
+from .model import MSS, Seg, WirePlan, evolve, plain_segs
 
 OUT_OF_WINDOW = 1 << 24  # bytes beyond any window a stack here offers (64 KiB scaled up to 16 MiB)
 OLD_TS = 1 << 20  # ms older than the connection's clock: PAWS drops such a segment
@@ -30,11 +29,11 @@ def _rebuild(
             segs: list[Seg] = []
             for i in range(0, len(step.data), MSS):
                 segs += per_chunk(off + i, step.data[i : i + MSS])
-            steps.append(replace(step, segs=tuple(segs)))
+            steps.append(evolve(step, segs=tuple(segs)))
             off += len(step.data)
         else:
             steps.append(step)
-    return replace(plan, variant=name, cls=cls, steps=tuple(steps), **kw)
+    return evolve(plan, variant=name, cls=cls, steps=tuple(steps), **kw)
 
 
 def _keep(*plans: WirePlan | None) -> list[WirePlan]:
@@ -169,9 +168,9 @@ def urgent(plan: WirePlan, seed: int) -> list[WirePlan]:
                 extra += 1
             else:
                 segs.append(Seg(off + i + extra, chunk))
-        steps.append(replace(step, segs=tuple(segs)))
+        steps.append(evolve(step, segs=tuple(segs)))
         off += len(data)
-    return [replace(plan, variant="urgent-byte", cls="urgent", steps=tuple(steps))]
+    return [evolve(plan, variant="urgent-byte", cls="urgent", steps=tuple(steps))]
 
 
 def paws(plan: WirePlan, seed: int) -> list[WirePlan]:
