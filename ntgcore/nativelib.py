@@ -1,10 +1,11 @@
 """Finding and loading the project's native library with ctypes: $ENV when set, else the copy
 `pip install .` put in <platlib>/ntg_native/ (the top-level CMakeLists.txt installs it there).
 
-The library is ntgcore/native/ (libntg.so: the pcap reader, the flow table, the flow-key hashes and
-the checksum), the same objects the flowengine executable links. analysis/capture.py (with
-$NTG_PCAPLIB) and analysis/hashing.py (with $NTG_HASHLIB) load it through here; either variable
-may name a libntg.so of another build."""
+The library is ntgcore/native/ (libntg.so: the pcap reader, the flow table, the flow-key hashes,
+the checksum and the evasion variants' wire renderer), the same objects the flowengine executable
+links. analysis/capture.py (with $NTG_PCAPLIB), analysis/hashing.py (with $NTG_HASHLIB) and
+idsrules/evasion/native.py (with $NTG_WIRELIB) load it through here; each variable may name a
+libntg.so of another build."""
 
 from __future__ import annotations
 
