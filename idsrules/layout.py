@@ -509,6 +509,9 @@ def _anchored_first(matches: list[Match]) -> list[Match] | None:
     return [m for _a, _i, c in order for m in c]
 
 
+MAX_PAD_POSITIONS = 512  # places tried for the filler a length needs, inside a layout
+
+
 def _fix_len(buf: bytes, lens, fill: bytes, dotprefix: bool):
     if dotprefix:
         if buf.startswith(b"."):
@@ -520,8 +523,13 @@ def _fix_len(buf: bytes, lens, fill: bytes, dotprefix: bool):
         return
     lo, hi = lens
     if len(buf) < lo:
-        yield buf + fill * (lo - len(buf))
-        yield fill * (lo - len(buf)) + buf
+        pad = fill * (lo - len(buf))
+        yield buf + pad
+        yield pad + buf
+        # then inside: between a `startswith` content and an `endswith` one, or where a
+        # relative content leaves room (the caller keeps the first that verifies)
+        for i in range(1, min(len(buf), MAX_PAD_POSITIONS)):
+            yield buf[:i] + pad + buf[i:]
     elif len(buf) > hi:
         yield buf[:hi]
     else:

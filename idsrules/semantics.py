@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .regex_example import RegexUnsupported, split_pcre
-from .syntax import Problem, RawRule, read_rules, unquote
+from .syntax import Problem, RawRule, read_rules
 from .variables import PORT_GROUPS
 
 # --- address and port variables ---------------------------------------------------------------
@@ -609,6 +609,9 @@ def address_side(spec: str) -> str:
             sides.add("external")
         elif p.startswith("$") and p[1:] in ADDRESS_VARS:
             sides.add("home")
+        elif p.startswith("!$") and p[2:] in ADDRESS_VARS:
+            # not a group of the home network's servers ($SMTP_SERVERS...): outside it
+            sides.add("home" if p == "!$EXTERNAL_NET" else "external")
         elif p.startswith("!"):
             continue  # "not these fixed addresses": our test addresses qualify
         elif p == "any":
@@ -730,7 +733,12 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         if kw in ("content", "uricontent"):
             text, mods = _split_snort3_content(val or "") if snort3 else (val or "", [])
             neg = text.strip().startswith("!")
-            data = decode_content(unquote(text.strip().lstrip("!").strip()))
+            # the quotes off, the escapes left to decode_content (`\\PIPE` is `\PIPE`: resolving
+            # `\\` first and then `\P` again lost the backslash)
+            quoted = text.strip().lstrip("!").strip()
+            if len(quoted) >= 2 and quoted[0] == quoted[-1] == '"':
+                quoted = quoted[1:-1]
+            data = decode_content(quoted)
             last = Match("content", data=data, negated=neg)
             last_buffer = "http.uri" if kw == "uricontent" else (sticky or "pkt")
             add(last_buffer, last)

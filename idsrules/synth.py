@@ -31,7 +31,7 @@ import signal
 import struct
 import threading
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ntgcore import packets as P
@@ -1221,6 +1221,7 @@ def _tcp_session(
     handshake: bool = True,
     flags: int | None = None,
     seed: int = 0,
+    server_closes: bool = False,
 ) -> None:
     for _from_client, frame in P.tcp_session(
         P.addr(s.client),
@@ -1232,6 +1233,7 @@ def _tcp_session(
         seed=seed,
         handshake=handshake,
         flags=flags,
+        server_closes=server_closes,
     ):
         em.emit(frame)
 
@@ -1265,13 +1267,23 @@ def _icmp_session(em: _Emitter, s: Session, model: RuleModel, payload: bytes) ->
 
 
 def _pkt_payload(model: RuleModel, fill: bytes = b"\0") -> bytes:
+    """The packet's payload: its contents laid out, as long as `dsize` asks: filled at the end,
+    or, when that breaks the contents (an `endswith` content), where they allow it."""
     data = _buf(model, "pkt", fill=fill)
     if data is None:
         data = b""
     if model.dsize:
         lo, hi = model.dsize
         if len(data) < lo:
-            data = data + b"a" * (lo - len(data))
+            padded = data + b"a" * (lo - len(data))
+            matches = model.buffers.get("pkt") or []
+            opts = {**(model.buffer_opts.get("pkt") or {}), "len": model.dsize}
+            if matches and not verify(padded, matches, opts):
+                try:
+                    padded = build_buffer(matches, opts, fill=fill)
+                except LayoutError:
+                    pass  # as it was: the IDS's verdict says what is missing
+            data = padded
         if len(data) > hi:
             raise SynthError(f"payload of {len(data)} bytes is longer than dsize allows ({hi})")
     return data
@@ -1496,6 +1508,9 @@ class _Plan:
     model: RuleModel
     messages: list[tuple[bool, bytes]]
     related: list[int]
+    # the server closes first: a flowbit set by the server's bytes on the raw stream, which
+    # Suricata 7 inspects when the server's FIN comes (measured), before the client's are read
+    server_closes: bool = False
 
 
 def _setter_for(
@@ -1515,21 +1530,43 @@ def _setter_for(
     return None
 
 
+FLOW_DIRECTIONS = {"to_server", "to_client", "from_server", "from_client"}
+
+
+def _facing(setter: RuleModel, model: RuleModel) -> RuleModel:
+    """The flowbit `setter` as it goes into `model`'s session: a setter on the raw stream with no
+    direction of its own whose source is the side of that session's server (`$HOME_NET any ->
+    any` setting a bit for `any -> $HOME_NET`: an SMTP server's "ESMTP Exim" greeting) sends its
+    bytes from the server; its messages on the client side would come from the wrong host."""
+    flow = set((setter.raw.first("flow") or "").replace(" ", "").lower().split(","))
+    if not setter.to_server or flow & FLOW_DIRECTIONS or set(setter.buffers) - {"pkt"}:
+        return setter
+    cside, sside = session_sides(model)
+    own_client, own_server = session_sides(setter)
+    if own_client == sside and own_client != cside:
+        return replace(setter, to_server=False, src_is_client=False)
+    return setter
+
+
 def plan(
     model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, depth: int = 0
 ) -> _Plan:
     pre: list[tuple[bool, bytes]] = []
     related: list[int] = []
     setter = None
+    server_closes = False
     for name in model.flowbits_isset:
         setter = _setter_for(name, setters, model.sid, model.app)
         if setter is None:
             raise SynthError(f"flowbit {name!r} is set by no rule given")
         if depth > 3:
             raise SynthError("flowbits chain too deep")
+        setter = _facing(setter, model)
         sp = plan(setter, setters, ident, depth + 1)
         pre += sp.messages
         related += [setter.sid] + sp.related
+        raw_server = not setter.to_server and not set(setter.buffers) - {"pkt"}
+        server_closes = server_closes or sp.server_closes or raw_server
     own = _messages(model, ident)
     if pre and model.app == "http":
         # one transaction when the setter sent the request and this rule checks the response;
@@ -1558,7 +1595,7 @@ def plan(
             f"{model.events:,} sessions of {size:,} bytes would carry more than the "
             f"{MAX_RULE_TRAFFIC:,} bytes one rule may have"
         )
-    return _Plan(model, pre + own, related)
+    return _Plan(model, pre + own, related, server_closes and model.to_server)
 
 
 def icmpv4_only(model: RuleModel) -> bool:
@@ -1577,6 +1614,23 @@ def session_ports(model: RuleModel, index: int) -> tuple[int, int]:
     cport = choose_port(client_spec, [49152 + index % 16000, 1024 + index % 60000])
     if cport == sport:
         cport = choose_port(client_spec, [cport + 1, 40000])
+    return cport, sport
+
+
+def event_ports(model: RuleModel, cport: int, sport: int, k: int) -> tuple[int, int]:
+    """The ports of the `k`-th of the sessions a threshold rule needs (a new connection each):
+    the client port moves on where the rule allows it, else the server port (`any 53 ->
+    $DNS_SERVERS any`: the answers come from port 53 each time), else neither (both ports
+    pinned: the same five-tuple again)."""
+    if k == 0:
+        return cport, sport
+    server_spec = model.dst_ports if model.src_is_client else model.src_ports
+    client_spec = model.src_ports if model.src_is_client else model.dst_ports
+    c, s = cport + k, sport + k
+    if c < 65536 and c != sport and choose_port(client_spec, [c]) == c:
+        return c, sport
+    if s < 65536 and s != cport and choose_port(server_spec, [s]) == s:
+        return cport, s
     return cport, sport
 
 
@@ -1646,14 +1700,15 @@ def synthesize(
             if starts_ns is not None:
                 t = max(t if res.sessions else 0, starts_ns[i])
             for k in range(model.events):
+                kc, ks = event_ports(model, cport, sport, k)
                 s = Session(
                     model.sid,
                     pl.related,
                     model.proto,
                     client,
-                    cport + k if model.events > 1 else cport,
+                    kc,
                     server,
-                    sport,
+                    ks,
                     app=model.app or model.proto,
                 )
                 em = _Emitter(w, t)
@@ -1675,7 +1730,7 @@ def synthesize(
                     )
                     s.app = "tcp"  # a packet with flags, no conversation
                 else:
-                    _tcp_session(em, s, pl.messages, seed=i + 1)
+                    _tcp_session(em, s, pl.messages, seed=i + 1, server_closes=pl.server_closes)
                 s.end_ns = em.t - PKT_GAP_NS
                 s.packets = em.count
                 res.sessions.append(s)

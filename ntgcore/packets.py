@@ -182,11 +182,13 @@ def tcp_session(
     flags: int | None = None,
     window: int = 65535,
     macs: tuple[bytes, bytes] = (MAC_CLIENT, MAC_SERVER),
+    server_closes: bool = False,
 ) -> Iterator[tuple[bool, bytes]]:
     """The frames of one TCP session, in order, as (from the client, Ethernet frame): SYN,
     SYN-ACK, ACK; each message `(from_client, data)` cut into segments of at most `mss` bytes
     (PSH|ACK), each answered by an ACK from the other side (an empty message: one empty
-    segment); FIN|ACK from the client, FIN|ACK from the server, the client's last ACK.
+    segment); FIN|ACK from the client, FIN|ACK from the server, the client's last ACK (with
+    `server_closes`, the server's FIN first, as an SMTP server closes after its 221).
 
     `client`/`server`: 4- or 16-byte addresses (IPv4 or IPv6). The initial sequence numbers
     and the IPv4 ids come from `seed` (the same seed, the same bytes). Without `handshake`
@@ -220,9 +222,10 @@ def tcp_session(
         for i in range(0, max(len(data), 1), mss):
             yield seg(from_client, ACK | PSH, data[i : i + mss])
             yield seg(not from_client, ACK)
-    yield seg(True, FIN | ACK)
-    yield seg(False, FIN | ACK)
-    yield seg(True, ACK)
+    closer = not server_closes  # from the client
+    yield seg(closer, FIN | ACK)
+    yield seg(not closer, FIN | ACK)
+    yield seg(closer, ACK)
 
 
 def addr(text: str) -> bytes:

@@ -292,6 +292,16 @@ def test_miss_reasons_name_what_the_session_lacked() -> None:
         "TLS: no certificate parsed"
     )
     assert miss_reason(host, None) is None  # no evidence: the caller keeps its blanket reason
+    # raw stream data the rule needs past one of Suricata's inspection chunks: named as such,
+    # with or without events; within a chunk, or not TCP, it says nothing of the kind
+    raw = "alert tcp $EXTERNAL_NET any -> $HOME_NET 25"
+    long = _model('flow:to_server; content:"EHLO "; isdataat:5000,relative;', raw)
+    assert "5,000 bytes of the raw stream" in (miss_reason(long, None) or "")
+    assert "toserver-chunk-size" in (miss_reason(long, _view()) or "")
+    short = _model('flow:to_server; content:"EHLO "; isdataat:500,relative;', raw)
+    assert miss_reason(short, None) is None
+    udp = _model('content:"x"; isdataat:5000,relative;', "alert udp any any -> any 53")
+    assert miss_reason(udp, None) is None
 
 
 def test_miss_reason_from_suricatas_own_events(tmp_path: Path, suricata: str) -> None:

@@ -249,8 +249,35 @@ def _dns_reason(model: RuleModel, txs: list[dict]) -> str | None:
     return None
 
 
+# Suricata's stream.reassembly.toserver-chunk-size when a configuration does not set it: the raw
+# stream of a TCP session is inspected in chunks of about this many bytes
+RAW_CHUNK = 2560
+
+
+def raw_window_reason(model: RuleModel) -> str | None:
+    """A TCP rule on the raw stream that needs more data after a match than Suricata inspects
+    in one chunk (`isdataat:5000,relative`): the session holds the bytes, the IDS never looks at
+    them at once (measured: such rules alert with stream.reassembly.toserver-chunk-size 65535)."""
+    if model.proto != "tcp":
+        return None
+    need = max(
+        (m.args[0] for m in model.buffers.get("pkt", []) if m.kind == "isdataat" and not m.negated),
+        default=0,
+    )
+    if need <= RAW_CHUNK:
+        return None
+    return (
+        f"the rule needs {need:,} bytes of the raw stream after its content (isdataat), more "
+        f"than Suricata inspects at once (stream.reassembly.toserver-chunk-size, {RAW_CHUNK:,} "
+        "unless the configuration sets it): the session carries them"
+    )
+
+
 def miss_reason(model: RuleModel, view: SessionView | None) -> str | None:
     """What the rule's session lacked, as Suricata saw it; None when its events do not tell."""
+    raw = raw_window_reason(model)
+    if raw:
+        return raw
     if view is None or not (view.flows or view.events):
         return None
     app = model.app or ""
