@@ -151,13 +151,19 @@ def test_scoring_played_attacks_needs_both_directions_whole(tmp_path, capture, m
 
 
 def test_validate_says_who_plays_the_attacks_and_what_is_missing(tmp_path, capsys):
-    one_side = ASTF + "  capture: {at: 'gen:gen1'}\n"
-    assert cli_main(["validate", str(scenario(tmp_path, DEMO_ATTACKS, testbed=one_side))]) == 0
+    assert cli_main(["validate", str(scenario(tmp_path, DEMO_ATTACKS))]) == 0
     out = capsys.readouterr().out
     assert (
         "attacks: played by trex over its own TCP stack: 4 TCP rule(s); not played: sid 9100005 "
-        "(udp), sid 9100006 (udp) -- attacks.ids: suricata with a generator that plays"
+        "(udp), sid 9100006 (udp)"
     ) in out
+    # what the run would refuse, validate refuses: an error on stderr, exit 2, no "ok"
+    one_side = ASTF + "  capture: {at: 'gen:gen1'}\n"
+    path = scenario(tmp_path, DEMO_ATTACKS, testbed=one_side)
+    assert cli_main(["validate", str(path)]) == 2
+    got = capsys.readouterr()
+    assert f"{path}: attacks.ids: suricata with a generator that plays" in got.err
+    assert "ok:" not in got.out
 
 
 def test_a_capture_place_that_is_not_in_the_topology_is_named(tmp_path):

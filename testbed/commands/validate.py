@@ -41,6 +41,11 @@ def run(args: argparse.Namespace) -> int:
             if code != EXIT_OK:
                 status = code
                 continue
+            played = played_attacks_problem(loaded.scenario)  # the run would refuse to start
+            if played:
+                err(f"{file}: {played}")
+                status = EXIT_BAD_INPUT
+                continue
         else:  # what the offline generator writes, when it is not the flows as counted below
             try:
                 live_line = (
@@ -93,7 +98,6 @@ def _validate_attacks(file: str, loaded) -> None:
         print(
             f"{file}: attacks: played by {player.title} over its own TCP stack: {len(sessions):,} TCP "
             f"rule(s); not played: {', '.join(skipped[:10]) or 'none'}{', ...' if len(skipped) > 10 else ''}"
-            + (f" -- {problem}" if (problem := played_attacks_problem(loaded.scenario)) else "")
         )
 
 
