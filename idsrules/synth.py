@@ -244,7 +244,7 @@ def _line_ends(model: RuleModel | None, names: tuple[str, ...]) -> set[bytes]:
     return ends
 
 
-def _header_lines(text: bytes, line_ends: set[bytes] = frozenset()) -> list[bytes]:
+def header_lines(text: bytes, line_ends: set[bytes] = frozenset()) -> list[bytes]:
     lines = []
     pieces = text.replace(b"\r\n", b"\n").split(b"\n")
     for n, line in enumerate(pieces):
@@ -639,7 +639,7 @@ def http_request(
         if b"User-Agent" not in values:
             values[b"User-Agent"] = b"Mozilla/5.0"
     ends = _line_ends(model, ("http.header", "http.header.raw"))
-    own_lines = [ln for text in (hdr_text, hdr_raw) if text for ln in _header_lines(text, ends)]
+    own_lines = [ln for text in (hdr_text, hdr_raw) if text for ln in header_lines(text, ends)]
     own_names = _header_names(own_lines)
     if own_names:
         # a header the rule writes itself replaces our default one: libhtp would merge the two
@@ -758,7 +758,7 @@ def http_response(model: RuleModel | None, *, extra_body: bytes = b"") -> bytes:
         for n in ("http.header", "http.header.raw"):
             text = b(n, suffix=b"\r\n")
             if text:
-                own.extend(_header_lines(text, _line_ends(model, (n,))))
+                own.extend(header_lines(text, _line_ends(model, (n,))))
     headers.extend(own)
     headers = _one_per_name(model if own else None, headers, own, kept)
     names_buf = b("http.header_names") if model is not None and not model.to_server else None
@@ -1238,7 +1238,7 @@ def _tcp_session(
         em.emit(frame)
 
 
-def _udp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]]) -> None:
+def udp_session(em: _Emitter, s: Session, messages: list[tuple[bool, bytes]]) -> None:
     c, sv = P.addr(s.client), P.addr(s.server)
     if messages and not messages[0][0]:
         # a flow starts with its first datagram: a server datagram first would make the server
@@ -1301,7 +1301,7 @@ def _answer_to(request: bytes, response: bytes) -> bytes:
     return response
 
 
-def _messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
+def rule_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
     """(from_client, bytes) of one rule's part of a session."""
     app = model.app
     fc = model.to_server
@@ -1567,7 +1567,7 @@ def plan(
         related += [setter.sid] + sp.related
         raw_server = not setter.to_server and not set(setter.buffers) - {"pkt"}
         server_closes = server_closes or sp.server_closes or raw_server
-    own = _messages(model, ident)
+    own = rule_messages(model, ident)
     if pre and model.app == "http":
         # one transaction when the setter sent the request and this rule checks the response;
         # a to_client setter's response carries its own bytes and stays (two transactions)
@@ -1714,7 +1714,7 @@ def synthesize(
                 em = _Emitter(w, t)
                 s.start_ns = t
                 if model.proto == "udp":
-                    _udp_session(em, s, pl.messages)
+                    udp_session(em, s, pl.messages)
                 elif model.proto == "icmp":
                     payload = b"".join(d for _fc, d in pl.messages)
                     _icmp_session(em, s, model, payload)

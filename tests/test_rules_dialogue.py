@@ -9,7 +9,7 @@ import struct
 from idsrules.dialogue import GREETING, dialogue, sip_request
 from idsrules.semantics import analyze
 from idsrules.syntax import parse_rule_text
-from idsrules.synth import Session, _messages, synthesize
+from idsrules.synth import Session, rule_messages, synthesize
 
 
 def _model(options: str, header: str = "alert ftp $EXTERNAL_NET any -> $HOME_NET any"):
@@ -24,7 +24,7 @@ def test_ftp_command_follows_greeting_and_user_and_ends_in_crlf() -> None:
     m = _model(
         'flow:established,to_server; content:"SITE EXEC "; nocase; content:"%x"; distance:0;'
     )
-    msgs = _messages(m, 1)
+    msgs = rule_messages(m, 1)
     assert msgs[0] == (False, GREETING["ftp"])
     assert msgs[1] == (True, b"USER alice\r\n") and msgs[2][1].startswith(b"331 ")
     assert (
@@ -37,9 +37,9 @@ def test_pinned_payload_is_a_segment_of_its_own_after_the_login() -> None:
     """Suricata applies offset/depth per packet too: the protocol is recognised by USER/EHLO
     first, and the pinned payload still starts its own segment."""
     m = _model('flow:established,to_server; content:"CWD "; depth:4; content:"../"; distance:0;')
-    msgs = _messages(m, 1)
+    msgs = rule_messages(m, 1)
     assert msgs[1] == (True, b"USER alice\r\n") and msgs[3][1].startswith(b"CWD ")
-    smtp = _messages(
+    smtp = rule_messages(
         _model(
             'flow:established,to_server; content:"|16|"; depth:1; content:"X"; distance:2;',
             "alert smtp any any -> $SMTP_SERVERS 25",
@@ -54,7 +54,7 @@ def test_server_payload_pinned_to_start_is_the_greeting() -> None:
         'flow:established,to_client; content:"220 "; depth:4; content:"Evil"; distance:0;',
         "alert ftp $HOME_NET any -> $EXTERNAL_NET any",
     )
-    msgs = _messages(m, 1)
+    msgs = rule_messages(m, 1)
     assert msgs[0][0] is False and msgs[0][1].startswith(b"220 ") and b"Evil" in msgs[0][1]
     assert msgs[1] == (True, b"USER alice\r\n")
 
@@ -66,7 +66,9 @@ def test_server_bytes_without_a_reply_code_get_one() -> None:
 
 def test_line_ends_in_crlf_else_lf_else_nothing_as_the_rule_allows() -> None:
     def line(options: str) -> bytes:
-        return [d for fc, d in _messages(_model(options), 1) if fc and d.startswith(b"STOR ")][0]
+        return [d for fc, d in rule_messages(_model(options), 1) if fc and d.startswith(b"STOR ")][
+            0
+        ]
 
     assert line('flow:established,to_server; content:"STOR "; content:"x.php";').endswith(
         b"x.php\r\n"
@@ -85,16 +87,18 @@ def test_pcre_anchored_at_the_stream_start_makes_the_payload_the_first_line() ->
         "alert tcp $EXTERNAL_NET any -> $SMTP_SERVERS 25",
     )
     assert m.app == "smtp"
-    msgs = _messages(m, 1)
+    msgs = rule_messages(m, 1)
     assert msgs[0] == (False, GREETING["smtp"]) and msgs[1][1].startswith(b"MAIL")
     assert b"EHLO" not in _client(msgs)
 
 
 def test_smtp_command_after_ehlo_and_mail_content_in_a_message() -> None:
     hdr = "alert smtp $EXTERNAL_NET any -> $SMTP_SERVERS 25"
-    cmd = _messages(_model('flow:established,to_server; content:"VRFY "; content:"root";', hdr), 1)
+    cmd = rule_messages(
+        _model('flow:established,to_server; content:"VRFY "; content:"root";', hdr), 1
+    )
     assert cmd[1] == (True, b"EHLO client.example.com\r\n") and cmd[3][1].startswith(b"VRFY ")
-    body = _messages(_model('flow:established,to_server; content:"NTG-BODY-MARK";', hdr), 1)
+    body = rule_messages(_model('flow:established,to_server; content:"NTG-BODY-MARK";', hdr), 1)
     client = _client(body)
     assert client.index(b"DATA\r\n") < client.index(b"NTG-BODY-MARK") < client.index(b"\r\n.\r\n")
     assert (False, b"354 Start mail input; end with <CRLF>.<CRLF>\r\n") in body
@@ -135,7 +139,7 @@ def test_dns_over_tcp_messages_carry_their_length() -> None:
         "alert tcp any any -> any 53",
     )
     assert (m.app, m.proto) == ("dns", "tcp")
-    for _fc, data in _messages(m, 7):
+    for _fc, data in rule_messages(m, 7):
         assert struct.unpack("!H", data[:2])[0] == len(data) - 2
         assert struct.unpack("!H", data[2:4])[0] == 7
     assert _model('dns.query; content:"x";', "alert dns any any -> any any").proto == "udp"
@@ -146,7 +150,7 @@ def test_sip_buffers_fill_request_and_response() -> None:
         'sip.method; content:"INVITE"; sip.uri; content:"@pbx.example";',
         "alert sip any any -> any any",
     )
-    (c1, request), (c2, response) = _messages(req, 3)
+    (c1, request), (c2, response) = rule_messages(req, 3)
     assert (c1, c2) == (True, False) and req.proto == "udp"
     line = request.split(b"\r\n", 1)[0]
     assert (
@@ -158,7 +162,7 @@ def test_sip_buffers_fill_request_and_response() -> None:
         "alert sip any any -> any any",
     )
     assert not resp.to_server
-    (_c, _r), (_s, response) = _messages(resp, 3)
+    (_c, _r), (_s, response) = rule_messages(resp, 3)
     assert response.startswith(b"SIP/2.0 486 Busy Here\r\n")
 
 
@@ -184,7 +188,7 @@ def test_sip_status_code_gets_three_digits_and_sip_over_tcp_is_unsupported() -> 
     m = _model(
         'flow:to_client; sip.stat_code; content:"4"; startswith;', "alert udp any 5060 -> any any"
     )
-    (_c, _r), (_s, response) = _messages(m, 1)
+    (_c, _r), (_s, response) = rule_messages(m, 1)
     assert response.startswith(b"SIP/2.0 400 ")
     tcp = _model(
         'flow:to_server,established; sip.method; content:"OPTIONS";',

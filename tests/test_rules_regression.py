@@ -618,7 +618,7 @@ def test_bad_duts_are_bad_input_before_any_work(tmp_path: Path, capsys) -> None:
 
 
 def test_mixes_are_compared_per_sid_when_both_documents_have_their_rows() -> None:
-    from testbed.ids.coverage import _compared, blocking
+    from testbed.ids.coverage import blocking, compare_docs
 
     old = _doc(_row(1), _row(2)) | {
         "mixes": {"0.1": _doc(_row(1), _row(2)), "0.5": {"coverage": 1.0}}
@@ -630,7 +630,7 @@ def test_mixes_are_compared_per_sid_when_both_documents_have_their_rows() -> Non
             "0.9": _doc(_row(1)),
         }
     }
-    cmp = _compared(old, new, {}, path="old.json", allow_path=None)
+    cmp = compare_docs(old, new, {}, path="old.json", allow_path=None)
     assert cmp["blocking_sids"] == []
     assert cmp["mixes"]["0.1"]["compared"] and cmp["mixes"]["0.1"]["blocking_sids"] == [2]
     assert cmp["mixes"]["0.5"] == {
@@ -639,7 +639,9 @@ def test_mixes_are_compared_per_sid_when_both_documents_have_their_rows() -> Non
     }
     assert cmp["mixes"]["0.9"]["why"] == "it was not mixed at this fraction"
     assert blocking([new | {"baseline": cmp}]) == [("the baseline, mixed at 0.1", [2])]
-    allowed = _compared(old, new, {2: "flaky under load"}, path="old.json", allow_path="allow.txt")
+    allowed = compare_docs(
+        old, new, {2: "flaky under load"}, path="old.json", allow_path="allow.txt"
+    )
     assert (
         allowed["mixes"]["0.1"]["blocking_sids"] == []
         and allowed["mixes"]["0.1"]["newly_failing"][0]["allowed"]

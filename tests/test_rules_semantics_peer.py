@@ -16,7 +16,7 @@ from idsrules.layout import build_buffer, verify
 from idsrules.regex_example import RegexUnsupported, example
 from idsrules.semantics import analyze
 from idsrules.syntax import parse_rule_text, read_rules
-from idsrules.synth import _messages, cert_name, dn_attributes, dns_records_end, synthesize
+from idsrules.synth import cert_name, dn_attributes, dns_records_end, rule_messages, synthesize
 from testbed.ids.missreason import MISS_EVE_TYPES, SessionView, miss_reason
 
 OUT = "alert http $HOME_NET any -> $EXTERNAL_NET any"
@@ -28,7 +28,7 @@ def _model(options: str, header: str = IN):
 
 
 def _http(options: str, header: str = IN) -> tuple[bytes, bytes]:
-    msgs = _messages(_model(options, header), 1)
+    msgs = rule_messages(_model(options, header), 1)
     req = b"".join(d for fc, d in msgs if fc)
     resp = b"".join(d for fc, d in msgs if not fc)
     return req, resp
@@ -141,7 +141,7 @@ def test_words_of_a_text_protocol_line_stay_apart() -> None:
         "distance:1; within:20;",
         "alert tcp $EXTERNAL_NET any -> $HOME_NET 143",
     )
-    client = b"".join(d for fc, d in _messages(m, 1) if fc)
+    client = b"".join(d for fc, d in rule_messages(m, 1) if fc)
     assert re.search(rb"AUTHENTICATE +NTGMECH", client), client
 
 
@@ -154,7 +154,7 @@ def test_words_of_a_text_protocol_line_stay_apart() -> None:
 )
 def test_raw_dns_bytes_make_a_message_a_dns_parser_reads_whole(options: str) -> None:
     m = _model(options, "alert dns any any -> $HOME_NET any")
-    answer = _messages(m, 1)[-1][1]  # the message that carries the rule's bytes
+    answer = rule_messages(m, 1)[-1][1]  # the message that carries the rule's bytes
     assert dns_records_end(answer) == len(answer)  # no byte past the counted records
     qd, an = struct.unpack_from("!HH", answer, 4)
     assert (qd, an) == (1, 1) and answer.endswith(options.split('"')[-2].encode())
@@ -175,11 +175,11 @@ def test_a_greeting_the_rule_pins_starts_as_its_client_reads_one(header: str, st
         'content:"use put"; offset:30; depth:120;',
         header,
     )
-    first = _messages(m, 1)[0]
+    first = rule_messages(m, 1)[0]
     assert first[0] is False and first[1].startswith(start + b"NTG Print Server")
     # pinned at the very start: the rule's bytes are the line, nothing goes before them
     m = _model('flow:to_client,established; content:"NTG"; depth:3;', header)
-    assert _messages(m, 1)[0][1].startswith(b"NTG")
+    assert rule_messages(m, 1)[0][1].startswith(b"NTG")
 
 
 @pytest.mark.parametrize(
@@ -194,7 +194,7 @@ def test_a_greeting_the_rule_pins_starts_as_its_client_reads_one(header: str, st
 )
 def test_sip_bytes_a_rule_pins_ride_in_a_message_a_sip_parser_reads(options: str, line: bytes):
     m = _model(options, "alert udp $EXTERNAL_NET any -> $HOME_NET 5060")
-    request = _messages(m, 1)[0][1]
+    request = rule_messages(m, 1)[0][1]
     head, sep, body = request.partition(b"\r\n\r\n")
     assert sep and body == b"" and re.fullmatch(rb"[A-Z]+ sip:\S+ SIP/2\.0", head.split(b"\r\n")[0])
     assert any(re.fullmatch(line, h) for h in head.split(b"\r\n")[1:]), head
@@ -251,7 +251,7 @@ def test_an_example_failure_names_the_construct() -> None:
 )
 def test_an_ftp_command_is_written_once(options: str) -> None:
     m = _model("flow:established,to_server; " + options, "alert ftp $EXTERNAL_NET any -> any 21")
-    client = b"".join(d for fc, d in _messages(m, 1) if fc)
+    client = b"".join(d for fc, d in rule_messages(m, 1) if fc)
     verb = options.split('"')[1].encode()
     assert client.upper().count(verb) == 1
 

@@ -11,7 +11,7 @@ import pytest
 from idsrules.layout import LayoutError, build_buffer, verify
 from idsrules.semantics import Match, analyze, services_of
 from idsrules.syntax import parse_rule_text
-from idsrules.synth import _header_lines, _messages, _udp_session, http_request
+from idsrules.synth import header_lines, http_request, rule_messages, udp_session
 
 
 def _model(options: str, header: str = "alert tcp $EXTERNAL_NET any -> $HOME_NET 7000"):
@@ -75,20 +75,20 @@ def test_byte_jump_align_multiplier_from_beginning() -> None:
         'byte_jump:4,4,relative,align; content:"|00 00 00 03|"; within:4;',
         "alert udp $EXTERNAL_NET any -> $HOME_NET 111",
     )
-    payload = _messages(rpc, 1)[0][1]
+    payload = rule_messages(rpc, 1)[0][1]
     assert payload[12:16] == b"\x00\x01\x86\xa0" and payload.endswith(b"\x00\x00\x00\x03")
     fb = _model(
         'content:"HDR"; depth:3; byte_jump:2,3,little,from_beginning,post_offset 4,multiplier 2; '
         'content:"TAIL"; within:4;'
     )
-    payload = _messages(fb, 1)[0][1]
+    payload = rule_messages(fb, 1)[0][1]
     val = struct.unpack("<H", payload[3:5])[0]
     assert payload[val * 2 + 4 : val * 2 + 8] == b"TAIL"
 
 
 def test_absolute_content_listed_later_is_placed_first() -> None:
     m = _model('content:".exe&h="; content:"p="; depth:2;')
-    payload = _messages(m, 1)[0][1]
+    payload = rule_messages(m, 1)[0][1]
     assert payload.startswith(b"p=") and b".exe&h=" in payload
 
 
@@ -104,10 +104,10 @@ def test_rule_user_agent_replaces_the_default() -> None:
 
 
 def test_header_lines_blanks_and_names() -> None:
-    assert _header_lines(b"Opera/10 ") == [b"User-Agent: Opera/10 1"]  # no blank before a colon
-    assert _header_lines(b"X-Token") == [b"X-Token: 1"]
-    assert _header_lines(b"Accept: a \r\n") == [b"Accept: a 1"]  # libhtp trims end blanks
-    assert _header_lines(b"text without a colon") == [b"X-Data: text without a colon"]
+    assert header_lines(b"Opera/10 ") == [b"User-Agent: Opera/10 1"]  # no blank before a colon
+    assert header_lines(b"X-Token") == [b"X-Token: 1"]
+    assert header_lines(b"Accept: a \r\n") == [b"Accept: a 1"]  # libhtp trims end blanks
+    assert header_lines(b"text without a colon") == [b"X-Data: text without a colon"]
 
 
 def test_header_pinned_to_start_goes_first() -> None:
@@ -152,7 +152,7 @@ def test_smtp_file_data_is_a_base64_attachment() -> None:
         'flow:to_server,established; file.data; content:"MARK-123"; metadata:service smtp;',
         "alert tcp $EXTERNAL_NET any -> $SMTP_SERVERS 25",
     )
-    msgs = _messages(m, 1)
+    msgs = rule_messages(m, 1)
     client = b"".join(d for fc, d in msgs if fc)
     assert msgs[0] == (False, b"220 mail.example.com ESMTP ready\r\n")
     assert b"DATA\r\n" in client and client.endswith(b"QUIT\r\n")
@@ -174,7 +174,7 @@ def test_udp_server_datagram_follows_a_client_one() -> None:
 
     s = Session(1, [], "udp", "198.19.0.1", 40000, "198.18.0.1", 7410)
     em = _Rec()
-    _udp_session(em, s, [(False, b"REPLY")])
+    udp_session(em, s, [(False, b"REPLY")])
     assert len(em.frames) == 2
     src_of = [f[14 + 12 : 14 + 16] for f in em.frames]  # IPv4 source address
     assert src_of[0] == bytes([198, 19, 0, 1]) and src_of[1] == bytes([198, 18, 0, 1])
@@ -201,7 +201,7 @@ def test_dcerpc_bind_and_request() -> None:
         "version": 2,
         "opnum": 7,
     }
-    (c1, bind), (c2, ack), (c3, req), _resp = _messages(m, 1)
+    (c1, bind), (c2, ack), (c3, req), _resp = rule_messages(m, 1)
     assert (c1, c2, c3) == (True, False, True)
     assert bind[2] == 11 and uuid.UUID("12345678-1234-abcd-ef00-0123456789ab").bytes_le in bind
     assert ack[2] == 12 and req[2] == 0

@@ -435,7 +435,7 @@ def run_coverage_duts(
             doc["multiplied"][str(mt.copies)] = score_multiplied(mt, suri, suri_t, models)
             doc["multiplied"][str(mt.copies)]["suricata_s"] = round(time.monotonic() - t5, 3)
         if baseline is not None:
-            doc["baseline"] = _compared(
+            doc["baseline"] = compare_docs(
                 baseline.doc, doc, allowed, path=baseline.path, allow_path=allow_path
             )
         if evasions and not docs:
@@ -451,7 +451,7 @@ def run_coverage_duts(
         elif not docs:
             table_path(where, "coverage_evasion").unlink(missing_ok=True)
         if docs:
-            doc["versus"] = _compared(
+            doc["versus"] = compare_docs(
                 docs[0],
                 doc,
                 allowed,
@@ -490,7 +490,7 @@ def _slim(row: dict) -> dict:
     return {k: row[k] for k in ROW_KEYS if k in row}
 
 
-def _compared(
+def compare_docs(
     old: dict,
     new: dict,
     allowed: dict[int, str],
@@ -603,7 +603,7 @@ def attack_coverage(
         "mixes": {},
     }
     if baseline is not None:
-        doc["baseline"] = _compared(
+        doc["baseline"] = compare_docs(
             baseline.doc, doc, baseline.allowed, path=baseline.path, allow_path=baseline.allow_path
         )
     doc["timing_s"] = {

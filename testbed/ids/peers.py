@@ -597,7 +597,7 @@ def _records(data: bytes, side: str) -> tuple[bytes, str]:
     return bytes(hs), ""
 
 
-def _messages(hs: bytes, side: str) -> tuple[list[tuple[int, bytes]], str]:
+def rule_messages(hs: bytes, side: str) -> tuple[list[tuple[int, bytes]], str]:
     out: list[tuple[int, bytes]] = []
     pos = 0
     while pos < len(hs):
@@ -725,7 +725,7 @@ def _judge_tls(model: RuleModel, received: bytes, server_data: bytes) -> str:
     hs, problem = _records(received, "tls server")
     if problem:
         return problem
-    msgs, problem = _messages(hs, "tls server")
+    msgs, problem = rule_messages(hs, "tls server")
     if problem:
         return problem
     hellos = [b for t, b in msgs if t == 1]
@@ -746,7 +746,7 @@ def _judge_tls(model: RuleModel, received: bytes, server_data: bytes) -> str:
     hs, problem = _records(server_data, "tls client")
     if problem:
         return problem
-    msgs, problem = _messages(hs, "tls client")
+    msgs, problem = rule_messages(hs, "tls client")
     if problem:
         return problem
     certs: list[x509.Certificate] = []
