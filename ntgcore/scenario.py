@@ -683,6 +683,12 @@ class Session(_Model):
         default_factory=lambda: CloseMix.model_validate("fin"),
         description="TCP teardown: fin, rst, none (left open) or {choices: {fin: 60, none: 40}}.",
     )
+    open: Literal["syn", "none"] = Field(
+        "syn",
+        description="TCP: `syn`, a handshake first; `none`, no handshake: the instance starts "
+        "with its first data segment (a connection opened before a capture began; a capture "
+        "of selected segments).",
+    )
     think: PauseDist = Field(
         default_factory=lambda: _pause_dist(0),
         description="Pause before every later round's first packet (a user, a keep-alive "
