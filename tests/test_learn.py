@@ -373,6 +373,7 @@ def test_more_prefixes_than_the_benchmark_range_fold_with_a_warning():
         think_ns=z,
         think_count=z,
         linger_ns=z - 1,
+        midstream=np.zeros(n, bool),
     )
     m = map_addresses(t)
     assert m.prefixes == {4: 601} and m.folded == {4: 89}
@@ -859,3 +860,32 @@ def test_the_check_calls_a_model_worse_only_beyond_the_inputs_noise():
         "spearman_ports",
     ]
     assert worse_than_baseline(learned_r, baseline_r, 0.5) == []
+
+
+MIDSTREAM = """\
+version: 1
+name: learn-midstream
+sessions:
+  - {name: cut, protocol: tcp, client: 198.18.0.5, server: 198.18.1.53, server_port: 53,
+     count: 9, arrival: 5ms, rtt: 2ms, request_bytes: 0, response_bytes: 700, close: none,
+     open: none}
+  - {name: whole, protocol: tcp, client: 198.18.0.6, server: 198.18.1.53, server_port: 53,
+     start: 2ms, count: 9, arrival: 5ms, rtt: 2ms, request_bytes: 40, response_bytes: 700}
+"""
+
+
+def test_sessions_without_a_handshake_are_played_without_one(tmp_path, flowengine_bin, pcaplib):
+    """Single answers without their handshake (a capture of selected packets, connections begun
+    before the capture) are an entry of their own with `open: none`: played again they are two
+    packets each (the answer and its ACK), not a session of nine; the whole sessions beside
+    them keep their handshake."""
+    r = learned([engine_pcap(flowengine_bin, MIDSTREAM, tmp_path / "mid.pcap")])
+    assert int(r.sessions.midstream.sum()) == 9
+    whole, cut = entry(r, "tcp-53"), entry(r, "tcp-53-mid")
+    assert cut["open"] == "none" and cut["close"] == "none" and cut["count"] == 9
+    assert "open" not in whole and whole["close"] == "fin"
+    played = engine_pcap(flowengine_bin, r.yaml_text, tmp_path / "played.pcap")
+    again = learned([played])
+    assert int(again.sessions.midstream.sum()) == 9
+    mid = again.sessions.midstream
+    assert (again.sessions.client_packets[mid] + again.sessions.server_packets[mid] == 2).all()

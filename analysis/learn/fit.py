@@ -104,6 +104,7 @@ ENTRY_ORDER = (
     "request_bytes",
     "response_bytes",
     "close",
+    "open",
     "linger",
 )
 
@@ -424,6 +425,7 @@ class _Class:
     ip_version: int
     protos: list[int]
     other: bool
+    midstream: bool = False  # TCP sessions without a handshake seen: played without one
 
 
 def _classes(t: SessionTable, n_classes: int, baseline: bool) -> list[_Class]:
@@ -463,7 +465,7 @@ def _classes(t: SessionTable, n_classes: int, baseline: bool) -> list[_Class]:
 
 def _parts(t: SessionTable, cl: _Class, packets: bool, max_tiers: int) -> list[_Class]:
     """A TCP class as entries of sessions alike: from packets, by how they ended (FIN, RST, none
-    seen), then each of those by its sessions' durations in up to MAX_TIERS tiers of at least
+    seen; those whose SYN was not seen apart, played without a handshake), then each of those by its sessions' durations in up to MAX_TIERS tiers of at least
     TIER_MIN sessions (quantiles of the duration), so that what goes with a session's length
     (its rounds, bytes, pauses, its close) stays together. UDP classes stay whole."""
     if cl.protos != [6]:  # UDP: a round's bytes are the class's datagrams (round_samples)
@@ -472,14 +474,16 @@ def _parts(t: SessionTable, cl: _Class, packets: bool, max_tiers: int) -> list[_
     kinds = [cl.rows]
     if packets:
         code = t.close[cl.rows]
-        kinds = [cl.rows[code == c] for c in (1, 2, 0)]
-    for rows, close in zip(kinds, ("fin", "rst", "none")):
+        mid = t.midstream[cl.rows]
+        kinds = [cl.rows[(code == c) & ~mid] for c in (1, 2, 0)] + [cl.rows[mid]]
+    for rows, kind in zip(kinds, ("fin", "rst", "none", "mid")):
         if not len(rows):
             continue
-        name = f"{cl.name}-{close}" if out else cl.name  # the first kind: the class's name
+        name = f"{cl.name}-{kind}" if out else cl.name  # the first kind: the class's name
+        mid = kind == "mid"
         tiers = min(max_tiers, len(rows) // TIER_MIN)
         if tiers < 2:
-            out.append(_Class(name, rows, cl.ip_version, cl.protos, cl.other))
+            out.append(_Class(name, rows, cl.ip_version, cl.protos, cl.other, mid))
             continue
         dur = t.end_ns[rows] - t.start_ns[rows]
         edges = np.quantile(dur, np.arange(1, tiers) / tiers, method="lower")
@@ -487,7 +491,7 @@ def _parts(t: SessionTable, cl: _Class, packets: bool, max_tiers: int) -> list[_
         used = np.unique(tier)
         for j in used.tolist():
             tname = f"{name}-t{j + 1}" if len(used) > 1 else name
-            out.append(_Class(tname, rows[tier == j], cl.ip_version, cl.protos, cl.other))
+            out.append(_Class(tname, rows[tier == j], cl.ip_version, cl.protos, cl.other, mid))
     return out
 
 
@@ -728,6 +732,8 @@ def fit_sessions(
         e["response_bytes"] = dist_of(*round_samples(t, rows, True, extras.datagrams))
         closes = t.close[rows]
         e["close"] = close_mix(closes, packets=extras.wire_hist is not None)
+        if cl.midstream:
+            e["open"] = "none"
         think, linger, think_ns, linger_ns = pauses(t, rows)
         if think is not None:
             e["think"] = think
