@@ -1139,5 +1139,9 @@ def test_tcp_session_without_a_handshake(flowengine_bin, tmp_path, close):
     empty = sess_line(req=0, resp=0, close="none") + " open=none"
     pcap, _, summ = run(flowengine_bin, tmp_path, write(tmp_path, empty), tag="e")
     assert [(int(p["tcp.flags"], 16), int(p["tcp.len"])) for p in tshark(pcap)] == [(ACK, 0)]
+    # a line without the key after one with it keeps its handshake
+    two = write(tmp_path, empty, sess_line(start=5000) + " open=syn", sess_line(start=9000))
+    pcap, _, _ = run(flowengine_bin, tmp_path, two, tag="t")
+    assert sum(1 for p in tshark(pcap) if int(p["tcp.flags"], 16) == SYN) == 2
     bad = gen(flowengine_bin, write(tmp_path, sess_line() + " open=maybe", name="b.ntg"), "--null")
     assert bad.returncode == 2 and "open: must be syn or none (got maybe)" in bad.stderr
