@@ -487,6 +487,8 @@ def test_the_command_writes_a_scenario_that_validates(synthetic, tmp_path, capsy
     assert "learned 1,200 sessions" in said and "udp-53" in said
     assert main(["learn", str(tmp_path / "nope.pcap"), "-o", str(out)]) == 2
     assert main(["learn", str(synthetic), "-o", str(out), "--classes", "0"]) == 2
+    assert main(["learn", str(synthetic), "-o", str(out), "--tiers", "0"]) == 2
+    assert main(["learn", str(synthetic), "-o", str(out), "--tiers", "1", "--keep-jumps"]) == 0
 
 
 # ---- what round 2 of the issue fixed (docs/learn.md) ------------------------------------------
@@ -829,6 +831,9 @@ def test_bursts_and_idle_gaps_are_the_arrival_profile(tmp_path, flowengine_bin, 
     parts = parse_scenario(r.yaml_text).sessions[0].parts()
     assert [(p.start, p.count) for p in parts] == [(0, 5), (3 * NS, 3), (3_500_000_000, 4)]
     assert e["arrival"] == "1ms"  # the gaps inside the bursts, at the busiest step's rate
+    # twice the rate: twice the sessions in the same steps (the input's time), not in half
+    fast = entry(learned([tmp_path / "bursts.pcap"], rate_scale=2.0), "udp-53")
+    assert fast["count"] == 24 and fast["profile"]["steps"] == e["profile"]["steps"]
 
 
 def test_a_steady_rate_is_one_step():
