@@ -572,6 +572,13 @@ class Profile(_Model):
 
     steps: list[RateStep] | None = Field(None, min_length=1, max_length=MAX_PROFILE_STEPS)
     diurnal: Diurnal | None = None
+    split: Literal["step", "even"] = Field(
+        "step",
+        description="How a protocol (or TCP close) choice meets the steps: `step` splits each "
+        "step's instances by the shares; `even` splits the entry's instances by the shares "
+        "and spreads each choice evenly over the steps (exact shares also when steps are "
+        "small; what `testbed learn` writes).",
+    )
 
     @model_validator(mode="after")
     def _one(self) -> Profile:
@@ -607,6 +614,24 @@ class SessionPart:
     count: int
     arrival: Distribution
     close: str = "fin"
+
+
+def _spread(totals: list[int], step_counts: list[int]) -> list[list[int]]:
+    """Per step, the instances of each choice (a protocol, a TCP close) whose instances are
+    TOTALS, over steps of STEP_COUNTS instances (profile `split: even`): instance j of a choice
+    of n takes the place floor((j + 1/2) x N / n) among the N instances in step order, so each
+    choice is spread evenly over the steps and keeps its exact count (a split of each step by
+    the shares gives every step of one instance to the largest share)."""
+    n_all = sum(step_counts)
+    out = [[0] * len(totals) for _ in step_counts]
+    for k, n in enumerate(totals):
+        before = end = 0  # instances of choice k at places below the step's end E:
+        for i, c in enumerate(step_counts):  # those j with (2j + 1) N < 2 n E
+            end += c
+            upto = min(n, max(0, (2 * n * end - 1 - n_all) // (2 * n_all) + 1))
+            out[i][k] = upto - before
+            before = upto
+    return out
 
 
 def _split(total: int, shares: list[float]) -> list[int]:
@@ -657,6 +682,12 @@ class Session(_Model):
     close: CloseMix = Field(
         default_factory=lambda: CloseMix.model_validate("fin"),
         description="TCP teardown: fin, rst, none (left open) or {choices: {fin: 60, none: 40}}.",
+    )
+    open: Literal["syn", "none"] = Field(
+        "syn",
+        description="TCP: `syn`, a handshake first; `none`, no handshake: the instance starts "
+        "with its first data segment (a connection opened before a capture began; a capture "
+        "of selected segments).",
     )
     think: PauseDist = Field(
         default_factory=lambda: _pause_dist(0),
@@ -790,11 +821,14 @@ class Session(_Model):
         steps = self.profile.rate_steps()
         weight = sum(length * rate for length, rate in steps)
         step_counts = _split(total, [length * rate / weight for length, rate in steps])
+        shares = [s for _, _, s in protocols]
+        if self.profile.split == "even":
+            per_step = _spread(_split(total, shares), step_counts)
+        else:
+            per_step = [_split(n_step, shares) for n_step in step_counts]
         begin = self.start
-        for (length, _), n_step in zip(steps, step_counts):
-            for (proto, close, _), n in zip(
-                protocols, _split(n_step, [s for _, _, s in protocols])
-            ):
+        for (length, _), counts in zip(steps, per_step):
+            for (proto, close, _), n in zip(protocols, counts):
                 if not n:
                     continue
                 if mean > 0:

@@ -1107,3 +1107,41 @@ def test_sessions_beside_a_stream_line_and_with_checksum_offload(flowengine_bin,
         while s >> 16:
             s = (s & 0xFFFF) + (s >> 16)
         assert struct.unpack_from("!H", seg, 16)[0] == s and f[24:26] == b"\0\0"
+
+
+@needs_tshark
+@pytest.mark.parametrize("close", ["fin", "none"])
+def test_tcp_session_without_a_handshake(flowengine_bin, tmp_path, close):
+    """`open=none`: the instance is a session's packets after its handshake, the first data
+    segment at the instance's start (a connection opened before a capture began): no SYN, the
+    same packets and spacings as with the handshake otherwise, every checksum good; an instance
+    with nothing to send and no close is one ACK of the client."""
+    h, gap = 10_000, 1_000
+    line = sess_line(rtt=2 * h, gap=gap, mss=1000, win=2, req=0, resp=4100, close=close)
+    pcap, rows, summ = run(flowengine_bin, tmp_path, write(tmp_path, line + " open=none"))
+    pk = tshark(pcap)
+    full = expected_tcp(h, gap, 1000, 2, 0, 4100, close)[3:]  # without SYN, SYN|ACK, ACK
+    want = [(t - full[0][0], d, flags, n) for t, d, flags, n in full]
+    t0 = float(pk[0]["frame.time_epoch"])
+    got = [
+        (
+            round((float(p["frame.time_epoch"]) - t0) * 1e9),
+            0 if p["ip.src"] == "198.18.0.0" else 1,
+            int(p["tcp.flags"], 16),
+            int(p["tcp.len"]),
+        )
+        for p in pk
+    ]
+    assert got == want and not any(flags & SYN for _, _, flags, _ in got)
+    assert {p["tcp.checksum.status"] for p in pk} == {"1"}
+    (row,) = rows
+    assert int(row["first_ns"]) == 0 and int(row["packets"]) == len(want) == summ["packets"]
+    empty = sess_line(req=0, resp=0, close="none") + " open=none"
+    pcap, _, summ = run(flowengine_bin, tmp_path, write(tmp_path, empty), tag="e")
+    assert [(int(p["tcp.flags"], 16), int(p["tcp.len"])) for p in tshark(pcap)] == [(ACK, 0)]
+    # a line without the key after one with it keeps its handshake
+    two = write(tmp_path, empty, sess_line(start=5000) + " open=syn", sess_line(start=9000))
+    pcap, _, _ = run(flowengine_bin, tmp_path, two, tag="t")
+    assert sum(1 for p in tshark(pcap) if int(p["tcp.flags"], 16) == SYN) == 2
+    bad = gen(flowengine_bin, write(tmp_path, sess_line() + " open=maybe", name="b.ntg"), "--null")
+    assert bad.returncode == 2 and "open: must be syn or none (got maybe)" in bad.stderr

@@ -37,9 +37,11 @@ from analysis.learn import LearnError, LearnOptions, learn_capture
 from analysis.learn.fit import (
     Extras,
     FitOptions,
+    close_mix,
     dist_of,
     effective_starts,
     fit_sessions,
+    fit_timeline,
     map_addresses,
     time_dist,
 )
@@ -371,6 +373,7 @@ def test_more_prefixes_than_the_benchmark_range_fold_with_a_warning():
         think_ns=z,
         think_count=z,
         linger_ns=z - 1,
+        midstream=np.zeros(n, bool),
     )
     m = map_addresses(t)
     assert m.prefixes == {4: 601} and m.folded == {4: 89}
@@ -420,7 +423,7 @@ def test_a_truncated_capture_gives_a_scenario_and_a_warning(synthetic, tmp_path)
     assert 0 < r.report["sessions"] < 1200
 
 
-def test_a_clock_jump_is_left_out(tmp_path, flowengine_bin, pcaplib):
+def test_a_clock_jump_is_kept_as_a_pause(tmp_path, flowengine_bin, pcaplib):
     text = """\
 version: 1
 name: jump
@@ -432,9 +435,12 @@ flows:
      repeat: {count: 100, period: 10ms}}
 """
     r = learned([engine_pcap(flowengine_bin, text, tmp_path / "j.pcap")])
-    assert r.report["clock_jumps"]["jumps"] == 1
+    assert r.report["clock_jumps"]["jumps"] == 1 and r.report["clock_jumps"]["kept"]
     e = entry(r, "udp-53")
     assert e["count"] == 200 and e["arrival"] == "10ms"  # the jump is not an inter-arrival
+    # the capture spans under a week: the jump is a pause of the profile, 5000 s in all
+    assert [x["rate"] for x in e["profile"]["steps"]] == [1.0, 0.0, 1.0]
+    assert e["profile"]["steps"][0]["for"] == "1s" and e["profile"]["steps"][1]["for"] == "4999s"
 
 
 def test_time_stamps_at_the_ends_of_int64_do_not_overflow():
@@ -481,6 +487,8 @@ def test_the_command_writes_a_scenario_that_validates(synthetic, tmp_path, capsy
     assert "learned 1,200 sessions" in said and "udp-53" in said
     assert main(["learn", str(tmp_path / "nope.pcap"), "-o", str(out)]) == 2
     assert main(["learn", str(synthetic), "-o", str(out), "--classes", "0"]) == 2
+    assert main(["learn", str(synthetic), "-o", str(out), "--tiers", "0"]) == 2
+    assert main(["learn", str(synthetic), "-o", str(out), "--tiers", "1", "--keep-jumps"]) == 0
 
 
 # ---- what round 2 of the issue fixed (docs/learn.md) ------------------------------------------
@@ -535,7 +543,7 @@ def test_bytes_per_round_keep_the_bytes_per_session(tmp_path, flowengine_bin, pc
     """One class, half its sessions one round of 20,000 bytes, half five rounds of 60: the
     per-round sample of a session counts once per round, so rounds x bytes a round is the mean
     a session (10,150 bytes; one sample a session would make it 3 x 10,030)."""
-    r = learned([engine_pcap(flowengine_bin, ANTI, tmp_path / "anti.pcap")])
+    r = learned([engine_pcap(flowengine_bin, ANTI, tmp_path / "anti.pcap")], tiers=1)
     e = entry(r, "tcp-7000")
     assert e["rounds"] == {"empirical": {"values": [1, 5], "weights": [100, 100]}}
     assert e["response_bytes"] == {"empirical": {"values": [60, 20000], "weights": [500, 100]}}
@@ -734,9 +742,12 @@ def test_real_captures_l4_payload_matches_tshark(shared_pcaps):
 def test_three_years_of_dns_are_not_three_years_of_traffic(shared_pcaps):
     [path] = [p for p in shared_pcaps if p.name == "zeek__dns-edns-ecs.pcap"]
     r = learned([path])
-    assert r.report["clock_jumps"]["jumps"] >= 1
+    assert r.report["clock_jumps"]["jumps"] >= 1 and not r.report["clock_jumps"]["kept"]
     assert r.report["span_ns"] < 3600 * NS  # the jumps are left out of the span
-    assert any("clock jumps" in w for w in r.report["warnings"])
+    assert any("--keep-jumps keeps them" in w for w in r.report["warnings"])
+    kept = learned([path], keep_jumps=True)  # asked for: three years, pauses in the profiles
+    assert kept.report["clock_jumps"]["kept"] and kept.report["span_ns"] > 3 * 10**7 * NS
+    assert kept.report["timeline"]["idle"] >= kept.report["clock_jumps"]["jumps"]
 
 
 ENDS = """\
@@ -751,12 +762,90 @@ sessions:
 
 def test_how_sessions_end_is_learned_as_a_close_choice(tmp_path, flowengine_bin, pcaplib):
     """Sessions closed with FIN, with RST, and not at all (still open when the capture ends):
-    the class's close is the weighted choice of the three, and played again it ends the same."""
+    one entry each (a session's close goes with its length), with their counts; with one
+    entry for the class (--tiers 1 does not merge them: closes are split first), the same."""
     r = learned([engine_pcap(flowengine_bin, ENDS, tmp_path / "ends.pcap")])
-    e = entry(r, "tcp-8000")
-    assert e["close"] == {"choices": {"fin": 20, "rst": 5, "none": 15}}
-    (s,) = parse_scenario(r.yaml_text).sessions
-    assert [(p.close, p.count) for p in s.parts()] == [("fin", 20), ("rst", 5), ("none", 15)]
+    got = [(e["name"], e["close"], e["count"]) for e in r.scenario["sessions"]]
+    assert got == [
+        ("tcp-8000", "fin", 20),
+        ("tcp-8000-rst", "rst", 5),
+        ("tcp-8000-none", "none", 15),
+    ]
+    played = [(p.close, p.count) for s in parse_scenario(r.yaml_text).sessions for p in s.parts()]
+    assert played == [("fin", 20), ("rst", 5), ("none", 15)]
+    assert close_mix(np.array([1] * 20 + [2] * 5 + [0] * 15), packets=True) == {
+        "choices": {"fin": 20, "rst": 5, "none": 15}
+    }  # the baseline's close: one choice of the three
+
+
+TIERS_TEXT = """\
+version: 1
+name: learn-tiers
+sessions:
+  - {name: slow, protocol: tcp, client: 198.18.0.5, server: 198.18.1.10, server_port: 8080,
+     count: 40, arrival: 20ms, rtt: 2ms, rounds: 4, request_bytes: 300, response_bytes: 2000,
+     think: 300ms, linger: 2s}
+  - {name: quick, protocol: tcp, client: 198.18.0.5, server: 198.18.1.10, server_port: 8080,
+     start: 10ms, count: 40, arrival: 20ms, rtt: 2ms, rounds: 4, request_bytes: 300,
+     response_bytes: 2000, think: 1ms, linger: 10ms}
+"""
+
+
+def test_tiers_keep_a_sessions_pauses_together(tmp_path, flowengine_bin, pcaplib):
+    """One class, half its sessions slow (think 300 ms, linger 2 s), half quick (1 ms, 10 ms):
+    drawn independently, a think and a linger would pair across the halves (sessions of 0.9 s
+    + 10 ms, 3 ms + 2 s that the input never had); tiers by duration keep each pair in its
+    entry. With --tiers 1, one entry draws both from the mixed class."""
+    path = engine_pcap(flowengine_bin, TIERS_TEXT, tmp_path / "tiers.pcap")
+    pairs = {(e["think"], e["linger"]) for e in learned([path]).scenario["sessions"]}
+    assert pairs == {("300ms", "2s"), ("1ms", "10ms")}
+    [one] = learned([path], tiers=1).scenario["sessions"]
+    assert one["think"] == {
+        "empirical": {"values": [1_000_000, 300_000_000], "weights": [120, 120]}
+    }
+
+
+BURSTS = """\
+version: 1
+name: learn-bursts
+sessions:
+  - {name: a, protocol: udp, client: 198.18.0.5, server: 198.18.1.53, server_port: 53,
+     count: 5, arrival: 1ms, rtt: 1ms, request_bytes: 40, response_bytes: 100}
+  - {name: b, protocol: udp, client: 198.18.0.5, server: 198.18.1.53, server_port: 53,
+     start: 3s, count: 3, arrival: 2ms, rtt: 1ms, request_bytes: 40, response_bytes: 100}
+  - {name: c, protocol: udp, client: 198.18.0.5, server: 198.18.1.53, server_port: 53,
+     start: 3500ms, count: 4, arrival: 1ms, rtt: 1ms, request_bytes: 40, response_bytes: 100}
+"""
+
+
+def test_bursts_and_idle_gaps_are_the_arrival_profile(tmp_path, flowengine_bin, pcaplib):
+    """Sessions in three bursts with idle gaps between them (a page load's connections, a
+    capture pieced together): the profile's steps start where the bursts start, hold their
+    sessions, and pause between them; the arrivals spread each burst's sessions over its
+    step. Without the steps the 12 sessions would spread over the whole 3.5 s."""
+    r = learned([engine_pcap(flowengine_bin, BURSTS, tmp_path / "bursts.pcap")])
+    e = entry(r, "udp-53")
+    steps = [(x["for"], x["rate"] > 0) for x in e["profile"]["steps"]]
+    assert steps == [("5ms", True), ("2.995s", False), ("6ms", True), ("494ms", False),
+                     ("4ms", True)]  # fmt: skip
+    parts = parse_scenario(r.yaml_text).sessions[0].parts()
+    assert [(p.start, p.count) for p in parts] == [(0, 5), (3 * NS, 3), (3_500_000_000, 4)]
+    assert e["arrival"] == "1ms"  # the gaps inside the bursts, at the busiest step's rate
+    # twice the rate: twice the sessions in the same steps (the input's time), not in half
+    fast = entry(learned([tmp_path / "bursts.pcap"], rate_scale=2.0), "udp-53")
+    assert fast["count"] == 24 and fast["profile"]["steps"] == e["profile"]["steps"]
+
+
+def test_a_steady_rate_is_one_step():
+    """Poisson starts at a constant rate: no idle gap, and steps of 100 sessions whose rates
+    differ only by chance (relative spread about 0.1): one step, no profile."""
+    starts = np.cumsum(np.random.default_rng(1).exponential(1e6, 5000)).astype(np.int64)
+    tl = fit_timeline(starts - starts[0])
+    assert len(tl.edges) == 1 and not tl.idle.any()
+    bursty = np.r_[starts[:2000], starts[2000:] + 10**12]  # a pause of 1000 s in the middle
+    tl = fit_timeline(bursty - bursty[0])
+    assert tl.idle.tolist() == [False, True, False]
+    assert tl.edges[2] == bursty[2000] - bursty[0]
 
 
 def test_the_check_calls_a_model_worse_only_beyond_the_inputs_noise():
@@ -776,3 +865,32 @@ def test_the_check_calls_a_model_worse_only_beyond_the_inputs_noise():
         "spearman_ports",
     ]
     assert worse_than_baseline(learned_r, baseline_r, 0.5) == []
+
+
+MIDSTREAM = """\
+version: 1
+name: learn-midstream
+sessions:
+  - {name: cut, protocol: tcp, client: 198.18.0.5, server: 198.18.1.53, server_port: 53,
+     count: 9, arrival: 5ms, rtt: 2ms, request_bytes: 0, response_bytes: 700, close: none,
+     open: none}
+  - {name: whole, protocol: tcp, client: 198.18.0.6, server: 198.18.1.53, server_port: 53,
+     start: 2ms, count: 9, arrival: 5ms, rtt: 2ms, request_bytes: 40, response_bytes: 700}
+"""
+
+
+def test_sessions_without_a_handshake_are_played_without_one(tmp_path, flowengine_bin, pcaplib):
+    """Single answers without their handshake (a capture of selected packets, connections begun
+    before the capture) are an entry of their own with `open: none`: played again they are two
+    packets each (the answer and its ACK), not a session of nine; the whole sessions beside
+    them keep their handshake."""
+    r = learned([engine_pcap(flowengine_bin, MIDSTREAM, tmp_path / "mid.pcap")])
+    assert int(r.sessions.midstream.sum()) == 9
+    whole, cut = entry(r, "tcp-53"), entry(r, "tcp-53-mid")
+    assert cut["open"] == "none" and cut["close"] == "none" and cut["count"] == 9
+    assert "open" not in whole and whole["close"] == "fin"
+    played = engine_pcap(flowengine_bin, r.yaml_text, tmp_path / "played.pcap")
+    again = learned([played])
+    assert int(again.sessions.midstream.sum()) == 9
+    mid = again.sessions.midstream
+    assert (again.sessions.client_packets[mid] + again.sessions.server_packets[mid] == 2).all()

@@ -172,6 +172,27 @@ def test_a_profile_makes_one_line_per_step():
     )  # fmt: skip
 
 
+def test_an_even_split_keeps_a_small_choice_in_a_profile_of_small_steps():
+    """Ten steps of one instance each and a close choice of 7 FIN to 3 none: `split: step`
+    gives every step's one instance to FIN (the largest share); `split: even` keeps 7 and 3,
+    the three none spread over the steps."""
+    steps = ", ".join("{for: 1s, rate: 1}" for _ in range(10))
+    base = WEB.replace("  rtt: 20ms", "  rtt: 20ms\n  close: {choices: {fin: 7, none: 3}}")
+    base = base.replace("count: 1000", "count: 10")
+
+    def closes(split: str) -> list[tuple[int, str]]:
+        extra = "" if split == "step" else ", split: even"
+        text = scenario(
+            base.replace("  rtt: 20ms", f"  rtt: 20ms\n  profile: {{steps: [{steps}]{extra}}}")
+        )
+        return [(p.start // 10**9, p.close) for p in parse_scenario(text).sessions[0].parts()]
+
+    assert [c for _, c in closes("step")] == ["fin"] * 10
+    even = closes("even")
+    assert sorted(c for _, c in even) == ["fin"] * 7 + ["none"] * 3
+    assert [at for at, c in even if c == "none"] == [1, 5, 8]  # places 1.67, 5, 8.33 of 10
+
+
 def test_a_diurnal_profile_and_a_count():
     text = scenario(
         WEB.replace(

@@ -37,7 +37,7 @@ from ntgcore.runfolder import testbed_version
 from ntgcore.scenario import ScenarioError, parse_scenario
 
 from ..capture import BYTES_PER_PACKET, CaptureError, address_text, iter_capture
-from .fit import Extras, FitOptions, fit_sessions, map_addresses, offset_text
+from .fit import TIERS, Extras, FitOptions, fit_sessions, map_addresses, offset_text
 from .records import (
     NFDUMP_MAGIC,
     parquet_files,
@@ -62,6 +62,7 @@ PCAP_MAGICS = {
     b"\x0a\x0d\x0d\x0a",
 }
 MAX_CLASSES = 1000
+MAX_TIERS = 64
 MAX_SCALE = 1e6
 
 
@@ -78,6 +79,8 @@ class LearnOptions:
     seed: int = 1
     name: str | None = None
     baseline: bool = False
+    keep_jumps: bool = False  # keep clock jumps also when the input spans over a week
+    tiers: int = TIERS  # a TCP class's sessions of one close in up to this many (by duration)
     memory_limit: int | None = None
     progress: Callable[[str], None] | None = None
     hash_inputs: bool = True
@@ -88,6 +91,8 @@ class LearnOptions:
     read_nfdump: Callable[[Path], Any] | None = None
 
     def check(self) -> None:
+        if not 1 <= self.tiers <= MAX_TIERS:
+            raise LearnError(f"--tiers must be 1 to {MAX_TIERS} (got {self.tiers})")
         if self.classes < 1 or self.classes > MAX_CLASSES:
             raise LearnError(f"--classes must be 1 to {MAX_CLASSES} (got {self.classes})")
         for what, v in (("--rate-scale", self.rate_scale), ("--hosts-scale", self.hosts_scale)):
@@ -321,6 +326,8 @@ def _result(
         hosts_scale=options.hosts_scale,
         classes=options.classes,
         baseline=options.baseline,
+        keep_jumps=options.keep_jumps,
+        tiers=options.tiers,
     )
     entries, fitted = fit_sessions(table, extras, fit)
     names = [Path(d["file"]) for d in described] or [Path("trace")]
@@ -405,5 +412,6 @@ __all__ = [
     "scenario_yaml",
     "chunk_size",
     "MAX_CLASSES",
+    "MAX_TIERS",
     "MAX_SCALE",
 ]

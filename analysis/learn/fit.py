@@ -14,18 +14,20 @@ plain dict in the scenario's YAML form, validated later by ntgcore.scenario.
   not fit; past 2^15 /64s they fold). `client:` and `server:` are {network, hosts}, hosts an
   empirical distribution of offsets: the MAX_HOSTS busiest hosts, weighted by sessions.
 - Time: gaps between session starts longer than max(JUMP_MIN_NS, JUMP_FACTOR x their median), or
-  than JUMP_MAX_NS, are clock jumps (a capture pieced together, a clock reset), not traffic: each
-  is replaced by the median of the other gaps before anything is fitted, and the report says how
-  many and how much time.
+  than JUMP_MAX_NS, look like clock jumps (a capture pieced together, a clock reset). They are
+  kept (the scenario spans the input's time) when the input spans at most KEEP_JUMPS_NS (or
+  with `keep_jumps`, up to TIMELINE_MAX_NS); else each is replaced by the median of the other
+  gaps. The report says which.
+- Timeline: the trace's activity as steps (fit_timeline): idle gaps (IDLE_FACTOR x the median
+  gap) are pauses, the runs of starts between them steps of STEP_SESSIONS starts or more. Each
+  class's profile is its own starts per step (class_profile), so the classes together start as
+  many sessions in each step as the trace did.
 - Arrival: inter-arrivals of a class's starts (after the profile is divided out): exponential with
   their mean when their coefficient of variation is within POISSON_CV of 1, else their quantiles.
 - Rounds and bytes: a round's bytes are pooled over the class's rounds (each session's per-round
   value counts once per round; UDP: each datagram is a round's message), so that rounds x bytes a
   round is the class's payload a session (round_samples). think and linger: the means of the
   class's pauses (pauses). Client ports seen are dealt as a deck (`cycle: true`).
-- Profile: a class's session starts per interval of the trace (up to 24 equal ones, about 100
-  sessions each); kept when their relative spread is above PROFILE_MIN_CV and the class has at
-  least PROFILE_MIN_SESSIONS sessions. The class then starts at 0 (its steps are the trace's).
 """
 
 from __future__ import annotations
@@ -63,9 +65,15 @@ JUMP_FACTOR = 1000
 JUMP_MAX_NS = 30 * 86400 * 1_000_000_000  # a month without a session start: a clock jump
 JUMP_FILL_NS = 1_000_000_000
 POISSON_CV = 0.25
-PROFILE_STEPS = 24
-PROFILE_MIN_CV = 0.2
-PROFILE_MIN_SESSIONS = 200
+TIERS = 4  # a class's sessions of one close in up to this many tiers by duration
+TIER_MIN = 3  # sessions a tier holds at least
+IDLE_FACTOR = 20  # a gap between session starts this many median gaps long: an idle period
+MAX_IDLE = 255  # idle periods kept as steps of a profile (the longest)
+STEP_SESSIONS = 100  # session starts a profile step holds at least (segments cut in steps)
+PROFILE_MIN_CV = 0.2  # a segment's steps are kept when their rates vary more than this
+MAX_SUBSTEPS = 400  # steps of segments at most (with MAX_IDLE: within MAX_PROFILE_STEPS)
+KEEP_JUMPS_NS = 7 * 86400 * 1_000_000_000  # clock jumps are kept while the input spans this
+TIMELINE_MAX_NS = 2**31 * 1_000_000_000  # and with keep_jumps up to this (pcap time: 2^32 s)
 DEFAULT_RTT_NS = 20_000_000
 DEFAULT_GAP_NS = 12_000
 DEFAULT_MSS = 1460
@@ -96,6 +104,7 @@ ENTRY_ORDER = (
     "request_bytes",
     "response_bytes",
     "close",
+    "open",
     "linger",
 )
 
@@ -107,6 +116,8 @@ class FitOptions:
     hosts_scale: float = 1.0
     classes: int = 12
     baseline: bool = False
+    keep_jumps: bool = False
+    tiers: int = TIERS  # tiers by duration of a TCP class's sessions of one close (1: none)
 
 
 @dataclass
@@ -299,24 +310,103 @@ def effective_starts(starts: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
     return out, {"jumps": int(jump.sum()), "removed_ns": removed}
 
 
-def _step_of(eff: np.ndarray, span_ns: int, steps: int) -> np.ndarray:
-    """The profile step of each start (in float: no overflow of eff * steps)."""
-    at = (np.asarray(eff, np.float64) / max(span_ns, 1) * steps).astype(np.int64)
-    return np.clip(at, 0, steps - 1)
+@dataclass
+class Timeline:
+    """The trace's activity as steps (design: docs/learn.md, "Why these rules"): step i starts
+    at `edges[i]` (ns from the first session start) and lasts `lengths[i]`; `idle` steps are
+    pauses in which no session starts. `span` is where the last step ends."""
+
+    edges: np.ndarray
+    lengths: np.ndarray
+    idle: np.ndarray
+
+    @property
+    def span(self) -> int:
+        return int(self.edges[-1] + self.lengths[-1]) if len(self.edges) else 0
+
+    def step_of(self, starts: np.ndarray) -> np.ndarray:
+        """The step of each start (ns from the first session start)."""
+        at = np.searchsorted(self.edges, np.asarray(starts, np.int64), side="right") - 1
+        return np.clip(at, 0, len(self.edges) - 1)
 
 
-def fit_profile(eff: np.ndarray, span_ns: int) -> tuple[np.ndarray | None, int]:
-    """Relative rate per interval (mean 1) of the starts EFF over SPAN_NS, or None when flat;
-    and the number of intervals."""
-    n = len(eff)
-    if n < PROFILE_MIN_SESSIONS or span_ns <= 0:
-        return None, 1
-    steps = min(PROFILE_STEPS, max(2, n // 100))
-    counts = np.bincount(_step_of(eff, span_ns, steps), minlength=steps)
-    rel = counts / counts.mean()
-    if rel.std() <= PROFILE_MIN_CV:
-        return None, 1
-    return rel, steps
+def fit_timeline(starts: np.ndarray) -> Timeline:
+    """The activity steps of the session starts STARTS (sorted, ns, from 0). A gap between two
+    starts longer than IDLE_FACTOR x the median (positive) gap is an idle period (the
+    MAX_IDLE longest of them): it becomes a step of its own. The runs of starts between idle
+    periods (segments) are cut into steps of STEP_SESSIONS starts or more, each beginning at a
+    session start, when their rates vary (relative spread above PROFILE_MIN_CV; else the
+    segment is one step); a segment of m starts from a to b lasts b - a plus its mean gap
+    (b - a) / (m - 1) (one start: the median gap), so that m instances spread over it like its
+    starts."""
+    s = np.asarray(starts, np.int64)
+    n = len(s)
+    if n == 0:
+        return Timeline(np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, bool))
+    gaps = np.diff(s)
+    pos = gaps[gaps > 0]
+    med = int(np.median(pos)) if len(pos) else JUMP_FILL_NS
+    idle_at = np.flatnonzero(gaps > IDLE_FACTOR * med)
+    if len(idle_at) > MAX_IDLE:  # the longest ones
+        idle_at = np.sort(idle_at[np.argsort(-gaps[idle_at], kind="stable")[:MAX_IDLE]])
+    firsts = np.r_[0, idle_at + 1]
+    lasts = np.r_[idle_at, n - 1]
+    per = max(STEP_SESSIONS, -(-n // MAX_SUBSTEPS))
+    edges: list[int] = []
+    lengths: list[int] = []
+    idle: list[bool] = []
+    for k, (i, j) in enumerate(zip(firsts.tolist(), lasts.tolist())):
+        a, b, m = int(s[i]), int(s[j]), j - i + 1
+        end = b + max(1, (b - a) // (m - 1) if m > 1 and b > a else med)
+        nxt = int(s[firsts[k + 1]]) if k + 1 < len(firsts) else None
+        if nxt is not None:  # after an idle gap: nxt > b
+            end = min(end, nxt)
+        bounds = np.r_[np.unique(s[i : j + 1 : per]), end]
+        if len(bounds) > 2:  # a steady rate (the counts' relative spread small) is one step
+            seg = s[i : j + 1]
+            counts = np.diff(np.searchsorted(seg, bounds, side="left"))
+            counts[-1] += m - counts.sum()
+            rate = counts / np.diff(bounds)
+            if rate.std() <= PROFILE_MIN_CV * rate.mean():
+                bounds = bounds[[0, -1]]
+        bounds = bounds.tolist()
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            edges.append(lo)
+            lengths.append(hi - lo)
+            idle.append(False)
+        if nxt is not None and nxt > end:
+            edges.append(end)
+            lengths.append(nxt - end)
+            idle.append(True)
+    return Timeline(np.array(edges, np.int64), np.array(lengths, np.int64), np.array(idle))
+
+
+def varies(rates: np.ndarray) -> bool:
+    """Whether a class's RATES per step, from its first busy step to its last (pauses inside
+    included), spread more than PROFILE_MIN_CV relative to their mean: a profile is kept only
+    then (a steady class is a start and its arrivals, whatever the other classes do)."""
+    busy = np.flatnonzero(rates > 0)
+    if len(busy) < 2:
+        return False
+    inner = rates[busy[0] : busy[-1] + 1]
+    return bool(inner.std() > PROFILE_MIN_CV * inner.mean())
+
+
+def class_profile(tl: Timeline, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A class's rate on the trace's timeline TL: its starts per step over the step's length,
+    relative to its busiest step's; returned as (lengths, rates, the step of each
+    start), with neighbouring steps of rate 0 merged and those after the last start dropped."""
+    at = tl.step_of(starts)
+    counts = np.bincount(at, minlength=len(tl.edges)).astype(np.float64)
+    rel = counts / tl.lengths
+    rel /= max(float(rel.max()), 1e-300)  # the busiest step 1 (a profile's rate is at most 1e6)
+    last = int(at.max()) if len(at) else 0
+    lengths, rates = tl.lengths[: last + 1], rel[: last + 1]
+    zero = rates == 0
+    keep = ~(zero & np.r_[False, zero[:-1]])  # a zero step after a zero step joins it
+    group = np.cumsum(keep) - 1
+    merged = np.bincount(group, weights=lengths.astype(np.float64)).astype(np.int64)
+    return merged, rates[keep], group[at]
 
 
 # -- classes --------------------------------------------------------------------------------
@@ -335,6 +425,7 @@ class _Class:
     ip_version: int
     protos: list[int]
     other: bool
+    midstream: bool = False  # TCP sessions without a handshake seen: played without one
 
 
 def _classes(t: SessionTable, n_classes: int, baseline: bool) -> list[_Class]:
@@ -369,6 +460,38 @@ def _classes(t: SessionTable, n_classes: int, baseline: bool) -> list[_Class]:
             if len(rows):
                 name = f"{PROTO_NAME[proto]}-other" + ("-v6" if ver == 6 else "")
                 out.append(_Class(name, rows, ver, [proto], True))
+    return out
+
+
+def _parts(t: SessionTable, cl: _Class, packets: bool, max_tiers: int) -> list[_Class]:
+    """A TCP class as entries of sessions alike: from packets, by how they ended (FIN, RST, none
+    seen; those whose SYN was not seen apart, played without a handshake), then each of those by its sessions' durations in up to MAX_TIERS tiers of at least
+    TIER_MIN sessions (quantiles of the duration), so that what goes with a session's length
+    (its rounds, bytes, pauses, its close) stays together. UDP classes stay whole."""
+    if cl.protos != [6]:  # UDP: a round's bytes are the class's datagrams (round_samples)
+        return [cl]
+    out: list[_Class] = []
+    kinds = [cl.rows]
+    if packets:
+        code = t.close[cl.rows]
+        mid = t.midstream[cl.rows]
+        kinds = [cl.rows[(code == c) & ~mid] for c in (1, 2, 0)] + [cl.rows[mid]]
+    for rows, kind in zip(kinds, ("fin", "rst", "none", "mid")):
+        if not len(rows):
+            continue
+        name = f"{cl.name}-{kind}" if out else cl.name  # the first kind: the class's name
+        mid = kind == "mid"
+        tiers = min(max_tiers, len(rows) // TIER_MIN)
+        if tiers < 2:
+            out.append(_Class(name, rows, cl.ip_version, cl.protos, cl.other, mid))
+            continue
+        dur = t.end_ns[rows] - t.start_ns[rows]
+        edges = np.quantile(dur, np.arange(1, tiers) / tiers, method="lower")
+        tier = np.searchsorted(edges, dur, side="right")
+        used = np.unique(tier)
+        for j in used.tolist():
+            tname = f"{name}-t{j + 1}" if len(used) > 1 else name
+            out.append(_Class(tname, rows[tier == j], cl.ip_version, cl.protos, cl.other, mid))
     return out
 
 
@@ -496,18 +619,37 @@ def fit_sessions(
     """The `sessions:` entries learned from T, and the report of what was fitted."""
     report: dict[str, Any] = {"sessions": len(t), "warnings": []}
     eff, jumps = effective_starts(t.start_ns)
+    real = t.start_ns - (t.start_ns[0] if len(t) else 0)
+    last = int(real[-1]) if len(real) else 0
+    keep = last <= KEEP_JUMPS_NS or (opts.keep_jumps and last <= TIMELINE_MAX_NS)
+    if keep:
+        eff = real
+    jumps["kept"] = bool(keep and jumps["jumps"])
     report["clock_jumps"] = jumps
     if jumps["jumps"]:
-        report["warnings"].append(
+        what = (
             f"{jumps['jumps']} gap(s) between session starts longer than "
             f"max({JUMP_MIN_NS // 10**9} s, {JUMP_FACTOR} x the median gap) or than "
-            f"{JUMP_MAX_NS // (86400 * 10**9)} days taken for clock jumps: "
-            f"{jumps['removed_ns'] / 1e9:,.0f} s of the capture's time left out"
+            f"{JUMP_MAX_NS // (86400 * 10**9)} days (clock jumps, a capture pieced together?)"
         )
-    gaps_all = np.diff(eff)
-    mean_gap = float(gaps_all.mean()) if len(gaps_all) else 1e9
-    span = int(eff[-1] + mean_gap) if len(eff) else 0
+        if keep:
+            report["warnings"].append(
+                f"{what}: kept as pauses of the arrival profile, so the scenario spans "
+                f"{last / 1e9:,.0f} s like the input"
+            )
+        else:
+            how = (
+                "too long for a pcap's time stamps"
+                if opts.keep_jumps
+                else f"over {KEEP_JUMPS_NS // (86400 * 10**9)} days with them; --keep-jumps keeps them"
+            )
+            report["warnings"].append(
+                f"{what}: {jumps['removed_ns'] / 1e9:,.0f} s of the capture's time left out ({how})"
+            )
+    tl = fit_timeline(eff)
+    span = tl.span if len(eff) else 0
     report["span_ns"] = span
+    report["timeline"] = {"steps": len(tl.edges), "idle": int(tl.idle.sum())}
     addr = map_addresses(t)
     report["prefixes"] = {f"ipv{v}": n for v, n in addr.prefixes.items()}
     for ver, n in addr.folded.items():
@@ -521,14 +663,19 @@ def fit_sessions(
     if opts.duration_ns:  # the same rate (times rate_scale) for DURATION instead of the span
         factor = opts.rate_scale * opts.duration_ns / max(span, 1)
     report["count_factor"] = factor
-    out_span = (opts.duration_ns or span / opts.rate_scale) if span else 0
+    # the output lasts as long as the input (or DURATION): profile steps and starts scale by it
+    tscale = (opts.duration_ns or span) / max(span, 1)
     report["profiles"] = {}
     rtt_known = t.rtt_ns[t.rtt_ns >= 2]
     rtt_all = int(np.median(rtt_known)) if len(rtt_known) else DEFAULT_RTT_NS
     gap_all = _gap_ns(t.min_gap_ns, rtt_all, DEFAULT_GAP_NS)
     entries: list[dict[str, Any]] = []
     report["classes"] = []
-    for cl in _classes(t, opts.classes, opts.baseline):
+    classes = _classes(t, opts.classes, opts.baseline)
+    if not opts.baseline:
+        packets = extras.wire_hist is not None
+        classes = [p for cl in classes for p in _parts(t, cl, packets, opts.tiers)]
+    for cl in classes:
         rows = cl.rows
         n = len(rows)
         e: dict[str, Any] = {"name": cl.name}
@@ -540,22 +687,30 @@ def fit_sessions(
         e["client"], c_info = _hosts(cl.ip_version, addr.client_offset[rows], opts.hosts_scale)
         e["server"], s_info = _hosts(cl.ip_version, addr.server_offset[rows], opts.hosts_scale)
         starts = eff[rows]
-        rel, steps = fit_profile(starts, span)
-        first = float(starts[0]) / opts.rate_scale if rel is None else 0.0  # a profile: from 0
+        lengths, rel, at = class_profile(tl, starts)
+        profiled = varies(rel)  # else: a start and the arrivals
+        first = 0.0 if profiled else float(starts[0]) * tscale
         e["start"] = format_ns(int(first))
         e["count"] = max(1, int(round(n * factor)))
         e["client_port"] = _client_ports(t.client_port[rows], e["count"])
         e["server_port"] = _ports(t.server_port[rows]) if cl.other else int(t.server_port[rows[0]])
-        g = np.diff(starts) / opts.rate_scale
-        if rel is not None:  # the step's rate divided out of the inter-arrivals in it
-            g = g * rel[_step_of(starts[1:], span, steps)]
+        g = np.diff(starts).astype(np.float64)
+        if profiled:  # inter-arrivals inside one step, the step's rate divided out
+            same = at[1:] == at[:-1]
+            g = g[same] * rel[at[1:][same]]
+        g = g / opts.rate_scale
         if n == 1:  # one session in the trace: one a trace's span
             g = np.array([max(span, 1) / opts.rate_scale])
         e["arrival"], arrival_kind = time_dist(g)
-        if rel is not None:
-            step_ns = max(1, int(out_span // steps))
-            rates = [round(float(r), 4) for r in rel]
-            e["profile"] = {"steps": [{"for": _time(step_ns), "rate": r} for r in rates]}
+        if profiled:
+            rates = [float(f"{r:.6g}") for r in rel]
+            e["profile"] = {
+                "steps": [
+                    {"for": _time(length * tscale), "rate": r}
+                    for length, r in zip(lengths.tolist(), rates)
+                ],
+                "split": "even",
+            }
             report["profiles"][cl.name] = rates
         rtt = t.rtt_ns[rows]
         rtt = rtt[rtt >= 2]
@@ -577,6 +732,8 @@ def fit_sessions(
         e["response_bytes"] = dist_of(*round_samples(t, rows, True, extras.datagrams))
         closes = t.close[rows]
         e["close"] = close_mix(closes, packets=extras.wire_hist is not None)
+        if cl.midstream:
+            e["open"] = "none"
         think, linger, think_ns, linger_ns = pauses(t, rows)
         if think is not None:
             e["think"] = think
@@ -644,6 +801,8 @@ __all__ = [
     "map_addresses",
     "offset_text",
     "effective_starts",
-    "fit_profile",
+    "Timeline",
+    "fit_timeline",
+    "class_profile",
     "fit_sessions",
 ]

@@ -263,6 +263,7 @@ def sessions_from_records(r: pd.DataFrame) -> tuple[SessionTable, int]:
         think_ns=np.zeros(n, np.int64),
         think_count=np.zeros(n, np.int64),
         linger_ns=np.full(n, -1, np.int64),
+        midstream=np.zeros(n, bool),  # records cannot tell a handshake
     )
     return t.take(np.argsort(t.start_ns, kind="stable")), skipped
 

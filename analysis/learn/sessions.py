@@ -145,7 +145,8 @@ class SessionTable:
     the other (0 unknown), `min_gap_ns` the smallest spacing of two data packets of one side in
     a row (-1 unknown), `close` 0 none seen, 1 FIN, 2 RST. `think_ns` is the sum of the pauses
     before later rounds' first packets and `think_count` their number (0: none), `linger_ns`
-    the pause before the first FIN or RST (0 when it carried data, -1 unknown or none).
+    the pause before the first FIN or RST (0 when it carried data, -1 unknown or none);
+    `midstream` a TCP session whose SYN was not seen (packets only).
     UDP: `rounds` is the datagrams of the busier side (one datagram a side per round)."""
 
     ip_version: np.ndarray
@@ -173,6 +174,7 @@ class SessionTable:
     think_ns: np.ndarray
     think_count: np.ndarray
     linger_ns: np.ndarray
+    midstream: np.ndarray  # TCP from packets: no SYN seen (begun before the capture, or cut)
 
     def __len__(self) -> int:
         return len(self.start_ns)
@@ -634,6 +636,7 @@ class PacketSessions:
             think_ns=s["think_sum"],
             think_count=s["think_n"].astype(np.int64),
             linger_ns=s["linger"],
+            midstream=tcp & (s["syn_dir"] < 0),
         )
         order = np.lexsort((s["first_packet"], t.start_ns))
         if (order == np.arange(len(order))).all():  # mostly so: no gather of every column,

@@ -150,6 +150,8 @@ def session_line(session: Session, part: SessionPart, scenario: Scenario, dists:
         value = _pause(d, dists)
         if value is not None:  # optional keys: a line without them is as before they existed
             fields.append(f"{key}={value}")
+    if session.open == "none" and part.protocol == "tcp":
+        fields.append("open=none")
     return "session " + " ".join(fields)
 
 

@@ -443,6 +443,7 @@ def session_templates(i: int, entry, seed: int, notes: list[str]) -> list[Templa
             if set(entry.close.choices) - {"fin"}
             else ""
         )
+        + ("; open none: TRex's connections open with a handshake" if entry.open == "none" else "")
     )
     out = []
     for (port, _w), n_port in zip(ports, _largest_remainder(count, [w for _p, w in ports])):

@@ -22,7 +22,14 @@ from analysis.fidelity import (
     read_trace,
     write_report,
 )
-from analysis.learn import MAX_CLASSES, MAX_SCALE, LearnOptions, LearnResult, learn_capture
+from analysis.learn import (
+    MAX_CLASSES,
+    MAX_SCALE,
+    MAX_TIERS,
+    LearnOptions,
+    LearnResult,
+    learn_capture,
+)
 from ntgcore.errors import EXIT_CHECKS_FAILED, EXIT_OK, GeneratorError
 from ntgcore.files import write_error, write_whole
 from ntgcore.native_tools import executable
@@ -121,6 +128,14 @@ def register(subparsers) -> None:
         help="application classes (protocol, server port) fitted apart, the largest by "
         "sessions; the rest is one `other` class per protocol (default 12)",
     )
+    p.add_argument(
+        "--tiers",
+        type=argtypes.count_upto(MAX_TIERS),
+        default=4,
+        metavar="N",
+        help="a TCP class's sessions (of one close: FIN, RST, none) in up to N entries by "
+        "duration, each fitted apart (default 4; 1: none)",
+    )
     p.add_argument("--seed", type=argtypes.seed, default=1, help="the scenario's seed (default 1)")
     p.add_argument(
         "--name", type=scenario_name, help="the scenario's name (default: learned-INPUT)"
@@ -130,6 +145,13 @@ def register(subparsers) -> None:
         action="store_true",
         help="the Harpoon-style baseline instead: one class, every field from its own "
         "marginal over all sessions, independently",
+    )
+    p.add_argument(
+        "--keep-jumps",
+        action="store_true",
+        help="keep the input's clock jumps (gaps of over a minute and 1000 median gaps "
+        "between session starts: a capture pieced together) as pauses also when the input "
+        "spans more than a week with them (the scenario then lasts as long: years, maybe)",
     )
     p.add_argument(
         "--memory-limit",
@@ -170,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         name=args.name,
         baseline=args.baseline,
+        keep_jumps=args.keep_jumps,
+        tiers=args.tiers,
         memory_limit=args.memory_limit,
         progress=(lambda line: err(f"testbed learn: {line}")) if show else None,
         read_nfdump=read_file,

@@ -141,8 +141,8 @@ def _session_line(i: int, session: Session) -> str:
 
 
 def _packets_per_instance(session: Session) -> float:
-    """About how many packets one instance sends: TCP its handshake, segments, an ACK per two
-    segments and its close; UDP its datagrams (an estimate for `validate`, not a check)."""
+    """About how many packets one instance sends: TCP its handshake (unless `open: none`),
+    segments, an ACK per two segments and its close; UDP its datagrams (an estimate for `validate`, not a check)."""
     rng = np.random.default_rng(0)
     n = 4096
     rounds = np.maximum(1, np.rint(session.rounds.sample(rng, n)))
@@ -155,7 +155,8 @@ def _packets_per_instance(session: Session) -> float:
         if proto == "tcp":
             data = (segs[0] + segs[1]) + np.ceil(segs[0] / 2) + np.ceil(segs[1] / 2)
             ends = {"fin": 3, "rst": 1, "none": 0}
-            fixed = 3 + sum(cs * ends[c] for c, cs in session.close.shares())
+            opening = 0 if session.open == "none" else 3  # open none: no handshake
+            fixed = opening + sum(cs * ends[c] for c, cs in session.close.shares())
         else:
             data, fixed = segs[0] + segs[1], 0
         total += share * float(np.mean(rounds * data + fixed))

@@ -158,6 +158,7 @@ int sess_line_build(struct fe_flow *f, const struct sess_keys *k, char *why, siz
     sl->mss = (uint32_t)k->mss;
     sl->win = (uint32_t)k->win;
     sl->close_rst = (uint8_t)k->close_rst;
+    sl->open_none = (uint8_t)k->open_none;
     sl->rounds = k->rounds;
     sl->req = k->req;
     sl->resp = k->resp;
@@ -375,6 +376,10 @@ static void ack_packet(const struct sess_line *sl, struct sess_state *ss)
     bare_packet(ss, PH_ACK, !s, TCP_ACK, ack);
 }
 
+static int tcp_first_data(const struct sess_line *sl, struct sess_state *ss,
+                          const struct fe_inst *in);
+static int tcp_close(const struct sess_line *sl, struct sess_state *ss);
+
 void sess_activate(const struct fe_flow *f, struct sess_state *ss, struct fe_inst *in, uint32_t k,
                    uint64_t rep, uint64_t serial, uint64_t seed, uint64_t start)
 {
@@ -423,7 +428,10 @@ void sess_activate(const struct fe_flow *f, struct sess_state *ss, struct fe_ins
     if (f->proto == 6) {
         ss->seq[0] = (uint32_t)draw(in->rng, sl->d_cisn);
         ss->seq[1] = (uint32_t)draw(in->rng, sl->d_sisn);
-        bare_packet(ss, PH_SYN, 0, TCP_SYN, 0);
+        if (!sl->open_none)
+            bare_packet(ss, PH_SYN, 0, TCP_SYN, 0);
+        else if (!tcp_first_data(sl, ss, in) && !tcp_close(sl, ss))
+            bare_packet(ss, PH_FIN3, 0, TCP_ACK, ss->seq[1]); /* one ACK: the instance's packet */
         return;
     }
     /* UDP: the first message with bytes, else one empty request. */
@@ -488,6 +496,33 @@ void sess_write(const struct fe_flow *f, struct sess_state *ss, const struct fe_
         ss->sbytes += f->hdr_len + plen;
 }
 
+/* TCP: the first data segment (round 0 on), or 0 when no round has bytes. */
+static int tcp_first_data(const struct sess_line *sl, struct sess_state *ss,
+                          const struct fe_inst *in)
+{
+    ss->round = 0;
+    ss->msg = 0;
+    ss->left = msg_bytes(sl, in, 0, 0);
+    if (ss->left || next_message(sl, ss, in)) {
+        ss->fl_segs = 0;
+        data_packet(sl, ss);
+        return 1;
+    }
+    return 0;
+}
+
+/* TCP: the close's first packet, or 0 for close none. */
+static int tcp_close(const struct sess_line *sl, struct sess_state *ss)
+{
+    if (sl->close_rst == SESS_CLOSE_NONE)
+        return 0; /* left open: the last exchange was the instance's last packet */
+    if (sl->close_rst == SESS_CLOSE_RST)
+        bare_packet(ss, PH_RST, 0, TCP_RST | TCP_ACK, ss->seq[1]);
+    else
+        bare_packet(ss, PH_FIN1, 0, TCP_FIN | TCP_ACK, ss->seq[1]);
+    return 1;
+}
+
 /* TCP: the packet after the current one; 0 when the instance is done. */
 static int tcp_next(const struct sess_line *sl, struct sess_state *ss, const struct fe_inst *in)
 {
@@ -499,14 +534,8 @@ static int tcp_next(const struct sess_line *sl, struct sess_state *ss, const str
         bare_packet(ss, PH_HSACK, 0, TCP_ACK, ss->seq[1]);
         return 1;
     case PH_HSACK:
-        ss->round = 0;
-        ss->msg = 0;
-        ss->left = msg_bytes(sl, in, 0, 0);
-        if (ss->left || next_message(sl, ss, in)) {
-            ss->fl_segs = 0;
-            data_packet(sl, ss);
+        if (tcp_first_data(sl, ss, in))
             return 1;
-        }
         break; /* nothing to send: close */
     case PH_DATA:
         if (ss->left && ss->fl_segs < sl->win) {
@@ -538,13 +567,7 @@ static int tcp_next(const struct sess_line *sl, struct sess_state *ss, const str
     default: /* PH_FIN3, PH_RST */
         return 0;
     }
-    if (sl->close_rst == SESS_CLOSE_NONE)
-        return 0; /* left open: the last exchange was the instance's last packet */
-    if (sl->close_rst == SESS_CLOSE_RST)
-        bare_packet(ss, PH_RST, 0, TCP_RST | TCP_ACK, ss->seq[1]);
-    else
-        bare_packet(ss, PH_FIN1, 0, TCP_FIN | TCP_ACK, ss->seq[1]);
-    return 1;
+    return tcp_close(sl, ss);
 }
 
 /* The first draw index after every round's (README, "Think and linger"): the

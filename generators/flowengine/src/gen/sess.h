@@ -67,6 +67,7 @@ struct sess_line {
     uint64_t deck_key, deck_off; /* P: ports: the deck of line deck_key, from deck_off on */
     uint32_t mss, win;
     uint8_t close_rst; /* TCP: SESS_CLOSE_FIN, _RST or _NONE */
+    uint8_t open_none; /* TCP: 1: no handshake (the instance starts with its first data) */
     struct sess_val rounds, req, resp, arrival;
     const struct fe_dist *cdist, *sdist;         /* host offset dists (mode FE_DIST) */
     const struct fe_dist *cpdist, *spdist;       /* port dists (mode FE_DIST, FE_DECK) */
@@ -98,7 +99,7 @@ struct sess_state {
 
 /* The keys of a session line, checked for range by the parser. */
 struct sess_keys {
-    uint64_t h, gap, mss, win, close_rst, think, linger;
+    uint64_t h, gap, mss, win, close_rst, think, linger, open_none;
     uint64_t deck_key, deck_off; /* deck=LINE:OFFSET (default: the line's index, 0) */
     struct sess_val rounds, req, resp, arrival;
     const struct fe_dist *think_d, *linger_d; /* D:ID (think, linger: 0), else NULL */

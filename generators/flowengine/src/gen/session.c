@@ -95,6 +95,7 @@ enum {
     XK_THINK,  /* optional: 0 when left out */
     XK_LINGER, /* optional: 0 when left out */
     XK_DECK,   /* optional: the line's own index and 0 when left out */
+    XK_OPEN,   /* optional: syn (a handshake) when left out */
     XK_COUNT
 };
 
@@ -102,7 +103,7 @@ static const char *const sess_key_names[XK_COUNT] = {
     "af",          "proto", "cmac",  "smac",       "client",     "server", "client_mode",
     "server_mode", "cport", "sport", "cport_mode", "sport_mode", "start",  "reps",
     "arrival",     "rtt",   "gap",   "mss",        "win",        "rounds", "req",
-    "resp",        "close", "think", "linger",     "deck",
+    "resp",        "close", "think", "linger",     "deck",       "open",
 };
 
 struct parser {
@@ -817,6 +818,9 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
         k.close_rst = SESS_CLOSE_NONE;
     else
         return fail(p, "close: must be fin, rst or none (got %s)", shown(val[XK_CLOSE]));
+    k.open_none = val[XK_OPEN] && !strcmp(val[XK_OPEN], "none");
+    if (val[XK_OPEN] && !k.open_none && strcmp(val[XK_OPEN], "syn"))
+        return fail(p, "open: must be syn or none (got %s)", shown(val[XK_OPEN]));
     k.h /= 2; /* rtt -> h */
     if (sess_line_build(f, &k, why, sizeof why))
         return fail(p, "%s", why);
