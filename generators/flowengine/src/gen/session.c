@@ -737,7 +737,7 @@ static int parse_session(const struct parser *p, char **tok, size_t ntok, struct
                          struct fe_flow *f)
 {
     char *val[XK_COUNT] = { 0 };
-    struct sess_keys k;
+    struct sess_keys k = { 0 };
     struct sess_line tmp; /* the dists of the modes, until the line is built */
     uint64_t v;
     char why[768];
