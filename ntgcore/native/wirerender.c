@@ -259,6 +259,35 @@ static int wr_room(struct wr_conn *c, size_t need)
     return 0;
 }
 
+/* One fragment of a program (wirerender.h): where it starts, the bytes it carries (its fill, or
+ * the segment's true bytes there: L4, L4LEN long) and whether more of the segment follows. */
+struct wr_frag {
+    uint32_t off, len;
+    const uint8_t *chunk;
+    size_t clen;
+    int more;
+};
+
+static const uint8_t *wr_next_frag(const uint8_t *fp, const uint8_t *l4, size_t l4len,
+                                   struct wr_frag *f)
+{
+    uint32_t fill = wr_le32(fp + 8);
+    f->off = wr_le32(fp);
+    f->len = wr_le32(fp + 4);
+    fp += WR_FRAG_LEN;
+    if (fill != WR_NO_FILL) {
+        f->chunk = fp;
+        f->clen = fill;
+        fp += fill;
+    } else {
+        size_t at = f->off < l4len ? f->off : l4len;
+        f->chunk = l4 + at;
+        f->clen = l4len - at < f->len ? l4len - at : f->len;
+    }
+    f->more = (uint64_t)f->off + f->len < l4len;
+    return fp;
+}
+
 /* The IP packets of one client segment SEG (its transport bytes in c->l4, L4LEN long). */
 static int wr_client_ip(struct wr_out *o, struct wr_conn *c, const struct wr_seg *seg,
                         uint8_t proto, size_t l4len)
@@ -277,26 +306,14 @@ static int wr_client_ip(struct wr_out *o, struct wr_conn *c, const struct wr_seg
         }
         const uint8_t *fp = seg->frags;
         for (unsigned i = 0; i < seg->nfrags; i++) {
-            uint32_t off = wr_le32(fp), flen = wr_le32(fp + 4), fill = wr_le32(fp + 8);
-            const uint8_t *chunk;
-            size_t clen;
-            fp += WR_FRAG_LEN;
-            if (fill != WR_NO_FILL) {
-                chunk = fp;
-                clen = fill;
-                fp += fill;
-            } else {
-                chunk = l4 + (off < l4len ? off : l4len);
-                clen = off < l4len ? l4len - off : 0;
-                clen = clen < flen ? clen : flen;
-            }
-            int more = (uint64_t)off + flen < l4len;
-            uint16_t field = (uint16_t)((more ? 0x2000 : 0) | ((off >> 3) & 0xffff));
-            int n = wr_ipv4(h, c->client, c->server, proto, clen, ident, seg->hops, field);
+            struct wr_frag f;
+            fp = wr_next_frag(fp, l4, l4len, &f);
+            uint16_t field = (uint16_t)((f.more ? 0x2000 : 0) | ((f.off >> 3) & 0xffff));
+            int n = wr_ipv4(h, c->client, c->server, proto, f.clen, ident, seg->hops, field);
             if (n < 0) {
                 return n;
             }
-            wr_frame(o, 1, h, (size_t)n, chunk, clen);
+            wr_frame(o, 1, h, (size_t)n, f.chunk, f.clen);
         }
         return 0;
     }
@@ -352,26 +369,14 @@ static int wr_client_ip(struct wr_out *o, struct wr_conn *c, const struct wr_seg
     }
     const uint8_t *fp = seg->frags;
     for (unsigned i = 0; i < seg->nfrags; i++) {
-        uint32_t off = wr_le32(fp), flen = wr_le32(fp + 4), fill = wr_le32(fp + 8);
-        const uint8_t *chunk;
-        size_t clen;
-        fp += WR_FRAG_LEN;
-        if (fill != WR_NO_FILL) {
-            chunk = fp;
-            clen = fill;
-            fp += fill;
-        } else {
-            chunk = l4 + (off < l4len ? off : l4len);
-            clen = off < l4len ? l4len - off : 0;
-            clen = clen < flen ? clen : flen;
-        }
-        int more = (uint64_t)off + flen < l4len;
-        wr_be16(fh + 2, ((off & ~7u) | (unsigned)more) & 0xffff);
-        int n = wr_ipv6(h, c->client, c->server, chain[0], elen - 40 + 8 + clen, seg->hops);
+        struct wr_frag f;
+        fp = wr_next_frag(fp, l4, l4len, &f);
+        wr_be16(fh + 2, ((f.off & ~7u) | (unsigned)f.more) & 0xffff);
+        int n = wr_ipv6(h, c->client, c->server, chain[0], elen - 40 + 8 + f.clen, seg->hops);
         if (n < 0) {
             return n;
         }
-        wr_frame(o, 1, h, elen + 8, chunk, clen);
+        wr_frame(o, 1, h, elen + 8, f.chunk, f.clen);
     }
     return 0;
 }
