@@ -673,7 +673,7 @@ def http_request(
             headers.append(b"Content-Length: %d" % len(body))
         elif extra_body:
             headers[headers.index(cl[0])] = b"Content-Length: %d" % len(body)
-    headers = _one_per_name(model, headers, own_lines, kept)
+    headers = _own_last(model, _one_per_name(model, headers, own_lines, kept), own_lines)
     head = (
         method
         + b" "
@@ -780,7 +780,21 @@ def http_response(model: RuleModel | None, *, extra_body: bytes = b"") -> bytes:
         body = b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n" if body else b"0\r\n\r\n"
     elif not any(h.lower().startswith(b"content-length:") for h in headers):
         headers.append(b"Content-Length: %d" % len(body))
+    headers = _own_last(model, headers, own)
     return status + b"\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n" + body
+
+
+def _own_last(model: RuleModel | None, headers: list[bytes], own: list[bytes]) -> list[bytes]:
+    """`headers` with the rule's own header lines last when a match on the header buffer has
+    `endswith` (the buffer must end with them: no Content-Type or Content-Length of ours after
+    them); else as they are."""
+    ends = model is not None and any(
+        m.endswith for n in ("http.header", "http.header.raw") for m in model.buffers.get(n, [])
+    )
+    if not ends or not own:
+        return headers
+    mine = set(own)
+    return [h for h in headers if h not in mine] + [h for h in headers if h in mine]
 
 
 _NDR = uuid.UUID("8a885d04-1ceb-11c9-9fe8-08002b104860").bytes_le + struct.pack("<I", 2)
@@ -1055,9 +1069,9 @@ DN_OIDS = {
 _DN_KEY = re.compile(rb"(?:^|(?<=, ))(C|ST|L|O|OU|CN|emailAddress)=")
 
 
-def dn_attributes(text: bytes) -> list[tuple[bytes, bytes]] | None:
+def dn_attributes(text: bytes, *, empty: bool = False) -> list[tuple[bytes, bytes]] | None:
     """`C=US, O=Example, CN=x` as [(b"C", b"US"), ...]; None when `text` does not start with an
-    attribute or an attribute's value is empty."""
+    attribute or an attribute's value is empty (unless `empty`: `C=, CN=` as empty values)."""
     hits = list(_DN_KEY.finditer(text))
     if not hits or hits[0].start() != 0:
         return None
@@ -1065,7 +1079,7 @@ def dn_attributes(text: bytes) -> list[tuple[bytes, bytes]] | None:
     for k, h in enumerate(hits):
         end = hits[k + 1].start() - 2 if k + 1 < len(hits) else len(text)
         value = text[h.end() : end]
-        if not value:
+        if not value and not empty:
             return None
         out.append((h.group(1), value))
     return out
@@ -1125,6 +1139,12 @@ def cert_name(model: RuleModel, name: str, default_cn: bytes) -> list[tuple[byte
             attrs = dn_attributes(cand)
             if attrs is not None and verify(cand, matches, opts):
                 return attrs
+    for text in dict.fromkeys(texts):
+        # last: attributes with empty values, when the rule spells them (`C=, ST=, ... CN=`
+        # with its bsize); Suricata renders an empty value as `C=`
+        attrs = dn_attributes(text, empty=True)
+        if attrs is not None and verify(text, matches, opts):
+            return attrs
     if not texts:
         raise LayoutError(f"no {name} satisfies the rule's matches on it")
     text = texts[0]
