@@ -315,12 +315,20 @@ IGNORED = {
     "flowint",
     "pkt_data",
 }
+STREAM_SIDES = ("server", "client", "both", "either")
+STREAM_OPS = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    "=": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+}
 # keywords we accept but cannot synthesize: rule unsupported with the keyword as reason
 UNSYNTH = {
     "base64_decode",
     "base64_data",
     "byte_extract",
-    "stream_size",
     "app-layer-event",
     "xbits",
     "flowint",
@@ -416,6 +424,8 @@ class RuleModel:
     flowbits_isset: list[str] = field(default_factory=list)
     noalert: bool = False
     events: int = 1  # sessions needed (threshold / detection_filter)
+    # stream_size: (side, operator, bytes) each; a side's size counts its SYN (sequence space)
+    stream_size: list[tuple[str, str, int]] = field(default_factory=list)
     track: str = "by_src"
     threshold_s: int = 0  # the threshold's or detection_filter's seconds (its window)
     status: str = "supported"
@@ -908,6 +918,19 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             m.track = args.get("track", "by_src")
             seconds = args.get("seconds", "0")
             m.threshold_s = max(m.threshold_s, int(seconds) if seconds.isdigit() else 0)
+            continue
+        if kw == "stream_size":
+            parts = [x.strip() for x in (val or "").split(",")]
+            if (
+                len(parts) != 3
+                or parts[0] not in STREAM_SIDES
+                or parts[1] not in STREAM_OPS
+                or not parts[2].isdigit()
+            ):
+                raise ValueError(
+                    f"stream_size:{val} is not `server|client|both|either, <|<=|=|!=|>=|>, N`"
+                )
+            m.stream_size.append((parts[0], parts[1], _bounded(int(parts[2]), "stream_size")))
             continue
         if kw in UNSYNTH:
             m.unsupported(f"keyword {kw} is not synthesized")

@@ -58,6 +58,7 @@ from .semantics import (
     MAX_RULE_TRAFFIC,
     MAX_SESSION_BYTES,
     RESPONSE_BUFFERS,
+    STREAM_OPS,
     RuleModel,
     address_side,
     choose_port,
@@ -1568,6 +1569,26 @@ def _facing(setter: RuleModel, model: RuleModel) -> RuleModel:
     return setter
 
 
+def stream_size_problem(model: RuleModel, messages: list[tuple[bool, bytes]]) -> str | None:
+    """Why the session's stream sizes break the rule's `stream_size` at its match (the first
+    message in the rule's direction: each side's bytes so far and its SYN, as Suricata counts
+    sequence space), or None when they hold."""
+    if not model.stream_size or model.proto != "tcp":
+        return None
+    size = {"client": 1, "server": 1}
+    for from_client, data in messages:
+        size["client" if from_client else "server"] += len(data)
+        if from_client == model.to_server and data:
+            break
+    for side, op, n in model.stream_size:
+        sides = ("client", "server") if side in ("both", "either") else (side,)
+        held = [STREAM_OPS[op](size[x], n) for x in sides]
+        if not (any(held) if side == "either" else all(held)):
+            got = ", ".join(f"{x} {size[x]:,}" for x in sides)
+            return f"stream_size:{side},{op},{n} does not hold at the match ({got} bytes)"
+    return None
+
+
 def plan(
     model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, depth: int = 0
 ) -> _Plan:
@@ -1604,6 +1625,9 @@ def plan(
             pre = pre[:-2]
         if any(d.startswith(b"EHLO") for _fc, d in pre):
             own = own[3:] if own[1][1].startswith(b"EHLO") else own[1:]
+    why = stream_size_problem(model, pre + own)
+    if why:
+        raise SynthError(why)
     size = sum(len(d) for _fc, d in pre + own)
     if size > MAX_SESSION_BYTES:
         raise SynthError(

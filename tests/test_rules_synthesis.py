@@ -11,7 +11,15 @@ import pytest
 from idsrules.layout import LayoutError, build_buffer, verify
 from idsrules.semantics import Match, analyze, services_of
 from idsrules.syntax import parse_rule_text
-from idsrules.synth import header_lines, http_request, rule_messages, udp_session
+from idsrules.synth import (
+    SynthError,
+    header_lines,
+    http_request,
+    plan,
+    rule_messages,
+    stream_size_problem,
+    udp_session,
+)
 
 
 def _model(options: str, header: str = "alert tcp $EXTERNAL_NET any -> $HOME_NET 7000"):
@@ -212,3 +220,29 @@ def test_dcerpc_bind_and_request() -> None:
         "alert udp $EXTERNAL_NET any -> $HOME_NET 135",
     )
     assert not udp.supported and "UDP" in udp.reasons[0]
+
+
+def test_stream_size_is_checked_at_the_match() -> None:
+    def model(opts: str):
+        return analyze(
+            parse_rule_text(
+                'alert tcp $EXTERNAL_NET any -> $HOME_NET 7000 (msg:"s"; flow:established,'
+                f'to_server; content:"hello"; {opts} sid:9; rev:1;)'
+            )
+        )
+
+    quiet = model("stream_size:server,<,5;")
+    assert quiet.supported and quiet.stream_size == [("server", "<", 5)]
+    assert stream_size_problem(quiet, [(True, b"hello"), (False, b"a long answer")]) is None
+    # the server spoke first: its 7 bytes and its SYN are counted at the client's match
+    assert stream_size_problem(quiet, [(False, b"banner\n"), (True, b"hello")]) == (
+        "stream_size:server,<,5 does not hold at the match (server 8 bytes)"
+    )
+    both = model("stream_size:both,>,3;")
+    assert stream_size_problem(both, [(False, b"ok"), (True, b"hello")]) is not None
+    either = model("stream_size:either,>,3;")
+    assert stream_size_problem(either, [(False, b"ok"), (True, b"hello")]) is None
+    with pytest.raises(SynthError, match="stream_size:client,>,9999"):
+        plan(model("stream_size:client,>,9999;"), {}, 1)
+    bad = model("stream_size:sideways,<,5;")
+    assert not bad.supported and "stream_size:sideways" in " ".join(bad.reasons)

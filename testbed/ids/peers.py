@@ -49,6 +49,7 @@ import re
 import ssl
 import struct
 import tempfile
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -770,9 +771,15 @@ def _judge_tls(model: RuleModel, received: bytes, server_data: bytes) -> str:
     refused = openssl_refuses(server_data, server_side=False)
     if refused:
         return f"tls client: OpenSSL refuses the server's flight: {refused}"
+    with warnings.catch_warnings():
+        # cryptography warns of a country name that is not 2 letters (`C=`, which a rule may
+        # ask for); the client reads it all the same, and so does Suricata
+        warnings.simplefilter("ignore", UserWarning)
+        subjects = [_dn(c.subject) for c in certs]
+        issuers = [_dn(c.issuer) for c in certs]
     for name, cands in (
-        ("tls.cert_subject", [_dn(c.subject) for c in certs]),
-        ("tls.cert_issuer", [_dn(c.issuer) for c in certs]),
+        ("tls.cert_subject", subjects),
+        ("tls.cert_issuer", issuers),
         ("tls.certs", ders),
     ):
         why = _intent(model, name, "tls client", cands)
