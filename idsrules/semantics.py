@@ -315,6 +315,7 @@ IGNORED = {
     "flowint",
     "pkt_data",
 }
+XBIT = "xbits:"  # an xbit's name among the flowbits (a bit of another table)
 STREAM_SIDES = ("server", "client", "both", "either")
 STREAM_OPS = {
     "<": lambda a, b: a < b,
@@ -330,7 +331,6 @@ UNSYNTH = {
     "base64_data",
     "byte_extract",
     "app-layer-event",
-    "xbits",
     "flowint",
     "ssh_proto",
     "ssh.proto",
@@ -900,6 +900,22 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
                 m.flowbits_isset.extend(names)
             elif cmd == "noalert":
                 m.noalert = True
+            continue
+        if kw == "xbits":
+            # set and isset as flowbits in one session (its client and server are the tracked
+            # addresses), under names of their own; unset and toggle have no session to shape
+            parts = [p.strip() for p in (val or "").split(",")]
+            cmd = parts[0].lower()
+            if len(parts) < 2 or not parts[1]:
+                raise ValueError(f"xbits:{val} names no bit")
+            if cmd == "set":
+                m.flowbits_set.append(XBIT + parts[1])
+            elif cmd == "isset":
+                m.flowbits_isset.append(XBIT + parts[1])
+            elif cmd == "noalert":
+                m.noalert = True
+            elif cmd not in ("unset", "toggle", "isnotset"):
+                raise ValueError(f"xbits:{val}: no such command")
             continue
         if kw == "noalert":
             m.noalert = True

@@ -59,6 +59,7 @@ from .semantics import (
     MAX_SESSION_BYTES,
     RESPONSE_BUFFERS,
     STREAM_OPS,
+    XBIT,
     RuleModel,
     address_side,
     choose_port,
@@ -1599,7 +1600,8 @@ def plan(
     for name in model.flowbits_isset:
         setter = _setter_for(name, setters, model.sid, model.app)
         if setter is None:
-            raise SynthError(f"flowbit {name!r} is set by no rule given")
+            kind, bit = ("xbit", name[len(XBIT) :]) if name.startswith(XBIT) else ("flowbit", name)
+            raise SynthError(f"{kind} {bit!r} is set by no rule given")
         if depth > 3:
             raise SynthError("flowbits chain too deep")
         setter = _facing(setter, model)

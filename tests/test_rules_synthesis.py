@@ -246,3 +246,21 @@ def test_stream_size_is_checked_at_the_match() -> None:
         plan(model("stream_size:client,>,9999;"), {}, 1)
     bad = model("stream_size:sideways,<,5;")
     assert not bad.supported and "stream_size:sideways" in " ".join(bad.reasons)
+
+
+def test_xbits_are_set_and_checked_as_bits_of_their_own() -> None:
+    def model(opts: str):
+        return analyze(
+            parse_rule_text(
+                f'alert tcp any any -> $HOME_NET 7000 (msg:"x"; content:"a"; {opts} sid:9; rev:1;)'
+            )
+        )
+
+    setter = model("xbits:set,stage,track ip_src,expire 30; noalert;")
+    checker = model("xbits:isset,stage,track ip_src;")
+    assert setter.flowbits_set == ["xbits:stage"] and setter.noalert
+    assert checker.flowbits_isset == ["xbits:stage"] and checker.supported
+    with pytest.raises(SynthError, match="xbit 'stage' is set by no rule given"):
+        plan(checker, {}, 1)
+    assert not model("xbits:flip,stage,track ip_src;").supported
+    assert not model("xbits:set;").supported

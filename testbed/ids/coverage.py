@@ -126,7 +126,8 @@ def score(
             row["extra_sids"] = sorted(extra)
             if extra - generic:
                 extra_specific += 1
-            kinds = {s: extra_kind_of(m, by_sid.get(s), generic) for s in extra}
+            setters = [by_sid[r] for r in sess[0].related if r in by_sid]
+            kinds = {s: extra_kind_of(m, by_sid.get(s), generic, setters) for s in extra}
             for s, k in kinds.items():
                 extra_sids_kind[k][s] += 1
             worst = next(k for k in EXTRA_KINDS[::-1] if k in kinds.values())
@@ -212,9 +213,9 @@ def score(
 # Kinds of extra alert (another sid firing on a rule's session), from the most to the least expected:
 # header_only: the other rule has no content or pcre (a SYN to port 1521, say): it matches any
 #   session to that port, whatever we send;
-# overlapping: every content of the other rule also occurs in this rule's own contents, or is HTTP
-#   framing every request carries (method, " HTTP/1."): traffic that satisfies this rule satisfies
-#   the other's contents too;
+# overlapping: every content of the other rule also occurs in this rule's own contents (or those
+#   of the flowbit setters written into its session), or is HTTP framing every request carries
+#   (method, " HTTP/1."): traffic that satisfies this rule satisfies the other's contents too;
 # unrelated: anything else, i.e. the session carried bytes that neither rule asked for. The
 #   "<= 1% of sessions" target is judged on this kind.
 EXTRA_KINDS = ("header_only", "overlapping", "unrelated")
@@ -239,8 +240,15 @@ def _contents(m: RuleModel) -> list[bytes]:
     ]
 
 
-def extra_kind_of(own: RuleModel, other: RuleModel | None, generic: set[int]) -> str:
-    """Which of EXTRA_KINDS an alert of `other` on the session of `own` is."""
+def extra_kind_of(
+    own: RuleModel,
+    other: RuleModel | None,
+    generic: set[int],
+    setters: list[RuleModel] | tuple = (),
+) -> str:
+    """Which of EXTRA_KINDS an alert of `other` on the session of `own` is (`setters`: the
+    flowbit setters whose messages were written into that session, whose contents count as its
+    own)."""
     if other is None:
         return "unrelated"
     if other.sid in generic:
@@ -248,7 +256,7 @@ def extra_kind_of(own: RuleModel, other: RuleModel | None, generic: set[int]) ->
     theirs = _contents(other)
     if not theirs:
         return "unrelated"  # pcre / byte_test only: nothing to compare
-    mine = b"\n".join(_contents(own)).lower()
+    mine = b"\n".join(c for r in (own, *setters) for c in _contents(r)).lower()
     framing = _HTTP_FRAMING if own.app == "http" else ()
     if all(c.lower() in mine or c.lower() in framing for c in theirs):
         return "overlapping"
