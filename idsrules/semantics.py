@@ -315,6 +315,18 @@ IGNORED = {
     "flowint",
     "pkt_data",
 }
+# what a rule of these asks for that no session can be made from
+_JA3 = (
+    "a JA3 hash cannot be inverted: a ClientHello hashes to it only if its JA3 string is known, "
+    "and the rule gives the hash alone"
+)
+UNSYNTH_WHY = {
+    "ja3.hash": _JA3,
+    "ja3_hash": _JA3,
+    "ja3s.hash": _JA3.replace("JA3", "JA3S").replace("ClientHello", "ServerHello"),
+    "tls.cert_fingerprint": "a certificate fingerprint is a SHA-1 of the whole certificate: "
+    "no certificate can be made to have a given one",
+}
 XBIT = "xbits:"  # an xbit's name among the flowbits (a bit of another table)
 STREAM_SIDES = ("server", "client", "both", "either")
 STREAM_OPS = {
@@ -790,7 +802,7 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         # buffers: Suricata dotted sticky names
         if kw in SUPPORTED_BUFFERS or kw in KNOWN_UNSYNTH_BUFFERS or kw == "http.uri.raw":
             if kw in KNOWN_UNSYNTH_BUFFERS:
-                m.unsupported(f"buffer {kw} is not synthesized")
+                m.unsupported(UNSYNTH_WHY.get(kw, f"buffer {kw} is not synthesized"))
             sticky = kw
             continue
         if kw == "http_header" and val and snort3:
@@ -949,7 +961,7 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             m.stream_size.append((parts[0], parts[1], _bounded(int(parts[2]), "stream_size")))
             continue
         if kw in UNSYNTH:
-            m.unsupported(f"keyword {kw} is not synthesized")
+            m.unsupported(UNSYNTH_WHY.get(kw, f"keyword {kw} is not synthesized"))
             continue
         if kw in IGNORED:
             continue

@@ -264,3 +264,14 @@ def test_xbits_are_set_and_checked_as_bits_of_their_own() -> None:
         plan(checker, {}, 1)
     assert not model("xbits:flip,stage,track ip_src;").supported
     assert not model("xbits:set;").supported
+
+
+def test_what_no_session_can_carry_says_why() -> None:
+    def reasons(opts: str) -> str:
+        rule = f'alert tls any any -> any any (msg:"j"; {opts} sid:5; rev:1;)'
+        return " ".join(analyze(parse_rule_text(rule)).reasons)
+
+    assert "cannot be inverted" in reasons('ja3.hash; content:"e7d705a3286e19ea42f587b344ee6865";')
+    assert "ServerHello" in reasons('ja3s.hash; content:"e7d705a3286e19ea42f587b344ee6865";')
+    assert "SHA-1" in reasons('tls.cert_fingerprint; content:"aa:bb";')
+    assert reasons('base64_decode; content:"x";') == "keyword base64_decode is not synthesized"
