@@ -275,15 +275,29 @@ def _byte_base(m: Match, prev_end: int, spec: dict) -> int:
     return (prev_end if m.relative else 0) + spec["offset"]
 
 
-def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: bytes) -> bytearray:
+def _place_contents(
+    matches: list[Match], prefix: bytes, fill: bytes, avoid: bytes, jump_past: bool = False
+) -> bytearray:
+    """The matches laid out in order. A byte_jump lands right after the bytes it reads; with
+    `jump_past`, past every byte written so far and far enough that a relative content after it
+    with a negative distance (`distance:-64`: the PE header an MZ header's offset points to) starts
+    in fresh bytes."""
     buf = bytearray(prefix)
     prev_end = 0
     ends_at: int | None = None
     min_len = 0  # a byte_jump must land inside the buffer
-    for m in matches:
+    free: tuple[int, int] | None = None  # filler a jump passed over, free for the next content
+    for k, m in enumerate(matches):
         if m.kind in ("byte_test", "byte_jump"):
             spec = _byte_spec(m)
             pos = _byte_base(m, prev_end, spec)
+            if pos < 0 and jump_past and not prefix and m.kind == "byte_jump":
+                buf[0:0] = fill * -pos  # the contents so far move on: the read starts at 0
+                prev_end, ends_at, pos = (
+                    prev_end - pos,
+                    None if ends_at is None else ends_at - pos,
+                    0,
+                )
             if pos < 0:
                 raise LayoutError(f"{m.kind} reads before the buffer start")
             if len(buf) < pos + spec["n"]:
@@ -301,10 +315,15 @@ def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: byt
                 continue
             # byte_jump: a value that lands right after the bytes read (or there from the start)
             want = pos + spec["n"]
+            if jump_past:
+                nxt = next((x for x in matches[k + 1 :] if x.kind == "content"), None)
+                back = -nxt.distance if nxt is not None and (nxt.distance or 0) < 0 else 0
+                want = max(want, len(buf)) + back
             if v is None or not want <= _jump_target(pos, v, spec, len(buf)) <= want + 4096:
                 v = 0
-                if spec["begin"]:
-                    v = max(0, -(-(want - spec["post"]) // spec["mult"])) if spec["mult"] > 0 else 0
+                if spec["mult"] > 0:
+                    base = 0 if spec["begin"] else pos + spec["n"]
+                    v = max(0, -(-(want - base - spec["post"]) // spec["mult"]))
                 enc = _encode_value(v, spec)
                 if enc is None:
                     raise LayoutError("no value satisfies the byte_jump")
@@ -313,6 +332,8 @@ def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: byt
             if target < 0:
                 raise LayoutError("byte_jump lands before the buffer start")
             if len(buf) < target:
+                if jump_past:
+                    free = (len(buf), target)
                 buf += fill * (target - len(buf))
             prev_end = target
             min_len = max(min_len, target + 1)
@@ -373,11 +394,14 @@ def _place_contents(matches: list[Match], prefix: bytes, fill: bytes, avoid: byt
         else:
             for p in range(lo, min(hi, len(buf)) + 1):
                 seg = bytes(buf[p : p + L])
-                if _eq(seg, data[: len(seg)], m.nocase):
-                    at = p
+                if _eq(seg, data[: len(seg)], m.nocase) or (
+                    free is not None and free[0] <= p and p + L <= free[1]
+                ):
+                    at = p  # bytes already there, or filler a jump left behind it
                     break
         if at is None:
             raise LayoutError("contents cannot be placed with their offset/depth/distance/within")
+        free = None
         if at > len(buf):
             buf += fill * (at - len(buf))
         buf[at : at + L] = data
@@ -412,12 +436,14 @@ def build_buffer(
     prefixes = [prefix, b""] if prefix else [b""]
     for pre in prefixes:
         for order in _orders(matches, contents, pcres):
-            try:
-                buf = bytes(_place_contents(order, pre, fill, avoid))
-            except (LayoutError, RegexUnsupported) as exc:
-                errors.append(str(exc))
-                continue
-            candidates.append((pre, buf))
+            jumps = any(x.kind == "byte_jump" for x in order)
+            for past in (False, True) if jumps else (False,):
+                try:
+                    buf = bytes(_place_contents(order, pre, fill, avoid, past))
+                except (LayoutError, RegexUnsupported) as exc:
+                    errors.append(str(exc))
+                    continue
+                candidates.append((pre, buf))
             # pcre example first, then the contents after it
     for pre in prefixes:
         for p in pcres:
