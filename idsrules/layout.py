@@ -317,7 +317,7 @@ def _place_contents(
             want = pos + spec["n"]
             if jump_past:
                 nxt = next((x for x in matches[k + 1 :] if x.kind == "content"), None)
-                back = -nxt.distance if nxt is not None and (nxt.distance or 0) < 0 else 0
+                back = max(0, -((nxt.distance or 0) if nxt is not None else 0))
                 want = max(want, len(buf)) + back
             if v is None or not want <= _jump_target(pos, v, spec, len(buf)) <= want + 4096:
                 v = 0
