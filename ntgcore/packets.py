@@ -169,6 +169,12 @@ def mac(text: str) -> bytes:
     return bytes.fromhex(text.replace(":", "").replace("-", ""))
 
 
+def initial_seq(seed: int) -> int:
+    """The client's initial sequence number of a session made from `seed` (the server's is it
+    XOR 0x5A5A5A5A): the same seed, the same numbers, in every writer of sessions."""
+    return (seed * 2654435761) & 0xFFFFFFFF
+
+
 def tcp_session(
     client: bytes,
     server: bytes,
@@ -194,7 +200,7 @@ def tcp_session(
     and the IPv4 ids come from `seed` (the same seed, the same bytes). Without `handshake`
     each message is one segment with `flags` (default PSH|ACK) and no close: a packet with
     flags, no conversation. Nothing is timed: the caller stamps the frames."""
-    cseq = (seed * 2654435761) & 0xFFFFFFFF
+    cseq = initial_seq(seed)
     sseq = (cseq ^ 0x5A5A5A5A) & 0xFFFFFFFF
     ident = seed & 0xFFFF
 

@@ -277,7 +277,7 @@ def render(
     the offline frames: captures are laid out by the native renderer (`native.py`), which
     tests/test_wire_render.py holds equal to this, byte for byte."""
     conn = Conn(P.addr(client), P.addr(server), cport, sport, timestamps=plan.timestamps)
-    conn.cisn = (seed * 2654435761) & 0xFFFFFFFF
+    conn.cisn = P.initial_seq(seed)
     sisn = (conn.cisn ^ 0x5A5A5A5A) & 0xFFFFFFFF
     if plan.proto == "udp":
         yield from _render_udp(plan, conn)

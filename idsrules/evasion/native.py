@@ -89,7 +89,7 @@ def session_program(
     renders."""
     c, s = P.addr(client), P.addr(server)
     flags = F_TIMESTAMPS if plan.timestamps else 0
-    cisn = (seed * 2654435761) & MASK32
+    cisn = P.initial_seq(seed)
     proto = 6 if plan.proto == "tcp" else 17
     family = 4 if len(c) == 4 else 6
     out = [SESSION.pack(proto, family, flags, cport, sport, cisn, len(plan.steps), c, s)]
