@@ -103,7 +103,16 @@ SESSIONS = {
     + [
         dict(start=3_000_000_000, period=700_000_000, packets=6, reps=3, rep_period=4_100_000_000),
     ],
+    # pauses of more than STATS_IDLE_ROWS (3600) idle seconds: cut to their first and last
+    # second in the CSV; one flow stays active over the long pause (active_flows > 0 there)
+    "long-pauses": [
+        dict(start=0, period=400_000_000, packets=5, reps=1, rep_period=0),
+        dict(start=1_500_000_000, period=9_000 * 10**9, packets=2, reps=1, rep_period=0),
+        dict(start=5_000 * 10**9, period=1_000_000, packets=3, reps=2, rep_period=3_000 * 10**9),
+        dict(start=20_000 * 10**9 + 7, period=1_000_000, packets=2, reps=1, rep_period=0),
+    ],
 }
+IDLE_ROWS = 3600  # stats.h STATS_IDLE_ROWS
 
 
 def _random_session(seed):
@@ -210,6 +219,37 @@ def test_csv_has_gap_rows(flowengine_bin, tmp_path):
     assert [int(r["second"]) for r in rows] == list(range(len(rows)))
     assert any(int(r["packets"]) == 0 for r in rows)
     assert sum(int(r["packets"]) for r in rows) == got["sum"]["packets"]
+    assert int(rows[-1]["active_flows"]) == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_csv_cuts_long_pauses(flowengine_bin, tmp_path, threads):
+    """Every second up to the last packet has a row, except inside a run of more than IDLE_ROWS
+    idle seconds, which keeps only its first and last second; active_flows is carried over."""
+    got = gen_files(flowengine_bin, tmp_path, SESSIONS["long-pauses"], "p", "--threads", threads)
+    rows = read_csv(got["stats"])
+    busy = {
+        int(r["second"]): r
+        for r in rows
+        if int(r["packets"]) or int(r["flows_started"]) or int(r["flows_finished"])
+    }
+    want, s, last = [], 0, max(busy)
+    while s <= last:
+        if s in busy:
+            want.append(s)
+            s += 1
+            continue
+        end = s
+        while end not in busy:
+            end += 1
+        want += list(range(s, end)) if end - s <= IDLE_ROWS else [s, end - 1]
+        s = end
+    assert [int(r["second"]) for r in rows] == want
+    assert len(rows) < 2 * IDLE_ROWS + 100  # 20,000 s of scenario, far fewer rows
+    assert sum(int(r["packets"]) for r in rows) == got["sum"]["packets"] == 5 + 2 + 6 + 2
+    active = {int(r["second"]): int(r["active_flows"]) for r in rows}
+    # seconds 2..4999 are idle: cut to 2 and 4999, the 9,000 s flow open over them
+    assert 3 not in active and active[2] == active[4999] == 1
     assert int(rows[-1]["active_flows"]) == 0
 
 

@@ -48,10 +48,7 @@ int merge_rows_poll(struct merge_rows *m, int final)
         }
         if (smin == UINT64_MAX || smin >= lim)
             break;
-        for (; m->next < smin; m->next++) {
-            struct feed_row z = { m->next, 0, 0, 0, 0, 0 };
-            put_row(m, &z);
-        }
+        stats_idle(m->csv, m->next, smin, m->active, m->late_col);
         struct feed_row t = { smin, 0, 0, 0, 0, 0 };
         for (unsigned i = 0; i < m->n; i++) {
             const struct feed_row *r;

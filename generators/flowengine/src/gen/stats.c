@@ -31,6 +31,16 @@ void stats_row(FILE *csv, uint64_t sec, uint64_t packets, uint64_t bytes, uint64
     fputc('\n', csv);
 }
 
+void stats_idle(FILE *csv, uint64_t from, uint64_t to, uint64_t active, int late_col)
+{
+    if (to > from && to - from > STATS_IDLE_ROWS) {
+        stats_row(csv, from, 0, 0, 0, 0, active, late_col, 0);
+        from = to - 1;
+    }
+    for (; from < to; from++)
+        stats_row(csv, from, 0, 0, 0, 0, active, late_col, 0);
+}
+
 int stats_init(struct stats *st, FILE *csv, int late_col)
 {
     memset(st, 0, sizeof *st);
@@ -80,9 +90,11 @@ int stats_advance(struct stats *st, uint64_t due_ns)
         st->before_row(st->before_row_ctx);
     /* A second is over only once a later packet is due: the rows of idle
      * seconds are written then, so none is written past the last packet. */
-    while (st->sec < target) {
-        write_row(st);
-        st->sec++;
+    if (st->sec < target) {
+        write_row(st); /* the current second; the rest are idle */
+        if (!st->feed)
+            stats_idle(st->csv, st->sec + 1, target, st->active, st->late_col);
+        st->sec = target;
     }
     st->sec_end = (target + 1) * NS_PER_SEC;
     st->open_row = 0;

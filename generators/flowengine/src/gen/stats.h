@@ -2,7 +2,8 @@
  *
  * The loop counts every packet of the current virtual second; when a packet
  * of a later second is due it writes the rows of the seconds passed (idle
- * ones included, as zero rows) and flushes, so a reader sees progress. With
+ * ones included, as zero rows: stats_idle) and flushes, so a reader sees
+ * progress. With
  * --threads a worker's rows go to its feed (feed.h) instead and the main
  * thread writes the CSV (merge.h).
  *
@@ -33,12 +34,21 @@ struct stats {
     int feed_err; /* 0, or -ENOMEM: a row could not be queued */
 };
 
+/* A pause of more than this many idle seconds in a row is written as its
+ * first and its last second only (README, "Per-second statistics"): a
+ * scenario that pauses for years would otherwise write a row per second. */
+#define STATS_IDLE_ROWS 3600u
+
 /* Writes the CSV header: `second,...,active_flows` (and `,late` with late_col). */
 void stats_header(FILE *csv, int late_col);
 /* Writes one row under that header: the one format of a second, used by the
  * one-thread run here and by the main thread's merge of the workers' rows. */
 void stats_row(FILE *csv, uint64_t sec, uint64_t packets, uint64_t bytes, uint64_t started,
                uint64_t finished, uint64_t active, int late_col, uint64_t late);
+/* Writes the zero rows of the idle seconds [from, to) (active flows
+ * `active`): every one, or for more than STATS_IDLE_ROWS of them the first and
+ * the last. Shared by the one-thread loop and the --threads merge. */
+void stats_idle(FILE *csv, uint64_t from, uint64_t to, uint64_t active, int late_col);
 /* Statistics written to csv, header included (and flushed). late_col: add
  * the `late` column (pacing on). Returns 0 or a negative errno of the write. */
 int stats_init(struct stats *st, FILE *csv, int late_col);
