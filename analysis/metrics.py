@@ -10,6 +10,10 @@ Seconds are bins of 1 s counted from the first packet. The last bin is *partial*
 stops before that second ends: when the time from the last packet to the end of the bin is more
 than two mean inter-packet gaps (measured inside that bin, or over the whole capture when the bin
 holds fewer than two packets). A partial bin is shown but left out of every mean and deviation.
+A capture that spans more than PER_SECOND_MAX_S (31 days: a capture pieced together, a clock jump,
+a hostile time stamp) has no per-second bins: the series is empty, every rate statistic None, as
+for a capture without a complete second, and `per_second.left_out` says why (a month of bins is
+2.7 million numbers; three years would be 97 million, and 2^32 s 30 GiB).
 
 Warm-up (see `detect_warmup`) is the time the rate takes to come up to its steady level: the
 reference is the median rate of the second half of the complete seconds, the floor is
@@ -437,6 +441,7 @@ def traffic_metrics(cap: Capture, flows: pd.DataFrame | None = None) -> dict[str
     return acc.metrics(flows)
 
 
+PER_SECOND_MAX_S = 31 * 86_400  # per-second bins only for captures spanning at most this
 SIZE_DIRECT = 1 << 18  # wire lengths below this are counted in an array, larger ones in a dict
 
 
@@ -446,11 +451,13 @@ class SecondBins:
 
     A packet earlier than the origin cannot be binned (the bins would have to move by a
     fraction of a second): `early` is then set and the bins must be counted again from the
-    true first packet."""
+    true first packet. A packet PER_SECOND_MAX_S or more after the origin sets `too_long`: the
+    bins are dropped and nothing more is counted."""
 
     def __init__(self, origin_ns: int) -> None:
         self.origin = origin_ns
         self.early = False
+        self.too_long = False
         self.packets = np.zeros(0, np.int64)
         self.bytes = np.zeros(0, np.int64)
         self.last_bin = -1  # index of the last bin with a packet, and its packets' times
@@ -462,8 +469,14 @@ class SecondBins:
         if int(ts.min()) < self.origin:
             self.early = True
             return
+        if self.too_long:
+            return
         sec = (ts - self.origin) // NS
         lo, hi = int(sec.min()), int(sec.max())
+        if hi >= PER_SECOND_MAX_S:
+            self.too_long = True
+            self.packets = self.bytes = np.zeros(0, np.int64)
+            return
         if hi >= len(self.packets):
             grow = hi + 1 - len(self.packets)
             self.packets = np.concatenate([self.packets, np.zeros(grow, np.int64)])
@@ -570,8 +583,9 @@ class TrafficAccumulator:
         return self.flows.table()
 
     def per_second(self, flows: pd.DataFrame | None = None) -> pd.DataFrame:
-        """per_second's table: packets, bytes, flows started per second, partial last bin."""
-        if self.packets == 0:
+        """per_second's table: packets, bytes, flows started per second, partial last bin
+        (no rows when the capture spans more than PER_SECOND_MAX_S)."""
+        if self.packets == 0 or (self.bins is not None and self.bins.too_long):
             empty = np.zeros(0, np.int64)
             return pd.DataFrame(
                 {
@@ -611,6 +625,18 @@ class TrafficAccumulator:
             }
         )
 
+    def per_second_left_out(self) -> str | None:
+        """Why the capture has no per-second bins although it has packets (None: it has them)."""
+        if self.bins is None or not self.bins.too_long:
+            return None
+        assert self.first_ns is not None and self.last_ns is not None
+        span = (self.last_ns - self.first_ns) / NS
+        return (
+            f"the capture spans {span:,.0f} s ({span / 86_400:,.1f} days), more than "
+            f"{PER_SECOND_MAX_S // 86_400} days: no per-second bins, rates or warm-up "
+            "(a capture pieced together or a clock jump?)"
+        )
+
     def metrics(self, flows: pd.DataFrame | None = None) -> dict[str, Any]:
         """traffic_metrics' dictionary; FLOWS is the flow table (this one's when not given)."""
         if flows is None:
@@ -643,6 +669,7 @@ class TrafficAccumulator:
             "bytes": bins["bytes"].tolist(),
             "flows_started": bins["flows_started"].tolist(),
             "last_partial": bool(bins["partial"].any()),
+            "left_out": self.per_second_left_out(),
         }
         out.update(_rate_stats(pkts, byts, out["average_packet_size"]))
         warm = detect_warmup(pkts)

@@ -611,6 +611,11 @@ def build(
                 "The last second is partial and left out of the statistics. "
                 if m["per_second"]["last_partial"]
                 else ""
+            )
+            + (
+                f"No rate statistics: {m['per_second']['left_out']}. "
+                if m["per_second"].get("left_out")
+                else ""
             ),
         )
     )

@@ -12,7 +12,7 @@ from scapy.packet import Raw
 from scapy.utils import wrpcap
 
 from analysis import detect_warmup, flow_table, read_capture, traffic_metrics
-from analysis.metrics import per_second
+from analysis.metrics import PER_SECOND_MAX_S, TrafficAccumulator, per_second
 
 pytestmark = pytest.mark.usefixtures("pcaplib")
 
@@ -229,6 +229,38 @@ def test_empty_capture_has_no_rates(tmp_path):
     m = traffic_metrics(cap)
     assert m["packets"] == 0 and m["mean_pps"] is None and m["flows"]["count"] == 0
     assert m["per_second"]["packets"] == []
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_capture_spanning_months_has_no_bins_but_every_other_number(tmp_path, chunked):
+    """Two seconds of traffic, a clock jump of 2^31 s, two more: no 16 GiB of bins (the
+    hostile case), the reason stated, rates None; packets, flows and sizes still counted.
+    Chunked: the jump falls between two chunks, after bins were counted."""
+    times = rate_pattern([100, 100])
+    times += [t + 2**31 * NS for t in rate_pattern([100, 100])]
+    frames = [udp_frame(1 + i // 100, 10) for i in range(len(times))]
+    cap = read_capture(write_pcap(tmp_path / "jump.pcap", times, frames))
+    if chunked:
+        acc = TrafficAccumulator()
+        for i, part in enumerate((slice(0, 200), slice(200, 400))):
+            acc.add(read_capture(write_pcap(tmp_path / f"{i}.pcap", times[part], frames[part])))
+        m = acc.metrics()
+    else:
+        m = traffic_metrics(cap)
+    assert m["per_second"]["packets"] == [] and m["per_second"]["second"] == []
+    assert "more than 31 days" in m["per_second"]["left_out"]
+    assert m["mean_pps"] is None and m["steady"]["mean_pps"] is None
+    assert m["packets"] == 400 and m["flows"]["count"] == 4
+    assert m["duration_s"] == pytest.approx(2**31 + 2 - 0.01)
+
+
+def test_a_capture_within_the_bin_limit_keeps_its_bins(tmp_path):
+    last = (PER_SECOND_MAX_S - 1) * NS
+    cap = read_capture(write_pcap(tmp_path / "month.pcap", [T0, T0 + last], [udp_frame(1, 10)] * 2))
+    m = traffic_metrics(cap)
+    assert m["per_second"]["left_out"] is None
+    assert len(m["per_second"]["packets"]) == PER_SECOND_MAX_S
+    assert sum(m["per_second"]["packets"]) == 2
 
 
 def test_detect_warmup_ignores_a_higher_start_and_a_lone_early_spike():
