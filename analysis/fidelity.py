@@ -9,9 +9,14 @@ correlations of the heaviest talkers and ports, downstream counts, plots and a r
 Definitions (docs/fidelity.md says where each comes from and where we deviate from NetShare,
 Yin et al., SIGCOMM 2022):
 
-- Records. Every metric but the packet size is computed over flow records: the project's flow
-  table (`analysis.stream`, one row per unidirectional 5-tuple of the IP packets, as NetShare's
-  NetFlow evaluation uses one row per flow record). The packet size is over every packet.
+- Records. Every metric but the packet size is computed over flow records, as NetShare's NetFlow
+  evaluation uses one row per flow record: a unidirectional 5-tuple's IP packets, cut where two
+  of them are more than FLOW_IDLE_NS apart (a flow meter's idle timeout; no active timeout, no
+  FIN/RST end; bytes are frame bytes, as in analysis' flow table; an ICMP flow's key holds its
+  type and code) by the flow-meter reference (`analysis.flowmeter.reference`). Without the cut a
+  5-tuple met again after a pause of months (a learned scenario that keeps a capture's clock
+  jumps, a client port drawn again) would be one flow months long. The packet size is over
+  every packet.
 - JSD: Jensen-Shannon divergence with base-2 logarithms, in [0, 1] (0: the same distribution).
   Ports and protocol: distributions over the values (0..65535, 0..255). Addresses: over the
   popularity ranks (the share of the most frequent address, of the second, ...), as NetShare does:
@@ -26,10 +31,10 @@ Yin et al., SIGCOMM 2022):
   top-10 service ports (the lower of a flow's two ports) of both traces (the union of the two
   top-10 lists, a volume of 0 where one trace has none).
 
-Everything is computed with numpy over the flow table's columns (no per-packet Python loop); a
-capture is read in chunks (`iter_capture`, `chunk_packets(memory_limit)` packets at a time) into the
-project's flow table (`FlowAccumulator`) and a packet-length histogram: memory is bounded by the
-chunk plus the flows.
+Everything is computed with numpy over the flow records' columns (no per-packet Python loop); a
+capture is read in chunks (`iter_capture`, `chunk_packets(memory_limit)` packets at a time) twice:
+once for a packet-length histogram, once for the records: memory is bounded by the chunk plus
+the flows.
 """
 
 from __future__ import annotations
@@ -51,10 +56,28 @@ from ntgcore.errors import BadInput
 from ntgcore.files import replacing, write_error
 
 from .capture import iter_capture
-from .metrics import PROTO_NAMES, FlowAccumulator
+from .flowmeter.records import MeterRules
+from .flowmeter.reference import reference_records
+from .metrics import PROTO_NAMES
 from .plots import BLUE, GREEN, GREY, ORANGE, figure, legend, save
 from .report import to_html, to_markdown
 from .stream import PROGRESS_EVERY_S, chunk_packets
+
+FLOW_IDLE_NS = 1800 * 10**9  # a 5-tuple's packets further apart than this are two flows
+RECORD_RULES = MeterRules(
+    idle_timeout_ns=FLOW_IDLE_NS, active_timeout_ns=2**61, tcp_end=False, frame_bytes=True
+)
+RECORD_COLUMNS = [
+    "src",
+    "dst",
+    "sport",
+    "dport",
+    "proto",
+    "packets",
+    "bytes",
+    "first_ns",
+    "last_ns",
+]
 
 JSD_FIELDS = {
     "src_addr": "source address (popularity rank)",
@@ -251,7 +274,6 @@ def read_trace(
             next(opened)
         finally:
             opened.close()
-    flows_acc = FlowAccumulator()
     sizes: pd.Series = pd.Series(dtype=np.int64)
     packets, first, last, shown = 0, None, None, time.monotonic()
     problems = []
@@ -260,7 +282,6 @@ def read_trace(
         # the chunks share their arrays (reuse): each is dropped before the next is read
         while (cap := next(chunks, None)) is not None:
             if len(cap):
-                flows_acc.add(cap)
                 packets += len(cap)
                 lo, hi = int(cap.ts_ns.min()), int(cap.ts_ns.max())
                 first = lo if first is None else min(first, lo)
@@ -271,9 +292,11 @@ def read_trace(
                 problems.append(f"{p}: damaged at byte offset {cap.problem.offset:,}")
             if progress and time.monotonic() - shown >= PROGRESS_EVERY_S:
                 shown = time.monotonic()
-                progress(f"{label}: {packets:,} packets, {len(flows_acc):,} flows")
+                progress(f"{label}: {packets:,} packets")
             del cap
-    flows = flows_acc.table()
+    records = reference_records(paths, RECORD_RULES, chunk_packets(memory_limit))
+    flows = records.select(RECORD_COLUMNS).to_pandas()
+    flows["duration_ns"] = flows["last_ns"] - flows["first_ns"]
     if not len(flows):
         raise BadInput(
             f"{label}: no IP flow in {packets:,} packets (expected a capture with IPv4 or "

@@ -18,6 +18,7 @@ from scapy.all import ARP, IP, TCP, Ether, Raw, wrpcap
 from analysis.capture import CaptureError
 from analysis.fidelity import (
     EMD_FIELDS,
+    FLOW_IDLE_NS,
     JSD_FIELDS,
     compare_traffic,
     emd,
@@ -60,6 +61,29 @@ def tiny(path: Path, shift: int = 0, payload: int = 10) -> Path:
 def pair(tmp_path, pcaplib):
     """The tiny capture and its transform: ports shifted by one, payloads doubled (10 -> 20)."""
     return tiny(tmp_path / "a.pcap"), tiny(tmp_path / "b.pcap", shift=1, payload=20)
+
+
+def test_a_five_tuple_met_again_after_a_long_pause_is_two_flows(tmp_path, pcaplib):
+    """One 5-tuple, two packets, then two more FLOW_IDLE_NS + 1 s later (a clock jump, a port
+    drawn again): two flow records of 0.5 s, not one of half an hour; a pause just under the
+    idle timeout keeps one record. Bytes are frame bytes (64 a packet)."""
+
+    def capture(path: Path, pause_s: float) -> Path:
+        packets = []
+        for t in (1.0, 1.5, 1.5 + pause_s, 2.0 + pause_s):
+            p = Ether() / IP(src="10.0.0.1", dst="10.0.1.1") / TCP(sport=1000, dport=80)
+            p = p / Raw(b"x" * 10)
+            p.time = t
+            packets.append(p)
+        wrpcap(str(path), packets)
+        return path
+
+    cut = read_trace(capture(tmp_path / "cut.pcap", FLOW_IDLE_NS / 1e9 + 1))
+    assert len(cut.flows) == 2
+    assert cut.flows["duration_ns"].tolist() == [500_000_000] * 2
+    assert cut.flows["packets"].tolist() == [2, 2] and cut.flows["bytes"].tolist() == [128, 128]
+    kept = read_trace(capture(tmp_path / "kept.pcap", FLOW_IDLE_NS / 1e9 - 1))
+    assert len(kept.flows) == 1 and kept.flows["packets"].tolist() == [4]
 
 
 def test_identical_captures_give_zero_everywhere(pair):

@@ -76,7 +76,9 @@ class MeterRules:
     - `key_vlan`: the outer VLAN id is part of the flow key;
     - `tcp_end`: a TCP packet with FIN or RST ends its record after being counted (`fin`, `rst`);
     - `max_flows`: the flow table's size; a new record in a full table evicts the least
-      recently used one (`evicted`); None: unbounded.
+      recently used one (`evicted`); None: unbounded;
+    - `frame_bytes`: `bytes` counts whole frames (the capture's wire length, as analysis' flow
+      table does) instead of IP bytes (what a meter exports); for the fidelity comparison.
     """
 
     idle_timeout_ns: int = 15 * SECOND_NS
@@ -84,6 +86,7 @@ class MeterRules:
     key_vlan: bool = False
     tcp_end: bool = True
     max_flows: int | None = None
+    frame_bytes: bool = False
 
     def __post_init__(self) -> None:
         for name in ("idle_timeout_ns", "active_timeout_ns"):

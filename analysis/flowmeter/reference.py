@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,7 +132,7 @@ def _packet_rows(cap: Capture, rules: MeterRules) -> _Rows:
             "first": t,
             "last": t,
             "packets": np.ones(len(ip), np.int64),
-            "bytes": cap.l3_len[ip].astype(np.int64),
+            "bytes": (cap.wire_len if rules.frame_bytes else cap.l3_len)[ip].astype(np.int64),
             "flags": flags,
             "vlan": vlan,
             "end": end,
@@ -488,8 +488,17 @@ def _table(rec: _Rows) -> pa.Table:
     return pa.Table.from_arrays(list(columns.values()), schema=REFERENCE_SCHEMA)
 
 
+Pcaps = str | os.PathLike | Sequence[str | os.PathLike]
+
+
+def _chunks(pcap: Pcaps, chunk_packets: int) -> Iterator[Capture]:
+    """The chunks of PCAP, or of several files one after the other (one logical capture)."""
+    for path in [pcap] if isinstance(pcap, (str, os.PathLike)) else pcap:
+        yield from iter_capture(path, chunk_packets=chunk_packets)
+
+
 def reference_records_with_stats(
-    pcap: str | os.PathLike, rules: MeterRules, chunk_packets: int = CHUNK_PACKETS
+    pcap: Pcaps, rules: MeterRules, chunk_packets: int = CHUNK_PACKETS
 ) -> tuple[pa.Table, ReferenceStats]:
     """`reference_records` and what it did (ReferenceStats)."""
     stats = ReferenceStats()
@@ -498,7 +507,7 @@ def reference_records_with_stats(
     end_ns: int | None = None
     prev_ns: int | None = None
     monotone = True
-    for cap in iter_capture(pcap, chunk_packets=chunk_packets):
+    for cap in _chunks(pcap, chunk_packets):
         if cap.problem is not None:
             stats.problem = f"byte {cap.problem.offset}: {cap.problem.message}"
         if len(cap) == 0:
@@ -528,11 +537,11 @@ def reference_records_with_stats(
     return _table(rec), stats
 
 
-def _loop_all(pcap: str | os.PathLike, rules: MeterRules, chunk_packets: int, end_ns: int) -> _Rows:
+def _loop_all(pcap: Pcaps, rules: MeterRules, chunk_packets: int, end_ns: int) -> _Rows:
     """Every packet through the per-packet loop with a table of rules.max_flows."""
     loop = _Loop(rules, rules.max_flows)
     closed: list[_Rows] = []
-    for cap in iter_capture(pcap, chunk_packets=chunk_packets):
+    for cap in _chunks(pcap, chunk_packets):
         loop.feed(_packet_rows(cap, rules))
         closed.append(loop.take_closed())
     closed.append(_close_at_eof(loop.take_open(), end_ns, rules))
@@ -540,10 +549,11 @@ def _loop_all(pcap: str | os.PathLike, rules: MeterRules, chunk_packets: int, en
 
 
 def reference_records(
-    pcap: str | os.PathLike, rules: MeterRules, chunk_packets: int = CHUNK_PACKETS
+    pcap: Pcaps, rules: MeterRules, chunk_packets: int = CHUNK_PACKETS
 ) -> pa.Table:
     """The records (REFERENCE_SCHEMA) a conforming meter with RULES exports for the IP packets
-    of PCAP (pcap or pcapng; packets without a readable IP header are not counted), sorted by
+    of PCAP (pcap or pcapng, or a list of them: one logical capture, read in turn; packets
+    without a readable IP header are not counted), sorted by
     first time and key. Reads the capture in chunks of CHUNK_PACKETS (the result does not
     depend on it). A damaged capture gives the records of the packets before the damage.
     Raises analysis.capture.CaptureError when PCAP is not a capture."""
