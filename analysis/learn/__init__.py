@@ -79,7 +79,7 @@ class LearnOptions:
     seed: int = 1
     name: str | None = None
     baseline: bool = False
-    keep_jumps: bool = False  # keep clock jumps also when the input spans over a week
+    drop_jumps: bool = False  # replace clock jumps by the median gap (default: kept as pauses)
     tiers: int = TIERS  # a TCP class's sessions of one close in up to this many (by duration)
     memory_limit: int | None = None
     progress: Callable[[str], None] | None = None
@@ -326,7 +326,7 @@ def _result(
         hosts_scale=options.hosts_scale,
         classes=options.classes,
         baseline=options.baseline,
-        keep_jumps=options.keep_jumps,
+        drop_jumps=options.drop_jumps,
         tiers=options.tiers,
     )
     entries, fitted = fit_sessions(table, extras, fit)

@@ -15,9 +15,9 @@ plain dict in the scenario's YAML form, validated later by ntgcore.scenario.
   empirical distribution of offsets: the MAX_HOSTS busiest hosts, weighted by sessions.
 - Time: gaps between session starts longer than max(JUMP_MIN_NS, JUMP_FACTOR x their median), or
   than JUMP_MAX_NS, look like clock jumps (a capture pieced together, a clock reset). They are
-  kept (the scenario spans the input's time) when the input spans at most KEEP_JUMPS_NS (or
-  with `keep_jumps`, up to TIMELINE_MAX_NS); else each is replaced by the median of the other
-  gaps. The report says which.
+  kept as pauses (the scenario spans the input's time, up to TIMELINE_MAX_NS; a warning when that
+  is over LONG_SPAN_NS: a live run lasts as long); with `drop_jumps`, or past TIMELINE_MAX_NS,
+  each is replaced by the median of the other gaps. The report says which.
 - Timeline: the trace's activity as steps (fit_timeline): idle gaps (IDLE_FACTOR x the median
   gap) are pauses, the runs of starts between them steps of STEP_SESSIONS starts or more. Each
   class's profile is its own starts per step (class_profile), so the classes together start as
@@ -72,8 +72,8 @@ MAX_IDLE = 255  # idle periods kept as steps of a profile (the longest)
 STEP_SESSIONS = 100  # session starts a profile step holds at least (segments cut in steps)
 PROFILE_MIN_CV = 0.2  # a segment's steps are kept when their rates vary more than this
 MAX_SUBSTEPS = 400  # steps of segments at most (with MAX_IDLE: within MAX_PROFILE_STEPS)
-KEEP_JUMPS_NS = 7 * 86400 * 1_000_000_000  # clock jumps are kept while the input spans this
-TIMELINE_MAX_NS = 2**31 * 1_000_000_000  # and with keep_jumps up to this (pcap time: 2^32 s)
+LONG_SPAN_NS = 86400 * 1_000_000_000  # kept clock jumps: a scenario longer than this is warned of
+TIMELINE_MAX_NS = 2**31 * 1_000_000_000  # clock jumps are kept up to this (pcap time: 2^32 s)
 DEFAULT_RTT_NS = 20_000_000
 DEFAULT_GAP_NS = 12_000
 DEFAULT_MSS = 1460
@@ -116,7 +116,7 @@ class FitOptions:
     hosts_scale: float = 1.0
     classes: int = 12
     baseline: bool = False
-    keep_jumps: bool = False
+    drop_jumps: bool = False
     tiers: int = TIERS  # tiers by duration of a TCP class's sessions of one close (1: none)
 
 
@@ -621,7 +621,7 @@ def fit_sessions(
     eff, jumps = effective_starts(t.start_ns)
     real = t.start_ns - (t.start_ns[0] if len(t) else 0)
     last = int(real[-1]) if len(real) else 0
-    keep = last <= KEEP_JUMPS_NS or (opts.keep_jumps and last <= TIMELINE_MAX_NS)
+    keep = not opts.drop_jumps and last <= TIMELINE_MAX_NS
     if keep:
         eff = real
     jumps["kept"] = bool(keep and jumps["jumps"])
@@ -633,16 +633,18 @@ def fit_sessions(
             f"{JUMP_MAX_NS // (86400 * 10**9)} days (clock jumps, a capture pieced together?)"
         )
         if keep:
+            long = (
+                f" ({last / 86400e9:,.1f} days: a live run lasts as long; --drop-jumps leaves "
+                "them out, --duration scales the whole timeline)"
+                if last > LONG_SPAN_NS
+                else ""
+            )
             report["warnings"].append(
                 f"{what}: kept as pauses of the arrival profile, so the scenario spans "
-                f"{last / 1e9:,.0f} s like the input"
+                f"{last / 1e9:,.0f} s like the input{long}"
             )
         else:
-            how = (
-                "too long for a pcap's time stamps"
-                if opts.keep_jumps
-                else f"over {KEEP_JUMPS_NS // (86400 * 10**9)} days with them; --keep-jumps keeps them"
-            )
+            how = "--drop-jumps" if opts.drop_jumps else "too long for a pcap's time stamps"
             report["warnings"].append(
                 f"{what}: {jumps['removed_ns'] / 1e9:,.0f} s of the capture's time left out ({how})"
             )

@@ -147,11 +147,12 @@ def register(subparsers) -> None:
         "marginal over all sessions, independently",
     )
     p.add_argument(
-        "--keep-jumps",
+        "--drop-jumps",
         action="store_true",
-        help="keep the input's clock jumps (gaps of over a minute and 1000 median gaps "
-        "between session starts: a capture pieced together) as pauses also when the input "
-        "spans more than a week with them (the scenario then lasts as long: years, maybe)",
+        help="leave the input's clock jumps (gaps of over a minute and 1000 median gaps "
+        "between session starts: a capture pieced together) out of the timeline, each "
+        "replaced by the median gap (default: kept as pauses, so the scenario lasts as long "
+        "as the input: years, maybe)",
     )
     p.add_argument(
         "--memory-limit",
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         name=args.name,
         baseline=args.baseline,
-        keep_jumps=args.keep_jumps,
+        drop_jumps=args.drop_jumps,
         tiers=args.tiers,
         memory_limit=args.memory_limit,
         progress=(lambda line: err(f"testbed learn: {line}")) if show else None,
