@@ -143,6 +143,8 @@ class Session:
     end_ns: int = 0
     packets: int = 0
     app: str = ""  # the protocol the session is meant to be: http, ftp, ..., or tcp/udp/icmp
+    # it carries a rule's own address outside the test ranges: for pcaps, never sent live
+    offline_only: bool = False
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -1692,6 +1694,14 @@ def session_sides(model: RuleModel) -> tuple[str, str]:
     return cside, sside
 
 
+def session_hosts(model: RuleModel) -> tuple[str | None, str | None]:
+    """The fixed addresses of the client and the server of `model`'s session: those its rule
+    lists (`RuleModel.src_host`, `dst_host`), None for a side the test ranges serve."""
+    if model.src_is_client:
+        return model.src_host, model.dst_host
+    return model.dst_host, model.src_host
+
+
 def flowbit_setters(models: list[RuleModel]) -> dict[str, list[RuleModel]]:
     """flowbit name -> the rules that set it and can be synthesized (a setter's messages go
     ahead of a checker's in its session: `plan`)."""
@@ -1713,11 +1723,15 @@ def synthesize(
     t0_ns: int = T0_NS,
     starts_ns: list[int] | None = None,
     ip_version: int = 4,
+    live: bool = False,
 ) -> SynthResult:
     """Write one session per supported model into `pcap_path`.
 
     `ip_version` 6 puts every session on IPv6 addresses; with 4 only rules that name IPv6
     (`RuleModel.ipv6`) get IPv6 sessions. An `icmp` rule with `itype` stays on IPv4 (`icmpv4_only`).
+    A rule that lists its own addresses gets them (`session_hosts`), in their IP version;
+    `live` (the pcap is to be sent) leaves out, in `failed`, the rules whose addresses lie
+    outside the test ranges (`RuleModel.offline_only`).
 
     `starts_ns[i]`, if given, is when the session(s) of models[i] are due; a session starts then,
     or right after the one before it when that one is still running (the pcap stays in time order).
@@ -1733,6 +1747,9 @@ def synthesize(
                 progress(i, len(models))
             if not model.supported:
                 continue
+            if live and model.offline_only:
+                res.failed[model.sid] = model.offline_only
+                continue
             try:
                 with _time_limit(RULE_TIME_LIMIT_S):
                     pl = plan(model, setters, i + 1)
@@ -1741,8 +1758,14 @@ def synthesize(
             except (SynthError, LayoutError, RegexUnsupported, ValueError) as exc:
                 res.failed[model.sid] = str(exc)
                 continue
-            v6 = (ip_version == 6 or model.ipv6) and not icmpv4_only(model)
-            client, server = addrs.take(cside, v6), addrs.take(sside, v6)
+            fixed_client, fixed_server = session_hosts(model)
+            fixed = fixed_client or fixed_server
+            if fixed:
+                v6 = ":" in fixed  # the listed address's version
+            else:
+                v6 = (ip_version == 6 or model.ipv6) and not icmpv4_only(model)
+            client = fixed_client or addrs.take(cside, v6)
+            server = fixed_server or addrs.take(sside, v6)
             if starts_ns is not None:
                 t = max(t if res.sessions else 0, starts_ns[i])
             for k in range(model.events):
@@ -1756,6 +1779,7 @@ def synthesize(
                     server,
                     ks,
                     app=model.app or model.proto,
+                    offline_only=bool(model.offline_only),
                 )
                 em = _Emitter(w, t)
                 s.start_ns = t
