@@ -329,6 +329,12 @@ UNSYNTH_WHY = {
     "no certificate can be made to have a given one",
 }
 XBIT = "xbits:"  # an xbit's name among the flowbits (a bit of another table)
+FLOWINT = "flowint:"  # a flow integer's name among the setters (`synth.flowbit_setters`)
+# flowint operations: those that change the variable after the rule matched (they do not gate
+# the match), and the conditions that gate it (Suricata 7: the conditions are checked with the
+# rule's other matches, the changes made after it matched)
+FLOWINT_CHANGES = ("+", "-", "=")
+FLOWINT_CONDITIONS = ("isset", "notset", "isnotset", "==", "!=", "<", "<=", ">", ">=")
 STREAM_SIDES = ("server", "client", "both", "either")
 STREAM_OPS = {
     "<": lambda a, b: a < b,
@@ -344,7 +350,6 @@ UNSYNTH = {
     "base64_data",
     "byte_extract",
     "app-layer-event",
-    "flowint",
     "ssh_proto",
     "ssh.proto",
     "ja3.hash",
@@ -438,6 +443,9 @@ class RuleModel:
     icode: int | None = None
     flowbits_set: list[str] = field(default_factory=list)
     flowbits_isset: list[str] = field(default_factory=list)
+    # flowint: (name, operation, operand) each; operand a number or another variable's name
+    flowint_changes: list[tuple[str, str, str]] = field(default_factory=list)
+    flowint_conditions: list[tuple[str, str, str]] = field(default_factory=list)
     noalert: bool = False
     events: int = 1  # sessions needed (threshold / detection_filter)
     # stream_size: (side, operator, bytes) each; a side's size counts its SYN (sequence space)
@@ -1016,6 +1024,18 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
                 m.noalert = True
             elif cmd not in ("unset", "toggle", "isnotset"):
                 raise ValueError(f"xbits:{val}: no such command")
+            continue
+        if kw == "flowint":
+            parts = [p.strip() for p in (val or "").split(",")]
+            if len(parts) < 2 or not parts[0]:
+                raise ValueError(f"flowint:{val} is not `name, operation[, value]`")
+            name, op, operand = parts[0], parts[1], ",".join(parts[2:])
+            if op in FLOWINT_CHANGES and operand:
+                m.flowint_changes.append((name, op, operand))
+            elif op in FLOWINT_CONDITIONS and (operand or op.isalpha()):
+                m.flowint_conditions.append((name, op, operand))
+            else:
+                raise ValueError(f"flowint:{val}: no such operation")
             continue
         if kw == "noalert":
             m.noalert = True
