@@ -18,7 +18,7 @@ import json
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,9 @@ class Attacks:
     selected: list[RuleModel]
     problems: list[str]
     scheduled: list[RuleModel]
+    # sid -> why its session is not sent (a live run: its rule's addresses are outside the
+    # test ranges, RuleModel.offline_only)
+    not_live: dict[int, str] = field(default_factory=dict)
 
     def summary(self) -> dict:
         s = self.synth
@@ -104,7 +107,8 @@ class Attacks:
             "sids": sorted({x.sid for x in s.sessions}),
             "first_ns": min((x.start_ns for x in s.sessions), default=None),
             "last_ns": max((x.end_ns for x in s.sessions), default=None),
-            "unsynthesized": {str(k): v for k, v in s.failed.items()},
+            "unsynthesized": {str(k): v for k, v in s.failed.items() if k not in self.not_live},
+            "not_sent_live": {str(k): v for k, v in self.not_live.items()},
             "problems": self.problems[:50],
         }
 
@@ -112,8 +116,9 @@ class Attacks:
 @dataclass
 class AttackPlan:
     """What an `attacks:` section sends before anything is written: the selected rules (those
-    that can be synthesized), every model of the files, the problems, the rules that cannot be
-    synthesized (sid -> why), the scheduled instances and when the first is due."""
+    that can be synthesized, and sent when the run is live), every model of the files, the
+    problems, the rules that cannot be synthesized (sid -> why), the scheduled instances, when
+    the first is due, and the rules a live run does not send (sid -> why: offline only)."""
 
     selected: list[RuleModel]
     models: list[RuleModel]
@@ -121,30 +126,46 @@ class AttackPlan:
     unsynthesizable: dict[int, str]
     scheduled: list[RuleModel]
     first_ns: int
+    not_live: dict[int, str] = field(default_factory=dict)
 
 
 def plan_attacks(
-    spec, rule_paths: list[Path], *, t0_ns: int = 0, start_ns: int | None = None
+    spec,
+    rule_paths: list[Path],
+    *,
+    t0_ns: int = 0,
+    start_ns: int | None = None,
+    live: bool = False,
 ) -> AttackPlan:
     """The rules of an `attacks:` section that can be sent, scheduled `spec.count` times from
-    t0 + start (AttackError when none can)."""
+    t0 + start (AttackError when none can). `live`: the sessions go on a wire, so the rules
+    whose sessions are offline only (RuleModel.offline_only) are left out, in `not_live`."""
     selected, models, problems = load_selection(rule_paths, spec.select)
     if not selected:
         raise AttackError(
             "attacks: the selection picks no rule that can be synthesized; widen "
             "attacks.select or check the rule files (`testbed validate` counts them)"
         )
-    trial = synthesize(selected, os.devnull, all_models=models)  # which rules can be written at all
-    unsynthesizable = dict(trial.failed)
-    selected = [m for m in selected if m.sid not in unsynthesizable]
+    # which rules can be written at all (and, live, sent)
+    trial = synthesize(selected, os.devnull, all_models=models, live=live)
+    not_live = {m.sid: m.offline_only for m in selected if live and m.offline_only}
+    unsynthesizable = {k: v for k, v in trial.failed.items() if k not in not_live}
+    selected = [m for m in selected if m.sid not in trial.failed]
     if not selected:
         raise AttackError(
-            "attacks: no selected rule can be synthesized: "
-            + "; ".join(f"sid {k}: {v}" for k, v in list(unsynthesizable.items())[:5])
+            "attacks: no selected rule can be synthesized"
+            + (" and sent live: " if live else ": ")
+            + "; ".join(f"sid {k}: {v}" for k, v in list(trial.failed.items())[:5])
         )
     first = t0_ns + (spec.start if start_ns is None else start_ns)
     return AttackPlan(
-        selected, models, problems, unsynthesizable, schedule(selected, spec.count), first
+        selected,
+        models,
+        problems,
+        unsynthesizable,
+        schedule(selected, spec.count),
+        first,
+        not_live,
     )
 
 
@@ -158,18 +179,26 @@ def manifest_section(spec, rule_paths: list[Path], pre: AttackPlan) -> dict:
         "ip_version": spec.ip_version,
         "selected_sids": [m.sid for m in pre.selected],
         "unsynthesizable": {str(k): v for k, v in pre.unsynthesizable.items()},
+        "not_sent_live": {str(k): v for k, v in pre.not_live.items()},
     }
 
 
 def write_attacks(
-    spec, rule_paths: list[Path], out_dir: Path, *, t0_ns: int = 0, start_ns: int | None = None
+    spec,
+    rule_paths: list[Path],
+    out_dir: Path,
+    *,
+    t0_ns: int = 0,
+    start_ns: int | None = None,
+    live: bool = False,
 ) -> Attacks:
     """Synthesize the attack sessions of an `attacks:` section into out_dir/attacks.pcap + .json.
 
     Session k starts at t0 + start + k/rate, or right after session k-1 when that is still running.
     The manifest's `sessions` list every attack session (sid, 5-tuple, first and last packet).
+    `live`: the pcap is to be replayed on a wire; offline-only rules are left out (`plan_attacks`).
     (With `attacks.evasions`, testbed.ids.attack_evasions writes them with their variants.)"""
-    pre = plan_attacks(spec, rule_paths, t0_ns=t0_ns, start_ns=start_ns)
+    pre = plan_attacks(spec, rule_paths, t0_ns=t0_ns, start_ns=start_ns, live=live)
     period = NS / float(spec.rate)
     starts = [pre.first_ns + round(k * period) for k in range(len(pre.scheduled))]
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -181,12 +210,15 @@ def write_attacks(
         all_models=pre.models,
         starts_ns=starts,
         ip_version=spec.ip_version,
+        live=live,
     )
     doc = json.loads(manifest.read_text())
     doc["attacks"] = manifest_section(spec, rule_paths, pre)
     manifest.write_text(json.dumps(doc, indent=1) + "\n")
     synth.failed.update(pre.unsynthesizable)
-    return Attacks(pcap, manifest, synth, pre.selected, pre.problems, pre.scheduled)
+    return Attacks(
+        pcap, manifest, synth, pre.selected, pre.problems, pre.scheduled, dict(pre.not_live)
+    )
 
 
 def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
@@ -196,7 +228,7 @@ def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
     bytes), ...], "count"}` (the same dialogue and server port the attack pcap carries, `related`
     the flowbits setters whose messages it includes, `count` = its share of the `spec.count`
     sessions cycled over these rules), and what was left out (`sid N (why)`: UDP, ICMP,
-    flag-only TCP, IPv6, ...). The addresses are on the rule's sides as the attack pcap's
+    flag-only TCP, IPv6, a rule that lists its own addresses, ...). The addresses are on the rule's sides as the attack pcap's
     ($HOME_NET 198.18/16, $EXTERNAL_NET 198.19/16): clients x.x.254.1-254 of the client's side,
     rule k (from 1) served from x.x.255.k of the server's side, so that a session's server address
     names its rule (`played_sessions`)."""
@@ -210,6 +242,10 @@ def tcp_dialogues(spec, rule_paths: list[Path]) -> tuple[list[dict], list[str]]:
             if not m.supported
             else m.proto
             if m.proto != "tcp"
+            else m.offline_only
+            if m.offline_only
+            else "the rule lists its own addresses; the player serves its own"
+            if m.src_host or m.dst_host
             else "IPv6"
             if m.ipv6 or spec.ip_version == 6
             else "tcp flags without a session"

@@ -281,8 +281,10 @@ def _place_contents(
     """The matches laid out in order. A byte_jump lands right after the bytes it reads; with
     `jump_past`, past every byte written so far and far enough that a relative content after it
     with a negative distance (`distance:-64`: the PE header an MZ header's offset points to) starts
-    in fresh bytes."""
+    in fresh bytes. Filler that only pads up to a later position (before a byte_test's read,
+    between contents) is not pinned: a content that can go nowhere else may take its place."""
     buf = bytearray(prefix)
+    pinned = set(range(len(prefix)))  # positions whose byte a match wrote or read
     prev_end = 0
     ends_at: int | None = None
     min_len = 0  # a byte_jump must land inside the buffer
@@ -293,6 +295,7 @@ def _place_contents(
             pos = _byte_base(m, prev_end, spec)
             if pos < 0 and jump_past and not prefix and m.kind == "byte_jump":
                 buf[0:0] = fill * -pos  # the contents so far move on: the read starts at 0
+                pinned = {x - pos for x in pinned}
                 prev_end, ends_at, pos = (
                     prev_end - pos,
                     None if ends_at is None else ends_at - pos,
@@ -303,6 +306,7 @@ def _place_contents(
             if len(buf) < pos + spec["n"]:
                 buf += fill * (pos + spec["n"] - len(buf))
             v = _read_value(buf, pos, spec)
+            pinned.update(range(pos, pos + spec["n"]))
             if m.kind == "byte_test":
                 if v is None or not _test_holds(v, spec):
                     for cand in _test_candidates(v, spec):
@@ -362,6 +366,7 @@ def _place_contents(
                     # and let the example supply the rest
                     hit = rx.search(bytes(buf[prev_end:]) + s[tail:])
                     if hit is not None:
+                        pinned.update(range(len(buf), len(buf) + len(s) - tail))
                         buf += s[tail:]
                         prev_end = prev_end + hit.end()
                         continue
@@ -371,6 +376,7 @@ def _place_contents(
                 if len(buf) == 0:
                     pos = 0
             buf[pos:pos] = b""
+            pinned.update(range(len(buf), len(buf) + len(s)))
             buf += s
             prev_end = pos + len(s)
             continue
@@ -399,12 +405,22 @@ def _place_contents(
                 ):
                     at = p  # bytes already there, or filler a jump left behind it
                     break
+            else:  # filler nothing pinned: padding up to a later match (a byte_test's read)
+                for p in range(lo, min(hi, len(buf)) + 1):
+                    if all(
+                        j not in pinned
+                        or _eq(bytes(buf[j : j + 1]), data[j - p : j - p + 1], m.nocase)
+                        for j in range(p, min(p + L, len(buf)))
+                    ):
+                        at = p
+                        break
         if at is None:
             raise LayoutError("contents cannot be placed with their offset/depth/distance/within")
         free = None
         if at > len(buf):
             buf += fill * (at - len(buf))
         buf[at : at + L] = data
+        pinned.update(range(at, at + L))
         prev_end = at + L
         if m.endswith:
             ends_at = prev_end

@@ -17,6 +17,7 @@ rule stays bounded in memory.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from .regex_example import RegexUnsupported, split_pcre
 from .syntax import Problem, RawRule, read_rules
-from .variables import PORT_GROUPS
+from .variables import PORT_GROUPS, TEST_NETS, in_test_ranges
 
 # --- address and port variables ---------------------------------------------------------------
 HOME_NET4 = "198.18.0.0/16"
@@ -328,6 +329,12 @@ UNSYNTH_WHY = {
     "no certificate can be made to have a given one",
 }
 XBIT = "xbits:"  # an xbit's name among the flowbits (a bit of another table)
+FLOWINT = "flowint:"  # a flow integer's name among the setters (`synth.flowbit_setters`)
+# flowint operations: those that change the variable after the rule matched (they do not gate
+# the match), and the conditions that gate it (Suricata 7: the conditions are checked with the
+# rule's other matches, the changes made after it matched)
+FLOWINT_CHANGES = ("+", "-", "=")
+FLOWINT_CONDITIONS = ("isset", "notset", "isnotset", "==", "!=", "<", "<=", ">", ">=")
 STREAM_SIDES = ("server", "client", "both", "either")
 STREAM_OPS = {
     "<": lambda a, b: a < b,
@@ -343,7 +350,6 @@ UNSYNTH = {
     "base64_data",
     "byte_extract",
     "app-layer-event",
-    "flowint",
     "ssh_proto",
     "ssh.proto",
     "ja3.hash",
@@ -424,6 +430,9 @@ class RuleModel:
     dst_ports: str = "any"
     src_addr: str = "any"
     dst_addr: str = "any"
+    # the address of a side whose spec lists fixed addresses only (`listed_host`), else None
+    src_host: str | None = None
+    dst_host: str | None = None
     established: bool = True  # needs a handshake (flow:established or app-layer)
     stateless: bool = False
     buffers: dict[str, list[Match]] = field(default_factory=dict)
@@ -434,6 +443,9 @@ class RuleModel:
     icode: int | None = None
     flowbits_set: list[str] = field(default_factory=list)
     flowbits_isset: list[str] = field(default_factory=list)
+    # flowint: (name, operation, operand) each; operand a number or another variable's name
+    flowint_changes: list[tuple[str, str, str]] = field(default_factory=list)
+    flowint_conditions: list[tuple[str, str, str]] = field(default_factory=list)
     noalert: bool = False
     events: int = 1  # sessions needed (threshold / detection_filter)
     # stream_size: (side, operator, bytes) each; a side's size counts its SYN (sequence space)
@@ -452,6 +464,19 @@ class RuleModel:
     @property
     def supported(self) -> bool:
         return self.status == "supported"
+
+    @property
+    def offline_only(self) -> str:
+        """Why the rule's session may go into pcaps only, never on a wire ("" when it may be
+        sent): it carries a listed address outside the test ranges."""
+        outside = [a for a in (self.src_host, self.dst_host) if a and not in_test_ranges(a)]
+        if not outside:
+            return ""
+        nets = ", ".join(str(n) for n in TEST_NETS)
+        return (
+            f"offline only: the rule's own address {outside[0]} lies outside the test ranges "
+            f"({nets}); its session is written into pcaps, never sent live"
+        )
 
     def unsupported(self, reason: str) -> None:
         self.status = "unsupported"
@@ -617,34 +642,96 @@ def choose_port(spec: str, preferred: list[int]) -> int:
     raise ValueError(f"no port satisfies {spec!r}")
 
 
+def _address_items(spec: str) -> list[tuple[bool, str]]:
+    """The entries of an address spec, lists flattened: (negated, entry) each, a `!` before a
+    list negating every entry in it."""
+    out: list[tuple[bool, str]] = []
+
+    def walk(s: str, neg: bool) -> None:
+        s = s.strip()
+        if s.startswith("!"):
+            walk(s[1:], not neg)
+        elif s.startswith("[") and s.endswith("]"):
+            depth, cur = 0, ""
+            for ch in s[1:-1]:
+                depth += (ch == "[") - (ch == "]")
+                if ch == "," and depth == 0:
+                    walk(cur, neg)
+                    cur = ""
+                else:
+                    cur += ch
+            if cur.strip():
+                walk(cur, neg)
+        elif s:
+            out.append((neg, s))
+
+    walk(spec.replace(" ", ""), False)
+    return out
+
+
+def _network(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        raise ValueError(f"address {entry!r} not understood") from None
+
+
+def listed_host(spec: str, version: int | None = None) -> str | None:
+    """The address a session takes for an address spec that lists fixed addresses only (`[
+    79.124.60.0/24,...]`, `192.0.2.7`): the first host of the first listed network (of IP
+    `version` when the list has one) that no negated entry excludes. None when the spec allows a
+    variable's addresses or any (the test ranges serve it: `address_side`). Such an address may
+    lie outside the test ranges: a session on it goes into pcaps only (RuleModel.offline_only)."""
+    items = _address_items(spec)
+    if any(not neg and (e == "any" or e.startswith("$")) for neg, e in items):
+        return None
+    nets = [_network(e) for neg, e in items if not neg]
+    excluded = [_network(e) for neg, e in items if neg and not e.startswith("$")]
+    if not nets:
+        return None
+    ordered = [n for n in nets if n.version == version] + [n for n in nets if n.version != version]
+    for net in ordered:
+        host = net.network_address + (1 if net.num_addresses > 2 else 0)
+        for _ in range(64):  # past each excluded block inside the network, a bounded walk
+            block = next((x for x in excluded if x.version == net.version and host in x), None)
+            if block is None:
+                return str(host)
+            if int(block.broadcast_address) + 1 > int(net.broadcast_address):
+                break
+            host = block.broadcast_address + 1
+    raise ValueError(f"no address of {spec!r} is left outside its negated entries")
+
+
 def address_side(spec: str) -> str:
-    """'home', 'external' or 'any' for an address spec, or raise when it needs fixed addresses."""
-    e = spec.replace(" ", "")
-    if e == "any":
-        return "any"
-    if e.startswith("[") and e.endswith("]"):
-        e = e[1:-1]
-    parts = [p for p in e.split(",") if p]
+    """'home', 'external' or 'any' for an address spec. A spec of fixed addresses only is the
+    side its session's address (`listed_host`) is on: home inside $HOME_NET, else external."""
     sides = set()
-    for p in parts:
-        if p in ("$EXTERNAL_NET", "!$HOME_NET"):
-            sides.add("external")
-        elif p.startswith("$") and p[1:] in ADDRESS_VARS:
-            sides.add("home")
-        elif p.startswith("!$") and p[2:] in ADDRESS_VARS:
+    for neg, e in _address_items(spec):
+        if e in ("$EXTERNAL_NET",):
+            sides.add("home" if neg else "external")
+        elif e.startswith("$"):
+            if e[1:] not in ADDRESS_VARS:
+                raise ValueError(f"address variable {e} is not defined by the testbed")
             # not a group of the home network's servers ($SMTP_SERVERS...): outside it
-            sides.add("home" if p == "!$EXTERNAL_NET" else "external")
-        elif p.startswith("!"):
+            sides.add("external" if neg else "home")
+        elif neg:
             continue  # "not these fixed addresses": our test addresses qualify
-        elif p == "any":
+        elif e == "any":
             sides.add("any")
-        else:
-            raise ValueError(f"needs specific addresses {spec!r} outside the test ranges")
     if not sides:
-        return "any"
+        host = listed_host(spec)
+        if host is None:
+            return "any"
+        home = (ipaddress.ip_network(HOME_NET4), ipaddress.ip_network(HOME_NET6))
+        addr = ipaddress.ip_address(host)
+        return "home" if any(addr.version == n.version and addr in n for n in home) else "external"
     if len(sides) > 1:
         return "any" if "any" in sides else sorted(sides)[0]
     return sides.pop()
+
+
+def _version(host: str | None) -> int | None:
+    return None if host is None else ipaddress.ip_address(host).version
 
 
 # --- the analysis --------------------------------------------------------------------------------
@@ -730,6 +817,15 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
             m.src_ports, m.dst_ports = m.dst_ports, m.src_ports
     address_side(m.src_addr)
     address_side(m.dst_addr)
+    m.src_host = listed_host(m.src_addr)
+    m.dst_host = listed_host(m.dst_addr, _version(m.src_host))
+    hosts = [h for h in (m.src_host, m.dst_host) if h]
+    if len({_version(h) for h in hosts}) > 1:
+        raise ValueError(
+            f"the source {m.src_addr!r} and destination {m.dst_addr!r} share no IP version"
+        )
+    if hosts:
+        m.ipv6 = _version(hosts[0]) == 6
 
     # flow
     flow = (raw.first("flow") or "").replace(" ", "").lower().split(",")
@@ -928,6 +1024,18 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
                 m.noalert = True
             elif cmd not in ("unset", "toggle", "isnotset"):
                 raise ValueError(f"xbits:{val}: no such command")
+            continue
+        if kw == "flowint":
+            parts = [p.strip() for p in (val or "").split(",")]
+            if len(parts) < 2 or not parts[0]:
+                raise ValueError(f"flowint:{val} is not `name, operation[, value]`")
+            name, op, operand = parts[0], parts[1], ",".join(parts[2:])
+            if op in FLOWINT_CHANGES and operand:
+                m.flowint_changes.append((name, op, operand))
+            elif op in FLOWINT_CONDITIONS and (operand or op.isalpha()):
+                m.flowint_conditions.append((name, op, operand))
+            else:
+                raise ValueError(f"flowint:{val}: no such operation")
             continue
         if kw == "noalert":
             m.noalert = True

@@ -53,6 +53,7 @@ from .regex_example import RegexUnsupported
 from .semantics import (
     APP_PORTS,
     EXTERNAL_NET6,
+    FLOWINT,
     HOME_NET6,
     HTTP_HEADER_VALUE_BUFFERS,
     MAX_RULE_TRAFFIC,
@@ -97,6 +98,7 @@ URI_SAFE = set(
 
 
 RULE_TIME_LIMIT_S = 1.0  # per rule: a pcre with catastrophic backtracking is given up
+MAX_FLOWINT_MATCHES = 1_000  # a flow integer's setter repeated at most this often in one session
 
 
 _LINE_TAIL = re.compile(rb"([!-~]*) (HTTP/1\.[01])\r\n")
@@ -143,6 +145,8 @@ class Session:
     end_ns: int = 0
     packets: int = 0
     app: str = ""  # the protocol the session is meant to be: http, ftp, ..., or tcp/udp/icmp
+    # it carries a rule's own address outside the test ranges: for pcaps, never sent live
+    offline_only: bool = False
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -1590,30 +1594,148 @@ def stream_size_problem(model: RuleModel, messages: list[tuple[bool, bytes]]) ->
     return None
 
 
+def _flowint_value(setter: RuleModel, name: str, times: int) -> int | None:
+    """Flow integer `name` after `setter` matched `times` times in a flow where it was unset
+    (Suricata 7: `=` sets, `+` adds, to 0 when unset; None: unset, or a change this does not
+    follow, `-` below zero or from another variable)."""
+    value: int | None = None
+    for _ in range(times):
+        for var, op, operand in setter.flowint_changes:
+            if var != name:
+                continue
+            if not operand.isdigit():
+                return None
+            k = int(operand)
+            if op == "=":
+                value = k
+            elif op == "+":
+                value = (value or 0) + k
+            elif value is None or value < k:
+                return None
+            else:
+                value -= k
+    return value
+
+
+def _flowint_holds(value: int | None, op: str, target: int | None) -> bool:
+    if op == "isset":
+        return value is not None
+    if op in ("notset", "isnotset"):
+        return value is None
+    if value is None or target is None:
+        return False
+    return STREAM_OPS["=" if op == "==" else op](value, target)
+
+
+def _flowint_setters(
+    model: RuleModel, setters: dict[str, list[RuleModel]]
+) -> list[tuple[RuleModel, int]]:
+    """The setters whose messages go ahead of `model`'s in its session, each with how many times,
+    so that all its flowint conditions hold at its match; SynthError naming the variable and the
+    value it needs when no rule given gets it there."""
+    need: list[tuple[RuleModel, int]] = []
+    by_var: dict[str, list[tuple[str, int | None]]] = {}
+    for name, op, operand in model.flowint_conditions:
+        target = int(operand) if operand.isdigit() else None
+        if operand and target is None:  # compared with another variable: set that one first
+            other = next(iter(_flowint_candidates(model, operand, setters)), None)
+            target = None if other is None else _flowint_value(other, operand, 1)
+            if other is None or target is None:
+                raise SynthError(
+                    f"flowint {operand!r} must be set before the match (the rule compares "
+                    f"{name} {op} {operand}), and no rule given sets it"
+                )
+            if (other, 1) not in need:
+                need.append((other, 1))
+        by_var.setdefault(name, []).append((op, target))
+    for name, conditions in by_var.items():
+        if all(op in ("notset", "isnotset") for op, _t in conditions):
+            continue  # unset until a setter runs: nothing goes ahead
+        wanted = " and ".join(
+            "set" if op == "isset" else "unset" if op.endswith("notset") else f"{op} {t}"
+            for op, t in conditions
+        )
+        candidates = _flowint_candidates(model, name, setters)
+        if not candidates:
+            raise SynthError(
+                f"flowint {name!r} must be {wanted} before the match, and no rule given sets it"
+            )
+        found = next(
+            (
+                (setter, times)
+                for setter in candidates
+                for times in range(1, MAX_FLOWINT_MATCHES + 1)
+                if _flowint_value(setter, name, times) is not None
+                and all(
+                    _flowint_holds(_flowint_value(setter, name, times), op, t)
+                    for op, t in conditions
+                )
+            ),
+            None,
+        )
+        if found is None:
+            sids = ", ".join(str(s.sid) for s in candidates[:5])
+            raise SynthError(
+                f"flowint {name!r} must be {wanted} before the match; the rules given that "
+                f"change it (sid {sids}) do not get it there in {MAX_FLOWINT_MATCHES:,} matches"
+            )
+        setter, times = found
+        if times > 1 and setter.proto == "tcp" and setter.app is None:
+            # measured with Suricata 7.0.10: the raw stream of a session whose protocol it does
+            # not know is inspected in one piece, at its close: a content there counts once
+            raise SynthError(
+                f"flowint {name!r} must be {wanted} before the match: {times} matches of sid "
+                f"{setter.sid} in one session, whose raw TCP stream Suricata 7 inspects in one "
+                "piece (a setter on the raw stream counts once)"
+            )
+        need.append(found)
+    return need
+
+
+def _flowint_candidates(
+    model: RuleModel, name: str, setters: dict[str, list[RuleModel]]
+) -> list[RuleModel]:
+    """The rules that change flow integer `name`, other than `model`, those that match without
+    conditions of their own first (a change happens only when its rule matched)."""
+    found = [m for m in setters.get(FLOWINT + name, ()) if m.sid != model.sid]
+    return sorted(found, key=lambda m: bool(m.flowint_conditions or m.flowbits_isset))
+
+
 def plan(
     model: RuleModel, setters: dict[str, list[RuleModel]], ident: int, depth: int = 0
 ) -> _Plan:
+    """The messages of `model`'s session: those of the rules that set the flowbits it checks, or
+    drive the flow integers it compares, first (`times` over for a flow integer), then its own."""
     pre: list[tuple[bool, bytes]] = []
     related: list[int] = []
     setter = None
     server_closes = False
-    for name in model.flowbits_isset:
-        setter = _setter_for(name, setters, model.sid, model.app)
-        if setter is None:
-            kind, bit = ("xbit", name[len(XBIT) :]) if name.startswith(XBIT) else ("flowbit", name)
-            raise SynthError(f"{kind} {bit!r} is set by no rule given")
+
+    def ahead(first: RuleModel, times: int = 1) -> RuleModel:
+        nonlocal pre, server_closes
         if depth > 3:
             raise SynthError("flowbits chain too deep")
-        setter = _facing(setter, model)
-        sp = plan(setter, setters, ident, depth + 1)
-        pre += sp.messages
-        related += [setter.sid] + sp.related
-        raw_server = not setter.to_server and not set(setter.buffers) - {"pkt"}
+        first = _facing(first, model)
+        sp = plan(first, setters, ident, depth + 1)
+        pre += sp.messages * times
+        related.extend([first.sid, *sp.related])
+        raw_server = not first.to_server and not set(first.buffers) - {"pkt"}
         server_closes = server_closes or sp.server_closes or raw_server
+        return first
+
+    for name in model.flowbits_isset:
+        found = _setter_for(name, setters, model.sid, model.app)
+        if found is None:
+            kind, bit = ("xbit", name[len(XBIT) :]) if name.startswith(XBIT) else ("flowbit", name)
+            raise SynthError(f"{kind} {bit!r} is set by no rule given")
+        setter = ahead(found)
+    for found, times in _flowint_setters(model, setters):
+        setter = ahead(found, times)
     own = rule_messages(model, ident)
     if pre and model.app == "http":
         # one transaction when the setter sent the request and this rule checks the response;
         # a to_client setter's response carries its own bytes and stays (two transactions)
+        assert setter is not None
         if not model.to_server and setter.to_server and pre[-1][0] is False and len(pre) >= 2:
             pre = pre[:-1]
             own = [m for m in own if m[0] is False]
@@ -1692,14 +1814,25 @@ def session_sides(model: RuleModel) -> tuple[str, str]:
     return cside, sside
 
 
+def session_hosts(model: RuleModel) -> tuple[str | None, str | None]:
+    """The fixed addresses of the client and the server of `model`'s session: those its rule
+    lists (`RuleModel.src_host`, `dst_host`), None for a side the test ranges serve."""
+    if model.src_is_client:
+        return model.src_host, model.dst_host
+    return model.dst_host, model.src_host
+
+
 def flowbit_setters(models: list[RuleModel]) -> dict[str, list[RuleModel]]:
-    """flowbit name -> the rules that set it and can be synthesized (a setter's messages go
-    ahead of a checker's in its session: `plan`)."""
+    """flowbit name -> the rules that set it and can be synthesized, and FLOWINT + a flow
+    integer's name -> the rules that change it (a setter's messages go ahead of a checker's in
+    its session: `plan`)."""
     setters: dict[str, list[RuleModel]] = {}
     for m in models:
         if m.status == "supported" or (m.noalert and len(m.reasons) == 1):
             for name in m.flowbits_set:
                 setters.setdefault(name, []).append(m)
+            for name in dict.fromkeys(var for var, _op, _v in m.flowint_changes):
+                setters.setdefault(FLOWINT + name, []).append(m)
     return setters
 
 
@@ -1713,11 +1846,15 @@ def synthesize(
     t0_ns: int = T0_NS,
     starts_ns: list[int] | None = None,
     ip_version: int = 4,
+    live: bool = False,
 ) -> SynthResult:
     """Write one session per supported model into `pcap_path`.
 
     `ip_version` 6 puts every session on IPv6 addresses; with 4 only rules that name IPv6
     (`RuleModel.ipv6`) get IPv6 sessions. An `icmp` rule with `itype` stays on IPv4 (`icmpv4_only`).
+    A rule that lists its own addresses gets them (`session_hosts`), in their IP version;
+    `live` (the pcap is to be sent) leaves out, in `failed`, the rules whose addresses lie
+    outside the test ranges (`RuleModel.offline_only`).
 
     `starts_ns[i]`, if given, is when the session(s) of models[i] are due; a session starts then,
     or right after the one before it when that one is still running (the pcap stays in time order).
@@ -1733,6 +1870,9 @@ def synthesize(
                 progress(i, len(models))
             if not model.supported:
                 continue
+            if live and model.offline_only:
+                res.failed[model.sid] = model.offline_only
+                continue
             try:
                 with _time_limit(RULE_TIME_LIMIT_S):
                     pl = plan(model, setters, i + 1)
@@ -1741,8 +1881,14 @@ def synthesize(
             except (SynthError, LayoutError, RegexUnsupported, ValueError) as exc:
                 res.failed[model.sid] = str(exc)
                 continue
-            v6 = (ip_version == 6 or model.ipv6) and not icmpv4_only(model)
-            client, server = addrs.take(cside, v6), addrs.take(sside, v6)
+            fixed_client, fixed_server = session_hosts(model)
+            fixed = fixed_client or fixed_server
+            if fixed:
+                v6 = ":" in fixed  # the listed address's version
+            else:
+                v6 = (ip_version == 6 or model.ipv6) and not icmpv4_only(model)
+            client = fixed_client or addrs.take(cside, v6)
+            server = fixed_server or addrs.take(sside, v6)
             if starts_ns is not None:
                 t = max(t if res.sessions else 0, starts_ns[i])
             for k in range(model.events):
@@ -1756,6 +1902,7 @@ def synthesize(
                     server,
                     ks,
                     app=model.app or model.proto,
+                    offline_only=bool(model.offline_only),
                 )
                 em = _Emitter(w, t)
                 s.start_ns = t

@@ -13,6 +13,7 @@ from idsrules.semantics import Match, analyze, services_of
 from idsrules.syntax import parse_rule_text
 from idsrules.synth import (
     SynthError,
+    flowbit_setters,
     header_lines,
     http_request,
     plan,
@@ -264,6 +265,36 @@ def test_xbits_are_set_and_checked_as_bits_of_their_own() -> None:
         plan(checker, {}, 1)
     assert not model("xbits:flip,stage,track ip_src;").supported
     assert not model("xbits:set;").supported
+
+
+def test_flowint_conditions_drive_the_variable_or_say_which_value_is_missing() -> None:
+    def http(opts: str, sid: int):
+        return analyze(
+            parse_rule_text(
+                'alert http $EXTERNAL_NET any -> $HOME_NET any (msg:"x"; flow:established,'
+                f"to_server; {opts} sid:{sid}; rev:1;)"
+            )
+        )
+
+    counter = http('http.uri; content:"/count"; flowint:hits,+,1; noalert;', 1)
+    checker = http('http.uri; content:"/check"; flowint:hits,>,2;', 2)
+    counting = http('http.uri; content:"/both"; flowint:hits,+,1;', 3)
+    assert counter.flowint_changes == [("hits", "+", "1")] and not counter.flowint_conditions
+    assert counting.supported and checker.flowint_conditions == [("hits", ">", "2")]
+    setters = flowbit_setters([counter, checker])
+    requests = [d for fc, d in plan(checker, setters, 1).messages if fc]
+    assert [r.split(b" ")[1].startswith(b"/count") for r in requests] == [True] * 3 + [False]
+    with pytest.raises(SynthError, match=r"flowint 'hits' must be > 2 before the match, and no"):
+        plan(checker, {}, 1)
+    raw = _model('content:"knock"; flowint:knocks,+,1; noalert;')
+    door = analyze(
+        parse_rule_text(
+            'alert tcp any any -> any 7000 (content:"open"; flowint:knocks,>=,2; sid:2;)'
+        )
+    )
+    with pytest.raises(SynthError, match=r"Suricata 7 inspects in one piece"):
+        plan(door, flowbit_setters([raw, door]), 1)
+    assert not _model("flowint:knocks,**,2;").supported
 
 
 def test_what_no_session_can_carry_says_why() -> None:

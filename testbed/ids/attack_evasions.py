@@ -151,12 +151,19 @@ def _plain_durations(synth_sessions, plain_models) -> list[tuple[int, int]]:
 
 
 def write_varied_attacks(
-    spec, rule_paths: list[Path], out_dir: Path, *, seed: int = 1, t0_ns: int = 0
+    spec,
+    rule_paths: list[Path],
+    out_dir: Path,
+    *,
+    seed: int = 1,
+    t0_ns: int = 0,
+    live: bool = False,
 ) -> VariedAttacks:
     """attacks.pcap + attacks.json of an `attacks:` section with `evasions`: every instance's
     plain session (with `spec.plain`) and its variants, one schedule slot each; reproducible
-    from `seed` (a variant of instance k of rule sid is drawn from seed + sid + k)."""
-    pre = plan_attacks(spec, rule_paths, t0_ns=t0_ns)
+    from `seed` (a variant of instance k of rule sid is drawn from seed + sid + k). `live`: the
+    pcap is to be replayed on a wire; offline-only rules are left out (`plan_attacks`)."""
+    pre = plan_attacks(spec, rule_paths, t0_ns=t0_ns, live=live)
     classes = list(spec.evasions)
     plans, no_variants = plain_plans(pre.models, {m.sid for m in pre.selected})
     kinds: dict[int, int] = {}  # sid -> variants per instance
@@ -178,7 +185,12 @@ def write_varied_attacks(
     plain_models = [pre.scheduled[k] for k in plain_k]
     # the plain sessions' lengths, to give each its slot (written for real once the times are known)
     trial = synthesize(
-        plain_models, os.devnull, all_models=pre.models, ip_version=spec.ip_version, t0_ns=0
+        plain_models,
+        os.devnull,
+        all_models=pre.models,
+        ip_version=spec.ip_version,
+        t0_ns=0,
+        live=live,
     )
     lengths = [b - a for a, b in _plain_durations(trial.sessions, plain_models)]
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -187,7 +199,15 @@ def write_varied_attacks(
     addrs = _Addresses({a for s in trial.sessions for a in (s.client, s.server)})
     period = NS / float(spec.rate)
     res = VariedAttacks(
-        pcap, manifest, trial, pre.selected, pre.problems, pre.scheduled, classes, spec.plain
+        pcap,
+        manifest,
+        trial,
+        pre.selected,
+        pre.problems,
+        pre.scheduled,
+        dict(pre.not_live),
+        classes=classes,
+        plain=spec.plain,
     )
     cap = res.variants = EvasionCapture(pcap, skipped=no_variants)
     res.no_variants = no_variants
@@ -253,6 +273,7 @@ def write_varied_attacks(
         all_models=pre.models,
         starts_ns=plain_starts,
         ip_version=spec.ip_version,
+        live=live,
     )
     synth.failed.update(pre.unsynthesizable)
     if not spec.plain:

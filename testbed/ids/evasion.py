@@ -113,7 +113,8 @@ def plain_plans(
 ) -> tuple[dict[int, tuple[RuleModel, WirePlan, int, int, bool]], dict[int, str]]:
     """The plain session of each rule in `sids` as a WirePlan, with its ports and IPv6 flag, made
     as `synthesize` makes it (the same messages for the same position); the reasons of the rules
-    that have none: ICMP, packets without a conversation, threshold rules (several sessions)."""
+    that have none: ICMP, packets without a conversation, threshold rules (several sessions),
+    rules that list their own addresses (offline only when outside the test ranges)."""
     setters = flowbit_setters(models)
     out: dict[int, tuple[RuleModel, WirePlan, int, int, bool]] = {}
     skipped: dict[int, str] = {}
@@ -128,6 +129,12 @@ def plain_plans(
             continue
         if model.events > 1:
             skipped[model.sid] = f"threshold: {model.events} sessions, not varied"
+            continue
+        if model.src_host or model.dst_host:
+            # every variant needs an address pair of its own; the rule allows only its own
+            skipped[model.sid] = model.offline_only or (
+                "the rule lists its own addresses: no address pair of their own for the variants"
+            )
             continue
         try:
             pl = plan(model, setters, i + 1)

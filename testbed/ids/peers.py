@@ -225,6 +225,9 @@ def peer_items(
         if model.proto == "tcp" and model.tcp_flags is not None and not model.established:
             skipped[model.sid] = "a packet with flags, no conversation"
             continue
+        if model.offline_only:
+            skipped[model.sid] = model.offline_only
+            continue
         try:
             pl = plan(model, setters, i + 1)
             _cport, sport = session_ports(model, i)

@@ -16,6 +16,7 @@ from typing import Any
 
 from idsrules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
 from idsrules.syntax import read_rule_text
+from idsrules.variables import in_test_ranges
 from ntgcore.errors import RunSetupError
 from ntgcore.proc import Tool
 from ntgcore.registry import DUT_KINDS, GENERATORS
@@ -149,11 +150,22 @@ def _add_attacks(run: Any, scenario: Scenario) -> None:
     try:
         if problem:
             raise AttackError(problem)
+        # live: a rule's session on its own addresses outside the test ranges is not sent
         attacks = (
-            write_varied_attacks(spec, rules, run.run_dir / "attacks", seed=run.seed)
+            write_varied_attacks(spec, rules, run.run_dir / "attacks", seed=run.seed, live=True)
             if spec.evasions
-            else write_attacks(spec, rules, run.run_dir / "attacks")
+            else write_attacks(spec, rules, run.run_dir / "attacks", live=True)
         )
+        outside = sorted(
+            {
+                a
+                for x in attacks.synth.sessions
+                for a in (x.client, x.server)
+                if not in_test_ranges(a)
+            }
+        )
+        if outside:  # never reached (write_attacks left them out): the last check before a wire
+            raise AttackError(f"attacks: addresses outside the test ranges to send: {outside[:5]}")
         player = attack_player(scenario.live_generators())
         if player is not None:
             dialogues = run.state["attacks"] = tcp_dialogues(spec, rules)
@@ -167,6 +179,12 @@ def _add_attacks(run: Any, scenario: Scenario) -> None:
         run.finish("failed")
         raise RunSetupError(str(exc)) from None
     info = attacks.summary()
+    if attacks.not_live:
+        run.messages.append(
+            f"attacks: {len(attacks.not_live)} rule(s) not sent live, their sessions being offline"
+            f" only (the rule's own addresses lie outside the test ranges): sids "
+            + ", ".join(str(k) for k in sorted(attacks.not_live)[:10])
+        )
     info["pcap"] = "attacks/attacks.pcap"
     info["manifest"] = "attacks/attacks.json"
     run.manifest["attacks"] = info
