@@ -582,31 +582,9 @@ def expand_var(spec: str, table: dict[str, str], depth: int = 0) -> str:
 
 def _parse_port_spec(spec: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(included ranges, excluded ranges); `any` is 0..65535."""
-    spec = spec.strip()
     inc: list[tuple[int, int]] = []
     exc: list[tuple[int, int]] = []
-
-    def walk(s: str, neg: bool) -> None:
-        s = s.strip()
-        if s.startswith("!"):
-            walk(s[1:], not neg)
-            return
-        if s.startswith("[") and s.endswith("]"):
-            depth = 0
-            cur = ""
-            for ch in s[1:-1]:
-                if ch == "[":
-                    depth += 1
-                elif ch == "]":
-                    depth -= 1
-                if ch == "," and depth == 0:
-                    walk(cur, neg)
-                    cur = ""
-                else:
-                    cur += ch
-            if cur.strip():
-                walk(cur, neg)
-            return
+    for neg, s in _spec_items(spec):
         if s == "any":
             rng = (0, 65535)
         elif ":" in s:
@@ -616,8 +594,6 @@ def _parse_port_spec(spec: str) -> tuple[list[tuple[int, int]], list[tuple[int, 
             p = int(s)
             rng = (p, p)
         (exc if neg else inc).append(rng)
-
-    walk(spec, False)
     if not inc:
         inc = [(0, 65535)]
     return inc, exc
@@ -642,9 +618,9 @@ def choose_port(spec: str, preferred: list[int]) -> int:
     raise ValueError(f"no port satisfies {spec!r}")
 
 
-def _address_items(spec: str) -> list[tuple[bool, str]]:
-    """The entries of an address spec, lists flattened: (negated, entry) each, a `!` before a
-    list negating every entry in it."""
+def _spec_items(spec: str) -> list[tuple[bool, str]]:
+    """The entries of an address or port spec, lists flattened: (negated, entry) each, a `!`
+    before a list negating every entry in it."""
     out: list[tuple[bool, str]] = []
 
     def walk(s: str, neg: bool) -> None:
@@ -682,7 +658,7 @@ def listed_host(spec: str, version: int | None = None) -> str | None:
     `version` when the list has one) that no negated entry excludes. None when the spec allows a
     variable's addresses or any (the test ranges serve it: `address_side`). Such an address may
     lie outside the test ranges: a session on it goes into pcaps only (RuleModel.offline_only)."""
-    items = _address_items(spec)
+    items = _spec_items(spec)
     if any(not neg and (e == "any" or e.startswith("$")) for neg, e in items):
         return None
     nets = [_network(e) for neg, e in items if not neg]
@@ -706,7 +682,7 @@ def address_side(spec: str) -> str:
     """'home', 'external' or 'any' for an address spec. A spec of fixed addresses only is the
     side its session's address (`listed_host`) is on: home inside $HOME_NET, else external."""
     sides = set()
-    for neg, e in _address_items(spec):
+    for neg, e in _spec_items(spec):
         if e in ("$EXTERNAL_NET",):
             sides.add("home" if neg else "external")
         elif e.startswith("$"):
