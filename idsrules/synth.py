@@ -1447,7 +1447,33 @@ def rule_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
             (True, b"SSH-2.0-OpenSSH_9.2\r\n"),
             (fc, payload),
         ]
+    if model.proto == "udp" and session_ports(model, 0)[1] == APP_PORTS["dns"]:
+        payload = _dns_header_padded(model, payload)
     return [(fc, payload)] if payload or model.proto != "tcp" else [(fc, b"")]
+
+
+DNS_HEADER = 12
+
+
+def _dns_header_padded(model: RuleModel, payload: bytes) -> bytes:
+    """A raw UDP rule's payload to the DNS port that is shorter than a DNS header (`byte_test`
+    on the flags of byte 2, nothing after): made a whole header, with one question for
+    www.example.com when the rule leaves the question count free, else with no question or
+    record, which a DNS server parses (and answers, NOTIMP for an odd opcode) and tshark
+    dissects, where 3 bytes are a malformed message (and a bare header with opcode 6, DSO, too);
+    as it is when that breaks a match or the rule's dsize."""
+    if len(payload) >= DNS_HEADER:
+        return payload
+    header = payload + bytes(DNS_HEADER - len(payload))
+    shapes = [header]
+    if len(payload) <= 4:  # the question count is ours
+        question = dns_query(b"www.example.com", 0)[DNS_HEADER:]
+        shapes.insert(0, header[:4] + b"\x00\x01" + header[6:] + question)
+    for shape in shapes:
+        fits = not model.dsize or model.dsize[0] <= len(shape) <= model.dsize[1]
+        if fits and _holds(model, "pkt", shape):
+            return shape
+    return payload
 
 
 def _sip_carrying(model: RuleModel, message: bytes) -> bytes | None:

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -343,3 +344,17 @@ def attack_scenario(
         + extra
     )
     return path
+
+
+def golden_cases() -> tuple[list[Path], list[Path]]:
+    """The golden cases (tests/rules_cases/*/ with a rules.rules), and those that also run over
+    IPv6: all but a case whose expect.yaml says `ipv6: false` (and why, `ipv6_why`)."""
+    cases = sorted(
+        p
+        for p in (Path(__file__).parent / "rules_cases").iterdir()
+        if (p / "rules.rules").is_file()
+    )
+    v6 = [
+        c for c in cases if yaml.safe_load((c / "expect.yaml").read_text()).get("ipv6") is not False
+    ]
+    return cases, v6

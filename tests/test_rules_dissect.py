@@ -11,17 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import skip_or_fail
+from conftest import golden_cases, skip_or_fail
 
 from idsrules.dissect import DissectError, dissect, dissect_manifest, problems_by_sid
 from idsrules.semantics import load_rules
 from idsrules.synth import Session, synthesize
 from ntgcore import packets as P
 
-CASES = sorted(
-    p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file()
-)
+CASES, IPV6_CASES = golden_cases()
 ET_SAMPLE = 150
 
 
@@ -41,13 +38,8 @@ def test_golden_case_sessions_dissect_as_their_protocol(case: Path, tmp_path: Pa
     assert problems_by_sid(out) == {}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", IPV6_CASES, ids=[c.name for c in IPV6_CASES])
 def test_golden_case_sessions_dissect_over_ipv6(case: Path, tmp_path: Path) -> None:
-    expect = yaml.safe_load((case / "expect.yaml").read_text())
-    if expect.get("ipv6") is False:
-        pytest.skip(
-            f"{case.name}: expect.yaml has ipv6: false ({expect.get('ipv6_why', 'no reason given')})"
-        )
     models, problems = load_rules([case / "rules.rules"])
     assert problems == []
     res = synthesize(models, tmp_path / "a.pcap", tmp_path / "a.json", ip_version=6)

@@ -9,18 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import golden_cases
 
 from idsrules.semantics import analyze
 from idsrules.syntax import read_rules
 from idsrules.synth import icmpv4_only, synthesize
 
-CASES = sorted(
-    p for p in (Path(__file__).parent / "rules_cases").iterdir() if (p / "rules.rules").is_file()
-)
-# a case whose expect.yaml says `ipv6: false` (and why, `ipv6_why`) is not run over IPv6
-IPV6_CASES = [
-    c for c in CASES if yaml.safe_load((c / "expect.yaml").read_text()).get("ipv6") is not False
-]
+CASES, IPV6_CASES = golden_cases()
 pytestmark = pytest.mark.usefixtures("suricata")
 
 
