@@ -18,7 +18,7 @@ MS = 1_000_000
 A, B = "198.18.0.1", "198.18.0.2"
 
 
-def testbed(*args: str) -> subprocess.CompletedProcess:
+def run_testbed(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "testbed", *args], cwd=REPO, capture_output=True, text=True
     )
@@ -54,7 +54,7 @@ def capture(path: Path) -> Path:
 def test_meters_on_a_capture_are_scored_against_it(tmp_path):
     pcap = capture(tmp_path / "flows.pcap")
     out = tmp_path / "out"
-    r = testbed("meter", str(pcap), "--meter", "softflowd,nfpcapd", "--out", str(out), "-q")
+    r = run_testbed("meter", str(pcap), "--meter", "softflowd,nfpcapd", "--out", str(out), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((out / "meter.json").read_text())
     assert [m["meter"] for m in doc["meters"]] == ["softflowd", "nfpcapd"]
@@ -83,10 +83,10 @@ def test_bad_options_are_refused_naming_them(tmp_path):
         ("--meter", "softflowd", "--timeouts", "idle=1500ms"): "softflowd takes whole seconds",
     }
     for args, words in cases.items():
-        r = testbed("meter", str(pcap), *args, "--out", str(tmp_path / "o"))
+        r = run_testbed("meter", str(pcap), *args, "--out", str(tmp_path / "o"))
         assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
-    r = testbed("meter", "--out", str(tmp_path / "o"))
+    r = run_testbed("meter", "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "give capture files, or --conformance" in r.stderr
     assert not (tmp_path / "o" / "meter.json").exists()
 
@@ -94,7 +94,7 @@ def test_bad_options_are_refused_naming_them(tmp_path):
 @pytest.mark.usefixtures("root")
 def test_the_conformance_matrix_from_the_command(tmp_path):
     out = tmp_path / "c"
-    r = testbed("meter", "--conformance", "--meter", "nfpcapd", "--out", str(out), "-q")
+    r = run_testbed("meter", "--conformance", "--meter", "nfpcapd", "--out", str(out), "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     table = pq.read_table(out / "conformance.parquet").to_pylist()
     assert {row["meter"] for row in table} == {"nfpcapd"} and len(table) >= 14
