@@ -184,6 +184,7 @@ HTTP_BUFFERS = {
     "http.content_len",
     "http.server",
     "http.location",
+    "http.start",
 }
 RESPONSE_BUFFERS = {
     "http.stat_code",
@@ -232,7 +233,6 @@ KNOWN_UNSYNTH_BUFFERS = {
     "http2.header",
     "krb5.cname",
     "dcerpc",
-    "http.start",  # the synthesizer does not build this buffer (found by a golden case)
 }
 PCRE_BUFFER_FLAGS = {
     "U": "http.uri",
@@ -1095,6 +1095,10 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         ):
             m.to_server = False
             m.src_is_client = False
+    if m.app == "http" and "http.start" in buffers and not m.to_server:
+        m.unsupported(
+            "buffer http.start of a response (status line and headers) is not synthesized"
+        )
     if m.app == "http" and "file.data" in buffers:
         buffers[("http.response_body" if not m.to_server else "http.request_body")] = buffers.pop(
             "file.data"

@@ -90,6 +90,7 @@ EITHER_SIDE_HEADERS = frozenset(
         "http.content_len",
         "http.cookie",
         "http.header_names",
+        "http.start",
     }
 )
 URI_SAFE = set(
@@ -250,7 +251,30 @@ def _line_ends(model: RuleModel | None, names: tuple[str, ...]) -> set[bytes]:
     return ends
 
 
-def header_lines(text: bytes, line_ends: set[bytes] = frozenset()) -> list[bytes]:
+_GLUED = re.compile(rb"(^|\r?\n)([!#$%&'*+\-.^_`|~0-9A-Za-z]+):(?=[^ \t\r\n])")
+
+
+def _spaced_colons(model: RuleModel | None, text: bytes | None) -> bytes | None:
+    """The rule's `http.header` text with a blank after each line's `name:` where its matches
+    still hold with it (`User-Agent:` then `probe` at distance 0): Suricata reads a header as
+    `name: value`, so the glued form could only be a value's."""
+    if not text or model is None:
+        return text
+    at = 0
+    while m := _GLUED.search(text, at):
+        cand = text[: m.end()] + b" " + text[m.end() :]
+        if _holds(model, "http.header", cand):
+            text = cand
+        at = m.end()
+    return text
+
+
+def header_lines(
+    text: bytes, line_ends: set[bytes] = frozenset(), *, normalized: bool = False
+) -> list[bytes]:
+    """Header lines that carry `text`, the rule's header bytes. `normalized`: the text is of
+    Suricata's `http.header`, where every header reads `name: value`; a `name:value` there (no
+    blank after the colon) can only be inside a value, so it goes into one."""
     lines = []
     pieces = text.replace(b"\r\n", b"\n").split(b"\n")
     for n, line in enumerate(pieces):
@@ -262,7 +286,11 @@ def header_lines(text: bytes, line_ends: set[bytes] = frozenset()) -> list[bytes
             lines[-1] = lines[-1].rstrip() + b" " + line.strip()
             continue
         name, colon, rest = line.partition(b":")
-        if colon and rest[:1] not in (b" ", b"\t", b"") and name.lower() not in _KNOWN_HEADERS:
+        if (
+            colon
+            and rest[:1] not in (b" ", b"\t", b"")
+            and (normalized or name.lower() not in _KNOWN_HEADERS)
+        ):
             # `urn:x-org:service` is a value with colons, not a header `urn` (libhtp would give
             # it back as `urn: x-org...`, and the rule's bytes would be gone)
             line = b"X-Data: " + line
@@ -455,6 +483,20 @@ def _complete_request_line(
     return None
 
 
+_START_TAIL = re.compile(rb"(?:([^ \r\n]*) )?(HTTP/\d\.\d)")
+
+
+def _start_parts(start: bytes) -> tuple[bytes | None, list[bytes]]:
+    """The rule's `http.start` bytes (Suricata: the request line, CRLF, each header as
+    `name: value` and its CRLF, a final CRLF) as (the end of the request line or None, header
+    lines): bytes before a CRLF, or with the version in them, end the request line; the rest are
+    headers, written as `http.header` ones are."""
+    tail, crlf, rest = start.partition(b"\r\n")
+    if tail and not _START_TAIL.search(tail) and not _HTTP_METHOD.match(tail):
+        return None, header_lines(start, normalized=True)  # no request line in it: headers
+    return tail or None, header_lines(rest, normalized=True) if rest else []
+
+
 def _names_text(names: list[bytes]) -> bytes:
     """Suricata's `http.header_names` buffer: CRLF, each name and CRLF, a final CRLF."""
     return b"\r\n" + b"".join(n + b"\r\n" for n in names) + b"\r\n"
@@ -581,10 +623,26 @@ def http_request(
     uri, raw_uri = _uris(model) if model else (None, None)
     proto = b("http.protocol") or b"HTTP/1.1"
     line = _complete_request_line(model, rl, uri or raw_uri) if (model and rl) else None
+    start = b("http.start") if (model is not None and model.to_server) else None
+    start_lines: list[bytes] = []
+    start_line, lead = None, b""  # lead: what the request line's URI starts with
+    if start:
+        start_line, start_lines = _start_parts(start)
+        if start_line is not None and line is None:
+            if _REQUEST_LINE.fullmatch(start_line):
+                p = start_line.split(b" ")
+                line = p[0], b" ".join(p[1:-1]), p[-1]
+            elif (tail := _START_TAIL.fullmatch(start_line)) and target is None:
+                end = tail.group(1) or b""
+                target = (end if end.startswith(b"/") or not end else b"/a" + end, tail.group(2))
+            elif _HTTP_METHOD.match(start_line) and not _START_TAIL.search(start_line):
+                # the request line starts with the rule's bytes: its method, its URI's start
+                method, _, lead = start_line.partition(b" ")
     if line is not None:
         method, raw_uri, proto = line
     elif target is not None:
         raw_uri, proto = target
+        raw_uri = raw_uri or None
     if not method:  # none, or only negated contents (`content:!"GET"`): a usual method it allows
         usual = (b"POST", b"GET") if body is not None else (b"GET", b"POST")
         allowed = [m for m in (*usual, b"PUT", b"OPTIONS") if _holds(model, "http.method", m)]
@@ -597,6 +655,8 @@ def http_request(
         raw_uri = b"/index.html"
     elif line is None and not raw_uri.startswith(b"/") and not raw_uri.lower().startswith(b"http"):
         raw_uri = b"/" + raw_uri
+    if lead and not raw_uri.startswith(lead):
+        raw_uri = lead + raw_uri.lstrip(b"/")
     headers: list[bytes] = []
     names_buf = b("http.header_names") if (model is None or model.to_server) else None
     host = b("http.host", prefix=b"www") or b("http.host.raw", prefix=b"www")
@@ -615,6 +675,7 @@ def http_request(
             values[hname.encode()] = v
     crlf = {"suffix": b"\r\n"}  # a header line is followed by its CRLF in the buffer
     hdr_text = b("http.header", **crlf) if (model is None or model.to_server) else None
+    hdr_text = _spaced_colons(model, hdr_text)
     hdr_raw = b("http.header.raw", **crlf) if (model is None or model.to_server) else None
     if names_buf is not None and model is not None:
         names = [n.strip() for n in names_buf.split(b"\r\n") if n.strip()]
@@ -645,7 +706,12 @@ def http_request(
         if b"User-Agent" not in values:
             values[b"User-Agent"] = b"Mozilla/5.0"
     ends = _line_ends(model, ("http.header", "http.header.raw"))
-    own_lines = [ln for text in (hdr_text, hdr_raw) if text for ln in header_lines(text, ends)]
+    own_lines = start_lines + [
+        ln
+        for text, norm in ((hdr_text, True), (hdr_raw, False))
+        if text
+        for ln in header_lines(text, ends, normalized=norm)
+    ]
     own_names = _header_names(own_lines)
     if own_names:
         # a header the rule writes itself replaces our default one: libhtp would merge the two
@@ -680,6 +746,13 @@ def http_request(
         elif extra_body:
             headers[headers.index(cl[0])] = b"Content-Length: %d" % len(body)
     headers = _own_last(model, _one_per_name(model, headers, own_lines, kept), own_lines)
+    block = [h for h in start_lines if h in headers]
+    if block:
+        # the rule's http.start header lines stay together: right after the request line when
+        # its bytes run on from that line, else where the first of them is
+        at = 0 if start_line is not None else headers.index(block[0])
+        rest = [h for h in headers if h not in block]
+        headers = rest[:at] + block + rest[at:]
     head = (
         method
         + b" "
@@ -762,9 +835,11 @@ def http_response(model: RuleModel | None, *, extra_body: bytes = b"") -> bytes:
     own: list[bytes] = []
     if model is not None and not model.to_server:
         for n in ("http.header", "http.header.raw"):
+            norm = n == "http.header"
             text = b(n, suffix=b"\r\n")
+            text = _spaced_colons(model, text) if norm else text
             if text:
-                own.extend(header_lines(text, _line_ends(model, (n,))))
+                own.extend(header_lines(text, _line_ends(model, (n,)), normalized=norm))
     headers.extend(own)
     headers = _one_per_name(model if own else None, headers, own, kept)
     names_buf = b("http.header_names") if model is not None and not model.to_server else None

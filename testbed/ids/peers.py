@@ -394,6 +394,8 @@ def _request_buffers(req: HttpRequest) -> dict[str, list[bytes]]:
         "http.host.raw": [v for n, v in heads if n == "host"],
     }
     out.update(_header_family(heads, req.raw_head))
+    # http.start: the request line, then the headers as http.header has them, a final CRLF
+    out["http.start"] = [line + b"\r\n" + h + b"\r\n" for h in out["http.header"][:2]]
     return out
 
 
