@@ -322,7 +322,9 @@ def _place_contents(
             if jump_past:
                 nxt = next((x for x in matches[k + 1 :] if x.kind == "content"), None)
                 back = max(0, -((nxt.distance or 0) if nxt is not None else 0))
-                want = max(want, len(buf)) + back
+                # past the bytes a match wrote or read (filler an earlier jump passed over may
+                # take the content: two BER lengths jumped over in turn, SNMP)
+                want = max(want, max(pinned, default=-1) + 1) + back
             if v is None or not want <= _jump_target(pos, v, spec, len(buf)) <= want + 4096:
                 v = 0
                 if spec["mult"] > 0:
@@ -482,6 +484,12 @@ def build_buffer(
             candidates.append((b"", s))
             candidates.append((pre, pre + s + rest))
             candidates.append((pre, pre + rest + s))
+            if rest:
+                # the example laid over the contents' filler: a pcre that pins what the filler
+                # between two contents must be (`13`, `=MSG` 11 bytes on, `/^13\d{11}/`)
+                over = _overlay(rest, s, fill)
+                candidates.append((pre, pre + over))
+                candidates.append((b"", over))
     # the caller's prefix first; of the layouts with it that hold, the shortest (a content that
     # the pcre example already holds is not written a second time)
     for pre in prefixes:
@@ -506,6 +514,19 @@ def build_buffer(
     if errors:
         raise LayoutError(errors[0])
     raise LayoutError("no layout satisfies all matches of the buffer together")
+
+
+def _overlay(layout: bytes, example: bytes, fill: bytes) -> bytes:
+    """`layout` with `example` written over it from its first byte where the layout has filler
+    (its own bytes elsewhere), and the example's bytes past the layout's end."""
+    out = bytearray(layout)
+    for i, c in enumerate(example):
+        if i >= len(out):
+            out += example[i:]
+            break
+        if out[i] == fill[0]:
+            out[i] = c
+    return bytes(out)
 
 
 def _orders(matches, contents, pcres):
