@@ -292,3 +292,42 @@ def example(pattern: str, flags: str = "", avoid: bytes = b"") -> bytes:
         "generated example does not match"
         + (f" (the pattern has {', '.join(what)})" if what else " (the shortest choices conflict)")
     )
+
+
+def literal_runs(pattern: str, flags: str = "") -> tuple[list[bytes], bool]:
+    """The runs of bytes every string the pcre matches carries as the example writes them: literal
+    characters side by side at the pattern's top level, a whitespace class as the blank the
+    example picks (`^MKD\\s[^\\n]{100}` -> `MKD `), a repeat of at least one of either once;
+    anything else ends a run. With it, whether the last run ends the pattern (nothing but an
+    anchor after it). ([], False) when the pattern is not understood."""
+    try:
+        py = to_python(pattern).encode("latin-1")
+        parsed = sre_parse.parse(py, compile_pcre(pattern, flags).flags)
+    except Exception:
+        return [], False
+    runs: list[bytes] = []
+    cur = bytearray()
+    for op, av in parsed:
+        c = _one_byte(op, av)
+        if c is None and op is sre_c.MAX_REPEAT and av[0] >= 1 and len(av[2]) == 1:
+            c = _one_byte(*av[2][0])
+        if c is not None:
+            cur.append(c)
+            continue
+        if op is sre_c.AT:
+            continue  # an anchor takes no byte
+        if cur:
+            runs.append(bytes(cur))
+        cur = bytearray()
+    if cur:
+        runs.append(bytes(cur))
+    return runs, bool(cur)
+
+
+def _one_byte(op, av) -> int | None:
+    """The byte a literal or a whitespace class stands for in an example, else None."""
+    if op is sre_c.LITERAL:
+        return av
+    if op is sre_c.IN and av == [(sre_c.CATEGORY, sre_c.CATEGORY_SPACE)]:
+        return ord(" ")
+    return None

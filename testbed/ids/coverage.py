@@ -39,6 +39,7 @@ against (T+1)x the unmultiplied ones (the document's `multiplied` section).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections import Counter, defaultdict
@@ -48,6 +49,8 @@ from pathlib import Path
 from analysis.capture import address_text, read_capture
 from analysis.tables import table_path, write_table
 from idsrules.attacks import Attacks, load_selection, merge_pcaps
+from idsrules.layout import LayoutError, build_buffer
+from idsrules.regex_example import RegexUnsupported, literal_runs
 from idsrules.semantics import RuleModel, load_rules
 from idsrules.synth import SESSION_GAP_NS, T0_NS, Session, SynthResult, synthesize
 from ntgcore.errors import GeneratorError
@@ -240,6 +243,42 @@ def _contents(m: RuleModel) -> list[bytes]:
     ]
 
 
+# application protocols whose commands are CRLF-ended lines the synthesizer writes
+_LINE_APPS = ("ftp", "smtp", "pop3", "imap")
+
+
+def _written(m: RuleModel) -> list[bytes]:
+    """Bytes a rule's own matches put into its session beyond each content alone: a buffer's
+    contents laid out side by side as `within`/`distance` let the layout put them (the filler
+    between them left out: it is found by laying them out twice, with two filler bytes), and the
+    literal runs of its pcres (`^MKD\\s[^\\n]{100}` -> `MKD `); on a line protocol a run that ends
+    its pattern ends the command line (CRLF)."""
+    out: list[bytes] = []
+    for ms in m.buffers.values():
+        cs = [x for x in ms if x.kind == "content" and not x.negated and x.data]
+        if len(cs) > 1:
+            try:
+                lay0, lay1 = (build_buffer(cs, None, fill=f) for f in (b"\0", b"\xff"))
+            except (LayoutError, RegexUnsupported):
+                lay0 = lay1 = b""
+            if len(lay0) == len(lay1):
+                out += [
+                    bytes(seg)
+                    for seg in re.split(
+                        rb"\0+",
+                        bytes(a if a == b else 0 for a, b in zip(lay0, lay1, strict=True)),
+                    )
+                    if seg
+                ]
+        for x in ms:
+            if x.kind == "pcre" and not x.negated:
+                runs, ends = literal_runs(x.pattern, x.flags)
+                out += runs
+                if runs and ends and m.app in _LINE_APPS:
+                    out.append(runs[-1] + b"\r\n")
+    return out
+
+
 def extra_kind_of(
     own: RuleModel,
     other: RuleModel | None,
@@ -256,7 +295,7 @@ def extra_kind_of(
     theirs = _contents(other)
     if not theirs:
         return "unrelated"  # pcre / byte_test only: nothing to compare
-    mine = b"\n".join(c for r in (own, *setters) for c in _contents(r)).lower()
+    mine = b"\n".join(c for r in (own, *setters) for c in _contents(r) + _written(r)).lower()
     framing = _HTTP_FRAMING if own.app == "http" else ()
     if all(c.lower() in mine or c.lower() in framing for c in theirs):
         return "overlapping"
