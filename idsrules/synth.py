@@ -599,6 +599,36 @@ def _sized_body(
     return padded if _holds(model, body_buf, padded) else body
 
 
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]+)(?:;[^\r\n]*)?\r\n")
+
+
+def _complete_chunks(body: bytes) -> bytes:
+    """A chunked body the rule's bytes start (`0000000000000000FF|0d 0a 0d 0a|`), completed so the
+    request ends: the last chunk's missing data as filler, its CRLF, then the zero-size chunk
+    (libhtp leaves a request whose body is cut short open, and Suricata then inspects no part of
+    it together with the raw stream). Unchanged when it does not read as chunks."""
+    at = 0
+    while at < len(body):
+        size = _CHUNK_SIZE.match(body, at)
+        if size is None:
+            return body
+        n = int(size.group(1), 16)
+        at = size.end()
+        if n == 0:
+            return body if body.endswith(b"\r\n\r\n") or body[at:] else body + b"\r\n"
+        if n > MAX_SIZED_BODY:
+            return body
+        have = len(body) - at
+        if have < n + 2:
+            fill = b"a" * max(0, n - have)
+            tail = b"\r\n"[max(0, have - n) :]
+            return body + fill + tail + b"0\r\n\r\n"
+        if body[at + n : at + n + 2] != b"\r\n":
+            return body
+        at += n + 2
+    return body + b"0\r\n\r\n"
+
+
 def _cookie_in_response(model: RuleModel | None) -> bool:
     """A `to_client` rule's http.cookie is the response's Set-Cookie (Suricata's reading)."""
     return model is not None and not model.to_server
@@ -741,7 +771,17 @@ def http_request(
                 + (b"application/x-www-form-urlencoded" if form else b"application/octet-stream")
             )
         cl = [h for h in headers if h.lower().startswith(b"content-length:")]
-        if not cl:
+        if any(
+            _header_name(h) == b"transfer-encoding" and b"chunked" in h.lower() for h in headers
+        ):
+            # the rule's own `Transfer-Encoding: chunked`: no Content-Length beside it (RFC 9112
+            # 6.1); its request_body (what libhtp de-chunks) goes as one chunk, the raw stream
+            # bytes it wants after it as they are (they may be the chunk framing itself)
+            own_body = body[: len(body) - len(extra_body)]
+            head_chunk = b"%x\r\n%s\r\n0\r\n\r\n" % (len(own_body), own_body) if own_body else b""
+            body = _complete_chunks(head_chunk + extra_body)
+            headers = [h for h in headers if h not in cl]
+        elif not cl:
             headers.append(b"Content-Length: %d" % len(body))
         elif extra_body:
             headers[headers.index(cl[0])] = b"Content-Length: %d" % len(body)
@@ -1442,10 +1482,13 @@ def rule_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
             req = http_request(model, target=(uri, tail.group(2)))
             pkt = None
         if pkt and model.to_server:
-            # raw stream content on an HTTP rule: carried at the end of the request body
-            req = http_request(
-                model if (model.to_server or has_req) else None, extra_body=_pkt_payload(model)
-            )
+            # raw stream content on an HTTP rule: carried at the end of the request body; bytes
+            # that start with the head's blank line (`|0d 0a 0d 0a|0000FF...`) go right after
+            # the head, the body starting with the rest
+            raw = _pkt_payload(model)
+            if raw.startswith(b"\r\n\r\n") and "http.request_body" not in model.buffers:
+                raw = raw[4:]
+            req = http_request(model if (model.to_server or has_req) else None, extra_body=raw)
         extra = _pkt_payload(model) if pkt and not model.to_server else b""
         resp = http_response(model if not model.to_server else None, extra_body=extra)
         if not extra and (model.to_server or not RESPONSE_BODIES & model.buffers.keys()):
@@ -1695,6 +1738,52 @@ def stream_size_problem(model: RuleModel, messages: list[tuple[bool, bytes]]) ->
     return None
 
 
+def _head_holds(model: RuleModel, head: bytes) -> bool:
+    """True when an HTTP request head (request line, header lines, blank line) still holds the
+    rule's header-side matches (`http.header`, `.raw`, `http.header_names`, `http.start`)."""
+    line, _, rest = head.partition(b"\r\n")
+    lines = [ln for ln in rest.split(b"\r\n") if ln]
+    text = b"".join(ln + b"\r\n" for ln in lines)
+    names = _names_text([ln.split(b":", 1)[0] for ln in lines])
+    return (
+        _holds(model, "http.header", text)
+        and _holds(model, "http.header.raw", text)
+        and _holds(model, "http.header_names", names)
+        and _holds(model, "http.start", line + b"\r\n" + text + b"\r\n")
+    )
+
+
+def _padded_request(
+    model: RuleModel, pre: list[tuple[bool, bytes]], own: list[tuple[bool, bytes]]
+) -> list[tuple[bool, bytes]]:
+    """`own` with a padding header in the rule's last request before its match, long enough
+    for a `stream_size:client,>,N` (or `>=`, `both`, `either`) that the request's bytes fall
+    short of (Fortigate exploits: `stream_size:client,>,1800`), where the rule's header matches
+    still hold; `own` unchanged when no such place is."""
+    need = 0
+    for side, op, n in model.stream_size:
+        if side in ("client", "both", "either") and op in (">", ">="):
+            need = max(need, n + (op == ">"))
+    at = None
+    for k, (from_client, data) in enumerate(own):
+        if from_client and _HTTP_METHOD.match(data):
+            at = k
+        if from_client == model.to_server and data:
+            break
+    if not need or at is None:
+        return own
+    have = 1 + sum(len(d) for fc, d in pre + own[: at + 1] if fc)
+    head, sep, body = own[at][1].partition(b"\r\n\r\n")
+    if have >= need or not sep:
+        return own
+    pad = b"X-Padding: " + b"a" * max(1, need - have - len(b"X-Padding: \r\n"))
+    first, _, rest = head.partition(b"\r\n")
+    for cand in (head + b"\r\n" + pad, first + b"\r\n" + pad + (b"\r\n" + rest if rest else b"")):
+        if _head_holds(model, cand + b"\r\n\r\n"):
+            return [*own[:at], (True, cand + sep + body), *own[at + 1 :]]
+    return own
+
+
 def _flowint_value(setter: RuleModel, name: str, times: int) -> int | None:
     """Flow integer `name` after `setter` matched `times` times in a flow where it was unset
     (Suricata 7: `=` sets, `+` adds, to 0 when unset; None: unset, or a change this does not
@@ -1851,6 +1940,9 @@ def plan(
         if any(d.startswith(b"EHLO") for _fc, d in pre):
             own = own[3:] if own[1][1].startswith(b"EHLO") else own[1:]
     why = stream_size_problem(model, pre + own)
+    if why and model.app == "http":
+        own = _padded_request(model, pre, own)
+        why = stream_size_problem(model, pre + own)
     if why:
         raise SynthError(why)
     size = sum(len(d) for _fc, d in pre + own)
