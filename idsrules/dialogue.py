@@ -157,6 +157,9 @@ def anchored_to_stream(matches: list[Match]) -> bool:
     )
 
 
+_FIELD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:")  # a header field's name and colon
+
+
 def line_of(payload: bytes, matches: list[Match], opts: dict | None, dsize) -> bytes:
     """The payload as one protocol line: CRLF added when the rule's matches still hold with it,
     else a bare LF (a pcre `$` with `m` matches before LF only), else nothing."""
@@ -248,20 +251,23 @@ def _smtp(line: bytes, to_server: bool, pinned: bool, keep) -> Messages:
         return greet + [(True, line), (False, b"250 OK" + CRLF)] + bye
     if verb in SMTP_VERBS or pinned:
         return greet + ehlo + [(True, line), (False, b"250 OK" + CRLF)] + bye
-    # mail content: the payload in the body of a message
+    # mail content: the payload in the body of a message; a payload with a blank line in it
+    # ends the message's headers there (what follows it is the body a decoder reads), its lines
+    # before it made header fields
     body = line if line.endswith(b"\n") else line + CRLF
-    message = keep(
-        b"From: <alice@example.com>"
-        + CRLF
-        + b"To: <bob@example.com>"
-        + CRLF
-        + b"Subject: note"
-        + CRLF
-        + CRLF
-        + body
-        + b"."
-        + CRLF
+    head, blank, rest = body.partition(CRLF + CRLF)
+    fields = b"From: <alice@example.com>" + CRLF + b"To: <bob@example.com>" + CRLF
+    fields += b"Subject: note" + CRLF
+    own = (
+        CRLF.join(ln if _FIELD.match(ln) else b"X-Data: " + ln for ln in head.split(CRLF))
+        if blank and head
+        else b""
     )
+    message = b""
+    if own:
+        message = keep(fields + own + CRLF + CRLF + rest + b"." + CRLF)
+    if message in (b"", line):
+        message = keep(fields + CRLF + body + b"." + CRLF)
     if message == line:
         return greet + ehlo + [(True, line), (False, OK_REPLY["smtp"])] + bye
     return (

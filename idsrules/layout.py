@@ -8,6 +8,7 @@ small matcher with the IDS's semantics (first match, backtracking over later occ
 
 from __future__ import annotations
 
+import base64
 import re
 from functools import lru_cache
 
@@ -58,7 +59,15 @@ def verify(buf: bytes, matches: list[Match], opts: dict | None = None) -> bool:
         if opts.get("dotprefix"):
             buf = b"." + buf
     budget = [2000]
-    return _verify(buf, matches, 0, 0, budget)
+    try:
+        return _verify(buf, matches, 0, 0, budget)
+    except _Decoded:
+        return False
+
+
+class _Decoded(Exception):
+    """A base64_decode gave bytes its base64_data matches do not hold: Suricata inspects
+    base64_data after the buffer's match list has matched, and tries no other place."""
 
 
 def _verify(buf: bytes, matches: list[Match], i: int, prev_end: int, budget: list[int]) -> bool:
@@ -106,6 +115,13 @@ def _verify(buf: bytes, matches: list[Match], i: int, prev_end: int, budget: lis
         if present == m.negated:
             return False
         return _verify(buf, matches, i + 1, prev_end, budget)
+    if m.kind == "base64":
+        decoded = _decoded(buf, m, prev_end)
+        if not decoded:
+            return False  # no bytes: the decode does not match, an earlier match may move on
+        if not verify(decoded, list(m.args[2])):
+            raise _Decoded
+        return _verify(buf, matches, i + 1, prev_end, budget)
     if m.kind in ("byte_test", "byte_jump"):
         spec = _byte_spec(m)
         pos = _byte_base(m, prev_end, spec)
@@ -119,6 +135,43 @@ def _verify(buf: bytes, matches: list[Match], i: int, prev_end: int, budget: lis
             return False
         return _verify(buf, matches, i + 1, target, budget)
     return _verify(buf, matches, i + 1, prev_end, budget)
+
+
+# --- base64_decode --------------------------------------------------------------------------
+# Suricata: from the buffer start (or the end of the previous match with `relative`) plus
+# `offset`, up to `bytes` bytes (all by default) are decoded as base64 (RFC 4648: the decoding
+# ends at the first byte outside the alphabet); base64_data is what came out, and a decode that
+# gives nothing does not match.
+_B64 = re.compile(rb"[A-Za-z0-9+/]*={0,2}")
+
+
+def _decoded(buf: bytes, m: Match, prev_end: int) -> bytes:
+    start = (prev_end if m.relative else 0) + m.args[1]
+    if start >= len(buf):
+        return b""
+    text = buf[start : start + m.args[0]] if m.args[0] else buf[start:]
+    run = _B64.match(text)
+    b64 = run.group(0) if run else b""
+    b64 = b64[: len(b64) - len(b64) % 4] if not b64.endswith(b"=") else b64
+    try:
+        return base64.b64decode(b64 + b"=" * (-len(b64) % 4))
+    except ValueError:
+        return b""
+
+
+def _encoded(m: Match) -> Match:
+    """The content a base64_decode is laid out as: its base64_data matches' bytes (`ntg` when it
+    has none: a decode must give something), base64-encoded, where the decode starts."""
+    inner = list(m.args[2])
+    plain = build_buffer(inner) if inner else b"ntg"
+    text = base64.b64encode(plain)
+    if m.args[0] is not None and len(text) > m.args[0]:
+        raise LayoutError(
+            f"base64 of the decoded matches is longer than base64_decode's {m.args[0]} bytes"
+        )
+    if m.relative:
+        return Match("content", data=text, distance=m.args[1], within=m.args[1] + len(text))
+    return Match("content", data=text, offset=m.args[1], depth=m.args[1] + len(text))
 
 
 # --- byte_test / byte_jump ---------------------------------------------------------------------
@@ -447,13 +500,16 @@ def build_buffer(
     opts = opts or {}
     dotprefix = bool(opts.get("dotprefix"))
     lens = opts.get("len")
+    checked = matches  # what the layouts are verified against
+    if any(m.kind == "base64" for m in matches):
+        matches = [_encoded(m) if m.kind == "base64" else m for m in matches]
     contents = [m for m in matches if m.kind != "pcre"]
     pcres = [m for m in matches if m.kind == "pcre" and not m.negated]
     candidates: list[tuple[bytes, bytes]] = []  # (prefix, layout)
     errors: list[str] = []
     prefixes = [prefix, b""] if prefix else [b""]
     for pre in prefixes:
-        for order in _orders(matches, contents, pcres):
+        for order in _orders(matches, contents, pcres, checked is not matches):
             jumps = any(x.kind == "byte_jump" for x in order)
             for past in (False, True) if jumps else (False,):
                 try:
@@ -501,14 +557,14 @@ def build_buffer(
                 # a layout that ends with the start of the suffix (a pcre's `\r$`) shares it
                 shared = [b[:-k] for k in range(len(suffix), 0, -1) if b.endswith(suffix[:k])]
                 for v in [b] + shared:
-                    if (best is None or len(v) < len(best)) and verify(v + suffix, matches, opts):
+                    if (best is None or len(v) < len(best)) and verify(v + suffix, checked, opts):
                         best = v
         if best is not None:
             return best
     if fill != b"a" and any(m.negated and m.kind == "content" for m in matches):
         # the filler itself may be what a negated content forbids (`content:!"|00|"`)
         try:
-            return build_buffer(matches, opts, prefix=prefix, fill=b"a", avoid=avoid, suffix=suffix)
+            return build_buffer(checked, opts, prefix=prefix, fill=b"a", avoid=avoid, suffix=suffix)
         except (LayoutError, RegexUnsupported):
             pass
     if errors:
@@ -529,13 +585,31 @@ def _overlay(layout: bytes, example: bytes, fill: bytes) -> bytes:
     return bytes(out)
 
 
-def _orders(matches, contents, pcres):
+def _orders(matches, contents, pcres, decodes: bool = False):
     yield matches
     if pcres:
         yield contents + [m for m in pcres]
     anchored = _anchored_first(matches)
     if anchored is not None:
         yield anchored
+    if decodes:
+        # Suricata decodes where the chain before the decode first matches and tries no other
+        # place: that chain may have to come first in the buffer (its content occurs in an
+        # earlier chain too, `'SAMLResponse'` and then `'`)
+        chains = _chains(matches)
+        for k in range(1, min(len(chains), 4)):
+            yield [m for c in [chains[k], *chains[:k], *chains[k + 1 :]] for m in c]
+
+
+def _chains(matches: list[Match]) -> list[list[Match]]:
+    """The matches as chains: an absolute match and the relative ones after it."""
+    chains: list[list[Match]] = []
+    for m in matches:
+        if chains and m.is_relative:
+            chains[-1].append(m)
+        else:
+            chains.append([m])
+    return chains
 
 
 _BYTE_OPS = ("byte_test", "byte_jump")
@@ -558,12 +632,7 @@ def _anchored_first(matches: list[Match]) -> list[Match] | None:
     """The matches as chains (an absolute match and the relative ones after it), the chains pinned
     by offset/depth first in offset order: a rule may list `content:"x"; content:"y"; depth:2;`
     where y must come first in the buffer. None when that is the rule's own order."""
-    chains: list[list[Match]] = []
-    for m in matches:
-        if chains and m.is_relative:
-            chains[-1].append(m)
-        else:
-            chains.append([m])
+    chains = _chains(matches)
     keyed = [(_anchor(c[0]), i, c) for i, c in enumerate(chains)]
     pinned = sorted((k for k in keyed if k[0] is not None), key=lambda k: (k[0], k[1]))
     order = pinned + [k for k in keyed if k[0] is None]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .regex_example import RegexUnsupported, split_pcre
@@ -229,7 +229,6 @@ KNOWN_UNSYNTH_BUFFERS = {
     "ssh.software",
     "smb.named_pipe",
     "smb.share",
-    "base64_data",
     "http2.header",
     "krb5.cname",
     "dcerpc",
@@ -346,8 +345,6 @@ STREAM_OPS = {
 }
 # keywords we accept but cannot synthesize: rule unsupported with the keyword as reason
 UNSYNTH = {
-    "base64_decode",
-    "base64_data",
     "byte_extract",
     "app-layer-event",
     "ssh_proto",
@@ -398,7 +395,9 @@ UNSYNTH = {
 
 @dataclass
 class Match:
-    kind: str  # "content" or "pcre" or "byte_test" / "byte_jump" / "isdataat"
+    # "content" or "pcre" or "byte_test" / "byte_jump" / "isdataat", or "base64": a
+    # base64_decode (args: bytes or None, offset, the base64_data matches on what it decodes)
+    kind: str
     data: bytes = b""  # content bytes
     pattern: str = ""  # pcre pattern
     flags: str = ""  # pcre flags (without buffer letters)
@@ -1044,6 +1043,16 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
                 )
             m.stream_size.append((parts[0], parts[1], _bounded(int(parts[2]), "stream_size")))
             continue
+        if kw == "base64_decode":
+            nbytes, off, rel = _base64_args(val or "")
+            add(
+                sticky or (last_buffer if rel else "pkt"),
+                Match("base64", relative=rel, args=(nbytes, off, ())),
+            )
+            continue
+        if kw == "base64_data":
+            sticky = "base64_data"  # what the last base64_decode decoded: put back below
+            continue
         if kw in UNSYNTH:
             m.unsupported(UNSYNTH_WHY.get(kw, f"keyword {kw} is not synthesized"))
             continue
@@ -1052,6 +1061,15 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         m.unknown.append(kw)
         m.unsupported(f"unknown keyword {kw}")
 
+    decoders = [(n, k) for n, ms in buffers.items() for k, x in enumerate(ms) if x.kind == "base64"]
+    inner = buffers.pop("base64_data", [])
+    if inner and not decoders:
+        m.unsupported("base64_data without a base64_decode before it")
+    elif decoders:
+        # the base64_data matches belong to the (last) decode: they judge what it decodes
+        host, at = decoders[-1]
+        dec = buffers[host][at]
+        buffers[host][at] = replace(dec, args=(dec.args[0], dec.args[1], tuple(inner)))
     if m.noalert and m.status == "supported":
         m.unsupported("noalert: the rule only sets flowbits")
     if m.app is None and meta_service in SYNTH_APPS and any(b != "pkt" for b in buffers):
@@ -1186,6 +1204,17 @@ def _service(raw: RawRule) -> str:
         if sv in SYNTH_APPS:
             return sv
     return services[0] if services else ""
+
+
+def _base64_args(val: str) -> tuple[int | None, int, bool]:
+    """(bytes or None, offset, relative) of `base64_decode:[bytes N][, offset N][, relative]`."""
+    nbytes = re.search(r"\bbytes\s+(\d+)", val)
+    off = re.search(r"\boffset\s+(\d+)", val)
+    return (
+        _bounded(int(nbytes.group(1)), "base64_decode bytes") if nbytes else None,
+        _bounded(int(off.group(1)), "base64_decode offset") if off else 0,
+        bool(re.search(r"\brelative\b", val)),
+    )
 
 
 def _modifier(match: Match, name: str, arg: str | None) -> None:

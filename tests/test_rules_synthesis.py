@@ -305,4 +305,6 @@ def test_what_no_session_can_carry_says_why() -> None:
     assert "cannot be inverted" in reasons('ja3.hash; content:"e7d705a3286e19ea42f587b344ee6865";')
     assert "ServerHello" in reasons('ja3s.hash; content:"e7d705a3286e19ea42f587b344ee6865";')
     assert "SHA-1" in reasons('tls.cert_fingerprint; content:"aa:bb";')
-    assert reasons('base64_decode; content:"x";') == "keyword base64_decode is not synthesized"
+    assert reasons('content:"x"; byte_extract:1,0,v;') == "keyword byte_extract is not synthesized"
+    assert reasons('content:"k="; base64_decode:relative; base64_data; content:"x";') == ""
+    assert "without a base64_decode" in reasons('base64_data; content:"x";')
