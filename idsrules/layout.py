@@ -251,7 +251,8 @@ def _read_value(buf: bytes | bytearray, pos: int, spec: dict) -> int | None:
     n = spec["n"]
     if pos < 0 or pos + n > len(buf):
         return None
-    raw = bytes(buf[pos : pos + n])
+    # `nbytes` 0 (a string): the number is what the buffer holds from `pos` on
+    raw = bytes(buf[pos : pos + n]) if n else bytes(buf[pos:])
     if spec["string"]:
         found = re.match(rb"\s*([0-9a-fA-F]*)", raw)  # matches any bytes (maybe empty)
         digits = found.group(1) if found else b""
@@ -279,6 +280,8 @@ def _encode_value(v: int, spec: dict) -> bytes | None:
             return None
     if spec["string"]:
         text = {16: "%x", 10: "%d", 8: "%o"}[spec["base"]] % v
+        if n == 0:
+            return text.encode()  # as long as the number is
         return text.rjust(n, "0").encode() if len(text) <= n else None
     if v >= 1 << (8 * n):
         return None
