@@ -332,7 +332,12 @@ def _byte_base(m: Match, prev_end: int, spec: dict) -> int:
 
 
 def _place_contents(
-    matches: list[Match], prefix: bytes, fill: bytes, avoid: bytes, jump_past: bool = False
+    matches: list[Match],
+    prefix: bytes,
+    fill: bytes,
+    avoid: bytes,
+    jump_past: bool = False,
+    fill_windows: bool = False,
 ) -> bytearray:
     """The matches laid out in order. A byte_jump lands right after the bytes it reads; with
     `jump_past`, past every byte written so far and far enough that a relative content after it
@@ -401,6 +406,15 @@ def _place_contents(
             min_len = max(min_len, target + 1)
             continue
         if m.negated:
+            if fill_windows and m.kind == "content":
+                # the bytes the negated content must be absent from are all there, filler (a
+                # header value `within:500` long without a CRLF: the line's own CRLF after it)
+                if m.is_relative and m.within is not None:
+                    end = prev_end + (m.distance or 0) + m.within
+                else:
+                    end = (m.offset or 0) + m.depth if m.depth is not None else 0
+                if len(buf) < end:
+                    buf += fill * (end - len(buf))
             continue
         if m.kind == "isdataat":
             base = prev_end if m.relative else 0
@@ -514,13 +528,15 @@ def build_buffer(
     for pre in prefixes:
         for order in _orders(matches, contents, pcres, checked is not matches):
             jumps = any(x.kind == "byte_jump" for x in order)
+            windows = any(x.negated and (x.within or x.depth) for x in order)
             for past in (False, True) if jumps else (False,):
-                try:
-                    buf = bytes(_place_contents(order, pre, fill, avoid, past))
-                except (LayoutError, RegexUnsupported) as exc:
-                    errors.append(str(exc))
-                    continue
-                candidates.append((pre, buf))
+                for full in (False, True) if windows else (False,):
+                    try:
+                        buf = bytes(_place_contents(order, pre, fill, avoid, past, full))
+                    except (LayoutError, RegexUnsupported) as exc:
+                        errors.append(str(exc))
+                        continue
+                    candidates.append((pre, buf))
             # pcre example first, then the contents after it
     for pre in prefixes:
         for p in pcres:
