@@ -23,6 +23,7 @@ class LayoutError(NtgError, ValueError):
 
 
 FILL = b"a"
+MAX_WINDOW_FILL = 1 << 16  # a negated content's window is written out up to this many bytes
 _NOPOS = 1 << 30
 
 
@@ -413,7 +414,7 @@ def _place_contents(
                     end = prev_end + (m.distance or 0) + m.within
                 else:
                     end = (m.offset or 0) + m.depth if m.depth is not None else 0
-                if len(buf) < end:
+                if len(buf) < end <= len(buf) + MAX_WINDOW_FILL:
                     buf += fill * (end - len(buf))
             continue
         if m.kind == "isdataat":
