@@ -1456,8 +1456,14 @@ def rule_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
         pkt = model.buffers.get("pkt")
         if pkt and model.to_server and not has_req:
             raw = _pkt_payload(model)
+            bare = _BARE_METHOD.match(raw)
             if _BARE_METHOD.fullmatch(raw):
                 raw += b"/ HTTP/1.1\r\n"  # a method and its blank: the request line goes on
+            elif bare and raw[bare.end() :].startswith(b"\r\n"):
+                # a method, its blank, then the rule's header line (`DEBUG `, `|0d 0a|Command|3a|`):
+                # the request line's URI and version between them, where the rule allows it
+                line = raw[: bare.end()] + b"/ HTTP/1.1" + raw[bare.end() :]
+                raw = line if _holds(model, "pkt", line) else raw
             if _HTTP_METHOD.match(raw):
                 # the raw content is a request line: send it as the request itself
                 if b"\r\n\r\n" not in raw:
@@ -1465,6 +1471,9 @@ def rule_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
                         b"" if raw.endswith(b"\r\n") else b"\r\n"
                     ) + b"Host: www.example.com\r\n\r\n"
                 return [(True, raw), (False, _answer_to(raw, http_response(None)))]
+            carried = _head_carrying(model, raw, http_request(None))
+            if carried is not None:
+                return [(True, carried), (False, _answer_to(carried, http_response(None)))]
         if pkt and not model.to_server and not has_req:
             raw = _pkt_payload(model)
             if _STATUS_START.match(raw) and not any(n in RESPONSE_BUFFERS for n in model.buffers):
@@ -1592,6 +1601,24 @@ def _dns_header_padded(model: RuleModel, payload: bytes) -> bytes:
         if fits and _holds(model, "pkt", shape):
             return shape
     return payload
+
+
+def _head_carrying(model: RuleModel, raw: bytes, request: bytes) -> bytes | None:
+    """`request` with a header line that puts the rule's raw stream bytes where their `offset`
+    pins them in the stream (`offset:60; depth:60`: a scanner's text in the head, not at the end
+    of a body): `raw` is laid out from the stream's start, filler up to its first content, so the
+    request line and the header's name take that filler's place. None when the offset leaves no
+    room for them, the bytes would break the line, or the rule's matches do not hold."""
+    first = next((m for m in model.buffers.get("pkt", []) if m.kind == "content"), None)
+    if first is None or first.negated or first.is_relative or not first.offset:
+        return None
+    line, _, rest = request.partition(b"\r\n")
+    lead = line + b"\r\nX-Data: "
+    value = raw[len(lead) :]
+    if len(lead) > first.offset or not value or b"\r" in value or b"\n" in value:
+        return None
+    carried = lead + value + b"\r\n" + rest
+    return carried if _holds(model, "pkt", carried) else None
 
 
 def _sip_carrying(model: RuleModel, message: bytes) -> bytes | None:
