@@ -19,9 +19,15 @@ from testbed.cli import main
 from testbed.ids.evasion import (
     MAX_VARIED_BYTES,
     OUTCOMES,
+    SERVER_SLOTS4,
+    EvasionCapture,
+    VariantSession,
+    client_address,
     compare_evasions,
     outcome,
     plain_plans,
+    server_address,
+    session_index,
     write_variants,
 )
 from testbed.ids.suricata import parse_eve, run_offline, write_config
@@ -54,6 +60,30 @@ def test_newly_evaded_is_what_the_baseline_measured_and_did_not_see_evaded():
     ]
     assert cmp["no_longer_evaded"] == [{"sid": 1, "variant": "a", "config": "default"}]
     assert cmp["not_compared"] == 2 and cmp["blocking_sids"] == [1]
+
+
+@pytest.mark.parametrize("v6", [False, True])
+def test_no_server_address_is_a_client_address_on_either_side(v6):
+    """A rule whose client is external (client 198.19.x.y, server 198.18.x.y) next to one whose
+    client is at home: were a server address also a client address, two sessions could share an
+    address pair the other way round, and their alerts would be counted for one (measured: ET
+    Open's 2018021 `ins-bad-checksum` scored evaded, its alert given to 2017440's plain
+    session)."""
+    for side in ("home", "external"):
+        clients = {client_address(n, side, v6) for n in range(62_500)}
+        servers = {server_address(k, side, v6) for k in range(SERVER_SLOTS4)}
+        assert len(clients) == 62_500 and len(servers) == SERVER_SLOTS4
+        assert not clients & servers, side
+
+
+def test_two_sessions_on_one_address_pair_are_refused():
+    one = VariantSession(1, "plain", "plain", "tcp", "198.18.1.5", 50000, "198.19.251.3", 80, False)
+    back = VariantSession(
+        2, "plain", "plain", "tcp", "198.19.251.3", 50001, "198.18.1.5", 80, False
+    )
+    assert len(session_index(EvasionCapture(Path("."), sessions=[one]))) == 2
+    with pytest.raises(ValueError, match="share the address pair"):
+        session_index(EvasionCapture(Path("."), sessions=[one, back]))
 
 
 def test_a_session_too_big_to_vary_is_left_out_with_its_reason_and_the_others_are_kept():

@@ -90,13 +90,30 @@ class EvasionCapture:
     packets: int = 0
 
 
-def _address(n: int, side: str, v6: bool) -> str:
-    """The `n`-th address of a side (home 198.18/16 or 2001:db8::/48, external 198.19/16 or
-    2001:db8:1::/48), never .0 or .255."""
+SERVER_SLOTS4 = 1000  # IPv4 server addresses a side has: 198.x.251.1 to 198.x.254.250
+SERVER_BASE6 = 1 << 40  # IPv6 server addresses start this far into a side's /48
+
+
+def client_address(n: int, side: str, v6: bool) -> str:
+    """The address of the `n`-th variant session's client on a side (home 198.18/16 or
+    2001:db8::/48, external 198.19/16 or 2001:db8:1::/48): IPv4 198.x.1.1 to 198.x.250.250 (the
+    n-th of 62,500), never .0 or .255."""
     if v6:
         base = _HOME6_INT if side == "home" else _EXT6_INT
-        return socket.inet_ntop(socket.AF_INET6, (base + n + 1).to_bytes(16, "big"))
+        return socket.inet_ntop(socket.AF_INET6, (base + n % SERVER_BASE6 + 1).to_bytes(16, "big"))
     return f"198.{18 if side == 'home' else 19}.{1 + n // 250 % 250}.{1 + n % 250}"
+
+
+def server_address(k: int, side: str, v6: bool) -> str:
+    """The `k`-th server address of a side, apart from every client address of both sides: a
+    rule whose client is on the external side (clients 198.19.x.y, servers 198.18.x.y) must not
+    put a session on the address pair of another rule's session the other way round (alerts are
+    told apart by their address pair: two sessions on one pair would share their alerts)."""
+    if v6:
+        base = (_HOME6_INT if side == "home" else _EXT6_INT) + SERVER_BASE6
+        return socket.inet_ntop(socket.AF_INET6, (base + k + 1).to_bytes(16, "big"))
+    k %= SERVER_SLOTS4
+    return f"198.{18 if side == 'home' else 19}.{251 + k // 250}.{1 + k % 250}"
 
 
 def window_ns(model: RuleModel) -> int:
@@ -208,8 +225,8 @@ def _write_sessions(part: int, jobs: list[_Job], classes: list[str], seed: int, 
                 six = job.v6 or var.family == 6
                 if job.v6 and var.cls == "ip4-frag":
                     continue  # the rule's session is IPv6: no IPv4 fragments of it
-                client = _address(n, job.cside, six)
-                server = _address(job.index if six else n // 62500, job.sside, six)
+                client = client_address(n, job.cside, six)
+                server = server_address(job.index if six else n // 62500, job.sside, six)
                 program.append(session_program(var, client, server, job.cport, job.sport, n + 1))
                 sessions.append(
                     VariantSession(
@@ -277,9 +294,15 @@ def write_variants(
 
 
 def session_index(cap: EvasionCapture) -> dict[tuple[str, str], int]:
-    """(one address, the other) -> the session on that address pair, both ways round."""
-    index = {}
+    """(one address, the other) -> the session on that address pair, both ways round.
+    ValueError when two sessions share a pair (their alerts could not be told apart)."""
+    index: dict[tuple[str, str], int] = {}
     for i, s in enumerate(cap.sessions):
+        if (s.client, s.server) in index:
+            j = index[(s.client, s.server)]
+            raise ValueError(
+                f"variant sessions {j} and {i} share the address pair {s.client} {s.server}"
+            )
         index[(s.client, s.server)] = index[(s.server, s.client)] = i
     return index
 
