@@ -316,6 +316,25 @@ def _test_candidates(existing: int | None, spec: dict) -> list[int]:
     return [v for v in dict.fromkeys(c) if v >= 0]
 
 
+def _test_bytes(old: bytes, held: list[bool], v: int | None, spec: dict) -> bytes | None:
+    """The bytes a byte_test reads, written so that the test holds and the bytes another match
+    wrote or read (`held`) stay: a test of the first four bytes where a content pins the first
+    one (`content:"|00|"; depth:1;` then `byte_test:4,>,1024,0,little`, SMB over NetBIOS)."""
+    encs = [_encode_value(c, spec) for c in _test_candidates(v, spec) if _test_holds(c, spec)]
+    if not spec["string"]:
+        encs += [bytes([b]) * spec["n"] for b in (0xFF, 0x01, 0x00, 0x7F, 0x80)]
+    for enc in encs:
+        if enc is not None and not spec["n"]:
+            return enc  # a string number as long as it is (nbytes 0)
+        if enc is None or len(enc) != len(old):
+            continue
+        kept = bytes(o if h else e for o, e, h in zip(old, enc, held, strict=True))
+        got = _read_value(kept, 0, spec)
+        if got is not None and _test_holds(got, spec):
+            return kept
+    return None
+
+
 def _jump_target(pos: int, v: int, spec: dict, buf_len: int) -> int:
     v *= spec["mult"]
     if spec["align"] and v % 4:
@@ -347,6 +366,7 @@ def _place_contents(
     between contents) is not pinned: a content that can go nowhere else may take its place."""
     buf = bytearray(prefix)
     pinned = set(range(len(prefix)))  # positions whose byte a match wrote or read
+    tested: set[int] = set()  # of those, the ones only a byte_test read: another test may rewrite
     prev_end = 0
     ends_at: int | None = None
     min_len = 0  # a byte_jump must land inside the buffer
@@ -358,6 +378,7 @@ def _place_contents(
             if pos < 0 and jump_past and not prefix and m.kind == "byte_jump":
                 buf[0:0] = fill * -pos  # the contents so far move on: the read starts at 0
                 pinned = {x - pos for x in pinned}
+                tested = {x - pos for x in tested}
                 prev_end, ends_at, pos = (
                     prev_end - pos,
                     None if ends_at is None else ends_at - pos,
@@ -368,16 +389,16 @@ def _place_contents(
             if len(buf) < pos + spec["n"]:
                 buf += fill * (pos + spec["n"] - len(buf))
             v = _read_value(buf, pos, spec)
+            held = [j in pinned and j not in tested for j in range(pos, pos + spec["n"])]
+            if m.kind == "byte_test":
+                tested.update(j for j in range(pos, pos + spec["n"]) if j not in pinned)
             pinned.update(range(pos, pos + spec["n"]))
             if m.kind == "byte_test":
                 if v is None or not _test_holds(v, spec):
-                    for cand in _test_candidates(v, spec):
-                        enc = _encode_value(cand, spec)
-                        if enc is not None and _test_holds(cand, spec):
-                            buf[pos : pos + spec["n"]] = enc
-                            break
-                    else:
+                    enc = _test_bytes(bytes(buf[pos : pos + spec["n"]]), held, v, spec)
+                    if enc is None:
                         raise LayoutError("no value satisfies the byte_test")
+                    buf[pos : pos + spec["n"]] = enc
                 continue
             # byte_jump: a value that lands right after the bytes read (or there from the start)
             want = pos + spec["n"]
@@ -494,6 +515,7 @@ def _place_contents(
             buf += fill * (at - len(buf))
         buf[at : at + L] = data
         pinned.update(range(at, at + L))
+        tested.difference_update(range(at, at + L))
         prev_end = at + L
         if m.endswith:
             ends_at = prev_end
