@@ -316,6 +316,78 @@ def _test_candidates(existing: int | None, spec: dict) -> list[int]:
     return [v for v in dict.fromkeys(c) if v >= 0]
 
 
+def _test_bytes(old: bytes, held: list[bool], v: int | None, spec: dict) -> list[bytes]:
+    """The bytes a byte_test reads, written so that the test holds and the bytes another match
+    wrote or read (`held`) stay: a test of the first four bytes where a content pins the first
+    one (`content:"|00|"; depth:1;` then `byte_test:4,>,1024,0,little`, SMB over NetBIOS)."""
+    encs = [_encode_value(c, spec) for c in _test_candidates(v, spec) if _test_holds(c, spec)]
+    if not spec["string"]:
+        encs += [bytes([b]) * spec["n"] for b in (0xFF, 0x01, 0x00, 0x7F, 0x80)]
+    out: list[bytes] = []
+    for enc in encs:
+        if enc is not None and not spec["n"]:
+            return [enc]  # a string number as long as it is (nbytes 0)
+        if enc is None or len(enc) != len(old):
+            continue
+        kept = bytes(o if h else e for o, e, h in zip(old, enc, held, strict=True))
+        got = _read_value(kept, 0, spec)
+        if got is not None and _test_holds(got, spec) and kept not in out:
+            out.append(kept)
+    return out
+
+
+def _jump_bytes(
+    old: bytes, held: list[bool], pos: int, want: int, spec: dict, buf_len: int
+) -> list[bytes]:
+    """The bytes a byte_jump reads, written so that it lands at `want` or a few bytes on, the
+    bytes another match wrote (`held`) kept: when they fix the value, the jump lands where it
+    says (`byte_jump:2,-10,relative,from_beginning` reading back into a pipe name)."""
+    v0 = 0
+    if spec["mult"] > 0:
+        base = 0 if spec["begin"] else pos + spec["n"]
+        v0 = max(0, -(-(want - base - spec["post"]) // spec["mult"]))
+    out: list[bytes] = []
+    for v in range(v0, v0 + (8 if spec["mult"] > 0 else 1)):
+        enc = _encode_value(v, spec)
+        if enc is None or len(enc) != len(old) and spec["n"]:
+            continue
+        kept = bytes(o if h else e for o, e, h in zip(old, enc, held, strict=True)) if held else enc
+        got = _read_value(kept, 0, spec)
+        if got is None:
+            continue
+        target = _jump_target(pos, got, spec, buf_len)
+        if 0 <= target <= want + MAX_WINDOW_FILL and kept not in out:
+            out.append(kept)
+    return out
+
+
+def _window(m: Match, prev_end: int) -> tuple[Match, int, int]:
+    """A negated content and the bytes it must be absent from."""
+    if m.is_relative:
+        lo = prev_end + (m.distance or 0)
+        return m, lo, lo + m.within if m.within is not None else _NOPOS
+    lo = m.offset or 0
+    return m, lo, lo + m.depth if m.depth is not None else _NOPOS
+
+
+def _allowed(
+    buf: bytearray, pos: int, old: bytes, encs: list[bytes], negs: list[tuple[Match, int, int]]
+) -> bytes:
+    """Of the bytes a byte_test or byte_jump may read (`encs`, best first), the first that puts
+    no negated content seen so far inside its window (`content:!"|00 00 00 00|"; within:4;` and
+    then a jump reading those four bytes); the first when each does."""
+
+    def hits(data: bytes) -> bool:
+        b = bytes(buf[:pos]) + data + bytes(buf[pos + len(old) :])
+        return any(
+            next(_find_all(b, m.data, m.nocase, lo, hi), None) is not None for m, lo, hi in negs
+        )
+
+    if not negs or hits(old):
+        return encs[0]
+    return next((e for e in encs if not hits(e)), encs[0])
+
+
 def _jump_target(pos: int, v: int, spec: dict, buf_len: int) -> int:
     v *= spec["mult"]
     if spec["align"] and v % 4:
@@ -347,6 +419,8 @@ def _place_contents(
     between contents) is not pinned: a content that can go nowhere else may take its place."""
     buf = bytearray(prefix)
     pinned = set(range(len(prefix)))  # positions whose byte a match wrote or read
+    tested: set[int] = set()  # of those, the ones only a byte_test read: another test may rewrite
+    negs: list[tuple[Match, int, int]] = []  # negated contents and their windows so far
     prev_end = 0
     ends_at: int | None = None
     min_len = 0  # a byte_jump must land inside the buffer
@@ -358,6 +432,7 @@ def _place_contents(
             if pos < 0 and jump_past and not prefix and m.kind == "byte_jump":
                 buf[0:0] = fill * -pos  # the contents so far move on: the read starts at 0
                 pinned = {x - pos for x in pinned}
+                tested = {x - pos for x in tested}
                 prev_end, ends_at, pos = (
                     prev_end - pos,
                     None if ends_at is None else ends_at - pos,
@@ -368,16 +443,17 @@ def _place_contents(
             if len(buf) < pos + spec["n"]:
                 buf += fill * (pos + spec["n"] - len(buf))
             v = _read_value(buf, pos, spec)
+            held = [j in pinned and j not in tested for j in range(pos, pos + spec["n"])]
+            if m.kind == "byte_test":
+                tested.update(j for j in range(pos, pos + spec["n"]) if j not in pinned)
             pinned.update(range(pos, pos + spec["n"]))
+            old = bytes(buf[pos : pos + spec["n"]])
             if m.kind == "byte_test":
                 if v is None or not _test_holds(v, spec):
-                    for cand in _test_candidates(v, spec):
-                        enc = _encode_value(cand, spec)
-                        if enc is not None and _test_holds(cand, spec):
-                            buf[pos : pos + spec["n"]] = enc
-                            break
-                    else:
+                    encs = _test_bytes(old, held, v, spec)
+                    if not encs:
                         raise LayoutError("no value satisfies the byte_test")
+                    buf[pos : pos + spec["n"]] = _allowed(buf, pos, old, encs, negs)
                 continue
             # byte_jump: a value that lands right after the bytes read (or there from the start)
             want = pos + spec["n"]
@@ -388,14 +464,12 @@ def _place_contents(
                 # take the content: two BER lengths jumped over in turn, SNMP)
                 want = max(want, max(pinned, default=-1) + 1) + back
             if v is None or not want <= _jump_target(pos, v, spec, len(buf)) <= want + 4096:
-                v = 0
-                if spec["mult"] > 0:
-                    base = 0 if spec["begin"] else pos + spec["n"]
-                    v = max(0, -(-(want - base - spec["post"]) // spec["mult"]))
-                enc = _encode_value(v, spec)
-                if enc is None:
+                encs = _jump_bytes(old, held, pos, want, spec, len(buf))
+                if not encs:
                     raise LayoutError("no value satisfies the byte_jump")
-                buf[pos : pos + spec["n"]] = enc
+                buf[pos : pos + spec["n"]] = _allowed(buf, pos, old, encs, negs)
+                v = _read_value(buf, pos, spec)
+                assert v is not None
             target = _jump_target(pos, v, spec, len(buf))
             if target < 0:
                 raise LayoutError("byte_jump lands before the buffer start")
@@ -407,6 +481,8 @@ def _place_contents(
             min_len = max(min_len, target + 1)
             continue
         if m.negated:
+            if m.kind == "content":
+                negs.append(_window(m, prev_end))
             if fill_windows and m.kind == "content":
                 # the bytes the negated content must be absent from are all there, filler (a
                 # header value `within:500` long without a CRLF: the line's own CRLF after it)
@@ -494,6 +570,7 @@ def _place_contents(
             buf += fill * (at - len(buf))
         buf[at : at + L] = data
         pinned.update(range(at, at + L))
+        tested.difference_update(range(at, at + L))
         prev_end = at + L
         if m.endswith:
             ends_at = prev_end

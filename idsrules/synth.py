@@ -1711,20 +1711,36 @@ class _Plan:
 
 
 def _setter_for(
-    name: str, setters: dict[str, list[RuleModel]], exclude: int, app: str | None = None
+    name: str,
+    setters: dict[str, list[RuleModel]],
+    exclude: int,
+    app: str | None = None,
+    port: int | None = None,
 ) -> RuleModel | None:
+    """A rule that sets flowbit `name` in the session of rule `exclude`, whose server port is
+    `port`: of the setters, those whose own header allows that port first (a DCERPC rule on port
+    135 and the bind rules setting its bit on 135, 139 and 445)."""
+    found = [m for m in setters.get(name, ()) if m.sid != exclude]
+    if port is not None:
+        found.sort(key=lambda m: not _serves(m, port))
     if app == "smtp":
         # an SMTP rule needs a setter that speaks SMTP too (one conversation)
-        for m in setters.get(name, ()):
-            if m.sid != exclude and not m.flowbits_isset and m.app == app:
+        for m in found:
+            if not m.flowbits_isset and m.app == app:
                 return m
-    for m in setters.get(name, ()):
-        if m.sid != exclude and not m.flowbits_isset:
+    for m in found:
+        if not m.flowbits_isset:
             return m
-    for m in setters.get(name, ()):
-        if m.sid != exclude:
-            return m
-    return None
+    return found[0] if found else None
+
+
+def _serves(model: RuleModel, port: int) -> bool:
+    """True when `model`'s header allows `port` as its session's server port."""
+    spec = model.dst_ports if model.src_is_client else model.src_ports
+    try:
+        return choose_port(spec, [port]) == port
+    except ValueError:
+        return False
 
 
 FLOW_DIRECTIONS = {"to_server", "to_client", "from_server", "from_client"}
@@ -1940,11 +1956,18 @@ def plan(
         server_closes = server_closes or sp.server_closes or raw_server
         return first
 
+    port = session_ports(model, 0)[1] if model.flowbits_isset else None
     for name in model.flowbits_isset:
-        found = _setter_for(name, setters, model.sid, model.app)
+        found = _setter_for(name, setters, model.sid, model.app, port)
+        kind, bit = ("xbit", name[len(XBIT) :]) if name.startswith(XBIT) else ("flowbit", name)
         if found is None:
-            kind, bit = ("xbit", name[len(XBIT) :]) if name.startswith(XBIT) else ("flowbit", name)
             raise SynthError(f"{kind} {bit!r} is set by no rule given")
+        if port is not None and kind == "flowbit" and not _serves(found, port):
+            # a flowbit lives in one flow (an xbit, per host pair, may come from another)
+            raise SynthError(
+                f"{kind} {bit!r} is set only by rules for other server ports than {port} "
+                f"(sid {found.sid}: {found.dst_ports if found.src_is_client else found.src_ports})"
+            )
         setter = ahead(found)
     for found, times in _flowint_setters(model, setters):
         setter = ahead(found, times)

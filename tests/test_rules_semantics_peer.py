@@ -302,6 +302,12 @@ def test_miss_reasons_name_what_the_session_lacked() -> None:
     assert miss_reason(short, None) is None
     udp = _model('content:"x"; isdataat:5000,relative;', "alert udp any any -> any 53")
     assert miss_reason(udp, None) is None
+    # a byte_jump whose bytes a content pins lands past a chunk from the stream start
+    jump = '"NTG|40 00|"; depth:5; byte_jump:2,-2,relative,from_beginning; content:"END"; within:3;'
+    far = _model(f"flow:to_server; content:{jump}", raw)
+    assert "16,387 bytes from the start of the raw stream" in (miss_reason(far, None) or "")
+    near = _model(f"flow:to_server; content:{jump.replace('40 00', '04 00')}", raw)
+    assert miss_reason(near, None) is None
 
 
 def test_miss_reason_from_suricatas_own_events(tmp_path: Path, suricata: str) -> None:

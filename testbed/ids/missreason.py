@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote_to_bytes
 
+from idsrules.layout import LayoutError, build_buffer
+from idsrules.regex_example import RegexUnsupported
 from idsrules.semantics import RuleModel
 from ntgcore.packets import short_address
 
@@ -264,13 +266,36 @@ def raw_window_reason(model: RuleModel) -> str | None:
         (m.args[0] for m in model.buffers.get("pkt", []) if m.kind == "isdataat" and not m.negated),
         default=0,
     )
-    if need <= RAW_CHUNK:
+    if need > RAW_CHUNK:
+        return (
+            f"the rule needs {need:,} bytes of the raw stream after its content (isdataat), more "
+            f"than Suricata inspects at once (stream.reassembly.toserver-chunk-size, "
+            f"{RAW_CHUNK:,} unless the configuration sets it): the session carries them"
+        )
+    span = _anchored_span(model)
+    if span <= RAW_CHUNK:
         return None
     return (
-        f"the rule needs {need:,} bytes of the raw stream after its content (isdataat), more "
-        f"than Suricata inspects at once (stream.reassembly.toserver-chunk-size, {RAW_CHUNK:,} "
-        "unless the configuration sets it): the session carries them"
+        f"the rule's matches span {span:,} bytes from the start of the raw stream (a byte_jump "
+        f"lands that far, where the bytes it reads say), more than Suricata inspects at once "
+        f"({RAW_CHUNK:,}; measured: a landing 2,048 bytes on alerts, 4,096 does not): the "
+        "session carries them"
     )
+
+
+def _anchored_span(model: RuleModel) -> int:
+    """How many bytes the rule's raw matches take from the stream start when the first of them
+    is pinned there (`content:"|00|"; depth:1;`), 0 when it is not or no layout fits."""
+    matches = model.buffers.get("pkt") or []
+    first = matches[0] if matches else None
+    if first is None or first.kind != "content" or first.negated or first.is_relative:
+        return 0
+    if first.depth is None and first.offset is None and not first.startswith:
+        return 0
+    try:
+        return len(build_buffer(matches, model.buffer_opts.get("pkt"), fill=b"\0"))
+    except (LayoutError, RegexUnsupported, ValueError):
+        return 0
 
 
 def miss_reason(model: RuleModel, view: SessionView | None) -> str | None:
