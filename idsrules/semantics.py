@@ -214,6 +214,7 @@ SUPPORTED_BUFFERS = (
         "tls.certs",
         "tls.cert_subject",
         "tls.cert_issuer",
+        "ja3.string",
         "dcerpc.stub_data",
     }
     | SIP_BUFFERS
@@ -222,7 +223,6 @@ KNOWN_UNSYNTH_BUFFERS = {
     "tls.cert_serial",
     "tls.cert_fingerprint",
     "ja3.hash",
-    "ja3.string",
     "ja3s.hash",
     "tls.version",
     "ssh.proto",
@@ -318,7 +318,7 @@ IGNORED = {
 # what a rule of these asks for that no session can be made from
 _JA3 = (
     "a JA3 hash cannot be inverted: a ClientHello hashes to it only if its JA3 string is known, "
-    "and the rule gives the hash alone"
+    "and the rule gives the hash alone (a ja3.string rule is synthesized from its string)"
 )
 UNSYNTH_WHY = {
     "ja3.hash": _JA3,
@@ -351,7 +351,6 @@ UNSYNTH = {
     "ssh.proto",
     "ja3.hash",
     "ja3_hash",
-    "ja3.string",
     "tls.cert_serial",
     "fragbits",
     "ip_proto",
@@ -1093,7 +1092,7 @@ def _analyze(raw: RawRule, m: RuleModel) -> None:
         elif "dns.query" in buffers:
             # DNS over TCP when the header says tcp (Suricata parses both on port 53)
             m.app, m.proto = "dns", "tcp" if raw.proto == "tcp" else "udp"
-        elif any(b.startswith("tls.") for b in buffers):
+        elif any(b.startswith(("tls.", "ja3.")) for b in buffers):
             m.app = "tls"
         elif any(b in SIP_BUFFERS for b in buffers):
             m.app = "sip"

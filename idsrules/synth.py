@@ -1141,24 +1141,95 @@ def dns_response(name: bytes, ident: int) -> bytes:
     )
 
 
-def tls_client_hello(sni: bytes | None) -> bytes:
-    ext = b""
-    if sni is not None and len(sni) > 0xFFFF - 16:
-        raise SynthError(f"an SNI of {len(sni):,} bytes does not fit a ClientHello extension")
-    if sni is not None:
+@dataclass(frozen=True)
+class Ja3:
+    """What a ClientHello's JA3 string says (Salesforce's JA3, as Suricata computes it): the
+    version field, the cipher suites, the extension types in their order, the supported groups
+    and the EC point formats, GREASE values never among them."""
+
+    version: int = 0x0303
+    ciphers: tuple[int, ...] = (0x1301, 0xC02F, 0x009C)
+    extensions: tuple[int, ...] = (0, 10, 13)
+    groups: tuple[int, ...] = (23,)
+    formats: tuple[int, ...] = ()
+
+    @classmethod
+    def parse(cls, text: bytes) -> Ja3:
+        """`771,4865-4866,0-10-11,29-23,0` as a Ja3; ValueError when it is not one."""
+        parts = text.decode("ascii", "replace").split(",")
+        if len(parts) != 5:
+            raise ValueError(
+                f"{text!r} is not a JA3 string (version,ciphers,extensions,groups,formats)"
+            )
+        try:
+            nums = [tuple(int(v) for v in p.split("-")) if p else () for p in parts]
+        except ValueError:
+            raise ValueError(
+                f"{text!r} is not a JA3 string (decimal numbers joined by -)"
+            ) from None
+        versions, ciphers, extensions, groups, formats = nums
+        if len(versions) != 1:
+            raise ValueError(f"{text!r}: the version is one number")
+        wide = (*versions, *ciphers, *extensions, *groups)
+        if any(not 0 <= v <= 0xFFFF for v in wide) or any(not 0 <= v <= 0xFF for v in formats):
+            raise ValueError(f"{text!r}: a JA3 value out of its field's range")
+        if len(ciphers) > 0x7FFF or len(groups) > 0x7FFF or len(formats) > 0xFF:
+            raise ValueError(f"{text!r}: more values than a ClientHello's list holds")
+        version = versions[0]
+        if len(set(extensions)) != len(extensions):
+            raise ValueError(f"{text!r}: an extension twice (a ClientHello has each once)")
+        if 41 in extensions[:-1]:
+            raise ValueError(f"{text!r}: pre_shared_key (41) must be the last extension")
+        return cls(version, ciphers, extensions, groups, formats)
+
+
+def _hello_extension(kind: int, ja3: Ja3, sni: bytes) -> bytes:
+    """Extension `kind` with a body its parsers (Suricata, OpenSSL) read: the values the JA3
+    string names (groups, point formats), else a short valid body, else none."""
+    if kind == 0:
+        if len(sni) > 0xFFFF - 16:
+            raise SynthError(f"an SNI of {len(sni):,} bytes does not fit a ClientHello extension")
         entry = b"\0" + struct.pack("!H", len(sni)) + sni
-        lst = struct.pack("!H", len(entry)) + entry
-        ext += struct.pack("!HH", 0, len(lst)) + lst
-    ext += struct.pack("!HH", 10, 4) + struct.pack("!HH", 2, 23)  # supported groups
-    # signature algorithms: ECDSA P-256, RSA-PSS and RSA PKCS#1 with SHA-256 (with ECDSA alone
-    # no server with an RSA certificate can answer: OpenSSL refuses the hello)
-    ext += struct.pack("!HH", 13, 8) + struct.pack("!HHHH", 6, 0x0403, 0x0804, 0x0401)
+        body = struct.pack("!H", len(entry)) + entry
+    elif kind == 10:
+        body = struct.pack(f"!H{len(ja3.groups)}H", 2 * len(ja3.groups), *ja3.groups)
+    elif kind == 11:
+        body = bytes([len(ja3.formats), *ja3.formats])
+    elif kind in (13, 50):
+        # ECDSA P-256, RSA-PSS and RSA PKCS#1 with SHA-256 (with ECDSA alone no server with an
+        # RSA certificate can answer: OpenSSL refuses the hello)
+        body = struct.pack("!HHHH", 6, 0x0403, 0x0804, 0x0401)
+    else:
+        body = {
+            5: b"\x01\x00\x00\x00\x00",  # status_request: OCSP, no responders, no extensions
+            16: b"\x00\x09\x08http/1.1",  # ALPN
+            27: b"\x02\x00\x02",  # compress_certificate: brotli
+            28: b"\x40\x01",  # record_size_limit
+            43: b"\x04\x03\x04\x03\x03",  # supported_versions: TLS 1.3, 1.2
+            45: b"\x01\x01",  # psk_key_exchange_modes: psk_dhe_ke
+            51: b"\x00\x00",  # key_share: none offered (a server asks again)
+            17513: b"\x00\x03\x02h2",  # application settings
+            65281: b"\x00",  # renegotiation_info
+        }.get(kind, b"")
+    return struct.pack("!HH", kind, len(body)) + body
+
+
+def tls_client_hello(sni: bytes | None, ja3: Ja3 | None = None) -> bytes:
+    """A ClientHello with SNI `sni` (None: no server_name extension) and the fields of `ja3`
+    (the default: TLS 1.2, AES-128-GCM suites, server_name, supported_groups and
+    signature_algorithms). With a JA3 string that names server_name (0), its SNI is `sni` or
+    www.example.com."""
+    if ja3 is None:
+        ja3 = Ja3(extensions=(0, 10, 13) if sni is not None else (10, 13))
+    name = sni if sni is not None else b"www.example.com"
+    ext = b"".join(_hello_extension(k, ja3, name) for k in ja3.extensions)
+    if len(ext) > 0xFFFF:
+        raise SynthError("the ClientHello's extensions are longer than 65,535 bytes")
     body = (
-        b"\x03\x03"
+        struct.pack("!H", ja3.version)
         + bytes(range(32))
         + b"\0"
-        + struct.pack("!H", 6)
-        + b"\x13\x01\xc0\x2f\x00\x9c"  # TLS 1.3 AES-128-GCM; ECDHE-RSA and RSA AES-128-GCM
+        + struct.pack(f"!H{len(ja3.ciphers)}H", 2 * len(ja3.ciphers), *ja3.ciphers)
         + b"\x01\x00"
         + struct.pack("!H", len(ext))
         + ext
@@ -1526,7 +1597,15 @@ def rule_messages(model: RuleModel, ident: int) -> list[tuple[bool, bytes]]:
         return _sip_messages(model, ident)
     if app == "tls":
         sni = _buf(model, "tls.sni", prefix=b"www")
-        msgs = [(True, tls_client_hello(sni if sni is not None else b"www.example.com"))]
+        ja3 = _buf(model, "ja3.string", fill=b"0")
+        try:
+            fields = Ja3.parse(ja3) if ja3 is not None else None
+        except ValueError as exc:
+            raise SynthError(f"ja3.string: {exc}") from None
+        if fields is not None and sni is not None and 0 not in fields.extensions:
+            raise SynthError("the rule's tls.sni needs server_name (0), which its JA3 lacks")
+        hello = tls_client_hello(sni if sni is not None or fields else b"www.example.com", fields)
+        msgs = [(True, hello)]
         certs = _buf(model, "tls.certs")
         if certs is not None or any(
             n in model.buffers or n in model.buffer_opts

@@ -12,6 +12,7 @@ from idsrules.layout import LayoutError, build_buffer, verify
 from idsrules.semantics import Match, analyze, services_of
 from idsrules.syntax import parse_rule_text
 from idsrules.synth import (
+    Ja3,
     SynthError,
     flowbit_setters,
     header_lines,
@@ -19,6 +20,7 @@ from idsrules.synth import (
     plan,
     rule_messages,
     stream_size_problem,
+    tls_client_hello,
     udp_session,
 )
 
@@ -308,3 +310,37 @@ def test_what_no_session_can_carry_says_why() -> None:
     assert reasons('content:"x"; byte_extract:1,0,v;') == "keyword byte_extract is not synthesized"
     assert reasons('content:"k="; base64_decode:relative; base64_data; content:"x";') == ""
     assert "without a base64_decode" in reasons('base64_data; content:"x";')
+
+
+TLS_HEADER = "alert tls $HOME_NET any -> $EXTERNAL_NET any"
+
+
+def test_a_ja3_string_becomes_the_client_hellos_fields() -> None:
+    """The ClientHello carries the JA3 string's version, suites, extensions in order, groups and
+    formats (Suricata's own JA3 of it is the golden case ja3_string); default hello unchanged."""
+    text = b"771,49195-49199,0-23-10-11-16,29-23,0"
+    ja3 = Ja3.parse(text)
+    assert (ja3.version, ja3.ciphers, ja3.extensions) == (771, (49195, 49199), (0, 23, 10, 11, 16))
+    hello = rule_messages(_model(f'ja3.string; content:"{text.decode()}";', TLS_HEADER), 1)[0][1]
+    body = hello[9:]
+    assert body[:2] == b"\x03\x03" and body[35:41] == b"\x00\x04\xc0\x2b\xc0\x2f"
+    assert tls_client_hello(b"www.example.com") == tls_client_hello(
+        b"www.example.com", Ja3(extensions=(0, 10, 13))
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("771,4865", "is not a JA3 string"),
+        ("771-772,4865,0,29,0", "the version is one number"),
+        ("771,4865,0-0,29,0", "an extension twice"),
+        ("771,4865,41-0,29,0", r"pre_shared_key \(41\) must be the last"),
+        ("771,4865,0,29,256", "out of its field's range"),
+    ],
+)
+def test_a_ja3_string_that_no_client_hello_has_is_refused_with_why(content, why) -> None:
+    with pytest.raises(SynthError, match=why):
+        rule_messages(
+            _model(f'ja3.string; content:"{content}"; bsize:{len(content)};', TLS_HEADER), 1
+        )

@@ -670,9 +670,10 @@ def _dn(name: x509.Name) -> bytes:
 
 @functools.cache
 def _tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """OpenSSL as a TLS server (an RSA key and a certificate made here) and as a TLS 1.2 client
-    that verifies nothing: security level 0, so that a synthesized certificate's small key is no
-    reason to refuse (parsing it is the question)."""
+    """OpenSSL as a TLS server (an RSA key and a certificate made here; any version from TLS 1.0)
+    and as a TLS 1.2 client that verifies nothing: security level 0, so that a synthesized
+    certificate's small key or a rule's old client is no reason to refuse (parsing it is the
+    question)."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "peer.test")])
     start = datetime.datetime(2025, 1, 1, tzinfo=datetime.UTC)
@@ -699,6 +700,7 @@ def _tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
         )
         server.load_cert_chain(pem)
     server.set_ciphers("ALL:@SECLEVEL=0")
+    server.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED  # a rule's TLS 1.0 client too
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.check_hostname = False
     client.verify_mode = ssl.CERT_NONE
