@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import LIVE_SURICATA, attack_scenario
 
+from idsrules.semantics import analyze
+from idsrules.syntax import parse_rule_text
 from ntgcore.scenario import ScenarioError, load_scenario
+from testbed.ids.coverage import extra_kind_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_RULES = ROOT / "scenarios" / "rules" / "attacks-demo.rules"
@@ -190,10 +193,6 @@ def test_suricata_alerts_for_the_attack_sids_in_the_mixed_capture(mixed_run):
 
 
 def test_every_extra_alert_kind_is_counted_and_the_raw_number_kept():
-    from idsrules.semantics import analyze
-    from idsrules.syntax import parse_rule_text
-    from testbed.ids.coverage import extra_kind_of
-
     def model(text):
         return analyze(parse_rule_text(text, "t.rules", 1))
 
@@ -211,44 +210,48 @@ def test_every_extra_alert_kind_is_counted_and_the_raw_number_kept():
     assert extra_kind_of(own, other, generic) == "unrelated"
 
 
-def test_an_extra_alert_on_bytes_the_rules_own_matches_write_is_overlapping():
-    from idsrules.semantics import analyze
-    from idsrules.syntax import parse_rule_text
-    from testbed.ids.coverage import extra_kind_of
+# (the rule's session, the rule that also fired, the kind): contents the layout puts side by side
+# (within: 3 lets it) hold the string another rule names; filler between two contents is no
+# byte of the rule's; a pcre's literal bytes (a whitespace class as the blank written) and, on
+# a line protocol, the run that ends the pattern ending the command line are the rule's
+OWN_BYTES = [
+    (
+        'tcp any any -> any 25 (msg:"a"; flow:to_server; content:"QWER"; content:"T"; within:3; '
+        'content:"Y"; within:3;',
+        'tcp any any -> any 25 (msg:"b"; flow:to_server; content:"RTY";',
+        "overlapping",
+    ),
+    (
+        'tcp any any -> any 25 (msg:"c"; flow:to_server; content:"ab"; content:"cd"; distance:3;',
+        'tcp any any -> any 25 (msg:"d"; flow:to_server; content:"baaac";',
+        "unrelated",
+    ),
+    (
+        'ftp any any -> any any (msg:"e"; flow:to_server; content:"XMKD"; '
+        'pcre:"/^XMKD\\s[^\\n]{100}/smi";',
+        'ftp any any -> any any (msg:"f"; flow:to_server; content:"MKD ";',
+        "overlapping",
+    ),
+    (
+        'tcp any any -> any 21 (msg:"g"; flow:to_server; content:"CWD"; pcre:"/^CWD\\s+~/smi";',
+        'ftp any any -> any any (msg:"h"; flow:to_server; content:"CWD "; content:" ~|0d 0a|";',
+        "overlapping",
+    ),
+    (
+        'ftp any any -> any any (msg:"e"; flow:to_server; content:"XMKD"; '
+        'pcre:"/^XMKD\\s[^\\n]{100}/smi";',
+        'ftp any any -> any any (msg:"i"; content:"MKD |0d 0a|";',
+        "unrelated",
+    ),
+]
 
+
+@pytest.mark.parametrize(("own", "other", "kind"), OWN_BYTES)
+def test_an_extra_alert_on_bytes_the_rules_own_matches_write_is_overlapping(own, other, kind):
     def model(body):
         return analyze(parse_rule_text(f"alert {body} sid:{abs(hash(body)) % 10**6 + 1};)"))
 
-    # contents the layout puts side by side (within: 3 lets it): the string another rule names
-    slide = model(
-        'tcp any any -> any 25 (msg:"a"; flow:to_server; content:"QWER"; content:"T"; within:3; content:"Y"; within:3;'
-    )
-    window = model('tcp any any -> any 25 (msg:"b"; flow:to_server; content:"RTY";')
-    assert extra_kind_of(slide, window, set()) == "overlapping"
-    # filler between two contents is no byte of the rule's: a content across it stays unrelated
-    gap = model(
-        'tcp any any -> any 25 (msg:"c"; flow:to_server; content:"ab"; content:"cd"; distance:3;'
-    )
-    across = model('tcp any any -> any 25 (msg:"d"; flow:to_server; content:"baaac";')
-    assert extra_kind_of(gap, across, set()) == "unrelated"
-    # a pcre's literal bytes (a whitespace class as the blank written), and on a line protocol
-    # a run that ends the pattern ends the command line
-    mkd = model(
-        'ftp any any -> any any (msg:"e"; flow:to_server; content:"XMKD"; pcre:"/^XMKD\\s[^\\n]{100}/smi";'
-    )
-    plain = model('ftp any any -> any any (msg:"f"; flow:to_server; content:"MKD ";')
-    assert extra_kind_of(mkd, plain, set()) == "overlapping"
-    cwd = model(
-        'tcp any any -> any 21 (msg:"g"; flow:to_server; content:"CWD"; pcre:"/^CWD\\s+~/smi";'
-    )
-    line = model(
-        'ftp any any -> any any (msg:"h"; flow:to_server; content:"CWD "; content:" ~|0d 0a|";'
-    )
-    assert extra_kind_of(cwd, line, set()) == "overlapping"
-    assert (
-        extra_kind_of(mkd, model('ftp any any -> any any (msg:"i"; content:"MKD |0d 0a|";'), set())
-        == "unrelated"
-    )
+    assert extra_kind_of(model(own), model(other), set()) == kind
 
 
 # --- live mix (root) ----------------------------------------------------------------------------
