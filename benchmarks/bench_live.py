@@ -6,7 +6,10 @@ IPv6 off, no addresses, no routes; NETWORK-SAFETY.md) and deletes it at the end,
 failure. Every sender runs pinned to one core (`taskset -c 0`) and sends 64-byte IPv4/UDP
 frames on veth0:
 
-- flowengine `--pace topspeed` (TX ring with qdisc bypass; also `--tx sendmmsg`),
+- flowengine `--pace topspeed`, once with `--tx ring` (TX ring, qdisc bypass) and once with
+  `--tx sendmmsg`; each row is named by the back end the engine's summary says it used
+  (`sink`), and a run whose back end is not the one asked for stops the benchmark (the engine's
+  default is sendmmsg: a "ring" row without `--tx ring` measured sendmmsg),
 - trafgen (netsniff-ng) with the same frame as its packet configuration, `--cpus 1`, `-n`,
 - tcpreplay `--topspeed --preload-pcap` replaying a pcap of the same frames that flowengine
   wrote (`-o`), bounded by its length.
@@ -183,17 +186,18 @@ def main():
         conf.write_text(trafgen_conf(data[24 + 16 : 24 + 16 + 64]))
 
         runs = {
-            "flowengine (ring)": [],
-            "flowengine (sendmmsg)": [],
+            "flowengine (afpacket-ring)": [],
+            "flowengine (afpacket-sendmmsg)": [],
             "trafgen": [],
             "tcpreplay --preload-pcap": [],
         }
         with Namespace() as ns:
             for _ in range(args.repeat):  # interleaved, so drift hits every sender alike
-                runs["flowengine (ring)"].append(run_engine(ns, engine, sess))
-                runs["flowengine (sendmmsg)"].append(
-                    run_engine(ns, engine, sess, ("--tx", "sendmmsg"))
-                )
+                for tx in ("ring", "sendmmsg"):
+                    r = run_engine(ns, engine, sess, ("--tx", tx))
+                    if r["sink"] != f"afpacket-{tx}":
+                        sys.exit(f"flowengine --tx {tx} ran {r['sink']}: the row would lie")
+                    runs[f"flowengine (afpacket-{tx})"].append(r)
                 runs["trafgen"].append(run_trafgen(ns, conf, args.packets))
                 runs["tcpreplay --preload-pcap"].append(run_tcpreplay(ns, pcap))
 
@@ -201,7 +205,7 @@ def main():
         vals = [r[k] for r in rs if r[k] is not None]
         return statistics.median(vals) if vals else None
 
-    ours = med(runs["flowengine (ring)"], "rx_mpps")
+    ours = med(runs["flowengine (afpacket-ring)"], "rx_mpps")
     table = {}
     for name, rs in runs.items():
         table[name] = {"own_mpps": med(rs, "own_mpps"), "rx_mpps": med(rs, "rx_mpps"), "runs": rs}
@@ -222,7 +226,7 @@ def main():
     (OUT / "live.json").write_text(json.dumps(result, indent=2) + "\n")
 
     print(f"64-byte UDP frames on a veth pair, one core, median of {args.repeat}\n")
-    print("| sender | Mpps (own report) | Mpps (peer rx) | flowengine ring ÷ this |")
+    print("| sender | Mpps (own report) | Mpps (peer rx) | flowengine afpacket-ring ÷ this |")
     print("|---|---|---|---|")
     for name, t in table.items():
         own = f"{t['own_mpps']:.3f}" if t["own_mpps"] else "n/a"
