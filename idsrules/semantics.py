@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -318,7 +318,8 @@ IGNORED = {
 # what a rule of these asks for that no session can be made from
 _JA3 = (
     "a JA3 hash cannot be inverted: a ClientHello hashes to it only if its JA3 string is known, "
-    "and the rule gives the hash alone (a ja3.string rule is synthesized from its string)"
+    "and the rule gives the hash alone (a ja3.string rule is synthesized from its string; "
+    "`ids-coverage --ja3-strings FILE` takes the JA3 strings you know)"
 )
 UNSYNTH_WHY = {
     "ja3.hash": _JA3,
@@ -480,6 +481,29 @@ class RuleModel:
         self.status = "unsupported"
         if reason not in self.reasons:
             self.reasons.append(reason)
+
+
+def resolve_ja3_hashes(models: list[RuleModel], known: Mapping[str, bytes]) -> dict[int, bytes]:
+    """The rules whose only obstacle is their `ja3.hash` (one content: an MD5 in hex), when that
+    hash is the MD5 of a JA3 string in `known` (MD5 hex -> string, `synth.read_ja3_strings`):
+    the hash is matched as that string in `ja3.string` instead, so synthesis builds a ClientHello
+    of it (Suricata, given the rule as it is, computes the same hash). Returns sid -> the string
+    used; the other rules keep their reason."""
+    used: dict[int, bytes] = {}
+    for m in models:
+        matches = m.buffers.get("ja3.hash") or []
+        if m.reasons != [_JA3] or len(matches) != 1 or set(m.buffers) - {"ja3.hash", "tls.sni"}:
+            continue
+        (c,) = matches
+        text = known.get(c.data.decode("ascii", "replace").lower())
+        if c.kind != "content" or c.negated or text is None:
+            continue
+        m.buffers["ja3.string"] = [Match("content", data=text)]
+        del m.buffers["ja3.hash"]
+        m.buffer_opts.pop("ja3.hash", None)
+        m.reasons, m.status = [], "supported"
+        used[m.sid] = text
+    return used
 
 
 # --- content decoding ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import ipaddress
 import json
 import re
@@ -35,8 +36,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ntgcore import packets as P
-from ntgcore.errors import NtgError
-from ntgcore.files import replacing, write_whole
+from ntgcore.errors import BadInput, NtgError
+from ntgcore.files import read_bounded, replacing, write_whole
 
 from .dialogue import (
     TEXT_APPS,
@@ -1156,31 +1157,55 @@ class Ja3:
     @classmethod
     def parse(cls, text: bytes) -> Ja3:
         """`771,4865-4866,0-10-11,29-23,0` as a Ja3; ValueError when it is not one."""
-        parts = text.decode("ascii", "replace").split(",")
+        shown = text.decode("ascii", "replace")
+        parts = shown.split(",")
         if len(parts) != 5:
             raise ValueError(
-                f"{text!r} is not a JA3 string (version,ciphers,extensions,groups,formats)"
+                f"'{shown}' is not a JA3 string (version,ciphers,extensions,groups,formats)"
             )
         try:
             nums = [tuple(int(v) for v in p.split("-")) if p else () for p in parts]
         except ValueError:
             raise ValueError(
-                f"{text!r} is not a JA3 string (decimal numbers joined by -)"
+                f"'{shown}' is not a JA3 string (decimal numbers joined by -)"
             ) from None
         versions, ciphers, extensions, groups, formats = nums
         if len(versions) != 1:
-            raise ValueError(f"{text!r}: the version is one number")
+            raise ValueError(f"'{shown}': the version is one number")
         wide = (*versions, *ciphers, *extensions, *groups)
         if any(not 0 <= v <= 0xFFFF for v in wide) or any(not 0 <= v <= 0xFF for v in formats):
-            raise ValueError(f"{text!r}: a JA3 value out of its field's range")
+            raise ValueError(f"'{shown}': a JA3 value out of its field's range")
         if len(ciphers) > 0x7FFF or len(groups) > 0x7FFF or len(formats) > 0xFF:
-            raise ValueError(f"{text!r}: more values than a ClientHello's list holds")
+            raise ValueError(f"'{shown}': more values than a ClientHello's list holds")
         version = versions[0]
         if len(set(extensions)) != len(extensions):
-            raise ValueError(f"{text!r}: an extension twice (a ClientHello has each once)")
+            raise ValueError(f"'{shown}': an extension twice (a ClientHello has each once)")
         if 41 in extensions[:-1]:
-            raise ValueError(f"{text!r}: pre_shared_key (41) must be the last extension")
+            raise ValueError(f"'{shown}': pre_shared_key (41) must be the last extension")
         return cls(version, ciphers, extensions, groups, formats)
+
+
+MAX_JA3_FILE_BYTES = 16 << 20
+
+
+def read_ja3_strings(path: str | Path) -> dict[str, bytes]:
+    """A file of JA3 strings the user knows (one a line; blank lines and `#` comments skipped)
+    as MD5 hex -> string, what `resolve_ja3_hashes` takes: a `ja3.hash` rule whose hash is one of
+    them gets a ClientHello of that string. BadInput naming the file and line of a line that is
+    not a JA3 string (`Ja3.parse`), or of a file that cannot be read as text."""
+    text = read_bounded(path, MAX_JA3_FILE_BYTES, "JA3 strings file", "keep the strings you need")
+    known: dict[str, bytes] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        data = line.encode("ascii", "replace")
+        try:
+            Ja3.parse(data)
+        except ValueError as exc:
+            raise BadInput(f"{path}:{n}: {exc}; expected one JA3 string a line") from None
+        known[hashlib.md5(data).hexdigest()] = data
+    return known
 
 
 def _hello_extension(kind: int, ja3: Ja3, sni: bytes) -> bytes:

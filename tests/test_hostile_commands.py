@@ -55,6 +55,7 @@ READERS = {
     "translate-rules": ["translate-rules", IN, "-o", f"{OUT}/t.rules", "--no-check"],
     "ids-coverage": ["ids-coverage", IN, "--out", OUT],
     "ids-coverage --baseline": ["ids-coverage", "{RULES}", "--out", OUT, "--baseline", IN],
+    "ids-coverage --ja3-strings": ["ids-coverage", "{RULES}", "--out", OUT, "--ja3-strings", IN],
     "detect": ["detect", IN, "--rules", "{RULES}", "--out", OUT],
     "detect --rules": ["detect", "{PCAP}", "--rules", IN, "--out", OUT],
     "meter": ["meter", IN, "--meter", "softflowd", "--out", OUT],

@@ -4,6 +4,7 @@ gate unless --exclude-unloadable, sessions over IPv6 with --ipv6."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -193,3 +194,36 @@ def test_protocol_dialogue_cases_coverage_floor(tmp_path: Path, capsys) -> None:
     assert doc["rules"] == 31 and doc["suricata_errors"] == []
     assert doc["coverage"] >= PROTOCOL_CASES_FLOOR
     assert doc["extra_unrelated_sessions"] == 0
+
+
+JA3_STRING = "771,4865-4866-49195,0-10-11-13-43-51,29-23,0"
+
+
+def test_a_ja3_hash_alerts_when_its_string_is_given(tmp_path: Path, capsys) -> None:
+    """`--ja3-strings`: the hash rule whose hash is the MD5 of a given string gets a ClientHello
+    of that string, and Suricata (the rule as written, `ja3.hash`) alerts; a hash of no given
+    string keeps its reason; a line that is no JA3 string is refused with its file and line."""
+    digest = hashlib.md5(JA3_STRING.encode()).hexdigest()
+    rules = tmp_path / "ja3.rules"
+    rules.write_text(
+        'alert tls $HOME_NET any -> $EXTERNAL_NET any (msg:"known"; flow:established,to_server; '
+        f'ja3.hash; content:"{digest.upper()}"; nocase; sid:1000730; rev:1;)\n'
+        'alert tls $HOME_NET any -> $EXTERNAL_NET any (msg:"unknown"; flow:established,to_server; '
+        'ja3.hash; content:"0123456789abcdef0123456789abcdef"; sid:1000731; rev:1;)\n'
+    )
+    known = tmp_path / "ja3.txt"
+    known.write_text(f"# strings of our clients\n{JA3_STRING}\n\n")
+    out = tmp_path / "out"
+    argv = ["ids-coverage", str(rules), "--ja3-strings", str(known), "--out", str(out), "-q"]
+    assert main(argv) == 0
+    doc = json.loads((out / "coverage.json").read_text())
+    state = {r["sid"]: r["state"] for r in doc["rows"]}
+    assert state[1000730] == "alerted" and state[1000731] != "alerted"
+    assert doc["ja3_from_strings"] == {"1000730": JA3_STRING}
+    assert main(["ids-coverage", str(rules), "--out", str(tmp_path / "plain"), "-q"]) == 0
+    plain = json.loads((tmp_path / "plain" / "coverage.json").read_text())
+    assert {r["sid"]: r["state"] for r in plain["rows"]}[1000730] != "alerted"
+    known.write_text(f"{JA3_STRING}\n771,4865\n")
+    capsys.readouterr()
+    assert main(argv[:-3] + ["--out", str(tmp_path / "bad"), "-q"]) == 2
+    assert f"{known}:2: '771,4865' is not a JA3 string" in capsys.readouterr().err

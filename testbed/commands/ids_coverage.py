@@ -9,6 +9,7 @@ from pathlib import Path
 
 from idsrules.evasion import CLASSES, UnknownClass, parse_classes
 from idsrules.semantics import load_rules
+from idsrules.synth import read_ja3_strings
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_RUN_FAILED
 from ntgcore.files import write_error, write_whole
 
@@ -101,6 +102,12 @@ def register(subparsers) -> None:
         metavar="T1,T2",
         help="also run the attack sessions multiplied T times (each session and T shadow sessions, "
         "seed 003's multiplier) and report per sid whether the alerts are (T+1)x; e.g. 3,10",
+    )
+    c.add_argument(
+        "--ja3-strings",
+        metavar="FILE",
+        help="JA3 strings you know, one a line: a ja3.hash rule whose hash is the MD5 of one of "
+        "them gets a ClientHello of that string (a hash alone cannot be inverted)",
     )
     c.add_argument(
         "--evasions",
@@ -227,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     baseline = load_baseline(args.baseline, args.allow) if args.baseline is not None else None
     allowed = baseline.allowed if baseline else (load_allow(Path(args.allow)) if args.allow else {})
+    ja3 = read_ja3_strings(args.ja3_strings) if args.ja3_strings else None
     why = can_go_live() if args.peers is not None else None
     if why:
         err(f"testbed ids-coverage: --peers: the sessions cannot be replayed live ({why})")
@@ -261,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
                 multiply=args.multiply,
                 evasions=args.evasions,
                 evasion_live=labels,
+                ja3_strings=ja3,
                 progress=say,
             )
         peers = _peer_check(args, out, say) if args.peers is not None else None

@@ -43,6 +43,7 @@ import re
 import shutil
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +52,7 @@ from analysis.tables import table_path, write_table
 from idsrules.attacks import Attacks, load_selection, merge_pcaps
 from idsrules.layout import LayoutError, build_buffer
 from idsrules.regex_example import RegexUnsupported, literal_runs
-from idsrules.semantics import RuleModel, load_rules
+from idsrules.semantics import RuleModel, load_rules, resolve_ja3_hashes
 from idsrules.synth import SESSION_GAP_NS, T0_NS, Session, SynthResult, synthesize
 from ntgcore.errors import GeneratorError
 from ntgcore.generator import get_generator
@@ -366,6 +367,7 @@ def run_coverage_duts(
     multiply: tuple[int, ...] = (),
     evasions: tuple[str, ...] = (),
     evasion_live: HostLabels | None = None,
+    ja3_strings: Mapping[str, bytes] | None = None,
 ) -> dict:
     """The sessions synthesized once (and the mixed captures made once), read by every DUT.
 
@@ -375,6 +377,9 @@ def run_coverage_duts(
     (`testbed.ids.evasion_host.live_table`; None: unlabelled), called once the variants have been
     read (the live lab may run beside the synthesis and writing); `doc["evasions"]`, evasion.json/.md
     and the table coverage_evasion, compared with the baseline's evasions.
+
+    `ja3_strings` (MD5 hex -> JA3 string, `idsrules.synth.read_ja3_strings`): `ja3.hash` rules
+    whose hash is one of them are synthesized from that string (`doc["ja3_from_strings"]`).
 
     One DUT writes its reports into `out_dir`; several each into `out_dir/NAME/`, compared per sid
     with the first (`versus`), and `comparison.json/md/html` in `out_dir`. Every DUT is compared
@@ -398,6 +403,11 @@ def run_coverage_duts(
     models, problems = load_rules(rule_files)
     unknown = Counter(k for m in models for k in m.unknown)
     say(f"parsed {len(models):,} rules ({len(problems)} problems)")
+    from_strings = resolve_ja3_hashes(models, ja3_strings) if ja3_strings else {}
+    if ja3_strings:
+        say(
+            f"{len(from_strings):,} ja3.hash rules have their JA3 string among the {len(ja3_strings):,} given"
+        )
     t1 = time.monotonic()
     synth = synthesize(
         models,
@@ -453,6 +463,7 @@ def run_coverage_duts(
                 "suricata": round(t4 - t3, 3),
             },
             **score(models, synth, suri, exclude_unloadable=exclude_unloadable),
+            "ja3_from_strings": {str(k): v.decode() for k, v in sorted(from_strings.items())},
             "mixes": {},
         }
         for mc in mixed:
