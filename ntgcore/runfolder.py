@@ -42,7 +42,7 @@ def testbed_version() -> str:
     try:
         return version("ntg-testbed")
     except PackageNotFoundError:  # not installed: running from a checkout
-        return "0.12.0+source"
+        return "0.13.0+source"
 
 
 def git_info() -> dict[str, Any]:
