@@ -1819,14 +1819,16 @@ def _setter_for(
     setters: dict[str, list[RuleModel]],
     exclude: int,
     app: str | None = None,
-    port: int | None = None,
+    ports: tuple[int, int] | None = None,
 ) -> RuleModel | None:
-    """A rule that sets flowbit `name` in the session of rule `exclude`, whose server port is
-    `port`: of the setters, those whose own header allows that port first (a DCERPC rule on port
-    135 and the bind rules setting its bit on 135, 139 and 445)."""
+    """A rule that sets flowbit `name` in the session of rule `exclude`, whose (client, server)
+    ports are `ports`: of the setters, those whose own header allows the server port first (a
+    DCERPC rule on port 135 and the bind rules setting its bit on 135, 139 and 445), then those
+    that allow the client's (a setter that matches the other way: the query to memcached's
+    11211 before the checker's answer from it)."""
     found = [m for m in setters.get(name, ()) if m.sid != exclude]
-    if port is not None:
-        found.sort(key=lambda m: not _serves(m, port))
+    if ports is not None:
+        found.sort(key=lambda m: (not _serves(m, ports[1]), not _serves(m, ports[0])))
     if app == "smtp":
         # an SMTP rule needs a setter that speaks SMTP too (one conversation)
         for m in found:
@@ -2060,17 +2062,18 @@ def plan(
         server_closes = server_closes or sp.server_closes or raw_server
         return first
 
-    port = session_ports(model, 0)[1] if model.flowbits_isset else None
+    ports = session_ports(model, 0) if model.flowbits_isset else None
     for name in model.flowbits_isset:
-        found = _setter_for(name, setters, model.sid, model.app, port)
+        found = _setter_for(name, setters, model.sid, model.app, ports)
         kind, bit = ("xbit", name[len(XBIT) :]) if name.startswith(XBIT) else ("flowbit", name)
         if found is None:
             raise SynthError(f"{kind} {bit!r} is set by no rule given")
-        if port is not None and kind == "flowbit" and not _serves(found, port):
+        if ports and kind == "flowbit" and not any(_serves(found, p) for p in ports):
             # a flowbit lives in one flow (an xbit, per host pair, may come from another)
             raise SynthError(
-                f"{kind} {bit!r} is set only by rules for other server ports than {port} "
-                f"(sid {found.sid}: {found.dst_ports if found.src_is_client else found.src_ports})"
+                f"{kind} {bit!r} is set only by rules for other ports than this session's "
+                f"{ports[1]} and {ports[0]} (sid {found.sid}: "
+                f"{found.dst_ports if found.src_is_client else found.src_ports})"
             )
         setter = ahead(found)
     for found, times in _flowint_setters(model, setters):
