@@ -8,7 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from idsrules.evasion import CLASSES, UnknownClass, parse_classes
-from idsrules.semantics import load_rules
+from idsrules.semantics import load_rules, resolve_ja3_hashes
 from idsrules.synth import read_ja3_strings
 from ntgcore.errors import EXIT_BAD_INPUT, EXIT_CHECKS_FAILED, EXIT_OK, EXIT_RUN_FAILED
 from ntgcore.files import write_error, write_whole
@@ -144,10 +144,15 @@ def _peer_count(text: str) -> int:
     return value
 
 
-def _peer_check(args: argparse.Namespace, out: Path, say) -> PeerReport | None:
+def _peer_check(
+    args: argparse.Namespace, out: Path, say, ja3: dict[str, bytes] | None
+) -> PeerReport | None:
     """The sessions replayed against real peers under a run mark (`testbed cleanup` removes the
-    lab after a kill -9); None (said on stderr) when they cannot be."""
+    lab after a kill -9); None (said on stderr) when they cannot be. `ja3`: the JA3 strings
+    given, so a `ja3.hash` rule has the session the coverage run synthesized."""
     models, _problems = load_rules(args.rules)
+    if ja3:
+        resolve_ja3_hashes(models, ja3)
     per_file = None if args.peers >= MAX_PEER_SESSIONS else args.peers
     if say:
         say(
@@ -272,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
                 ja3_strings=ja3,
                 progress=say,
             )
-        peers = _peer_check(args, out, say) if args.peers is not None else None
+        peers = _peer_check(args, out, say, ja3) if args.peers is not None else None
     except _LabFailed:
         return EXIT_RUN_FAILED
     except OSError as exc:
