@@ -5,8 +5,8 @@
  * Implementations, told apart by `kind`:
  *
  *   SINK_NULL  --null: one scratch frame, overwritten every time (sink.c)
- *   SINK_PCAP  -o: pcap records in a 4 MiB buffer, written with write(2)
- *              (pcapfile.h)
+ *   SINK_PCAP  -o: pcap records in a 4 MiB buffer, written with write(2) by
+ *              a writer thread while the loop fills a second one (pcapfile.h)
  *   SINK_MQ    a --threads worker with -o: pcap records keyed by instance
  *              serial, in the blocks of its merge queue (mq.h)
  *   SINK_OPS   every frame comes from ops->frame: live AF_PACKET sending and
