@@ -23,9 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ntgcore.packets import BENCHMARK_NETWORKS, in_benchmark_networks
+
 from .regex_example import RegexUnsupported, split_pcre
 from .syntax import Problem, RawRule, read_rules
-from .variables import PORT_GROUPS, TEST_NETS, in_test_ranges
+from .variables import PORT_GROUPS
 
 # --- address and port variables ---------------------------------------------------------------
 HOME_NET4 = "198.18.0.0/16"
@@ -468,10 +470,10 @@ class RuleModel:
     def offline_only(self) -> str:
         """Why the rule's session may go into pcaps only, never on a wire ("" when it may be
         sent): it carries a listed address outside the test ranges."""
-        outside = [a for a in (self.src_host, self.dst_host) if a and not in_test_ranges(a)]
+        outside = [a for a in (self.src_host, self.dst_host) if a and not in_benchmark_networks(a)]
         if not outside:
             return ""
-        nets = ", ".join(str(n) for n in TEST_NETS)
+        nets = ", ".join(str(n) for n in BENCHMARK_NETWORKS)
         return (
             f"offline only: the rule's own address {outside[0]} lies outside the test ranges "
             f"({nets}); its session is written into pcaps, never sent live"

@@ -8,8 +8,6 @@ ones Suricata's configuration declares (`testbed.ids.suricata.write_config` writ
 
 from __future__ import annotations
 
-import ipaddress
-
 HOME_NET = "[198.18.0.0/16,2001:db8::/48]"
 EXTERNAL_NET = "!$HOME_NET"
 # address groups that all stand for $HOME_NET
@@ -41,14 +39,5 @@ PORT_GROUPS = {
     "VXLAN_PORTS": "4789",
     "TEREDO_PORTS": "3544",
 }
-# the only addresses live packets may carry (the network-safety rules, docs/scenario.md): the
-# benchmarking range of RFC 2544 and the IPv6 documentation prefix. A pcap may hold any address.
-TEST_NETS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:db8::/32"))
 # every variable name the configuration defines
 CONFIG_VARS = frozenset({"HOME_NET", "EXTERNAL_NET", *SERVER_VARS, *PORT_GROUPS})
-
-
-def in_test_ranges(address: str) -> bool:
-    """Whether `address` lies in TEST_NETS (may be sent live)."""
-    a = ipaddress.ip_address(address)
-    return any(a.version == n.version and a in n for n in TEST_NETS)

@@ -48,6 +48,15 @@ FLAG_BITS = {
 MAC_CLIENT = bytes.fromhex("020000000001")
 MAC_SERVER = bytes.fromhex("020000000002")
 _LITTLE = sys.byteorder == "little"
+# The only addresses live packets may carry (../shared/guide/NETWORK-SAFETY.md): the benchmarking
+# range of RFC 2544 and the IPv6 documentation prefix. A pcap may hold any address.
+BENCHMARK_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:db8::/32"))
+
+
+def in_benchmark_networks(address: str) -> bool:
+    """Whether `address` lies in BENCHMARK_NETWORKS (may be sent live)."""
+    a = ipaddress.ip_address(address)
+    return any(a.version == n.version and a in n for n in BENCHMARK_NETWORKS)
 
 
 def checksum(data: bytes) -> int:

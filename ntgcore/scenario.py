@@ -40,6 +40,7 @@ from pydantic.fields import FieldInfo
 from .distributions import Distribution, as_distribution, distribution
 from .errors import BadInput, InputProblems
 from .files import read_bounded
+from .packets import BENCHMARK_NETWORKS
 from .registry import DUT_KINDS, GENERATORS, METHODS
 from .units import parse_duration_ns, parse_rate_pps, period_ns_from_rate
 from .yamlread import MAX_BYTES, YamlProblem, gc_paused, read_yaml, yaml_lines
@@ -52,7 +53,6 @@ MAX_ITEMS = 10_000  # items of a list other than `flows` (one error each could b
 MAX_FLOW_PROBLEMS = 100  # flows reported as wrong before the check stops
 # The only addresses a live run may send from and to (network safety): RFC 2544's benchmarking
 # range and the IPv6 documentation range.
-BENCHMARK_NETWORKS = (ipaddress.ip_network("198.18.0.0/15"), ipaddress.ip_network("2001:db8::/32"))
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 Mode = Literal["random", "increment"]

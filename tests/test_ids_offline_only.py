@@ -19,7 +19,7 @@ from scapy.utils import rdpcap
 from idsrules.attacks import tcp_dialogues, write_attacks
 from idsrules.semantics import analyze, load_rules
 from idsrules.syntax import parse_rule_text
-from idsrules.variables import in_test_ranges
+from ntgcore.packets import in_benchmark_networks
 from ntgcore.scenario import attack_rule_paths, load_scenario
 from testbed.ids.evasion import plain_plans
 from testbed.ids.peers import peer_items
@@ -83,7 +83,7 @@ def test_a_live_run_never_sends_an_offline_only_session(tmp_path):
     (step,) = run.steps
     (replay,) = [g for g in step.generators if g.title == "attacks"]
     sent = addresses(Path(replay.pcap))
-    assert sent and all(in_test_ranges(a) for a in sent), sent
+    assert sent and all(in_benchmark_networks(a) for a in sent), sent
     info = run.manifest["attacks"]
     assert set(info["sids"]) == {9300002, 9300003}  # the plain rule and the in-range list
     assert info["not_sent_live"]["9300001"].startswith("offline only: the rule's own address")

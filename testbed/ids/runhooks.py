@@ -16,8 +16,8 @@ from typing import Any
 
 from idsrules.attacks import MERGECAP, AttackError, merge_pcaps, tcp_dialogues, write_attacks
 from idsrules.syntax import read_rule_text
-from idsrules.variables import in_test_ranges
 from ntgcore.errors import RunSetupError
+from ntgcore.packets import in_benchmark_networks
 from ntgcore.proc import Tool
 from ntgcore.registry import DUT_KINDS, GENERATORS
 from ntgcore.runhooks import RunHooks
@@ -161,7 +161,7 @@ def _add_attacks(run: Any, scenario: Scenario) -> None:
                 a
                 for x in attacks.synth.sessions
                 for a in (x.client, x.server)
-                if not in_test_ranges(a)
+                if not in_benchmark_networks(a)
             }
         )
         if outside:  # never reached (write_attacks left them out): the last check before a wire

@@ -42,8 +42,9 @@ from pydantic import (
 
 from ntgcore.errors import BadInput, NtgError
 from ntgcore.files import read_bounded
+from ntgcore.packets import BENCHMARK_NETWORKS
 from ntgcore.proc import CommandRecord, Process
-from ntgcore.scenario import BENCHMARK_NETWORKS, ScenarioError, format_error
+from ntgcore.scenario import ScenarioError, format_error
 from ntgcore.yamlread import MAX_BYTES, YamlProblem, read_yaml, yaml_lines
 
 PACKAGED = Path(__file__).resolve().parent / "topologies"

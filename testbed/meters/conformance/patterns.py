@@ -34,7 +34,8 @@ from analysis.flowmeter.records import REFERENCE_SCHEMA, MeterRules, records_tab
 from ntgcore import packets as pk
 from ntgcore.errors import BadInput, InputProblems
 from ntgcore.files import read_bounded, replacing
-from ntgcore.scenario import BENCHMARK_NETWORKS, Duration, format_error
+from ntgcore.packets import BENCHMARK_NETWORKS
+from ntgcore.scenario import Duration, format_error
 from ntgcore.units import NS_PER_S
 from ntgcore.yamlread import MAX_BYTES, YamlProblem, read_yaml, where, yaml_lines
 
